@@ -1,0 +1,27 @@
+"""``python -m modern_server --host 127.0.0.1 --port 8809 [--config FILE]``: serve the core alone."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+
+from aiohttp import web
+
+from modern_server.app import create_app
+from modern_server.config import load_config
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m modern_server", description=__doc__)
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=8809)
+    parser.add_argument("--config", default=None, help="TOML file (see config/core.example.toml)")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    app = create_app(load_config(args.config))
+    # 2026 cancellation: a client closing the response stream cancels the request's handler.
+    web.run_app(app, host=args.host, port=args.port, handler_cancellation=True, print=None)
+
+
+if __name__ == "__main__":
+    main()

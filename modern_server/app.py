@@ -1,0 +1,168 @@
+"""The core's aiohttp shell: decode the POST, run the ladder, dispatch, answer as JSON or SSE.
+
+Protocol decisions live in ``wire``, ``methods`` and the tools; this module only moves bytes. Errors become
+responses in one place (:func:`_error_response`) through the one status table in ``errors``. A response starts
+as ``application/json`` and switches to ``text/event-stream`` the first time a handler emits a notification
+(streamable-http §Responses). A client that closes the response stream has cancelled the request (2026
+cancellation): the app runs with ``handler_cancellation`` so the handler task is cancelled with it.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import secrets
+import time
+from typing import Any
+
+from aiohttp import web
+
+from modern_server.auth import Unauthorized, principal_for
+from modern_server.config import CoreConfig
+from modern_server.errors import INTERNAL_ERROR, INVALID_REQUEST, METHOD_NOT_FOUND, PARSE_ERROR, McpError
+from modern_server.framework import Context, Registry, Services, finish
+from modern_server.methods import METHODS, check_shape
+from modern_server.sealing import Sealer
+from modern_server.storage import Store
+from modern_server.wire import Envelope, check_jsonrpc, validate
+
+log = logging.getLogger("modern_server")
+SERVICES = web.AppKey("services", Services)
+REGISTRY = web.AppKey("registry", Registry)
+TOKENS = web.AppKey("tokens", dict)
+
+
+def _dumps(message: dict[str, Any]) -> bytes:
+    return json.dumps(message, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+
+
+def _error_response(exc: McpError, ident: Any) -> web.Response:
+    body = {"jsonrpc": "2.0", "id": ident, "error": exc.to_error()}
+    return web.Response(status=exc.http, body=_dumps(body), content_type="application/json")
+
+
+class _Responder:
+    """Holds the response until the first notification decides between JSON and SSE."""
+
+    def __init__(self, request: web.Request) -> None:
+        self.request, self.stream = request, None
+
+    async def emit(self, method: str, params: dict[str, Any]) -> None:
+        await self._event({"jsonrpc": "2.0", "method": method, "params": params})
+
+    async def _event(self, message: dict[str, Any]) -> None:
+        if self.stream is None:
+            self.stream = web.StreamResponse(headers={"Content-Type": "text/event-stream",
+                                                      "Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+            await self.stream.prepare(self.request)
+        await self.stream.write(b"event: message\ndata: " + _dumps(message) + b"\n\n")
+
+    async def final(self, message: dict[str, Any], status: int = 200) -> web.StreamResponse:
+        if self.stream is None:
+            return web.Response(status=status, body=_dumps(message), content_type="application/json")
+        await self._event(message)
+        await self.stream.write_eof()
+        return self.stream
+
+
+def _check_http(request: web.Request) -> None:
+    if request.content_type != "application/json":
+        raise McpError(PARSE_ERROR, "Content-Type must be application/json", http=415)
+    accept = request.headers.get("Accept", "")
+    if "application/json" not in accept or "text/event-stream" not in accept:
+        raise McpError(INVALID_REQUEST, "Accept must list application/json and text/event-stream", http=406)
+
+
+async def _decode(request: web.Request) -> Any:
+    try:
+        return json.loads(await request.read())
+    except (ValueError, UnicodeDecodeError):
+        raise McpError(PARSE_ERROR, "the body is not valid JSON") from None
+
+
+def _is_notification(body: Any) -> bool:
+    return isinstance(body, dict) and isinstance(body.get("method"), str) and "id" not in body
+
+
+async def handle_post(request: web.Request) -> web.StreamResponse:
+    services = request.app[SERVICES]
+    try:
+        principal = principal_for(request.headers.get("Authorization"), request.app[TOKENS],
+                                  services.config.anonymous_principal)
+    except Unauthorized as exc:
+        return web.json_response({"error": str(exc)}, status=401, headers={"WWW-Authenticate": "Bearer"})
+    body: Any = None
+    try:
+        _check_http(request)
+        body = await _decode(request)
+        if _is_notification(body):
+            return web.Response(status=202)  # streamable-http: a notification is never answered
+        check_jsonrpc(body)
+        env = validate({k.lower(): v for k, v in request.headers.items()}, body)
+    except McpError as exc:
+        return _error_response(exc, body.get("id") if isinstance(body, dict) else None)
+    return await _run(request, env, principal)
+
+
+async def _run(request: web.Request, env: Envelope, principal: str) -> web.StreamResponse:
+    services, registry = request.app[SERVICES], request.app[REGISTRY]
+    responder = _Responder(request)
+    base = services.config.public_url or f"{request.scheme}://{request.host}"
+    ctx = Context(env, principal, services, responder.emit, base_url=base)
+    try:
+        method = METHODS.get(env.method)
+        check_shape(ctx)
+        if method is None:
+            raise McpError(METHOD_NOT_FOUND, f"method {env.method!r} is not served")
+        result = finish(await method(ctx, registry), services)
+        return await responder.final({"jsonrpc": "2.0", "id": env.id, "result": result})
+    except McpError as exc:
+        if responder.stream is None:
+            return _error_response(exc, env.id)
+        return await responder.final({"jsonrpc": "2.0", "id": env.id, "error": exc.to_error()})
+    except (ConnectionResetError, OSError):
+        raise  # the client left; nothing to answer
+    except Exception:
+        log.exception("internal error in %s", env.method)
+        error = McpError(INTERNAL_ERROR, "internal server error")
+        return await responder.final({"jsonrpc": "2.0", "id": env.id, "error": error.to_error()}, status=500)
+
+
+async def handle_not_allowed(request: web.Request) -> web.Response:
+    # streamable-http §Earlier revisions: no GET stream and no sessions to DELETE in 2026-07-28.
+    return web.Response(status=405, headers={"Allow": "POST"})
+
+
+def build_services(config: CoreConfig, env: dict[str, str] | None = None) -> Services:
+    ring, active = config.key_ring(env if env is not None else dict(os.environ))
+    sealer = Sealer(ring, active, config.state_ttl_seconds, clock=time.time)
+    store = Store(config.database_path(), seed=config.seed_notes)
+    return Services(config, sealer, store, clock=time.time, new_id=lambda: secrets.token_urlsafe(16))
+
+
+def create_app(config: CoreConfig | None = None, *, services: Services | None = None) -> web.Application:
+    """The core as an aiohttp application serving ``/mcp`` (and the out-of-band ``/connect`` pages)."""
+    from modern_server.tools import build_registry, routes as tool_routes
+
+    config = config or CoreConfig()
+    app = web.Application(client_max_size=4 * 1024 * 1024)
+    app[SERVICES] = services or build_services(config)
+    app[TOKENS] = config.token_table(dict(os.environ))
+    app[REGISTRY] = build_registry()
+    app.router.add_post("/mcp", handle_post)
+    app.router.add_route("GET", "/mcp", handle_not_allowed)
+    app.router.add_route("DELETE", "/mcp", handle_not_allowed)
+    app.router.add_routes(tool_routes)
+    app.on_shutdown.append(_end_listens)
+    app.cleanup_ctx.append(_lifetime)
+    return app
+
+
+async def _end_listens(app: web.Application) -> None:
+    app[SERVICES].bus.close()  # subscriptions §Endings: listen streams end gracefully with a result
+
+
+async def _lifetime(app: web.Application):  # type: ignore[no-untyped-def]
+    yield
+    app[SERVICES].store.close()

@@ -1,0 +1,99 @@
+"""The core's configuration: one frozen pydantic model loaded from TOML, validated once at start.
+
+Secrets (bearer tokens, state keys) are referenced by environment variable or stored as SHA-256 digests, so a
+config file can be committed without them. With no file at all the core runs a development profile: the
+anonymous principal may use ``file:///work/notes``, a state key is drawn at random per process (states do not
+survive a restart), and notes live in a per-process temporary SQLite file.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import secrets
+import tempfile
+import tomllib
+from collections.abc import Mapping
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+DEFAULT_REPO_FILES = (
+    "README.md", "pyproject.toml", "src/app/__init__.py", "src/app/cli.py", "src/app/core.py",
+    "src/app/storage.py", "docs/architecture.md", "tests/test_core.py",
+)
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class TokenEntry(_Frozen):
+    """A bearer token mapped to a principal: by digest in the file, or by an environment variable's value."""
+
+    principal: str
+    token_sha256: str | None = None
+    token_env: str | None = None
+
+    @model_validator(mode="after")
+    def _one_source(self) -> TokenEntry:
+        if (self.token_sha256 is None) == (self.token_env is None):
+            raise ValueError("give exactly one of token_sha256 or token_env")
+        return self
+
+
+class StateKey(_Frozen):
+    """A ``requestState`` HMAC key; ``id`` is the key id written into every state it seals."""
+
+    id: str = Field(pattern=r"^[A-Za-z0-9_-]{1,32}$")
+    secret_env: str | None = None
+    secret: str | None = Field(default=None, description="inline secret, for tests and local runs only")
+
+    def resolve(self, env: Mapping[str, str]) -> bytes:
+        value = env.get(self.secret_env) if self.secret_env else self.secret
+        if not value:
+            raise ValueError(f"state key {self.id!r}: no secret (set {self.secret_env or 'secret'})")
+        return value.encode("utf-8")
+
+
+class CoreConfig(_Frozen):
+    server_name: str = "mcp-reference-core"
+    server_version: str = "0.1.0"
+    instructions: str = "Reference MCP 2026-07-28 server: repository summaries, notes and a notes timeline app."
+    anonymous_principal: str | None = "anonymous"
+    tokens: tuple[TokenEntry, ...] = ()
+    state_keys: tuple[StateKey, ...] = ()
+    state_ttl_seconds: float = Field(default=300.0, gt=0)
+    max_rounds: int = Field(default=10, ge=1)
+    database: str | None = None
+    workspaces: dict[str, tuple[str, ...]] = Field(default_factory=lambda: {"anonymous": ("file:///work/notes",)})
+    seed_notes: bool = True
+    repo_files: tuple[str, ...] = DEFAULT_REPO_FILES
+    max_model_output_bytes: int = Field(default=4096, ge=64)
+    public_url: str | None = None
+
+    def database_path(self) -> str:
+        return self.database or str(Path(tempfile.mkdtemp(prefix="mcp-core-")) / "core.sqlite3")
+
+    def token_table(self, env: Mapping[str, str]) -> dict[str, str]:
+        """sha256(token) -> principal, with env-referenced tokens hashed here so only digests are kept."""
+        table: dict[str, str] = {}
+        for entry in self.tokens:
+            if entry.token_sha256 is not None:
+                table[entry.token_sha256.lower()] = entry.principal
+            elif token := env.get(entry.token_env or ""):
+                table[hashlib.sha256(token.encode()).hexdigest()] = entry.principal
+        return table
+
+    def key_ring(self, env: Mapping[str, str]) -> tuple[dict[str, bytes], str]:
+        if not self.state_keys:
+            return {"dev": secrets.token_bytes(32)}, "dev"
+        return {k.id: k.resolve(env) for k in self.state_keys}, self.state_keys[0].id
+
+
+def load_config(path: str | os.PathLike[str] | None = None) -> CoreConfig:
+    """Read and validate a TOML file; ``None`` gives the development profile."""
+    if path is None:
+        return CoreConfig()
+    with open(path, "rb") as handle:
+        return CoreConfig.model_validate(tomllib.load(handle))
