@@ -1,0 +1,319 @@
+"""The MRTR bridge as a ``handle(event) -> actions`` machine (DIGEST §3 "MRTR bridging algorithm", §1.6, §4.3,
+§4.7; issue 7 "The bridge").
+
+The machine owns no I/O. Its whole state is a :class:`~adapters.records.PendingRound` record (serializable, so
+another process holding it can continue the round) plus an immutable :class:`BridgeContext`. The shell performs
+the returned actions and feeds back events:
+
+==========================  =====================================================================
+action                      the shell ...
+==========================  =====================================================================
+``CallUpstream(extra)``     builds the request with ``upstream.build_request`` (fresh id, same method and
+                            the client's original params, plus ``extra``) and feeds back the outcome
+``SendToClient(message)``   writes a JSON-RPC request/notification on the original POST's SSE stream
+``ArmTimer(name, s, rnd)``  feeds ``TimerFired(name, rnd)`` after ``s`` seconds (stale rounds are ignored)
+``AbortUpstream()``         closes the in-flight upstream response (that is the 2026 cancel, DIGEST §4.10)
+``StoreRoots(result)``      caches the client's roots in the session record
+``Finish(message)``         writes the final response (``None``: cancelled, nothing is sent, S25 cancellation)
+==========================  =====================================================================
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping
+
+from adapters import errors as E
+from adapters.errors import ErrorValue
+from adapters.records import PendingRound
+from adapters.results import Complete, InputRequired, Invalid, classify_result, response
+
+
+@dataclass(frozen=True, slots=True)
+class BridgeLimits:
+    """Every bridge limit (issue 7); each has a name the client sees when it is exceeded."""
+
+    max_rounds: int = 10
+    max_input_requests_per_round: int = 16
+    client_answer_timeout_seconds: float = 300.0
+    total_timeout_seconds: float = 900.0
+    max_pending_per_session: int = 32
+    state_only_backoff_seconds: float = 0.05
+    state_only_backoff_max_seconds: float = 1.0
+
+
+@dataclass(frozen=True, slots=True)
+class BridgeContext:
+    limits: BridgeLimits
+    client_capabilities: Mapping[str, Any]  # as declared at initialize (2025 shape)
+    new_id: Callable[[], str]  # injected: gateway request ids and elicitationIds (unique in the session)
+    cached_roots: Mapping[str, Any] | None = None
+    cache_roots: bool = False  # the client declared roots.listChanged
+
+
+# --- events ---------------------------------------------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class UpstreamResult:
+    result: Any
+
+
+@dataclass(frozen=True, slots=True)
+class UpstreamError:
+    error: Mapping[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class UpstreamFailed:
+    error: ErrorValue
+
+
+@dataclass(frozen=True, slots=True)
+class ClientAnswered:
+    gateway_id: str
+    result: Any = None
+    error: Mapping[str, Any] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class TimerFired:
+    name: str  # "client_answer" | "total" | "backoff"
+    round: int
+
+
+@dataclass(frozen=True, slots=True)
+class Cancelled:
+    reason: str | None = None
+
+
+# --- actions --------------------------------------------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class CallUpstream:
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class SendToClient:
+    message: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class ArmTimer:
+    name: str
+    seconds: float
+    round: int
+
+
+@dataclass(frozen=True, slots=True)
+class AbortUpstream:
+    pass
+
+
+@dataclass(frozen=True, slots=True)
+class StoreRoots:
+    result: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class Finish:
+    message: dict[str, Any] | None
+    log: str | None = None
+
+
+def admit(pending_in_session: int, limits: BridgeLimits) -> ErrorValue | None:
+    """Refuse a new forwarded request when the session already has too many in flight."""
+    if pending_in_session >= limits.max_pending_per_session:
+        return E.limit_error("max_pending_per_session", limits.max_pending_per_session)
+    return None
+
+
+def required_capability(entry: Mapping[str, Any], caps: Mapping[str, Any]) -> tuple[str, dict] | None:
+    """The capability an input request needs and the client lacks (DIGEST §1.6: never send undeclared ones)."""
+    method, params = entry.get("method"), entry.get("params") or {}
+    if method == "roots/list":
+        return None if isinstance(caps.get("roots"), Mapping) else ("roots", {"roots": {}})
+    if method == "sampling/createMessage":
+        sampling = caps.get("sampling")
+        if not isinstance(sampling, Mapping):
+            return ("sampling", {"sampling": {}})
+        if ("tools" in params or "toolChoice" in params) and not isinstance(sampling.get("tools"), Mapping):
+            return ("sampling.tools", {"sampling": {"tools": {}}})
+        return None
+    elicitation = caps.get("elicitation")
+    if not isinstance(elicitation, Mapping):
+        return ("elicitation", {"elicitation": {}})
+    mode = params.get("mode", "form")
+    declared = set(elicitation) & {"form", "url"} or {"form"}  # {} means form only (S25 client/elicitation)
+    if mode not in declared:
+        return (f"elicitation.{mode}", {"elicitation": {mode: {}}})
+    return None
+
+
+_INPUT_RESULT_DROP_META = ("elicitation/create", "roots/list")  # no _meta in T26 ElicitResult/ListRootsResult
+
+
+class BridgeMachine:
+    """One bridged request. ``record`` is the only state; save it after every ``start``/``handle``."""
+
+    def __init__(self, record: PendingRound, ctx: BridgeContext) -> None:
+        self.record = record
+        self.ctx = ctx
+
+    @property
+    def done(self) -> bool:
+        return self.record.phase == "done"
+
+    def start(self) -> list[Any]:
+        self.record.phase = "upstream"
+        return [ArmTimer("total", self.ctx.limits.total_timeout_seconds, 0), CallUpstream({})]
+
+    def handle(self, event: Any) -> list[Any]:
+        if self.done:
+            return []  # late answers and stale timers after the end are ignored (S26 cancellation races)
+        if isinstance(event, UpstreamResult) and self.record.phase == "upstream":
+            return self._on_result(event.result)
+        if isinstance(event, UpstreamError) and self.record.phase == "upstream":
+            return self._finish_error(E.translate_upstream_error(event.error))
+        if isinstance(event, UpstreamFailed) and self.record.phase == "upstream":
+            return self._finish_error(event.error)
+        if isinstance(event, ClientAnswered):
+            return self._on_answer(event)
+        if isinstance(event, TimerFired):
+            return self._on_timer(event)
+        if isinstance(event, Cancelled):
+            return self._cancel_outstanding() + [AbortUpstream(), self._end(None)]
+        return []
+
+    # --- transitions ------------------------------------------------------------------------------------
+    def _on_result(self, result: Any) -> list[Any]:
+        outcome = classify_result(self.record.method, result)
+        if isinstance(outcome, Invalid):
+            return self._finish_error(outcome.error)
+        if isinstance(outcome, Complete):
+            done = [SendToClient(_elicitation_complete(eid)) for eid in self.record.url_elicitations]
+            return done + [self._end(response(self.record.downstream_id, outcome.result))]
+        return self._next_round(outcome)
+
+    def _next_round(self, outcome: InputRequired) -> list[Any]:
+        rec, limits = self.record, self.ctx.limits
+        rec.round += 1
+        if rec.round > limits.max_rounds:
+            return self._finish_error(E.limit_error("max_rounds", limits.max_rounds))
+        if len(outcome.input_requests) > limits.max_input_requests_per_round:
+            return self._finish_error(E.limit_error("max_input_requests_per_round",
+                                                    limits.max_input_requests_per_round))
+        for entry in outcome.input_requests.values():
+            missing = required_capability(entry, self.ctx.client_capabilities)
+            if missing is not None:
+                return self._finish_error(E.missing_capability_error(missing[0], missing[1], entry["method"]))
+        rec.request_state, rec.input_requests = outcome.request_state, outcome.input_requests
+        rec.answers, rec.outstanding, rec.minted_ids, rec.repeated_urls = {}, {}, {}, []
+        sends = [a for key, entry in outcome.input_requests.items() for a in self._ask(key, entry)]
+        if rec.outstanding:
+            rec.phase = "awaiting_client"
+            return sends + [ArmTimer("client_answer", limits.client_answer_timeout_seconds, rec.round)]
+        nothing_new = set(rec.input_requests) <= set(rec.repeated_urls)
+        return self._backoff_or_retry(not nothing_new)
+
+    def _ask(self, key: str, entry: Mapping[str, Any]) -> list[Any]:
+        """Answer from what we already know (cached roots, an already accepted URL), or ask the client."""
+        rec, params = self.record, dict(entry.get("params") or {})
+        if entry["method"] == "roots/list" and self.ctx.cache_roots and self.ctx.cached_roots is not None:
+            rec.answers[key] = dict(self.ctx.cached_roots)
+            return []
+        if entry["method"] == "elicitation/create" and params.get("mode") == "url":
+            # DIGEST §4.7: never re-prompt the user with a URL they already accepted in this bridge; answer
+            # "accept" again and back off, so the out-of-band step gets time to finish.
+            if params.get("url") in rec.url_elicitations.values():
+                rec.answers[key] = {"action": "accept"}
+                rec.repeated_urls.append(key)
+                return []
+            params["elicitationId"] = rec.minted_ids[key] = self.ctx.new_id()  # 2025 requires it
+        gateway_id = self.ctx.new_id()
+        rec.outstanding[gateway_id] = key
+        return [SendToClient({"jsonrpc": "2.0", "id": gateway_id, "method": entry["method"], "params": params})]
+
+    def _backoff_or_retry(self, immediate: bool) -> list[Any]:
+        """A requestState-only round (or one we answered ourselves) retries after a capped backoff."""
+        rec, limits = self.record, self.ctx.limits
+        if immediate:
+            rec.state_only_rounds = 0
+            return self._retry()
+        delay = min(limits.state_only_backoff_seconds * (2 ** rec.state_only_rounds),
+                    limits.state_only_backoff_max_seconds)
+        rec.state_only_rounds += 1
+        rec.phase = "backoff"
+        return [ArmTimer("backoff", delay, rec.round)]
+
+    def _retry(self) -> list[Any]:
+        rec = self.record
+        extra: dict[str, Any] = {}
+        if rec.answers:
+            extra["inputResponses"] = dict(rec.answers)
+        if rec.request_state is not None:
+            extra["requestState"] = rec.request_state  # the same str object: byte for byte (DIGEST §4.3)
+        rec.phase = "upstream"
+        return [CallUpstream(extra)]
+
+    def _on_answer(self, event: ClientAnswered) -> list[Any]:
+        rec = self.record
+        key = rec.outstanding.pop(event.gateway_id, None)
+        if key is None or rec.phase != "awaiting_client":
+            return []
+        entry = rec.input_requests[key]
+        if event.error is not None or not isinstance(event.result, Mapping):
+            error = event.error if event.error is not None else {"code": E.INVALID_REQUEST,
+                                                                 "message": "the answer carried no result"}
+            return self._cancel_outstanding() + [self._end(response(
+                rec.downstream_id, error=E.client_refused_error(key, entry["method"], error)))]
+        actions = self._record_answer(key, entry, event.result)
+        if rec.outstanding:
+            return actions
+        return actions + self._backoff_or_retry(True)
+
+    def _record_answer(self, key: str, entry: Mapping[str, Any], result: Mapping[str, Any]) -> list[Any]:
+        rec, method = self.record, entry["method"]
+        answer = dict(result)
+        if method in _INPUT_RESULT_DROP_META:
+            answer.pop("_meta", None)  # DIGEST §4.6: the safe choice
+        rec.answers[key] = answer
+        params = entry.get("params") or {}
+        if method == "elicitation/create" and params.get("mode") == "url" and answer.get("action") == "accept":
+            rec.url_elicitations[rec.minted_ids[key]] = params.get("url")
+        if method == "roots/list" and self.ctx.cache_roots:
+            return [StoreRoots(answer)]
+        return []
+
+    def _on_timer(self, event: TimerFired) -> list[Any]:
+        rec, limits = self.record, self.ctx.limits
+        if event.name == "total":
+            return self._cancel_outstanding() + [AbortUpstream()] + self._finish_error(
+                E.limit_error("total_timeout_seconds", limits.total_timeout_seconds))
+        if event.round != rec.round:
+            return []
+        if event.name == "backoff" and rec.phase == "backoff":
+            return self._retry()
+        if event.name == "client_answer" and rec.phase == "awaiting_client":
+            return self._cancel_outstanding() + self._finish_error(
+                E.limit_error("client_answer_timeout_seconds", limits.client_answer_timeout_seconds))
+        return []
+
+    # --- endings ----------------------------------------------------------------------------------------
+    def _cancel_outstanding(self) -> list[Any]:
+        """notifications/cancelled for every gateway->client request still open (S25 cancellation)."""
+        out = [SendToClient({"jsonrpc": "2.0", "method": "notifications/cancelled",
+                             "params": {"requestId": gid, "reason": "the original request ended"}})
+               for gid in self.record.outstanding]
+        self.record.outstanding = {}
+        return out
+
+    def _finish_error(self, error: ErrorValue) -> list[Any]:
+        return [self._end(response(self.record.downstream_id, error=error), error.log)]
+
+    def _end(self, message: dict[str, Any] | None, log: str | None = None) -> Finish:
+        self.record.phase = "done"
+        return Finish(message, log)
+
+
+def _elicitation_complete(elicitation_id: str) -> dict[str, Any]:
+    return {"jsonrpc": "2.0", "method": "notifications/elicitation/complete",
+            "params": {"elicitationId": elicitation_id}}

@@ -1,0 +1,77 @@
+"""Capability translation in both directions (DIGEST §1.4, §2.1, §3 "Capability translation").
+
+Client (2025 -> 2026): ``roots{listChanged}`` -> ``roots{}``; ``sampling``/``elicitation`` kept; ``tasks`` dropped
+(the gateway never handles ``resultType:"task"``, DIGEST §3 Tasks row); ``experimental``/``extensions`` passed
+through (MCP Apps declares ``extensions["io.modelcontextprotocol/ui"]`` in initialize capabilities).
+
+Server (2026 -> 2025): ``extensions`` travel inside ``capabilities``; ``listChanged``/``subscribe`` are only
+claimed when the upstream offers them AND the gateway bridges them through ``subscriptions/listen``; ``tasks``
+is never advertised.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+_PASS_THROUGH_CLIENT = ("sampling", "elicitation", "experimental", "extensions")
+
+
+@dataclass(frozen=True, slots=True)
+class BridgedFeatures:
+    """What the gateway bridges onto the legacy GET stream; only these may be claimed downstream."""
+
+    list_changed: bool = True
+    resource_subscribe: bool = True
+
+
+def client_caps_to_modern(caps: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The per-request ``clientCapabilities`` sent upstream for a legacy session (DIGEST §4.8)."""
+    caps = caps if isinstance(caps, Mapping) else {}
+    out: dict[str, Any] = {}
+    if isinstance(caps.get("roots"), Mapping):
+        out["roots"] = {}  # 2026 roots has no listChanged (S26 client/roots)
+    for key in _PASS_THROUGH_CLIENT:
+        value = caps.get(key)
+        if isinstance(value, Mapping):
+            out[key] = dict(value)
+    return out
+
+
+def _flag(section: Any, name: str) -> bool:
+    return isinstance(section, Mapping) and section.get(name) is True
+
+
+def _list_section(section: Any, claim_list_changed: bool, extra: dict[str, Any] | None = None) -> dict[str, Any]:
+    out: dict[str, Any] = dict(extra or {})
+    if claim_list_changed and _flag(section, "listChanged"):
+        out["listChanged"] = True
+    return out
+
+
+def server_caps_to_legacy(caps: Mapping[str, Any] | None, features: BridgedFeatures) -> dict[str, Any]:
+    """The ``InitializeResult.capabilities`` for a 2026 upstream's discovered capabilities."""
+    caps = caps if isinstance(caps, Mapping) else {}
+    out: dict[str, Any] = {}
+    for name in ("tools", "prompts"):
+        if isinstance(caps.get(name), Mapping):
+            out[name] = _list_section(caps[name], features.list_changed)
+    if isinstance(caps.get("resources"), Mapping):
+        sub = {"subscribe": True} if features.resource_subscribe and _flag(caps["resources"], "subscribe") else {}
+        out["resources"] = _list_section(caps["resources"], features.list_changed, sub)
+    # logging/setLevel is answered locally and mapped to the per-request logLevel, so logging is claimed
+    # whenever the upstream emits logs at all.
+    for name in ("logging", "completions", "experimental", "extensions"):
+        if isinstance(caps.get(name), Mapping):
+            out[name] = dict(caps[name])
+    return out
+
+
+def wants_listen(caps: Mapping[str, Any] | None, features: BridgedFeatures) -> dict[str, bool]:
+    """Which list_changed families the session's listen should ask for (only those we claimed)."""
+    legacy = server_caps_to_legacy(caps, features)
+    return {
+        "toolsListChanged": _flag(legacy.get("tools"), "listChanged"),
+        "promptsListChanged": _flag(legacy.get("prompts"), "listChanged"),
+        "resourcesListChanged": _flag(legacy.get("resources"), "listChanged"),
+    }

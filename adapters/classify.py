@@ -1,0 +1,166 @@
+"""Classify one HTTP request at the MCP endpoint into an accepted value or a rejection (S25 transports
+§Streamable HTTP, §Session Management, §Security; DIGEST §2.2, issue 7 "The legacy side").
+
+The shell passes a plain :class:`HttpView` plus the session record named by the ``Mcp-Session-Id`` header (or
+None) and the current time; this module decides everything else. Order: Origin/Host (403) -> HTTP method (405)
+-> Accept/Content-Type (406/415) -> JSON (400) -> era (a 2026 request bypasses sessions) -> session (400/404)
+-> ``MCP-Protocol-Version`` (400).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+from urllib.parse import urlsplit
+
+from adapters.errors import Rejection, reject
+from adapters.protocol import LEGACY_VERSIONS, MODERN_VERSION, PROTOCOL_VERSION_META_KEY
+from adapters.records import SessionRecord
+
+LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1", "[::1]")
+
+
+@dataclass(frozen=True, slots=True)
+class HttpView:
+    method: str
+    headers: Mapping[str, str]  # names lower-cased by the shell
+    body: bytes = b""
+
+
+@dataclass(frozen=True, slots=True)
+class Policy:
+    # DNS-rebinding protection (S25 §Security): loopback names by default, configurable.
+    allowed_hosts: tuple[str, ...] = LOOPBACK_HOSTS
+    allowed_origins: tuple[str, ...] = ()  # extra origins, beyond loopback ones
+    session_idle_ms: int = 3_600_000
+
+
+@dataclass(frozen=True, slots=True)
+class Accepted:
+    """kind: initialize | request | notification | response | modern | open_stream | resume | delete."""
+
+    kind: str
+    principal: str
+    message: dict[str, Any] = field(default_factory=dict)
+    session: SessionRecord | None = None
+    last_event_id: str | None = None
+
+
+def principal_of(authorization: str | None) -> str:
+    """The authenticated principal a session is bound to: a digest of the bearer credential (never stored
+    in clear), or ``anonymous``. The credential itself is verified by the upstream it is passed to."""
+    if not authorization:
+        return "anonymous"
+    return "bearer:" + hashlib.sha256(authorization.encode("utf-8")).hexdigest()[:32]
+
+
+def _host_name(value: str) -> str:
+    if value.startswith("["):
+        return value[: value.find("]") + 1]
+    return value.rsplit(":", 1)[0] if value.count(":") == 1 else value
+
+
+def check_origin_host(headers: Mapping[str, str], policy: Policy) -> Rejection | None:
+    host = headers.get("host")
+    if host is not None and _host_name(host).lower() not in policy.allowed_hosts:
+        return reject("bad_host", f"Host {host!r} is not allowed")
+    origin = headers.get("origin")
+    if origin is None or origin in policy.allowed_origins:
+        return None  # non-browser clients send no Origin
+    name = urlsplit(origin).hostname or ""
+    if name in LOOPBACK_HOSTS or f"[{name}]" in LOOPBACK_HOSTS:
+        return None
+    return reject("bad_origin", f"Origin {origin!r} is not allowed")
+
+
+def _accepts(headers: Mapping[str, str], *types: str) -> bool:
+    accept = headers.get("accept", "")
+    offered = {part.split(";")[0].strip().lower() for part in accept.split(",")}
+    return all(t in offered or "*/*" in offered for t in types)
+
+
+def parse_message(body: bytes) -> dict[str, Any] | Rejection:
+    try:
+        message = json.loads(body)
+    except (ValueError, UnicodeDecodeError):
+        return reject("parse_error", "the body is not valid JSON")
+    if isinstance(message, list):  # JSON-RPC batching was removed in 2025-06-18
+        return reject("invalid_request", "batched JSON-RPC messages are not supported")
+    if not isinstance(message, dict) or message.get("jsonrpc") != "2.0":
+        return reject("invalid_request", "expected one JSON-RPC 2.0 message")
+    if "params" in message and not isinstance(message["params"], dict):
+        return reject("invalid_request", "params must be an object")
+    return message
+
+
+def message_kind(message: Mapping[str, Any]) -> str | None:
+    ident = message.get("id")
+    has_id = "id" in message and (isinstance(ident, str) or (isinstance(ident, int) and not isinstance(ident, bool)))
+    if isinstance(message.get("method"), str):
+        return "request" if has_id else ("notification" if "id" not in message else None)
+    if has_id and (("result" in message) != ("error" in message)):
+        return "response"
+    return None
+
+
+def is_modern(message: Mapping[str, Any], headers: Mapping[str, str]) -> bool:
+    """One URL serves both eras: 2026 header/``_meta`` or ``server/discover`` marks a modern request."""
+    if headers.get("mcp-protocol-version") == MODERN_VERSION or message.get("method") == "server/discover":
+        return True
+    meta = (message.get("params") or {}).get("_meta")
+    return isinstance(meta, Mapping) and PROTOCOL_VERSION_META_KEY in meta
+
+
+def check_session(view: HttpView, session: SessionRecord | None, principal: str,
+                  policy: Policy, now_ms: int) -> Rejection | None:
+    if "mcp-session-id" not in view.headers:
+        return reject("missing_session", "Mcp-Session-Id header is required")
+    # Another principal's session is reported exactly like an unknown one: 404, nothing leaked.
+    if session is None or session.principal != principal or now_ms - session.last_seen_ms > policy.session_idle_ms:
+        return reject("unknown_session", "session not found")
+    version = view.headers.get("mcp-protocol-version")
+    if version is not None and (version not in LEGACY_VERSIONS or version != session.protocol_version):
+        return reject("bad_protocol_version", f"unsupported MCP-Protocol-Version {version!r}")
+    return None
+
+
+def classify(view: HttpView, session: SessionRecord | None, policy: Policy, now_ms: int) -> Accepted | Rejection:
+    refused = check_origin_host(view.headers, policy)
+    if refused is not None:
+        return refused
+    principal = principal_of(view.headers.get("authorization"))
+    if view.method == "POST":
+        return _classify_post(view, session, policy, now_ms, principal)
+    if view.method not in ("GET", "DELETE"):
+        return reject("method_not_allowed", f"{view.method} is not supported at the MCP endpoint")
+    if view.method == "GET" and not _accepts(view.headers, "text/event-stream"):
+        return reject("not_acceptable", "GET must accept text/event-stream")
+    refused = check_session(view, session, principal, policy, now_ms)
+    if refused is not None:
+        return refused
+    if view.method == "DELETE":
+        return Accepted("delete", principal, session=session)
+    last = view.headers.get("last-event-id")
+    return Accepted("resume" if last else "open_stream", principal, session=session, last_event_id=last)
+
+
+def _classify_post(view: HttpView, session: SessionRecord | None, policy: Policy, now_ms: int,
+                   principal: str) -> Accepted | Rejection:
+    if not _accepts(view.headers, "application/json", "text/event-stream"):
+        return reject("not_acceptable", "POST must accept application/json and text/event-stream")
+    if view.headers.get("content-type", "").split(";")[0].strip().lower() != "application/json":
+        return reject("unsupported_media_type", "Content-Type must be application/json")
+    message = parse_message(view.body)
+    if isinstance(message, Rejection):
+        return message
+    kind = message_kind(message)
+    if kind is None:
+        return reject("invalid_request", "not a JSON-RPC request, notification or response")
+    if kind != "response" and is_modern(message, view.headers):
+        return Accepted("modern", principal, message)
+    if kind == "request" and message["method"] == "initialize":
+        return Accepted("initialize", principal, message)
+    refused = check_session(view, session, principal, policy, now_ms)
+    return refused or Accepted(kind, principal, message, session)

@@ -1,0 +1,137 @@
+"""Error values, the upstream -> legacy error rules, and the ONE status table (DIGEST §1.3, §3, §4.2).
+
+Design (DIGEST §4.2, gateway design choice): JSON-RPC errors for a legacy request always travel in a normal
+response (HTTP 200 JSON or an SSE event); an upstream HTTP 400/404 is never relayed as an HTTP status because a
+2025 client reads 404 as "session gone" and 400 as "bad session/version header". HTTP statuses are only used for
+transport-level rejections of the legacy request itself, and those are all listed in :data:`REJECTIONS`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Final, Mapping
+
+from mcp_types.jsonrpc import (
+    HEADER_MISMATCH,
+    INTERNAL_ERROR,
+    INVALID_PARAMS,
+    INVALID_REQUEST,
+    METHOD_NOT_FOUND,
+    MISSING_REQUIRED_CLIENT_CAPABILITY,
+    PARSE_ERROR,
+    UNSUPPORTED_PROTOCOL_VERSION,
+    URL_ELICITATION_REQUIRED,
+)
+
+RESOURCE_NOT_FOUND_2025: Final = -32002  # retired in 2026, still meaningful to 2025 clients (S26 basic/index)
+# Implementation-defined band (-32000..-32019) is where 2025 puts server errors; our limits live there so a
+# 2025 client never mistakes them for a spec-defined code (DIGEST §1.3).
+GATEWAY_LIMIT_EXCEEDED: Final = -32000
+UPSTREAM_FAILURE: Final = INTERNAL_ERROR
+
+__all__ = [
+    "ErrorValue", "Rejection", "REJECTIONS", "reject", "translate_upstream_error", "limit_error",
+    "upstream_failure", "missing_capability_error", "client_refused_error", "GATEWAY_LIMIT_EXCEEDED",
+    "INVALID_PARAMS", "INVALID_REQUEST", "METHOD_NOT_FOUND", "PARSE_ERROR", "INTERNAL_ERROR",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class ErrorValue:
+    """One JSON-RPC error object; ``log`` is an operator note the shell logs (never sent)."""
+
+    code: int
+    message: str
+    data: Any = None
+    log: str | None = field(default=None, compare=False)
+
+    def to_wire(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"code": self.code, "message": self.message}
+        if self.data is not None:
+            out["data"] = self.data
+        return out
+
+
+@dataclass(frozen=True, slots=True)
+class Rejection:
+    """A transport-level refusal of a legacy HTTP request: an HTTP status plus a JSON-RPC error body."""
+
+    reason: str
+    status: int
+    error: ErrorValue
+
+    def body(self) -> dict[str, Any]:
+        return {"jsonrpc": "2.0", "id": None, "error": self.error.to_wire()}
+
+
+# THE table: every HTTP status the legacy endpoint ever sends for a refusal, with its JSON-RPC code.
+# S25 transports: bad Origin 403; missing session 400; unknown/terminated session 404; bad
+# MCP-Protocol-Version 400; POST must accept both types (406); body must be JSON (415/400).
+REJECTIONS: Final[Mapping[str, tuple[int, int]]] = {
+    "bad_origin": (403, INVALID_REQUEST),
+    "bad_host": (403, INVALID_REQUEST),
+    "not_acceptable": (406, INVALID_REQUEST),
+    "unsupported_media_type": (415, INVALID_REQUEST),
+    "parse_error": (400, PARSE_ERROR),
+    "invalid_request": (400, INVALID_REQUEST),
+    "missing_session": (400, INVALID_REQUEST),
+    "bad_protocol_version": (400, INVALID_REQUEST),
+    "unknown_session": (404, INVALID_REQUEST),
+    "method_not_allowed": (405, INVALID_REQUEST),
+}
+
+
+def reject(reason: str, message: str) -> Rejection:
+    status, code = REJECTIONS[reason]
+    return Rejection(reason, status, ErrorValue(code, message))
+
+
+# Codes a 2026 server emits because *the gateway* got the wire wrong: a bug or misconfiguration, not the
+# client's fault (DIGEST §3 "Upstream -32021/-32022/-32020").
+_GATEWAY_FAULT_CODES: Final = frozenset({HEADER_MISMATCH, UNSUPPORTED_PROTOCOL_VERSION})
+
+
+def translate_upstream_error(error: Mapping[str, Any]) -> ErrorValue:
+    """Map an upstream JSON-RPC error object to the one the legacy client receives."""
+    code, message, data = error.get("code"), error.get("message"), error.get("data")
+    if not isinstance(code, int) or isinstance(code, bool) or not isinstance(message, str):
+        return upstream_failure("invalid_response", "the upstream sent a malformed error object")
+    if code in _GATEWAY_FAULT_CODES:
+        return ErrorValue(INTERNAL_ERROR, "the gateway could not talk to the upstream server",
+                          log=f"upstream rejected the gateway's request: {code} {message}")
+    if code == URL_ELICITATION_REQUIRED or (-32099 <= code <= -32023):
+        # Retired (-32042) or undefined spec-reserved codes must not come from a 2026 server (DIGEST §1.3).
+        return ErrorValue(INTERNAL_ERROR, "the upstream server sent an invalid error code",
+                          log=f"upstream emitted retired/undefined code {code}: {message}")
+    # -32021 passes down unchanged: the client really lacks the capability. -32602 for a missing resource
+    # stays -32602 (it is ambiguous; rewriting it to -32002 could lie), and -32002 itself is understood.
+    return ErrorValue(code, message, data)
+
+
+def limit_error(limit: str, value: Any) -> ErrorValue:
+    """A bridge limit was exceeded; the message names the limit and its configured value."""
+    return ErrorValue(GATEWAY_LIMIT_EXCEEDED, f"gateway limit {limit} ({value}) exceeded",
+                      {"limit": limit, "value": value})
+
+
+def upstream_failure(kind: str, detail: str) -> ErrorValue:
+    """Upstream refused/timeout/5xx/non-JSON/schema-breaking -> an error on the original request."""
+    return ErrorValue(UPSTREAM_FAILURE, f"upstream failure ({kind}): {detail}", {"upstream": kind},
+                      log=f"upstream {kind}: {detail}")
+
+
+def missing_capability_error(capability: str, required: Mapping[str, Any], method: str) -> ErrorValue:
+    # Same code the upstream would use (-32021) so both paths read alike downstream.
+    return ErrorValue(MISSING_REQUIRED_CLIENT_CAPABILITY,
+                      f"the server needs the client capability '{capability}' for {method}, "
+                      "which this client did not declare at initialize",
+                      {"requiredCapabilities": dict(required)})
+
+
+def client_refused_error(key: str, method: str, error: Mapping[str, Any]) -> ErrorValue:
+    """The client answered a gateway request with an error: end the bridge with that error, explained."""
+    code = error.get("code")
+    code = code if isinstance(code, int) and not isinstance(code, bool) else INTERNAL_ERROR
+    text = error.get("message") if isinstance(error.get("message"), str) else "no message"
+    return ErrorValue(code, f"the client refused {method} (input '{key}'): {text}",
+                      {"inputKey": key, "clientError": dict(error)})

@@ -1,0 +1,74 @@
+"""``initialize`` answered locally from the upstream's ``server/discover`` (DIGEST §3 first row, §1.4, §4.19),
+and the discover cache policy (DIGEST §1.11, §4.16).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+from adapters.capabilities import BridgedFeatures, server_caps_to_legacy
+from adapters.errors import ErrorValue, upstream_failure
+from adapters.protocol import MODERN_VERSION, SERVER_INFO_META_KEY, negotiate_version
+
+# serverInfo is required in 2025 (T25 InitializeResult); when the upstream reports none we say who we are.
+SYNTHETIC_SERVER_INFO = {"name": "mcp-legacy-gateway", "version": "0.1.0"}
+
+
+def server_info_of(discover: Mapping[str, Any]) -> dict[str, Any]:
+    """serverInfo from result ``_meta`` (final spec), else top-level (SEP-2575 draft), else synthesized."""
+    meta = discover.get("_meta")
+    for candidate in (meta.get(SERVER_INFO_META_KEY) if isinstance(meta, Mapping) else None,
+                      discover.get("serverInfo")):
+        if isinstance(candidate, Mapping) and isinstance(candidate.get("name"), str) \
+                and isinstance(candidate.get("version"), str):
+            return dict(candidate)
+    return dict(SYNTHETIC_SERVER_INFO)
+
+
+def check_discover(discover: Any) -> ErrorValue | None:
+    """A discover result we can build a handshake from, or why not."""
+    if not isinstance(discover, Mapping):
+        return upstream_failure("invalid_response", "server/discover did not return an object")
+    versions = discover.get("supportedVersions")
+    if not isinstance(versions, list) or MODERN_VERSION not in versions:
+        return upstream_failure("unsupported_version", f"the upstream does not list {MODERN_VERSION}")
+    return None
+
+
+def build_initialize_result(discover: Mapping[str, Any], requested_version: Any,
+                            features: BridgedFeatures) -> dict[str, Any]:
+    result: dict[str, Any] = {
+        "protocolVersion": negotiate_version(requested_version),
+        "capabilities": server_caps_to_legacy(discover.get("capabilities"), features),
+        "serverInfo": server_info_of(discover),
+    }
+    if isinstance(discover.get("instructions"), str):
+        result["instructions"] = discover["instructions"]
+    return result
+
+
+@dataclass(frozen=True, slots=True)
+class CachePolicy:
+    """Where and until when a cacheable result may be reused."""
+
+    key: str
+    expires_ms: int
+
+    def fresh(self, now_ms: int) -> bool:
+        return now_ms < self.expires_ms
+
+
+def cache_policy(result: Mapping[str, Any], principal: str, received_ms: int, name: str) -> CachePolicy:
+    """S26 server/utilities/caching: absent/negative ttl = 0 (stale at once); ``private`` never leaves the
+    authorization context (the gateway is a shared intermediary, DIGEST §4.16); unknown scope = private."""
+    ttl = result.get("ttlMs")
+    ttl = ttl if isinstance(ttl, int) and not isinstance(ttl, bool) and ttl > 0 else 0
+    scope = "public" if result.get("cacheScope") == "public" else "private"
+    key = f"{name}|public" if scope == "public" else f"{name}|private|{principal}"
+    return CachePolicy(key, received_ms + ttl)
+
+
+def discover_cache_keys(principal: str) -> tuple[str, str]:
+    """Lookup order for a cached discover: this principal's private entry, then the public one."""
+    return (f"server/discover|private|{principal}", "server/discover|public")

@@ -1,0 +1,58 @@
+"""Revision constants, method families and legacy version negotiation (DIGEST §2.1, §3).
+
+Owns the answers to "which revision", "which method goes where" and "which version do we echo".
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+from mcp_types import (
+    CLIENT_CAPABILITIES_META_KEY,
+    CLIENT_INFO_META_KEY,
+    LOG_LEVEL_META_KEY,
+    PROTOCOL_VERSION_META_KEY,
+    SERVER_INFO_META_KEY,
+)
+
+__all__ = [
+    "CLIENT_CAPABILITIES_META_KEY",
+    "CLIENT_INFO_META_KEY",
+    "LOG_LEVEL_META_KEY",
+    "PROTOCOL_VERSION_META_KEY",
+    "SERVER_INFO_META_KEY",
+]
+
+MODERN_VERSION: Final = "2026-07-28"
+# The legacy revisions the gateway speaks downstream, newest first (issue 7: 2025-11-25, 2025-06-18,
+# 2025-03-26). 2024-11-05 is the HTTP+SSE transport era and out of scope (DIGEST §3 last rows).
+LEGACY_VERSIONS: Final[tuple[str, ...]] = ("2025-11-25", "2025-06-18", "2025-03-26")
+LATEST_LEGACY: Final = LEGACY_VERSIONS[0]
+# S25 transports §Protocol Version Header: a missing header means 2025-03-26 when not otherwise known.
+DEFAULT_HEADER_VERSION: Final = "2025-03-26"
+
+SUBSCRIPTION_ID_META_KEY: Final = "io.modelcontextprotocol/subscriptionId"
+GATEWAY_META_PREFIX: Final = "dev.legacy-gateway/"  # our own vendor prefix (DIGEST §1.2 key naming)
+
+# Methods that may answer input_required (DIGEST §1.6, §4.4).
+MRTR_METHODS: Final = frozenset({"tools/call", "prompts/get", "resources/read"})
+# Methods forwarded upstream 1:1 (DIGEST §3 "fwd" rows).
+FORWARDED_METHODS: Final = frozenset(
+    {"tools/list", "prompts/list", "resources/list", "resources/templates/list", "completion/complete"}
+) | MRTR_METHODS
+# streamable-http §Request headers: the params key mirrored into Mcp-Name.
+NAME_PARAM: Final = {"tools/call": "name", "prompts/get": "name", "resources/read": "uri"}
+# Server -> client request methods an upstream input request may carry (DIGEST §1.6).
+INPUT_REQUEST_METHODS: Final = frozenset({"sampling/createMessage", "elicitation/create", "roots/list"})
+LOG_LEVELS: Final = ("debug", "info", "notice", "warning", "error", "critical", "alert", "emergency")
+
+
+def negotiate_version(requested: object) -> str:
+    """Echo the client's version when we speak it, else offer the latest legacy one (S25 lifecycle)."""
+    if isinstance(requested, str) and requested in LEGACY_VERSIONS:
+        return requested
+    return LATEST_LEGACY
+
+
+def is_legacy_version(value: object) -> bool:
+    return isinstance(value, str) and value in LEGACY_VERSIONS

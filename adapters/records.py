@@ -1,0 +1,76 @@
+"""The serializable records the gateway keeps per session and per pending bridge round.
+
+Everything a second gateway process would need to continue a session or an MRTR round lives in these two
+records (issue 7 "Designed for replicas"): they hold only JSON-compatible values and round-trip through
+``to_dict``/``from_dict`` unchanged. Sockets, streams and tasks are never referenced from here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any
+
+
+def _from_dict(cls: type, data: dict[str, Any]) -> Any:
+    names = {f.name for f in fields(cls)}
+    return cls(**{k: v for k, v in data.items() if k in names})
+
+
+@dataclass(slots=True)
+class SessionRecord:
+    """One legacy session (DIGEST §3 ``Mcp-Session-Id`` row)."""
+
+    session_id: str
+    principal: str
+    protocol_version: str
+    client_capabilities: dict[str, Any]
+    client_info: dict[str, Any]
+    created_ms: int
+    last_seen_ms: int
+    log_level: str | None = None
+    subscriptions: list[str] = field(default_factory=list)
+    initialized: bool = False
+    # Roots are cached only for clients that declared roots.listChanged: they promise to tell us when the
+    # cache goes stale (S25 client/roots), and notifications/roots/list_changed drops it (issue 7).
+    cached_roots: dict[str, Any] | None = None
+    # The upstream's discovered capabilities at initialize: which list_changed/subscribe we claimed.
+    server_capabilities: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "SessionRecord":
+        return _from_dict(cls, data)
+
+
+@dataclass(slots=True)
+class PendingRound:
+    """The state of one bridged request (DIGEST §3 MRTR bridging algorithm), saved after every step.
+
+    ``params`` is the client's original params dict: it is forwarded as is on every round (DIGEST §4.3), so
+    opaque values in it (cursors, progress tokens, arguments) are never re-encoded.
+    """
+
+    bridge_id: str
+    session_id: str
+    downstream_id: str | int
+    method: str
+    params: dict[str, Any]
+    round: int = 0
+    phase: str = "upstream"  # upstream | awaiting_client | backoff | done
+    request_state: str | None = None
+    input_requests: dict[str, Any] = field(default_factory=dict)
+    outstanding: dict[str, str] = field(default_factory=dict)  # gateway request id -> input key
+    answers: dict[str, Any] = field(default_factory=dict)  # input key -> client result (this round)
+    state_only_rounds: int = 0
+    url_elicitations: dict[str, str] = field(default_factory=dict)  # elicitationId -> url (accepted)
+    minted_ids: dict[str, str] = field(default_factory=dict)  # input key -> elicitationId (this round)
+    repeated_urls: list[str] = field(default_factory=list)  # keys answered by the gateway (URL already accepted)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "PendingRound":
+        return _from_dict(cls, data)

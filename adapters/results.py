@@ -1,0 +1,154 @@
+"""Upstream results, errors and request-scoped notifications -> what the legacy client receives
+(DIGEST §1.5, §3, §4.4-§4.6, §4.18).
+
+Choices where the spec is silent (written down in notes/GATEWAY.md too):
+
+- ``resultType`` is consumed by the gateway and removed: a 2025 client has no such field, and ``complete`` is
+  the only value that ever reaches it (``input_required`` is bridged, anything else is invalid).
+- ``ttlMs``/``cacheScope`` are consumed (the gateway caches ``server/discover``) and removed: they are 2026
+  caching hints addressed to the immediate client, which is the gateway.
+- ``structuredContent`` that is not an object, and an ``outputSchema`` whose root is not an object, cannot be
+  represented in 2025 (T25 requires objects); the gateway drops both (the text ``content`` still carries the
+  answer) rather than inventing a wrapper shape the tool never declared.
+- Tools with an invalid ``x-mcp-header`` are dropped from ``tools/list`` (S26 server/tools MUST).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+from mcp_types.methods import CACHEABLE_METHODS, validate_server_result
+
+from adapters.errors import ErrorValue, upstream_failure
+from adapters.protocol import INPUT_REQUEST_METHODS, MODERN_VERSION, MRTR_METHODS, SUBSCRIPTION_ID_META_KEY
+from adapters.upstream import x_mcp_header_map
+
+_CONSUMED_KEYS = ("resultType", "ttlMs", "cacheScope")
+
+
+@dataclass(frozen=True, slots=True)
+class Complete:
+    result: dict[str, Any]  # already in legacy shape
+    raw: dict[str, Any]  # the upstream's result (for caching decisions)
+
+
+@dataclass(frozen=True, slots=True)
+class InputRequired:
+    input_requests: dict[str, Any]
+    request_state: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class Invalid:
+    error: ErrorValue
+
+
+def _validation_view(method: str, result: Mapping[str, Any]) -> dict[str, Any]:
+    """A copy for schema checks: absent resultType means complete (S26 basic §ResultType); absent ttl/scope
+    from older servers mean 0 / private (S26 caching). The copy is checked, never forwarded."""
+    view = dict(result)
+    view.setdefault("resultType", "complete")
+    if method in CACHEABLE_METHODS:
+        view.setdefault("ttlMs", 0)
+        view.setdefault("cacheScope", "private")
+    return view
+
+
+def _schema_error(method: str, view: Mapping[str, Any]) -> ErrorValue | None:
+    try:
+        validate_server_result(method, MODERN_VERSION, view)
+    except KeyError:
+        return None  # a method without a 2026 row (never forwarded); nothing to check against
+    except Exception as exc:  # pydantic.ValidationError; its text names the broken field
+        first = str(exc).splitlines()[1] if len(str(exc).splitlines()) > 1 else str(exc)
+        return upstream_failure("invalid_result", f"{method} result breaks the 2026-07-28 schema: {first}")
+    return None
+
+
+def classify_result(method: str, result: Any) -> Complete | InputRequired | Invalid:
+    if not isinstance(result, Mapping):
+        return Invalid(upstream_failure("invalid_result", f"{method} result is not an object"))
+    kind = result.get("resultType", "complete")
+    if kind == "input_required":
+        return _input_required(method, result)
+    if kind != "complete":
+        # An unrecognised resultType is invalid (S26 basic §ResultType); we declared no extension adding one.
+        return Invalid(upstream_failure("invalid_result", f"unknown resultType {kind!r} for {method}"))
+    error = _schema_error(method, _validation_view(method, result))
+    return Invalid(error) if error else Complete(to_legacy_result(method, result), dict(result))
+
+
+def _input_required(method: str, result: Mapping[str, Any]) -> InputRequired | Invalid:
+    if method not in MRTR_METHODS:
+        return Invalid(upstream_failure("invalid_result", f"input_required is not allowed for {method}"))
+    requests, state = result.get("inputRequests"), result.get("requestState")
+    if requests is None and state is None:
+        return Invalid(upstream_failure("invalid_result", "input_required without inputRequests or requestState"))
+    if state is not None and not isinstance(state, str):
+        return Invalid(upstream_failure("invalid_result", "requestState must be a string"))
+    if requests is not None and not isinstance(requests, Mapping):
+        return Invalid(upstream_failure("invalid_result", "inputRequests must be an object"))
+    for key, entry in (requests or {}).items():
+        if not isinstance(entry, Mapping) or entry.get("method") not in INPUT_REQUEST_METHODS \
+                or not isinstance(entry.get("params", {}), Mapping):
+            return Invalid(upstream_failure("invalid_result", f"input request {key!r} is malformed"))
+    return InputRequired(dict(requests or {}), state)
+
+
+def to_legacy_result(method: str, result: Mapping[str, Any]) -> dict[str, Any]:
+    out = {k: v for k, v in result.items() if k not in _CONSUMED_KEYS}
+    if method == "tools/call" and "structuredContent" in out and not isinstance(out["structuredContent"], dict):
+        del out["structuredContent"]
+    if method == "tools/list" and isinstance(out.get("tools"), list):
+        out["tools"] = [_legacy_tool(t) for t in out["tools"] if _tool_is_valid(t)]
+    return out
+
+
+def _tool_is_valid(tool: Any) -> bool:
+    return isinstance(tool, Mapping) and x_mcp_header_map(tool.get("inputSchema")) is not None
+
+
+def _legacy_tool(tool: Mapping[str, Any]) -> dict[str, Any]:
+    out = dict(tool)
+    schema = out.get("outputSchema")
+    if schema is not None and not (isinstance(schema, Mapping) and schema.get("type") == "object"):
+        del out["outputSchema"]
+    return out
+
+
+def request_notification(message: Mapping[str, Any], progress_token: Any) -> dict[str, Any] | None:
+    """An upstream request-stream notification -> the legacy one (or None to drop it).
+
+    Only progress and log messages are request-scoped in 2026 (DIGEST §1.7). Progress carries the client's
+    own token object (DIGEST §3 progress row); a progress notification for a request without a token is
+    dropped, as the client never asked for one.
+    """
+    method, params = message.get("method"), message.get("params")
+    if not isinstance(params, Mapping):
+        return None
+    if method == "notifications/message":
+        return {"jsonrpc": "2.0", "method": method, "params": _strip_subscription(params)}
+    if method == "notifications/progress" and progress_token is not None:
+        out = _strip_subscription(params)
+        out["progressToken"] = progress_token
+        return {"jsonrpc": "2.0", "method": method, "params": out}
+    return None
+
+
+def _strip_subscription(params: Mapping[str, Any]) -> dict[str, Any]:
+    out = dict(params)
+    meta = out.get("_meta")
+    if isinstance(meta, Mapping) and SUBSCRIPTION_ID_META_KEY in meta:
+        rest = {k: v for k, v in meta.items() if k != SUBSCRIPTION_ID_META_KEY}
+        out.pop("_meta")
+        if rest:
+            out["_meta"] = rest
+    return out
+
+
+def response(request_id: Any, result: Mapping[str, Any] | None = None,
+             error: ErrorValue | None = None) -> dict[str, Any]:
+    if error is not None:
+        return {"jsonrpc": "2.0", "id": request_id, "error": error.to_wire()}
+    return {"jsonrpc": "2.0", "id": request_id, "result": dict(result or {})}

@@ -1,0 +1,109 @@
+"""SSE framing, the event-id scheme and the bounded per-stream replay buffer (S25 transports §Resumability).
+
+Event ids are ``"<stream>.<seq>"``: unique across all streams of a session (the stream number is minted from the
+session record's counter) and they name the stream they belong to, so a ``GET`` with ``Last-Event-ID`` can be
+answered by replaying only that stream's later events (S25: never another stream's).
+"""
+
+from __future__ import annotations
+
+import json
+from collections import deque
+from dataclasses import dataclass
+from typing import Any
+
+
+def event_id(stream: str, seq: int) -> str:
+    return f"{stream}.{seq}"
+
+
+def parse_event_id(value: str | None) -> tuple[str, int] | None:
+    if not value or "." not in value:
+        return None
+    stream, _, seq = value.rpartition(".")
+    if not stream or not seq.isdigit():
+        return None
+    return stream, int(seq)
+
+
+def encode_event(eid: str | None, message: Any | None, retry_ms: int | None = None) -> bytes:
+    """One SSE event; ``message=None`` is the priming event (an id with empty data, S25 §SSE)."""
+    lines = []
+    if eid is not None:
+        lines.append(f"id: {eid}")
+    if retry_ms is not None:
+        lines.append(f"retry: {retry_ms}")
+    lines.append("event: message")
+    data = "" if message is None else json.dumps(message, separators=(",", ":"), ensure_ascii=False)
+    lines.append(f"data: {data}")
+    return ("\n".join(lines) + "\n\n").encode("utf-8")
+
+
+KEEPALIVE = b": keep-alive\n\n"
+
+
+@dataclass(frozen=True, slots=True)
+class Event:
+    seq: int
+    message: Any | None  # None = priming event
+
+    def encode(self, stream: str, retry_ms: int | None = None) -> bytes:
+        return encode_event(event_id(stream, self.seq), self.message, retry_ms)
+
+
+PRIMING_SEQ = 0  # the priming event's seq: "nothing seen yet"; stored events start at 1
+
+
+class ReplayBuffer:
+    """The last ``capacity`` events of one stream. ``after(seq)`` is None when the client fell too far behind
+    (its event was evicted) or names an event never sent: resuming then would silently lose messages, so the
+    shell refuses instead."""
+
+    def __init__(self, capacity: int) -> None:
+        self._events: deque[Event] = deque(maxlen=max(1, capacity))
+        self._next = PRIMING_SEQ + 1
+
+    def append(self, message: Any | None) -> Event:
+        event = Event(self._next, message)
+        self._next += 1
+        self._events.append(event)
+        return event
+
+    @property
+    def next_seq(self) -> int:
+        return self._next
+
+    def __len__(self) -> int:
+        return len(self._events)
+
+    def after(self, seq: int) -> list[Event] | None:
+        if seq < PRIMING_SEQ or seq >= self._next:
+            return None
+        oldest = self._events[0].seq if self._events else self._next
+        if seq < oldest - 1:
+            return None
+        return [e for e in self._events if e.seq > seq]
+
+
+class SseDecoder:
+    """Incremental SSE parser for upstream response streams: feed bytes, get complete ``data`` payloads."""
+
+    def __init__(self) -> None:
+        self._buffer = b""
+        self._data: list[str] = []
+
+    def feed(self, chunk: bytes) -> list[str]:
+        self._buffer += chunk
+        out: list[str] = []
+        while True:
+            line, sep, rest = self._buffer.partition(b"\n")
+            if not sep:
+                return out
+            self._buffer = rest
+            text = line.rstrip(b"\r").decode("utf-8", errors="replace")
+            if text == "":
+                if self._data:
+                    out.append("\n".join(self._data))
+                self._data = []
+            elif text.startswith("data:"):
+                self._data.append(text[5:][1:] if text[5:].startswith(" ") else text[5:])

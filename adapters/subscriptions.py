@@ -1,0 +1,70 @@
+"""Legacy ``resources/subscribe`` and unsolicited list_changed -> upstream ``subscriptions/listen``, and back
+(DIGEST §1.9, §3 subscribe and list_changed rows, §4.15).
+
+A listen filter cannot be edited, so a change of the subscribed set opens a new listen; the shell waits for its
+acknowledgement and only then closes the old one (no gap in delivery). Delivered notifications go onto the
+session's GET stream with ``subscriptionId`` stripped.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+from adapters.capabilities import BridgedFeatures, wants_listen
+from adapters.errors import ErrorValue, INVALID_PARAMS
+from adapters.protocol import SUBSCRIPTION_ID_META_KEY
+
+_DELIVERED = frozenset({
+    "notifications/tools/list_changed", "notifications/prompts/list_changed",
+    "notifications/resources/list_changed", "notifications/resources/updated",
+})
+ACK = "notifications/subscriptions/acknowledged"
+
+
+def listen_filter(server_caps: Mapping[str, Any] | None, subscriptions: list[str],
+                  features: BridgedFeatures) -> dict[str, Any]:
+    """The filter for a session: the list_changed families we claimed, plus the subscribed URIs."""
+    out: dict[str, Any] = {k: True for k, v in wants_listen(server_caps, features).items() if v}
+    if subscriptions and features.resource_subscribe:
+        out["resourceSubscriptions"] = sorted(set(subscriptions))
+    return out
+
+
+def apply_subscribe(current: list[str], uri: str, subscribe: bool) -> list[str]:
+    items = [u for u in current if u != uri]
+    return sorted(items + [uri]) if subscribe else items
+
+
+def subscribe_uri(params: Any) -> str | ErrorValue:
+    uri = params.get("uri") if isinstance(params, Mapping) else None
+    if not isinstance(uri, str) or not uri:
+        return ErrorValue(INVALID_PARAMS, "params.uri must be a non-empty string")
+    return uri
+
+
+def is_ack(message: Mapping[str, Any]) -> bool:
+    return message.get("method") == ACK
+
+
+def legacy_notification(message: Mapping[str, Any]) -> dict[str, Any] | None:
+    """A listen-stream notification for the GET stream, or None (ack, results, unknown methods)."""
+    method = message.get("method")
+    if method not in _DELIVERED or "id" in message:
+        return None
+    params = dict(message.get("params") or {}) if isinstance(message.get("params"), Mapping) else {}
+    meta = params.pop("_meta", None)
+    if isinstance(meta, Mapping):
+        rest = {k: v for k, v in meta.items() if k != SUBSCRIPTION_ID_META_KEY}
+        if rest:
+            params["_meta"] = rest
+    out: dict[str, Any] = {"jsonrpc": "2.0", "method": method}
+    if params:
+        out["params"] = params
+    return out
+
+
+def invalidates(message: Mapping[str, Any]) -> str | None:
+    """Which cached method a delivered notification makes stale (DIGEST §1.11: list_changed invalidates)."""
+    return {"notifications/tools/list_changed": "tools/list",
+            "notifications/prompts/list_changed": "prompts/list",
+            "notifications/resources/list_changed": "resources/list"}.get(message.get("method"))

@@ -1,0 +1,145 @@
+"""The ONE place that builds upstream (2026-07-28) request bodies and headers (DIGEST §3 "Every forwarded
+request", §4.8, §4.9, §4.13).
+
+Every upstream POST gets a fresh JSON-RPC id (minted by the caller), the full per-request ``_meta``
+(protocolVersion, the session's translated clientCapabilities, clientInfo, logLevel when set, and the client's
+own non-reserved ``_meta`` entries such as ``progressToken`` kept as they came) and the mirrored headers. It never
+carries ``Mcp-Session-Id`` or ``Last-Event-ID`` (DIGEST §4.9).
+"""
+
+from __future__ import annotations
+
+import base64
+import re
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+from adapters.protocol import (
+    CLIENT_CAPABILITIES_META_KEY,
+    CLIENT_INFO_META_KEY,
+    LOG_LEVEL_META_KEY,
+    MODERN_VERSION,
+    NAME_PARAM,
+    PROTOCOL_VERSION_META_KEY,
+)
+
+_SENTINEL = re.compile(r"^=\?base64\?.*\?=$")
+_PLAIN = re.compile(r"^[\x20-\x7E]*$")
+_TOKEN = re.compile(r"^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$")
+# Params the legacy client may send that must not go upstream: ``task`` (the gateway declared no tasks, so per
+# S25 it ignores task augmentation, DIGEST §3) and MRTR fields, which only the bridge sets (DIGEST §1.6 rule 3).
+_STRIPPED_PARAMS = frozenset({"_meta", "task", "inputResponses", "requestState"})
+_RESERVED_META = ("io.modelcontextprotocol/", "dev.mcp/")
+
+
+@dataclass(frozen=True, slots=True)
+class SessionView:
+    """What every upstream request needs to know about the legacy session it speaks for."""
+
+    capabilities: Mapping[str, Any]  # already translated to 2026 (capabilities.client_caps_to_modern)
+    client_info: Mapping[str, Any] | None = None
+    log_level: str | None = None
+    authorization: str | None = None  # passed through: the embedded core shares the gateway's audience
+
+
+@dataclass(frozen=True, slots=True)
+class UpstreamCall:
+    body: dict[str, Any]
+    headers: dict[str, str] = field(default_factory=dict)
+
+
+def encode_header_value(value: str) -> str:
+    """streamable-http §Value encoding: plain visible ASCII passes; anything else uses the base64 sentinel."""
+    if _PLAIN.fullmatch(value) and value == value.strip() and not _SENTINEL.fullmatch(value):
+        return value
+    return "=?base64?" + base64.b64encode(value.encode("utf-8")).decode("ascii") + "?="
+
+
+def build_meta(client_meta: Any, view: SessionView) -> dict[str, Any]:
+    meta: dict[str, Any] = {}
+    if isinstance(client_meta, Mapping):
+        # Keep the client's own entries (progressToken, traceparent, vendor keys) as the same objects; only
+        # the reserved namespace is ours to set (DIGEST §1.2 key naming).
+        meta.update({k: v for k, v in client_meta.items() if not k.startswith(_RESERVED_META)})
+    meta[PROTOCOL_VERSION_META_KEY] = MODERN_VERSION
+    meta[CLIENT_CAPABILITIES_META_KEY] = dict(view.capabilities)
+    if view.client_info:
+        meta[CLIENT_INFO_META_KEY] = dict(view.client_info)
+    if view.log_level:
+        meta[LOG_LEVEL_META_KEY] = view.log_level
+    return meta
+
+
+def build_request(method: str, params: Mapping[str, Any] | None, *, request_id: str | int, view: SessionView,
+                  extra: Mapping[str, Any] | None = None,
+                  header_map: Mapping[tuple[str, ...], str] | None = None) -> UpstreamCall:
+    """The upstream request for ``method``; ``extra`` adds bridge fields (inputResponses / requestState)."""
+    params = params if isinstance(params, Mapping) else {}
+    out = {k: v for k, v in params.items() if k not in _STRIPPED_PARAMS}
+    out.update(extra or {})
+    out["_meta"] = build_meta(params.get("_meta"), view)
+    body = {"jsonrpc": "2.0", "id": request_id, "method": method, "params": out}
+    return UpstreamCall(body, build_headers(method, out, view, header_map))
+
+
+def build_headers(method: str, params: Mapping[str, Any], view: SessionView,
+                  header_map: Mapping[tuple[str, ...], str] | None = None) -> dict[str, str]:
+    headers = {
+        "Accept": "application/json, text/event-stream",
+        "Content-Type": "application/json",
+        "MCP-Protocol-Version": MODERN_VERSION,  # must equal _meta protocolVersion (DIGEST §1.7)
+        "Mcp-Method": method,
+    }
+    name_key = NAME_PARAM.get(method)
+    if name_key is not None and isinstance(params.get(name_key), str):
+        headers["Mcp-Name"] = encode_header_value(params[name_key])
+    if method == "tools/call" and header_map:
+        headers.update(param_headers(header_map, params.get("arguments")))
+    if view.authorization:
+        headers["Authorization"] = view.authorization
+    return headers
+
+
+def build_discover(request_id: str | int, view: SessionView) -> UpstreamCall:
+    return build_request("server/discover", {}, request_id=request_id, view=view)
+
+
+def build_listen(request_id: str | int, view: SessionView, notifications: Mapping[str, Any]) -> UpstreamCall:
+    return build_request("subscriptions/listen", {"notifications": dict(notifications)},
+                         request_id=request_id, view=view)
+
+
+def x_mcp_header_map(input_schema: Any) -> dict[tuple[str, ...], str] | None:
+    """``properties`` path -> header name for ``x-mcp-header`` annotations; None when the tool is invalid
+    (S26 server/tools §x-mcp-header: clients MUST drop such tools from their tools/list view)."""
+    found: dict[tuple[str, ...], str] = {}
+    stack: list[tuple[tuple[str, ...], Any]] = [((), input_schema)]
+    while stack:
+        path, node = stack.pop()
+        if not isinstance(node, Mapping):
+            continue
+        if "x-mcp-header" in node:
+            name = node["x-mcp-header"]
+            if not path or not isinstance(name, str) or not _TOKEN.fullmatch(name) \
+                    or node.get("type") not in ("string", "integer", "boolean") \
+                    or name.lower() in {n.lower() for n in found.values()}:
+                return None
+            found[path] = name
+        props = node.get("properties")
+        if isinstance(props, Mapping):
+            stack.extend(((*path, k), v) for k, v in props.items())
+    return found
+
+
+def param_headers(header_map: Mapping[tuple[str, ...], str], arguments: Any) -> dict[str, str]:
+    """``Mcp-Param-{Name}`` values mirrored from the arguments; null/absent values are omitted."""
+    out: dict[str, str] = {}
+    for path, name in header_map.items():
+        value: Any = arguments
+        for step in path:
+            value = value.get(step) if isinstance(value, Mapping) else None
+        if value is None:
+            continue
+        text = ("true" if value else "false") if isinstance(value, bool) else str(value)
+        out[f"Mcp-Param-{name}"] = encode_header_value(text)
+    return out

@@ -1,0 +1,314 @@
+"""``create_app`` and the handlers of the MCP endpoint (``POST/GET/DELETE /mcp``).
+
+Each handler decodes, asks ``adapters`` what to do, and performs it. Classification (every HTTP status the
+legacy side can see) happens once in :func:`handle_mcp`; exceptions become responses in one middleware.
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import AsyncIterator
+from typing import Any
+
+import aiohttp
+from aiohttp import web
+
+from adapters import local
+from adapters.bridge import BridgeContext, admit
+from adapters.capabilities import client_caps_to_modern
+from adapters.classify import Accepted, HttpView, classify
+from adapters.errors import INVALID_REQUEST, ErrorValue, Rejection, reject, translate_upstream_error, upstream_failure
+from adapters.handshake import build_initialize_result, cache_policy, check_discover, discover_cache_keys
+from adapters.protocol import negotiate_version
+from adapters.records import PendingRound, SessionRecord
+from adapters.results import Complete, Invalid, classify_result, response
+from adapters.sse import parse_event_id
+from adapters.subscriptions import apply_subscribe, listen_filter, subscribe_uri
+from adapters.upstream import SessionView, build_discover
+from gateway.config import GatewayConfig
+from gateway.exchange import Exchange
+from gateway.listen import Listener
+from gateway.runtime import Gateway, SessionRuntime, log, new_id, session_view
+from gateway.store import InMemoryStore, SessionStore
+from gateway.streams import Tap, write_stream
+from gateway.upstream import UpstreamClient, UpstreamFailure
+
+GATEWAY = web.AppKey("gateway", Gateway)
+_MODERN_HEADERS = ("accept", "content-type", "mcp-protocol-version", "mcp-method", "mcp-name", "authorization",
+                   "traceparent", "tracestate", "baggage")
+
+
+def _json(message: dict[str, Any], status: int = 200, headers: dict[str, str] | None = None) -> web.Response:
+    return web.json_response(message, status=status, headers=headers)
+
+
+def _rejection(rejection: Rejection) -> web.Response:
+    return _json(rejection.body(), rejection.status)
+
+
+@web.middleware
+async def error_middleware(request: web.Request, handler: Any) -> web.StreamResponse:
+    """The one exception-to-response place: a gateway bug never leaks a traceback or kills the session."""
+    try:
+        return await handler(request)
+    except web.HTTPException:
+        raise
+    except Exception:
+        log.exception("unhandled error for %s %s", request.method, request.path)
+        error = ErrorValue(-32603, "internal gateway error")
+        return _json({"jsonrpc": "2.0", "id": None, "error": error.to_wire()}, 500)
+
+
+async def handle_mcp(request: web.Request) -> web.StreamResponse:
+    gw = request.app[GATEWAY]
+    headers = {k.lower(): v for k, v in request.headers.items()}
+    body = await request.read() if request.method == "POST" else b""
+    session_id = headers.get("mcp-session-id")
+    session = await gw.store.get_session(session_id) if session_id else None
+    verdict = classify(HttpView(request.method, headers, body), session, gw.config.policy(), gw.clock())
+    if isinstance(verdict, Rejection):
+        return _rejection(verdict)
+    if verdict.session is not None:
+        verdict.session.last_seen_ms = gw.clock()
+        await gw.store.put_session(verdict.session)
+    return await _HANDLERS[verdict.kind](request, gw, verdict)
+
+
+# --- handshake ------------------------------------------------------------------------------------------
+async def discover(gw: Gateway, principal: str, view: SessionView) -> dict[str, Any] | ErrorValue:
+    """The upstream's discover result, cached per its ttlMs/cacheScope (private = per principal)."""
+    now = gw.clock()
+    for key in discover_cache_keys(principal):
+        cached = gw.discover_cache.get(key)
+        if cached is not None and now < cached[0]:
+            return cached[1]
+    try:
+        kind, payload = await gw.upstream.call(build_discover(new_id("d"), view), lambda _m: None)
+    except UpstreamFailure as failure:
+        return failure.error
+    if kind == "error":
+        return translate_upstream_error(payload)
+    outcome = classify_result("server/discover", payload)
+    if isinstance(outcome, Invalid):
+        return outcome.error
+    problem = check_discover(payload)
+    if problem is not None:
+        return problem
+    policy = cache_policy(payload, principal, now, "server/discover")
+    gw.discover_cache[policy.key] = (policy.expires_ms, payload)
+    return payload
+
+
+async def on_initialize(request: web.Request, gw: Gateway, acc: Accepted) -> web.StreamResponse:
+    message, params = acc.message, acc.message.get("params") or {}
+    version = negotiate_version(params.get("protocolVersion"))
+    problem = local.check_request("initialize", version, params)
+    if problem is not None:
+        return _json(response(message["id"], error=problem))
+    caps, info = params.get("capabilities") or {}, params.get("clientInfo") or {}
+    view = SessionView(client_caps_to_modern(caps), info, None, request.headers.get("Authorization"))
+    found = await discover(gw, acc.principal, view)
+    if isinstance(found, ErrorValue):
+        if found.log:
+            log.warning("initialize: %s", found.log)
+        return _json(response(message["id"], error=found))
+    now = gw.clock()
+    record = SessionRecord(secrets.token_urlsafe(32), acc.principal, version, dict(caps), dict(info), now, now,
+                           server_capabilities=dict(found.get("capabilities") or {}))
+    await gw.store.put_session(record)
+    result = build_initialize_result(found, params.get("protocolVersion"), gw.config.features())
+    return _json(response(message["id"], result), headers={"Mcp-Session-Id": record.session_id})
+
+
+# --- legacy requests ------------------------------------------------------------------------------------
+async def on_request(request: web.Request, gw: Gateway, acc: Accepted) -> web.StreamResponse:
+    message, session = acc.message, acc.session
+    assert session is not None
+    method, params, ident = message["method"], message.get("params") or {}, message["id"]
+    route = local.route_request(method)
+    if route == "ping":
+        return _json(response(ident, {}))  # 2026 removed ping; answered here (DIGEST §3)
+    if route in ("not_found", "initialize"):
+        error = local.not_found(method) if route == "not_found" else ErrorValue(
+            INVALID_REQUEST, "the session is already initialized")
+        return _json(response(ident, error=error))
+    problem = local.check_request(method, session.protocol_version, params)
+    if problem is not None:
+        return _json(response(ident, error=problem))
+    if route == "set_level":
+        level = local.set_level(params)
+        if isinstance(level, ErrorValue):
+            return _json(response(ident, error=level))
+        session.log_level = level
+        await gw.store.put_session(session)
+        return _json(response(ident, {}))
+    if route in ("subscribe", "unsubscribe"):
+        return await on_subscribe(request, gw, session, ident, params, route == "subscribe")
+    return await on_forward(request, gw, session, message)
+
+
+async def on_forward(request: web.Request, gw: Gateway, session: SessionRecord,
+                     message: dict[str, Any]) -> web.StreamResponse:
+    runtime = gw.runtime(session.session_id)
+    ident = message["id"]
+    refused = admit(len(runtime.exchanges), gw.config.limits.to_limits())
+    if ident in runtime.exchanges:
+        refused = ErrorValue(INVALID_REQUEST, f"request id {ident!r} is already in flight in this session")
+    if refused is not None:
+        return _json(response(ident, error=refused))
+    record = PendingRound(new_id("b"), session.session_id, ident, message["method"], message.get("params") or {})
+    roots = session.client_capabilities.get("roots")
+    ctx = BridgeContext(gw.config.limits.to_limits(), session.client_capabilities, new_id,
+                        cached_roots=session.cached_roots,
+                        cache_roots=isinstance(roots, dict) and roots.get("listChanged") is True)
+    stream = runtime.new_stream()
+    exchange = Exchange(runtime, record, stream, ctx, request.headers.get("Authorization"))
+    runtime.exchanges[ident] = exchange
+    runtime.spawn(exchange.run())
+    return await write_stream(request, stream, mode="post", retry_ms=gw.config.sse_retry_ms,
+                              keepalive=gw.config.sse_keepalive_seconds)
+
+
+async def on_subscribe(request: web.Request, gw: Gateway, session: SessionRecord, ident: Any,
+                       params: dict[str, Any], subscribe: bool) -> web.StreamResponse:
+    uri = subscribe_uri(params)
+    if isinstance(uri, ErrorValue):
+        return _json(response(ident, error=uri))
+    before = session.subscriptions
+    session.subscriptions = apply_subscribe(before, uri, subscribe)
+    error = await ensure_listen(gw, session, request.headers.get("Authorization"))
+    if error is not None:
+        session.subscriptions = before  # the upstream did not take it: the client is not subscribed
+        return _json(response(ident, error=error))
+    await gw.store.put_session(session)
+    return _json(response(ident, {}))
+
+
+async def ensure_listen(gw: Gateway, session: SessionRecord, authorization: str | None) -> ErrorValue | None:
+    runtime = gw.runtime(session.session_id)
+    if runtime.listen is None:
+        runtime.listen = Listener(runtime)
+    wanted = listen_filter(session.server_capabilities, session.subscriptions, gw.config.features())
+    return await runtime.listen.ensure(wanted, session_view(session, authorization))
+
+
+async def on_notification(request: web.Request, gw: Gateway, acc: Accepted) -> web.StreamResponse:
+    session, method = acc.session, acc.message["method"]
+    assert session is not None
+    route = local.route_notification(method)
+    if route == "initialized":
+        session.initialized = True
+        await gw.store.put_session(session)
+    elif route == "cancelled":
+        # A cancel stops the bridge, closes the upstream request and cancels our requests to the client.
+        exchange = gw.runtime(session.session_id).exchanges.get(local.cancelled_request_id(acc.message.get("params")))
+        if exchange is not None:
+            exchange.cancel((acc.message.get("params") or {}).get("reason"))
+    elif route == "roots_changed":
+        session.cached_roots = None  # nothing goes upstream (2026 removed it, DIGEST §3)
+        await gw.store.put_session(session)
+    return web.Response(status=202)
+
+
+async def on_response(request: web.Request, gw: Gateway, acc: Accepted) -> web.StreamResponse:
+    assert acc.session is not None
+    runtime = gw.runtime(acc.session.session_id)
+    exchange = runtime.awaiting.pop(acc.message["id"], None)
+    if exchange is not None:
+        exchange.answer(acc.message["id"], acc.message)
+    return web.Response(status=202)  # late or unknown answers are ignored (S25 cancellation races)
+
+
+# --- streams and session end ----------------------------------------------------------------------------
+async def on_open_stream(request: web.Request, gw: Gateway, acc: Accepted) -> web.StreamResponse:
+    assert acc.session is not None
+    runtime = gw.runtime(acc.session.session_id)
+    stream = runtime.standalone_stream()
+    if gw.config.bridge_list_changed:
+        runtime.spawn(_listen_in_background(gw, acc.session, request.headers.get("Authorization")))
+    return await write_stream(request, stream, mode="get", retry_ms=gw.config.sse_retry_ms,
+                              keepalive=gw.config.sse_keepalive_seconds)
+
+
+async def _listen_in_background(gw: Gateway, session: SessionRecord, authorization: str | None) -> None:
+    error = await ensure_listen(gw, session, authorization)
+    if error is not None:
+        log.warning("session %s: list_changed listen unavailable: %s", session.session_id, error.message)
+
+
+async def on_resume(request: web.Request, gw: Gateway, acc: Accepted) -> web.StreamResponse:
+    """``GET`` + ``Last-Event-ID``: replay only that stream's later events, then follow it (S25 §Resumability)."""
+    assert acc.session is not None
+    runtime: SessionRuntime = gw.runtime(acc.session.session_id)
+    parsed = parse_event_id(acc.last_event_id)
+    stream = runtime.streams.get(parsed[0]) if parsed else None
+    if stream is None or parsed is None or stream.buffer.after(parsed[1]) is None:
+        # Not a 404: that would tell the client its whole session is gone.
+        return _rejection(reject("invalid_request", "Last-Event-ID names no resumable stream position"))
+    return await write_stream(request, stream, mode="resume", after=parsed[1], retry_ms=gw.config.sse_retry_ms,
+                              keepalive=gw.config.sse_keepalive_seconds)
+
+
+async def on_delete(request: web.Request, gw: Gateway, acc: Accepted) -> web.StreamResponse:
+    assert acc.session is not None
+    await gw.end_session(acc.session.session_id)  # cancels every exchange, listen and stream of the session
+    return web.Response(status=204)
+
+
+async def on_modern(request: web.Request, gw: Gateway, acc: Accepted) -> web.StreamResponse:
+    """A 2026-07-28 request is passed through as is and streamed back (no session, no translation)."""
+    headers = {k: v for k, v in request.headers.items()
+               if k.lower() in _MODERN_HEADERS or k.lower().startswith("mcp-param-")}
+    try:
+        async with gw.upstream.session.post(gw.upstream.url, data=await request.read(), headers=headers) as up:
+            if up.content_type != "text/event-stream":
+                return web.Response(status=up.status, body=await up.read(), content_type=up.content_type)
+            out = web.StreamResponse(status=up.status, headers={"Content-Type": "text/event-stream",
+                                                                "Cache-Control": "no-cache"})
+            await out.prepare(request)
+            try:
+                async for chunk in up.content.iter_any():
+                    await out.write(chunk)
+            except ConnectionResetError:
+                pass  # the modern client hung up: leaving this block closes upstream = 2026 cancel
+            return out
+    except (aiohttp.ClientError, TimeoutError) as exc:
+        error = upstream_failure("unreachable", type(exc).__name__)
+        return _json(response(acc.message.get("id"), error=error), 502)
+
+
+_HANDLERS = {
+    "initialize": on_initialize,
+    "request": on_request,
+    "notification": on_notification,
+    "response": on_response,
+    "modern": on_modern,
+    "open_stream": on_open_stream,
+    "resume": on_resume,
+    "delete": on_delete,
+}
+
+
+# --- app ------------------------------------------------------------------------------------------------
+def create_app(config: GatewayConfig, *, store: SessionStore | None = None, tap: Tap | None = None) -> web.Application:
+    """The gateway app. With ``config.upstream_url`` unset, the embedded core is started in this event loop on
+    a loopback ephemeral port for the app's lifetime."""
+    app = web.Application(middlewares=[error_middleware])
+
+    async def lifetime(app: web.Application) -> AsyncIterator[None]:
+        from gateway.embedded import embedded_core
+
+        async with embedded_core(config) as url:
+            upstream = UpstreamClient(url, connect_timeout=config.upstream_connect_timeout_seconds,
+                                      read_timeout=config.upstream_read_timeout_seconds, tap=tap)
+            gateway = Gateway(config, store or InMemoryStore(), upstream, tap)
+            app[GATEWAY] = gateway
+            try:
+                yield
+            finally:
+                await gateway.close()
+                await upstream.close()
+
+    app.cleanup_ctx.append(lifetime)
+    app.router.add_route("*", "/mcp", handle_mcp)
+    return app

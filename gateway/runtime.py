@@ -1,0 +1,107 @@
+"""The in-process half of a session (streams, exchanges, tasks) and the app-wide :class:`Gateway` state.
+
+Records live in the store; this module only holds what cannot be serialized. Every task is created through
+:meth:`SessionRuntime.spawn` (tracked, cancelled and awaited when the session ends or the app shuts down).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import secrets
+import time
+from collections.abc import Callable, Coroutine
+from dataclasses import dataclass, field
+from typing import Any
+
+from adapters.capabilities import client_caps_to_modern
+from adapters.records import SessionRecord
+from adapters.upstream import SessionView
+from gateway.config import GatewayConfig
+from gateway.store import SessionStore
+from gateway.streams import OutStream, Tap
+from gateway.upstream import UpstreamClient
+
+log = logging.getLogger("gateway")
+
+
+def new_id(prefix: str = "g") -> str:
+    """Gateway-minted ids: random, so ids minted by different replicas never collide."""
+    return prefix + secrets.token_hex(8)
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+class SessionRuntime:
+    def __init__(self, session_id: str, gateway: "Gateway") -> None:
+        self.session_id = session_id
+        self.gateway = gateway
+        self.exchanges: dict[Any, Any] = {}  # downstream request id -> Exchange
+        self.awaiting: dict[str, Any] = {}  # gateway request id -> Exchange waiting for the client's answer
+        self.streams: dict[str, OutStream] = {}
+        self.standalone: OutStream | None = None
+        self.listen: Any = None
+        self.header_maps: dict[str, Any] = {}  # tool name -> x-mcp-header map (from tools/list)
+        self.tasks: set[asyncio.Task] = set()
+
+    def spawn(self, coro: Coroutine[Any, Any, Any]) -> asyncio.Task:
+        task = asyncio.get_running_loop().create_task(coro)
+        self.tasks.add(task)
+        task.add_done_callback(self._done)
+        return task
+
+    def _done(self, task: asyncio.Task) -> None:
+        self.tasks.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.error("session task failed", exc_info=task.exception())
+
+    def new_stream(self) -> OutStream:
+        stream = OutStream(secrets.token_hex(6), self.gateway.config.replay_buffer_events, self.gateway.tap)
+        self.streams[stream.name] = stream
+        return stream
+
+    def standalone_stream(self) -> OutStream:
+        if self.standalone is None:
+            self.standalone = self.new_stream()
+        return self.standalone
+
+    async def close(self) -> None:
+        for task in list(self.tasks):
+            task.cancel()
+        await asyncio.gather(*self.tasks, return_exceptions=True)
+        for stream in self.streams.values():
+            stream.finish()
+
+
+@dataclass
+class Gateway:
+    config: GatewayConfig
+    store: SessionStore
+    upstream: UpstreamClient
+    tap: Tap | None = None
+    runtimes: dict[str, SessionRuntime] = field(default_factory=dict)
+    discover_cache: dict[str, tuple[int, dict[str, Any]]] = field(default_factory=dict)
+    clock: Callable[[], int] = now_ms
+
+    def runtime(self, session_id: str) -> SessionRuntime:
+        if session_id not in self.runtimes:
+            self.runtimes[session_id] = SessionRuntime(session_id, self)
+        return self.runtimes[session_id]
+
+    async def end_session(self, session_id: str) -> None:
+        await self.store.delete_session(session_id)
+        runtime = self.runtimes.pop(session_id, None)
+        if runtime is not None:
+            await runtime.close()
+
+    async def close(self) -> None:
+        for session_id in list(self.runtimes):
+            runtime = self.runtimes.pop(session_id)
+            await runtime.close()
+
+
+def session_view(record: SessionRecord, authorization: str | None) -> SessionView:
+    return SessionView(client_caps_to_modern(record.client_capabilities), record.client_info or None,
+                       record.log_level, authorization)

@@ -1,0 +1,109 @@
+"""Downstream SSE streams: every message the gateway sends a legacy client goes through an :class:`OutStream`
+(numbered, buffered for ``Last-Event-ID`` resumption), and :func:`write_stream` answers a POST lazily as JSON
+(when the response is the only message) or SSE (whenever requests/notifications precede it) — DIGEST §3 step 6.
+
+A dropped client connection only ends the *writer*; the stream and the work feeding it go on (S25: a disconnect
+is not a cancellation), so a later ``GET`` with ``Last-Event-ID`` replays what was missed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+from aiohttp import web
+
+from adapters.sse import KEEPALIVE, PRIMING_SEQ, Event, ReplayBuffer, encode_event, event_id
+
+Tap = Callable[[str, Any], None]
+
+
+class StreamGone(Exception):
+    """The requested events were evicted from the replay buffer (or never existed)."""
+
+
+class OutStream:
+    def __init__(self, name: str, capacity: int, tap: Tap | None = None) -> None:
+        self.name = name
+        self.buffer = ReplayBuffer(capacity)
+        self.closed = False
+        self._tap = tap
+        self._wake = asyncio.Event()
+
+    def _notify(self) -> None:
+        self._wake.set()
+        self._wake = asyncio.Event()
+
+    def push(self, message: Any) -> None:
+        if self.closed:
+            return
+        self.buffer.append(message)
+        if self._tap is not None:
+            self._tap("downstream", message)
+        self._notify()
+
+    def finish(self, message: Any | None = None) -> None:
+        """Write the final message (if any) and end the stream in one step, so the JSON/SSE choice never races."""
+        if message is not None:
+            self.push(message)
+        self.closed = True
+        self._notify()
+
+    async def wait_first(self) -> None:
+        while self.buffer.next_seq == PRIMING_SEQ + 1 and not self.closed:
+            await self._wake.wait()
+
+    async def events_after(self, seq: int, keepalive: float) -> AsyncIterator[Event | None]:
+        """Events after ``seq`` as they come; ``None`` items are keep-alive ticks."""
+        while True:
+            wake = self._wake
+            items = self.buffer.after(seq)
+            if items is None:
+                raise StreamGone(self.name)
+            for item in items:
+                seq = item.seq
+                yield item
+            if self.closed and seq == self.buffer.next_seq - 1:
+                return
+            if not items:
+                try:
+                    await asyncio.wait_for(wake.wait(), keepalive)
+                except asyncio.TimeoutError:
+                    yield None
+
+    def single_response(self) -> Any | None:
+        """The JSON answer when the stream holds exactly the final response and nothing else."""
+        if self.closed and len(self.buffer) == 1 and self.buffer.next_seq == PRIMING_SEQ + 2:
+            only = self.buffer.after(PRIMING_SEQ)
+            return only[0].message if only else None
+        return None
+
+
+async def write_stream(request: web.Request, stream: OutStream, *, mode: str, retry_ms: int, keepalive: float,
+                       after: int = PRIMING_SEQ, headers: dict[str, str] | None = None) -> web.StreamResponse:
+    """Answer with ``stream``. ``mode``: ``post`` (lazy JSON/SSE for a request), ``get`` (the standalone stream:
+    only events from now on), ``resume`` (``Last-Event-ID``: replay after ``after``, then follow)."""
+    if mode == "post":
+        await stream.wait_first()
+        only = stream.single_response()
+        if only is not None:
+            return web.json_response(only, headers=headers)
+        if stream.closed and len(stream.buffer) == 0:
+            return web.Response(status=202, headers=headers)  # cancelled before anything was sent
+    elif mode == "get":
+        after = stream.buffer.next_seq - 1
+    response = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache",
+                                           "X-Accel-Buffering": "no", **(headers or {})})
+    await response.prepare(request)
+    try:
+        if mode != "resume":
+            # Priming event: an id to resume from before the first message, and the retry delay (S25 §SSE).
+            await response.write(encode_event(event_id(stream.name, after), None, retry_ms))
+        async for event in stream.events_after(after, keepalive):
+            await response.write(KEEPALIVE if event is None else event.encode(stream.name))
+    except ConnectionResetError:
+        return response  # the client went away; the stream lives on for resumption
+    except StreamGone:
+        pass
+    return response
