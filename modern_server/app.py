@@ -14,6 +14,7 @@ import logging
 import os
 import secrets
 import time
+from collections.abc import Callable
 from typing import Any
 
 from aiohttp import web
@@ -38,7 +39,10 @@ def _dumps(message: dict[str, Any]) -> bytes:
 
 
 def _error_response(exc: McpError, ident: Any) -> web.Response:
-    body = {"jsonrpc": "2.0", "id": ident, "error": exc.to_error()}
+    # basic/index: ids are never null; an error about a request whose id is unknown carries none.
+    body: dict[str, Any] = {"jsonrpc": "2.0", "error": exc.to_error()}
+    if isinstance(ident, (str, int)) and not isinstance(ident, bool):
+        body["id"] = ident
     return web.Response(status=exc.http, body=_dumps(body), content_type="application/json")
 
 
@@ -134,11 +138,13 @@ async def handle_not_allowed(request: web.Request) -> web.Response:
     return web.Response(status=405, headers={"Allow": "POST"})
 
 
-def build_services(config: CoreConfig, env: dict[str, str] | None = None) -> Services:
+def build_services(config: CoreConfig, env: dict[str, str] | None = None,
+                   clock: Callable[[], float] = time.time) -> Services:
+    """Everything requests share; tests inject ``clock`` (and ``env`` for secrets)."""
     ring, active = config.key_ring(env if env is not None else dict(os.environ))
-    sealer = Sealer(ring, active, config.state_ttl_seconds, clock=time.time)
+    sealer = Sealer(ring, active, config.state_ttl_seconds, clock=clock)
     store = Store(config.database_path(), seed=config.seed_notes)
-    return Services(config, sealer, store, clock=time.time, new_id=lambda: secrets.token_urlsafe(16))
+    return Services(config, sealer, store, clock=clock, new_id=lambda: secrets.token_urlsafe(16))
 
 
 def create_app(config: CoreConfig | None = None, *, services: Services | None = None) -> web.Application:
