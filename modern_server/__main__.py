@@ -8,7 +8,7 @@ import logging
 from aiohttp import web
 
 from modern_server.app import create_app
-from modern_server.config import load_config
+from modern_server.config import ConfigError, load_config
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -18,7 +18,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--config", default=None, help="TOML file (see config/core.example.toml)")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
-    app = create_app(load_config(args.config))
+    try:
+        config = load_config(args.config)
+        app = create_app(config)
+    except (ConfigError, ValueError) as exc:
+        raise SystemExit(f"modern_server: {exc}") from None
     # 2026 cancellation: a client closing the response stream cancels the request's handler.
     web.run_app(app, host=args.host, port=args.port, handler_cancellation=True, print=None)
 

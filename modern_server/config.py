@@ -16,7 +16,7 @@ import tomllib
 from collections.abc import Mapping
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 DEFAULT_REPO_FILES = (
     "README.md", "pyproject.toml", "src/app/__init__.py", "src/app/cli.py", "src/app/core.py",
@@ -72,6 +72,11 @@ class CoreConfig(_Frozen):
     max_model_output_bytes: int = Field(default=4096, ge=64)
     public_url: str | None = None
 
+    @field_validator("anonymous_principal")
+    @classmethod
+    def _empty_is_none(cls, value: str | None) -> str | None:
+        return value or None
+
     def database_path(self) -> str:
         return self.database or str(Path(tempfile.mkdtemp(prefix="mcp-core-")) / "core.sqlite3")
 
@@ -91,9 +96,19 @@ class CoreConfig(_Frozen):
         return {k.id: k.resolve(env) for k in self.state_keys}, self.state_keys[0].id
 
 
+class ConfigError(Exception):
+    """A configuration file that cannot be used; the message names the file, the key path and the problem."""
+
+
 def load_config(path: str | os.PathLike[str] | None = None) -> CoreConfig:
     """Read and validate a TOML file; ``None`` gives the development profile."""
     if path is None:
         return CoreConfig()
-    with open(path, "rb") as handle:
-        return CoreConfig.model_validate(tomllib.load(handle))
+    try:
+        with open(path, "rb") as handle:
+            return CoreConfig.model_validate(tomllib.load(handle))
+    except (OSError, tomllib.TOMLDecodeError) as exc:
+        raise ConfigError(f"{path}: {exc}") from None
+    except ValidationError as exc:
+        problems = "; ".join(f"{'.'.join(map(str, e['loc'])) or '(top level)'}: {e['msg']}" for e in exc.errors())
+        raise ConfigError(f"{path}: {problems}") from None
