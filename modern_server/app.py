@@ -147,15 +147,19 @@ def build_services(config: CoreConfig, env: dict[str, str] | None = None,
     return Services(config, sealer, store, clock=clock, new_id=lambda: secrets.token_urlsafe(16))
 
 
-def create_app(config: CoreConfig | None = None, *, services: Services | None = None) -> web.Application:
-    """The core as an aiohttp application serving ``/mcp`` (and the out-of-band ``/connect`` pages)."""
+def create_app(config: CoreConfig | None = None, *, services: Services | None = None,
+               registry: Registry | None = None) -> web.Application:
+    """The core as an aiohttp application serving ``/mcp`` (and the out-of-band ``/connect`` pages).
+
+    ``registry`` replaces the default tools, prompts and resources (the conformance fixture uses it).
+    """
     from modern_server.tools import build_registry, routes as tool_routes
 
     config = config or CoreConfig()
     app = web.Application(client_max_size=4 * 1024 * 1024)
     app[SERVICES] = services or build_services(config)
     app[TOKENS] = config.token_table(dict(os.environ))
-    app[REGISTRY] = build_registry()
+    app[REGISTRY] = registry if registry is not None else build_registry()
     app.router.add_post("/mcp", handle_post)
     app.router.add_route("GET", "/mcp", handle_not_allowed)
     app.router.add_route("DELETE", "/mcp", handle_not_allowed)
