@@ -48,7 +48,12 @@ class BridgeContext:
     client_capabilities: Mapping[str, Any]  # as declared at initialize (2025 shape)
     new_id: Callable[[], str]  # injected: gateway request ids and elicitationIds (unique in the session)
     cached_roots: Mapping[str, Any] | None = None
-    cache_roots: bool = False  # the client declared roots.listChanged
+
+    @property
+    def cache_roots(self) -> bool:
+        """Roots are cached only for clients that declared roots.listChanged: they tell us when it goes stale."""
+        roots = self.client_capabilities.get("roots")
+        return isinstance(roots, Mapping) and roots.get("listChanged") is True
 
 
 # --- events ---------------------------------------------------------------------------------------------

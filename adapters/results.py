@@ -18,7 +18,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Mapping
 
-from mcp_types.methods import CACHEABLE_METHODS, validate_server_result
+from functools import cache
+from types import UnionType
+from typing import get_args
+
+from mcp_types.methods import CACHEABLE_METHODS, SERVER_RESULTS, validate_server_result
 
 from adapters.errors import ErrorValue, upstream_failure
 from adapters.protocol import INPUT_REQUEST_METHODS, MODERN_VERSION, MRTR_METHODS, SUBSCRIPTION_ID_META_KEY
@@ -55,9 +59,20 @@ def _validation_view(method: str, result: Mapping[str, Any]) -> dict[str, Any]:
     return view
 
 
+@cache
+def _complete_surface(method: str) -> dict[tuple[str, str], Any]:
+    """The 2026 result row without its InputRequiredResult arm: a ``complete`` result must be the real type
+    (the union's lenient input_required arm would otherwise accept anything)."""
+    row = SERVER_RESULTS[(method, MODERN_VERSION)]
+    if isinstance(row, UnionType):
+        arms = [arm for arm in get_args(row) if arm.__name__ != "InputRequiredResult"]
+        row = arms[0] if len(arms) == 1 else row
+    return {(method, MODERN_VERSION): row}
+
+
 def _schema_error(method: str, view: Mapping[str, Any]) -> ErrorValue | None:
     try:
-        validate_server_result(method, MODERN_VERSION, view)
+        validate_server_result(method, MODERN_VERSION, view, surface=_complete_surface(method))
     except KeyError:
         return None  # a method without a 2026 row (never forwarded); nothing to check against
     except Exception as exc:  # pydantic.ValidationError; its text names the broken field

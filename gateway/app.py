@@ -157,10 +157,8 @@ async def on_forward(request: web.Request, gw: Gateway, session: SessionRecord,
     if refused is not None:
         return _json(response(ident, error=refused))
     record = PendingRound(new_id("b"), session.session_id, ident, message["method"], message.get("params") or {})
-    roots = session.client_capabilities.get("roots")
     ctx = BridgeContext(gw.config.limits.to_limits(), session.client_capabilities, new_id,
-                        cached_roots=session.cached_roots,
-                        cache_roots=isinstance(roots, dict) and roots.get("listChanged") is True)
+                        cached_roots=session.cached_roots)
     stream = runtime.new_stream()
     exchange = Exchange(runtime, record, stream, ctx, request.headers.get("Authorization"))
     runtime.exchanges[ident] = exchange

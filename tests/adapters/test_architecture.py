@@ -1,0 +1,57 @@
+"""House rules enforced by inspection: adapters/ stays sans-IO; modern_server/ knows nothing of the gateway."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+FORBIDDEN_IN_ADAPTERS = {"aiohttp", "asyncio", "socket", "time", "random", "secrets", "os", "websockets",
+                         "gateway", "modern_server", "threading", "subprocess", "datetime", "uuid", "httpx"}
+
+
+def imported_roots(path: Path) -> set[str]:
+    tree = ast.parse(path.read_text(), filename=str(path))
+    roots: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            roots.update(alias.name.split(".")[0] for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            roots.add(node.module.split(".")[0])
+        elif isinstance(node, ast.Call) and getattr(node.func, "id", None) == "__import__":
+            roots.add("<dynamic __import__>")
+    return roots
+
+
+ADAPTER_MODULES = sorted((ROOT / "adapters").glob("*.py"))
+
+
+def test_there_are_adapter_modules_to_check() -> None:
+    assert len(ADAPTER_MODULES) >= 10
+
+
+@pytest.mark.parametrize("path", ADAPTER_MODULES, ids=lambda p: p.name)
+def test_adapters_import_nothing_that_does_io(path: Path) -> None:
+    bad = imported_roots(path) & (FORBIDDEN_IN_ADAPTERS | {"<dynamic __import__>"})
+    assert not bad, f"{path.name} imports {sorted(bad)}"
+
+
+def test_the_import_checker_catches_forbidden_imports(tmp_path: Path) -> None:
+    sample = tmp_path / "m.py"
+    sample.write_text("import asyncio\nfrom time import monotonic\nimport os.path\nfrom gateway.app import x\n")
+    assert {"asyncio", "time", "os", "gateway"} <= imported_roots(sample)
+
+
+@pytest.mark.parametrize("path", sorted((ROOT / "modern_server").rglob("*.py")), ids=lambda p: p.name)
+def test_modern_server_imports_neither_gateway_nor_adapters(path: Path) -> None:
+    assert not imported_roots(path) & {"gateway", "adapters"}, path
+
+
+@pytest.mark.parametrize("path", ADAPTER_MODULES, ids=lambda p: p.name)
+def test_adapter_functions_stay_small(path: Path) -> None:
+    tree = ast.parse(path.read_text())
+    long = [f"{n.name} ({n.end_lineno - n.lineno + 1} lines)" for n in ast.walk(tree)
+            if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.end_lineno - n.lineno + 1 > 45]
+    assert not long, long

@@ -1,0 +1,102 @@
+"""classify(): every transport rule of the legacy endpoint, table-driven (S25 transports; issue 7)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from adapters.classify import Accepted, HttpView, Policy, classify, principal_of
+from adapters.errors import Rejection
+from adapters.records import SessionRecord
+
+NOW = 10_000_000
+POST_HEADERS = {"host": "127.0.0.1:8808", "accept": "application/json, text/event-stream",
+                "content-type": "application/json"}
+
+
+def session(**over) -> SessionRecord:
+    base = dict(session_id="s1", principal="anonymous", protocol_version="2025-11-25", client_capabilities={},
+                client_info={"name": "c", "version": "1"}, created_ms=NOW - 10, last_seen_ms=NOW - 10)
+    base.update(over)
+    return SessionRecord(**base)
+
+
+def post(message, **headers) -> HttpView:
+    body = message if isinstance(message, bytes) else json.dumps(message).encode()
+    return HttpView("POST", {**POST_HEADERS, **headers}, body)
+
+
+REQ = {"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {}}
+INIT = {"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {}}
+SID = {"mcp-session-id": "s1"}
+
+CASES = [
+    # name, view, session, expected kind or (status, reason)
+    ("initialize needs no session", post(INIT), None, "initialize"),
+    ("request with session", post(REQ, **SID), session(), "request"),
+    ("notification", post({"jsonrpc": "2.0", "method": "notifications/initialized"}, **SID), session(), "notification"),
+    ("client response", post({"jsonrpc": "2.0", "id": "g1", "result": {}}, **SID), session(), "response"),
+    ("client error response", post({"jsonrpc": "2.0", "id": "g1", "error": {"code": -1, "message": "no"}}, **SID),
+     session(), "response"),
+    ("missing session id", post(REQ), None, (400, "missing_session")),
+    ("unknown session", post(REQ, **SID), None, (404, "unknown_session")),
+    ("another principal's session", post(REQ, **SID), session(principal="bearer:x"), (404, "unknown_session")),
+    ("expired session", post(REQ, **SID), session(last_seen_ms=NOW - 3_600_001), (404, "unknown_session")),
+    ("bad protocol version header", post(REQ, **SID, **{"mcp-protocol-version": "1999-01-01"}), session(),
+     (400, "bad_protocol_version")),
+    ("version header differs from negotiated", post(REQ, **SID, **{"mcp-protocol-version": "2025-06-18"}),
+     session(), (400, "bad_protocol_version")),
+    ("matching version header", post(REQ, **SID, **{"mcp-protocol-version": "2025-11-25"}), session(), "request"),
+    ("modern by header: no session needed", post(REQ, **{"mcp-protocol-version": "2026-07-28"}), None, "modern"),
+    ("modern by _meta", post({**REQ, "params": {"_meta": {"io.modelcontextprotocol/protocolVersion": "2026-07-28"}}}),
+     None, "modern"),
+    ("server/discover is modern", post({"jsonrpc": "2.0", "id": 1, "method": "server/discover"}), None, "modern"),
+    ("bad origin", post(INIT, origin="https://evil.example"), None, (403, "bad_origin")),
+    ("loopback origin", post(INIT, origin="http://localhost:3000"), None, "initialize"),
+    ("bad host (DNS rebinding)", post(INIT, host="evil.example:8808"), None, (403, "bad_host")),
+    ("accept lacks SSE", post(INIT, accept="application/json"), None, (406, "not_acceptable")),
+    ("wrong content type", post(INIT, **{"content-type": "text/plain"}), None, (415, "unsupported_media_type")),
+    ("not JSON", post(b"{nope"), None, (400, "parse_error")),
+    ("batch", post([REQ]), None, (400, "invalid_request")),
+    ("not JSON-RPC", post({"id": 1, "method": "x"}), None, (400, "invalid_request")),
+    ("null id request", post({"jsonrpc": "2.0", "id": None, "method": "x"}, **SID), session(), (400, "invalid_request")),
+    ("GET opens the stream", HttpView("GET", {"host": "localhost", "accept": "text/event-stream", **SID}), session(),
+     "open_stream"),
+    ("GET resumes", HttpView("GET", {"accept": "text/event-stream", "last-event-id": "a.3", **SID}), session(),
+     "resume"),
+    ("GET without session", HttpView("GET", {"accept": "text/event-stream"}), None, (400, "missing_session")),
+    ("GET must accept SSE", HttpView("GET", {"accept": "application/json", **SID}), session(), (406, "not_acceptable")),
+    ("DELETE", HttpView("DELETE", SID), session(), "delete"),
+    ("DELETE unknown", HttpView("DELETE", SID), None, (404, "unknown_session")),
+    ("PUT", HttpView("PUT", SID), session(), (405, "method_not_allowed")),
+]
+
+
+@pytest.mark.parametrize("name,view,record,expected", CASES, ids=[c[0] for c in CASES])
+def test_classify(name, view, record, expected) -> None:
+    verdict = classify(view, record, Policy(), NOW)
+    if isinstance(expected, str):
+        assert isinstance(verdict, Accepted), verdict
+        assert verdict.kind == expected
+    else:
+        assert isinstance(verdict, Rejection), verdict
+        assert (verdict.status, verdict.reason) == expected
+        assert verdict.body()["error"]["message"]
+
+
+def test_configured_origin_and_host_are_allowed() -> None:
+    policy = Policy(allowed_hosts=("gw.example",), allowed_origins=("https://app.example",))
+    view = post(INIT, host="gw.example", origin="https://app.example")
+    assert isinstance(classify(view, None, policy, NOW), Accepted)
+    assert classify(post(INIT), None, policy, NOW).status == 403  # 127.0.0.1 no longer listed
+
+
+def test_principal_binds_to_the_bearer_credential() -> None:
+    assert principal_of(None) == "anonymous"
+    alice, bob = principal_of("Bearer alice"), principal_of("Bearer bob")
+    assert alice != bob and alice.startswith("bearer:") and "alice" not in alice
+    view = post(REQ, **SID, authorization="Bearer bob")
+    assert classify(view, session(principal=alice), Policy(), NOW).status == 404
+    view = post(REQ, **SID, authorization="Bearer alice")
+    assert classify(view, session(principal=alice), Policy(), NOW).kind == "request"

@@ -1,0 +1,115 @@
+"""SSE framing and replay, listen filters and notifications, routing and local answers."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from adapters import local
+from adapters.capabilities import BridgedFeatures
+from adapters.sse import ReplayBuffer, SseDecoder, encode_event, event_id, parse_event_id
+from adapters.subscriptions import apply_subscribe, legacy_notification, listen_filter, subscribe_uri
+from tests import schema
+
+
+def test_event_ids_name_their_stream() -> None:
+    assert parse_event_id(event_id("ab12", 7)) == ("ab12", 7)
+    for bad in (None, "", "nodot", "a.", ".3", "a.-1", "a.x"):
+        assert parse_event_id(bad) is None
+
+
+def test_encode_event_and_decode_round_trip() -> None:
+    raw = encode_event("s.1", {"jsonrpc": "2.0", "method": "x"}, retry_ms=500) + encode_event("s.0", None)
+    assert raw.startswith(b"id: s.1\nretry: 500\nevent: message\ndata: ")
+    decoder = SseDecoder()
+    out = decoder.feed(raw[:10]) + decoder.feed(raw[10:])
+    assert [json.loads(out[0]), out[1:]] == [{"jsonrpc": "2.0", "method": "x"}, [""]]  # priming: empty data
+
+
+@pytest.mark.parametrize("after,expected", [(0, None), (1, None), (2, [3, 4, 5]), (4, [5]), (5, []), (6, None),
+                                            (-1, None)])
+def test_replay_buffer_is_bounded_and_refuses_lost_positions(after, expected) -> None:
+    buffer = ReplayBuffer(3)
+    for n in range(5):
+        buffer.append({"n": n})
+    got = buffer.after(after)
+    assert (None if got is None else [e.seq for e in got]) == expected
+
+
+def test_fresh_buffer_replays_everything_after_the_priming_event() -> None:
+    buffer = ReplayBuffer(8)
+    buffer.append({"a": 1})
+    assert [e.message for e in buffer.after(0)] == [{"a": 1}]
+
+
+@pytest.mark.parametrize("subs,features,expected", [
+    ([], BridgedFeatures(), {"toolsListChanged": True, "resourcesListChanged": True}),
+    (["file:///b", "file:///a", "file:///a"], BridgedFeatures(),
+     {"toolsListChanged": True, "resourcesListChanged": True, "resourceSubscriptions": ["file:///a", "file:///b"]}),
+    (["file:///a"], BridgedFeatures(list_changed=False, resource_subscribe=False), {}),
+])
+def test_listen_filter(subs, features, expected) -> None:
+    caps = {"tools": {"listChanged": True}, "resources": {"listChanged": True, "subscribe": True}, "prompts": {}}
+    assert listen_filter(caps, subs, features) == expected
+
+
+def test_subscribe_bookkeeping() -> None:
+    assert apply_subscribe(["b"], "a", True) == ["a", "b"]
+    assert apply_subscribe(["a", "b"], "a", True) == ["a", "b"]
+    assert apply_subscribe(["a", "b"], "a", False) == ["b"]
+    assert subscribe_uri({"uri": "file:///x"}) == "file:///x"
+    assert subscribe_uri({}).code == -32602
+
+
+@pytest.mark.parametrize("message,expected", [
+    ({"jsonrpc": "2.0", "method": "notifications/resources/updated",
+      "params": {"uri": "file:///a", "_meta": {"io.modelcontextprotocol/subscriptionId": "l1"}}},
+     {"jsonrpc": "2.0", "method": "notifications/resources/updated", "params": {"uri": "file:///a"}}),
+    ({"jsonrpc": "2.0", "method": "notifications/tools/list_changed",
+      "params": {"_meta": {"io.modelcontextprotocol/subscriptionId": "l1"}}},
+     {"jsonrpc": "2.0", "method": "notifications/tools/list_changed"}),
+    ({"jsonrpc": "2.0", "method": "notifications/subscriptions/acknowledged", "params": {}}, None),
+    ({"jsonrpc": "2.0", "method": "notifications/message", "params": {"level": "info", "data": 1}}, None),
+    ({"jsonrpc": "2.0", "id": "l1", "result": {"resultType": "complete"}}, None),
+])
+def test_listen_notifications_for_the_get_stream(message, expected) -> None:
+    out = legacy_notification(message)
+    assert out == expected
+    if out:
+        schema.check("2025-11-25", out)
+
+
+@pytest.mark.parametrize("method,route", [
+    ("initialize", "initialize"), ("ping", "ping"), ("logging/setLevel", "set_level"),
+    ("resources/subscribe", "subscribe"), ("resources/unsubscribe", "unsubscribe"),
+    ("tools/call", "bridge"), ("prompts/get", "bridge"), ("resources/read", "bridge"),
+    ("tools/list", "forward"), ("completion/complete", "forward"), ("resources/templates/list", "forward"),
+    ("tasks/get", "not_found"), ("tasks/list", "not_found"), ("server/discover", "not_found"), ("nope", "not_found"),
+])
+def test_request_routes(method, route) -> None:
+    assert local.route_request(method) == route
+
+
+@pytest.mark.parametrize("method,route", [
+    ("notifications/initialized", "initialized"), ("notifications/cancelled", "cancelled"),
+    ("notifications/roots/list_changed", "roots_changed"), ("notifications/progress", "ignore"),
+])
+def test_notification_routes(method, route) -> None:
+    assert local.route_notification(method) == route
+
+
+@pytest.mark.parametrize("params,ok", [({"level": "debug"}, True), ({"level": "loud"}, False), ({}, False)])
+def test_set_level(params, ok) -> None:
+    assert (local.set_level(params) == params.get("level")) == ok
+
+
+@pytest.mark.parametrize("method,version,params,code", [
+    ("tools/call", "2025-11-25", {"name": "x"}, None),
+    ("tools/call", "2025-11-25", {"name": 3}, -32602),
+    ("tools/call", "2025-03-26", {"name": "x", "arguments": {}}, None),
+    ("resources/read", "2025-06-18", {}, -32602),
+])
+def test_check_request_validates_a_view_per_negotiated_revision(method, version, params, code) -> None:
+    problem = local.check_request(method, version, params)
+    assert (problem.code if problem else None) == code

@@ -1,0 +1,99 @@
+"""The one upstream request builder: _meta, headers, Mcp-Name sentinel, x-mcp-header mirroring (DIGEST §4.13)."""
+
+from __future__ import annotations
+
+import base64
+
+import pytest
+
+from adapters.upstream import SessionView, build_listen, build_request, encode_header_value, x_mcp_header_map
+from tests import schema
+
+VIEW = SessionView({"sampling": {}, "roots": {}}, {"name": "client", "version": "9"}, "debug", "Bearer t")
+
+
+def test_full_meta_and_headers_on_a_tools_call() -> None:
+    token = {"not": "a normal token"}  # opaque: must travel as the very same object
+    params = {"name": "echo", "arguments": {"text": "hi"}, "task": {"ttl": 5},
+              "_meta": {"progressToken": token, "traceparent": "00-x", "io.modelcontextprotocol/logLevel": "error"}}
+    call = build_request("tools/call", params, request_id="u1", view=VIEW)
+    body, meta = call.body, call.body["params"]["_meta"]
+    assert body["id"] == "u1" and body["method"] == "tools/call"
+    assert "task" not in body["params"]  # S25: ignore task augmentation we did not declare
+    assert meta["progressToken"] is token and meta["traceparent"] == "00-x"
+    assert meta["io.modelcontextprotocol/protocolVersion"] == "2026-07-28"
+    assert meta["io.modelcontextprotocol/clientCapabilities"] == {"sampling": {}, "roots": {}}
+    assert meta["io.modelcontextprotocol/clientInfo"] == {"name": "client", "version": "9"}
+    assert meta["io.modelcontextprotocol/logLevel"] == "debug"  # the session's level, not the client's key
+    assert call.headers == {"Accept": "application/json, text/event-stream", "Content-Type": "application/json",
+                            "MCP-Protocol-Version": "2026-07-28", "Mcp-Method": "tools/call", "Mcp-Name": "echo",
+                            "Authorization": "Bearer t"}
+    assert "Mcp-Session-Id" not in call.headers and "Last-Event-ID" not in call.headers
+    assert params["_meta"]["io.modelcontextprotocol/logLevel"] == "error"  # the client's dict is not mutated
+    schema.check("2026-07-28", body)
+
+
+def test_no_log_level_no_client_info_when_unset() -> None:
+    call = build_request("tools/list", None, request_id=7, view=SessionView({}))
+    meta = call.body["params"]["_meta"]
+    assert set(meta) == {"io.modelcontextprotocol/protocolVersion", "io.modelcontextprotocol/clientCapabilities"}
+    assert "Mcp-Name" not in call.headers and "Authorization" not in call.headers
+
+
+def test_bridge_fields_are_added_only_through_extra() -> None:
+    params = {"name": "t", "arguments": {}, "inputResponses": {"x": 1}, "requestState": "forged"}
+    call = build_request("tools/call", params, request_id=1, view=VIEW)
+    assert "inputResponses" not in call.body["params"] and "requestState" not in call.body["params"]
+    state = "opaque\u00e9state=="
+    call = build_request("tools/call", params, request_id=2, view=VIEW, extra={"requestState": state})
+    assert call.body["params"]["requestState"] is state
+
+
+@pytest.mark.parametrize("method,params,name", [
+    ("resources/read", {"uri": "ui://notes/timeline.html"}, "ui://notes/timeline.html"),
+    ("prompts/get", {"name": "draft_note"}, "draft_note"),
+    ("tools/call", {"name": "caf\u00e9"}, "=?base64?" + base64.b64encode("caf\u00e9".encode()).decode() + "?="),
+])
+def test_mcp_name_header(method, params, name) -> None:
+    assert build_request(method, params, request_id=1, view=VIEW).headers["Mcp-Name"] == name
+
+
+@pytest.mark.parametrize("value,plain", [
+    ("plain", True), ("with space", True), (" lead", False), ("trail ", False), ("tab\there", False),
+    ("\u00fcber", False), ("=?base64?abc?=", False), ("", True),
+])
+def test_header_value_encoding(value, plain) -> None:
+    encoded = encode_header_value(value)
+    assert (encoded == value) == plain
+    if not plain:
+        assert base64.b64decode(encoded[len("=?base64?"):-2]).decode() == value
+
+
+def test_x_mcp_header_mirroring() -> None:
+    schema_ = {"type": "object", "properties": {
+        "region": {"type": "string", "x-mcp-header": "Region"},
+        "opts": {"type": "object", "properties": {"dry": {"type": "boolean", "x-mcp-header": "Dry"}}}}}
+    mapping = x_mcp_header_map(schema_)
+    assert mapping == {("region",): "Region", ("opts", "dry"): "Dry"}
+    call = build_request("tools/call", {"name": "t", "arguments": {"region": "eu west", "opts": {"dry": True}}},
+                         request_id=1, view=VIEW, header_map=mapping)
+    assert call.headers["Mcp-Param-Region"] == "eu west" and call.headers["Mcp-Param-Dry"] == "true"
+    call = build_request("tools/call", {"name": "t", "arguments": {}}, request_id=1, view=VIEW, header_map=mapping)
+    assert not [h for h in call.headers if h.startswith("Mcp-Param-")]
+
+
+@pytest.mark.parametrize("bad", [
+    {"properties": {"n": {"type": "number", "x-mcp-header": "N"}}},
+    {"properties": {"a": {"type": "string", "x-mcp-header": "X"}, "b": {"type": "string", "x-mcp-header": "x"}}},
+    {"properties": {"a": {"type": "string", "x-mcp-header": "bad header"}}},
+    {"type": "string", "x-mcp-header": "Root"},
+])
+def test_invalid_x_mcp_header_is_detected(bad) -> None:
+    assert x_mcp_header_map(bad) is None
+
+
+def test_listen_request() -> None:
+    call = build_listen("l1", VIEW, {"resourceSubscriptions": ["file:///a"]})
+    assert call.body["params"]["notifications"] == {"resourceSubscriptions": ["file:///a"]}
+    assert call.headers["Mcp-Method"] == "subscriptions/listen"
+    schema.check("2026-07-28", call.body)
