@@ -19,6 +19,7 @@ def parser() -> argparse.ArgumentParser:
     serve.add_argument("--port", type=int, default=None, help="listen port (default 8808)")
     serve.add_argument("--upstream", default=None, help="2026-07-28 server URL (default: the embedded core)")
     serve.add_argument("--config", default=None, help="TOML config file (see config/gateway.example.toml)")
+    serve.add_argument("--no-access-log", action="store_true", help="do not log every request (benchmarks)")
     return root
 
 
@@ -26,4 +27,5 @@ def main(argv: list[str] | None = None) -> None:
     args = parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     config = load_config(args.config, host=args.host, port=args.port, upstream_url=args.upstream)
-    web.run_app(create_app(config), host=config.host, port=config.port)
+    access_log = None if args.no_access_log else logging.getLogger("aiohttp.access")
+    web.run_app(create_app(config), host=config.host, port=config.port, access_log=access_log)

@@ -16,6 +16,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=8809)
     parser.add_argument("--config", default=None, help="TOML file (see config/core.example.toml)")
+    parser.add_argument("--no-access-log", action="store_true", help="do not log every request (benchmarks)")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     try:
@@ -24,7 +25,8 @@ def main(argv: list[str] | None = None) -> None:
     except (ConfigError, ValueError) as exc:
         raise SystemExit(f"modern_server: {exc}") from None
     # 2026 cancellation: a client closing the response stream cancels the request's handler.
-    web.run_app(app, host=args.host, port=args.port, handler_cancellation=True, print=None)
+    web.run_app(app, host=args.host, port=args.port, handler_cancellation=True, print=None,
+                access_log=None if args.no_access_log else logging.getLogger("aiohttp.access"))
 
 
 if __name__ == "__main__":

@@ -1,0 +1,180 @@
+"""``python -m gateway.bench [--duration S] [--warmup S] [--concurrency 1,32] [--idle 1000,10000] [--json FILE]``.
+
+Prints one table and the ratios the project's targets are stated in, all measured in this one run:
+translated/forwarder and passthrough/forwarder median latency at concurrency 1, gateway CPU time per
+translated request, the added cost of one bridged MRTR round, and resident memory per idle legacy session.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import resource
+import statistics
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import aiohttp
+
+from gateway.bench.clients import LegacyClient, ModernClient
+from gateway.bench.procs import Child
+
+Op = Callable[[], Awaitable[Any]]
+
+
+@dataclass
+class Stats:
+    scenario: str
+    concurrency: int
+    requests: int
+    seconds: float
+    p50_ms: float
+    p99_ms: float
+    rps: float
+    gateway_cpu_us_per_request: float | None = None
+
+
+def _summary(name: str, conc: int, lat: list[float], seconds: float, cpu: float | None) -> Stats:
+    lat.sort()
+    p99 = lat[min(len(lat) - 1, int(len(lat) * 0.99))]
+    per = cpu / len(lat) * 1e6 if cpu is not None and lat else None
+    return Stats(name, conc, len(lat), round(seconds, 2), round(statistics.median(lat) * 1e3, 3),
+                 round(p99 * 1e3, 3), round(len(lat) / seconds, 1), round(per, 1) if per is not None else None)
+
+
+async def _load(ops: list[Op], duration: float, warmup: float) -> tuple[list[float], float]:
+    """Each op runs in its own worker loop; only requests started after the warm-up are counted."""
+    latencies: list[float] = []
+    start = time.perf_counter()
+    measure_from, stop_at = start + warmup, start + warmup + duration
+
+    async def worker(op: Op) -> None:
+        while (began := time.perf_counter()) < stop_at:
+            await op()
+            if began >= measure_from:
+                latencies.append(time.perf_counter() - began)
+
+    await asyncio.gather(*(worker(op) for op in ops))
+    return latencies, duration
+
+
+async def scenario(name: str, make: Callable[[], Awaitable[Op]], conc: int, args: argparse.Namespace,
+                   gateway: Child | None) -> Stats:
+    ops = [await make() for _ in range(conc)]
+    cpu0 = gateway.cpu_seconds() if gateway else None
+    lat, seconds = await _load(ops, args.duration, args.warmup)
+    # CPU is read over warm-up + measurement, so divide by everything served in that window.
+    served = len(lat) * (args.duration + args.warmup) / args.duration
+    cpu = (gateway.cpu_seconds() - cpu0) * len(lat) / served if gateway and cpu0 is not None else None
+    return _summary(name, conc, lat, seconds, cpu)
+
+
+def makers(http: aiohttp.ClientSession, core: Child, gw: Child, fwd: Child) -> dict[str, Callable[[], Awaitable[Op]]]:
+    async def modern(url: str) -> Op:
+        return ModernClient(http, url).echo
+
+    async def legacy(tool: str, arguments: dict[str, Any]) -> Op:
+        client = LegacyClient(http, gw.url)
+        await client.start()
+
+        async def op() -> None:
+            answer = await client.call(tool, arguments)
+            if "result" not in answer or answer["result"].get("isError"):
+                raise RuntimeError(f"{tool} through the gateway failed: {answer}")
+        return op
+
+    return {
+        "direct": lambda: modern(core.url),
+        "forwarder": lambda: modern(fwd.url),
+        "passthrough": lambda: modern(gw.url),
+        "translated": lambda: legacy("echo", {"text": "hi"}),
+        "bridged": lambda: legacy("summarize_repo", {"repo": "bench"}),
+    }
+
+
+async def idle_sessions(http: aiohttp.ClientSession, gw: Child, count: int) -> dict[str, Any]:
+    """Open ``count`` legacy sessions, each with its GET stream, and read the gateway's resident memory."""
+    await asyncio.sleep(0.5)
+    before = gw.rss_bytes()
+    clients = [LegacyClient(http, gw.url) for _ in range(count)]
+    streams: list[aiohttp.ClientResponse] = []
+    for batch in range(0, count, 100):
+        group = clients[batch:batch + 100]
+        await asyncio.gather(*(c.start() for c in group))
+        streams.extend(await asyncio.gather(*(c.open_get_stream() for c in group)))
+    await asyncio.sleep(1.0)
+    after = gw.rss_bytes()
+    for stream in streams:
+        stream.close()
+    return {"sessions": count, "rss_before_mib": round(before / 2**20, 1), "rss_after_mib": round(after / 2**20, 1),
+            "kib_per_session": round((after - before) / count / 1024, 2)}
+
+
+def ratios(results: list[Stats], idle: list[dict[str, Any]]) -> dict[str, Any]:
+    at = {(r.scenario, r.concurrency): r for r in results}
+    out: dict[str, Any] = {}
+    for conc in sorted({r.concurrency for r in results}):
+        get = lambda name: at[(name, conc)].p50_ms  # noqa: E731
+        out[f"c{conc}"] = {
+            "translated/direct": round(get("translated") / get("direct"), 3),
+            "translated/forwarder": round(get("translated") / get("forwarder"), 3),
+            "passthrough/forwarder": round(get("passthrough") / get("forwarder"), 3),
+            # summarize_repo is two input_required rounds on top of the translated call.
+            "bridged_round_ms": round((get("bridged") - get("translated")) / 2, 3),
+            "bridged_round/direct": round((get("bridged") - get("translated")) / 2 / get("direct"), 3),
+            "gateway_cpu_us_per_translated": at[("translated", conc)].gateway_cpu_us_per_request,
+        }
+    out["idle"] = idle
+    return out
+
+
+def print_table(results: list[Stats], summary: dict[str, Any]) -> None:
+    print(f"{'scenario':<12}{'conc':>5}{'requests':>10}{'p50 ms':>10}{'p99 ms':>10}{'req/s':>10}{'gw CPU us/req':>15}")
+    for r in results:
+        cpu = "" if r.gateway_cpu_us_per_request is None else f"{r.gateway_cpu_us_per_request:.0f}"
+        print(f"{r.scenario:<12}{r.concurrency:>5}{r.requests:>10}{r.p50_ms:>10.3f}{r.p99_ms:>10.3f}{r.rps:>10.1f}{cpu:>15}")
+    print(json.dumps(summary, indent=2))
+
+
+async def run(args: argparse.Namespace) -> dict[str, Any]:
+    core = Child("core", ["-m", "modern_server", "--port", "{port}", "--no-access-log"])
+    gw = Child("gateway", ["-m", "gateway", "serve", "--port", "{port}", "--upstream", core.url, "--no-access-log"])
+    fwd = Child("forwarder", ["-m", "gateway.bench.forwarder", "--port", "{port}", "--upstream", core.url])
+    results: list[Stats] = []
+    try:
+        async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as http:
+            make = makers(http, core, gw, fwd)
+            for conc in args.concurrency:
+                for name in ("direct", "forwarder", "passthrough", "translated", "bridged"):
+                    watched = gw if name in ("passthrough", "translated", "bridged") else None
+                    results.append(await scenario(name, make[name], conc, args, watched))
+            idle = [await idle_sessions(http, gw, n) for n in args.idle]
+    finally:
+        for child in (fwd, gw, core):
+            child.stop()
+    summary = ratios(results, idle)
+    print_table(results, summary)
+    return {"results": [asdict(r) for r in results], "ratios": summary}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(prog="python -m gateway.bench", description=__doc__)
+    parser.add_argument("--duration", type=float, default=4.0, help="measured seconds per scenario")
+    parser.add_argument("--warmup", type=float, default=1.0, help="seconds per scenario not counted")
+    parser.add_argument("--concurrency", type=lambda s: [int(x) for x in s.split(",")], default=[1, 32])
+    parser.add_argument("--idle", type=lambda s: [int(x) for x in s.split(",") if x], default=[1000, 10000])
+    parser.add_argument("--json", default=None, help="also write the results to this file")
+    args = parser.parse_args()
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))  # children inherit it: 10,000 streams need it
+    report = asyncio.run(run(args))
+    if args.json:
+        with open(args.json, "w") as handle:
+            json.dump(report, handle, indent=2)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,104 @@
+"""Minimal load-generating clients: a 2026-07-28 client and a 2025-11-25 session client.
+
+They are deliberately small (raw aiohttp, one keep-alive connection pool) so the numbers measure the servers,
+not a client library. The legacy client answers server-initiated requests on the POST's SSE stream at once,
+which is what makes the ``bridged`` scenario measure the gateway's own per-round overhead.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import aiohttp
+
+MODERN, LEGACY = "2026-07-28", "2025-11-25"
+ACCEPT = "application/json, text/event-stream"
+PICK = json.dumps(["README.md", "src/app/core.py", "docs/architecture.md"])
+
+
+def _meta() -> dict[str, Any]:
+    return {"io.modelcontextprotocol/protocolVersion": MODERN,
+            "io.modelcontextprotocol/clientCapabilities": {"sampling": {}},
+            "io.modelcontextprotocol/clientInfo": {"name": "bench-modern", "version": "1"}}
+
+
+class ModernClient:
+    def __init__(self, http: aiohttp.ClientSession, url: str) -> None:
+        self.http, self.url, self.next_id = http, url, 0
+
+    async def echo(self) -> None:
+        self.next_id += 1
+        body = {"jsonrpc": "2.0", "id": self.next_id, "method": "tools/call",
+                "params": {"name": "echo", "arguments": {"text": "hi"}, "_meta": _meta()}}
+        headers = {"Accept": ACCEPT, "Content-Type": "application/json", "MCP-Protocol-Version": MODERN,
+                   "Mcp-Method": "tools/call", "Mcp-Name": "echo"}
+        async with self.http.post(self.url, data=json.dumps(body), headers=headers) as resp:
+            answer = await resp.read()
+        if resp.status != 200 or b'"result"' not in answer:
+            raise RuntimeError(f"modern echo failed: {resp.status} {answer[:200]!r}")
+
+
+def _sample_answer(params: dict[str, Any]) -> dict[str, Any]:
+    prompt = params["messages"][0]["content"]["text"]
+    text = PICK if "JSON array" in prompt else "A summary."
+    return {"role": "assistant", "content": {"type": "text", "text": text}, "model": "bench", "stopReason": "endTurn"}
+
+
+class LegacyClient:
+    """One 2025-11-25 session: initialize once, then call tools with the session header."""
+
+    def __init__(self, http: aiohttp.ClientSession, url: str) -> None:
+        self.http, self.url, self.next_id, self.session_id = http, url, 0, ""
+
+    def _headers(self) -> dict[str, str]:
+        headers = {"Accept": ACCEPT, "Content-Type": "application/json"}
+        if self.session_id:
+            headers.update({"Mcp-Session-Id": self.session_id, "MCP-Protocol-Version": LEGACY})
+        return headers
+
+    async def _post(self, message: dict[str, Any]) -> aiohttp.ClientResponse:
+        return await self.http.post(self.url, data=json.dumps(message), headers=self._headers())
+
+    async def start(self) -> None:
+        init = {"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+            "protocolVersion": LEGACY, "capabilities": {"sampling": {}},
+            "clientInfo": {"name": "bench-legacy", "version": "1"}}}
+        async with await self._post(init) as resp:
+            await resp.read()
+            self.session_id = resp.headers["Mcp-Session-Id"]
+        async with await self._post({"jsonrpc": "2.0", "method": "notifications/initialized"}) as resp:
+            await resp.read()
+
+    async def call(self, name: str, arguments: dict[str, Any]) -> dict[str, Any]:
+        self.next_id += 1
+        ident = self.next_id
+        message = {"jsonrpc": "2.0", "id": ident, "method": "tools/call", "params": {"name": name, "arguments": arguments}}
+        async with await self._post(message) as resp:
+            if resp.content_type == "application/json":
+                return await resp.json()
+            return await self._drain(resp, ident)
+
+    async def _drain(self, resp: aiohttp.ClientResponse, ident: int) -> dict[str, Any]:
+        data: list[bytes] = []
+        async for line in resp.content:
+            if line.startswith(b"data:"):
+                data.append(line[5:].strip())
+            elif line in (b"\n", b"\r\n") and data:
+                payload, data = b"".join(data), []
+                if not payload:  # a priming event (2025-11-25 §Streamable HTTP) carries only an id
+                    continue
+                message = json.loads(payload)
+                if message.get("id") == ident and ("result" in message or "error" in message):
+                    return message
+                if message.get("method") == "sampling/createMessage":
+                    answer = {"jsonrpc": "2.0", "id": message["id"], "result": _sample_answer(message["params"])}
+                    async with await self._post(answer) as posted:
+                        await posted.read()
+        raise RuntimeError("the SSE stream ended without a response")
+
+    async def open_get_stream(self) -> aiohttp.ClientResponse:
+        resp = await self.http.get(self.url, headers={**self._headers(), "Accept": "text/event-stream"})
+        if resp.status != 200:
+            raise RuntimeError(f"GET stream refused: {resp.status}")
+        return resp

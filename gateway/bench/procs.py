@@ -1,0 +1,57 @@
+"""Child processes of the benchmark, and what ``/proc`` says about them (CPU seconds, resident memory)."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+
+TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+class Child:
+    def __init__(self, name: str, args: list[str]) -> None:
+        self.name, self.port = name, free_port()
+        cmd = [sys.executable, *[a.replace("{port}", str(self.port)) for a in args]]
+        self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        self.url = f"http://127.0.0.1:{self.port}/mcp"
+        self._wait()
+
+    def _wait(self) -> None:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"{self.name} exited: {self.proc.stderr.read().decode()[-2000:]}")
+            try:
+                socket.create_connection(("127.0.0.1", self.port), timeout=0.2).close()
+                return
+            except OSError:
+                time.sleep(0.05)
+        raise RuntimeError(f"{self.name} did not start listening")
+
+    def cpu_seconds(self) -> float:
+        with open(f"/proc/{self.proc.pid}/stat") as handle:
+            fields = handle.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / TICKS  # utime + stime
+
+    def rss_bytes(self) -> int:
+        with open(f"/proc/{self.proc.pid}/status") as handle:
+            for line in handle:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) * 1024
+        return 0
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        try:
+            self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
