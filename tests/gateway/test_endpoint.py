@@ -1,0 +1,193 @@
+"""The legacy endpoint against a scripted fake upstream: handshake, sessions, forwarding, failures."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from aiohttp import web
+
+from tests.gateway.conftest import CAPS, DISCOVER, Legacy, text
+
+
+async def test_initialize_is_local_and_cached_from_discover(legacy, upstream) -> None:
+    result = await legacy.initialize()
+    assert result["protocolVersion"] == "2025-11-25"
+    assert result["serverInfo"] == {"name": "fake", "version": "1"} and result["instructions"] == "fake upstream"
+    assert result["capabilities"]["resources"] == {"subscribe": True, "listChanged": True}
+    assert "tasks" not in result["capabilities"]
+    assert upstream.calls("initialize") == [] and len(upstream.calls("server/discover")) == 1
+    discover = upstream.calls("server/discover")[0]["params"]["_meta"]
+    assert discover["io.modelcontextprotocol/clientCapabilities"] == {
+        "sampling": {}, "elicitation": {"form": {}, "url": {}}, "roots": {}}
+    second = Legacy(legacy.client, "2025-06-18")
+    assert (await second.initialize())["protocolVersion"] == "2025-06-18"
+    assert len(upstream.calls("server/discover")) == 1  # ttlMs 60000, public: reused
+    assert second.session_id != legacy.session_id and len(legacy.session_id) >= 32
+
+
+async def test_discover_with_zero_ttl_is_fetched_again(legacy, upstream) -> None:
+    upstream.script["server/discover"] = lambda body, h: {**DISCOVER, "ttlMs": 0}
+    await legacy.initialize()
+    await Legacy(legacy.client).initialize()
+    assert len(upstream.calls("server/discover")) == 2
+
+
+async def test_unknown_version_gets_the_latest_legacy_one(legacy) -> None:
+    legacy.version = "2024-01-01"
+    resp = await legacy.post("initialize", {"protocolVersion": "2024-01-01", "capabilities": {},
+                                            "clientInfo": {"name": "x", "version": "1"}})
+    assert (await resp.json())["result"]["protocolVersion"] == "2025-11-25"
+
+
+async def test_initialize_fails_cleanly_when_upstream_is_down(make_gateway, unused_tcp_port) -> None:
+    client = Legacy(await make_gateway(upstream_url=f"http://127.0.0.1:{unused_tcp_port}/mcp"))
+    resp = await client.post("initialize", {"protocolVersion": "2025-11-25", "capabilities": {},
+                                            "clientInfo": {"name": "x", "version": "1"}})
+    message = await resp.json()
+    assert resp.status == 200 and "Mcp-Session-Id" not in resp.headers
+    assert message["error"]["code"] == -32603 and "unreachable" in message["error"]["message"]
+
+
+async def test_local_methods_never_go_upstream(legacy, upstream) -> None:
+    await legacy.initialize()
+    assert (await legacy.call("ping"))["result"] == {}
+    assert (await legacy.call("logging/setLevel", {"level": "warning"}))["result"] == {}
+    assert (await legacy.call("logging/setLevel", {"level": "loud"}))["error"]["code"] == -32602
+    assert (await legacy.call("tasks/list"))["error"]["code"] == -32601
+    assert await legacy.notify("notifications/roots/list_changed") == 202
+    assert await legacy.notify("notifications/progress", {"progressToken": 1, "progress": 1}) == 202
+    assert {b["method"] for b in upstream.received} == {"server/discover"}
+
+
+async def test_session_rules(legacy) -> None:
+    await legacy.initialize()
+    sid = legacy.session_id
+    assert (await legacy.client.post("/mcp", json={"jsonrpc": "2.0", "id": 1, "method": "ping"},
+                                     headers={"Accept": "application/json, text/event-stream"})).status == 400
+    assert (await legacy.post("ping", **{"Mcp-Session-Id": "nope"})).status == 404
+    assert (await legacy.post("ping", Authorization="Bearer someone-else")).status == 404
+    assert (await legacy.post("ping", **{"MCP-Protocol-Version": "1999-01-01"})).status == 400
+    assert (await legacy.post("ping", Origin="https://evil.example")).status == 403
+    assert (await legacy.post("ping")).status == 200 and legacy.session_id == sid
+
+
+async def test_forwarded_request_carries_full_meta_and_headers(legacy, upstream) -> None:
+    upstream.script["tools/list"] = lambda body, h: {"resultType": "complete", "ttlMs": 0, "cacheScope": "public",
+                                                     "tools": [{"name": "echo", "inputSchema": {"type": "object"}}]}
+    await legacy.initialize()
+    await legacy.call("logging/setLevel", {"level": "info"})
+    message = await legacy.call("tools/list", {"_meta": {"progressToken": "tok"}})
+    assert message["result"] == {"tools": [{"name": "echo", "inputSchema": {"type": "object"}}]}
+    body, headers = upstream.calls("tools/list")[0], upstream.headers[-1]
+    meta = body["params"]["_meta"]
+    assert meta == {"progressToken": "tok", "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+                    "io.modelcontextprotocol/clientCapabilities": {"sampling": {}, "elicitation": {"form": {},
+                                                                   "url": {}}, "roots": {}},
+                    "io.modelcontextprotocol/clientInfo": {"name": "raw", "version": "1"},
+                    "io.modelcontextprotocol/logLevel": "info"}
+    assert body["id"] != message["id"]
+    assert headers["MCP-Protocol-Version"] == "2026-07-28" and headers["Mcp-Method"] == "tools/list"
+    assert "Mcp-Session-Id" not in headers and "application/json" in headers["Accept"]
+
+
+def _raise_500(body, headers):
+    return web.Response(status=500, text="boom")
+
+
+def _not_json(body, headers):
+    return web.Response(status=200, text="<html>", content_type="text/html")
+
+
+@pytest.mark.parametrize("reply,code,needle", [
+    (_raise_500, -32603, "http_5xx"),
+    (_not_json, -32603, "non_json"),
+    (lambda b, h: {"resultType": "complete", "content": "not-a-list"}, -32603, "invalid_result"),
+    (lambda b, h: ("error", {"code": -32602, "message": "no such tool"}, 400), -32602, "no such tool"),
+    (lambda b, h: ("error", {"code": -32601, "message": "gone"}, 404), -32601, "gone"),
+    (lambda b, h: ("error", {"code": -32020, "message": "header"}, 400), -32603, "could not talk"),
+    (lambda b, h: {"resultType": "task", "taskId": "t"}, -32603, "resultType"),
+])
+async def test_upstream_failures_become_errors_and_the_session_survives(legacy, upstream, reply, code, needle) -> None:
+    upstream.script["tools/call"] = reply
+    await legacy.initialize()
+    resp = await legacy.post("tools/call", {"name": "echo", "arguments": {}})
+    assert resp.status == 200  # an upstream 400/404 is never relayed as a status
+    message = await resp.json()
+    legacy.check(message)
+    assert message["error"]["code"] == code and needle in message["error"]["message"]
+    assert (await legacy.call("ping"))["result"] == {}
+
+
+async def test_upstream_refused_mid_session(make_gateway, upstream, unused_tcp_port) -> None:
+    client = Legacy(await make_gateway())
+    await client.initialize()
+    client.client.app  # the gateway keeps its session when the upstream disappears
+    from gateway.app import GATEWAY
+    client.client.app[GATEWAY].upstream.url = f"http://127.0.0.1:{unused_tcp_port}/mcp"
+    message = await client.call("tools/list")
+    assert message["error"]["code"] == -32603 and "unreachable" in message["error"]["message"]
+    assert (await client.call("ping"))["result"] == {}
+
+
+async def test_progress_and_log_notifications_reach_the_right_stream_with_the_clients_token(legacy, upstream) -> None:
+    def slow(body, headers):
+        token = body["params"]["_meta"]["progressToken"]
+        return [{"jsonrpc": "2.0", "method": "notifications/progress", "params": {"progressToken": token, "progress": 1}},
+                {"jsonrpc": "2.0", "method": "notifications/message", "params": {"level": "info", "data": "hi"}},
+                text("done")]
+    upstream.script["tools/call"] = slow
+    await legacy.initialize()
+    resp = await legacy.post("tools/call", {"name": "slow", "arguments": {}, "_meta": {"progressToken": "mine-7"}})
+    assert resp.content_type == "text/event-stream"
+    events = await legacy.events(resp)
+    assert [e.get("method", "response") for e in events] == ["notifications/progress", "notifications/message",
+                                                              "response"]
+    assert events[0]["params"]["progressToken"] == "mine-7"
+    assert events[2]["result"]["content"][0]["text"] == "done"
+
+
+async def test_plain_result_is_answered_as_json(legacy, upstream) -> None:
+    upstream.script["tools/call"] = lambda b, h: text("fast")
+    await legacy.initialize()
+    resp = await legacy.post("tools/call", {"name": "echo", "arguments": {}})
+    assert resp.content_type == "application/json"
+
+
+async def test_delete_ends_the_session(legacy) -> None:
+    await legacy.initialize()
+    resp = await legacy.client.delete("/mcp", headers=legacy.headers())
+    assert resp.status == 204
+    assert (await legacy.post("ping")).status == 404
+    assert (await legacy.client.delete("/mcp", headers=legacy.headers())).status == 404
+
+
+async def test_modern_requests_pass_through_untouched(legacy, upstream) -> None:
+    upstream.script["tools/list"] = lambda b, h: ("error", {"code": -32022, "message": "x", "data": {
+        "supported": ["2026-07-28"], "requested": "2026-07-28"}}, 400)
+    body = {"jsonrpc": "2.0", "id": "m1", "method": "tools/list", "params": {"_meta": {
+        "io.modelcontextprotocol/protocolVersion": "2026-07-28", "io.modelcontextprotocol/clientCapabilities": {}}}}
+    resp = await legacy.client.post("/mcp", json=body, headers={
+        "Accept": "application/json, text/event-stream", "MCP-Protocol-Version": "2026-07-28",
+        "Mcp-Method": "tools/list"})
+    assert resp.status == 400 and (await resp.json())["error"]["code"] == -32022  # modern clients get statuses
+    assert upstream.calls("tools/list")[0] == body
+    assert upstream.headers[-1]["Mcp-Method"] == "tools/list"
+
+
+async def test_pending_requests_per_session_limit(make_gateway, upstream) -> None:
+    gate = asyncio.Event()
+
+    async def blocked(body, headers):
+        await gate.wait()
+        return text("late")
+    upstream.script["tools/call"] = blocked
+    client = Legacy(await make_gateway(limits={"max_pending_per_session": 1}))
+    await client.initialize()
+    first = asyncio.ensure_future(client.post("tools/call", {"name": "a", "arguments": {}}))
+    while not upstream.calls("tools/call"):
+        await asyncio.sleep(0.01)
+    message = await client.call("tools/list")
+    assert message["error"]["data"] == {"limit": "max_pending_per_session", "value": 1}
+    gate.set()
+    assert (await (await first).json())["result"]["content"][0]["text"] == "late"
