@@ -1,0 +1,149 @@
+"""Per-peer pins: which peer a request belongs to, what it may speak, where it goes (issue 3).
+
+Pure policy over plain values; the shell builds :class:`Peer` values from the configuration and injects
+``today`` and the canary seed. Decisions:
+
+- **Matching.** First the authenticated principal (a security control): the first peer listing it wins. Then,
+  only for principals no peer lists, the self-reported ``clientInfo`` name/version glob patterns — a
+  convenience for routing and reporting, *not* a security control, since any client can claim any name
+  (2026 basic/index: clientInfo is display data). Otherwise the default peer.
+- **Revisions.** A peer lists the revisions it may speak. A legacy-only peer that probes with a modern request
+  (auto-mode clients send ``server/discover`` first) gets -32022 whose ``supported`` lists only legacy
+  revisions: dual-era clients (the official SDK's ``mode="auto"``, streamable-http §Backward compatibility)
+  read that as "fall back to ``initialize``". A modern-only peer's ``initialize`` gets the 2025 shape of a
+  version error (-32602 with ``{supported, requested}``, S25 lifecycle) naming the revision it must use.
+- **Sunset.** After a peer's sunset date its legacy revisions are refused with an error naming the date and
+  the revision to move to; before it, results may carry the operator's deprecation notice.
+- **Canary.** A weighted split of a peer's *new sessions* across upstreams, decided by a keyed hash of the
+  session id, so it is stable for a session and reproducible for a seed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import date
+from fnmatch import fnmatchcase
+from typing import Any
+
+from adapters.errors import ErrorValue
+from adapters.protocol import LEGACY_VERSIONS, MODERN_VERSION
+
+INVALID_PARAMS, UNSUPPORTED = -32602, -32022
+INPUT_KINDS = ("sampling", "elicitation.form", "elicitation.url", "roots")
+DEPRECATION_META_KEY = "dev.legacy-gateway/deprecation"
+
+
+@dataclass(frozen=True, slots=True)
+class Peer:
+    name: str
+    revisions: tuple[str, ...] = (*LEGACY_VERSIONS, MODERN_VERSION)
+    principals: tuple[str, ...] = ()
+    client_name: str | None = None  # glob, matched against clientInfo.name
+    client_version: str | None = None  # glob, matched against clientInfo.version
+    sunset: date | None = None
+    deprecation_notice: str | None = None
+    upstream: str = "default"
+    canary: tuple[tuple[str, int], ...] = ()  # (upstream, percent of new sessions)
+    input_kinds: tuple[str, ...] = INPUT_KINDS
+    max_rounds: int | None = None
+    answer_timeout_seconds: float | None = None
+    extra: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def legacy(self) -> tuple[str, ...]:
+        return tuple(r for r in self.revisions if r in LEGACY_VERSIONS)
+
+    @property
+    def modern(self) -> bool:
+        return MODERN_VERSION in self.revisions
+
+
+def _claims(peer: Peer, client_info: Mapping[str, Any] | None) -> bool:
+    if peer.client_name is None and peer.client_version is None:
+        return False
+    info = client_info if isinstance(client_info, Mapping) else {}
+    name, version = str(info.get("name", "")), str(info.get("version", ""))
+    return ((peer.client_name is None or fnmatchcase(name, peer.client_name))
+            and (peer.client_version is None or fnmatchcase(version, peer.client_version)))
+
+
+def match_peer(peers: Sequence[Peer], default: Peer, principal: str,
+               client_info: Mapping[str, Any] | None) -> Peer:
+    for peer in peers:
+        if principal in peer.principals:
+            return peer
+    for peer in peers:
+        if not peer.principals and _claims(peer, client_info):
+            return peer
+    return default
+
+
+def sunset_passed(peer: Peer, today: date) -> bool:
+    return peer.sunset is not None and today > peer.sunset
+
+
+def sunset_error(peer: Peer, revision: str) -> ErrorValue:
+    assert peer.sunset is not None
+    message = (f"legacy MCP access for this client ended on {peer.sunset.isoformat()}: revision {revision} is "
+               f"no longer served; move to MCP {MODERN_VERSION}")
+    data = {"supported": [MODERN_VERSION], "requested": revision, "sunset": peer.sunset.isoformat()}
+    return ErrorValue(INVALID_PARAMS, message, data, log=f"sunset refusal for peer {peer.name}")
+
+
+def admit_initialize(peer: Peer, negotiated: str, today: date) -> ErrorValue | None:
+    """Can this peer open a legacy session at ``negotiated``? None means yes."""
+    if not peer.legacy:
+        message = f"this client must use MCP {MODERN_VERSION} (no initialize handshake); legacy revisions are not served"
+        return ErrorValue(INVALID_PARAMS, message, {"supported": [MODERN_VERSION], "requested": negotiated},
+                          log=f"modern-only peer {peer.name} sent initialize")
+    if sunset_passed(peer, today):
+        return sunset_error(peer, negotiated)
+    return None
+
+
+def legacy_answer_version(peer: Peer, requested: Any) -> str:
+    """The legacy version to answer within this peer's pins (S25 lifecycle: echo, else our latest)."""
+    if isinstance(requested, str) and requested in peer.legacy:
+        return requested
+    return peer.legacy[0] if peer.legacy else LEGACY_VERSIONS[0]
+
+
+def admit_modern(peer: Peer, requested: str) -> ErrorValue | None:
+    """Can this peer send a modern (2026-07-28) request? None means pass it through."""
+    if peer.modern:
+        return None
+    # -32022 listing only handshake revisions steers dual-era clients to initialize (module docstring).
+    return ErrorValue(UNSUPPORTED, f"this client is pinned to MCP {', '.join(peer.legacy)}; use the initialize handshake",
+                      {"supported": list(peer.legacy), "requested": requested},
+                      log=f"legacy-pinned peer {peer.name} sent a modern request")
+
+
+def deprecation_meta(peer: Peer, today: date) -> dict[str, Any] | None:
+    """The operator's notice for legacy sessions before the sunset, as a result ``_meta`` entry."""
+    if peer.deprecation_notice is None or sunset_passed(peer, today):
+        return None
+    notice: dict[str, Any] = {"message": peer.deprecation_notice, "moveTo": MODERN_VERSION}
+    if peer.sunset is not None:
+        notice["sunset"] = peer.sunset.isoformat()
+    return {DEPRECATION_META_KEY: notice}
+
+
+def pick_upstream(peer: Peer, session_key: str, seed: str) -> str:
+    """The upstream for a new session: canary shares by a keyed hash of the session id, else the peer's own."""
+    bucket = int.from_bytes(hashlib.sha256(f"{seed}:{session_key}".encode()).digest()[:8], "big") % 100
+    edge = 0
+    for upstream, percent in peer.canary:
+        edge += percent
+        if bucket < edge:
+            return upstream
+    return peer.upstream
+
+
+def allowed_input_kind(peer: Peer, method: str, params: Mapping[str, Any]) -> str | None:
+    """None when the peer's bridge policy allows this input request, else the kind it refuses."""
+    kind = {"sampling/createMessage": "sampling", "roots/list": "roots"}.get(method)
+    if method == "elicitation/create":
+        kind = "elicitation.url" if params.get("mode") == "url" else "elicitation.form"
+    return None if kind is None or kind in peer.input_kinds else kind
