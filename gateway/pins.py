@@ -1,0 +1,132 @@
+"""The ``[[peers]]``, ``[default_peer]``, ``[upstreams.*]`` and ``[[tokens]]`` sections of the gateway config.
+
+Validated once at start (frozen models, unknown keys refused): a duplicate peer, an unknown revision, a bad
+date, a canary over 100%, a peer naming an upstream that does not exist, or an upstream whose credentials are
+incoherent all fail with the key path. Secrets are never required in the file: tokens are SHA-256 digests or
+environment-variable references, and the gateway's own upstream credential is an environment variable.
+
+Token passthrough (DIGEST §4.23, MCP security best practices): the client's bearer token is forwarded only
+to an upstream declared to share its audience (``auth = "forward"`` with ``shares_audience = true``, e.g. the
+embedded core, which checks the same tokens). Any other upstream gets the gateway's own credential
+(``auth = "gateway"``) or none: passing a token minted for one audience to another is the confused-deputy
+pattern the spec forbids, so the configuration refuses to express it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Mapping
+from datetime import date
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from adapters.peers import INPUT_KINDS, Peer
+from adapters.protocol import LEGACY_VERSIONS, MODERN_VERSION
+
+Revision = Literal["2025-03-26", "2025-06-18", "2025-11-25", "2026-07-28"]
+InputKind = Literal["sampling", "elicitation.form", "elicitation.url", "roots"]
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class UpstreamConfig(_Frozen):
+    url: str = Field(description='"embedded" (the in-process core) or an http(s) URL of a 2026-07-28 server')
+    revision: Literal["2026-07-28"] = MODERN_VERSION
+    connect_timeout_seconds: float = Field(10.0, gt=0)
+    read_timeout_seconds: float = Field(600.0, gt=0)
+    max_connections: int = Field(100, ge=1)
+    auth: Literal["none", "forward", "gateway"] = "none"
+    shares_audience: bool = False
+    token_env: str | None = None
+
+    @model_validator(mode="after")
+    def _coherent(self) -> UpstreamConfig:
+        if self.url != "embedded" and not self.url.startswith(("http://", "https://")):
+            raise ValueError('url must be "embedded" or an http(s) URL')
+        if self.auth == "forward" and not self.shares_audience:
+            raise ValueError("auth = \"forward\" passes the client's token on; allowed only with shares_audience = true")
+        if self.auth == "gateway" and not self.token_env:
+            raise ValueError('auth = "gateway" needs token_env (the environment variable holding the credential)')
+        return self
+
+
+class BridgePolicyConfig(_Frozen):
+    input_kinds: tuple[InputKind, ...] = INPUT_KINDS  # type: ignore[assignment]
+    max_rounds: int | None = Field(None, ge=1)
+    answer_timeout_seconds: float | None = Field(None, gt=0)
+
+
+class PeerConfig(_Frozen):
+    name: str = Field(pattern=r"^[A-Za-z0-9_.-]{1,64}$")
+    principals: tuple[str, ...] = ()
+    client_name: str | None = None
+    client_version: str | None = None
+    revisions: tuple[Revision, ...] = (*LEGACY_VERSIONS, MODERN_VERSION)  # type: ignore[assignment]
+    sunset: date | None = None
+    deprecation_notice: str | None = None
+    upstream: str = "default"
+    canary: dict[str, int] = Field(default_factory=dict)
+    bridge: BridgePolicyConfig = BridgePolicyConfig()
+
+    @model_validator(mode="after")
+    def _sane(self) -> PeerConfig:
+        if not self.revisions:
+            raise ValueError("revisions must list at least one revision")
+        if any(p < 0 for p in self.canary.values()) or sum(self.canary.values()) > 100:
+            raise ValueError("canary percentages must be >= 0 and add up to at most 100")
+        return self
+
+    def to_peer(self) -> Peer:
+        bridge = self.bridge
+        return Peer(self.name, tuple(self.revisions), tuple(self.principals), self.client_name, self.client_version,
+                    self.sunset, self.deprecation_notice, self.upstream, tuple(self.canary.items()),
+                    tuple(bridge.input_kinds), bridge.max_rounds, bridge.answer_timeout_seconds)
+
+
+class TokenConfig(_Frozen):
+    principal: str
+    token_sha256: str | None = Field(None, pattern=r"^[0-9a-fA-F]{64}$")
+    token_env: str | None = None
+
+    @model_validator(mode="after")
+    def _one_source(self) -> TokenConfig:
+        if (self.token_sha256 is None) == (self.token_env is None):
+            raise ValueError("give exactly one of token_sha256 or token_env")
+        return self
+
+
+class PinsConfig(_Frozen):
+    peers: tuple[PeerConfig, ...] = ()
+    default_peer: PeerConfig = PeerConfig(name="default")
+    upstreams: dict[str, UpstreamConfig] = Field(default_factory=dict)
+    tokens: tuple[TokenConfig, ...] = ()
+    canary_seed: str = "canary"
+
+    @model_validator(mode="after")
+    def _references(self) -> PinsConfig:
+        names = [p.name for p in self.peers] + [self.default_peer.name]
+        duplicates = sorted({n for n in names if names.count(n) > 1})
+        if duplicates:
+            raise ValueError(f"duplicate peer name(s): {', '.join(duplicates)}")
+        known = set(self.upstreams) | {"default"}
+        for peer in (*self.peers, self.default_peer):
+            missing = sorted({peer.upstream, *peer.canary} - known)
+            if missing:
+                raise ValueError(f"peer {peer.name!r} names unknown upstream(s): {', '.join(missing)}")
+        return self
+
+    def peer_values(self) -> tuple[tuple[Peer, ...], Peer]:
+        return tuple(p.to_peer() for p in self.peers), self.default_peer.to_peer()
+
+    def token_table(self, env: Mapping[str, str]) -> dict[str, str]:
+        """sha256(token) -> principal; env-referenced tokens are hashed here and never kept in clear."""
+        table: dict[str, str] = {}
+        for entry in self.tokens:
+            if entry.token_sha256:
+                table[entry.token_sha256.lower()] = entry.principal
+            elif value := env.get(entry.token_env or ""):
+                table[hashlib.sha256(value.encode()).hexdigest()] = entry.principal
+        return table
