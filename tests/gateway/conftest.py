@@ -39,6 +39,7 @@ class FakeUpstream:
     script: dict[str, Callable[..., Any]] = field(default_factory=dict)
     received: list[dict[str, Any]] = field(default_factory=list)
     headers: list[dict[str, str]] = field(default_factory=list)
+    requests: list[web.Request] = field(default_factory=list)
     url: str = ""
 
     def calls(self, method: str) -> list[dict[str, Any]]:
@@ -48,6 +49,7 @@ class FakeUpstream:
         body = await request.json()
         self.received.append(body)
         self.headers.append(dict(request.headers))
+        self.requests.append(request)
         if schema.available(MODERN):
             schema.check(MODERN, body)
         handler = self.script.get(body["method"])

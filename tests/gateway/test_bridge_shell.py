@@ -1,0 +1,218 @@
+"""The MRTR bridge through the shell: live client requests on the POST's SSE stream, answers by POST, retries,
+cancellation, resumption with Last-Event-ID, and subscriptions bridged to the GET stream."""
+
+from __future__ import annotations
+
+import asyncio
+
+from tests.gateway.conftest import Legacy, text
+
+SAMPLING = {"method": "sampling/createMessage", "params": {
+    "messages": [{"role": "user", "content": {"type": "text", "text": "pick"}}], "maxTokens": 10}}
+SAMPLED = {"role": "assistant", "content": {"type": "text", "text": "ok"}, "model": "m"}
+
+
+def two_rounds(body, headers):
+    params = body["params"]
+    answers, state = params.get("inputResponses"), params.get("requestState")
+    if state is None:
+        return {"resultType": "input_required", "inputRequests": {"a": SAMPLING, "b": SAMPLING}, "requestState": "s1\u00e9"}
+    if state == "s1\u00e9":
+        assert set(answers) == {"a", "b"}
+        return {"resultType": "input_required", "inputRequests": {"c": SAMPLING}, "requestState": "s2"}
+    assert state == "s2" and set(answers) == {"c"}
+    return text("bridged")
+
+
+async def test_two_rounds_with_concurrent_requests(legacy, upstream) -> None:
+    upstream.script["tools/call"] = two_rounds
+    await legacy.initialize()
+    resp = await legacy.post("tools/call", {"name": "t", "arguments": {"x": [1, 2]}})
+    assert resp.content_type == "text/event-stream"
+    _, priming = await legacy.next_event(resp)
+    assert priming is None
+    _, first = await legacy.next_event(resp)
+    _, second = await legacy.next_event(resp)
+    assert {first["method"], second["method"]} == {"sampling/createMessage"} and first["id"] != second["id"]
+    assert await legacy.answer(second["id"], SAMPLED) == 202
+    assert await legacy.answer(first["id"], SAMPLED) == 202
+    _, third = await legacy.next_event(resp)
+    assert await legacy.answer(third["id"], SAMPLED) == 202
+    _, final = await legacy.next_event(resp)
+    assert final["id"] == legacy.next_id and final["result"]["content"][0]["text"] == "bridged"
+    calls = upstream.calls("tools/call")
+    assert len({c["id"] for c in calls}) == 3
+    assert all(c["params"]["arguments"] == {"x": [1, 2]} and c["params"]["name"] == "t" for c in calls)
+    assert "requestState" not in calls[0]["params"] and calls[1]["params"]["requestState"] == "s1\u00e9"
+    assert calls[1]["params"]["inputResponses"] == {"a": SAMPLED, "b": SAMPLED}
+
+
+async def test_missing_capability_is_never_sent(legacy, upstream) -> None:
+    upstream.script["tools/call"] = two_rounds
+    await legacy.initialize(caps={"roots": {}})
+    message = await legacy.call("tools/call", {"name": "t", "arguments": {}})
+    assert message["error"]["code"] == -32021 and "'sampling'" in message["error"]["message"]
+    assert len(upstream.calls("tools/call")) == 1
+
+
+async def test_client_refusal_ends_the_bridge(legacy, upstream) -> None:
+    upstream.script["tools/call"] = two_rounds
+    await legacy.initialize()
+    resp = await legacy.post("tools/call", {"name": "t", "arguments": {}})
+    await legacy.next_event(resp)
+    _, first = await legacy.next_event(resp)
+    _, second = await legacy.next_event(resp)
+    await legacy.answer(first["id"], error={"code": -1, "message": "User rejected sampling"})
+    rest = await legacy.events(resp)
+    assert rest[0] == {"jsonrpc": "2.0", "method": "notifications/cancelled",
+                       "params": {"requestId": second["id"], "reason": "the original request ended"}}
+    assert rest[-1]["error"]["code"] == -1 and "User rejected sampling" in rest[-1]["error"]["message"]
+    assert len(upstream.calls("tools/call")) == 1
+
+
+async def test_cancellation_mid_bridge_stops_everything(legacy, upstream) -> None:
+    upstream.script["tools/call"] = two_rounds
+    await legacy.initialize()
+    resp = await legacy.post("tools/call", {"name": "t", "arguments": {}})
+    await legacy.next_event(resp)
+    _, first = await legacy.next_event(resp)
+    _, second = await legacy.next_event(resp)
+    assert await legacy.notify("notifications/cancelled", {"requestId": legacy.next_id, "reason": "changed my mind"}) == 202
+    rest = await legacy.events(resp)
+    assert sorted(m["params"]["requestId"] for m in rest) == sorted([first["id"], second["id"]])
+    assert all(m["method"] == "notifications/cancelled" for m in rest)  # and no response (S25 cancellation)
+    assert await legacy.answer(first["id"], SAMPLED) == 202  # late answers are ignored
+    assert len(upstream.calls("tools/call")) == 1
+    assert (await legacy.call("ping"))["result"] == {}
+
+
+async def test_cancellation_closes_the_in_flight_upstream_request(legacy, upstream) -> None:
+    closed = asyncio.Event()
+
+    async def hang():
+        request = upstream.requests[-1]
+        try:  # until the gateway hangs up (the server may cancel this handler when it notices)
+            while request.transport is not None and not request.transport.is_closing():
+                await asyncio.sleep(0.01)
+        finally:
+            closed.set()
+    upstream.script["tools/call"] = lambda b, h: [hang]
+    await legacy.initialize()
+    post = asyncio.ensure_future(legacy.post("tools/call", {"name": "t", "arguments": {}}))
+    while not upstream.calls("tools/call"):
+        await asyncio.sleep(0.01)
+    await legacy.notify("notifications/cancelled", {"requestId": legacy.next_id})
+    await asyncio.wait_for(closed.wait(), 10)
+    assert (await post).status == 202  # nothing was sent before the cancel: no response at all
+
+
+async def test_dropped_stream_is_not_a_cancel_and_resumes_with_last_event_id(legacy, upstream) -> None:
+    upstream.script["tools/call"] = two_rounds
+    await legacy.initialize()
+    resp = await legacy.post("tools/call", {"name": "t", "arguments": {}})
+    await legacy.next_event(resp)
+    first_id, first = await legacy.next_event(resp)
+    _, second = await legacy.next_event(resp)
+    resp.close()  # the client's connection drops
+    await legacy.answer(first["id"], SAMPLED)
+    await legacy.answer(second["id"], SAMPLED)
+    while len(upstream.calls("tools/call")) < 2:
+        await asyncio.sleep(0.01)
+    again = await legacy.client.get("/mcp", headers={**legacy.headers(), "Accept": "text/event-stream",
+                                                     "Last-Event-ID": first_id})
+    _, replayed = await legacy.next_event(again)
+    assert replayed == second  # replay starts right after the last event the client saw
+    _, third = await legacy.next_event(again)
+    await legacy.answer(third["id"], SAMPLED)
+    _, final = await legacy.next_event(again)
+    assert final["result"]["content"][0]["text"] == "bridged"
+    bad = await legacy.client.get("/mcp", headers={**legacy.headers(), "Accept": "text/event-stream",
+                                                   "Last-Event-ID": "nostream.4"})
+    assert bad.status == 400
+
+
+async def test_url_elicitation_gets_an_id_and_a_completion(legacy, upstream) -> None:
+    url = {"method": "elicitation/create", "params": {"mode": "url", "message": "open", "url": "https://x/c/1"}}
+
+    def connect(body, headers):
+        state = body["params"].get("requestState")
+        if state is None:
+            return {"resultType": "input_required", "inputRequests": {"connect": url}, "requestState": "w1"}
+        if state == "w1":
+            return {"resultType": "input_required", "requestState": "w2"}  # out-of-band step not done yet
+        return text("connected")
+    upstream.script["tools/call"] = connect
+    await legacy.initialize()
+    resp = await legacy.post("tools/call", {"name": "connect", "arguments": {}})
+    await legacy.next_event(resp)
+    _, ask = await legacy.next_event(resp)
+    eid = ask["params"]["elicitationId"]
+    assert ask["params"]["url"] == "https://x/c/1"
+    await legacy.answer(ask["id"], {"action": "accept"})
+    rest = await legacy.events(resp)
+    assert rest[0] == {"jsonrpc": "2.0", "method": "notifications/elicitation/complete",
+                       "params": {"elicitationId": eid}}
+    assert rest[1]["result"]["content"][0]["text"] == "connected"
+    assert upstream.calls("tools/call")[2]["params"] == {**upstream.calls("tools/call")[2]["params"],
+                                                         "requestState": "w2"}
+
+
+async def test_roots_are_cached_until_the_client_says_they_changed(legacy, upstream) -> None:
+    def scan(body, headers):
+        if "inputResponses" not in body["params"]:
+            return {"resultType": "input_required", "inputRequests": {"roots": {"method": "roots/list"}}}
+        return text(body["params"]["inputResponses"]["roots"]["roots"][0]["uri"])
+    upstream.script["tools/call"] = scan
+    await legacy.initialize()
+
+    async def run_once(expect_ask: bool) -> None:
+        resp = await legacy.post("tools/call", {"name": "scan", "arguments": {}})
+        if expect_ask:
+            await legacy.next_event(resp)
+            _, ask = await legacy.next_event(resp)
+            assert ask["method"] == "roots/list"
+            await legacy.answer(ask["id"], {"roots": [{"uri": "file:///w", "name": "w"}]})
+            message = [m for m in await legacy.events(resp) if "result" in m][0]
+        else:
+            message = await resp.json()
+        assert message["result"]["content"][0]["text"] == "file:///w"
+    await run_once(True)
+    await run_once(False)  # the client declared roots.listChanged: the cache is trusted
+    assert await legacy.notify("notifications/roots/list_changed") == 202
+    await run_once(True)
+
+
+async def test_subscribe_opens_a_listen_and_updates_reach_the_get_stream(legacy, upstream) -> None:
+    release = asyncio.Event()
+    filters = []
+
+    def listen(body, headers):
+        notifications = body["params"]["notifications"]
+        filters.append(notifications)
+        sub = {"io.modelcontextprotocol/subscriptionId": body["id"]}
+
+        async def updated():
+            await release.wait()
+            if "resourceSubscriptions" not in notifications:
+                await asyncio.sleep(30)
+            return {"jsonrpc": "2.0", "method": "notifications/resources/updated",
+                    "params": {"uri": "file:///n/1", "_meta": sub}}
+
+        async def hold():
+            await asyncio.sleep(30)
+        return [{"jsonrpc": "2.0", "method": "notifications/subscriptions/acknowledged",
+                 "params": {"notifications": notifications, "_meta": sub}}, updated, hold]
+    upstream.script["subscriptions/listen"] = listen
+    await legacy.initialize()
+    stream = await legacy.client.get("/mcp", headers={**legacy.headers(), "Accept": "text/event-stream"})
+    assert stream.status == 200
+    _, priming = await legacy.next_event(stream)
+    assert priming is None
+    assert (await legacy.call("resources/subscribe", {"uri": "file:///n/1"}))["result"] == {}
+    assert filters[-1] == {"toolsListChanged": True, "resourcesListChanged": True,
+                           "resourceSubscriptions": ["file:///n/1"]}
+    release.set()
+    _, note = await legacy.next_event(stream)
+    assert note == {"jsonrpc": "2.0", "method": "notifications/resources/updated", "params": {"uri": "file:///n/1"}}
+    assert (await legacy.call("resources/unsubscribe", {"uri": "file:///n/1"}))["result"] == {}
+    assert "resourceSubscriptions" not in filters[-1]
