@@ -35,6 +35,8 @@ class Policy:
     allowed_hosts: tuple[str, ...] = LOOPBACK_HOSTS
     allowed_origins: tuple[str, ...] = ()  # extra origins, beyond loopback ones
     session_idle_ms: int = 3_600_000
+    # sha256(bearer token) -> principal name, from the config's [[tokens]] (issue 3: peers match on it).
+    tokens: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,11 +50,17 @@ class Accepted:
     last_event_id: str | None = None
 
 
-def principal_of(authorization: str | None) -> str:
-    """The authenticated principal a session is bound to: a digest of the bearer credential (never stored
-    in clear), or ``anonymous``. The credential itself is verified by the upstream it is passed to."""
+def principal_of(authorization: str | None, tokens: Mapping[str, str] | None = None) -> str:
+    """The authenticated principal a session is bound to: the name the token table gives the bearer token,
+    else a digest of the credential (never stored in clear), or ``anonymous``. An unknown credential is still
+    verified by the upstream it is passed to; it just matches no named peer."""
     if not authorization:
         return "anonymous"
+    scheme, _, token = authorization.partition(" ")
+    if tokens and scheme.lower() == "bearer":
+        named = tokens.get(hashlib.sha256(token.strip().encode("utf-8")).hexdigest())
+        if named is not None:
+            return named
     return "bearer:" + hashlib.sha256(authorization.encode("utf-8")).hexdigest()[:32]
 
 
@@ -130,7 +138,7 @@ def classify(view: HttpView, session: SessionRecord | None, policy: Policy, now_
     refused = check_origin_host(view.headers, policy)
     if refused is not None:
         return refused
-    principal = principal_of(view.headers.get("authorization"))
+    principal = principal_of(view.headers.get("authorization"), policy.tokens)
     if view.method == "POST":
         return _classify_post(view, session, policy, now_ms, principal)
     if view.method not in ("GET", "DELETE"):

@@ -23,7 +23,6 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import date
 from fnmatch import fnmatchcase
 from typing import Any
 
@@ -42,7 +41,7 @@ class Peer:
     principals: tuple[str, ...] = ()
     client_name: str | None = None  # glob, matched against clientInfo.name
     client_version: str | None = None  # glob, matched against clientInfo.version
-    sunset: date | None = None
+    sunset: str | None = None  # ISO date (YYYY-MM-DD); ISO dates order as strings, so no clock type is needed
     deprecation_notice: str | None = None
     upstream: str = "default"
     canary: tuple[tuple[str, int], ...] = ()  # (upstream, percent of new sessions)
@@ -80,19 +79,19 @@ def match_peer(peers: Sequence[Peer], default: Peer, principal: str,
     return default
 
 
-def sunset_passed(peer: Peer, today: date) -> bool:
+def sunset_passed(peer: Peer, today: str) -> bool:
     return peer.sunset is not None and today > peer.sunset
 
 
 def sunset_error(peer: Peer, revision: str) -> ErrorValue:
     assert peer.sunset is not None
-    message = (f"legacy MCP access for this client ended on {peer.sunset.isoformat()}: revision {revision} is "
+    message = (f"legacy MCP access for this client ended on {peer.sunset}: revision {revision} is "
                f"no longer served; move to MCP {MODERN_VERSION}")
-    data = {"supported": [MODERN_VERSION], "requested": revision, "sunset": peer.sunset.isoformat()}
+    data = {"supported": [MODERN_VERSION], "requested": revision, "sunset": peer.sunset}
     return ErrorValue(INVALID_PARAMS, message, data, log=f"sunset refusal for peer {peer.name}")
 
 
-def admit_initialize(peer: Peer, negotiated: str, today: date) -> ErrorValue | None:
+def admit_initialize(peer: Peer, negotiated: str, today: str) -> ErrorValue | None:
     """Can this peer open a legacy session at ``negotiated``? None means yes."""
     if not peer.legacy:
         message = f"this client must use MCP {MODERN_VERSION} (no initialize handshake); legacy revisions are not served"
@@ -120,13 +119,13 @@ def admit_modern(peer: Peer, requested: str) -> ErrorValue | None:
                       log=f"legacy-pinned peer {peer.name} sent a modern request")
 
 
-def deprecation_meta(peer: Peer, today: date) -> dict[str, Any] | None:
+def deprecation_meta(peer: Peer, today: str) -> dict[str, Any] | None:
     """The operator's notice for legacy sessions before the sunset, as a result ``_meta`` entry."""
     if peer.deprecation_notice is None or sunset_passed(peer, today):
         return None
     notice: dict[str, Any] = {"message": peer.deprecation_notice, "moveTo": MODERN_VERSION}
     if peer.sunset is not None:
-        notice["sunset"] = peer.sunset.isoformat()
+        notice["sunset"] = peer.sunset
     return {DEPRECATION_META_KEY: notice}
 
 
@@ -147,3 +146,41 @@ def allowed_input_kind(peer: Peer, method: str, params: Mapping[str, Any]) -> st
     if method == "elicitation/create":
         kind = "elicitation.url" if params.get("mode") == "url" else "elicitation.form"
     return None if kind is None or kind in peer.input_kinds else kind
+
+
+def peer_record(peer: Peer) -> dict[str, Any]:
+    """A JSON-compatible snapshot of a peer's pins, kept in the session record."""
+    return {"name": peer.name, "revisions": list(peer.revisions), "sunset": peer.sunset,
+            "deprecation_notice": peer.deprecation_notice, "upstream": peer.upstream,
+            "input_kinds": list(peer.input_kinds), "max_rounds": peer.max_rounds,
+            "answer_timeout_seconds": peer.answer_timeout_seconds}
+
+
+def peer_from_record(data: Mapping[str, Any]) -> Peer:
+    if not data:
+        return Peer("default")
+    return Peer(data["name"], tuple(data["revisions"]), sunset=data.get("sunset"), deprecation_notice=data.get("deprecation_notice"),
+                upstream=data.get("upstream", "default"), input_kinds=tuple(data.get("input_kinds", INPUT_KINDS)),
+                max_rounds=data.get("max_rounds"), answer_timeout_seconds=data.get("answer_timeout_seconds"))
+
+
+def mask_capabilities(caps: Mapping[str, Any], peer: Peer) -> dict[str, Any]:
+    """The client's capabilities minus the input kinds this peer's bridge policy forbids.
+
+    Masking at the capability level means the upstream is told the truth (it answers -32021 or does without)
+    and the bridge never has a request of a forbidden kind to send (DIGEST §4.8).
+    """
+    masked = dict(caps)
+    if "sampling" not in peer.input_kinds:
+        masked.pop("sampling", None)
+    if "roots" not in peer.input_kinds:
+        masked.pop("roots", None)
+    elicitation = masked.get("elicitation")
+    if isinstance(elicitation, Mapping):
+        modes = {"form": "form" in elicitation or "url" not in elicitation, "url": "url" in elicitation}
+        kept = {m: elicitation.get(m, {}) for m, on in modes.items() if on and f"elicitation.{m}" in peer.input_kinds}
+        if kept:
+            masked["elicitation"] = kept
+        else:
+            masked.pop("elicitation")
+    return masked

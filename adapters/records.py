@@ -35,6 +35,10 @@ class SessionRecord:
     cached_roots: dict[str, Any] | None = None
     # The upstream's discovered capabilities at initialize: which list_changed/subscribe we claimed.
     server_capabilities: dict[str, Any] = field(default_factory=dict)
+    # The pins this session was opened under (issue 3): a snapshot, so a config reload leaves live sessions
+    # as they were, and any replica holding the record applies the same pins. See adapters.peers.
+    pins: dict[str, Any] = field(default_factory=dict)
+    upstream: str = "default"
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

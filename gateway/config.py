@@ -9,11 +9,12 @@ from __future__ import annotations
 import tomllib
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from adapters.bridge import BridgeLimits
 from adapters.capabilities import BridgedFeatures
 from adapters.classify import LOOPBACK_HOSTS, Policy
+from gateway.pins import PinsConfig
 
 
 class _Frozen(BaseModel):
@@ -49,20 +50,41 @@ class GatewayConfig(_Frozen):
     bridge_list_changed: bool = True
     bridge_subscriptions: bool = True
     limits: LimitsConfig = LimitsConfig()
+    pins: PinsConfig = PinsConfig()  # the file's top-level [[peers]], [default_peer], [upstreams.*], [[tokens]]
 
-    def policy(self) -> Policy:
+    def policy(self, tokens: dict[str, str] | None = None) -> Policy:
         return Policy(tuple(h.lower() for h in self.allowed_hosts), tuple(self.allowed_origins),
-                      int(self.session_idle_seconds * 1000))
+                      int(self.session_idle_seconds * 1000), tokens or {})
 
     def features(self) -> BridgedFeatures:
         return BridgedFeatures(self.bridge_list_changed, self.bridge_subscriptions)
 
 
+class ConfigError(Exception):
+    """A configuration that cannot be used; the message names the file, the key path and the problem."""
+
+
+def _where(loc: tuple[object, ...]) -> str:
+    parts = [str(p) for p in loc]
+    if parts[:1] == ["pins"]:
+        return ".".join(parts[1:]) or "(top level)"
+    return ".".join(["gateway", *parts])
+
+
 def load_config(path: str | Path | None = None, **overrides: object) -> GatewayConfig:
-    """Defaults, then the TOML file's ``[gateway]`` table (and ``[gateway.limits]``), then CLI overrides."""
-    data: dict[str, object] = {}
+    """Defaults, then the TOML file (``[gateway]`` and the pins sections), then CLI overrides."""
+    raw: dict[str, object] = {}
     if path is not None:
-        with open(path, "rb") as handle:
-            data = dict(tomllib.load(handle).get("gateway", {}))
+        try:
+            with open(path, "rb") as handle:
+                raw = tomllib.load(handle)
+        except (OSError, tomllib.TOMLDecodeError) as exc:
+            raise ConfigError(f"{path}: {exc}") from None
+    data = dict(raw.pop("gateway", {}) or {})  # type: ignore[call-overload]
+    data["pins"] = raw
     data.update({k: v for k, v in overrides.items() if v is not None})
-    return GatewayConfig.model_validate(data)
+    try:
+        return GatewayConfig.model_validate(data)
+    except ValidationError as exc:
+        problems = "; ".join(f"{_where(e['loc'])}: {e['msg']}" for e in exc.errors())
+        raise ConfigError(f"{path or '(defaults)'}: {problems}") from None

@@ -82,7 +82,7 @@ class PeerConfig(_Frozen):
     def to_peer(self) -> Peer:
         bridge = self.bridge
         return Peer(self.name, tuple(self.revisions), tuple(self.principals), self.client_name, self.client_version,
-                    self.sunset, self.deprecation_notice, self.upstream, tuple(self.canary.items()),
+                    self.sunset.isoformat() if self.sunset else None, self.deprecation_notice, self.upstream, tuple(self.canary.items()),
                     tuple(bridge.input_kinds), bridge.max_rounds, bridge.answer_timeout_seconds)
 
 

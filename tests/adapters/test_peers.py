@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 from collections import Counter
-from datetime import date
 
 import pytest
 
 from adapters.peers import (DEPRECATION_META_KEY, Peer, admit_initialize, admit_modern, allowed_input_kind,
                             deprecation_meta, legacy_answer_version, match_peer, pick_upstream)
 
-IDE = Peer("ide-plugin", revisions=("2025-11-25",), client_name="acme-ide*", sunset=date(2027, 3, 31),
+IDE = Peer("ide-plugin", revisions=("2025-11-25",), client_name="acme-ide*", sunset="2027-03-31",
            deprecation_notice="Upgrade the plugin to 4.x before 2027-03-31.")
 AGENT = Peer("agent", revisions=("2026-07-28",), principals=("agent-svc",))
 BOT = Peer("bot", principals=("ci-bot",), client_name="never-matches-by-name")
@@ -38,24 +37,24 @@ def test_version_pattern():
 
 
 def test_modern_only_peer_initialize_gets_the_2025_shape():
-    error = admit_initialize(AGENT, "2025-11-25", date(2026, 12, 1))
+    error = admit_initialize(AGENT, "2025-11-25", "2026-12-01")
     assert error.code == -32602 and error.data == {"supported": ["2026-07-28"], "requested": "2025-11-25"}
     assert "2026-07-28" in error.message
 
 
 def test_sunset_before_and_after():
-    assert admit_initialize(IDE, "2025-11-25", date(2027, 3, 31)) is None  # the sunset day itself still works
-    error = admit_initialize(IDE, "2025-11-25", date(2027, 4, 1))
+    assert admit_initialize(IDE, "2025-11-25", "2027-03-31") is None  # the sunset day itself still works
+    error = admit_initialize(IDE, "2025-11-25", "2027-04-01")
     assert error.code == -32602 and "2027-03-31" in error.message and "2026-07-28" in error.message
     assert error.data["sunset"] == "2027-03-31"
 
 
 def test_deprecation_notice_only_before_the_sunset():
-    meta = deprecation_meta(IDE, date(2027, 1, 1))
+    meta = deprecation_meta(IDE, "2027-01-01")
     assert meta[DEPRECATION_META_KEY] == {"message": "Upgrade the plugin to 4.x before 2027-03-31.",
                                           "moveTo": "2026-07-28", "sunset": "2027-03-31"}
-    assert deprecation_meta(IDE, date(2027, 4, 1)) is None
-    assert deprecation_meta(DEFAULT, date(2027, 1, 1)) is None
+    assert deprecation_meta(IDE, "2027-04-01") is None
+    assert deprecation_meta(DEFAULT, "2027-01-01") is None
 
 
 def test_legacy_pinned_modern_probe_is_steered_to_initialize():
