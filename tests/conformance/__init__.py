@@ -1,0 +1,1 @@
+"""The official MCP conformance suite lanes (see run.sh)."""
