@@ -16,6 +16,7 @@ import secrets
 import time
 from collections.abc import Callable
 from typing import Any
+from urllib.parse import urlsplit
 
 from aiohttp import web
 
@@ -70,6 +71,38 @@ class _Responder:
         return self.stream
 
 
+LOOPBACK_HOSTS = frozenset({"localhost", "127.0.0.1", "::1"})
+
+
+def _origin_of(url: str) -> str | None:
+    try:
+        parts = urlsplit(url)
+        port = parts.port
+    except ValueError:
+        return None
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        return None
+    default = {"http": 80, "https": 443}[parts.scheme]
+    return f"{parts.scheme}://{parts.hostname}:{port or default}"
+
+
+def origin_allowed(origin: str | None, config: CoreConfig) -> bool:
+    """streamable-http §Security: a request that carries an ``Origin`` must come from one this server trusts.
+
+    This is the DNS-rebinding defence: a page on ``evil.example`` whose name resolves to 127.0.0.1 still sends
+    ``Origin: http://evil.example``. Trusted are loopback origins, the origin of ``public_url`` and
+    ``allowed_origins``; requests without an ``Origin`` (non-browser clients) are not affected.
+    """
+    if origin is None:
+        return True
+    own = _origin_of(origin)
+    if own is None:
+        return False  # includes the opaque "null" origin
+    if urlsplit(origin).hostname in LOOPBACK_HOSTS:
+        return True
+    return own in {_origin_of(url) for url in (config.public_url, *config.allowed_origins) if url}
+
+
 def _check_http(request: web.Request) -> None:
     if request.content_type != "application/json":
         raise McpError(PARSE_ERROR, "Content-Type must be application/json", http=415)
@@ -91,6 +124,8 @@ def _is_notification(body: Any) -> bool:
 
 async def handle_post(request: web.Request) -> web.StreamResponse:
     services = request.app[SERVICES]
+    if not origin_allowed(request.headers.get("Origin"), services.config):
+        return web.json_response({"error": "this Origin is not allowed"}, status=403)
     try:
         principal = principal_for(request.headers.get("Authorization"), request.app[TOKENS],
                                   services.config.anonymous_principal)

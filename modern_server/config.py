@@ -71,6 +71,8 @@ class CoreConfig(_Frozen):
     repo_files: tuple[str, ...] = DEFAULT_REPO_FILES
     max_model_output_bytes: int = Field(default=4096, ge=64)
     public_url: str | None = None
+    # streamable-http §Security (DNS rebinding): browser Origins trusted besides loopback and public_url's own.
+    allowed_origins: tuple[str, ...] = ()
 
     @field_validator("anonymous_principal")
     @classmethod
