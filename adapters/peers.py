@@ -22,10 +22,11 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from fnmatch import fnmatchcase
 from typing import Any
 
+from adapters.bridge import BridgeLimits
 from adapters.errors import ErrorValue
 from adapters.protocol import LEGACY_VERSIONS, MODERN_VERSION
 
@@ -184,3 +185,28 @@ def mask_capabilities(caps: Mapping[str, Any], peer: Peer) -> dict[str, Any]:
         else:
             masked.pop("elicitation")
     return masked
+
+
+def peer_limits(limits: BridgeLimits, peer: Peer) -> BridgeLimits:
+    """The gateway-wide bridge limits, narrowed by the peer's own (issue 3 bridge policy)."""
+    changes: dict[str, Any] = {}
+    if peer.max_rounds is not None:
+        changes["max_rounds"] = min(limits.max_rounds, peer.max_rounds)
+    if peer.answer_timeout_seconds is not None:
+        changes["client_answer_timeout_seconds"] = peer.answer_timeout_seconds
+    return replace(limits, **changes) if changes else limits
+
+
+def with_notice(result: dict[str, Any], peer: Peer, today: str) -> dict[str, Any]:
+    """An InitializeResult carrying the peer's deprecation notice: in ``_meta`` for programs, and appended to
+    ``instructions`` so the people reading them see it too."""
+    meta = deprecation_meta(peer, today)
+    if meta is None:
+        return result
+    out = dict(result)
+    out["_meta"] = {**(result.get("_meta") or {}), **meta}
+    notice = meta[DEPRECATION_META_KEY]
+    when = f" Legacy access ends after {notice['sunset']}." if "sunset" in notice else ""
+    line = f"Deprecation notice: {notice['message']}{when} Move to MCP {MODERN_VERSION}."
+    out["instructions"] = f"{result['instructions']}\n\n{line}" if result.get("instructions") else line
+    return out

@@ -6,6 +6,7 @@ legacy side can see) happens once in :func:`handle_mcp`; exceptions become respo
 
 from __future__ import annotations
 
+import os
 import secrets
 from collections.abc import AsyncIterator
 from typing import Any
@@ -19,7 +20,10 @@ from adapters.capabilities import client_caps_to_modern
 from adapters.classify import Accepted, HttpView, classify
 from adapters.errors import INVALID_REQUEST, ErrorValue, Rejection, reject, translate_upstream_error, upstream_failure
 from adapters.handshake import build_initialize_result, cache_policy, check_discover, discover_cache_keys
-from adapters.protocol import negotiate_version
+from adapters.peers import (admit_initialize, admit_modern, legacy_answer_version, mask_capabilities, match_peer,
+                            peer_from_record, peer_limits, peer_record, pick_upstream, sunset_error, sunset_passed,
+                            with_notice)
+from adapters.protocol import CLIENT_INFO_META_KEY, MODERN_VERSION, PROTOCOL_VERSION_META_KEY
 from adapters.records import PendingRound, SessionRecord
 from adapters.results import Complete, Invalid, classify_result, response
 from adapters.sse import parse_event_id
@@ -28,7 +32,7 @@ from adapters.upstream import SessionView, build_discover
 from gateway.config import GatewayConfig
 from gateway.exchange import Exchange
 from gateway.listen import Listener
-from gateway.runtime import Gateway, SessionRuntime, log, new_id, session_view
+from gateway.runtime import Gateway, PinState, SessionRuntime, log, new_id, session_view
 from gateway.store import InMemoryStore, SessionStore
 from gateway.streams import Tap, write_stream
 from gateway.upstream import UpstreamClient, UpstreamFailure
@@ -65,7 +69,7 @@ async def handle_mcp(request: web.Request) -> web.StreamResponse:
     body = await request.read() if request.method == "POST" else b""
     session_id = headers.get("mcp-session-id")
     session = await gw.store.get_session(session_id) if session_id else None
-    verdict = classify(HttpView(request.method, headers, body), session, gw.config.policy(), gw.clock())
+    verdict = classify(HttpView(request.method, headers, body), session, gw.policy, gw.clock())
     if isinstance(verdict, Rejection):
         return _rejection(verdict)
     if verdict.session is not None:
@@ -75,15 +79,16 @@ async def handle_mcp(request: web.Request) -> web.StreamResponse:
 
 
 # --- handshake ------------------------------------------------------------------------------------------
-async def discover(gw: Gateway, principal: str, view: SessionView) -> dict[str, Any] | ErrorValue:
-    """The upstream's discover result, cached per its ttlMs/cacheScope (private = per principal)."""
+async def discover(gw: Gateway, principal: str, view: SessionView,
+                   upstream: str = "default") -> dict[str, Any] | ErrorValue:
+    """The upstream's discover result, cached per upstream and its ttlMs/cacheScope (private = per principal)."""
     now = gw.clock()
     for key in discover_cache_keys(principal):
-        cached = gw.discover_cache.get(key)
+        cached = gw.discover_cache.get(f"{upstream}|{key}")
         if cached is not None and now < cached[0]:
             return cached[1]
     try:
-        kind, payload = await gw.upstream.call(build_discover(new_id("d"), view), lambda _m: None)
+        kind, payload = await gw.upstream_for(upstream).call(build_discover(new_id("d"), view), lambda _m: None)
     except UpstreamFailure as failure:
         return failure.error
     if kind == "error":
@@ -95,28 +100,35 @@ async def discover(gw: Gateway, principal: str, view: SessionView) -> dict[str, 
     if problem is not None:
         return problem
     policy = cache_policy(payload, principal, now, "server/discover")
-    gw.discover_cache[policy.key] = (policy.expires_ms, payload)
+    gw.discover_cache[f"{upstream}|{policy.key}"] = (policy.expires_ms, payload)
     return payload
 
 
 async def on_initialize(request: web.Request, gw: Gateway, acc: Accepted) -> web.StreamResponse:
     message, params = acc.message, acc.message.get("params") or {}
-    version = negotiate_version(params.get("protocolVersion"))
-    problem = local.check_request("initialize", version, params)
+    info = params.get("clientInfo") or {}
+    peer = match_peer(gw.pins.peers, gw.pins.default, acc.principal, info)
+    version = legacy_answer_version(peer, params.get("protocolVersion"))
+    problem = local.check_request("initialize", version, params) or admit_initialize(peer, version, gw.today())
     if problem is not None:
+        if problem.log:
+            log.warning("initialize refused: %s", problem.log)
         return _json(response(message["id"], error=problem))
-    caps, info = params.get("capabilities") or {}, params.get("clientInfo") or {}
+    caps = mask_capabilities(params.get("capabilities") or {}, peer)  # the peer's bridge policy (issue 3)
+    session_id = secrets.token_urlsafe(32)
+    upstream = pick_upstream(peer, session_id, gw.pins.seed)
     view = SessionView(client_caps_to_modern(caps), info, None, request.headers.get("Authorization"))
-    found = await discover(gw, acc.principal, view)
+    found = await discover(gw, acc.principal, view, upstream)
     if isinstance(found, ErrorValue):
         if found.log:
             log.warning("initialize: %s", found.log)
         return _json(response(message["id"], error=found))
     now = gw.clock()
-    record = SessionRecord(secrets.token_urlsafe(32), acc.principal, version, dict(caps), dict(info), now, now,
-                           server_capabilities=dict(found.get("capabilities") or {}))
+    record = SessionRecord(session_id, acc.principal, version, dict(caps), dict(info), now, now,
+                           server_capabilities=dict(found.get("capabilities") or {}), pins=peer_record(peer),
+                           upstream=upstream)
     await gw.store.put_session(record)
-    result = build_initialize_result(found, params.get("protocolVersion"), gw.config.features())
+    result = with_notice(build_initialize_result(found, version, gw.config.features()), peer, gw.today())
     return _json(response(message["id"], result), headers={"Mcp-Session-Id": record.session_id})
 
 
@@ -125,6 +137,9 @@ async def on_request(request: web.Request, gw: Gateway, acc: Accepted) -> web.St
     message, session = acc.message, acc.session
     assert session is not None
     method, params, ident = message["method"], message.get("params") or {}, message["id"]
+    peer = peer_from_record(session.pins)
+    if sunset_passed(peer, gw.today()):  # a session opened before the sunset does not outlive it
+        return _json(response(ident, error=sunset_error(peer, session.protocol_version)))
     route = local.route_request(method)
     if route == "ping":
         return _json(response(ident, {}))  # 2026 removed ping; answered here (DIGEST §3)
@@ -157,8 +172,8 @@ async def on_forward(request: web.Request, gw: Gateway, session: SessionRecord,
     if refused is not None:
         return _json(response(ident, error=refused))
     record = PendingRound(new_id("b"), session.session_id, ident, message["method"], message.get("params") or {})
-    ctx = BridgeContext(gw.config.limits.to_limits(), session.client_capabilities, new_id,
-                        cached_roots=session.cached_roots)
+    limits = peer_limits(gw.config.limits.to_limits(), peer_from_record(session.pins))
+    ctx = BridgeContext(limits, session.client_capabilities, new_id, cached_roots=session.cached_roots)
     stream = runtime.new_stream()
     exchange = Exchange(runtime, record, stream, ctx, request.headers.get("Authorization"))
     runtime.exchanges[ident] = exchange
@@ -186,6 +201,7 @@ async def ensure_listen(gw: Gateway, session: SessionRecord, authorization: str 
     runtime = gw.runtime(session.session_id)
     if runtime.listen is None:
         runtime.listen = Listener(runtime)
+    runtime.listen.upstream = session.upstream
     wanted = listen_filter(session.server_capabilities, session.subscriptions, gw.config.features())
     return await runtime.listen.ensure(wanted, session_view(session, authorization))
 
@@ -255,10 +271,17 @@ async def on_delete(request: web.Request, gw: Gateway, acc: Accepted) -> web.Str
 
 async def on_modern(request: web.Request, gw: Gateway, acc: Accepted) -> web.StreamResponse:
     """A 2026-07-28 request is passed through as is and streamed back (no session, no translation)."""
+    meta = (acc.message.get("params") or {}).get("_meta") or {}
+    peer = match_peer(gw.pins.peers, gw.pins.default, acc.principal, meta.get(CLIENT_INFO_META_KEY))
+    refused = admit_modern(peer, str(meta.get(PROTOCOL_VERSION_META_KEY, MODERN_VERSION)))
+    if refused is not None:  # a legacy-pinned peer's probe: steer it to initialize (adapters.peers)
+        return _json(response(acc.message.get("id"), error=refused), 400)
     headers = {k: v for k, v in request.headers.items()
                if k.lower() in _MODERN_HEADERS or k.lower().startswith("mcp-param-")}
+    upstream = gw.upstream_for(peer.upstream)
     try:
-        async with gw.upstream.session.post(gw.upstream.url, data=await request.read(), headers=headers) as up:
+        async with upstream.session.post(upstream.url, data=await request.read(),
+                                         headers=upstream.authorize(headers)) as up:
             if up.content_type != "text/event-stream":
                 return web.Response(status=up.status, body=await up.read(), content_type=up.content_type)
             out = web.StreamResponse(status=up.status, headers={"Content-Type": "text/event-stream",
@@ -288,6 +311,16 @@ _HANDLERS = {
 
 
 # --- app ------------------------------------------------------------------------------------------------
+def named_upstreams(config: GatewayConfig, core_url: str | None, tap: Tap | None) -> dict[str, UpstreamClient]:
+    clients = {}
+    for name, up in config.pins.upstreams.items():
+        credential = os.environ.get(up.token_env) if up.token_env else None
+        clients[name] = UpstreamClient(core_url if up.url == "embedded" else up.url, tap=tap, auth=up.auth,
+                                       connect_timeout=up.connect_timeout_seconds, credential=credential,
+                                       read_timeout=up.read_timeout_seconds, max_connections=up.max_connections)
+    return clients
+
+
 def create_app(config: GatewayConfig, *, store: SessionStore | None = None, tap: Tap | None = None) -> web.Application:
     """The gateway app. With ``config.upstream_url`` unset, the embedded core is started in this event loop on
     a loopback ephemeral port for the app's lifetime."""
@@ -296,16 +329,21 @@ def create_app(config: GatewayConfig, *, store: SessionStore | None = None, tap:
     async def lifetime(app: web.Application) -> AsyncIterator[None]:
         from gateway.embedded import embedded_core
 
-        async with embedded_core(config) as url:
+        async with embedded_core(config) as core_url:
+            url = config.upstream_url or core_url
+            assert url is not None
             upstream = UpstreamClient(url, connect_timeout=config.upstream_connect_timeout_seconds,
                                       read_timeout=config.upstream_read_timeout_seconds, tap=tap)
-            gateway = Gateway(config, store or InMemoryStore(), upstream, tap)
+            named = named_upstreams(config, core_url, tap)
+            gateway = Gateway(config, store or InMemoryStore(), upstream, tap, upstreams=named,
+                              pins=PinState.from_config(config, dict(os.environ)))
             app[GATEWAY] = gateway
             try:
                 yield
             finally:
                 await gateway.close()
-                await upstream.close()
+                for client in (upstream, *named.values()):
+                    await client.close()
 
     app.cleanup_ctx.append(lifetime)
     app.router.add_route("*", "/mcp", handle_mcp)

@@ -16,11 +16,15 @@ from aiohttp import web
 from gateway.config import GatewayConfig
 
 
+def needs_embedded_core(config: GatewayConfig) -> bool:
+    return config.upstream_url is None or any(u.url == "embedded" for u in config.pins.upstreams.values())
+
+
 @asynccontextmanager
-async def embedded_core(config: GatewayConfig) -> AsyncIterator[str]:
-    """Yield the upstream URL: ``config.upstream_url`` as is, or the embedded core's loopback URL."""
-    if config.upstream_url is not None:
-        yield config.upstream_url
+async def embedded_core(config: GatewayConfig) -> AsyncIterator[str | None]:
+    """Yield the embedded core's loopback URL while it runs, or None when no upstream is ``embedded``."""
+    if not needs_embedded_core(config):
+        yield None
         return
     from modern_server.app import create_app as create_core
     from modern_server.config import load_config as load_core_config

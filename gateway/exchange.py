@@ -84,7 +84,7 @@ class Exchange:
         call = build_request(rec.method, rec.params, request_id=new_id("u"), extra=extra,
                              view=session_view(session, self.authorization), header_map=header_map)
         try:
-            kind, payload = await gateway.upstream.call(call, self._on_notification)
+            kind, payload = await gateway.upstream_for(session.upstream).call(call, self._on_notification)
         except UpstreamFailure as failure:
             self.events.put_nowait(B.UpstreamFailed(failure.error))
             return

@@ -21,6 +21,7 @@ ACK_TIMEOUT_SECONDS = 10.0
 
 class Listener:
     def __init__(self, runtime: SessionRuntime) -> None:
+        self.upstream = "default"  # the session's upstream name (issue 3 routing)
         self.runtime = runtime
         self.filter: dict[str, Any] | None = None
         self.task: asyncio.Task | None = None
@@ -63,7 +64,7 @@ class Listener:
 
     async def _listen_once(self, wanted: dict[str, Any], view: SessionView, acked: asyncio.Future) -> None:
         call = build_listen(new_id("l"), view, wanted)
-        async for message in self.runtime.gateway.upstream.messages(call):
+        async for message in self.runtime.gateway.upstream_for(self.upstream).messages(call):
             if is_ack(message):
                 if not acked.done():
                     acked.set_result(message)

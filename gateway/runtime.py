@@ -7,6 +7,7 @@ Records live in the store; this module only holds what cannot be serialized. Eve
 from __future__ import annotations
 
 import asyncio
+import datetime
 import logging
 import secrets
 import time
@@ -15,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from adapters.capabilities import client_caps_to_modern
+from adapters.peers import Peer
 from adapters.records import SessionRecord
 from adapters.upstream import SessionView
 from gateway.config import GatewayConfig
@@ -75,15 +77,48 @@ class SessionRuntime:
             stream.finish()
 
 
+def today_iso() -> str:
+    return datetime.date.today().isoformat()
+
+
+@dataclass(frozen=True)
+class PinState:
+    """The pins new sessions are opened under; replaced whole on a config reload (issue 3)."""
+
+    peers: tuple[Peer, ...] = ()
+    default: Peer = Peer("default")
+    tokens: dict[str, str] = field(default_factory=dict)
+    seed: str = "canary"
+
+    @classmethod
+    def from_config(cls, config: GatewayConfig, env: dict[str, str]) -> PinState:
+        peers, default = config.pins.peer_values()
+        return cls(peers, default, config.pins.token_table(env), config.pins.canary_seed)
+
+
 @dataclass
 class Gateway:
     config: GatewayConfig
     store: SessionStore
-    upstream: UpstreamClient
+    upstream: UpstreamClient  # the default upstream (--upstream, or the embedded core)
     tap: Tap | None = None
     runtimes: dict[str, SessionRuntime] = field(default_factory=dict)
     discover_cache: dict[str, tuple[int, dict[str, Any]]] = field(default_factory=dict)
     clock: Callable[[], int] = now_ms
+    upstreams: dict[str, UpstreamClient] = field(default_factory=dict)  # named upstreams from the config
+    pins: PinState = field(default_factory=PinState)
+    today: Callable[[], str] = today_iso  # ISO date, injected by tests (sunsets)
+
+    def __post_init__(self) -> None:
+        self.policy = self.config.policy(self.pins.tokens)
+
+    def set_pins(self, config: GatewayConfig, pins: PinState) -> None:
+        """A reload: new sessions use the new pins; live sessions keep the snapshot in their records."""
+        self.config, self.pins = config, pins
+        self.policy = config.policy(pins.tokens)
+
+    def upstream_for(self, name: str) -> UpstreamClient:
+        return self.upstreams.get(name, self.upstream)
 
     def runtime(self, session_id: str) -> SessionRuntime:
         if session_id not in self.runtimes:

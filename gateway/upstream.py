@@ -30,17 +30,30 @@ class UpstreamFailure(Exception):
 
 class UpstreamClient:
     def __init__(self, url: str, *, connect_timeout: float, read_timeout: float,
-                 tap: Callable[[str, Any], None] | None = None) -> None:
+                 tap: Callable[[str, Any], None] | None = None, auth: str = "forward",
+                 credential: str | None = None, max_connections: int = 100) -> None:
         self.url = url
         self._timeout = aiohttp.ClientTimeout(total=None, sock_connect=connect_timeout, sock_read=read_timeout)
         self._session: aiohttp.ClientSession | None = None
         self._tap = tap
+        # gateway.pins: "forward" (shared audience), "gateway" (our own credential) or "none".
+        self._auth, self._credential, self._limit = auth, credential, max_connections
 
     @property
     def session(self) -> aiohttp.ClientSession:
         if self._session is None:
-            self._session = aiohttp.ClientSession(timeout=self._timeout)
+            connector = aiohttp.TCPConnector(limit=self._limit)
+            self._session = aiohttp.ClientSession(timeout=self._timeout, connector=connector)
         return self._session
+
+    def authorize(self, headers: dict[str, str]) -> dict[str, str]:
+        """The headers with the Authorization this upstream may see (no token passthrough across audiences)."""
+        if self._auth == "forward":
+            return headers
+        out = {k: v for k, v in headers.items() if k.lower() != "authorization"}
+        if self._auth == "gateway" and self._credential:
+            out["Authorization"] = f"Bearer {self._credential}"
+        return out
 
     async def close(self) -> None:
         if self._session is not None:
@@ -67,7 +80,7 @@ class UpstreamClient:
         if self._tap is not None:
             self._tap("upstream", call.body)
         try:
-            async with self.session.post(self.url, json=call.body, headers=call.headers) as resp:
+            async with self.session.post(self.url, json=call.body, headers=self.authorize(call.headers)) as resp:
                 kind = resp.content_type
                 if resp.status >= 500:
                     raise UpstreamFailure(upstream_failure("http_5xx", f"HTTP {resp.status}"))
