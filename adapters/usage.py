@@ -1,0 +1,281 @@
+"""Migration-progress accounting, the pure half (issue 4): what one request says about a client's migration.
+
+Owns: the :class:`UsageRecord` built from facts the shell already knows about a finished request (never its
+content: only labels, counts and an outcome), deprecated-feature detection (DIGEST §1.12, §1.14, §3), failure
+causes, label folding with a cardinality bound, the aggregation key, and the report (legacy share over time,
+features still in use, failures by cause, days until the peer's sunset and until 2027-07-28, a verdict).
+
+No clock: ``today`` and timestamps are injected. Dates are ISO strings (``YYYY-MM-DD``) turned into day numbers
+with integer civil-calendar arithmetic, because ``datetime`` is off limits here (sans-IO rule, like a clock).
+
+Peers and sunsets come from issue 3's pins (the session's pins snapshot); until a request carries them the
+peer is ``"default"`` and the sunset ``None`` ("no sunset set").
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+LEGACY_REVISIONS = ("2025-11-25", "2025-06-18", "2025-03-26")
+MODERN_REVISION = "2026-07-28"
+# DIGEST §1.14: the deprecated features may be removed in the first revision on or after this date.
+REMOVAL_DATE = "2027-07-28"
+DEFAULT_PEER = "default"
+OTHER = "other"
+
+# The order is the verdict's order: what the client must change first comes first.
+FEATURES = ("legacy handshake", "sampling", "roots", "elicitation url ids", "includeContext",
+            "logging/setLevel", "resources/subscribe", "ping")
+INPUT_KINDS = ("sampling", "elicitation.form", "elicitation.url", "roots")
+# Causes that count as *translation failures* in the report (the gateway could not carry the request over).
+FAILURE_CAUSES = ("missing capability", "round cap", "client timeout", "upstream error", "sunset refusal",
+                  "client refused", "gateway limit")
+OUTCOMES = ("ok", "error", "cancelled")
+KNOWN_METHODS = frozenset({
+    "initialize", "ping", "logging/setLevel", "resources/subscribe", "resources/unsubscribe", "server/discover",
+    "tools/list", "tools/call", "prompts/list", "prompts/get", "resources/list", "resources/read",
+    "resources/templates/list", "completion/complete", "subscriptions/listen", "tasks/get", "tasks/list",
+    "tasks/result", "tasks/cancel", "tasks/update"})
+_LOG_LEVEL_META = "io.modelcontextprotocol/logLevel"
+_LABEL_MAX = 64
+
+
+@dataclass(frozen=True, slots=True)
+class UsageRecord:
+    """One finished request, as labels. ``client``/``client_version`` are self-reported (display data, S26
+    basic/index), so they are labels for grouping only, never identity."""
+
+    ts_ms: int
+    peer: str
+    client: str
+    client_version: str
+    era: str  # "legacy" | "modern"
+    revision: str
+    method: str
+    translated: bool
+    rounds: int = 0
+    inputs: tuple[str, ...] = ()
+    features: tuple[str, ...] = ()
+    outcome: str = "ok"
+    cause: str = ""
+    sunset: str | None = None
+
+
+# --- labels ---------------------------------------------------------------------------------------------
+def clean_label(value: Any) -> str:
+    """A printable, length-capped label (client names are attacker-controlled strings)."""
+    text = value if isinstance(value, str) else ""
+    text = "".join(ch if ch.isprintable() and ch not in '"\\' else "_" for ch in text.strip())[:_LABEL_MAX]
+    return text or "unknown"
+
+
+@dataclass
+class LabelFolder:
+    """Admits the first ``max_clients`` client names (and ``max_versions`` versions per name) as labels;
+    later ones fold into ``other``, so a client inventing names cannot grow the store or /metrics."""
+
+    max_clients: int = 50
+    max_versions: int = 10
+    max_peers: int = 100
+    clients: dict[str, set[str]] = field(default_factory=dict)
+    peers: set[str] = field(default_factory=set)
+
+    def client(self, name: Any, version: Any) -> tuple[str, str]:
+        name, version = clean_label(name), clean_label(version)
+        if name not in self.clients:
+            if len(self.clients) >= self.max_clients:
+                return OTHER, OTHER
+            self.clients[name] = set()
+        versions = self.clients[name]
+        if version not in versions:
+            if len(versions) >= self.max_versions:
+                return name, OTHER
+            versions.add(version)
+        return name, version
+
+    def peer(self, name: Any) -> str:
+        name = clean_label(name) if name else DEFAULT_PEER
+        if name not in self.peers:
+            if len(self.peers) >= self.max_peers:
+                return OTHER
+            self.peers.add(name)
+        return name
+
+    def seed(self, known: Iterable[tuple[str, str]]) -> None:
+        """Re-admit labels already in the store (after a restart) so folding stays stable across restarts."""
+        for name, version in known:
+            if name != OTHER:
+                self.client(name, version)
+
+
+def fold_method(method: Any) -> str:
+    return method if isinstance(method, str) and method in KNOWN_METHODS else OTHER
+
+
+def fold_revision(revision: Any) -> str:
+    return revision if revision in LEGACY_REVISIONS or revision == MODERN_REVISION else OTHER
+
+
+# --- deprecated features --------------------------------------------------------------------------------
+def legacy_request_features(method: str) -> tuple[str, ...]:
+    """Features a legacy request itself leans on (DIGEST §3 rows answered locally or via listen).
+
+    Every legacy request rides on the handshake session, so each one counts ``legacy handshake``."""
+    found = ["legacy handshake"]
+    extra = {"ping": "ping", "logging/setLevel": "logging/setLevel",
+             "resources/subscribe": "resources/subscribe", "resources/unsubscribe": "resources/subscribe"}
+    if method in extra:
+        found.append(extra[method])
+    return ordered(found)
+
+
+def modern_request_features(params: Any) -> tuple[str, ...]:
+    """Deprecated 2026 features a modern request shows (DIGEST §1.14): Logging via ``_meta`` logLevel, and
+    sampling/roots answers in ``inputResponses`` (recognised by the result's shape, never stored)."""
+    params = params if isinstance(params, Mapping) else {}
+    meta = params.get("_meta") if isinstance(params.get("_meta"), Mapping) else {}
+    found = ["logging/setLevel"] if _LOG_LEVEL_META in meta else []
+    responses = params.get("inputResponses")
+    for value in (responses.values() if isinstance(responses, Mapping) else ()):
+        if isinstance(value, Mapping) and "model" in value and "role" in value:
+            found.append("sampling")
+        elif isinstance(value, Mapping) and isinstance(value.get("roots"), list):
+            found.append("roots")
+    return ordered(found)
+
+
+def input_kind(entry: Any) -> tuple[str | None, tuple[str, ...]]:
+    """(input kind, deprecated features) of one MRTR ``inputRequests`` entry the bridge carried over."""
+    if not isinstance(entry, Mapping):
+        return None, ()
+    method, params = entry.get("method"), entry.get("params") if isinstance(entry.get("params"), Mapping) else {}
+    if method == "sampling/createMessage":
+        context = params.get("includeContext")
+        # includeContext other than "none" is deprecated since 2025-11-25 (DIGEST §1.14).
+        return "sampling", ("sampling", "includeContext") if context not in (None, "none") else ("sampling",)
+    if method == "roots/list":
+        return "roots", ("roots",)
+    if method == "elicitation/create":
+        if params.get("mode") == "url":
+            return "elicitation.url", ("elicitation url ids",)  # the gateway mints the 2025 elicitationId
+        return "elicitation.form", ()
+    return None, ()
+
+
+def ordered(features: Iterable[str]) -> tuple[str, ...]:
+    wanted = set(features)
+    return tuple(f for f in FEATURES if f in wanted)
+
+
+# --- outcome --------------------------------------------------------------------------------------------
+_LIMIT_CAUSES = {"max_rounds": "round cap", "client_answer_timeout_seconds": "client timeout"}
+
+
+def failure_cause(error: Any) -> str:
+    """The cause of an error answer, read from the structured ``data`` the adapters put on their errors."""
+    if not isinstance(error, Mapping):
+        return ""
+    code, data = error.get("code"), error.get("data") if isinstance(error.get("data"), Mapping) else {}
+    if code == -32021:
+        return "missing capability"
+    if "sunset" in data:
+        return "sunset refusal"
+    if "limit" in data:
+        return _LIMIT_CAUSES.get(data["limit"], "gateway limit")
+    if "upstream" in data or (code == -32603 and "upstream" in str(error.get("message", ""))):
+        return "upstream error"
+    if "inputKey" in data and "clientError" in data:
+        return "client refused"
+    return "request error"  # the request itself was refused (bad params, unknown tool...): not a translation failure
+
+
+def outcome_of(message: Any) -> tuple[str, str]:
+    """(outcome, cause) of a final JSON-RPC message; ``None`` (nothing was answered) means cancelled."""
+    if not isinstance(message, Mapping):
+        return "cancelled", ""
+    if "error" in message:
+        return "error", failure_cause(message.get("error"))
+    return "ok", ""
+
+
+# --- building and aggregating ---------------------------------------------------------------------------
+HOUR_MS = 3_600_000
+
+
+@dataclass(frozen=True, slots=True)
+class Facts:
+    """What the shell knows about a finished request; everything here is already a label or a count."""
+
+    ts_ms: int
+    era: str
+    revision: Any
+    method: Any
+    translated: bool
+    client_info: Any = None
+    peer: Any = None
+    sunset: str | None = None
+    rounds: int = 0
+    inputs: tuple[str, ...] = ()
+    features: tuple[str, ...] = ()
+    message: Any = None  # the final JSON-RPC message: read for its outcome only, never kept
+
+
+def build_record(folder: LabelFolder, facts: Facts) -> UsageRecord:
+    info = facts.client_info if isinstance(facts.client_info, Mapping) else {}
+    client, version = folder.client(info.get("name"), info.get("version"))
+    outcome, cause = outcome_of(facts.message)
+    return UsageRecord(facts.ts_ms, folder.peer(facts.peer), client, version, facts.era,
+                       fold_revision(facts.revision), fold_method(facts.method), facts.translated, facts.rounds,
+                       tuple(k for k in INPUT_KINDS if k in set(facts.inputs)), ordered(facts.features),
+                       outcome, cause, facts.sunset)
+
+
+KEY_FIELDS = ("bucket", "peer", "client", "client_version", "era", "revision", "method", "translated", "inputs",
+              "features", "outcome", "cause")
+
+
+def rollup_key(record: UsageRecord, bucket_ms: int = HOUR_MS) -> tuple[Any, ...]:
+    """The aggregation key (hourly bucket + every label); the value is ``[count, rounds]``."""
+    return (record.ts_ms - record.ts_ms % bucket_ms, record.peer, record.client, record.client_version,
+            record.era, record.revision, record.method, int(record.translated), ",".join(record.inputs),
+            ",".join(record.features), record.outcome, record.cause)
+
+
+def add_to_rollup(rollup: dict[tuple[Any, ...], list[int]], record: UsageRecord) -> None:
+    slot = rollup.setdefault(rollup_key(record), [0, 0])
+    slot[0] += 1
+    slot[1] += record.rounds
+
+
+# --- dates (no datetime here: integer civil-calendar arithmetic, H. Hinnant's days_from_civil) -----------
+DAY_MS = 86_400_000
+
+
+def day_number(iso: str) -> int:
+    """Days since 1970-01-01 of an ISO date ``YYYY-MM-DD``."""
+    y, m, d = (int(part) for part in iso[:10].split("-"))
+    y -= m <= 2
+    era = y // 400
+    yoe = y - era * 400
+    doy = (153 * (m + (-3 if m > 2 else 9)) + 2) // 5 + d - 1
+    return era * 146097 + (yoe * 365 + yoe // 4 - yoe // 100 + doy) - 719468
+
+
+def iso_day(days: int) -> str:
+    """The ISO date of a day number (inverse of :func:`day_number`)."""
+    z = days + 719468
+    era = z // 146097
+    doe = z - era * 146097
+    yoe = (doe - doe // 1460 + doe // 36524 - doe // 146096) // 365
+    doy = doe - (365 * yoe + yoe // 4 - yoe // 100)
+    mp = (5 * doy + 2) // 153
+    d = doy - (153 * mp + 2) // 5 + 1
+    m = mp + (3 if mp < 10 else -9)
+    return f"{yoe + era * 400 + (m <= 2):04d}-{m:02d}-{d:02d}"
+
+
+def days_until(target: str | None, today: str) -> int | None:
+    """Whole days from ``today`` to ``target`` (negative once passed); None when there is no target."""
+    return None if not target else day_number(target) - day_number(today)
