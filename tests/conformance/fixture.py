@@ -300,6 +300,17 @@ def _trigger(method: str):  # type: ignore[no-untyped-def]
     return handler
 
 
+async def custom_header(ctx: Context) -> dict[str, Any]:
+    # SEP-2243: the client mirrors ``region`` into ``Mcp-Param-Region``; checking the header against the body is
+    # the transport's job (the core's), so the handler only echoes the argument.
+    return text_result(f"region={arguments(ctx).get('region')}")
+
+
+CUSTOM_HEADER_SCHEMA = {"type": "object", "properties": {
+    "region": {"type": "string", "description": "mirrored as Mcp-Param-Region", "x-mcp-header": "Region"}},
+    "required": ["region"]}
+
+
 # ---------------------------------------------------------------------------------------------- SEP-2322 MRTR tools
 
 async def irr_elicitation(ctx: Context) -> dict[str, Any]:
@@ -550,10 +561,12 @@ TOOLS = (
     _tool("test_missing_capability", "Test tool requiring sampling", missing_capability),
     _tool("test_streaming_elicitation", "Diagnostic tool validating response streams", streaming_elicitation),
     _tool("test_logging_tool", "Diagnostic logging validator tool", logging_tool),
-    _tool("test_trigger_tool_change", "Diagnostic hook: announce a tool list change", 
+    _tool("test_trigger_tool_change", "Diagnostic hook: announce a tool list change",
           _trigger("notifications/tools/list_changed")),
     _tool("test_trigger_prompt_change", "Diagnostic hook: announce a prompt list change",
           _trigger("notifications/prompts/list_changed")),
+    _tool("test_custom_header", "SEP-2243: an argument mirrored into the Mcp-Param-Region header", custom_header,
+          CUSTOM_HEADER_SCHEMA),
     _tool("test_input_required_result_elicitation", "MRTR: returns InputRequiredResult with elicitation request",
           irr_elicitation),
     _tool("test_input_required_result_sampling", "MRTR: returns InputRequiredResult with sampling request",
