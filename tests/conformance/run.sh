@@ -10,7 +10,8 @@
 # now passes. This script exits non-zero if any suite did, after running all of them.
 #
 # Usage: bash tests/conformance/run.sh [core|gateway]...   (default: both lanes)
-# Environment: CONFORMANCE_RESULTS (default tests/conformance/results) receives each run's checks.json files.
+# Environment: CONFORMANCE_RESULTS (default tests/conformance/results) receives each run's checks.json files and the
+# fixture's and gateway's logs; CONFORMANCE_SUITE_TIMEOUT (default 900) bounds each suite run, in seconds.
 set -euo pipefail
 
 HERE="$(cd "$(dirname "$0")" && pwd)"
@@ -124,7 +125,10 @@ run_suite() {  # label baseline-file listing-file-or-"" suite-command...
   rm -rf "$out"; mkdir -p "$out"
   echo
   echo "=== conformance [$label]: $* (baseline ${baseline#"$ROOT"/})"
-  "$@" --expected-failures "$baseline" -o "$out" > "$log" 2>&1 || rc=$?
+  # 0.1.x has no per-scenario timeout: bound every suite run so a hung server cannot stall CI.
+  timeout --kill-after=10 "${CONFORMANCE_SUITE_TIMEOUT:-900}" "$@" --expected-failures "$baseline" -o "$out" \
+    > "$log" 2>&1 || rc=$?
+  if [ "$rc" -eq 124 ]; then echo "conformance: [$label] timed out after ${CONFORMANCE_SUITE_TIMEOUT:-900} s" >> "$log"; fi
   cp "$log" "$out/suite.log"
   # The suite prints a line per scenario, then totals, then the baseline verdict; drop its per-scenario chatter.
   grep -v -E '^(=== Running scenario|Running client scenario|Results saved to)|^$' "$log" \
