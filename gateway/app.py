@@ -38,6 +38,7 @@ from gateway.streams import Tap, write_stream
 from gateway.upstream import UpstreamClient, UpstreamFailure
 
 GATEWAY = web.AppKey("gateway", Gateway)
+CORE_URL = web.AppKey("core_url", str)  # the embedded core, when one runs (reloads may route to it)
 _MODERN_HEADERS = ("accept", "content-type", "mcp-protocol-version", "mcp-method", "mcp-name", "authorization",
                    "traceparent", "tracestate", "baggage")
 
@@ -298,6 +299,13 @@ async def on_modern(request: web.Request, gw: Gateway, acc: Accepted) -> web.Str
         return _json(response(acc.message.get("id"), error=error), 502)
 
 
+async def _end_sessions(app: web.Application) -> None:
+    """Shutdown runs before aiohttp waits for open handlers: ending every session's streams and tasks here lets
+    long-lived SSE writers (GET streams) return at once instead of holding shutdown for its timeout."""
+    if GATEWAY in app:
+        await app[GATEWAY].close()
+
+
 _HANDLERS = {
     "initialize": on_initialize,
     "request": on_request,
@@ -338,6 +346,8 @@ def create_app(config: GatewayConfig, *, store: SessionStore | None = None, tap:
             gateway = Gateway(config, store or InMemoryStore(), upstream, tap, upstreams=named,
                               pins=PinState.from_config(config, dict(os.environ)))
             app[GATEWAY] = gateway
+            if core_url is not None:
+                app[CORE_URL] = core_url
             try:
                 yield
             finally:
@@ -346,5 +356,6 @@ def create_app(config: GatewayConfig, *, store: SessionStore | None = None, tap:
                     await client.close()
 
     app.cleanup_ctx.append(lifetime)
+    app.on_shutdown.append(_end_sessions)
     app.router.add_route("*", "/mcp", handle_mcp)
     return app

@@ -1,14 +1,24 @@
-"""``python -m gateway serve [--host 127.0.0.1] [--port 8808] [--upstream URL] [--config FILE]``."""
+"""The command line: ``python -m gateway serve | check-config FILE | reload --pid PID``.
+
+``serve [--host 127.0.0.1] [--port 8808] [--upstream URL] [--config FILE] [--pid-file F]`` runs the gateway
+(with the embedded core unless ``--upstream`` is given); with ``--config`` it reloads that file on SIGHUP.
+``check-config FILE`` validates a file without serving (exit 2 and the key path on failure).
+``reload --pid PID | --pid-file F`` asks a running gateway to re-read its file.
+"""
 
 from __future__ import annotations
 
 import argparse
 import logging
+import os
+import signal
+import sys
+from pathlib import Path
 
 from aiohttp import web
 
 from gateway.app import create_app
-from gateway.config import load_config
+from gateway.config import ConfigError, load_config
 
 
 def parser() -> argparse.ArgumentParser:
@@ -20,12 +30,57 @@ def parser() -> argparse.ArgumentParser:
     serve.add_argument("--upstream", default=None, help="2026-07-28 server URL (default: the embedded core)")
     serve.add_argument("--config", default=None, help="TOML config file (see config/gateway.example.toml)")
     serve.add_argument("--no-access-log", action="store_true", help="do not log every request (benchmarks)")
+    serve.add_argument("--pid-file", default=None, help="write the process id here (for `reload --pid-file`)")
+    check = commands.add_parser("check-config", help="validate a configuration file without serving")
+    check.add_argument("file")
+    reload = commands.add_parser("reload", help="make a running gateway re-read its configuration file")
+    target = reload.add_mutually_exclusive_group(required=True)
+    target.add_argument("--pid", type=int)
+    target.add_argument("--pid-file")
     return root
+
+
+def check_config(path: str) -> int:
+    try:
+        config = load_config(path)
+    except ConfigError as exc:
+        print(f"invalid: {exc}", file=sys.stderr)
+        return 2
+    peers = ", ".join(p.name for p in config.pins.peers) or "(none)"
+    print(f"ok: {path}: peers {peers}; default peer {config.pins.default_peer.name}; "
+          f"upstreams {', '.join(config.pins.upstreams) or '(default only)'}")
+    return 0
+
+
+def send_reload(pid: int | None, pid_file: str | None) -> int:
+    target = pid if pid is not None else int(Path(pid_file or "").read_text().strip())
+    os.kill(target, signal.SIGHUP)
+    print(f"sent SIGHUP to {target}")
+    return 0
+
+
+def serve(args: argparse.Namespace) -> None:
+    from gateway.reload import install_sighup
+
+    overrides = {"host": args.host, "port": args.port, "upstream_url": args.upstream}
+    try:
+        config = load_config(args.config, **overrides)
+    except ConfigError as exc:
+        raise SystemExit(f"gateway: {exc}") from None
+    app = create_app(config)
+    if args.config:
+        install_sighup(app, args.config, **overrides)
+    if args.pid_file:
+        Path(args.pid_file).write_text(f"{os.getpid()}\n")
+    access_log = None if args.no_access_log else logging.getLogger("aiohttp.access")
+    web.run_app(app, host=config.host, port=config.port, access_log=access_log)
 
 
 def main(argv: list[str] | None = None) -> None:
     args = parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
-    config = load_config(args.config, host=args.host, port=args.port, upstream_url=args.upstream)
-    access_log = None if args.no_access_log else logging.getLogger("aiohttp.access")
-    web.run_app(create_app(config), host=config.host, port=config.port, access_log=access_log)
+    if args.command == "check-config":
+        raise SystemExit(check_config(args.file))
+    if args.command == "reload":
+        raise SystemExit(send_reload(args.pid, args.pid_file))
+    serve(args)
