@@ -1,0 +1,78 @@
+"""Prometheus ``GET /metrics`` (issue 4), with the standard ``prometheus_client`` library.
+
+Owns the metric families and their updates from :class:`adapters.usage.UsageRecord` values. Each app gets its
+own ``CollectorRegistry`` (tests and benchmarks build many apps in one process; the global registry would
+refuse duplicate names). Every label value has already been folded by ``adapters.usage.LabelFolder`` or comes
+from a fixed set, so the number of series is bounded. Client versions are left out of metrics on purpose
+(they are in the report): they multiply series for little operational value.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from aiohttp import web
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+
+from adapters.usage import FAILURE_CAUSES, UsageRecord
+
+_LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300)
+
+
+class Metrics:
+    def __init__(self) -> None:
+        self.registry = r = CollectorRegistry()
+        self.requests = Counter("mcp_gateway_requests", "Requests by peer, client, era, revision, method, outcome",
+                                ["peer", "client", "era", "revision", "method", "translated", "outcome"], registry=r)
+        self.features = Counter("mcp_gateway_deprecated_feature_uses", "Requests that used a deprecated feature",
+                                ["peer", "client", "feature"], registry=r)
+        self.inputs = Counter("mcp_gateway_bridged_inputs", "Requests whose MRTR rounds bridged an input kind",
+                              ["peer", "input_kind"], registry=r)
+        self.rounds = Counter("mcp_gateway_mrtr_rounds", "MRTR rounds bridged", ["peer"], registry=r)
+        self.failures = Counter("mcp_gateway_translation_failures", "Translation failures by cause",
+                                ["peer", "cause"], registry=r)
+        self.latency = Histogram("mcp_gateway_request_seconds", "Request duration at the gateway", ["era"],
+                                 buckets=_LATENCY_BUCKETS, registry=r)
+        self.overhead = Histogram("mcp_gateway_translation_overhead_seconds",
+                                  "Gateway time of a bridged request outside upstream rounds and client waits",
+                                  buckets=_LATENCY_BUCKETS, registry=r)
+        self.round_latency = Histogram("mcp_gateway_mrtr_round_seconds", "Upstream latency of one bridged round",
+                                       buckets=_LATENCY_BUCKETS, registry=r)
+        self.sessions = Gauge("mcp_gateway_active_legacy_sessions", "Legacy sessions active, by revision",
+                              ["revision"], registry=r)
+
+    def observe(self, record: UsageRecord) -> None:
+        self.requests.labels(record.peer, record.client, record.era, record.revision, record.method,
+                             str(record.translated).lower(), record.outcome).inc()
+        for feature in record.features:
+            self.features.labels(record.peer, record.client, feature).inc()
+        for kind in record.inputs:
+            self.inputs.labels(record.peer, kind).inc()
+        if record.rounds:
+            self.rounds.labels(record.peer).inc(record.rounds)
+        if record.cause in FAILURE_CAUSES:
+            self.failures.labels(record.peer, record.cause).inc()
+
+    def request_seconds(self, record: UsageRecord, seconds: float) -> None:
+        self.latency.labels(record.era).observe(seconds)
+
+    def bridge_timings(self, record: UsageRecord, rounds: list[float], overhead: float) -> None:
+        for seconds in rounds:
+            self.round_latency.observe(seconds)
+        self.overhead.observe(overhead)
+
+    def set_sessions(self, by_revision: dict[str, int]) -> None:
+        self.sessions.clear()
+        for revision, count in by_revision.items():
+            self.sessions.labels(revision).set(count)
+
+
+async def handle_metrics(request: web.Request) -> web.Response:
+    from gateway.usage import USAGE
+
+    recorder: Any = request.app.get(USAGE)
+    if recorder is None or recorder.metrics is None:
+        return web.Response(status=404, text="usage recording is disabled\n")
+    recorder.metrics.set_sessions(recorder.sessions.by_revision(recorder.clock_ms()))
+    body = generate_latest(recorder.metrics.registry)
+    return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})

@@ -1,0 +1,394 @@
+"""Migration-progress recording, the shell half (issue 4): collects facts about finished requests, keeps an
+in-memory rollup, and flushes it to SQLite off the request path.
+
+Owns: :class:`UsageConfig`, the SQLite usage store (:class:`UsageDb`: schema, upsert, retention, reads), the
+per-app :class:`UsageRecorder` (label folding, rollup, Prometheus updates, a background flush task started and
+stopped by :func:`usage_context` in the app's ``cleanup_ctx``), and the two hooks the endpoint calls:
+:func:`observe_response` (requests answered without a bridge exchange) and :class:`ExchangeObserver` (a
+forwarded request, fed the bridge machine's action batches). Nothing here stores request content: only the
+labels and counts of :class:`adapters.usage.UsageRecord`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import sqlite3
+import threading
+import time
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
+
+from aiohttp import web
+from pydantic import BaseModel, ConfigDict, Field
+
+from adapters import bridge as B
+from adapters.usage import (DAY_MS, KEY_FIELDS, Facts, LabelFolder, UsageRecord, add_to_rollup, build_record,
+                            fold_revision, input_kind, legacy_request_features, modern_request_features)
+
+log = logging.getLogger("gateway.usage")
+
+
+class UsageConfig(BaseModel):
+    """The ``[usage]`` section. ``db`` None keeps the store in memory (lost at exit); ``python -m gateway serve``
+    defaults it to ``gateway-usage.sqlite3`` so a restart keeps the history."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    enabled: bool = True
+    db: str | None = None
+    retention_days: int = Field(400, ge=1)  # > a year: the report spans the whole migration to 2027-07-28
+    flush_seconds: float = Field(5.0, gt=0)
+    max_clients: int = Field(50, ge=1)
+    max_versions_per_client: int = Field(10, ge=1)
+    admin_token_env: str = "GATEWAY_ADMIN_TOKEN"  # the dashboard's token comes from this variable, never the file
+    dashboard_refresh_seconds: int = Field(30, ge=1)
+
+
+# --- SQLite -----------------------------------------------------------------------------------------------
+_KEY_COLUMNS = ", ".join(KEY_FIELDS)
+_SCHEMA = f"""
+CREATE TABLE IF NOT EXISTS usage (
+  bucket INTEGER NOT NULL, peer TEXT NOT NULL, client TEXT NOT NULL, client_version TEXT NOT NULL,
+  era TEXT NOT NULL, revision TEXT NOT NULL, method TEXT NOT NULL, translated INTEGER NOT NULL,
+  inputs TEXT NOT NULL, features TEXT NOT NULL, outcome TEXT NOT NULL, cause TEXT NOT NULL,
+  count INTEGER NOT NULL, rounds INTEGER NOT NULL, PRIMARY KEY ({_KEY_COLUMNS}));
+CREATE INDEX IF NOT EXISTS usage_bucket ON usage (bucket);
+CREATE TABLE IF NOT EXISTS peers (peer TEXT PRIMARY KEY, sunset TEXT, seen_ms INTEGER NOT NULL);
+"""
+_UPSERT = (f"INSERT INTO usage ({_KEY_COLUMNS}, count, rounds) VALUES ({', '.join('?' * (len(KEY_FIELDS) + 2))}) "
+           f"ON CONFLICT ({_KEY_COLUMNS}) DO UPDATE SET count = count + excluded.count, "
+           "rounds = rounds + excluded.rounds")
+
+
+class UsageDb:
+    """One SQLite file (or ``:memory:``). Used from one thread at a time: the flush runs in a worker thread
+    while the event loop never touches the connection (``check_same_thread=False`` for that hand-off)."""
+
+    def __init__(self, path: str | None) -> None:
+        self.path = path or ":memory:"
+        self.conn = sqlite3.connect(self.path, check_same_thread=False)
+        self.conn.executescript(_SCHEMA)
+        self.lock = threading.Lock()  # the flush thread and a report thread may overlap
+
+    def close(self) -> None:
+        self.conn.close()
+
+    def write(self, rollup: dict[tuple, list[int]], peers: dict[str, tuple[str | None, int]],
+              retention_days: int, now_ms: int) -> None:
+        with self.lock, self.conn:
+            self.conn.executemany(_UPSERT, [(*key, c, r) for key, (c, r) in rollup.items()])
+            self.conn.executemany("INSERT INTO peers VALUES (?, ?, ?) ON CONFLICT (peer) DO UPDATE SET "
+                                  "sunset = excluded.sunset, seen_ms = excluded.seen_ms",
+                                  [(p, s, t) for p, (s, t) in peers.items()])
+            self.conn.execute("DELETE FROM usage WHERE bucket < ?", (now_ms - retention_days * DAY_MS,))
+
+    def count_rows(self, since_ms: int) -> int:
+        with self.lock:
+            return self.conn.execute("SELECT COUNT(*) FROM usage WHERE bucket >= ?", (since_ms,)).fetchone()[0]
+
+    def rows(self, since_ms: int, chunk: int = 5000) -> Iterator[dict[str, Any]]:
+        names = [*KEY_FIELDS, "count", "rounds"]
+        with self.lock:
+            cursor = self.conn.execute(f"SELECT {_KEY_COLUMNS}, count, rounds FROM usage WHERE bucket >= ?",
+                                       (since_ms,))
+            while batch := cursor.fetchmany(chunk):
+                for values in batch:
+                    yield dict(zip(names, values))
+
+    def sunsets(self) -> dict[str, str | None]:
+        with self.lock:
+            return dict(self.conn.execute("SELECT peer, sunset FROM peers").fetchall())
+
+    def known_clients(self) -> list[tuple[str, str]]:
+        """Labels already admitted, oldest first (so a restart re-admits the same ones)."""
+        with self.lock:
+            return self.conn.execute("SELECT client, client_version FROM usage GROUP BY client, client_version "
+                                     "ORDER BY MIN(bucket)").fetchall()
+
+
+# --- the recorder -----------------------------------------------------------------------------------------
+class UsageRecorder:
+    """Per app: ``record(facts)`` is all the request path pays (a dict update and counter increments)."""
+
+    def __init__(self, config: UsageConfig, metrics: Any = None, clock_ms: Any = None,
+                 session_idle_seconds: float = 3600.0) -> None:
+        self.config, self.metrics = config, metrics
+        self.sessions = ActiveSessions(int(session_idle_seconds * 1000))
+        self.clock_ms = clock_ms or (lambda: int(time.time() * 1000))
+        self.folder = LabelFolder(config.max_clients, config.max_versions_per_client)
+        self.rollup: dict[tuple, list[int]] = {}
+        self.peers: dict[str, tuple[str | None, int]] = {}
+        self.db: UsageDb | None = None
+        self.recorded = 0
+
+    def open(self) -> None:
+        self.db = UsageDb(self.config.db)
+        self.folder.seed(self.db.known_clients())  # the same names keep their labels after a restart
+
+    def record(self, facts: Facts) -> UsageRecord | None:
+        if not self.config.enabled:
+            return None
+        record = build_record(self.folder, facts)
+        add_to_rollup(self.rollup, record)
+        self.peers[record.peer] = (record.sunset, record.ts_ms)
+        self.recorded += 1
+        if self.metrics is not None:
+            self.metrics.observe(record)
+        return record
+
+    async def flush(self) -> None:
+        """Swap the rollup out and write it in a worker thread (the event loop never waits on SQLite)."""
+        if self.db is None or not (self.rollup or self.peers):
+            return
+        rollup, peers, self.rollup, self.peers = self.rollup, self.peers, {}, {}
+        try:
+            await asyncio.to_thread(self.db.write, rollup, peers, self.config.retention_days, self.clock_ms())
+        except sqlite3.Error:
+            log.exception("usage flush failed; keeping the counts for the next flush")
+            for key, (count, rounds) in rollup.items():
+                slot = self.rollup.setdefault(key, [0, 0])
+                slot[0] += count
+                slot[1] += rounds
+
+    async def run(self) -> None:
+        while True:
+            await asyncio.sleep(self.config.flush_seconds)
+            await self.flush()
+
+
+USAGE = web.AppKey("usage", UsageRecorder)
+
+
+def usage_context(recorder: UsageRecorder):
+    """A ``cleanup_ctx`` entry: open the store, run the flush task, and on shutdown stop it and flush last."""
+    async def lifetime(app: web.Application) -> AsyncIterator[None]:
+        recorder.open()
+        app[USAGE] = recorder
+        task = asyncio.get_running_loop().create_task(recorder.run())
+        try:
+            yield
+        finally:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+            await recorder.flush()
+            assert recorder.db is not None
+            recorder.db.close()
+    return lifetime
+
+
+# --- hooks ------------------------------------------------------------------------------------------------
+_STARTED, _BRIDGED = "usage.started", "usage.bridged"
+_RECORDED_KINDS = ("initialize", "request", "modern")
+_MAX_PARSED_BODY = 256 * 1024  # bigger passthrough bodies are judged by HTTP status alone (not parsed twice)
+
+
+def request_identity(gw: Any, session: Any, kind: str, principal: str,
+                     params: Any) -> tuple[Any, Any, str | None]:
+    """(clientInfo, peer name, sunset) of a classified request: the session's pins snapshot (issue 3), else
+    the pins' matching for a session-less request, else the default peer with no sunset."""
+    params = params if isinstance(params, dict) else {}
+    if session is not None:
+        pins = getattr(session, "pins", None) or {}
+        return session.client_info, pins.get("name"), pins.get("sunset")
+    meta = params.get("_meta") if isinstance(params.get("_meta"), dict) else {}
+    info = params.get("clientInfo") if kind == "initialize" else meta.get("io.modelcontextprotocol/clientInfo")
+    table = getattr(gw, "pins", None)
+    if table is None:
+        return info, None, None
+    from adapters.peers import match_peer
+    peer = match_peer(table.peers, table.default, principal, info if isinstance(info, dict) else None)
+    return info, peer.name, peer.sunset
+
+
+def _revision(acc: Any, message: Any) -> Any:
+    if acc.session is not None:
+        return acc.session.protocol_version
+    params = acc.message.get("params") or {}
+    if acc.kind == "initialize":
+        result = message.get("result") if isinstance(message, dict) else None
+        return (result or {}).get("protocolVersion", params.get("protocolVersion"))
+    meta = params.get("_meta") if isinstance(params.get("_meta"), dict) else {}
+    return meta.get("io.modelcontextprotocol/protocolVersion", "2026-07-28")
+
+
+def _final_message(response: web.StreamResponse) -> Any:
+    """The JSON-RPC answer of a plain JSON response (only read for its outcome); a stand-in otherwise."""
+    body = getattr(response, "body", None)
+    if isinstance(body, bytes) and len(body) <= _MAX_PARSED_BODY and response.content_type == "application/json":
+        try:
+            return json.loads(body)
+        except ValueError:
+            pass
+    if response.status >= 400:
+        return {"error": {"code": -32603, "message": f"HTTP {response.status}"}}
+    return {"result": None}  # an SSE passthrough: the gateway does not read modern streams
+
+
+def observe_response(request: web.Request, gw: Any, acc: Any, response: web.StreamResponse) -> None:
+    """Record a request answered without a bridge exchange (local answers, initialize, modern passthrough).
+    Accounting must never break a request: any bug here is logged and swallowed."""
+    recorder = request.app.get(USAGE)
+    if recorder is None or not recorder.config.enabled:
+        return
+    try:
+        recorder.sessions.observe(acc, response, recorder.clock_ms())
+        if acc.kind in _RECORDED_KINDS and not request.get(_BRIDGED):
+            _record_plain(recorder, request, gw, acc, response)
+    except Exception:
+        log.exception("usage accounting failed (the request itself was answered)")
+
+
+def _record_plain(recorder: UsageRecorder, request: web.Request, gw: Any, acc: Any,
+                  response: web.StreamResponse) -> None:
+    message, legacy = _final_message(response), acc.kind != "modern"
+    method, params = acc.message.get("method"), acc.message.get("params")
+    info, peer, sunset = request_identity(gw, acc.session, acc.kind, acc.principal, params)
+    features = legacy_request_features(method) if legacy else modern_request_features(params)
+    record = recorder.record(Facts(recorder.clock_ms(), "legacy" if legacy else "modern", _revision(acc, message),
+                                   method, False, info, peer, sunset, features=features, message=message))
+    if record is not None and recorder.metrics is not None and _STARTED in request:
+        recorder.metrics.request_seconds(record, time.perf_counter() - request[_STARTED])
+
+
+@web.middleware
+async def stamp_middleware(request: web.Request, handler: Any) -> web.StreamResponse:
+    request[_STARTED] = time.perf_counter()  # the arrival time, for the latency histograms
+    return await handler(request)
+
+
+class ActiveSessions:
+    """Legacy sessions seen by this process, by revision, for the ``active legacy sessions`` gauge: added at a
+    successful initialize, touched by every session request, dropped at DELETE or after the idle timeout."""
+
+    def __init__(self, idle_ms: int, cap: int = 100_000) -> None:
+        self.idle_ms, self.cap = idle_ms, cap
+        self.seen: dict[str, tuple[str, int]] = {}
+
+    def observe(self, acc: Any, response: web.StreamResponse, now: int) -> None:
+        sid = response.headers.get("Mcp-Session-Id") if acc.kind == "initialize" else None
+        if sid and len(self.seen) < self.cap:
+            self.seen[sid] = (fold_revision(_revision(acc, _final_message(response))), now)
+        elif acc.session is not None and acc.kind == "delete":
+            self.seen.pop(acc.session.session_id, None)
+        elif acc.session is not None:
+            self.seen[acc.session.session_id] = (acc.session.protocol_version, now)
+
+    def by_revision(self, now: int) -> dict[str, int]:
+        self.seen = {s: v for s, v in self.seen.items() if now - v[1] <= self.idle_ms}
+        counts: dict[str, int] = {}
+        for revision, _ in self.seen.values():
+            counts[revision] = counts.get(revision, 0) + 1
+        return counts
+
+
+class ExchangeObserver:
+    """Follows one bridged request through the bridge machine's action batches (``Exchange._perform`` calls it
+    with each batch) and records it once, when the exchange task ends (Finish, cancellation or shutdown).
+
+    Timing, from batch timestamps: an upstream round lasts from a ``CallUpstream`` batch to the next non-empty
+    batch; a client wait from a batch that sent requests to the client until the batch that goes upstream again
+    or finishes. Translation overhead is the rest of the request's life: the gateway's own work (DIGEST §3
+    steps 1-6: classify, build, map results) plus scheduling."""
+
+    def __init__(self, recorder: UsageRecorder, facts: dict[str, Any], started: float) -> None:
+        self.recorder, self.facts, self.started = recorder, facts, started
+        self.calls, self.inputs, self.features = 0, set(), set(facts.pop("features"))
+        self.final: Any = None
+        self.finished: float | None = None
+        self.waits: list[float] = []  # upstream round latencies and client waits (seconds)
+        self.rounds_s: list[float] = []
+        self._upstream_since: float | None = None
+        self._client_since: float | None = None
+        self._attached = False
+
+    def __call__(self, record: Any, actions: list[Any]) -> None:
+        now = time.perf_counter()
+        if not self._attached:
+            self._attach()
+        if actions and self._upstream_since is not None:
+            self.rounds_s.append(now - self._upstream_since)
+            self._upstream_since = None
+        going_on = any(isinstance(a, (B.CallUpstream, B.Finish)) for a in actions)
+        if going_on and self._client_since is not None:
+            self.waits.append(now - self._client_since)
+            self._client_since = None
+        for action in actions:
+            self._note(action, now)
+        for entry in (getattr(record, "input_requests", None) or {}).values():
+            kind, features = input_kind(entry)
+            if kind is not None:
+                self.inputs.add(kind)
+                self.features.update(features)
+
+    def _note(self, action: Any, now: float) -> None:
+        if isinstance(action, B.CallUpstream):
+            self.calls += 1
+            self._upstream_since = now
+        elif isinstance(action, B.SendToClient) and "id" in action.message and self._client_since is None:
+            self._client_since = now
+        elif isinstance(action, B.Finish) and self.finished is None:
+            self.final, self.finished = action.message, now
+
+    def _attach(self) -> None:
+        """Runs inside the exchange's task (the first batch is performed there): record when it ends."""
+        self._attached = True
+        task = asyncio.current_task()
+        if task is not None:
+            task.add_done_callback(lambda _t: self.done())
+
+    def done(self) -> None:
+        try:
+            self._record()
+        except Exception:
+            log.exception("usage accounting failed for a bridged request")
+
+    def _record(self) -> None:
+        end = self.finished if self.finished is not None else time.perf_counter()
+        facts = Facts(**self.facts, rounds=max(self.calls - 1, 0), inputs=tuple(self.inputs),
+                      features=tuple(self.features), message=self.final)
+        record = self.recorder.record(facts)
+        metrics = self.recorder.metrics
+        if record is None or metrics is None:
+            return
+        total = end - self.started
+        metrics.request_seconds(record, total)
+        metrics.bridge_timings(record, self.rounds_s, max(total - sum(self.rounds_s) - sum(self.waits), 0.0))
+
+
+def exchange_observer(request: web.Request, gw: Any, session: Any, message: dict[str, Any]) -> Any:
+    """The observer for a request about to be bridged, or None when usage recording is off."""
+    recorder = request.app.get(USAGE)
+    if recorder is None or not recorder.config.enabled:
+        return None
+    request[_BRIDGED] = True  # observe_response must not count this request a second time
+    info, peer, sunset = request_identity(gw, session, "request", session.principal, message.get("params"))
+    facts = {"ts_ms": recorder.clock_ms(), "era": "legacy", "revision": session.protocol_version,
+             "method": message.get("method"), "translated": True, "client_info": info, "peer": peer,
+             "sunset": sunset, "features": legacy_request_features(message.get("method"))}
+    return ExchangeObserver(recorder, facts, request.get(_STARTED, time.perf_counter()))
+
+
+def install_usage(app: web.Application, config: Any) -> UsageRecorder:
+    """Wire usage recording into a gateway app: the arrival stamp, the store's lifetime (first in, last out,
+    so exchanges ended at shutdown are still flushed), ``GET /metrics`` and ``GET /migration``."""
+    from gateway.dashboard import handle_migration
+    from gateway.metrics import Metrics, handle_metrics
+
+    usage = getattr(config, "usage", None) or UsageConfig()
+    recorder = UsageRecorder(usage, Metrics(), session_idle_seconds=getattr(config, "session_idle_seconds", 3600.0))
+    app.middlewares.append(stamp_middleware)
+    app.cleanup_ctx.insert(0, usage_context(recorder))
+    app.router.add_get("/metrics", handle_metrics)
+    app.router.add_get("/migration", handle_migration)
+    return recorder
+
+
+def serve_defaults(config: Any, db: str | None) -> Any:
+    """``serve`` keeps history by default: ``--usage-db``, else ``[gateway.usage].db``, else the default file."""
+    from gateway.report import DEFAULT_DB
+
+    usage = getattr(config, "usage", None)
+    if usage is None:
+        return config
+    return config.model_copy(update={"usage": usage.model_copy(update={"db": db or usage.db or DEFAULT_DB})})
