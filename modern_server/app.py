@@ -132,23 +132,24 @@ async def handle_post(request: web.Request) -> web.StreamResponse:
     except Unauthorized as exc:
         return web.json_response({"error": str(exc)}, status=401, headers={"WWW-Authenticate": "Bearer"})
     body: Any = None
+    headers = {k.lower(): v for k, v in request.headers.items()}
     try:
         _check_http(request)
         body = await _decode(request)
         if _is_notification(body):
             return web.Response(status=202)  # streamable-http: a notification is never answered
         check_jsonrpc(body)
-        env = validate({k.lower(): v for k, v in request.headers.items()}, body)
+        env = validate(headers, body)
     except McpError as exc:
         return _error_response(exc, body.get("id") if isinstance(body, dict) else None)
-    return await _run(request, env, principal)
+    return await _run(request, env, principal, headers)
 
 
-async def _run(request: web.Request, env: Envelope, principal: str) -> web.StreamResponse:
+async def _run(request: web.Request, env: Envelope, principal: str, headers: dict[str, str]) -> web.StreamResponse:
     services, registry = request.app[SERVICES], request.app[REGISTRY]
     responder = _Responder(request)
     base = services.config.public_url or f"{request.scheme}://{request.host}"
-    ctx = Context(env, principal, services, responder.emit, base_url=base)
+    ctx = Context(env, principal, services, responder.emit, base_url=base, headers=headers)
     try:
         method = METHODS.get(env.method)
         check_shape(ctx)
@@ -161,7 +162,9 @@ async def _run(request: web.Request, env: Envelope, principal: str) -> web.Strea
             return _error_response(exc, env.id)
         return await responder.final({"jsonrpc": "2.0", "id": env.id, "error": exc.to_error()})
     except (ConnectionResetError, OSError):
-        raise  # the client left; nothing to answer
+        # The client left (2026: that is a cancel); there is no one to answer, and nothing to log loudly.
+        log.debug("client went away during %s", env.method)
+        return responder.stream or web.Response(status=499)
     except Exception:
         log.exception("internal error in %s", env.method)
         error = McpError(INTERNAL_ERROR, "internal server error")

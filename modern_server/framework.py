@@ -77,6 +77,7 @@ class Context:
     services: Services
     emit: Emit
     base_url: str = ""
+    headers: Mapping[str, str] = field(default_factory=dict)  # lower-cased; only for header mirroring checks
 
     @property
     def params(self) -> Mapping[str, Any]:

@@ -16,6 +16,7 @@ from pydantic import ValidationError
 from modern_server import SUPPORTED_VERSIONS
 from modern_server.errors import METHOD_NOT_FOUND, McpError
 from modern_server.framework import UI_EXTENSION, Context, Registry
+from modern_server.wire import check_param_headers
 
 # server/utilities/caching: every cacheable result carries ttlMs and cacheScope. Discover, prompts and
 # templates do not vary by caller; the tool list varies with the request's declared extensions and the
@@ -81,6 +82,7 @@ async def tools_call(ctx: Context, reg: Registry) -> dict[str, Any]:
         raise McpError.invalid_params(f"unknown tool {ctx.params['name']!r}")
     if not isinstance(ctx.params.get("arguments", {}), dict):
         raise McpError.invalid_params("arguments must be an object")
+    check_param_headers(tool.input_schema, ctx.params.get("arguments") or {}, ctx.headers)
     return await tool.handler(ctx)
 
 

@@ -138,3 +138,51 @@ def validate(headers: Mapping[str, str], body: Mapping[str, Any]) -> Envelope:
     info, level, token = _optional_meta(meta)
     return Envelope(body["id"], body["method"], params, version, meta[CLIENT_CAPABILITIES_META_KEY],
                     info, level, token)
+
+
+def _annotated(schema: Any, path: tuple[str, ...] = ()) -> Any:
+    """(path, token, type) of every property reachable through pure ``properties`` chains with x-mcp-header."""
+    props = schema.get("properties") if isinstance(schema, dict) else None
+    for name, sub in (props.items() if isinstance(props, dict) else ()):
+        if isinstance(sub, dict):
+            if isinstance(sub.get("x-mcp-header"), str):
+                yield (*path, name), sub["x-mcp-header"], sub.get("type")
+            yield from _annotated(sub, (*path, name))
+
+
+def _argument(arguments: Mapping[str, Any], path: tuple[str, ...]) -> Any:
+    node: Any = arguments
+    for key in path:
+        node = node.get(key) if isinstance(node, Mapping) else None
+    return node
+
+
+def _same(kind: Any, value: Any, decoded: str) -> bool:
+    if isinstance(value, bool):
+        return decoded == ("true" if value else "false")
+    if kind == "integer" and isinstance(value, (int, float)):
+        try:  # tools §x-mcp-header: integers compare numerically ("42" equals 42.0)
+            return float(decoded) == float(value) and decoded.strip() == decoded
+        except ValueError:
+            return False
+    return isinstance(value, (str, int, float)) and decoded == str(value)
+
+
+def check_param_headers(schema: Any, arguments: Mapping[str, Any], headers: Mapping[str, str]) -> None:
+    """streamable-http §Custom headers: each ``x-mcp-header`` argument is mirrored as ``Mcp-Param-<token>``.
+
+    Present argument -> the header must be present and (after sentinel decoding) equal it; absent or null
+    argument -> the header must be absent. Anything else is -32020.
+    """
+    for path, token, kind in _annotated(schema):
+        name, where = f"Mcp-Param-{token}", ".".join(path)
+        raw, value = headers.get(name.lower()), _argument(arguments, path)
+        if value is None:
+            if raw is not None:
+                raise McpError(HEADER_MISMATCH, f"{name} was sent but argument {where!r} is absent")
+            continue
+        if raw is None:
+            raise McpError(HEADER_MISMATCH, f"argument {where!r} must be mirrored in the {name} header")
+        decoded = decode_header(raw)
+        if decoded is None or not _same(kind, value, decoded):
+            raise McpError(HEADER_MISMATCH, f"the {name} header does not match argument {where!r}")

@@ -147,3 +147,47 @@ async def test_invalid_log_level_is_32602(client):
 async def test_bad_params_shape_is_32602(client):
     reply = await client.call("tools/call", {"arguments": {}}, headers={"Mcp-Name": "x"})
     assert reply.status == 400 and reply.error["code"] == -32602
+
+
+def _custom_header_registry():
+    from modern_server.framework import Registry, Tool, arguments, text_result
+
+    async def region(ctx):
+        return text_result(f"region={arguments(ctx).get('region')} n={arguments(ctx).get('opts', {}).get('n')}")
+
+    schema = {"type": "object", "properties": {
+        "region": {"type": "string", "x-mcp-header": "Region"},
+        "opts": {"type": "object", "properties": {"n": {"type": "integer", "x-mcp-header": "Count"}}}}}
+    registry = Registry()
+    registry.tools["regional"] = Tool("regional", "mirrors headers", schema, region)
+    return registry
+
+
+@pytest.fixture
+async def header_client(aiohttp_server, config):
+    import aiohttp
+
+    from modern_server.app import create_app
+    from tests.modern_server.conftest import CoreClient
+    server = await aiohttp_server(create_app(config, registry=_custom_header_registry()))
+    async with aiohttp.ClientSession() as session:
+        yield CoreClient(session, str(server.make_url("/mcp")))
+
+
+@pytest.mark.parametrize("arguments, headers, ok", [
+    ({"region": "eu-west"}, {"Mcp-Param-Region": "eu-west"}, True),
+    ({"region": "Zürich"}, {"Mcp-Param-Region": b64("Zürich")}, True),
+    ({"region": "eu", "opts": {"n": 42}}, {"Mcp-Param-Region": "eu", "Mcp-Param-Count": "42"}, True),
+    ({}, {}, True),
+    ({"region": "eu-west"}, {}, False),                                    # missing mirror
+    ({"region": "eu-west"}, {"Mcp-Param-Region": "us-east"}, False),       # mismatch
+    ({"region": "eu-west"}, {"Mcp-Param-Region": "=?base64?%%%?="}, False),  # malformed sentinel
+    ({}, {"Mcp-Param-Region": "eu-west"}, False),                          # header without an argument
+    ({"region": "eu", "opts": {"n": 42}}, {"Mcp-Param-Region": "eu", "Mcp-Param-Count": "43"}, False),
+])
+async def test_mcp_param_headers_mirror_annotated_arguments(header_client, arguments, headers, ok):
+    reply = await header_client.tool("regional", arguments, headers=headers)
+    if ok:
+        assert reply.status == 200 and reply.result["content"][0]["text"].startswith("region=")
+    else:
+        assert reply.status == 400 and reply.error["code"] == -32020
