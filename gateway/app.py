@@ -306,6 +306,13 @@ async def _end_sessions(app: web.Application) -> None:
         await app[GATEWAY].close()
 
 
+async def _end_sessions(app: web.Application) -> None:
+    """Shutdown runs before aiohttp waits for open handlers: ending every session's streams and tasks here lets
+    long-lived SSE writers (GET streams) return at once instead of holding shutdown for its timeout."""
+    if GATEWAY in app:
+        await app[GATEWAY].close()
+
+
 _HANDLERS = {
     "initialize": on_initialize,
     "request": on_request,
@@ -356,6 +363,7 @@ def create_app(config: GatewayConfig, *, store: SessionStore | None = None, tap:
                     await client.close()
 
     app.cleanup_ctx.append(lifetime)
+    app.on_shutdown.append(_end_sessions)
     app.on_shutdown.append(_end_sessions)
     app.router.add_route("*", "/mcp", handle_mcp)
     return app

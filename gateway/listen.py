@@ -29,9 +29,8 @@ class Listener:
     async def ensure(self, wanted: dict[str, Any], view: SessionView) -> ErrorValue | None:
         if wanted == self.filter and self.task is not None and not self.task.done():
             return None
-        old = self.task
         if not wanted:
-            self.filter, self.task = None, None
+            old, self.filter, self.task = self.task, None, None
         else:
             acked: asyncio.Future = asyncio.get_running_loop().create_future()
             task = self.runtime.spawn(self._run(wanted, view, acked))
@@ -41,7 +40,8 @@ class Listener:
                 task.cancel()
                 error = exc.error if isinstance(exc, UpstreamFailure) else None
                 return error or upstream_failure("timeout", "subscriptions/listen was not acknowledged")
-            self.filter, self.task = wanted, task
+            # Read the old listen only now: a concurrent ensure() may have replaced it while we waited.
+            old, self.filter, self.task = self.task, wanted, task
         if old is not None:
             old.cancel()
         return None

@@ -30,6 +30,14 @@ class OutStream:
         self.closed = False
         self._tap = tap
         self._wake = asyncio.Event()
+        self._writer = 0
+
+    def claim(self) -> int:
+        """A new writer takes the stream over; the previous one ends (S25: each message goes on exactly one
+        stream connection, never broadcast to two)."""
+        self._writer += 1
+        self._notify()
+        return self._writer
 
     def _notify(self) -> None:
         self._wake.set()
@@ -54,9 +62,9 @@ class OutStream:
         while self.buffer.next_seq == PRIMING_SEQ + 1 and not self.closed:
             await self._wake.wait()
 
-    async def events_after(self, seq: int, keepalive: float) -> AsyncIterator[Event | None]:
-        """Events after ``seq`` as they come; ``None`` items are keep-alive ticks."""
-        while True:
+    async def events_after(self, seq: int, keepalive: float, writer: int = 0) -> AsyncIterator[Event | None]:
+        """Events after ``seq`` as they come; ``None`` items are keep-alive ticks. Ends when superseded."""
+        while not writer or writer == self._writer:
             wake = self._wake
             items = self.buffer.after(seq)
             if items is None:
@@ -96,11 +104,12 @@ async def write_stream(request: web.Request, stream: OutStream, *, mode: str, re
     response = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache",
                                            "X-Accel-Buffering": "no", **(headers or {})})
     await response.prepare(request)
+    writer = stream.claim()
     try:
         if mode != "resume":
             # Priming event: an id to resume from before the first message, and the retry delay (S25 §SSE).
             await response.write(encode_event(event_id(stream.name, after), None, retry_ms))
-        async for event in stream.events_after(after, keepalive):
+        async for event in stream.events_after(after, keepalive, writer):
             await response.write(KEEPALIVE if event is None else event.encode(stream.name))
     except ConnectionResetError:
         return response  # the client went away; the stream lives on for resumption

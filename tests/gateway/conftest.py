@@ -33,7 +33,7 @@ def text(value: str) -> dict[str, Any]:
 
 @dataclass
 class FakeUpstream:
-    """``script[method](body, headers)`` returns a result dict, an ``("error", {...})`` tuple, a list of
+    """``script[method](body, request)`` returns a result dict, an ``("error", {...})`` tuple, a list of
     messages to stream as SSE (the last one the response), or a ready ``web.StreamResponse``."""
 
     script: dict[str, Callable[..., Any]] = field(default_factory=dict)
@@ -58,7 +58,7 @@ class FakeUpstream:
                 return web.json_response({"jsonrpc": "2.0", "id": body["id"], "result": DISCOVER})
             return web.json_response({"jsonrpc": "2.0", "id": body["id"],
                                       "error": {"code": -32601, "message": "nope"}}, status=404)
-        out = handler(body, request.headers)
+        out = handler(body, request)
         if hasattr(out, "__await__"):
             out = await out
         if isinstance(out, web.StreamResponse):
@@ -182,7 +182,7 @@ class Legacy:
 
 
 @pytest.fixture
-def make_gateway(aiohttp_client, upstream):
+def make_gateway(upstream, aiohttp_client):  # this order: the gateway is torn down before its upstream
     async def make(**overrides: Any):
         config = load_config(upstream_url=overrides.pop("upstream_url", upstream.url), **overrides)
         return await aiohttp_client(create_app(config))

@@ -89,14 +89,13 @@ async def test_cancellation_mid_bridge_stops_everything(legacy, upstream) -> Non
 async def test_cancellation_closes_the_in_flight_upstream_request(legacy, upstream) -> None:
     closed = asyncio.Event()
 
-    async def hang():
-        request = upstream.requests[-1]
+    async def hang(request):
         try:  # until the gateway hangs up (the server may cancel this handler when it notices)
             while request.transport is not None and not request.transport.is_closing():
                 await asyncio.sleep(0.01)
         finally:
             closed.set()
-    upstream.script["tools/call"] = lambda b, h: [hang]
+    upstream.script["tools/call"] = lambda b, r: [lambda: hang(r)]
     await legacy.initialize()
     post = asyncio.ensure_future(legacy.post("tools/call", {"name": "t", "arguments": {}}))
     while not upstream.calls("tools/call"):
@@ -186,7 +185,7 @@ async def test_subscribe_opens_a_listen_and_updates_reach_the_get_stream(legacy,
     release = asyncio.Event()
     filters = []
 
-    def listen(body, headers):
+    def listen(body, request):
         notifications = body["params"]["notifications"]
         filters.append(notifications)
         sub = {"io.modelcontextprotocol/subscriptionId": body["id"]}
@@ -194,12 +193,13 @@ async def test_subscribe_opens_a_listen_and_updates_reach_the_get_stream(legacy,
         async def updated():
             await release.wait()
             if "resourceSubscriptions" not in notifications:
-                await asyncio.sleep(30)
+                return None
             return {"jsonrpc": "2.0", "method": "notifications/resources/updated",
                     "params": {"uri": "file:///n/1", "_meta": sub}}
 
-        async def hold():
-            await asyncio.sleep(30)
+        async def hold():  # keep the listen open until the gateway closes it
+            while request.transport is not None and not request.transport.is_closing():
+                await asyncio.sleep(0.01)
         return [{"jsonrpc": "2.0", "method": "notifications/subscriptions/acknowledged",
                  "params": {"notifications": notifications, "_meta": sub}}, updated, hold]
     upstream.script["subscriptions/listen"] = listen
@@ -216,3 +216,13 @@ async def test_subscribe_opens_a_listen_and_updates_reach_the_get_stream(legacy,
     assert note == {"jsonrpc": "2.0", "method": "notifications/resources/updated", "params": {"uri": "file:///n/1"}}
     assert (await legacy.call("resources/unsubscribe", {"uri": "file:///n/1"}))["result"] == {}
     assert "resourceSubscriptions" not in filters[-1]
+
+
+async def test_a_new_get_stream_supersedes_the_old_one(legacy, upstream) -> None:
+    await legacy.initialize()
+    headers = {**legacy.headers(), "Accept": "text/event-stream"}
+    first = await legacy.client.get("/mcp", headers=headers)
+    await legacy.next_event(first)  # priming
+    second = await legacy.client.get("/mcp", headers=headers)
+    await legacy.next_event(second)
+    assert await legacy.next_event(first) == (None, None)  # the old connection ends: no message goes to both
