@@ -128,6 +128,7 @@ async def on_initialize(request: web.Request, gw: Gateway, acc: Accepted) -> web
     record = SessionRecord(session_id, acc.principal, version, dict(caps), dict(info), now, now,
                            server_capabilities=dict(found.get("capabilities") or {}), pins=peer_record(peer),
                            upstream=upstream)
+    await gw.sweep_expired()  # each new session pays for ending the expired ones: no timer task needed
     await gw.store.put_session(record)
     result = with_notice(build_initialize_result(found, version, gw.config.features()), peer, gw.today())
     return _json(response(message["id"], result), headers={"Mcp-Session-Id": record.session_id})

@@ -25,6 +25,7 @@ from gateway.streams import OutStream, Tap
 from gateway.upstream import UpstreamClient
 
 log = logging.getLogger("gateway")
+KEEP_FINISHED_STREAMS = 16
 
 
 def new_id(prefix: str = "g") -> str:
@@ -60,9 +61,17 @@ class SessionRuntime:
             log.error("session task failed", exc_info=task.exception())
 
     def new_stream(self) -> OutStream:
+        self._prune_streams()
         stream = OutStream(secrets.token_hex(6), self.gateway.config.replay_buffer_events, self.gateway.tap)
         self.streams[stream.name] = stream
         return stream
+
+    def _prune_streams(self) -> None:
+        """Finished request streams stay resumable, but only the most recent ones: memory per session is bounded
+        (a client resumes a stream right after it broke, not hours later)."""
+        finished = [name for name, s in self.streams.items() if s.closed and s is not self.standalone]
+        for name in finished[:max(0, len(finished) - KEEP_FINISHED_STREAMS)]:
+            del self.streams[name]
 
     def standalone_stream(self) -> OutStream:
         if self.standalone is None:
@@ -130,6 +139,17 @@ class Gateway:
         runtime = self.runtimes.pop(session_id, None)
         if runtime is not None:
             await runtime.close()
+
+    async def sweep_expired(self) -> int:
+        """End the sessions idle for longer than ``session_idle_seconds`` (their ids already answer 404)."""
+        limit, now, ended = self.config.session_idle_seconds * 1000, self.clock(), 0
+        for session_id in list(self.runtimes):
+            record = await self.store.get_session(session_id)
+            if record is None or now - record.last_seen_ms > limit:
+                if not self.runtimes[session_id].exchanges:
+                    await self.end_session(session_id)
+                    ended += 1
+        return ended
 
     async def close(self) -> None:
         for session_id in list(self.runtimes):

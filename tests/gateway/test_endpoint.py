@@ -191,3 +191,30 @@ async def test_pending_requests_per_session_limit(make_gateway, upstream) -> Non
     assert message["error"]["data"] == {"limit": "max_pending_per_session", "value": 1}
     gate.set()
     assert (await (await first).json())["result"]["content"][0]["text"] == "late"
+
+
+async def test_expired_sessions_answer_404_and_are_swept(make_gateway) -> None:
+    from gateway.app import GATEWAY
+    client = Legacy(await make_gateway(session_idle_seconds=60))
+    await client.initialize()
+    gw = client.client.app[GATEWAY]
+    await client.call("ping")
+    gw.runtime(client.session_id)
+    real_clock = gw.clock
+    gw.clock = lambda: real_clock() + 61_000  # an injected clock: no sleeping
+    assert (await client.post("ping")).status == 404
+    old = client.session_id
+    client.session_id = None
+    await client.initialize()
+    assert old not in gw.runtimes and await gw.store.get_session(old) is None
+
+
+async def test_finished_request_streams_are_bounded(legacy, upstream) -> None:
+    from gateway.app import GATEWAY
+    from gateway.runtime import KEEP_FINISHED_STREAMS
+    upstream.script["tools/call"] = lambda b, r: text("x")
+    await legacy.initialize()
+    for _ in range(KEEP_FINISHED_STREAMS + 5):
+        await legacy.call("tools/call", {"name": "echo", "arguments": {}})
+    runtime = legacy.client.app[GATEWAY].runtimes[legacy.session_id]
+    assert len(runtime.streams) <= KEEP_FINISHED_STREAMS + 1
