@@ -12,7 +12,8 @@ from typing import Any
 
 from adapters import bridge as B
 from adapters.records import PendingRound
-from adapters.results import request_notification
+from adapters.errors import ErrorValue
+from adapters.results import request_notification, response
 from adapters.upstream import build_request, x_mcp_header_map
 from gateway.runtime import SessionRuntime, log, new_id, session_view
 from gateway.streams import OutStream
@@ -41,6 +42,9 @@ class Exchange:
             while not self.machine.done:
                 await store.put_round(self.record)
                 await self._perform(self.machine.handle(await self.events.get()))
+        except Exception:  # a gateway bug must still answer the original request, not leave it hanging
+            log.exception("exchange for request %r failed", self.record.downstream_id)
+            self.stream.finish(response(self.record.downstream_id, error=ErrorValue(-32603, "internal gateway error")))
         finally:
             for handle in self._timers:
                 handle.cancel()

@@ -323,3 +323,28 @@ async def test_resumption_after_a_dropped_stream(stack) -> None:
     assert not result.is_error and result.structured_content["summary"]
     assert proxy.drops >= 1 and proxy.resumes >= 1 and calls == 2
     assert len([b for b in wire.upstream if b.get("method") == "tools/call"]) == 3  # not re-run: resumed
+
+
+async def test_subscribe_and_list_changed_arrive_on_the_get_stream(stack) -> None:
+    gateway, wire = stack
+    seen: list[Any] = []
+    arrived = asyncio.Event()
+
+    async def on_message(message) -> None:
+        seen.append(message)
+        methods = {getattr(m, "method", None) for m in seen}
+        if {"notifications/resources/updated", "notifications/resources/list_changed"} <= methods:
+            arrived.set()
+    note = "file:///work/notes/2026/standup-a.md"
+    elicit = elicitation_answering(content=pick_first)
+    async with legacy(gateway, elicitation_callback=elicit, message_handler=on_message) as client:
+        assert client.server_capabilities.resources.subscribe
+        await client.subscribe_resource(note)
+        result = await client.call_tool("notes_delete", {"workspaceUri": "file:///work/notes", "title": "Standup"})
+        assert result.structured_content == {"deleted": "n-1001"}
+        await asyncio.wait_for(arrived.wait(), 10)
+        await client.unsubscribe_resource(note)
+    updated = [m for m in seen if getattr(m, "method", None) == "notifications/resources/updated"]
+    assert updated[0].params.uri == note
+    listens = [b for b in wire.upstream if b.get("method") == "subscriptions/listen"]
+    assert any(b["params"]["notifications"].get("resourceSubscriptions") == [note] for b in listens)

@@ -218,3 +218,17 @@ async def test_finished_request_streams_are_bounded(legacy, upstream) -> None:
         await legacy.call("tools/call", {"name": "echo", "arguments": {}})
     runtime = legacy.client.app[GATEWAY].runtimes[legacy.session_id]
     assert len(runtime.streams) <= KEEP_FINISHED_STREAMS + 1
+
+
+async def test_a_gateway_bug_in_an_exchange_still_answers_the_request(legacy, upstream, monkeypatch) -> None:
+    from adapters import bridge
+    upstream.script["tools/call"] = lambda b, r: text("x")
+    await legacy.initialize()
+
+    def broken(self, event):
+        raise RuntimeError("bug")
+    monkeypatch.setattr(bridge.BridgeMachine, "handle", broken)
+    message = await legacy.call("tools/call", {"name": "echo", "arguments": {}})
+    assert message["error"] == {"code": -32603, "message": "internal gateway error"}
+    monkeypatch.undo()
+    assert (await legacy.call("tools/call", {"name": "echo", "arguments": {}}))["result"]["content"][0]["text"] == "x"
