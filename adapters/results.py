@@ -151,6 +151,17 @@ def request_notification(message: Mapping[str, Any], progress_token: Any) -> dic
     return None
 
 
+def progress_advances(last: float | None, message: Mapping[str, Any]) -> tuple[bool, float | None]:
+    """Progress must increase (S25 basic/utilities/progress) but every MRTR round is a new upstream request
+    whose progress may start again: keep only values above the last one forwarded for this client request."""
+    if message.get("method") != "notifications/progress":
+        return True, last
+    value = (message.get("params") or {}).get("progress")
+    if not isinstance(value, (int, float)) or isinstance(value, bool) or (last is not None and value <= last):
+        return False, last
+    return True, value
+
+
 def _strip_subscription(params: Mapping[str, Any]) -> dict[str, Any]:
     out = dict(params)
     meta = out.get("_meta")

@@ -13,7 +13,7 @@ from typing import Any
 from adapters import bridge as B
 from adapters.records import PendingRound
 from adapters.errors import ErrorValue
-from adapters.results import request_notification, response
+from adapters.results import progress_advances, request_notification, response
 from adapters.upstream import build_request, x_mcp_header_map
 from gateway.runtime import SessionRuntime, log, new_id, session_view
 from gateway.streams import OutStream
@@ -28,6 +28,7 @@ class Exchange:
         self.events: asyncio.Queue[Any] = asyncio.Queue()
         self._upstream: asyncio.Task | None = None
         self._timers: list[asyncio.TimerHandle] = []
+        self._last_progress: float | None = None
         meta = record.params.get("_meta")
         self.progress_token = meta.get("progressToken") if isinstance(meta, dict) else None
 
@@ -107,7 +108,9 @@ class Exchange:
     def _on_notification(self, message: dict[str, Any]) -> None:
         legacy = request_notification(message, self.progress_token)
         if legacy is not None:
-            self.stream.push(legacy)
+            keep, self._last_progress = progress_advances(self._last_progress, legacy)
+            if keep:
+                self.stream.push(legacy)
 
     async def _store_roots(self, result: dict[str, Any]) -> None:
         store = self.runtime.gateway.store

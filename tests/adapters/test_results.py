@@ -102,3 +102,15 @@ def test_request_stream_notifications(message, token, expected) -> None:
     assert (out["params"] if out else None) == expected
     if out:
         schema.check("2025-11-25", out)
+
+
+def test_progress_only_moves_forward_across_rounds() -> None:
+    from adapters.results import progress_advances
+    last = None
+    kept = []
+    for value in (1, 2, 1, 2, 3, 0.5, 4):
+        keep, last = progress_advances(last, {"method": "notifications/progress", "params": {"progress": value}})
+        if keep:
+            kept.append(value)
+    assert kept == [1, 2, 3, 4]
+    assert progress_advances(3, {"method": "notifications/message", "params": {}}) == (True, 3)

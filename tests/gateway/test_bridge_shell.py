@@ -226,3 +226,26 @@ async def test_a_new_get_stream_supersedes_the_old_one(legacy, upstream) -> None
     second = await legacy.client.get("/mcp", headers=headers)
     await legacy.next_event(second)
     assert await legacy.next_event(first) == (None, None)  # the old connection ends: no message goes to both
+
+
+async def test_the_pending_round_is_in_the_store_and_another_process_could_continue_it(legacy, upstream) -> None:
+    from adapters import bridge as B
+    from gateway.app import GATEWAY
+    upstream.script["tools/call"] = two_rounds
+    await legacy.initialize()
+    resp = await legacy.post("tools/call", {"name": "t", "arguments": {}})
+    await legacy.next_event(resp)
+    _, first = await legacy.next_event(resp)
+    _, second = await legacy.next_event(resp)
+    gw = legacy.client.app[GATEWAY]
+    (stored,) = await gw.store.rounds_of(legacy.session_id)
+    assert stored.phase == "awaiting_client" and stored.round == 1 and stored.request_state == "s1\u00e9"
+    assert set(stored.outstanding) == {first["id"], second["id"]}
+    session = await gw.store.get_session(legacy.session_id)
+    other = B.BridgeMachine(stored, B.BridgeContext(B.BridgeLimits(), session.client_capabilities, lambda: "x"))
+    other.handle(B.ClientAnswered(first["id"], SAMPLED))
+    assert other.handle(B.ClientAnswered(second["id"], SAMPLED)) == [
+        B.CallUpstream({"inputResponses": {"a": SAMPLED, "b": SAMPLED}, "requestState": "s1\u00e9"})]
+    await legacy.notify("notifications/cancelled", {"requestId": legacy.next_id})
+    await legacy.events(resp)
+    assert await gw.store.rounds_of(legacy.session_id) == []  # deleted when the request ends
