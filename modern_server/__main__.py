@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import asyncio
 import logging
 
 from aiohttp import web
@@ -17,6 +18,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--port", type=int, default=8809)
     parser.add_argument("--config", default=None, help="TOML file (see config/core.example.toml)")
     parser.add_argument("--no-access-log", action="store_true", help="do not log every request (benchmarks)")
+    parser.add_argument("--loop", choices=("auto", "asyncio", "uvloop"), default="asyncio",
+                        help="event loop (auto: uvloop when installed; asyncio by default)")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     try:
@@ -24,9 +27,22 @@ def main(argv: list[str] | None = None) -> None:
         app = create_app(config)
     except (ConfigError, ValueError) as exc:
         raise SystemExit(f"modern_server: {exc}") from None
+    _install_loop(args.loop)
     # 2026 cancellation: a client closing the response stream cancels the request's handler.
     web.run_app(app, host=args.host, port=args.port, handler_cancellation=True, print=None,
                 access_log=None if args.no_access_log else logging.getLogger("aiohttp.access"))
+
+
+def _install_loop(choice: str) -> None:
+    if choice == "asyncio":
+        return
+    try:
+        import uvloop
+    except ImportError:
+        if choice == "uvloop":
+            raise SystemExit("--loop uvloop: uvloop is not installed") from None
+        return
+    asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
 
 
 if __name__ == "__main__":

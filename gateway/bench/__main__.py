@@ -140,9 +140,10 @@ def print_table(results: list[Stats], summary: dict[str, Any]) -> None:
 
 
 async def run(args: argparse.Namespace) -> dict[str, Any]:
-    core = Child("core", ["-m", "modern_server", "--port", "{port}", "--no-access-log"])
-    gw = Child("gateway", ["-m", "gateway", "serve", "--port", "{port}", "--upstream", core.url, "--no-access-log"])
-    fwd = Child("forwarder", ["-m", "gateway.bench.forwarder", "--port", "{port}", "--upstream", core.url])
+    loop = ["--loop", args.loop]
+    core = Child("core", ["-m", "modern_server", "--port", "{port}", "--no-access-log", *loop])
+    gw = Child("gateway", ["-m", "gateway", "serve", "--port", "{port}", "--upstream", core.url, "--no-access-log", *loop])
+    fwd = Child("forwarder", ["-m", "gateway.bench.forwarder", "--port", "{port}", "--upstream", core.url, *loop])
     results: list[Stats] = []
     try:
         async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as http:
@@ -167,6 +168,8 @@ def main() -> None:
     parser.add_argument("--concurrency", type=lambda s: [int(x) for x in s.split(",")], default=[1, 32])
     parser.add_argument("--idle", type=lambda s: [int(x) for x in s.split(",") if x], default=[1000, 10000])
     parser.add_argument("--json", default=None, help="also write the results to this file")
+    parser.add_argument("--loop", choices=("auto", "asyncio", "uvloop"), default="asyncio",
+                        help="event loop of the core, the gateway and the forwarder")
     args = parser.parse_args()
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))  # children inherit it: 10,000 streams need it

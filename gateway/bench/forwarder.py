@@ -11,6 +11,8 @@ import argparse
 import aiohttp
 from aiohttp import web
 
+from gateway.loops import CHOICES, install
+
 PASS = ("Accept", "Content-Type", "MCP-Protocol-Version", "Mcp-Method", "Mcp-Name", "Authorization")
 UPSTREAM = web.AppKey("upstream", str)
 CLIENT = web.AppKey("client", aiohttp.ClientSession)
@@ -39,7 +41,9 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--upstream", required=True)
+    parser.add_argument("--loop", choices=CHOICES, default="asyncio")
     args = parser.parse_args()
+    install(args.loop)
     app = web.Application()
     app[UPSTREAM] = args.upstream
     app.cleanup_ctx.append(_client)
