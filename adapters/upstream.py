@@ -143,3 +143,9 @@ def param_headers(header_map: Mapping[tuple[str, ...], str], arguments: Any) -> 
         text = ("true" if value else "false") if isinstance(value, bool) else str(value)
         out[f"Mcp-Param-{name}"] = encode_header_value(text)
     return out
+
+
+def needs_header_refresh(method: str, error: Any) -> bool:
+    """A -32020 (HeaderMismatch) on ``tools/call``: re-learn the x-mcp-header maps and resend once (S26
+    streamable-http §Custom Headers: on -32020 the client SHOULD re-fetch tools/list and retry)."""
+    return method == "tools/call" and isinstance(error, Mapping) and error.get("code") == -32020

@@ -14,10 +14,12 @@ from adapters import bridge as B
 from adapters.records import PendingRound
 from adapters.errors import ErrorValue
 from adapters.results import progress_advances, request_notification, response
-from adapters.upstream import build_request, x_mcp_header_map
+from adapters.upstream import build_request, needs_header_refresh, x_mcp_header_map
 from gateway.runtime import SessionRuntime, log, new_id, session_view
 from gateway.streams import OutStream
 from gateway.upstream import UpstreamFailure
+
+REFRESH_PAGE_CAP = 20
 
 
 class Exchange:
@@ -29,6 +31,7 @@ class Exchange:
         self._upstream: asyncio.Task | None = None
         self._timers: list[asyncio.TimerHandle] = []
         self._last_progress: float | None = None
+        self._refreshed = False
         meta = record.params.get("_meta")
         self.progress_token = meta.get("progressToken") if isinstance(meta, dict) else None
 
@@ -85,17 +88,40 @@ class Exchange:
         if session is None:
             self.events.put_nowait(B.Cancelled("session ended"))
             return
-        header_map = self.runtime.header_maps.get(rec.params.get("name")) if rec.method == "tools/call" else None
-        call = build_request(rec.method, rec.params, request_id=new_id("u"), extra=extra,
-                             view=session_view(session, self.authorization), header_map=header_map)
         try:
-            kind, payload = await gateway.upstream_for(session.upstream).call(call, self._on_notification)
+            kind, payload = await self._send(session, extra)
+            if kind == "error" and needs_header_refresh(rec.method, payload) and not self._refreshed:
+                # DIGEST §4.13: a -32020 on tools/call may mean our x-mcp-header map is stale or missing:
+                # refresh it from tools/list once, then resend the same round with a new id.
+                self._refreshed = True
+                await self._refresh_header_maps(session)
+                kind, payload = await self._send(session, extra)
         except UpstreamFailure as failure:
             self.events.put_nowait(B.UpstreamFailed(failure.error))
             return
         if kind == "result" and rec.method == "tools/list":
             self._learn_header_maps(payload)
         self.events.put_nowait(B.UpstreamResult(payload) if kind == "result" else B.UpstreamError(payload))
+
+    async def _send(self, session: Any, extra: dict[str, Any]) -> tuple[str, Any]:
+        rec = self.record
+        header_map = self.runtime.header_maps.get(rec.params.get("name")) if rec.method == "tools/call" else None
+        call = build_request(rec.method, rec.params, request_id=new_id("u"), extra=extra,
+                             view=session_view(session, self.authorization), header_map=header_map)
+        return await self.runtime.gateway.upstream_for(session.upstream).call(call, self._on_notification)
+
+    async def _refresh_header_maps(self, session: Any) -> None:
+        upstream, cursor = self.runtime.gateway.upstream_for(session.upstream), None
+        for _page in range(REFRESH_PAGE_CAP):  # a paginator that never ends cannot hang the request
+            call = build_request("tools/list", {"cursor": cursor} if cursor else {}, request_id=new_id("u"),
+                                 view=session_view(session, self.authorization))
+            kind, payload = await upstream.call(call, lambda _m: None)
+            if kind != "result":
+                return
+            self._learn_header_maps(payload)
+            cursor = payload.get("nextCursor") if isinstance(payload, dict) else None
+            if not isinstance(cursor, str):
+                return
 
     def _learn_header_maps(self, result: Any) -> None:
         """Cache each tool's x-mcp-header map so tools/call can mirror Mcp-Param-* (DIGEST §4.13)."""

@@ -97,3 +97,13 @@ def test_listen_request() -> None:
     assert call.body["params"]["notifications"] == {"resourceSubscriptions": ["file:///a"]}
     assert call.headers["Mcp-Method"] == "subscriptions/listen"
     schema.check("2026-07-28", call.body)
+
+
+@pytest.mark.parametrize("method,error,refresh", [
+    ("tools/call", {"code": -32020, "message": "m"}, True),
+    ("tools/call", {"code": -32602, "message": "m"}, False),
+    ("prompts/get", {"code": -32020, "message": "m"}, False),
+])
+def test_header_mismatch_triggers_one_tools_list_refresh(method, error, refresh) -> None:
+    from adapters.upstream import needs_header_refresh
+    assert needs_header_refresh(method, error) == refresh

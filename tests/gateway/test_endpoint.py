@@ -232,3 +232,21 @@ async def test_a_gateway_bug_in_an_exchange_still_answers_the_request(legacy, up
     assert message["error"] == {"code": -32603, "message": "internal gateway error"}
     monkeypatch.undo()
     assert (await legacy.call("tools/call", {"name": "echo", "arguments": {}}))["result"]["content"][0]["text"] == "x"
+
+
+async def test_mcp_param_headers_are_learned_from_tools_list_on_a_header_mismatch(legacy, upstream) -> None:
+    schema_ = {"type": "object", "properties": {"region": {"type": "string", "x-mcp-header": "Region"}}}
+    upstream.script["tools/list"] = lambda b, r: {"resultType": "complete", "ttlMs": 0, "cacheScope": "public",
+                                                  "tools": [{"name": "geo", "inputSchema": schema_}]}
+
+    def geo(body, request):
+        if request.headers.get("Mcp-Param-Region") != body["params"]["arguments"]["region"]:
+            return ("error", {"code": -32020, "message": "Mcp-Param-Region missing"}, 400)
+        return text("ok " + request.headers["Mcp-Param-Region"])
+    upstream.script["tools/call"] = geo
+    await legacy.initialize()
+    message = await legacy.call("tools/call", {"name": "geo", "arguments": {"region": "eu"}})
+    assert message["result"]["content"][0]["text"] == "ok eu"
+    assert [b["method"] for b in upstream.received[-3:]] == ["tools/call", "tools/list", "tools/call"]
+    await legacy.call("tools/call", {"name": "geo", "arguments": {"region": "us"}})
+    assert [b["method"] for b in upstream.received[-1:]] == ["tools/call"]  # the map is cached now
