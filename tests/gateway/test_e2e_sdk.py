@@ -348,3 +348,14 @@ async def test_subscribe_and_list_changed_arrive_on_the_get_stream(stack) -> Non
     assert updated[0].params.uri == note
     listens = [b for b in wire.upstream if b.get("method") == "subscriptions/listen"]
     assert any(b["params"]["notifications"].get("resourceSubscriptions") == [note] for b in listens)
+
+
+async def test_a_modern_client_on_the_same_url_is_passed_through(stack) -> None:
+    gateway, wire = stack
+    async with Client(url_of(gateway), mode="auto", sampling_callback=sampling) as client:
+        assert client.protocol_version == "2026-07-28"
+        assert (await client.call_tool("echo", {"text": "modern"})).content[0].text == "modern"
+        result = await client.call_tool("summarize_repo", {})  # the client drives MRTR itself
+    assert result.structured_content["files"]
+    gw = gateway.app[GATEWAY]
+    assert not gw.runtimes and not wire.sent("sampling/createMessage")  # no session, no translation
