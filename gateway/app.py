@@ -189,13 +189,17 @@ async def on_subscribe(request: web.Request, gw: Gateway, session: SessionRecord
     uri = subscribe_uri(params)
     if isinstance(uri, ErrorValue):
         return _json(response(ident, error=uri))
-    before = session.subscriptions
-    session.subscriptions = apply_subscribe(before, uri, subscribe)
+    session.subscriptions = apply_subscribe(session.subscriptions, uri, subscribe)
     error = await ensure_listen(gw, session, request.headers.get("Authorization"))
-    if error is not None:
-        session.subscriptions = before  # the upstream did not take it: the client is not subscribed
+    if error is not None:  # the upstream did not take it: the client is not subscribed
         return _json(response(ident, error=error))
-    await gw.store.put_session(session)
+    # Re-read after the wait for the ack: a concurrent request (setLevel, another subscribe) may have saved
+    # the record meanwhile, and writing our stale copy back would undo it.
+    fresh = await gw.store.get_session(session.session_id)
+    if fresh is None:
+        return _rejection(reject("unknown_session", "session not found"))
+    fresh.subscriptions = apply_subscribe(fresh.subscriptions, uri, subscribe)
+    await gw.store.put_session(fresh)
     return _json(response(ident, {}))
 
 

@@ -249,3 +249,29 @@ async def test_the_pending_round_is_in_the_store_and_another_process_could_conti
     await legacy.notify("notifications/cancelled", {"requestId": legacy.next_id})
     await legacy.events(resp)
     assert await gw.store.rounds_of(legacy.session_id) == []  # deleted when the request ends
+
+
+async def test_a_set_level_during_a_subscribe_is_not_lost(legacy, upstream) -> None:
+    from gateway.app import GATEWAY
+    ack = asyncio.Event()
+
+    def listen(body, request):
+        async def acknowledged():
+            await ack.wait()
+            return {"jsonrpc": "2.0", "method": "notifications/subscriptions/acknowledged",
+                    "params": {"notifications": body["params"]["notifications"]}}
+
+        async def hold():
+            while request.transport is not None and not request.transport.is_closing():
+                await asyncio.sleep(0.01)
+        return [acknowledged, hold]
+    upstream.script["subscriptions/listen"] = listen
+    await legacy.initialize()
+    subscribing = asyncio.ensure_future(legacy.call("resources/subscribe", {"uri": "file:///a"}))
+    while not upstream.calls("subscriptions/listen"):
+        await asyncio.sleep(0.01)
+    assert (await legacy.call("logging/setLevel", {"level": "error"}))["result"] == {}
+    ack.set()
+    assert (await subscribing)["result"] == {}
+    record = await legacy.client.app[GATEWAY].store.get_session(legacy.session_id)
+    assert (record.log_level, record.subscriptions) == ("error", ["file:///a"])
