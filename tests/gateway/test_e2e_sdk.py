@@ -290,16 +290,16 @@ async def test_delete_on_close_and_unknown_session_then_reinitialize(stack) -> N
     gw = gateway.app[GATEWAY]
     async with legacy(gateway) as client:
         await client.list_tools()
-        (session_id,) = list(gw.runtimes) or [None]
-        session_id = session_id or next(iter(gw.store._sessions))  # type: ignore[attr-defined]
-        await gw.end_session(session_id)  # expired/deleted behind the client's back
-        with pytest.raises(MCPError):
+        (first,) = list(gw.runtimes)
+        await gw.end_session(first)  # expired/deleted behind the client's back
+        with pytest.raises(MCPError) as raised:
             await client.call_tool("echo", {"text": "x"})  # 404: the client learns the session is gone
+        assert "session not found" in raised.value.error.message
     async with legacy(gateway) as client:  # a fresh initialize works
         assert (await client.call_tool("echo", {"text": "again"})).content[0].text == "again"
-        live = list(gw.store._sessions)  # type: ignore[attr-defined]
-        assert len(live) == 1
-    assert gw.store._sessions == {}  # type: ignore[attr-defined]  # the SDK's DELETE ended it
+        (second,) = list(gw.runtimes)
+        assert second != first and await gw.store.get_session(second) is not None
+    assert await gw.store.get_session(second) is None and not gw.runtimes  # the SDK's DELETE ended it
 
 
 async def test_resumption_after_a_dropped_stream(stack) -> None:
