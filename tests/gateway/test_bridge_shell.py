@@ -275,3 +275,34 @@ async def test_a_set_level_during_a_subscribe_is_not_lost(legacy, upstream) -> N
     assert (await subscribing)["result"] == {}
     record = await legacy.client.app[GATEWAY].store.get_session(legacy.session_id)
     assert (record.log_level, record.subscriptions) == ("error", ["file:///a"])
+
+
+def gateway_tasks() -> list[asyncio.Task]:
+    import gateway
+    package = gateway.__path__[0]
+    return [t for t in asyncio.all_tasks() if t.get_coro().cr_code.co_filename.startswith(package)]
+
+
+async def test_delete_mid_bridge_leaves_no_task_behind(legacy, upstream) -> None:
+    upstream.script["tools/call"] = two_rounds
+    upstream.script["subscriptions/listen"] = lambda body, request: [
+        {"jsonrpc": "2.0", "method": "notifications/subscriptions/acknowledged",
+         "params": {"notifications": body["params"]["notifications"]}}, _hold(request)]
+    await legacy.initialize()
+    stream = await legacy.client.get("/mcp", headers={**legacy.headers(), "Accept": "text/event-stream"})
+    await legacy.call("resources/subscribe", {"uri": "file:///a"})
+    resp = await legacy.post("tools/call", {"name": "t", "arguments": {}})
+    await legacy.next_event(resp)
+    await legacy.next_event(resp)
+    assert gateway_tasks()  # the exchange and the listen are running
+    assert (await legacy.client.delete("/mcp", headers=legacy.headers())).status == 204
+    assert gateway_tasks() == []
+    rest = await legacy.events(resp)  # the stream just ends: no response for a request of a dead session
+    assert [m["method"] for m in rest] == ["sampling/createMessage"] and await legacy.events(stream) == []
+
+
+def _hold(request):
+    async def hold():
+        while request.transport is not None and not request.transport.is_closing():
+            await asyncio.sleep(0.01)
+    return hold
