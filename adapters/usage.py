@@ -81,9 +81,18 @@ class LabelFolder:
     max_peers: int = 100
     clients: dict[str, set[str]] = field(default_factory=dict)
     peers: set[str] = field(default_factory=set)
+    _memo: dict[tuple[str, str], tuple[str, str]] = field(default_factory=dict, repr=False)
 
     def client(self, name: Any, version: Any) -> tuple[str, str]:
-        name, version = clean_label(name), clean_label(version)
+        raw = (name, version) if isinstance(name, str) and isinstance(version, str) else None
+        folded = self._memo.get(raw) if raw is not None else None
+        if folded is None:
+            folded = self._fold_client(clean_label(name), clean_label(version))
+            if raw is not None and len(self._memo) < 4096:  # hot path: the same few clients, again and again
+                self._memo[raw] = folded
+        return folded
+
+    def _fold_client(self, name: str, version: str) -> tuple[str, str]:
         if name not in self.clients:
             if len(self.clients) >= self.max_clients:
                 return OTHER, OTHER

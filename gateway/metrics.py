@@ -22,6 +22,7 @@ _LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 
 class Metrics:
     def __init__(self) -> None:
         self.registry = r = CollectorRegistry()
+        self._children: dict[tuple[str, ...], Any] = {}
         self.requests = Counter("mcp_gateway_requests", "Requests by peer, client, era, revision, method, outcome",
                                 ["peer", "client", "era", "revision", "method", "translated", "outcome"], registry=r)
         self.features = Counter("mcp_gateway_deprecated_feature_uses", "Requests that used a deprecated feature",
@@ -42,8 +43,12 @@ class Metrics:
                               ["revision"], registry=r)
 
     def observe(self, record: UsageRecord) -> None:
-        self.requests.labels(record.peer, record.client, record.era, record.revision, record.method,
-                             str(record.translated).lower(), record.outcome).inc()
+        key = (record.peer, record.client, record.era, record.revision, record.method,
+               "true" if record.translated else "false", record.outcome)
+        child = self._children.get(key)
+        if child is None:  # label lookups cost more than the increment; the key set is bounded (folded labels)
+            child = self._children[key] = self.requests.labels(*key)
+        child.inc()
         for feature in record.features:
             self.features.labels(record.peer, record.client, feature).inc()
         for kind in record.inputs:
