@@ -31,7 +31,7 @@ from adapters.subscriptions import apply_subscribe, listen_filter, subscribe_uri
 from adapters.upstream import SessionView, build_discover
 from gateway.config import GatewayConfig
 from gateway.exchange import Exchange
-from gateway.listen import Listener
+from gateway.listen import ListenHub, Listener
 from gateway.runtime import Gateway, PinState, SessionRuntime, log, new_id, session_view
 from gateway.store import InMemoryStore, SessionStore
 from gateway.streams import Tap, write_stream
@@ -204,12 +204,23 @@ async def on_subscribe(request: web.Request, gw: Gateway, session: SessionRecord
 
 
 async def ensure_listen(gw: Gateway, session: SessionRecord, authorization: str | None) -> ErrorValue | None:
+    """The session's listen: shared with like sessions while it has no subscriptions, else its own. The new
+    listen is acknowledged before the old one closes, so no notification falls into the gap."""
     runtime = gw.runtime(session.session_id)
+    wanted = listen_filter(session.server_capabilities, session.subscriptions, gw.config.features())
+    view = session_view(session, authorization)
+    if not session.subscriptions and gw.hub is not None:
+        error = await gw.hub.join(runtime, session.upstream, wanted, view) if wanted else None
+        if error is None and runtime.listen is not None:
+            await runtime.listen.ensure({}, view)  # leave the session's own listen
+        return error
     if runtime.listen is None:
         runtime.listen = Listener(runtime)
     runtime.listen.upstream = session.upstream
-    wanted = listen_filter(session.server_capabilities, session.subscriptions, gw.config.features())
-    return await runtime.listen.ensure(wanted, session_view(session, authorization))
+    error = await runtime.listen.ensure(wanted, view)
+    if error is None and gw.hub is not None:
+        gw.hub.leave(runtime)
+    return error
 
 
 async def on_notification(request: web.Request, gw: Gateway, acc: Accepted) -> web.StreamResponse:
@@ -311,13 +322,6 @@ async def _end_sessions(app: web.Application) -> None:
         await app[GATEWAY].close()
 
 
-async def _end_sessions(app: web.Application) -> None:
-    """Shutdown runs before aiohttp waits for open handlers: ending every session's streams and tasks here lets
-    long-lived SSE writers (GET streams) return at once instead of holding shutdown for its timeout."""
-    if GATEWAY in app:
-        await app[GATEWAY].close()
-
-
 _HANDLERS = {
     "initialize": on_initialize,
     "request": on_request,
@@ -357,6 +361,7 @@ def create_app(config: GatewayConfig, *, store: SessionStore | None = None, tap:
             named = named_upstreams(config, core_url, tap)
             gateway = Gateway(config, store or InMemoryStore(), upstream, tap, upstreams=named,
                               pins=PinState.from_config(config, dict(os.environ)))
+            gateway.hub = ListenHub(gateway)
             app[GATEWAY] = gateway
             if core_url is not None:
                 app[CORE_URL] = core_url
@@ -368,7 +373,6 @@ def create_app(config: GatewayConfig, *, store: SessionStore | None = None, tap:
                     await client.close()
 
     app.cleanup_ctx.append(lifetime)
-    app.on_shutdown.append(_end_sessions)
     app.on_shutdown.append(_end_sessions)
     app.router.add_route("*", "/mcp", handle_mcp)
     return app

@@ -8,21 +8,30 @@ retried with a capped backoff while the session lives (DIGEST §1.8: the server 
 from __future__ import annotations
 
 import asyncio
+import json
+from collections.abc import Callable, Coroutine
 from typing import Any
 
 from adapters.errors import ErrorValue, upstream_failure
 from adapters.subscriptions import is_ack, legacy_notification
 from adapters.upstream import SessionView, build_listen
-from gateway.runtime import SessionRuntime, log, new_id
+from gateway.runtime import Gateway, SessionRuntime, log, new_id
 from gateway.upstream import UpstreamFailure
 
 ACK_TIMEOUT_SECONDS = 10.0
 
 
 class Listener:
-    def __init__(self, runtime: SessionRuntime) -> None:
+    """One upstream listen at a time, delivering to ``deliver``; by default a session's own GET stream."""
+
+    def __init__(self, runtime: SessionRuntime | None = None, *, gateway: Gateway | None = None,
+                 spawn: Callable[[Coroutine[Any, Any, Any]], asyncio.Task] | None = None,
+                 deliver: Callable[[dict[str, Any]], None] | None = None, label: str = "") -> None:
         self.upstream = "default"  # the session's upstream name (issue 3 routing)
-        self.runtime = runtime
+        self.gateway = gateway if gateway is not None else runtime.gateway  # type: ignore[union-attr]
+        self.spawn = spawn if spawn is not None else runtime.spawn  # type: ignore[union-attr]
+        self.deliver = deliver if deliver is not None else (lambda m: runtime.standalone_stream().push(m))  # type: ignore[union-attr]
+        self.label = label or (runtime.session_id if runtime is not None else "shared")
         self.filter: dict[str, Any] | None = None
         self.task: asyncio.Task | None = None
 
@@ -33,7 +42,7 @@ class Listener:
             old, self.filter, self.task = self.task, None, None
         else:
             acked: asyncio.Future = asyncio.get_running_loop().create_future()
-            task = self.runtime.spawn(self._run(wanted, view, acked))
+            task = self.spawn(self._run(wanted, view, acked))
             try:
                 await asyncio.wait_for(asyncio.shield(acked), ACK_TIMEOUT_SECONDS)
             except (asyncio.TimeoutError, UpstreamFailure) as exc:
@@ -55,7 +64,7 @@ class Listener:
                 if not acked.done():
                     acked.set_exception(failure)
                     return
-                log.warning("listen stream for session %s ended: %s", self.runtime.session_id, failure)
+                log.warning("listen stream for %s ended: %s", self.label, failure)
             if not acked.done():
                 acked.set_exception(UpstreamFailure(upstream_failure("stream_broken", "listen ended before ack")))
                 return
@@ -64,11 +73,82 @@ class Listener:
 
     async def _listen_once(self, wanted: dict[str, Any], view: SessionView, acked: asyncio.Future) -> None:
         call = build_listen(new_id("l"), view, wanted)
-        async for message in self.runtime.gateway.upstream_for(self.upstream).messages(call):
+        async for message in self.gateway.upstream_for(self.upstream).messages(call):
             if is_ack(message):
                 if not acked.done():
                     acked.set_result(message)
                 continue
             legacy = legacy_notification(message)
             if legacy is not None:
-                self.runtime.standalone_stream().push(legacy)
+                self.deliver(legacy)
+
+
+class ListenHub:
+    """Shared listens for sessions that need only list_changed (no resource subscriptions).
+
+    Thousands of idle legacy sessions with a GET stream would otherwise hold one upstream listen each (an
+    upstream connection, a task and the upstream's own state per session). Sessions on the same upstream, with
+    the same credentials and the same filter, share one listen and each receives every notification on its own
+    GET stream (S25: each message goes on exactly one stream *per session*). A session with subscriptions keeps
+    its own listen, whose filter carries its URIs.
+    """
+
+    def __init__(self, gateway: Gateway) -> None:
+        self.gateway = gateway
+        self.shared: dict[tuple[str, str, str], _Shared] = {}
+        self.tasks: set[asyncio.Task] = set()
+
+    def _spawn(self, coro: Coroutine[Any, Any, Any]) -> asyncio.Task:
+        task = asyncio.get_running_loop().create_task(coro)
+        self.tasks.add(task)
+        task.add_done_callback(self.tasks.discard)
+        return task
+
+    async def join(self, runtime: SessionRuntime, upstream: str, wanted: dict[str, Any],
+                   view: SessionView) -> ErrorValue | None:
+        key = (upstream, view.authorization or "", json.dumps(wanted, sort_keys=True))
+        if runtime.hub_key == key:
+            return None
+        entry = self.shared.get(key)
+        if entry is None:  # the first joiner opens it; later ones wait for the same acknowledgement
+            entry = self.shared[key] = _Shared(self, upstream)
+            entry.ready = self._spawn(entry.listener.ensure(wanted, view))
+        error = await asyncio.shield(entry.ready)
+        if error is not None:
+            if not entry.members:
+                self.shared.pop(key, None)
+            return error
+        self.leave(runtime)
+        entry.members[runtime.session_id] = runtime
+        runtime.hub_key = key
+        return None
+
+    def leave(self, runtime: SessionRuntime) -> None:
+        key, runtime.hub_key = runtime.hub_key, None
+        entry = self.shared.get(key) if key is not None else None
+        if entry is None:
+            return
+        entry.members.pop(runtime.session_id, None)
+        if not entry.members:
+            self.shared.pop(key, None)
+            if entry.listener.task is not None:
+                entry.listener.task.cancel()  # closing the listen's response is the 2026 cancel
+
+    async def close(self) -> None:
+        for task in list(self.tasks):
+            task.cancel()
+        await asyncio.gather(*self.tasks, return_exceptions=True)
+        self.shared.clear()
+
+
+class _Shared:
+    def __init__(self, hub: ListenHub, upstream: str) -> None:
+        self.members: dict[str, SessionRuntime] = {}
+        self.listener = Listener(gateway=hub.gateway, spawn=hub._spawn, deliver=self.deliver,
+                                 label=f"shared listen on {upstream}")
+        self.listener.upstream = upstream
+        self.ready: asyncio.Task
+
+    def deliver(self, message: dict[str, Any]) -> None:
+        for runtime in list(self.members.values()):
+            runtime.standalone_stream().push(message)

@@ -45,7 +45,8 @@ class SessionRuntime:
         self.awaiting: dict[str, Any] = {}  # gateway request id -> Exchange waiting for the client's answer
         self.streams: dict[str, OutStream] = {}
         self.standalone: OutStream | None = None
-        self.listen: Any = None
+        self.listen: Any = None  # this session's own Listener (when it has resource subscriptions)
+        self.hub_key: Any = None  # the shared listen it is a member of (gateway.listen.ListenHub)
         self.header_maps: dict[str, Any] = {}  # tool name -> x-mcp-header map (from tools/list)
         self.tasks: set[asyncio.Task] = set()
 
@@ -79,6 +80,8 @@ class SessionRuntime:
         return self.standalone
 
     async def close(self) -> None:
+        if self.gateway.hub is not None:
+            self.gateway.hub.leave(self)
         for task in list(self.tasks):
             task.cancel()
         await asyncio.gather(*self.tasks, return_exceptions=True)
@@ -117,6 +120,7 @@ class Gateway:
     upstreams: dict[str, UpstreamClient] = field(default_factory=dict)  # named upstreams from the config
     pins: PinState = field(default_factory=PinState)
     today: Callable[[], str] = today_iso  # ISO date, injected by tests (sunsets)
+    hub: Any = None  # gateway.listen.ListenHub, set by the app
 
     def __post_init__(self) -> None:
         self.policy = self.config.policy(self.pins.tokens)
@@ -155,6 +159,8 @@ class Gateway:
         for session_id in list(self.runtimes):
             runtime = self.runtimes.pop(session_id)
             await runtime.close()
+        if self.hub is not None:
+            await self.hub.close()
 
 
 def session_view(record: SessionRecord, authorization: str | None) -> SessionView:

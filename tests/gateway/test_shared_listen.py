@@ -1,0 +1,101 @@
+"""Idle sessions share one upstream listen (gateway.listen.ListenHub); a subscribing session gets its own."""
+
+from __future__ import annotations
+
+import asyncio
+
+from gateway.app import GATEWAY
+from tests.gateway.conftest import Legacy
+
+
+def scripted_listen(upstream):
+    """A listen that acks, then sends tools/list_changed when ``fire`` is set, and holds until closed."""
+    opened, closed, fire = [], [], asyncio.Event()
+
+    def listen(body, request):
+        notifications = body["params"]["notifications"]
+        opened.append(notifications)
+        sub = {"io.modelcontextprotocol/subscriptionId": body["id"]}
+
+        def gone() -> bool:
+            return request.transport is None or request.transport.is_closing()
+
+        async def changed():
+            try:  # the server cancels this handler when the gateway closes the listen (2026 cancel)
+                while not fire.is_set() and not gone():
+                    await asyncio.sleep(0.01)
+            finally:
+                if gone():
+                    closed.append(notifications)
+            if gone():
+                return None
+            return {"jsonrpc": "2.0", "method": "notifications/tools/list_changed", "params": {"_meta": sub}}
+
+        async def hold():
+            try:
+                while not gone():
+                    await asyncio.sleep(0.01)
+            finally:
+                if notifications not in closed:
+                    closed.append(notifications)
+        return [{"jsonrpc": "2.0", "method": "notifications/subscriptions/acknowledged",
+                 "params": {"notifications": notifications, "_meta": sub}}, changed, hold]
+    upstream.script["subscriptions/listen"] = listen
+    return opened, closed, fire
+
+
+async def open_stream(legacy: Legacy):
+    stream = await legacy.client.get("/mcp", headers={**legacy.headers(), "Accept": "text/event-stream"})
+    assert stream.status == 200
+    assert (await legacy.next_event(stream))[1] is None  # priming
+    return stream
+
+
+async def wait_for(predicate, seconds: float = 5.0) -> None:
+    for _ in range(int(seconds / 0.01)):
+        if predicate():
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError("condition not reached")
+
+
+async def test_sessions_share_one_listen_and_each_gets_every_notification(make_gateway, upstream):
+    opened, closed, fire = scripted_listen(upstream)
+    client = await make_gateway()
+    sessions = [Legacy(client) for _ in range(3)]
+    streams = []
+    for legacy in sessions:
+        await legacy.initialize()
+        streams.append(await open_stream(legacy))
+    hub = client.app[GATEWAY].hub
+    await wait_for(lambda: sum(len(e.members) for e in hub.shared.values()) == 3)
+    assert len(opened) == 1  # one upstream listen for three idle sessions
+    fire.set()
+    for legacy, stream in zip(sessions, streams):
+        _, note = await legacy.next_event(stream)
+        assert note == {"jsonrpc": "2.0", "method": "notifications/tools/list_changed"}
+    for legacy in sessions[:2]:
+        assert (await legacy.client.delete("/mcp", headers=legacy.headers())).status == 204
+    await asyncio.sleep(0.1)
+    assert closed == []  # the last member still holds it
+    assert (await sessions[2].client.delete("/mcp", headers=sessions[2].headers())).status == 204
+    await wait_for(lambda: len(closed) == 1)  # the last one out closes the upstream listen
+    assert hub.shared == {}
+
+
+async def test_a_subscribing_session_moves_to_its_own_listen_and_back(make_gateway, upstream):
+    opened, closed, fire = scripted_listen(upstream)
+    client = await make_gateway()
+    a, b = Legacy(client), Legacy(client)
+    for legacy in (a, b):
+        await legacy.initialize()
+        await open_stream(legacy)
+    hub = client.app[GATEWAY].hub
+    await wait_for(lambda: len(opened) == 1 and sum(len(e.members) for e in hub.shared.values()) == 2)
+    assert (await a.call("resources/subscribe", {"uri": "file:///n/1"}))["result"] == {}
+    assert opened[-1]["resourceSubscriptions"] == ["file:///n/1"] and len(opened) == 2
+    assert [list(e.members) for e in hub.shared.values()] == [[b.session_id]]
+    assert (await a.call("resources/unsubscribe", {"uri": "file:///n/1"}))["result"] == {}
+    await wait_for(lambda: closed and "resourceSubscriptions" in closed[-1])  # its own listen closed
+    assert sorted(m for e in hub.shared.values() for m in e.members) == sorted([a.session_id, b.session_id])
+    assert len(opened) == 2  # it rejoined the shared listen, which was still open
