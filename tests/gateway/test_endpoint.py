@@ -250,3 +250,22 @@ async def test_mcp_param_headers_are_learned_from_tools_list_on_a_header_mismatc
     assert [b["method"] for b in upstream.received[-3:]] == ["tools/call", "tools/list", "tools/call"]
     await legacy.call("tools/call", {"name": "geo", "arguments": {"region": "us"}})
     assert [b["method"] for b in upstream.received[-1:]] == ["tools/call"]  # the map is cached now
+
+
+async def test_sweeps_are_rate_limited_so_opening_sessions_stays_linear(make_gateway) -> None:
+    from gateway.app import GATEWAY
+    client = Legacy(await make_gateway(session_idle_seconds=60))
+    gw = client.client.app[GATEWAY]
+    for _ in range(5):
+        client.session_id = None
+        await client.initialize()
+        await client.call("tools/list")  # gives the session a runtime, which a sweep would visit
+    visits = []
+    real_get = gw.store.get_session
+
+    async def counting_get(session_id):
+        visits.append(session_id)
+        return await real_get(session_id)
+    gw.store.get_session = counting_get
+    assert await gw.sweep_expired() == 0 and visits == []  # within 10% of the idle limit: no walk
+    assert await gw.sweep_expired(force=True) == 0 and len(visits) == len(gw.runtimes) >= 5
