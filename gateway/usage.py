@@ -72,7 +72,8 @@ class UsageDb:
         self.lock = threading.Lock()  # the flush thread and a report thread may overlap
 
     def close(self) -> None:
-        self.conn.close()
+        with self.lock:  # a flush thread still writing finishes first
+            self.conn.close()
 
     def write(self, rollup: dict[tuple, list[int]], peers: dict[str, tuple[str | None, int]],
               retention_days: int, now_ms: int) -> None:
@@ -150,6 +151,7 @@ class UsageRecorder:
                 slot = self.rollup.setdefault(key, [0, 0])
                 slot[0] += count
                 slot[1] += rounds
+            self.peers = {**peers, **self.peers}
 
     async def run(self) -> None:
         while True:
@@ -212,9 +214,11 @@ def _revision(acc: Any, message: Any) -> Any:
     return meta.get("io.modelcontextprotocol/protocolVersion", "2026-07-28")
 
 
-def _final_message(response: web.StreamResponse) -> Any:
+def _final_message(response: web.StreamResponse, kind: str = "") -> Any:
     """The JSON-RPC answer of a plain JSON response (only read for its outcome); a stand-in otherwise."""
     body = getattr(response, "body", None)
+    if kind != "initialize" and response.status < 400 and isinstance(body, bytes) and b'"error"' not in body:
+        return {"result": None}  # no error member anywhere: an answer, without parsing it (the hot path)
     if isinstance(body, bytes) and len(body) <= _MAX_PARSED_BODY and response.content_type == "application/json":
         try:
             return json.loads(body)
@@ -241,7 +245,7 @@ def observe_response(request: web.Request, gw: Any, acc: Any, response: web.Stre
 
 def _record_plain(recorder: UsageRecorder, request: web.Request, gw: Any, acc: Any,
                   response: web.StreamResponse) -> None:
-    message, legacy = _final_message(response), acc.kind != "modern"
+    message, legacy = _final_message(response, acc.kind), acc.kind != "modern"
     method, params = acc.message.get("method"), acc.message.get("params")
     info, peer, sunset = request_identity(gw, acc.session, acc.kind, acc.principal, params)
     features = legacy_request_features(method) if legacy else modern_request_features(params)
@@ -268,7 +272,7 @@ class ActiveSessions:
     def observe(self, acc: Any, response: web.StreamResponse, now: int) -> None:
         sid = response.headers.get("Mcp-Session-Id") if acc.kind == "initialize" else None
         if sid and len(self.seen) < self.cap:
-            self.seen[sid] = (fold_revision(_revision(acc, _final_message(response))), now)
+            self.seen[sid] = (fold_revision(_revision(acc, _final_message(response, acc.kind))), now)
         elif acc.session is not None and acc.kind == "delete":
             self.seen.pop(acc.session.session_id, None)
         elif acc.session is not None:
