@@ -110,7 +110,7 @@ def run(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
     from gateway.usage import UsageDb
 
     if not Path(args.db).exists():
-        print(f"no usage store at {args.db} (serve writes it; see [usage].db)", file=sys.stderr)
+        print(f"no usage store at {args.db} (serve writes it; see [gateway.usage].db)", file=sys.stderr)
         return 2
     db = UsageDb(args.db)
     try:

@@ -2,8 +2,9 @@
 in-memory rollup, and flushes it to SQLite off the request path.
 
 Owns: :class:`UsageConfig`, the SQLite usage store (:class:`UsageDb`: schema, upsert, retention, reads), the
-per-app :class:`UsageRecorder` (label folding, rollup, Prometheus updates, a background flush task started and
-stopped by :func:`usage_context` in the app's ``cleanup_ctx``), and the two hooks the endpoint calls:
+per-app :class:`UsageRecorder` (label folding, rollup, Prometheus updates, and a periodic flush: a re-armed
+loop timer hands each swapped-out rollup to a worker thread; armed and stopped, with a last flush, by
+:func:`usage_context` in the app's ``cleanup_ctx``), and the two hooks the endpoint calls:
 :func:`observe_response` (requests answered without a bridge exchange) and :class:`ExchangeObserver` (a
 forwarded request, fed the bridge machine's action batches). Nothing here stores request content: only the
 labels and counts of :class:`adapters.usage.UsageRecord`.
@@ -138,44 +139,71 @@ class UsageRecorder:
             self.metrics.observe(record)
         return record
 
-    async def flush(self) -> None:
-        """Swap the rollup out and write it in a worker thread (the event loop never waits on SQLite)."""
+    def flush_soon(self) -> asyncio.Future | None:
+        """Swap the rollup out and write it in a worker thread: the event loop never waits on SQLite."""
         if self.db is None or not (self.rollup or self.peers):
-            return
+            return None
         rollup, peers, self.rollup, self.peers = self.rollup, self.peers, {}, {}
+        future = asyncio.get_running_loop().run_in_executor(None, self._write, rollup, peers)
+        future.add_done_callback(self._written)
+        return future
+
+    def _write(self, rollup: dict[tuple, list[int]], peers: dict[str, tuple[str | None, int]]) -> Any:
+        assert self.db is not None
         try:
-            await asyncio.to_thread(self.db.write, rollup, peers, self.config.retention_days, self.clock_ms())
+            self.db.write(rollup, peers, self.config.retention_days, self.clock_ms())
         except sqlite3.Error:
             log.exception("usage flush failed; keeping the counts for the next flush")
-            for key, (count, rounds) in rollup.items():
-                slot = self.rollup.setdefault(key, [0, 0])
-                slot[0] += count
-                slot[1] += rounds
-            self.peers = {**peers, **self.peers}
+            return rollup, peers
+        return None
 
-    async def run(self) -> None:
-        while True:
-            await asyncio.sleep(self.config.flush_seconds)
-            await self.flush()
+    def _written(self, future: asyncio.Future) -> None:
+        """On the loop again: a failed write's counts go back into the rollup."""
+        if future.cancelled() or future.exception() is not None or future.result() is None:
+            return
+        rollup, peers = future.result()
+        for key, (count, rounds) in rollup.items():
+            slot = self.rollup.setdefault(key, [0, 0])
+            slot[0] += count
+            slot[1] += rounds
+        self.peers = {**peers, **self.peers}
+
+    async def flush(self) -> None:
+        future = self.flush_soon()
+        if future is not None:
+            await future
+
+    def _tick(self) -> None:
+        # A re-armed timer, not a long-lived task: between flushes nothing of ours runs or waits on the loop.
+        self._pending = self.flush_soon() or self._pending
+        self._timer = asyncio.get_running_loop().call_later(self.config.flush_seconds, self._tick)
+
+    def start(self) -> None:
+        self.open()
+        self._pending: asyncio.Future | None = None
+        self._timer = asyncio.get_running_loop().call_later(self.config.flush_seconds, self._tick)
+
+    async def stop(self) -> None:
+        self._timer.cancel()
+        if self._pending is not None and not self._pending.done():
+            await asyncio.gather(self._pending, return_exceptions=True)
+        await self.flush()  # what exchanges ended at shutdown still recorded
+        assert self.db is not None
+        self.db.close()
 
 
 USAGE = web.AppKey("usage", UsageRecorder)
 
 
 def usage_context(recorder: UsageRecorder):
-    """A ``cleanup_ctx`` entry: open the store, run the flush task, and on shutdown stop it and flush last."""
+    """A ``cleanup_ctx`` entry: open the store and arm the periodic flush; on shutdown stop it and flush last."""
     async def lifetime(app: web.Application) -> AsyncIterator[None]:
-        recorder.open()
+        recorder.start()
         app[USAGE] = recorder
-        task = asyncio.get_running_loop().create_task(recorder.run())
         try:
             yield
         finally:
-            task.cancel()
-            await asyncio.gather(task, return_exceptions=True)
-            await recorder.flush()
-            assert recorder.db is not None
-            recorder.db.close()
+            await recorder.stop()
     return lifetime
 
 
