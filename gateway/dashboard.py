@@ -31,7 +31,7 @@ h1{font-size:20px}section.peer{background:#fff;border:1px solid #dde1e7;border-r
 .verdict{font-weight:600}.ready{color:#17803d}.blocked{color:#b42318}table{border-collapse:collapse;margin:8px 0}
 td,th{border:1px solid #dde1e7;padding:4px 8px;text-align:left}svg{background:#fbfcfd;border:1px solid #eef0f3}
 .legend span{display:inline-block;margin-right:12px}.sw{display:inline-block;width:10px;height:10px;margin-right:4px}"""
-LEGACY_COLOR, MODERN_COLOR, FEATURE_COLOR = "#d97706", "#2563eb", "#7c3aed"
+LEGACY_COLOR, MODERN_COLOR, FEATURE_COLOR, FAILURE_COLOR = "#d97706", "#2563eb", "#7c3aed", "#b42318"
 
 
 def share_chart(peer: str, series: list[dict[str, Any]]) -> str:
@@ -56,17 +56,17 @@ def share_chart(peer: str, series: list[dict[str, Any]]) -> str:
     return "".join(parts)
 
 
-def feature_chart(peer: str, features: dict[str, int]) -> str:
-    """Horizontal bars: requests that used each deprecated feature in the window."""
-    rows = list(features.items()) or [("none", 0)]
+def bar_chart(peer: str, counts: dict[str, int], kind: str = "feature", color: str = FEATURE_COLOR) -> str:
+    """Horizontal bars, one per name: deprecated features in use (``kind="feature"``) or failure causes."""
+    rows = list(counts.items()) or [("none", 0)]
     peak, height = max([n for _, n in rows] + [1]), 22 * len(rows) + 10
-    parts = [f'<svg class="chart features" data-peer="{escape(peer)}" width="{_W}" height="{height}" '
-             f'viewBox="0 0 {_W} {height}" role="img"><title>Deprecated features in use ({escape(peer)})</title>']
+    parts = [f'<svg class="chart {kind}s" data-peer="{escape(peer)}" width="{_W}" height="{height}" '
+             f'viewBox="0 0 {_W} {height}" role="img"><title>{kind}s ({escape(peer)})</title>']
     for i, (name, count) in enumerate(rows):
         width = (_W - 220) * count / peak
         parts.append(f'<text x="8" y="{i * 22 + 20}" font-size="12">{escape(name)}</text>'
-                     f'<rect class="bar feature" data-feature="{escape(name)}" data-count="{count}" x="180" '
-                     f'y="{i * 22 + 8}" width="{width:.1f}" height="16" fill="{FEATURE_COLOR}"></rect>'
+                     f'<rect class="bar {kind}" data-{kind}="{escape(name)}" data-count="{count}" x="180" '
+                     f'y="{i * 22 + 8}" width="{width:.1f}" height="16" fill="{color}"></rect>'
                      f'<text x="{186 + width:.1f}" y="{i * 22 + 20}" font-size="12">{count}</text>')
     return "".join(parts) + "</svg>"
 
@@ -97,7 +97,9 @@ def _peer_section(peer: dict[str, Any]) -> str:
             f'<div class="legend"><span><i class="sw" style="background:{LEGACY_COLOR}"></i>legacy</span>'
             f'<span><i class="sw" style="background:{MODERN_COLOR}"></i>modern</span></div>'
             f'{share_chart(peer["peer"], peer["series"])}<h3>Deprecated features still in use</h3>'
-            f'{feature_chart(peer["peer"], peer["features"])}<h3>Clients</h3>{_client_rows(peer["clients"])}'
+            f'{bar_chart(peer["peer"], peer["features"])}<h3>Translation failures by cause</h3>'
+            f'{bar_chart(peer["peer"], peer["failures"], "failure", FAILURE_COLOR)}'
+            f'<h3>Clients</h3>{_client_rows(peer["clients"])}'
             "</section>")
 
 
