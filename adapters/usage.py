@@ -105,6 +105,8 @@ class LabelFolder:
         return name, version
 
     def peer(self, name: Any) -> str:
+        if name in self.peers:  # the hot path: an admitted peer
+            return name
         name = clean_label(name) if name else DEFAULT_PEER
         if name not in self.peers:
             if len(self.peers) >= self.max_peers:
@@ -128,16 +130,16 @@ def fold_revision(revision: Any) -> str:
 
 
 # --- deprecated features --------------------------------------------------------------------------------
-def legacy_request_features(method: str) -> tuple[str, ...]:
+_LEGACY_EXTRA = {"ping": ("legacy handshake", "ping"), "logging/setLevel": ("legacy handshake", "logging/setLevel"),
+                 "resources/subscribe": ("legacy handshake", "resources/subscribe"),
+                 "resources/unsubscribe": ("legacy handshake", "resources/subscribe")}
+
+
+def legacy_request_features(method: Any) -> tuple[str, ...]:
     """Features a legacy request itself leans on (DIGEST §3 rows answered locally or via listen).
 
     Every legacy request rides on the handshake session, so each one counts ``legacy handshake``."""
-    found = ["legacy handshake"]
-    extra = {"ping": "ping", "logging/setLevel": "logging/setLevel",
-             "resources/subscribe": "resources/subscribe", "resources/unsubscribe": "resources/subscribe"}
-    if method in extra:
-        found.append(extra[method])
-    return ordered(found)
+    return _LEGACY_EXTRA.get(method, ("legacy handshake",)) if isinstance(method, str) else ("legacy handshake",)
 
 
 def modern_request_features(params: Any) -> tuple[str, ...]:
@@ -173,9 +175,19 @@ def input_kind(entry: Any) -> tuple[str | None, tuple[str, ...]]:
     return None, ()
 
 
+_ORDERED: dict[Any, tuple[str, ...]] = {}
+
+
 def ordered(features: Iterable[str]) -> tuple[str, ...]:
-    wanted = set(features)
-    return tuple(f for f in FEATURES if f in wanted)
+    """The known features among ``features``, in FEATURES order (memoized: a handful of combinations recur)."""
+    key = features if isinstance(features, tuple) else tuple(features)
+    found = _ORDERED.get(key)
+    if found is None:
+        wanted = set(key)
+        found = tuple(f for f in FEATURES if f in wanted)
+        if len(_ORDERED) < 1024:
+            _ORDERED[key] = found
+    return found
 
 
 # --- outcome --------------------------------------------------------------------------------------------
@@ -237,7 +249,8 @@ def build_record(folder: LabelFolder, facts: Facts) -> UsageRecord:
     outcome, cause = outcome_of(facts.message)
     return UsageRecord(facts.ts_ms, folder.peer(facts.peer), client, version, facts.era,
                        fold_revision(facts.revision), fold_method(facts.method), facts.translated, facts.rounds,
-                       tuple(k for k in INPUT_KINDS if k in set(facts.inputs)), ordered(facts.features),
+                       tuple(k for k in INPUT_KINDS if k in facts.inputs) if facts.inputs else (),
+                       ordered(facts.features),
                        outcome, cause, facts.sunset)
 
 

@@ -50,7 +50,7 @@ class Metrics:
             child = self._children[key] = self.requests.labels(*key)
         child.inc()
         for feature in record.features:
-            self.features.labels(record.peer, record.client, feature).inc()
+            self._child(self.features, record.peer, record.client, feature).inc()
         for kind in record.inputs:
             self.inputs.labels(record.peer, kind).inc()
         if record.rounds:
@@ -58,8 +58,18 @@ class Metrics:
         if record.cause in FAILURE_CAUSES:
             self.failures.labels(record.peer, record.cause).inc()
 
+    def _child(self, family: Any, *labels: str) -> Any:
+        key = (id(family), *labels)
+        child = self._children.get(key)
+        if child is None:
+            child = self._children[key] = family.labels(*labels)
+        return child
+
     def request_seconds(self, record: UsageRecord, seconds: float) -> None:
-        self.latency.labels(record.era).observe(seconds)
+        child = self._children.get(record.era)
+        if child is None:
+            child = self._children[record.era] = self.latency.labels(record.era)
+        child.observe(seconds)
 
     def bridge_timings(self, record: UsageRecord, rounds: list[float], overhead: float) -> None:
         for seconds in rounds:

@@ -314,6 +314,9 @@ class ActiveSessions:
         return counts
 
 
+_GOING_ON = (B.CallUpstream, B.Finish)
+
+
 class ExchangeObserver:
     """Follows one bridged request through the bridge machine's action batches (``Exchange._perform`` calls it
     with each batch) and records it once, when the exchange task ends (Finish, cancellation or shutdown).
@@ -333,25 +336,30 @@ class ExchangeObserver:
         self._upstream_since: float | None = None
         self._client_since: float | None = None
         self._attached = False
+        self._seen_round = -1
 
     def __call__(self, record: Any, actions: list[Any]) -> None:
+        if not actions:
+            return  # a partial answer: nothing starts or ends here
         now = time.perf_counter()
         if not self._attached:
             self._attach()
-        if actions and self._upstream_since is not None:
+        if self._upstream_since is not None:
             self.rounds_s.append(now - self._upstream_since)
             self._upstream_since = None
-        going_on = any(isinstance(a, (B.CallUpstream, B.Finish)) for a in actions)
-        if going_on and self._client_since is not None:
+        if self._client_since is not None and any(type(a) in _GOING_ON for a in actions):
             self.waits.append(now - self._client_since)
             self._client_since = None
         for action in actions:
             self._note(action, now)
-        for entry in (getattr(record, "input_requests", None) or {}).values():
-            kind, features = input_kind(entry)
-            if kind is not None:
-                self.inputs.add(kind)
-                self.features.update(features)
+        requests = getattr(record, "input_requests", None)
+        if requests and record.round != self._seen_round:  # each round's input requests, once
+            self._seen_round = record.round
+            for entry in requests.values():
+                kind, features = input_kind(entry)
+                if kind is not None:
+                    self.inputs.add(kind)
+                    self.features.update(features)
 
     def _note(self, action: Any, now: float) -> None:
         if isinstance(action, B.CallUpstream):
