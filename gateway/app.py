@@ -36,6 +36,7 @@ from gateway.runtime import Gateway, PinState, SessionRuntime, log, new_id, sess
 from gateway.store import InMemoryStore, SessionStore
 from gateway.streams import Tap, write_stream
 from gateway.upstream import UpstreamClient, UpstreamFailure
+from gateway.usage import exchange_observer, install_usage, observe_response
 
 GATEWAY = web.AppKey("gateway", Gateway)
 CORE_URL = web.AppKey("core_url", str)  # the embedded core, when one runs (reloads may route to it)
@@ -76,7 +77,9 @@ async def handle_mcp(request: web.Request) -> web.StreamResponse:
     if verdict.session is not None:
         verdict.session.last_seen_ms = gw.clock()
         await gw.store.put_session(verdict.session)
-    return await _HANDLERS[verdict.kind](request, gw, verdict)
+    answer = await _HANDLERS[verdict.kind](request, gw, verdict)
+    observe_response(request, gw, verdict, answer)  # migration accounting (issue 4); never raises
+    return answer
 
 
 # --- handshake ------------------------------------------------------------------------------------------
@@ -178,6 +181,7 @@ async def on_forward(request: web.Request, gw: Gateway, session: SessionRecord,
     ctx = BridgeContext(limits, session.client_capabilities, new_id, cached_roots=session.cached_roots)
     stream = runtime.new_stream()
     exchange = Exchange(runtime, record, stream, ctx, request.headers.get("Authorization"))
+    exchange.observer = exchange_observer(request, gw, session, message)  # issue 4 accounting
     runtime.exchanges[ident] = exchange
     runtime.spawn(exchange.run())
     return await write_stream(request, stream, mode="post", retry_ms=gw.config.sse_retry_ms,
@@ -375,4 +379,5 @@ def create_app(config: GatewayConfig, *, store: SessionStore | None = None, tap:
     app.cleanup_ctx.append(lifetime)
     app.on_shutdown.append(_end_sessions)
     app.router.add_route("*", "/mcp", handle_mcp)
+    install_usage(app, config)  # /metrics, /migration, the usage store's lifetime (issue 4)
     return app

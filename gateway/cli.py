@@ -1,4 +1,4 @@
-"""The command line: ``python -m gateway serve | check-config FILE | reload --pid PID``.
+"""The command line: ``python -m gateway serve | check-config FILE | reload --pid PID | report``.
 
 ``serve [--host 127.0.0.1] [--port 8808] [--upstream URL] [--config FILE] [--pid-file F]`` runs the gateway
 (with the embedded core unless ``--upstream`` is given); with ``--config`` it reloads that file on SIGHUP.
@@ -19,6 +19,9 @@ from aiohttp import web
 
 from gateway.app import create_app
 from gateway.config import ConfigError, load_config
+from gateway.report import add_arguments as add_report_arguments
+from gateway.report import run as run_report
+from gateway.usage import serve_defaults as usage_serve_defaults
 from gateway.loops import CHOICES, install
 
 
@@ -34,12 +37,15 @@ def parser() -> argparse.ArgumentParser:
     serve.add_argument("--pid-file", default=None, help="write the process id here (for `reload --pid-file`)")
     serve.add_argument("--loop", choices=CHOICES, default="asyncio",
                        help="event loop; uvloop did not measurably help in the benchmark, so asyncio is the default")
+    serve.add_argument("--usage-db", default=None,
+                       help="usage store (default [gateway.usage].db, else gateway-usage.sqlite3)")
     check = commands.add_parser("check-config", help="validate a configuration file without serving")
     check.add_argument("file")
     reload = commands.add_parser("reload", help="make a running gateway re-read its configuration file")
     target = reload.add_mutually_exclusive_group(required=True)
     target.add_argument("--pid", type=int)
     target.add_argument("--pid-file")
+    add_report_arguments(commands.add_parser("report", help="the migration report from the usage store"))
     return root
 
 
@@ -70,6 +76,7 @@ def serve(args: argparse.Namespace) -> None:
         config = load_config(args.config, **overrides)
     except ConfigError as exc:
         raise SystemExit(f"gateway: {exc}") from None
+    config = usage_serve_defaults(config, args.usage_db)  # serve keeps usage history by default (issue 4)
     app = create_app(config)
     if args.config:
         install_sighup(app, args.config, **overrides)
@@ -85,6 +92,8 @@ def main(argv: list[str] | None = None) -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     if args.command == "check-config":
         raise SystemExit(check_config(args.file))
+    if args.command == "report":
+        raise SystemExit(run_report(args))
     if args.command == "reload":
         raise SystemExit(send_reload(args.pid, args.pid_file))
     serve(args)

@@ -15,6 +15,7 @@ from adapters.bridge import BridgeLimits
 from adapters.capabilities import BridgedFeatures
 from adapters.classify import LOOPBACK_HOSTS, Policy
 from gateway.pins import PinsConfig
+from gateway.usage import UsageConfig
 
 
 class _Frozen(BaseModel):
@@ -50,6 +51,7 @@ class GatewayConfig(_Frozen):
     bridge_list_changed: bool = True
     bridge_subscriptions: bool = True
     limits: LimitsConfig = LimitsConfig()
+    usage: UsageConfig = UsageConfig()  # [gateway.usage]: the migration-progress store (issue 4)
     pins: PinsConfig = PinsConfig()  # the file's top-level [[peers]], [default_peer], [upstreams.*], [[tokens]]
 
     def policy(self, tokens: dict[str, str] | None = None) -> Policy:

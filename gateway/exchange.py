@@ -23,6 +23,8 @@ REFRESH_PAGE_CAP = 20
 
 
 class Exchange:
+    observer: Any = None  # gateway.usage.ExchangeObserver: sees every action batch (issue 4 accounting)
+
     def __init__(self, runtime: SessionRuntime, record: PendingRound, stream: OutStream,
                  ctx: B.BridgeContext, authorization: str | None) -> None:
         self.runtime, self.stream, self.authorization = runtime, stream, authorization
@@ -62,6 +64,8 @@ class Exchange:
             await store.delete_round(self.record.bridge_id)
 
     async def _perform(self, actions: list[Any]) -> None:
+        if self.observer is not None:
+            self.observer(self.record, actions)
         for action in actions:
             if isinstance(action, B.CallUpstream):
                 self._upstream = self.runtime.spawn(self._call_upstream(action.extra))
