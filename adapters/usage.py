@@ -240,18 +240,22 @@ class Facts:
     rounds: int = 0
     inputs: tuple[str, ...] = ()
     features: tuple[str, ...] = ()
-    message: Any = None  # the final JSON-RPC message: read for its outcome only, never kept
+    outcome: str = "ok"  # from outcome_of(final message): the message itself is never kept
+    cause: str = ""
 
 
 def build_record(folder: LabelFolder, facts: Facts) -> UsageRecord:
-    info = facts.client_info if isinstance(facts.client_info, Mapping) else {}
-    client, version = folder.client(info.get("name"), info.get("version"))
-    outcome, cause = outcome_of(facts.message)
+    """``facts.client_info``: the clientInfo mapping, or its ``(name, version)`` pair (hashable facts)."""
+    info = facts.client_info
+    if isinstance(info, tuple) and len(info) == 2:
+        client, version = folder.client(*info)
+    else:
+        info = info if isinstance(info, Mapping) else {}
+        client, version = folder.client(info.get("name"), info.get("version"))
     return UsageRecord(facts.ts_ms, folder.peer(facts.peer), client, version, facts.era,
                        fold_revision(facts.revision), fold_method(facts.method), facts.translated, facts.rounds,
                        tuple(k for k in INPUT_KINDS if k in facts.inputs) if facts.inputs else (),
-                       ordered(facts.features),
-                       outcome, cause, facts.sunset)
+                       ordered(facts.features), facts.outcome, facts.cause, facts.sunset)
 
 
 KEY_FIELDS = ("bucket", "peer", "client", "client_version", "era", "revision", "method", "translated", "inputs",
@@ -265,10 +269,11 @@ def rollup_key(record: UsageRecord, bucket_ms: int = HOUR_MS) -> tuple[Any, ...]
             ",".join(record.features), record.outcome, record.cause)
 
 
-def add_to_rollup(rollup: dict[tuple[Any, ...], list[int]], record: UsageRecord) -> None:
+def add_to_rollup(rollup: dict[tuple[Any, ...], list[int]], record: UsageRecord, count: int = 1) -> None:
+    """Count ``count`` requests that all look like ``record``."""
     slot = rollup.setdefault(rollup_key(record), [0, 0])
-    slot[0] += 1
-    slot[1] += record.rounds
+    slot[0] += count
+    slot[1] += record.rounds * count
 
 
 # --- dates (no datetime here: integer civil-calendar arithmetic, H. Hinnant's days_from_civil) -----------

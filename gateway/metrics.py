@@ -42,21 +42,22 @@ class Metrics:
         self.sessions = Gauge("mcp_gateway_active_legacy_sessions", "Legacy sessions active, by revision",
                               ["revision"], registry=r)
 
-    def observe(self, record: UsageRecord) -> None:
+    def observe(self, record: UsageRecord, count: int = 1) -> None:
+        """``count`` requests that all look like ``record`` (the recorder drains identical facts at once)."""
         key = (record.peer, record.client, record.era, record.revision, record.method,
                "true" if record.translated else "false", record.outcome)
         child = self._children.get(key)
         if child is None:  # label lookups cost more than the increment; the key set is bounded (folded labels)
             child = self._children[key] = self.requests.labels(*key)
-        child.inc()
+        child.inc(count)
         for feature in record.features:
-            self._child(self.features, record.peer, record.client, feature).inc()
+            self._child(self.features, record.peer, record.client, feature).inc(count)
         for kind in record.inputs:
-            self.inputs.labels(record.peer, kind).inc()
+            self.inputs.labels(record.peer, kind).inc(count)
         if record.rounds:
-            self.rounds.labels(record.peer).inc(record.rounds)
+            self.rounds.labels(record.peer).inc(record.rounds * count)
         if record.cause in FAILURE_CAUSES:
-            self.failures.labels(record.peer, record.cause).inc()
+            self.failures.labels(record.peer, record.cause).inc(count)
 
     def _child(self, family: Any, *labels: str) -> Any:
         key = (id(family), *labels)
@@ -65,13 +66,13 @@ class Metrics:
             child = self._children[key] = family.labels(*labels)
         return child
 
-    def request_seconds(self, record: UsageRecord, seconds: float) -> None:
-        child = self._children.get(record.era)
+    def request_seconds(self, era: str, seconds: float) -> None:
+        child = self._children.get(era)
         if child is None:
-            child = self._children[record.era] = self.latency.labels(record.era)
+            child = self._children[era] = self.latency.labels(era)
         child.observe(seconds)
 
-    def bridge_timings(self, record: UsageRecord, rounds: list[float], overhead: float) -> None:
+    def bridge_timings(self, rounds: list[float], overhead: float) -> None:
         for seconds in rounds:
             self.round_latency.observe(seconds)
         self.overhead.observe(overhead)
@@ -88,6 +89,7 @@ async def handle_metrics(request: web.Request) -> web.Response:
     recorder: Any = request.app.get(USAGE)
     if recorder is None or recorder.metrics is None:
         return web.Response(status=404, text="usage recording is disabled\n")
+    recorder.drain()  # fold what was noted since the last flush into the counters
     recorder.metrics.set_sessions(recorder.sessions.by_revision(recorder.clock_ms()))
     body = generate_latest(recorder.metrics.registry)
     return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})

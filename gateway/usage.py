@@ -25,8 +25,9 @@ from aiohttp import web
 from pydantic import BaseModel, ConfigDict, Field
 
 from adapters import bridge as B
-from adapters.usage import (DAY_MS, KEY_FIELDS, Facts, LabelFolder, UsageRecord, add_to_rollup, build_record,
-                            fold_revision, input_kind, legacy_request_features, modern_request_features)
+from adapters.usage import (DAY_MS, HOUR_MS, INPUT_KINDS, KEY_FIELDS, Facts, LabelFolder, add_to_rollup,
+                            build_record, fold_method, fold_revision, input_kind, legacy_request_features,
+                            modern_request_features, ordered, outcome_of)
 
 log = logging.getLogger("gateway.usage")
 
@@ -111,7 +112,9 @@ class UsageDb:
 
 # --- the recorder -----------------------------------------------------------------------------------------
 class UsageRecorder:
-    """Per app: ``record(facts)`` is all the request path pays (a dict update and counter increments)."""
+    """Per app. The request path only counts hashable :class:`Facts` (:meth:`note`: one dict update); folding
+    labels, the rollup and Prometheus counters happen in :meth:`drain`, once per distinct fact, at each flush,
+    scrape and dashboard read."""
 
     def __init__(self, config: UsageConfig, metrics: Any = None, clock_ms: Any = None,
                  session_idle_seconds: float = 3600.0) -> None:
@@ -119,6 +122,7 @@ class UsageRecorder:
         self.sessions = ActiveSessions(int(session_idle_seconds * 1000))
         self.clock_ms = clock_ms or (lambda: int(time.time() * 1000))
         self.folder = LabelFolder(config.max_clients, config.max_versions_per_client)
+        self.pending: dict[Facts, int] = {}
         self.rollup: dict[tuple, list[int]] = {}
         self.peers: dict[str, tuple[str | None, int]] = {}
         self.db: UsageDb | None = None
@@ -128,19 +132,23 @@ class UsageRecorder:
         self.db = UsageDb(self.config.db)
         self.folder.seed(self.db.known_clients())  # the same names keep their labels after a restart
 
-    def record(self, facts: Facts) -> UsageRecord | None:
-        if not self.config.enabled:
-            return None
-        record = build_record(self.folder, facts)
-        add_to_rollup(self.rollup, record)
-        self.peers[record.peer] = (record.sunset, record.ts_ms)
-        self.recorded += 1
-        if self.metrics is not None:
-            self.metrics.observe(record)
-        return record
+    def note(self, facts: Facts) -> None:
+        if self.config.enabled:
+            self.pending[facts] = self.pending.get(facts, 0) + 1
+
+    def drain(self) -> None:
+        pending, self.pending = self.pending, {}
+        for facts, count in pending.items():
+            record = build_record(self.folder, facts)
+            add_to_rollup(self.rollup, record, count)
+            self.peers[record.peer] = (record.sunset, record.ts_ms)
+            self.recorded += count
+            if self.metrics is not None:
+                self.metrics.observe(record, count)
 
     def flush_soon(self) -> asyncio.Future | None:
         """Swap the rollup out and write it in a worker thread: the event loop never waits on SQLite."""
+        self.drain()
         if self.db is None or not (self.rollup or self.peers):
             return None
         rollup, peers, self.rollup, self.peers = self.rollup, self.peers, {}, {}
@@ -277,10 +285,23 @@ def _record_plain(recorder: UsageRecorder, request: web.Request, gw: Any, acc: A
     method, params = acc.message.get("method"), acc.message.get("params")
     info, peer, sunset = request_identity(gw, acc.session, acc.kind, acc.principal, params)
     features = legacy_request_features(method) if legacy else modern_request_features(params)
-    record = recorder.record(Facts(recorder.clock_ms(), "legacy" if legacy else "modern", _revision(acc, message),
-                                   method, False, info, peer, sunset, features=features, message=message))
-    if record is not None and recorder.metrics is not None and _STARTED in request:
-        recorder.metrics.request_seconds(record, time.perf_counter() - request[_STARTED])
+    era = "legacy" if legacy else "modern"
+    recorder.note(facts_of(recorder.clock_ms(), era, _revision(acc, message), method, False, info, peer, sunset,
+                           features=features, outcome=outcome_of(message)))
+    if recorder.metrics is not None and _STARTED in request:
+        recorder.metrics.request_seconds(era, time.perf_counter() - request[_STARTED])
+
+
+def facts_of(now_ms: int, era: str, revision: Any, method: Any, translated: bool, info: Any, peer: Any,
+             sunset: Any, rounds: int = 0, inputs: tuple[str, ...] = (), features: tuple[str, ...] = (),
+             outcome: tuple[str, str] = ("ok", "")) -> Facts:
+    """Hashable facts: the hour bucket, folded method and revision, plain-string client labels."""
+    info = info if isinstance(info, dict) else {}
+    name, version = info.get("name"), info.get("version")
+    return Facts(now_ms - now_ms % HOUR_MS, era, fold_revision(revision), fold_method(method), translated,
+                 (name if isinstance(name, str) else None, version if isinstance(version, str) else None),
+                 peer if isinstance(peer, str) else None, sunset if isinstance(sunset, str) else None,
+                 rounds, inputs, features, *outcome)
 
 
 @web.middleware
@@ -385,15 +406,15 @@ class ExchangeObserver:
 
     def _record(self) -> None:
         end = self.finished if self.finished is not None else time.perf_counter()
-        facts = Facts(**self.facts, rounds=max(self.calls - 1, 0), inputs=tuple(self.inputs),
-                      features=tuple(self.features), message=self.final)
-        record = self.recorder.record(facts)
+        inputs = tuple(k for k in INPUT_KINDS if k in self.inputs) if self.inputs else ()
+        self.recorder.note(facts_of(**self.facts, rounds=max(self.calls - 1, 0), inputs=inputs,
+                                    features=ordered(self.features), outcome=outcome_of(self.final)))
         metrics = self.recorder.metrics
-        if record is None or metrics is None:
+        if metrics is None:
             return
         total = end - self.started
-        metrics.request_seconds(record, total)
-        metrics.bridge_timings(record, self.rounds_s, max(total - sum(self.rounds_s) - sum(self.waits), 0.0))
+        metrics.request_seconds("legacy", total)
+        metrics.bridge_timings(self.rounds_s, max(total - sum(self.rounds_s) - sum(self.waits), 0.0))
 
 
 def exchange_observer(request: web.Request, gw: Any, session: Any, message: dict[str, Any]) -> Any:
@@ -403,8 +424,8 @@ def exchange_observer(request: web.Request, gw: Any, session: Any, message: dict
         return None
     request[_BRIDGED] = True  # observe_response must not count this request a second time
     info, peer, sunset = request_identity(gw, session, "request", session.principal, message.get("params"))
-    facts = {"ts_ms": recorder.clock_ms(), "era": "legacy", "revision": session.protocol_version,
-             "method": message.get("method"), "translated": True, "client_info": info, "peer": peer,
+    facts = {"now_ms": recorder.clock_ms(), "era": "legacy", "revision": session.protocol_version,
+             "method": message.get("method"), "translated": True, "info": info, "peer": peer,
              "sunset": sunset, "features": legacy_request_features(message.get("method"))}
     return ExchangeObserver(recorder, facts, request.get(_STARTED, time.perf_counter()))
 

@@ -92,13 +92,20 @@ def test_build_record_folds_method_and_revision_and_never_keeps_content() -> Non
     folder = LabelFolder()
     facts = Facts(5 * DAY_MS + 123, "legacy", "1999-01-01", "secret/method", True,
                   {"name": "ide", "version": "2.1"}, None, None, rounds=2, inputs=("roots", "sampling"),
-                  features=("sampling", "legacy handshake"),
-                  message={"id": 1, "result": {"content": [{"type": "text", "text": "PRIVATE"}]}})
+                  features=("sampling", "legacy handshake"), outcome="error", cause="round cap")
     record = build_record(folder, facts)
     assert (record.peer, record.client, record.client_version, record.revision, record.method) == (
         "default", "ide", "2.1", OTHER, OTHER)
     assert record.inputs == ("sampling", "roots") and record.features == ("legacy handshake", "sampling")
-    assert record.sunset is None and "PRIVATE" not in repr(record)
+    assert record.sunset is None and (record.outcome, record.cause) == ("error", "round cap")
+
+
+def test_rollup_adds_counts_and_rounds() -> None:
+    rollup: dict = {}
+    record = build_record(LabelFolder(), Facts(0, "legacy", "2025-11-25", "tools/call", True, rounds=2))
+    add_to_rollup(rollup, record, 3)
+    add_to_rollup(rollup, record)
+    assert list(rollup.values()) == [[4, 8]]
 
 
 def test_rollup_counts_exactly_per_hour_bucket() -> None:

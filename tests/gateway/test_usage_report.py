@@ -15,7 +15,7 @@ from mcp import Client
 from adapters.usage import DAY_MS, Facts, LabelFolder, add_to_rollup, build_record, day_number
 from gateway.app import create_app
 from gateway.config import load_config
-from gateway.usage import USAGE, UsageDb
+from gateway.usage import UsageDb
 
 ROOT = Path(__file__).resolve().parents[2]
 TODAY = "2026-12-02"
@@ -31,17 +31,16 @@ def synthetic_store(path: str) -> None:
     facts = []
     for day in ("2026-11-28", "2026-11-30", "2026-12-01"):
         facts += [Facts(at(day), "legacy", "2025-11-25", "tools/call", True, {"name": "vscode-mcp", "version": "3"},
-                        "ide", "2027-03-01", rounds=2, inputs=("sampling",), features=("legacy handshake", "sampling"),
-                        message={"id": 1, "result": {}})] * 4
+                        "ide", "2027-03-01", rounds=2, inputs=("sampling",),
+                        features=("legacy handshake", "sampling"))] * 4
         facts += [Facts(at(day), "legacy", "2025-11-25", "tools/call", True, {"name": "vscode-mcp", "version": "3"},
-                        "ide", "2027-03-01", features=("legacy handshake",),
-                        message={"id": 1, "error": {"code": -32000, "message": "x", "data": {"limit": "max_rounds"}}})]
+                        "ide", "2027-03-01", features=("legacy handshake",), outcome="error", cause="round cap")]
         facts += [Facts(at(day), "modern", "2026-07-28", "tools/call", False, {"name": "bot", "version": "1"},
-                        "agent", None, features=("sampling",), message={"id": 1, "result": {}})] * 2
+                        "agent", None, features=("sampling",))] * 2
         facts += [Facts(at(day), "modern", "2026-07-28", "tools/list", False, {"name": "cron", "version": "7"},
-                        "batch", None, message={"id": 1, "result": {}})] * 3
+                        "batch", None)] * 3
     facts += [Facts(at("2026-09-01"), "legacy", "2025-06-18", "tools/call", True, {"name": "cron", "version": "6"},
-                    "batch", None, features=("legacy handshake",), message={"id": 1, "result": {}})] * 9  # long ago
+                    "batch", None, features=("legacy handshake",))] * 9  # long ago
     for fact in facts:
         add_to_rollup(rollup, build_record(folder, fact))
     db = UsageDb(path)

@@ -17,6 +17,7 @@ URL = {"method": "elicitation/create", "params": {"mode": "url", "message": "con
 
 def records(client: Any) -> list[dict[str, Any]]:
     recorder = client.server.app[USAGE]
+    recorder.drain()
     return [dict(zip(("bucket", "peer", "client", "client_version", "era", "revision", "method", "translated",
                       "inputs", "features", "outcome", "cause"), key), count=value[0], rounds=value[1])
             for key, value in recorder.rollup.items()]
