@@ -69,7 +69,9 @@ class UsageDb:
 
     def __init__(self, path: str | None) -> None:
         self.path = path or ":memory:"
-        self.conn = sqlite3.connect(self.path, check_same_thread=False)
+        self.conn = sqlite3.connect(self.path, check_same_thread=False, timeout=10)
+        if self.path != ":memory:":
+            self.conn.execute("PRAGMA journal_mode=WAL")  # `report` can read while `serve` writes
         self.conn.executescript(_SCHEMA)
         self.lock = threading.Lock()  # the flush thread and a report thread may overlap
 
