@@ -38,6 +38,9 @@ def now_ms() -> int:
 
 
 class SessionRuntime:
+    __slots__ = ("session_id", "gateway", "exchanges", "awaiting", "streams", "standalone", "listen", "hub_key",
+                 "header_maps", "tasks", "__dict__")
+
     def __init__(self, session_id: str, gateway: "Gateway") -> None:
         self.session_id = session_id
         self.gateway = gateway

@@ -24,6 +24,8 @@ class StreamGone(Exception):
 
 
 class OutStream:
+    __slots__ = ("name", "buffer", "closed", "_tap", "_wake", "_writer")
+
     def __init__(self, name: str, capacity: int, tap: Tap | None = None) -> None:
         self.name = name
         self.buffer = ReplayBuffer(capacity)
@@ -75,9 +77,10 @@ class OutStream:
             if self.closed and seq == self.buffer.next_seq - 1:
                 return
             if not items:
-                try:
-                    await asyncio.wait_for(wake.wait(), keepalive)
-                except asyncio.TimeoutError:
+                try:  # asyncio.timeout, not wait_for: no extra task per idle stream (memory per session)
+                    async with asyncio.timeout(keepalive):
+                        await wake.wait()
+                except TimeoutError:
                     yield None
 
     def single_response(self) -> Any | None:
