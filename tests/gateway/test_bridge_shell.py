@@ -7,6 +7,15 @@ import asyncio
 
 from tests.gateway.conftest import Legacy, text
 
+
+async def two_requests_sent(legacy: Legacy):
+    """Start a bridged tools/call and read its priming event and the two live input requests."""
+    resp = await legacy.post("tools/call", {"name": "t", "arguments": {}})
+    await legacy.next_event(resp)  # priming
+    _, first = await legacy.next_event(resp)
+    _, second = await legacy.next_event(resp)
+    return resp, first, second
+
 SAMPLING = {"method": "sampling/createMessage", "params": {
     "messages": [{"role": "user", "content": {"type": "text", "text": "pick"}}], "maxTokens": 10}}
 SAMPLED = {"role": "assistant", "content": {"type": "text", "text": "ok"}, "model": "m"}
@@ -58,10 +67,7 @@ async def test_missing_capability_is_never_sent(legacy, upstream) -> None:
 async def test_client_refusal_ends_the_bridge(legacy, upstream) -> None:
     upstream.script["tools/call"] = two_rounds
     await legacy.initialize()
-    resp = await legacy.post("tools/call", {"name": "t", "arguments": {}})
-    await legacy.next_event(resp)
-    _, first = await legacy.next_event(resp)
-    _, second = await legacy.next_event(resp)
+    resp, first, second = await two_requests_sent(legacy)
     await legacy.answer(first["id"], error={"code": -1, "message": "User rejected sampling"})
     rest = await legacy.events(resp)
     assert rest[0] == {"jsonrpc": "2.0", "method": "notifications/cancelled",
@@ -73,10 +79,7 @@ async def test_client_refusal_ends_the_bridge(legacy, upstream) -> None:
 async def test_cancellation_mid_bridge_stops_everything(legacy, upstream) -> None:
     upstream.script["tools/call"] = two_rounds
     await legacy.initialize()
-    resp = await legacy.post("tools/call", {"name": "t", "arguments": {}})
-    await legacy.next_event(resp)
-    _, first = await legacy.next_event(resp)
-    _, second = await legacy.next_event(resp)
+    resp, first, second = await two_requests_sent(legacy)
     assert await legacy.notify("notifications/cancelled", {"requestId": legacy.next_id, "reason": "changed my mind"}) == 202
     rest = await legacy.events(resp)
     assert sorted(m["params"]["requestId"] for m in rest) == sorted([first["id"], second["id"]])
@@ -233,10 +236,7 @@ async def test_the_pending_round_is_in_the_store_and_another_process_could_conti
     from gateway.app import GATEWAY
     upstream.script["tools/call"] = two_rounds
     await legacy.initialize()
-    resp = await legacy.post("tools/call", {"name": "t", "arguments": {}})
-    await legacy.next_event(resp)
-    _, first = await legacy.next_event(resp)
-    _, second = await legacy.next_event(resp)
+    resp, first, second = await two_requests_sent(legacy)
     gw = legacy.client.app[GATEWAY]
     (stored,) = await gw.store.rounds_of(legacy.session_id)
     assert stored.phase == "awaiting_client" and stored.round == 1 and stored.request_state == "s1\u00e9"
