@@ -76,7 +76,7 @@ async def handle_mcp(request: web.Request) -> web.StreamResponse:
         return _rejection(verdict)
     if verdict.session is not None:
         verdict.session.last_seen_ms = gw.clock()
-        await gw.store.put_session(verdict.session)
+        await gw.store.touch_session(verdict.session.session_id, verdict.session.last_seen_ms)
     answer = await _HANDLERS[verdict.kind](request, gw, verdict)
     observe_response(request, gw, verdict, answer)  # migration accounting (issue 4); never raises
     return answer
@@ -179,11 +179,16 @@ async def on_forward(request: web.Request, gw: Gateway, session: SessionRecord,
     record = PendingRound(new_id("b"), session.session_id, ident, message["method"], message.get("params") or {})
     limits = peer_limits(gw.config.limits.to_limits(), peer_from_record(session.pins))
     ctx = BridgeContext(limits, session.client_capabilities, new_id, cached_roots=session.cached_roots)
-    stream = runtime.new_stream()
-    exchange = Exchange(runtime, record, stream, ctx, request.headers.get("Authorization"))
+    exchange = Exchange(runtime, record, ctx, request.headers.get("Authorization"), session)
     exchange.observer = exchange_observer(request, gw, session, message)  # issue 4 accounting
     runtime.exchanges[ident] = exchange
-    runtime.spawn(exchange.run())
+    if exchange.can_begin_inline(session):
+        finish = await exchange.begin()
+        if finish is not None:  # a lone response (most requests): plain JSON, no stream or task was made
+            if finish.log:
+                log.warning("request %r: %s", ident, finish.log)
+            return web.Response(status=202) if finish.message is None else _json(finish.message)
+    stream = exchange.stream or exchange.spawn()
     return await write_stream(request, stream, mode="post", retry_ms=gw.config.sse_retry_ms,
                               keepalive=gw.config.sse_keepalive_seconds)
 

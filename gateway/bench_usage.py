@@ -73,7 +73,6 @@ def recording_cost_us(n: int = 20_000) -> float:
     began = time.perf_counter()
     for _ in range(n):
         observer = ExchangeObserver(recorder, {**base, "features": ("legacy handshake",)}, time.perf_counter())
-        observer._attached = True  # no task to attach to here
         observer(None, [B.CallUpstream({})])
         observer(None, [final])
         observer.done()

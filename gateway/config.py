@@ -7,6 +7,7 @@ added as new nested models so existing files keep loading.
 from __future__ import annotations
 
 import tomllib
+from functools import cached_property
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -31,8 +32,13 @@ class LimitsConfig(_Frozen):
     state_only_backoff_seconds: float = Field(0.05, ge=0)
     state_only_backoff_max_seconds: float = Field(1.0, ge=0)
 
-    def to_limits(self) -> BridgeLimits:
+    @cached_property
+    def bridge_limits(self) -> BridgeLimits:
+        """Built once per (frozen) config: every forwarded request reads it."""
         return BridgeLimits(**self.model_dump())
+
+    def to_limits(self) -> BridgeLimits:
+        return self.bridge_limits
 
 
 class GatewayConfig(_Frozen):

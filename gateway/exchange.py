@@ -1,8 +1,18 @@
 """Runs one forwarded legacy request through the adapters' bridge machine and performs its actions.
 
 Every forwarded request (plain or MRTR-capable) is an exchange: the machine decides, this module only does the
-I/O — upstream calls, writes on the request's :class:`~gateway.streams.OutStream`, timers. The pending-round
-record is saved to the store after every step and deleted at the end.
+I/O — upstream calls, writes on the request's :class:`~gateway.streams.OutStream`, timers.
+
+Two ways to run one (the machine and its decisions are the same in both):
+
+- :meth:`Exchange.begin` runs the *first* upstream round in the handler's own task when nothing can be streamed
+  while it runs (no progress token, no log level). If the machine then finishes with a lone response — a plain
+  request, most traffic — the handler answers it as JSON: no task, no stream, no saved round (the benchmark's
+  profile: that machinery was a fifth of the gateway's CPU per translated request). Anything else — an
+  ``input_required`` round, a notification — escalates to the full exchange below, with nothing lost.
+- :meth:`Exchange.run` is a session task: upstream calls in their own tasks, client answers and timers as events
+  on a queue, every message on the request's stream. The pending-round record is saved to the store whenever it
+  waits for the client or a backoff (what another process would need to continue it) and deleted at the end.
 """
 
 from __future__ import annotations
@@ -11,7 +21,7 @@ import asyncio
 from typing import Any
 
 from adapters import bridge as B
-from adapters.records import PendingRound
+from adapters.records import PendingRound, SessionRecord
 from adapters.errors import ErrorValue
 from adapters.results import progress_advances, request_notification, response
 from adapters.upstream import build_request, needs_header_refresh, x_mcp_header_map
@@ -20,20 +30,27 @@ from gateway.streams import OutStream
 from gateway.upstream import UpstreamFailure
 
 REFRESH_PAGE_CAP = 20
+_WAITING = ("awaiting_client", "backoff")  # phases in which the round record is saved
+_SILENT = (B.Finish, B.AbortUpstream)  # after begin() there is no upstream task left to abort
 
 
 class Exchange:
     observer: Any = None  # gateway.usage.ExchangeObserver: sees every action batch (issue 4 accounting)
 
-    def __init__(self, runtime: SessionRuntime, record: PendingRound, stream: OutStream,
-                 ctx: B.BridgeContext, authorization: str | None) -> None:
-        self.runtime, self.stream, self.authorization = runtime, stream, authorization
+    def __init__(self, runtime: SessionRuntime, record: PendingRound, ctx: B.BridgeContext,
+                 authorization: str | None, session: SessionRecord | None = None) -> None:
+        self.runtime, self.authorization = runtime, authorization
         self.machine = B.BridgeMachine(record, ctx)
+        self.stream: OutStream | None = None  # made when the answer is more than one lone response
         self.events: asyncio.Queue[Any] = asyncio.Queue()
+        self._session = session  # the record the handler just read: the first round needs no second read
         self._upstream: asyncio.Task | None = None
         self._timers: list[asyncio.TimerHandle] = []
         self._last_progress: float | None = None
-        self._refreshed = False
+        self._refreshed = self._saved = False
+        self._inline: asyncio.Task | None = None  # the handler task while begin() waits on the upstream
+        self._cancel_reason: list[str | None] = []  # set by cancel() during begin()
+        self._early: list[dict[str, Any]] = []  # notifications that arrived during begin()
         meta = record.params.get("_meta")
         self.progress_token = meta.get("progressToken") if isinstance(meta, dict) else None
 
@@ -41,12 +58,70 @@ class Exchange:
     def record(self) -> PendingRound:
         return self.machine.record
 
-    async def run(self) -> None:
-        store = self.runtime.gateway.store
+    def can_begin_inline(self, session: SessionRecord) -> bool:
+        """Only when the upstream has nothing to stream meanwhile: progress needs a token and request logs a
+        level (DIGEST §1.7); a notification that comes anyway is kept and sent first, after the escalation."""
+        return self.progress_token is None and session.log_level is None
+
+    async def begin(self) -> B.Finish | None:
+        """The first round in the caller's task: the machine's ``Finish`` when that is all there is to do (its
+        message is None when cancelled: nothing is sent), or None once escalated to :meth:`run` (the caller then
+        answers with :attr:`stream`)."""
         try:
-            await self._perform(self.machine.start())
+            return await self._begin()
+        except Exception:  # as in run(): a gateway bug still answers the request and frees its id
+            log.exception("exchange for request %r failed", self.record.downstream_id)
+            self._end()
+            return B.Finish(response(self.record.downstream_id, error=ErrorValue(-32603, "internal gateway error")))
+
+    async def _begin(self) -> B.Finish | None:
+        actions = self.machine.start()
+        self._observe(actions)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.machine.ctx.limits.total_timeout_seconds
+        self._inline = asyncio.current_task()
+        try:
+            async with asyncio.timeout_at(deadline):
+                event = await self._upstream_event({})
+        except TimeoutError:
+            event = B.TimerFired("total", 0)
+        except asyncio.CancelledError:
+            if not self._cancel_reason or self._inline is None:
+                self._end()
+                raise  # the handler itself is being cancelled (shutdown), not this request
+            self._inline.uncancel()
+            event = B.Cancelled(self._cancel_reason[0])
+        finally:
+            self._inline = None
+        actions = self.machine.handle(event)
+        finish = next((a for a in actions if isinstance(a, B.Finish)), None)
+        if finish is not None and not self._early and all(isinstance(a, _SILENT) for a in actions):
+            self._observe(actions)
+            self._end()
+            return finish
+        # Escalate: the total limit still counts from the request's arrival.
+        self._timers.append(loop.call_at(deadline, self.events.put_nowait, B.TimerFired("total", 0)))
+        self.spawn(actions)
+        return None
+
+    def spawn(self, first: list[Any] | None = None) -> OutStream:
+        """Run the exchange as a session task (from the start, or with what :meth:`begin` left to perform);
+        its stream, which the caller answers with."""
+        self.stream = self.runtime.new_stream()
+        for message in self._early:
+            self.stream.push(message)
+        self.runtime.spawn(self.run(first))
+        return self.stream
+
+    async def run(self, first: list[Any] | None) -> None:
+        store = self.runtime.gateway.store
+        assert self.stream is not None
+        try:
+            await self._perform(self.machine.start() if first is None else first)
             while not self.machine.done:
-                await store.put_round(self.record)
+                if self.record.phase in _WAITING:
+                    await store.put_round(self.record)
+                    self._saved = True
                 await self._perform(self.machine.handle(await self.events.get()))
         except Exception:  # a gateway bug must still answer the original request, not leave it hanging
             log.exception("exchange for request %r failed", self.record.downstream_id)
@@ -58,14 +133,24 @@ class Exchange:
                 self._upstream.cancel()
             for gid in [g for g, ex in self.runtime.awaiting.items() if ex is self]:
                 del self.runtime.awaiting[gid]
-            self.runtime.exchanges.pop(self.record.downstream_id, None)
             if not self.stream.closed:
                 self.stream.finish()
-            await store.delete_round(self.record.bridge_id)
+            self._end()
+            if self._saved:
+                await store.delete_round(self.record.bridge_id)
 
-    async def _perform(self, actions: list[Any]) -> None:
+    def _end(self) -> None:
+        self.runtime.exchanges.pop(self.record.downstream_id, None)
+        if self.observer is not None:
+            self.observer.done()
+
+    def _observe(self, actions: list[Any]) -> None:
         if self.observer is not None:
             self.observer(self.record, actions)
+
+    async def _perform(self, actions: list[Any]) -> None:
+        assert self.stream is not None
+        self._observe(actions)
         for action in actions:
             if isinstance(action, B.CallUpstream):
                 self._upstream = self.runtime.spawn(self._call_upstream(action.extra))
@@ -87,11 +172,15 @@ class Exchange:
                 self.stream.finish(action.message)
 
     async def _call_upstream(self, extra: dict[str, Any]) -> None:
-        gateway, rec = self.runtime.gateway, self.record
-        session = await gateway.store.get_session(rec.session_id)
+        self.events.put_nowait(await self._upstream_event(extra))
+
+    async def _upstream_event(self, extra: dict[str, Any]) -> Any:
+        """One upstream round -> the machine's event for its outcome."""
+        rec, session, self._session = self.record, self._session, None
+        if session is None:  # a later round: the session may have ended (or changed) meanwhile
+            session = await self.runtime.gateway.store.get_session(rec.session_id)
         if session is None:
-            self.events.put_nowait(B.Cancelled("session ended"))
-            return
+            return B.Cancelled("session ended")
         try:
             kind, payload = await self._send(session, extra)
             if kind == "error" and needs_header_refresh(rec.method, payload) and not self._refreshed:
@@ -101,11 +190,10 @@ class Exchange:
                 await self._refresh_header_maps(session)
                 kind, payload = await self._send(session, extra)
         except UpstreamFailure as failure:
-            self.events.put_nowait(B.UpstreamFailed(failure.error))
-            return
+            return B.UpstreamFailed(failure.error)
         if kind == "result" and rec.method == "tools/list":
             self._learn_header_maps(payload)
-        self.events.put_nowait(B.UpstreamResult(payload) if kind == "result" else B.UpstreamError(payload))
+        return B.UpstreamResult(payload) if kind == "result" else B.UpstreamError(payload)
 
     async def _send(self, session: Any, extra: dict[str, Any]) -> tuple[str, Any]:
         rec = self.record
@@ -139,8 +227,10 @@ class Exchange:
         legacy = request_notification(message, self.progress_token)
         if legacy is not None:
             keep, self._last_progress = progress_advances(self._last_progress, legacy)
-            if keep:
+            if keep and self.stream is not None:
                 self.stream.push(legacy)
+            elif keep:
+                self._early.append(legacy)  # begin() is running: sent first once it escalates
 
     async def _store_roots(self, result: dict[str, Any]) -> None:
         store = self.runtime.gateway.store
@@ -153,4 +243,9 @@ class Exchange:
         self.events.put_nowait(B.ClientAnswered(gateway_id, message.get("result"), message.get("error")))
 
     def cancel(self, reason: str | None) -> None:
+        if self._inline is not None:  # begin() is waiting on the upstream: stop that wait (the 2026 cancel)
+            if not self._cancel_reason:
+                self._cancel_reason.append(reason)
+                self._inline.cancel()
+            return
         self.events.put_nowait(B.Cancelled(reason))

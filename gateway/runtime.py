@@ -85,6 +85,8 @@ class SessionRuntime:
     async def close(self) -> None:
         if self.gateway.hub is not None:
             self.gateway.hub.leave(self)
+        for exchange in list(self.exchanges.values()):
+            exchange.cancel("session ended")  # one still in its first round runs in a handler, not a task here
         for task in list(self.tasks):
             task.cancel()
         await asyncio.gather(*self.tasks, return_exceptions=True)
@@ -95,8 +97,15 @@ class SessionRuntime:
 SWEEP_FRACTION = 0.1  # of session_idle_seconds: how often expired sessions are swept
 
 
+_today: list[Any] = [None, ""]  # (minute, ISO date): sunsets are checked on every request
+
+
 def today_iso() -> str:
-    return datetime.date.today().isoformat()
+    """Today's local date, recomputed once a minute (local midnight always falls on a minute boundary)."""
+    minute = int(time.time() // 60)
+    if minute != _today[0]:
+        _today[0], _today[1] = minute, datetime.date.today().isoformat()
+    return _today[1]
 
 
 @dataclass(frozen=True)

@@ -341,8 +341,9 @@ _GOING_ON = (B.CallUpstream, B.Finish)
 
 
 class ExchangeObserver:
-    """Follows one bridged request through the bridge machine's action batches (``Exchange._perform`` calls it
-    with each batch) and records it once, when the exchange task ends (Finish, cancellation or shutdown).
+    """Follows one bridged request through the bridge machine's action batches (the exchange calls it with each
+    batch) and records it once, when the exchange calls :meth:`done` at its end (Finish, cancellation or
+    shutdown; the first round may run in the handler's task, so there is no task of its own to watch).
 
     Timing, from batch timestamps: an upstream round lasts from a ``CallUpstream`` batch to the next non-empty
     batch; a client wait from a batch that sent requests to the client until the batch that goes upstream again
@@ -358,15 +359,13 @@ class ExchangeObserver:
         self.rounds_s: list[float] = []
         self._upstream_since: float | None = None
         self._client_since: float | None = None
-        self._attached = False
+        self._recorded = False
         self._seen_round = -1
 
     def __call__(self, record: Any, actions: list[Any]) -> None:
         if not actions:
             return  # a partial answer: nothing starts or ends here
         now = time.perf_counter()
-        if not self._attached:
-            self._attach()
         if self._upstream_since is not None:
             self.rounds_s.append(now - self._upstream_since)
             self._upstream_since = None
@@ -393,14 +392,10 @@ class ExchangeObserver:
         elif isinstance(action, B.Finish) and self.finished is None:
             self.final, self.finished = action.message, now
 
-    def _attach(self) -> None:
-        """Runs inside the exchange's task (the first batch is performed there): record when it ends."""
-        self._attached = True
-        task = asyncio.current_task()
-        if task is not None:
-            task.add_done_callback(lambda _t: self.done())
-
     def done(self) -> None:
+        if self._recorded:
+            return
+        self._recorded = True
         try:
             self._record()
         except Exception:

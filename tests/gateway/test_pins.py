@@ -212,8 +212,9 @@ async def test_canary_split_over_many_new_sessions(aiohttp_server, core, tmp_pat
     routed = [(await gw.store.get_session(i)).upstream for i in ids]
     expected = [pick_upstream(gw.pins.default, i, gw.pins.seed) for i in ids]
     assert routed == expected  # the shell applies the pure split exactly
-    share = routed.count("next") / len(routed)
-    assert 0.18 <= share <= 0.42, share
+    # Both upstreams are used (the chance that 150 random ids all land on one side at 30% is below 1e-23);
+    # the share itself is checked on fixed ids in tests/adapters/test_peers.py (random ids made it flaky).
+    assert set(routed) == {"default", "next"}
 
 
 async def _initialize(http: aiohttp.ClientSession, endpoint: str, info: dict | None = None) -> str:
