@@ -21,7 +21,7 @@ from adapters.classify import Accepted, HttpView, classify
 from adapters.errors import INVALID_REQUEST, ErrorValue, Rejection, reject, translate_upstream_error, upstream_failure
 from adapters.handshake import build_initialize_result, cache_policy, check_discover, discover_cache_keys
 from adapters.peers import (admit_initialize, admit_modern, legacy_answer_version, mask_capabilities, match_peer,
-                            peer_from_record, peer_limits, peer_record, pick_upstream, sunset_error, sunset_passed,
+                            peer_limits, peer_record, pick_upstream, sunset_error, sunset_passed,
                             with_notice)
 from adapters.protocol import CLIENT_INFO_META_KEY, MODERN_VERSION, PROTOCOL_VERSION_META_KEY
 from adapters.records import PendingRound, SessionRecord
@@ -142,7 +142,7 @@ async def on_request(request: web.Request, gw: Gateway, acc: Accepted) -> web.St
     message, session = acc.message, acc.session
     assert session is not None
     method, params, ident = message["method"], message.get("params") or {}, message["id"]
-    peer = peer_from_record(session.pins)
+    peer = gw.peer_of(session)
     if sunset_passed(peer, gw.today()):  # a session opened before the sunset does not outlive it
         return _json(response(ident, error=sunset_error(peer, session.protocol_version)))
     route = local.route_request(method)
@@ -177,7 +177,7 @@ async def on_forward(request: web.Request, gw: Gateway, session: SessionRecord,
     if refused is not None:
         return _json(response(ident, error=refused))
     record = PendingRound(new_id("b"), session.session_id, ident, message["method"], message.get("params") or {})
-    limits = peer_limits(gw.config.limits.to_limits(), peer_from_record(session.pins))
+    limits = peer_limits(gw.config.limits.to_limits(), gw.peer_of(session))
     ctx = BridgeContext(limits, session.client_capabilities, new_id, cached_roots=session.cached_roots)
     exchange = Exchange(runtime, record, ctx, request.headers.get("Authorization"), session)
     exchange.observer = exchange_observer(request, gw, session, message)  # issue 4 accounting

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from adapters.capabilities import client_caps_to_modern
-from adapters.peers import Peer
+from adapters.peers import Peer, peer_from_record
 from adapters.records import SessionRecord
 from adapters.upstream import SessionView
 from gateway.config import GatewayConfig
@@ -39,7 +39,7 @@ def now_ms() -> int:
 
 class SessionRuntime:
     __slots__ = ("session_id", "gateway", "exchanges", "awaiting", "streams", "standalone", "listen", "hub_key",
-                 "header_maps", "tasks", "__dict__")
+                 "header_maps", "tasks", "peer", "__dict__")
 
     def __init__(self, session_id: str, gateway: "Gateway") -> None:
         self.session_id = session_id
@@ -52,6 +52,7 @@ class SessionRuntime:
         self.hub_key: Any = None  # the shared listen it is a member of (gateway.listen.ListenHub)
         self.header_maps: dict[str, Any] = {}  # tool name -> x-mcp-header map (from tools/list)
         self.tasks: set[asyncio.Task] = set()
+        self.peer: Peer | None = None  # the session's pins as a Peer (its record's snapshot never changes)
 
     def spawn(self, coro: Coroutine[Any, Any, Any]) -> asyncio.Task:
         task = asyncio.get_running_loop().create_task(coro)
@@ -153,6 +154,12 @@ class Gateway:
         if session_id not in self.runtimes:
             self.runtimes[session_id] = SessionRuntime(session_id, self)
         return self.runtimes[session_id]
+
+    def peer_of(self, record: SessionRecord) -> Peer:
+        runtime = self.runtime(record.session_id)
+        if runtime.peer is None:
+            runtime.peer = peer_from_record(record.pins)
+        return runtime.peer
 
     async def end_session(self, session_id: str) -> None:
         await self.store.delete_session(session_id)

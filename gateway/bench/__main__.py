@@ -1,4 +1,5 @@
-"""``python -m gateway.bench [--duration S] [--warmup S] [--concurrency 1,32] [--idle 1000,10000] [--json FILE]``.
+"""``python -m gateway.bench [--duration S] [--warmup S] [--slice S] [--concurrency 1,32] [--idle 1000,10000]
+[--json FILE]``.
 
 Prints one table and the ratios the project's targets are stated in, all measured in this one run:
 translated/forwarder and passthrough/forwarder median latency at concurrency 1, gateway CPU time per
@@ -23,6 +24,7 @@ from gateway.bench.clients import LegacyClient, ModernClient
 from gateway.bench.procs import Child
 
 Op = Callable[[], Awaitable[Any]]
+SCENARIOS = ("direct", "forwarder", "passthrough", "translated", "bridged")
 
 
 @dataclass
@@ -45,31 +47,37 @@ def _summary(name: str, conc: int, lat: list[float], seconds: float, cpu: float 
                  round(p99 * 1e3, 3), round(len(lat) / seconds, 1), round(per, 1) if per is not None else None)
 
 
-async def _load(ops: list[Op], duration: float, warmup: float) -> tuple[list[float], float]:
-    """Each op runs in its own worker loop; only requests started after the warm-up are counted."""
+async def _load(ops: list[Op], seconds: float) -> list[float]:
+    """Each op runs in its own worker loop for ``seconds``; the latency of every request started in it."""
     latencies: list[float] = []
-    start = time.perf_counter()
-    measure_from, stop_at = start + warmup, start + warmup + duration
+    stop_at = time.perf_counter() + seconds
 
     async def worker(op: Op) -> None:
         while (began := time.perf_counter()) < stop_at:
             await op()
-            if began >= measure_from:
-                latencies.append(time.perf_counter() - began)
+            latencies.append(time.perf_counter() - began)
 
     await asyncio.gather(*(worker(op) for op in ops))
-    return latencies, duration
+    return latencies
 
 
-async def scenario(name: str, make: Callable[[], Awaitable[Op]], conc: int, args: argparse.Namespace,
-                   gateway: Child | None) -> Stats:
-    ops = [await make() for _ in range(conc)]
-    cpu0 = gateway.cpu_seconds() if gateway else None
-    lat, seconds = await _load(ops, args.duration, args.warmup)
-    # CPU is read over warm-up + measurement, so divide by everything served in that window.
-    served = len(lat) * (args.duration + args.warmup) / args.duration
-    cpu = (gateway.cpu_seconds() - cpu0) * len(lat) / served if gateway and cpu0 is not None else None
-    return _summary(name, conc, lat, seconds, cpu)
+async def interleaved(ops: dict[str, list[Op]], conc: int, args: argparse.Namespace,
+                      gateway: Child, watched: tuple[str, ...]) -> list[Stats]:
+    """Every scenario in short alternating slices (order reversed every round) instead of one after another:
+    this machine's speed drifts by tens of percent over seconds (a shared host), and a drift then slows all
+    scenarios alike instead of skewing the ratios between them. Gateway CPU is read around each slice."""
+    for name in ops:  # warm-up, not counted
+        await _load(ops[name], args.warmup)
+    lat: dict[str, list[float]] = {name: [] for name in ops}
+    cpu = dict.fromkeys(ops, 0.0)
+    rounds = max(1, round(args.duration / args.slice))
+    for number in range(rounds):
+        for name in (list(ops) if number % 2 == 0 else list(reversed(ops))):
+            before = gateway.cpu_seconds()
+            lat[name].extend(await _load(ops[name], args.slice))
+            cpu[name] += gateway.cpu_seconds() - before
+    seconds = rounds * args.slice
+    return [_summary(name, conc, lat[name], seconds, cpu[name] if name in watched else None) for name in ops]
 
 
 def makers(http: aiohttp.ClientSession, core: Child, gw: Child, fwd: Child) -> dict[str, Callable[[], Awaitable[Op]]]:
@@ -149,9 +157,8 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as http:
             make = makers(http, core, gw, fwd)
             for conc in args.concurrency:
-                for name in ("direct", "forwarder", "passthrough", "translated", "bridged"):
-                    watched = gw if name in ("passthrough", "translated", "bridged") else None
-                    results.append(await scenario(name, make[name], conc, args, watched))
+                ops = {name: [await make[name]() for _ in range(conc)] for name in SCENARIOS}
+                results.extend(await interleaved(ops, conc, args, gw, ("passthrough", "translated", "bridged")))
             idle = [await idle_sessions(http, gw, n) for n in args.idle]
     finally:
         for child in (fwd, gw, core):
@@ -165,6 +172,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m gateway.bench", description=__doc__)
     parser.add_argument("--duration", type=float, default=4.0, help="measured seconds per scenario")
     parser.add_argument("--warmup", type=float, default=1.0, help="seconds per scenario not counted")
+    parser.add_argument("--slice", type=float, default=0.5, help="seconds per scenario per alternating round")
     parser.add_argument("--concurrency", type=lambda s: [int(x) for x in s.split(",")], default=[1, 32])
     parser.add_argument("--idle", type=lambda s: [int(x) for x in s.split(",") if x], default=[1000, 10000])
     parser.add_argument("--json", default=None, help="also write the results to this file")

@@ -269,3 +269,22 @@ async def test_sweeps_are_rate_limited_so_opening_sessions_stays_linear(make_gat
     gw.store.get_session = counting_get
     assert await gw.sweep_expired() == 0 and visits == []  # within 10% of the idle limit: no walk
     assert await gw.sweep_expired(force=True) == 0 and len(visits) == len(gw.runtimes) >= 5
+
+
+async def test_a_cookie_the_upstream_sets_is_never_sent_for_anyone(make_gateway, upstream) -> None:
+    from aiohttp import web
+
+    def set_cookie(body, request):
+        resp = web.json_response({"jsonrpc": "2.0", "id": body["id"], "result": text("c")})
+        resp.set_cookie("upstream-session", "alice-secret")
+        return resp
+    upstream.script["tools/call"] = set_cookie
+    # By host name: aiohttp's default jar would silently refuse cookies from an IP address.
+    alice = Legacy(await make_gateway(upstream_url=upstream.url.replace("127.0.0.1", "localhost")))
+    await alice.initialize()
+    await alice.call("tools/call", {"name": "echo", "arguments": {}})
+    bob = Legacy(alice.client)
+    await bob.initialize()
+    await bob.call("tools/call", {"name": "echo", "arguments": {}})
+    assert len(upstream.calls("tools/call")) == 2
+    assert all("Cookie" not in h for h in upstream.headers)  # one upstream client serves every principal
