@@ -24,7 +24,7 @@ from gateway.bench.clients import LegacyClient, ModernClient
 from gateway.bench.procs import Child
 
 Op = Callable[[], Awaitable[Any]]
-SCENARIOS = ("direct", "forwarder", "passthrough", "translated", "bridged")
+SCENARIOS = ("direct", "forwarder", "passthrough", "translated", "mrtr_direct", "bridged")
 
 
 @dataclass
@@ -84,6 +84,9 @@ def makers(http: aiohttp.ClientSession, core: Child, gw: Child, fwd: Child) -> d
     async def modern(url: str) -> Op:
         return ModernClient(http, url).echo
 
+    async def mrtr_direct() -> Op:
+        return ModernClient(http, core.url).summarize
+
     async def legacy(tool: str, arguments: dict[str, Any]) -> Op:
         client = LegacyClient(http, gw.url)
         await client.start()
@@ -99,6 +102,7 @@ def makers(http: aiohttp.ClientSession, core: Child, gw: Child, fwd: Child) -> d
         "forwarder": lambda: modern(fwd.url),
         "passthrough": lambda: modern(gw.url),
         "translated": lambda: legacy("echo", {"text": "hi"}),
+        "mrtr_direct": mrtr_direct,
         "bridged": lambda: legacy("summarize_repo", {"repo": "bench"}),
     }
 
@@ -133,6 +137,10 @@ def ratios(results: list[Stats], idle: list[dict[str, Any]]) -> dict[str, Any]:
             # summarize_repo is two input_required rounds on top of the translated call.
             "bridged_round_ms": round((get("bridged") - get("translated")) / 2, 3),
             "bridged_round/direct": round((get("bridged") - get("translated")) / 2 / get("direct"), 3),
+            # What the gateway adds per round: the same two rounds done by a 2026 client directly on the core
+            # (mrtr_direct) cost the core's MRTR work and the client's answers; the rest is the gateway's.
+            "bridged_round_added_ms": round(((get("bridged") - get("translated"))
+                                             - (get("mrtr_direct") - get("direct"))) / 2, 3),
             "gateway_cpu_us_per_translated": at[("translated", conc)].gateway_cpu_us_per_request,
         }
     out["idle"] = idle

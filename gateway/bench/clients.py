@@ -27,16 +27,35 @@ class ModernClient:
     def __init__(self, http: aiohttp.ClientSession, url: str) -> None:
         self.http, self.url, self.next_id = http, url, 0
 
-    async def echo(self) -> None:
+    async def _call(self, name: str, params: dict[str, Any]) -> bytes:
         self.next_id += 1
-        body = {"jsonrpc": "2.0", "id": self.next_id, "method": "tools/call",
-                "params": {"name": "echo", "arguments": {"text": "hi"}, "_meta": _meta()}}
+        body = {"jsonrpc": "2.0", "id": self.next_id, "method": "tools/call", "params": {**params, "_meta": _meta()}}
         headers = {"Accept": ACCEPT, "Content-Type": "application/json", "MCP-Protocol-Version": MODERN,
-                   "Mcp-Method": "tools/call", "Mcp-Name": "echo"}
+                   "Mcp-Method": "tools/call", "Mcp-Name": name}
         async with self.http.post(self.url, data=json.dumps(body), headers=headers) as resp:
             answer = await resp.read()
         if resp.status != 200 or b'"result"' not in answer:
-            raise RuntimeError(f"modern echo failed: {resp.status} {answer[:200]!r}")
+            raise RuntimeError(f"modern {name} failed: {resp.status} {answer[:200]!r}")
+        return answer
+
+    async def echo(self) -> None:
+        await self._call("echo", {"name": "echo", "arguments": {"text": "hi"}})
+
+    async def summarize(self) -> None:
+        """``summarize_repo`` with the MRTR rounds done by this client itself (2026-07-28 basic/patterns/mrtr):
+        each ``input_required`` is answered at once and retried with a new id. Through the gateway, the same
+        rounds become live sampling requests; the difference is the gateway's own cost per round."""
+        params: dict[str, Any] = {"name": "summarize_repo", "arguments": {"repo": "bench"}}
+        for _round in range(10):
+            result = json.loads(await self._call("summarize_repo", params))["result"]
+            if result.get("resultType") != "input_required":
+                if result.get("isError"):
+                    raise RuntimeError(f"summarize_repo failed: {result}")
+                return
+            answers = {key: _sample_answer(entry["params"]) for key, entry in result["inputRequests"].items()}
+            params = {"name": "summarize_repo", "arguments": {"repo": "bench"}, "inputResponses": answers,
+                      "requestState": result["requestState"]}
+        raise RuntimeError("summarize_repo did not complete in 10 rounds")
 
 
 def _sample_answer(params: dict[str, Any]) -> dict[str, Any]:
