@@ -11,7 +11,6 @@ import secrets
 from collections.abc import AsyncIterator
 from typing import Any
 
-import aiohttp
 from aiohttp import web
 
 from adapters import local
@@ -31,6 +30,7 @@ from adapters.subscriptions import apply_subscribe, listen_filter, subscribe_uri
 from adapters.upstream import SessionView, build_discover
 from gateway.config import GatewayConfig
 from gateway.exchange import Exchange
+from gateway.h1 import BrokenResponse
 from gateway.listen import ListenHub, Listener
 from gateway.runtime import Gateway, PinState, SessionRuntime, log, new_id, session_view
 from gateway.store import InMemoryStore, SessionStore
@@ -306,22 +306,24 @@ async def on_modern(request: web.Request, gw: Gateway, acc: Accepted) -> web.Str
                if k.lower() in _MODERN_HEADERS or k.lower().startswith("mcp-param-")}
     upstream = gw.upstream_for(peer.upstream)
     try:
-        async with upstream.session.post(upstream.url, data=await request.read(),
-                                         headers=upstream.authorize(headers)) as up:
+        async with await upstream.post(await request.read(), headers) as up:
             if up.content_type != "text/event-stream":
                 return web.Response(status=up.status, body=await up.read(), content_type=up.content_type)
             out = web.StreamResponse(status=up.status, headers={"Content-Type": "text/event-stream",
                                                                 "Cache-Control": "no-cache"})
             await out.prepare(request)
             try:
-                async for chunk in up.content.iter_any():
+                async for chunk in up.chunks():
                     await out.write(chunk)
             except ConnectionResetError:
                 pass  # the modern client hung up: leaving this block closes upstream = 2026 cancel
+            except (TimeoutError, BrokenResponse) as exc:  # the status is sent: the client sees the stream end
+                log.warning("modern passthrough stream broke: %s", exc)
             return out
-    except (aiohttp.ClientError, TimeoutError) as exc:
-        error = upstream_failure("unreachable", type(exc).__name__)
-        return _json(response(acc.message.get("id"), error=error), 502)
+    except UpstreamFailure as failure:
+        return _json(response(acc.message.get("id"), error=failure.error), 502)
+    except (TimeoutError, BrokenResponse) as exc:  # a JSON answer broke after its head arrived
+        return _json(response(acc.message.get("id"), error=upstream_failure("stream_broken", str(exc))), 502)
 
 
 async def _end_sessions(app: web.Application) -> None:

@@ -1,5 +1,5 @@
-"""The upstream client: one ``aiohttp.ClientSession`` (connection reuse) that POSTs the bodies built by
-``adapters.upstream`` and reads JSON or SSE answers.
+"""The upstream client: one keep-alive connection pool (:mod:`gateway.h1`) per upstream that POSTs the bodies
+built by ``adapters.upstream`` and reads JSON or SSE answers.
 
 Every failure mode — refused, timeout, HTTP 5xx, a 4xx without a JSON-RPC error body, non-JSON, a stream that
 ends without the response — becomes an :class:`UpstreamFailure` carrying an ``ErrorValue`` for the original
@@ -13,11 +13,10 @@ import json
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
-import aiohttp
-
 from adapters.errors import ErrorValue, upstream_failure
 from adapters.sse import SseDecoder
 from adapters.upstream import UpstreamCall
+from gateway.h1 import BrokenResponse, H1Pool, H1Response, Unreachable
 
 Notify = Callable[[dict[str, Any]], None]
 
@@ -33,21 +32,12 @@ class UpstreamClient:
                  tap: Callable[[str, Any], None] | None = None, auth: str = "forward",
                  credential: str | None = None, max_connections: int = 100) -> None:
         self.url = url
-        self._timeout = aiohttp.ClientTimeout(total=None, sock_connect=connect_timeout, sock_read=read_timeout)
-        self._session: aiohttp.ClientSession | None = None
+        # No cookies are kept: one pool serves every session and principal, so a cookie an upstream set for one
+        # would be sent for all.
+        self.pool = H1Pool(url, connect_timeout=connect_timeout, read_timeout=read_timeout, limit=max_connections)
         self._tap = tap
         # gateway.pins: "forward" (shared audience), "gateway" (our own credential) or "none".
-        self._auth, self._credential, self._limit = auth, credential, max_connections
-
-    @property
-    def session(self) -> aiohttp.ClientSession:
-        if self._session is None:
-            connector = aiohttp.TCPConnector(limit=self._limit)
-            # No cookie jar: one client serves every session and principal, so a cookie an upstream set for
-            # one would be sent for all (and the jar's per-request bookkeeping was measurable in the profile).
-            self._session = aiohttp.ClientSession(timeout=self._timeout, connector=connector,
-                                                  cookie_jar=aiohttp.DummyCookieJar())
-        return self._session
+        self._auth, self._credential = auth, credential
 
     def authorize(self, headers: dict[str, str]) -> dict[str, str]:
         """The headers with the Authorization this upstream may see (no token passthrough across audiences)."""
@@ -59,48 +49,92 @@ class UpstreamClient:
         return out
 
     async def close(self) -> None:
-        if self._session is not None:
-            await self._session.close()
-            self._session = None
+        await self.pool.close()
 
-    async def call(self, call: UpstreamCall, on_notification: Notify) -> tuple[str, dict[str, Any]]:
-        """``("result", result)`` or ``("error", error)`` for the request; notifications go to the callback."""
-        async for message in self.messages(call):
-            if "method" in message and "id" not in message:
-                on_notification(message)
-                continue
-            if isinstance(message.get("error"), dict) and message.get("id") in (None, call.body.get("id")):
-                return "error", message["error"]  # id null: rejected before the id was read (still ours)
-            if message.get("id") != call.body.get("id"):
-                continue
-            if "result" in message:
-                return "result", message["result"]
-            raise UpstreamFailure(upstream_failure("invalid_response", "a response with neither result nor error"))
-        raise UpstreamFailure(upstream_failure("stream_broken", "the upstream stream ended without a response"))
-
-    async def messages(self, call: UpstreamCall) -> AsyncIterator[dict[str, Any]]:
-        """Every JSON-RPC message the upstream sends for one POST (one for JSON, many for SSE)."""
-        if self._tap is not None:
-            self._tap("upstream", call.body)
+    async def post(self, body: bytes, headers: dict[str, str]) -> H1Response:
+        """One POST with this upstream's authorization rules; failures as :class:`UpstreamFailure`."""
         try:
-            async with self.session.post(self.url, json=call.body, headers=self.authorize(call.headers)) as resp:
-                kind = resp.content_type
-                if resp.status >= 500:
-                    raise UpstreamFailure(upstream_failure("http_5xx", f"HTTP {resp.status}"))
-                if kind == "text/event-stream" and resp.status == 200:
-                    async for message in _sse_messages(resp):
-                        yield message
-                    return
-                yield await _json_message(resp)
-        except aiohttp.ClientConnectorError as exc:
+            return await self.pool.post(body, self.authorize(headers))
+        except Unreachable as exc:
             raise UpstreamFailure(upstream_failure("unreachable", str(exc))) from exc
         except TimeoutError as exc:
             raise UpstreamFailure(upstream_failure("timeout", "no answer in time")) from exc
-        except aiohttp.ClientError as exc:
-            raise UpstreamFailure(upstream_failure("stream_broken", type(exc).__name__)) from exc
+        except (BrokenResponse, ValueError) as exc:
+            raise UpstreamFailure(upstream_failure("stream_broken", str(exc))) from exc
+
+    async def call(self, call: UpstreamCall, on_notification: Notify) -> tuple[str, dict[str, Any]]:
+        """``("result", result)`` or ``("error", error)`` for the request; notifications go to the callback.
+
+        A JSON answer is read here directly, not through :meth:`messages`: an async generator left suspended
+        after its one message is only closed by the loop's finalizer task, which would hold the connection
+        back from the pool until then (and cost a task per request)."""
+        async with _FAILURES, await self.open(call) as resp:
+            if not _is_stream(resp):
+                answer = _answer(call, await _json_message(resp), on_notification)
+                if answer is not None:
+                    return answer
+            else:
+                async for message in _sse_messages(resp):
+                    answer = _answer(call, message, on_notification)
+                    if answer is not None:
+                        return answer
+        raise UpstreamFailure(upstream_failure("stream_broken", "the upstream stream ended without a response"))
+
+    async def open(self, call: UpstreamCall) -> H1Response:
+        """POST one request; the response once its head arrived (a 5xx is already a failure here)."""
+        if self._tap is not None:
+            self._tap("upstream", call.body)
+        resp = await self.post(json.dumps(call.body, separators=(",", ":")).encode(), call.headers)
+        if resp.status >= 500:
+            resp.release()
+            raise UpstreamFailure(upstream_failure("http_5xx", f"HTTP {resp.status}"))
+        return resp
+
+    async def messages(self, call: UpstreamCall) -> AsyncIterator[dict[str, Any]]:
+        """Every JSON-RPC message the upstream sends for one POST (one for JSON, many for SSE)."""
+        async with _FAILURES, await self.open(call) as resp:
+            if _is_stream(resp):
+                async for message in _sse_messages(resp):
+                    yield message
+            else:
+                yield await _json_message(resp)
 
 
-async def _json_message(resp: aiohttp.ClientResponse) -> dict[str, Any]:
+class _Failures:
+    """A response that breaks or stalls while being read becomes an UpstreamFailure (stateless: one instance)."""
+
+    async def __aenter__(self) -> None:
+        return None
+
+    async def __aexit__(self, kind: Any, exc: BaseException | None, _tb: Any) -> None:
+        if isinstance(exc, TimeoutError):
+            raise UpstreamFailure(upstream_failure("timeout", "no answer in time")) from exc
+        if isinstance(exc, BrokenResponse):
+            raise UpstreamFailure(upstream_failure("stream_broken", str(exc))) from exc
+
+
+_FAILURES = _Failures()
+
+
+def _is_stream(resp: H1Response) -> bool:
+    return resp.status == 200 and resp.content_type == "text/event-stream"
+
+
+def _answer(call: UpstreamCall, message: dict[str, Any], on_notification: Notify) -> tuple[str, Any] | None:
+    """The outcome if ``message`` answers ``call``; None for a notification or someone else's message."""
+    if "method" in message and "id" not in message:
+        on_notification(message)
+        return None
+    if isinstance(message.get("error"), dict) and message.get("id") in (None, call.body.get("id")):
+        return "error", message["error"]  # id null: rejected before the id was read (still ours)
+    if message.get("id") != call.body.get("id"):
+        return None
+    if "result" in message:
+        return "result", message["result"]
+    raise UpstreamFailure(upstream_failure("invalid_response", "a response with neither result nor error"))
+
+
+async def _json_message(resp: H1Response) -> dict[str, Any]:
     raw = await resp.read()
     try:
         message = json.loads(raw)
@@ -114,9 +148,9 @@ async def _json_message(resp: aiohttp.ClientResponse) -> dict[str, Any]:
     return message
 
 
-async def _sse_messages(resp: aiohttp.ClientResponse) -> AsyncIterator[dict[str, Any]]:
+async def _sse_messages(resp: H1Response) -> AsyncIterator[dict[str, Any]]:
     decoder = SseDecoder()
-    async for chunk in resp.content.iter_any():
+    async for chunk in resp.chunks():
         for data in decoder.feed(chunk):
             if not data:
                 continue  # priming / empty events

@@ -41,6 +41,7 @@ class FakeUpstream:
     headers: list[dict[str, str]] = field(default_factory=list)
     requests: list[web.Request] = field(default_factory=list)
     url: str = ""
+    server: Any = None  # the aiohttp TestServer (a test may stop it)
 
     def calls(self, method: str) -> list[dict[str, Any]]:
         return [b for b in self.received if b.get("method") == method]
@@ -89,7 +90,7 @@ async def upstream(aiohttp_server):
     app = web.Application()
     app.router.add_post("/mcp", fake.handle)
     server = await aiohttp_server(app)
-    fake.url = str(server.make_url("/mcp"))
+    fake.url, fake.server = str(server.make_url("/mcp")), server
     return fake
 
 

@@ -119,12 +119,10 @@ async def test_upstream_failures_become_errors_and_the_session_survives(legacy, 
     assert (await legacy.call("ping"))["result"] == {}
 
 
-async def test_upstream_refused_mid_session(make_gateway, upstream, unused_tcp_port) -> None:
+async def test_upstream_refused_mid_session(make_gateway, upstream) -> None:
     client = Legacy(await make_gateway())
     await client.initialize()
-    client.client.app  # the gateway keeps its session when the upstream disappears
-    from gateway.app import GATEWAY
-    client.client.app[GATEWAY].upstream.url = f"http://127.0.0.1:{unused_tcp_port}/mcp"
+    await upstream.server.close()  # the gateway keeps its session when the upstream disappears
     message = await client.call("tools/list")
     assert message["error"]["code"] == -32603 and "unreachable" in message["error"]["message"]
     assert (await client.call("ping"))["result"] == {}
