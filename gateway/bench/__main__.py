@@ -36,13 +36,14 @@ class Stats:
     p50_ms: float
     p99_ms: float
     rps: float
-    gateway_cpu_us_per_request: float | None = None
+    # CPU of the process the client talks to (the core for direct, the forwarder, or the gateway) per request.
+    front_cpu_us_per_request: float | None = None
 
 
-def _summary(name: str, conc: int, lat: list[float], seconds: float, cpu: float | None) -> Stats:
+def _summary(name: str, conc: int, lat: list[float], seconds: float, cpu: float) -> Stats:
     lat.sort()
     p99 = lat[min(len(lat) - 1, int(len(lat) * 0.99))]
-    per = cpu / len(lat) * 1e6 if cpu is not None and lat else None
+    per = cpu / len(lat) * 1e6 if lat else None
     return Stats(name, conc, len(lat), round(seconds, 2), round(statistics.median(lat) * 1e3, 3),
                  round(p99 * 1e3, 3), round(len(lat) / seconds, 1), round(per, 1) if per is not None else None)
 
@@ -62,10 +63,11 @@ async def _load(ops: list[Op], seconds: float) -> list[float]:
 
 
 async def interleaved(ops: dict[str, list[Op]], conc: int, args: argparse.Namespace,
-                      gateway: Child, watched: tuple[str, ...]) -> list[Stats]:
+                      front: dict[str, Child]) -> list[Stats]:
     """Every scenario in short alternating slices (order reversed every round) instead of one after another:
     this machine's speed drifts by tens of percent over seconds (a shared host), and a drift then slows all
-    scenarios alike instead of skewing the ratios between them. Gateway CPU is read around each slice."""
+    scenarios alike instead of skewing the ratios between them. The CPU of each scenario's front process (the
+    one its client talks to) is read around each slice."""
     for name in ops:  # warm-up, not counted
         await _load(ops[name], args.warmup)
     lat: dict[str, list[float]] = {name: [] for name in ops}
@@ -73,11 +75,11 @@ async def interleaved(ops: dict[str, list[Op]], conc: int, args: argparse.Namesp
     rounds = max(1, round(args.duration / args.slice))
     for number in range(rounds):
         for name in (list(ops) if number % 2 == 0 else list(reversed(ops))):
-            before = gateway.cpu_seconds()
+            before = front[name].cpu_seconds()
             lat[name].extend(await _load(ops[name], args.slice))
-            cpu[name] += gateway.cpu_seconds() - before
+            cpu[name] += front[name].cpu_seconds() - before
     seconds = rounds * args.slice
-    return [_summary(name, conc, lat[name], seconds, cpu[name] if name in watched else None) for name in ops]
+    return [_summary(name, conc, lat[name], seconds, cpu[name]) for name in ops]
 
 
 def makers(http: aiohttp.ClientSession, core: Child, gw: Child, fwd: Child) -> dict[str, Callable[[], Awaitable[Op]]]:
@@ -141,17 +143,19 @@ def ratios(results: list[Stats], idle: list[dict[str, Any]]) -> dict[str, Any]:
             # (mrtr_direct) cost the core's MRTR work and the client's answers; the rest is the gateway's.
             "bridged_round_added_ms": round(((get("bridged") - get("translated"))
                                              - (get("mrtr_direct") - get("direct"))) / 2, 3),
-            "gateway_cpu_us_per_translated": at[("translated", conc)].gateway_cpu_us_per_request,
+            "gateway_cpu_us_per_translated": at[("translated", conc)].front_cpu_us_per_request,
+            "gateway_cpu_us_per_passthrough": at[("passthrough", conc)].front_cpu_us_per_request,
+            "forwarder_cpu_us": at[("forwarder", conc)].front_cpu_us_per_request,
         }
     out["idle"] = idle
     return out
 
 
 def print_table(results: list[Stats], summary: dict[str, Any]) -> None:
-    print(f"{'scenario':<12}{'conc':>5}{'requests':>10}{'p50 ms':>10}{'p99 ms':>10}{'req/s':>10}{'gw CPU us/req':>15}")
+    print(f"{'scenario':<12}{'conc':>5}{'requests':>10}{'p50 ms':>10}{'p99 ms':>10}{'req/s':>10}{'front CPU us/req':>18}")
     for r in results:
-        cpu = "" if r.gateway_cpu_us_per_request is None else f"{r.gateway_cpu_us_per_request:.0f}"
-        print(f"{r.scenario:<12}{r.concurrency:>5}{r.requests:>10}{r.p50_ms:>10.3f}{r.p99_ms:>10.3f}{r.rps:>10.1f}{cpu:>15}")
+        cpu = "" if r.front_cpu_us_per_request is None else f"{r.front_cpu_us_per_request:.0f}"
+        print(f"{r.scenario:<12}{r.concurrency:>5}{r.requests:>10}{r.p50_ms:>10.3f}{r.p99_ms:>10.3f}{r.rps:>10.1f}{cpu:>18}")
     print(json.dumps(summary, indent=2))
 
 
@@ -166,7 +170,8 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             make = makers(http, core, gw, fwd)
             for conc in args.concurrency:
                 ops = {name: [await make[name]() for _ in range(conc)] for name in SCENARIOS}
-                results.extend(await interleaved(ops, conc, args, gw, ("passthrough", "translated", "bridged")))
+                front = {"direct": core, "mrtr_direct": core, "forwarder": fwd}
+                results.extend(await interleaved(ops, conc, args, {n: front.get(n, gw) for n in SCENARIOS}))
             idle = [await idle_sessions(http, gw, n) for n in args.idle]
     finally:
         for child in (fwd, gw, core):
