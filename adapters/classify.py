@@ -25,7 +25,7 @@ LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1", "[::1]")
 @dataclass(frozen=True, slots=True)
 class HttpView:
     method: str
-    headers: Mapping[str, str]  # names lower-cased by the shell
+    headers: Mapping[str, str]  # looked up by lower-case names: a case-insensitive mapping, or lower-cased keys
     body: bytes = b""
 
 

@@ -8,6 +8,7 @@ records (issue 7 "Designed for replicas"): they hold only JSON-compatible values
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
+from functools import cache
 from typing import Any
 
 
@@ -16,6 +17,7 @@ def _from_dict(cls: type, data: dict[str, Any]) -> Any:
     return cls(**{k: v for k, v in data.items() if k in names})
 
 
+@cache  # read on every request (the session record is parsed per request); the fields never change
 def _names(cls: type) -> tuple[str, ...]:
     return tuple(f.name for f in fields(cls))
 

@@ -7,10 +7,11 @@ answered by replaying only that stream's later events (S25: never another stream
 
 from __future__ import annotations
 
-import json
 from collections import deque
 from dataclasses import dataclass
 from typing import Any
+
+from adapters.protocol import dump_json
 
 
 def event_id(stream: str, seq: int) -> str:
@@ -34,7 +35,7 @@ def encode_event(eid: str | None, message: Any | None, retry_ms: int | None = No
     if retry_ms is not None:
         lines.append(f"retry: {retry_ms}")
     lines.append("event: message")
-    data = "" if message is None else json.dumps(message, separators=(",", ":"), ensure_ascii=False)
+    data = "" if message is None else dump_json(message)
     lines.append(f"data: {data}")
     return ("\n".join(lines) + "\n\n").encode("utf-8")
 

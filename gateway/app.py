@@ -22,7 +22,7 @@ from adapters.handshake import build_initialize_result, cache_policy, check_disc
 from adapters.peers import (admit_initialize, admit_modern, legacy_answer_version, mask_capabilities, match_peer,
                             peer_limits, peer_record, pick_upstream, sunset_error, sunset_passed,
                             with_notice)
-from adapters.protocol import CLIENT_INFO_META_KEY, MODERN_VERSION, PROTOCOL_VERSION_META_KEY
+from adapters.protocol import CLIENT_INFO_META_KEY, MODERN_VERSION, PROTOCOL_VERSION_META_KEY, dump_json
 from adapters.records import PendingRound, SessionRecord
 from adapters.results import Complete, Invalid, classify_result, response
 from adapters.sse import parse_event_id
@@ -32,7 +32,7 @@ from gateway.config import GatewayConfig
 from gateway.exchange import Exchange
 from gateway.h1 import BrokenResponse
 from gateway.listen import ListenHub, Listener
-from gateway.runtime import Gateway, PinState, SessionRuntime, log, new_id, session_view
+from gateway.runtime import Gateway, PinState, SessionRuntime, log, new_id, random_id, session_view
 from gateway.store import InMemoryStore, SessionStore
 from gateway.streams import Tap, write_stream
 from gateway.upstream import UpstreamClient, UpstreamFailure
@@ -45,7 +45,8 @@ _MODERN_HEADERS = ("accept", "content-type", "mcp-protocol-version", "mcp-method
 
 
 def _json(message: dict[str, Any], status: int = 200, headers: dict[str, str] | None = None) -> web.Response:
-    return web.json_response(message, status=status, headers=headers)
+    return web.Response(body=dump_json(message).encode(), status=status, headers=headers,
+                        content_type="application/json")
 
 
 def _rejection(rejection: Rejection) -> web.Response:
@@ -67,7 +68,7 @@ async def error_middleware(request: web.Request, handler: Any) -> web.StreamResp
 
 async def handle_mcp(request: web.Request) -> web.StreamResponse:
     gw = request.app[GATEWAY]
-    headers = {k.lower(): v for k, v in request.headers.items()}
+    headers = request.headers  # case-insensitive already: the adapters read it as a plain mapping
     body = await request.read() if request.method == "POST" else b""
     session_id = headers.get("mcp-session-id")
     session = await gw.store.get_session(session_id) if session_id else None
@@ -178,7 +179,7 @@ async def on_forward(request: web.Request, gw: Gateway, session: SessionRecord,
         return _json(response(ident, error=refused))
     record = PendingRound(new_id("b"), session.session_id, ident, message["method"], message.get("params") or {})
     limits = peer_limits(gw.config.limits.to_limits(), gw.peer_of(session))
-    ctx = BridgeContext(limits, session.client_capabilities, new_id, cached_roots=session.cached_roots)
+    ctx = BridgeContext(limits, session.client_capabilities, random_id, cached_roots=session.cached_roots)
     exchange = Exchange(runtime, record, ctx, request.headers.get("Authorization"), session)
     exchange.observer = exchange_observer(request, gw, session, message)  # issue 4 accounting
     runtime.exchanges[ident] = exchange

@@ -32,6 +32,7 @@ from gateway.upstream import UpstreamFailure
 REFRESH_PAGE_CAP = 20
 _WAITING = ("awaiting_client", "backoff")  # phases in which the round record is saved
 _SILENT = (B.Finish, B.AbortUpstream)  # after begin() there is no upstream task left to abort
+_TOTAL_TIMEOUT = B.TimerFired("total", 0)
 
 
 class Exchange:
@@ -49,7 +50,7 @@ class Exchange:
         self._last_progress: float | None = None
         self._refreshed = self._saved = False
         self._inline: asyncio.Task | None = None  # the handler task while begin() waits on the upstream
-        self._cancel_reason: list[str | None] = []  # set by cancel() during begin()
+        self._interrupted: Any = None  # the event that stopped that wait: Cancelled or the total timeout
         self._early: list[dict[str, Any]] = []  # notifications that arrived during begin()
         meta = record.params.get("_meta")
         self.progress_token = meta.get("progressToken") if isinstance(meta, dict) else None
@@ -80,18 +81,18 @@ class Exchange:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.machine.ctx.limits.total_timeout_seconds
         self._inline = asyncio.current_task()
+        # The total limit is the same interrupt as cancel(): a plain timer, not a timeout context per request.
+        timer = loop.call_at(deadline, self._interrupt, _TOTAL_TIMEOUT)
         try:
-            async with asyncio.timeout_at(deadline):
-                event = await self._upstream_event({})
-        except TimeoutError:
-            event = B.TimerFired("total", 0)
+            event = await self._upstream_event({})
         except asyncio.CancelledError:
-            if not self._cancel_reason or self._inline is None:
+            if self._interrupted is None or self._inline is None:
                 self._end()
                 raise  # the handler itself is being cancelled (shutdown), not this request
             self._inline.uncancel()
-            event = B.Cancelled(self._cancel_reason[0])
+            event = self._interrupted
         finally:
+            timer.cancel()
             self._inline = None
         actions = self.machine.handle(event)
         finish = next((a for a in actions if isinstance(a, B.Finish)), None)
@@ -244,8 +245,12 @@ class Exchange:
 
     def cancel(self, reason: str | None) -> None:
         if self._inline is not None:  # begin() is waiting on the upstream: stop that wait (the 2026 cancel)
-            if not self._cancel_reason:
-                self._cancel_reason.append(reason)
-                self._inline.cancel()
+            self._interrupt(B.Cancelled(reason))
             return
         self.events.put_nowait(B.Cancelled(reason))
+
+    def _interrupt(self, event: Any) -> None:
+        """Stop :meth:`begin`'s upstream wait; the machine then handles ``event`` (the first one wins)."""
+        if self._inline is not None and self._interrupted is None:
+            self._interrupted = event
+            self._inline.cancel()

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime
+import itertools
 import logging
 import secrets
 import time
@@ -28,8 +29,18 @@ log = logging.getLogger("gateway")
 KEEP_FINISHED_STREAMS = 16
 
 
+_PROCESS_TAG = secrets.token_hex(6)
+_serial = itertools.count(1)
+
+
 def new_id(prefix: str = "g") -> str:
-    """Gateway-minted ids: random, so ids minted by different replicas never collide."""
+    """Ids that stay inside the gateway and its upstream hop (bridge records, upstream JSON-RPC ids): a random
+    per-process tag plus a counter, so ids minted by different replicas never collide, at no syscall per id."""
+    return f"{prefix}{_PROCESS_TAG}{next(_serial):x}"
+
+
+def random_id(prefix: str = "g") -> str:
+    """Ids the legacy client sees (its requests' ids, URL elicitationIds): unguessable as well as unique."""
     return prefix + secrets.token_hex(8)
 
 

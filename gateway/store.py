@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 from typing import Any, Protocol
 
+from adapters.protocol import dump_json
 from adapters.records import PendingRound, SessionRecord
 
 
@@ -25,7 +26,7 @@ class SessionStore(Protocol):
 
 
 def _dump(record: Any) -> str:
-    return json.dumps(record.to_dict(), separators=(",", ":"))
+    return dump_json(record.to_dict())
 
 
 class InMemoryStore:

@@ -14,6 +14,7 @@ from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from adapters.errors import ErrorValue, upstream_failure
+from adapters.protocol import dump_json
 from adapters.sse import SseDecoder
 from adapters.upstream import UpstreamCall
 from gateway.h1 import BrokenResponse, H1Pool, H1Response, Unreachable
@@ -84,7 +85,7 @@ class UpstreamClient:
         """POST one request; the response once its head arrived (a 5xx is already a failure here)."""
         if self._tap is not None:
             self._tap("upstream", call.body)
-        resp = await self.post(json.dumps(call.body, separators=(",", ":")).encode(), call.headers)
+        resp = await self.post(dump_json(call.body).encode(), call.headers)
         if resp.status >= 500:
             resp.release()
             raise UpstreamFailure(upstream_failure("http_5xx", f"HTTP {resp.status}"))
