@@ -14,6 +14,7 @@ from typing import Any
 
 from aiohttp import web
 
+from adapters.protocol import dump_json
 from adapters.sse import KEEPALIVE, PRIMING_SEQ, Event, ReplayBuffer, encode_event, event_id
 
 Tap = Callable[[str, Any], None]
@@ -105,7 +106,7 @@ async def write_stream(request: web.Request, stream: OutStream, *, mode: str, re
         await stream.wait_first()
         only = stream.single_response()
         if only is not None:
-            return web.json_response(only, headers=headers)
+            return web.Response(body=dump_json(only).encode(), headers=headers, content_type="application/json")
         if stream.closed and len(stream.buffer) == 0:
             return web.Response(status=202, headers=headers)  # cancelled before anything was sent
     elif mode == "get":
@@ -119,8 +120,12 @@ async def write_stream(request: web.Request, stream: OutStream, *, mode: str, re
     head = encode_event(event_id(stream.name, after), None, retry_ms) if mode != "resume" else b""
     try:
         async for batch in stream.batches_after(after, keepalive, writer):
-            await response.write(head + b"".join([e.encode(stream.name) for e in batch]) if batch else head or KEEPALIVE)
+            data = head + b"".join([e.encode(stream.name) for e in batch]) if batch else head or KEEPALIVE
             head = b""
+            if batch and stream.closed and batch[-1].seq == stream.buffer.next_seq - 1:
+                await response.write_eof(data)  # the last event and the end of the body in one send
+            else:
+                await response.write(data)
     except ConnectionResetError:
         return response  # the client went away; the stream lives on for resumption
     except StreamGone:

@@ -94,9 +94,8 @@ def makers(http: aiohttp.ClientSession, core: Child, gw: Child, fwd: Child) -> d
         await client.start()
 
         async def op() -> None:
-            answer = await client.call(tool, arguments)
-            if "result" not in answer or answer["result"].get("isError"):
-                raise RuntimeError(f"{tool} through the gateway failed: {answer}")
+            if not await client.call(tool, arguments):
+                raise RuntimeError(f"{tool} through the gateway failed")
         return op
 
     return {

@@ -89,14 +89,18 @@ class LegacyClient:
         async with await self._post({"jsonrpc": "2.0", "method": "notifications/initialized"}) as resp:
             await resp.read()
 
-    async def call(self, name: str, arguments: dict[str, Any]) -> dict[str, Any]:
+    async def call(self, name: str, arguments: dict[str, Any]) -> bool:
+        """True when the call succeeded. A JSON answer is checked as ModernClient checks its own (read, then a
+        byte search, not parsed), so both eras' scenarios pay the same client-side cost for the same answer."""
         self.next_id += 1
         ident = self.next_id
         message = {"jsonrpc": "2.0", "id": ident, "method": "tools/call", "params": {"name": name, "arguments": arguments}}
         async with await self._post(message) as resp:
             if resp.content_type == "application/json":
-                return await resp.json()
-            return await self._drain(resp, ident)
+                answer = await resp.read()
+                return resp.status == 200 and b'"result"' in answer and b'"isError"' not in answer
+            final = await self._drain(resp, ident)
+            return "result" in final and not final["result"].get("isError")
 
     async def _drain(self, resp: aiohttp.ClientResponse, ident: int) -> dict[str, Any]:
         data: list[bytes] = []

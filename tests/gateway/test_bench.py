@@ -1,0 +1,30 @@
+"""The benchmark runs end to end (tiny durations): every scenario served requests and every ratio is reported.
+No timing is asserted here (targets are judged from the benchmark's own output, README)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+SCENARIOS = {"direct", "forwarder", "passthrough", "translated", "mrtr_direct", "bridged"}
+
+
+def test_the_benchmark_runs_every_scenario_and_reports_its_ratios(tmp_path: Path) -> None:
+    out = tmp_path / "bench.json"
+    run = subprocess.run([sys.executable, "-m", "gateway.bench", "--duration", "0.4", "--warmup", "0.1",
+                          "--slice", "0.2", "--concurrency", "1,2", "--idle", "20", "--json", str(out)],
+                         capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr[-2000:]
+    report = json.loads(out.read_text())
+    seen = {(r["scenario"], r["concurrency"]) for r in report["results"] if r["requests"] > 0}
+    assert seen == {(name, conc) for name in SCENARIOS for conc in (1, 2)}
+    assert all(r["front_cpu_us_per_request"] > 0 for r in report["results"])
+    for conc in ("c1", "c2"):
+        ratios = report["ratios"][conc]
+        assert {"translated/forwarder", "passthrough/forwarder", "bridged_round_added_ms",
+                "gateway_cpu_us_per_translated", "forwarder_cpu_us"} <= set(ratios)
+    idle = report["ratios"]["idle"]
+    assert idle[0]["sessions"] == 20 and idle[0]["rss_after_mib"] > 0
+    assert "translated/forwarder" in run.stdout  # the table and the ratios are printed too
