@@ -44,6 +44,7 @@ class Exchange:
         self.machine = B.BridgeMachine(record, ctx)
         self.stream: OutStream | None = None  # made when the answer is more than one lone response
         self.events: asyncio.Queue[Any] = asyncio.Queue()
+        self._acted: list[asyncio.Future[None]] = []  # handlers waiting for their answer to be acted on
         self._session = session  # the record the handler just read: the first round needs no second read
         self._upstream: asyncio.Task | None = None
         self._timers: list[asyncio.TimerHandle] = []
@@ -124,10 +125,12 @@ class Exchange:
                     await store.put_round(self.record)
                     self._saved = True
                 await self._perform(self.machine.handle(await self.events.get()))
+                self._settle()
         except Exception:  # a gateway bug must still answer the original request, not leave it hanging
             log.exception("exchange for request %r failed", self.record.downstream_id)
             self.stream.finish(response(self.record.downstream_id, error=ErrorValue(-32603, "internal gateway error")))
         finally:
+            self._settle()
             for handle in self._timers:
                 handle.cancel()
             if self._upstream is not None:
@@ -240,8 +243,21 @@ class Exchange:
             session.cached_roots = result
             await store.put_session(session)
 
-    def answer(self, gateway_id: str, message: dict[str, Any]) -> None:
+    def answer(self, gateway_id: str, message: dict[str, Any]) -> asyncio.Future[None]:
+        """Queue the client's answer. The future resolves once the exchange has acted on it: the handler awaits it
+        before acknowledging the POST, so a next upstream round is sent before that 202 (the upstream task the
+        exchange spawned was scheduled before this future's waiter, and the loop runs callbacks in order) and
+        the acknowledgement's send is off the round's critical path. It also resolves when the exchange ends."""
         self.events.put_nowait(B.ClientAnswered(gateway_id, message.get("result"), message.get("error")))
+        acted = asyncio.get_running_loop().create_future()
+        self._acted.append(acted)
+        return acted
+
+    def _settle(self) -> None:
+        acted, self._acted = self._acted, []
+        for waiter in acted:
+            if not waiter.done():
+                waiter.set_result(None)
 
     def cancel(self, reason: str | None) -> None:
         if self._inline is not None:  # begin() is waiting on the upstream: stop that wait (the 2026 cancel)
