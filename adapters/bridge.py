@@ -20,8 +20,9 @@ action                      the shell ...
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping
+from typing import Any, Callable
 
 from adapters import errors as E
 from adapters.errors import ErrorValue

@@ -11,8 +11,9 @@ is never advertised.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any
 
 _PASS_THROUGH_CLIENT = ("sampling", "elicitation", "experimental", "extensions")
 

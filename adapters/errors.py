@@ -8,8 +8,9 @@ transport-level rejections of the legacy request itself, and those are all liste
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Final, Mapping
+from typing import Any, Final
 
 from mcp_types.jsonrpc import (
     HEADER_MISMATCH,

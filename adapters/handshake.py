@@ -4,8 +4,9 @@ and the discover cache policy (DIGEST §1.11, §4.16).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any
 
 from adapters.capabilities import BridgedFeatures, server_caps_to_legacy
 from adapters.errors import ErrorValue, upstream_failure

@@ -4,7 +4,8 @@ rows, §4.20: methods a 2026 server removed are answered here or translated, nev
 
 from __future__ import annotations
 
-from typing import Any, Final, Mapping
+from collections.abc import Mapping
+from typing import Any, Final
 
 from mcp_types.methods import validate_client_notification, validate_client_request
 

@@ -15,8 +15,9 @@ Choices where the spec is silent (written down in notes/GATEWAY.md too):
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any
 
 from functools import cache
 from types import UnionType

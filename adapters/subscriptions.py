@@ -8,7 +8,8 @@ session's GET stream with ``subscriptionId`` stripped.
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from adapters.capabilities import BridgedFeatures, wants_listen
 from adapters.errors import ErrorValue, INVALID_PARAMS

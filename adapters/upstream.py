@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import base64
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any
 
 from adapters.protocol import (
     CLIENT_CAPABILITIES_META_KEY,
