@@ -18,6 +18,20 @@ def pool_for(url: str, **kw: float) -> H1Pool:
                   **kw)  # type: ignore[arg-type]
 
 
+async def pool_serving(aiohttp_server, handle, server_kw: dict | None = None, **pool_kw: float) -> H1Pool:
+    """A pool for an aiohttp server whose ``POST /mcp`` is ``handle``."""
+    app = web.Application()
+    app.router.add_post("/mcp", handle)
+    server = await aiohttp_server(app, **(server_kw or {}))
+    return pool_for(str(server.make_url("/mcp")), **pool_kw)
+
+
+async def sse(request: web.Request) -> web.StreamResponse:
+    resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+    await resp.prepare(request)
+    return resp
+
+
 @contextlib.asynccontextmanager
 async def raw_server(reply: Callable[[asyncio.StreamReader, asyncio.StreamWriter], object]) -> AsyncIterator[str]:
     async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -40,10 +54,7 @@ async def test_json_answers_reuse_one_connection(aiohttp_server) -> None:
         bodies.append((await request.read(), request.headers["X-Test"], request.path))
         return web.json_response({"ok": len(peers)}, headers={"X-Answer": "yes"})
 
-    app = web.Application()
-    app.router.add_post("/mcp", handle)
-    server = await aiohttp_server(app)
-    pool = pool_for(str(server.make_url("/mcp")))
+    pool = await pool_serving(aiohttp_server, handle)
     for number in range(1, 6):
         async with await pool.post(b'{"n": 1}', {"X-Test": "v", "Content-Type": "application/json"}) as resp:
             assert (resp.status, resp.content_type, resp.headers["x-answer"]) == (200, "application/json", "yes")
@@ -57,18 +68,14 @@ async def test_a_stream_is_read_as_it_arrives(aiohttp_server) -> None:
     second = asyncio.Event()
 
     async def handle(request: web.Request) -> web.StreamResponse:
-        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
-        await resp.prepare(request)
+        resp = await sse(request)
         await resp.write(b"data: one\n\n")
         await second.wait()
         await resp.write(b"data: two\n\n")
         await resp.write_eof()
         return resp
 
-    app = web.Application()
-    app.router.add_post("/mcp", handle)
-    server = await aiohttp_server(app)
-    pool = pool_for(str(server.make_url("/mcp")))
+    pool = await pool_serving(aiohttp_server, handle)
     got = []
     async with await pool.post(b"{}", {}) as resp:
         assert resp.content_type == "text/event-stream"
@@ -123,16 +130,12 @@ async def test_refused_is_unreachable(unused_tcp_port: int) -> None:
 
 async def test_a_silent_server_times_out_between_arrivals(aiohttp_server) -> None:
     async def handle(request: web.Request) -> web.StreamResponse:
-        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
-        await resp.prepare(request)
+        resp = await sse(request)
         await resp.write(b"data: first\n\n")
         await asyncio.sleep(10)
         return resp
 
-    app = web.Application()
-    app.router.add_post("/mcp", handle)
-    server = await aiohttp_server(app)
-    pool = pool_for(str(server.make_url("/mcp")), read_timeout=0.3)
+    pool = await pool_serving(aiohttp_server, handle, read_timeout=0.3)
     got = []
     with pytest.raises(TimeoutError):
         async with await pool.post(b"{}", {}) as resp:
@@ -146,8 +149,7 @@ async def test_leaving_a_stream_early_closes_its_connection(aiohttp_server) -> N
     disconnected = asyncio.Event()
 
     async def handle(request: web.Request) -> web.StreamResponse:
-        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
-        await resp.prepare(request)
+        resp = await sse(request)
         try:
             while True:
                 await resp.write(b"data: tick\n\n")
@@ -156,10 +158,7 @@ async def test_leaving_a_stream_early_closes_its_connection(aiohttp_server) -> N
             disconnected.set()
             raise
 
-    app = web.Application()
-    app.router.add_post("/mcp", handle)
-    server = await aiohttp_server(app)
-    pool = pool_for(str(server.make_url("/mcp")))
+    pool = await pool_serving(aiohttp_server, handle)
     async with await pool.post(b"{}", {}) as resp:
         async for _chunk in resp.chunks():
             break
@@ -172,10 +171,7 @@ async def test_a_connection_the_server_closed_while_idle_is_not_reused(aiohttp_s
     async def handle(request: web.Request) -> web.Response:
         return web.json_response({}, headers={"Connection": "keep-alive"})
 
-    app = web.Application()
-    app.router.add_post("/mcp", handle)
-    server = await aiohttp_server(app, keepalive_timeout=0.1)
-    pool = pool_for(str(server.make_url("/mcp")))
+    pool = await pool_serving(aiohttp_server, handle, {'keepalive_timeout': 0.1})
     for _ in range(2):
         async with await pool.post(b"{}", {}) as resp:
             assert await resp.read() == b"{}"
@@ -190,10 +186,7 @@ async def test_idle_connections_past_keepalive_are_not_reused(aiohttp_server) ->
         peers.append(request.transport.get_extra_info("peername"))
         return web.json_response({})
 
-    app = web.Application()
-    app.router.add_post("/mcp", handle)
-    server = await aiohttp_server(app)
-    pool = pool_for(str(server.make_url("/mcp")), keepalive_seconds=0.0)
+    pool = await pool_serving(aiohttp_server, handle, keepalive_seconds=0.0)
     for _ in range(3):
         async with await pool.post(b"{}", {}) as resp:
             await resp.read()
@@ -212,10 +205,7 @@ async def test_the_connection_limit_queues_requests(aiohttp_server) -> None:
         active -= 1
         return web.json_response({})
 
-    app = web.Application()
-    app.router.add_post("/mcp", handle)
-    server = await aiohttp_server(app)
-    pool = pool_for(str(server.make_url("/mcp")), limit=2)
+    pool = await pool_serving(aiohttp_server, handle, limit=2)
 
     async def one() -> bytes:
         async with await pool.post(b"{}", {}) as resp:
@@ -233,10 +223,7 @@ async def test_a_header_that_would_break_framing_is_refused_before_sending(aioht
         seen.append(dict(request.headers))
         return web.json_response({})
 
-    app = web.Application()
-    app.router.add_post("/mcp", handle)
-    server = await aiohttp_server(app)
-    pool = pool_for(str(server.make_url("/mcp")), limit=1)
+    pool = await pool_serving(aiohttp_server, handle, limit=1)
     for bad in ({"X-Evil": "a\r\nInjected: 1"}, {"X-Evil\n": "a"}, {"X: Y": "a"}):
         with pytest.raises(ValueError, match="framing"):
             await pool.post(b"{}", bad)
@@ -255,10 +242,7 @@ async def test_cancelling_a_request_frees_its_slot_and_closes_the_connection(aio
             await asyncio.sleep(10)
         return web.json_response({})
 
-    app = web.Application()
-    app.router.add_post("/mcp", handle)
-    server = await aiohttp_server(app)
-    pool = pool_for(str(server.make_url("/mcp")), limit=1)
+    pool = await pool_serving(aiohttp_server, handle, limit=1)
     slow = asyncio.ensure_future(pool.post(b"{}", {"X-Slow": "1"}))
     await arrived.wait()
     slow.cancel()
@@ -281,10 +265,7 @@ async def test_a_large_body_read_slowly_pauses_and_resumes_reading(aiohttp_serve
         await resp.write_eof()
         return resp
 
-    app = web.Application()
-    app.router.add_post("/mcp", handle)
-    server = await aiohttp_server(app)
-    pool = pool_for(str(server.make_url("/mcp")))
+    pool = await pool_serving(aiohttp_server, handle)
     got, paused = [], False
     async with await pool.post(b"{}", {}) as resp:
         await asyncio.sleep(0.3)  # let the server fill the buffer
@@ -299,3 +280,22 @@ def test_only_http_urls_are_accepted() -> None:
     with pytest.raises(ValueError, match="http"):
         pool_for("ftp://example/mcp")
     assert pool_for("https://example.test/a?b=1").port == 443
+
+
+async def test_an_idle_connection_the_server_writes_on_is_dropped() -> None:
+    async def reply(_r: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n{}")
+        await writer.drain()
+        await asyncio.sleep(0.1)
+        writer.write(b"HTTP/1.1 200 OK\r\n")  # nobody asked: the connection is not to be trusted again
+        await writer.drain()
+        await asyncio.sleep(1)
+
+    async with raw_server(reply) as url:
+        pool = pool_for(url)
+        async with await pool.post(b"{}", {}) as resp:
+            assert await resp.read() == b"{}"
+        assert pool.connections == 1
+        await asyncio.sleep(0.3)
+        assert pool.connections == 0
+        await pool.close()
