@@ -171,7 +171,7 @@ async def test_a_connection_the_server_closed_while_idle_is_not_reused(aiohttp_s
     async def handle(request: web.Request) -> web.Response:
         return web.json_response({}, headers={"Connection": "keep-alive"})
 
-    pool = await pool_serving(aiohttp_server, handle, {'keepalive_timeout': 0.1})
+    pool = await pool_serving(aiohttp_server, handle, {"keepalive_timeout": 0.1})
     for _ in range(2):
         async with await pool.post(b"{}", {}) as resp:
             assert await resp.read() == b"{}"
