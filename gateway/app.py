@@ -17,14 +17,14 @@ from adapters import local
 from adapters.bridge import BridgeContext, admit
 from adapters.capabilities import client_caps_to_modern
 from adapters.classify import Accepted, HttpView, classify
-from adapters.errors import INVALID_REQUEST, ErrorValue, Rejection, reject, translate_upstream_error, upstream_failure
+from adapters.errors import INVALID_REQUEST, ErrorValue, Rejection, reject, translate_upstream_error
 from adapters.handshake import build_initialize_result, cache_policy, check_discover, discover_cache_keys
 from adapters.peers import (admit_initialize, admit_modern, legacy_answer_version, mask_capabilities, match_peer,
                             peer_limits, peer_record, pick_upstream, sunset_error, sunset_passed,
                             with_notice)
-from adapters.protocol import CLIENT_INFO_META_KEY, MODERN_VERSION, PROTOCOL_VERSION_META_KEY, dump_json
+from adapters.protocol import CLIENT_INFO_META_KEY, MODERN_VERSION, PROTOCOL_VERSION_META_KEY
 from adapters.records import PendingRound, SessionRecord
-from adapters.results import Complete, Invalid, classify_result, response
+from adapters.results import Invalid, classify_result, response
 from adapters.sse import parse_event_id
 from adapters.subscriptions import apply_subscribe, listen_filter, subscribe_uri
 from adapters.upstream import SessionView, build_discover
@@ -34,8 +34,8 @@ from gateway.h1 import BrokenResponse
 from gateway.listen import ListenHub, Listener
 from gateway.runtime import Gateway, PinState, SessionRuntime, log, new_id, random_id, session_view
 from gateway.store import InMemoryStore, SessionStore
-from gateway.streams import Tap, write_stream
-from gateway.upstream import UpstreamClient, UpstreamFailure
+from gateway.streams import Tap, json_response, write_stream
+from gateway.upstream import FAILURES, UpstreamClient, UpstreamFailure
 from gateway.usage import exchange_observer, install_usage, observe_response
 
 GATEWAY = web.AppKey("gateway", Gateway)
@@ -44,13 +44,8 @@ _MODERN_HEADERS = ("accept", "content-type", "mcp-protocol-version", "mcp-method
                    "traceparent", "tracestate", "baggage")
 
 
-def _json(message: dict[str, Any], status: int = 200, headers: dict[str, str] | None = None) -> web.Response:
-    return web.Response(body=dump_json(message).encode(), status=status, headers=headers,
-                        content_type="application/json")
-
-
 def _rejection(rejection: Rejection) -> web.Response:
-    return _json(rejection.body(), rejection.status)
+    return json_response(rejection.body(), rejection.status)
 
 
 @web.middleware
@@ -63,7 +58,7 @@ async def error_middleware(request: web.Request, handler: Any) -> web.StreamResp
     except Exception:
         log.exception("unhandled error for %s %s", request.method, request.path)
         error = ErrorValue(-32603, "internal gateway error")
-        return _json({"jsonrpc": "2.0", "id": None, "error": error.to_wire()}, 500)
+        return json_response({"jsonrpc": "2.0", "id": None, "error": error.to_wire()}, 500)
 
 
 async def handle_mcp(request: web.Request) -> web.StreamResponse:
@@ -118,7 +113,7 @@ async def on_initialize(request: web.Request, gw: Gateway, acc: Accepted) -> web
     if problem is not None:
         if problem.log:
             log.warning("initialize refused: %s", problem.log)
-        return _json(response(message["id"], error=problem))
+        return json_response(response(message["id"], error=problem))
     caps = mask_capabilities(params.get("capabilities") or {}, peer)  # the peer's bridge policy (issue 3)
     session_id = secrets.token_urlsafe(32)
     upstream = pick_upstream(peer, session_id, gw.pins.seed)
@@ -127,7 +122,7 @@ async def on_initialize(request: web.Request, gw: Gateway, acc: Accepted) -> web
     if isinstance(found, ErrorValue):
         if found.log:
             log.warning("initialize: %s", found.log)
-        return _json(response(message["id"], error=found))
+        return json_response(response(message["id"], error=found))
     now = gw.clock()
     record = SessionRecord(session_id, acc.principal, version, dict(caps), dict(info), now, now,
                            server_capabilities=dict(found.get("capabilities") or {}), pins=peer_record(peer),
@@ -135,7 +130,7 @@ async def on_initialize(request: web.Request, gw: Gateway, acc: Accepted) -> web
     await gw.sweep_expired()  # each new session pays for ending the expired ones: no timer task needed
     await gw.store.put_session(record)
     result = with_notice(build_initialize_result(found, version, gw.config.features()), peer, gw.today())
-    return _json(response(message["id"], result), headers={"Mcp-Session-Id": record.session_id})
+    return json_response(response(message["id"], result), headers={"Mcp-Session-Id": record.session_id})
 
 
 # --- legacy requests ------------------------------------------------------------------------------------
@@ -145,24 +140,24 @@ async def on_request(request: web.Request, gw: Gateway, acc: Accepted) -> web.St
     method, params, ident = message["method"], message.get("params") or {}, message["id"]
     peer = gw.peer_of(session)
     if sunset_passed(peer, gw.today()):  # a session opened before the sunset does not outlive it
-        return _json(response(ident, error=sunset_error(peer, session.protocol_version)))
+        return json_response(response(ident, error=sunset_error(peer, session.protocol_version)))
     route = local.route_request(method)
     if route == "ping":
-        return _json(response(ident, {}))  # 2026 removed ping; answered here (DIGEST §3)
+        return json_response(response(ident, {}))  # 2026 removed ping; answered here (DIGEST §3)
     if route in ("not_found", "initialize"):
         error = local.not_found(method) if route == "not_found" else ErrorValue(
             INVALID_REQUEST, "the session is already initialized")
-        return _json(response(ident, error=error))
+        return json_response(response(ident, error=error))
     problem = local.check_request(method, session.protocol_version, params)
     if problem is not None:
-        return _json(response(ident, error=problem))
+        return json_response(response(ident, error=problem))
     if route == "set_level":
         level = local.set_level(params)
         if isinstance(level, ErrorValue):
-            return _json(response(ident, error=level))
+            return json_response(response(ident, error=level))
         session.log_level = level
         await gw.store.put_session(session)
-        return _json(response(ident, {}))
+        return json_response(response(ident, {}))
     if route in ("subscribe", "unsubscribe"):
         return await on_subscribe(request, gw, session, ident, params, route == "subscribe")
     return await on_forward(request, gw, session, message)
@@ -176,7 +171,7 @@ async def on_forward(request: web.Request, gw: Gateway, session: SessionRecord,
     if ident in runtime.exchanges:
         refused = ErrorValue(INVALID_REQUEST, f"request id {ident!r} is already in flight in this session")
     if refused is not None:
-        return _json(response(ident, error=refused))
+        return json_response(response(ident, error=refused))
     record = PendingRound(new_id("b"), session.session_id, ident, message["method"], message.get("params") or {})
     limits = peer_limits(gw.config.limits.to_limits(), gw.peer_of(session))
     ctx = BridgeContext(limits, session.client_capabilities, random_id, cached_roots=session.cached_roots)
@@ -188,7 +183,7 @@ async def on_forward(request: web.Request, gw: Gateway, session: SessionRecord,
         if finish is not None:  # a lone response (most requests): plain JSON, no stream or task was made
             if finish.log:
                 log.warning("request %r: %s", ident, finish.log)
-            return web.Response(status=202) if finish.message is None else _json(finish.message)
+            return web.Response(status=202) if finish.message is None else json_response(finish.message)
     stream = exchange.stream or exchange.spawn()
     return await write_stream(request, stream, mode="post", retry_ms=gw.config.sse_retry_ms,
                               keepalive=gw.config.sse_keepalive_seconds)
@@ -198,11 +193,11 @@ async def on_subscribe(request: web.Request, gw: Gateway, session: SessionRecord
                        params: dict[str, Any], subscribe: bool) -> web.StreamResponse:
     uri = subscribe_uri(params)
     if isinstance(uri, ErrorValue):
-        return _json(response(ident, error=uri))
+        return json_response(response(ident, error=uri))
     session.subscriptions = apply_subscribe(session.subscriptions, uri, subscribe)
     error = await ensure_listen(gw, session, request.headers.get("Authorization"))
     if error is not None:  # the upstream did not take it: the client is not subscribed
-        return _json(response(ident, error=error))
+        return json_response(response(ident, error=error))
     # Re-read after the wait for the ack: a concurrent request (setLevel, another subscribe) may have saved
     # the record meanwhile, and writing our stale copy back would undo it.
     fresh = await gw.store.get_session(session.session_id)
@@ -210,7 +205,7 @@ async def on_subscribe(request: web.Request, gw: Gateway, session: SessionRecord
         return _rejection(reject("unknown_session", "session not found"))
     fresh.subscriptions = apply_subscribe(fresh.subscriptions, uri, subscribe)
     await gw.store.put_session(fresh)
-    return _json(response(ident, {}))
+    return json_response(response(ident, {}))
 
 
 async def ensure_listen(gw: Gateway, session: SessionRecord, authorization: str | None) -> ErrorValue | None:
@@ -302,12 +297,12 @@ async def on_modern(request: web.Request, gw: Gateway, acc: Accepted) -> web.Str
     peer = match_peer(gw.pins.peers, gw.pins.default, acc.principal, meta.get(CLIENT_INFO_META_KEY))
     refused = admit_modern(peer, str(meta.get(PROTOCOL_VERSION_META_KEY, MODERN_VERSION)))
     if refused is not None:  # a legacy-pinned peer's probe: steer it to initialize (adapters.peers)
-        return _json(response(acc.message.get("id"), error=refused), 400)
+        return json_response(response(acc.message.get("id"), error=refused), 400)
     headers = {k: v for k, v in request.headers.items()
                if k.lower() in _MODERN_HEADERS or k.lower().startswith("mcp-param-")}
     upstream = gw.upstream_for(peer.upstream)
     try:
-        async with await upstream.post(await request.read(), headers) as up:
+        async with FAILURES, await upstream.post(await request.read(), headers) as up:
             if up.content_type != "text/event-stream":
                 return web.Response(status=up.status, body=await up.read(), content_type=up.content_type)
             out = web.StreamResponse(status=up.status, headers={"Content-Type": "text/event-stream",
@@ -321,10 +316,8 @@ async def on_modern(request: web.Request, gw: Gateway, acc: Accepted) -> web.Str
             except (TimeoutError, BrokenResponse) as exc:  # the status is sent: the client sees the stream end
                 log.warning("modern passthrough stream broke: %s", exc)
             return out
-    except UpstreamFailure as failure:
-        return _json(response(acc.message.get("id"), error=failure.error), 502)
-    except (TimeoutError, BrokenResponse) as exc:  # a JSON answer broke after its head arrived
-        return _json(response(acc.message.get("id"), error=upstream_failure("stream_broken", str(exc))), 502)
+    except UpstreamFailure as failure:  # unreachable, or a JSON answer that broke or stalled
+        return json_response(response(acc.message.get("id"), error=failure.error), 502)
 
 
 async def _end_sessions(app: web.Application) -> None:

@@ -36,7 +36,7 @@ def parser() -> argparse.ArgumentParser:
     serve.add_argument("--no-access-log", action="store_true", help="do not log every request (benchmarks)")
     serve.add_argument("--pid-file", default=None, help="write the process id here (for `reload --pid-file`)")
     serve.add_argument("--loop", choices=CHOICES, default="asyncio",
-                       help="event loop; asyncio (the default) is what the tests run on; uvloop: see the README benchmark")
+                       help="event loop; asyncio (the default) is what the tests run on; see the README benchmark")
     serve.add_argument("--usage-db", default=None,
                        help="usage store (default [gateway.usage].db, else gateway-usage.sqlite3)")
     check = commands.add_parser("check-config", help="validate a configuration file without serving")

@@ -215,7 +215,8 @@ class H1Pool:
         self.host, self.port = parts.hostname, parts.port or (443 if parts.scheme == "https" else 80)
         self.target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
         self.ssl = (ssl_context or ssl_module.create_default_context()) if parts.scheme == "https" else None
-        self.connect_timeout, self.read_timeout, self.keepalive_seconds = connect_timeout, read_timeout, keepalive_seconds
+        self.connect_timeout, self.read_timeout = connect_timeout, read_timeout
+        self.keepalive_seconds = keepalive_seconds
         self._prefix = f"POST {self.target} HTTP/1.1\r\nHost: {parts.netloc}\r\n"
         self._idle: list[_Connection] = []  # a stack: the most recently used connection is reused first
         self._slots = asyncio.Semaphore(limit) if limit > 0 else None

@@ -98,6 +98,12 @@ class OutStream:
         return None
 
 
+def json_response(message: Any, status: int = 200, headers: dict[str, str] | None = None) -> web.Response:
+    """A JSON-RPC message as a plain JSON answer (the project's one encoder, ``adapters.protocol.dump_json``)."""
+    return web.Response(body=dump_json(message).encode(), status=status, headers=headers,
+                        content_type="application/json")
+
+
 async def write_stream(request: web.Request, stream: OutStream, *, mode: str, retry_ms: int, keepalive: float,
                        after: int = PRIMING_SEQ, headers: dict[str, str] | None = None) -> web.StreamResponse:
     """Answer with ``stream``. ``mode``: ``post`` (lazy JSON/SSE for a request), ``get`` (the standalone stream:
@@ -106,7 +112,7 @@ async def write_stream(request: web.Request, stream: OutStream, *, mode: str, re
         await stream.wait_first()
         only = stream.single_response()
         if only is not None:
-            return web.Response(body=dump_json(only).encode(), headers=headers, content_type="application/json")
+            return json_response(only, headers=headers)
         if stream.closed and len(stream.buffer) == 0:
             return web.Response(status=202, headers=headers)  # cancelled before anything was sent
     elif mode == "get":

@@ -55,12 +55,9 @@ class UpstreamClient:
     async def post(self, body: bytes, headers: dict[str, str]) -> H1Response:
         """One POST with this upstream's authorization rules; failures as :class:`UpstreamFailure`."""
         try:
-            return await self.pool.post(body, self.authorize(headers))
-        except Unreachable as exc:
-            raise UpstreamFailure(upstream_failure("unreachable", str(exc))) from exc
-        except TimeoutError as exc:
-            raise UpstreamFailure(upstream_failure("timeout", "no answer in time")) from exc
-        except (BrokenResponse, ValueError) as exc:
+            async with FAILURES:
+                return await self.pool.post(body, self.authorize(headers))
+        except ValueError as exc:  # a header that would break the framing: nothing was sent
             raise UpstreamFailure(upstream_failure("stream_broken", str(exc))) from exc
 
     async def call(self, call: UpstreamCall, on_notification: Notify) -> tuple[str, dict[str, Any]]:
@@ -69,7 +66,7 @@ class UpstreamClient:
         A JSON answer is read here directly, not through :meth:`messages`: an async generator left suspended
         after its one message is only closed by the loop's finalizer task, which would hold the connection
         back from the pool until then (and cost a task per request)."""
-        async with _FAILURES, await self.open(call) as resp:
+        async with FAILURES, await self.open(call) as resp:
             if not _is_stream(resp):
                 answer = _answer(call, await _json_message(resp), on_notification)
                 if answer is not None:
@@ -93,7 +90,7 @@ class UpstreamClient:
 
     async def messages(self, call: UpstreamCall) -> AsyncIterator[dict[str, Any]]:
         """Every JSON-RPC message the upstream sends for one POST (one for JSON, many for SSE)."""
-        async with _FAILURES, await self.open(call) as resp:
+        async with FAILURES, await self.open(call) as resp:
             if _is_stream(resp):
                 async for message in _sse_messages(resp):
                     yield message
@@ -102,19 +99,22 @@ class UpstreamClient:
 
 
 class _Failures:
-    """A response that breaks or stalls while being read becomes an UpstreamFailure (stateless: one instance)."""
+    """The one mapping of the pool's errors (while connecting, sending or reading a response) to
+    :class:`UpstreamFailure`. Stateless: use the one instance, :data:`FAILURES`, as an async context manager."""
 
     async def __aenter__(self) -> None:
         return None
 
     async def __aexit__(self, kind: Any, exc: BaseException | None, _tb: Any) -> None:
+        if isinstance(exc, Unreachable):
+            raise UpstreamFailure(upstream_failure("unreachable", str(exc))) from exc
         if isinstance(exc, TimeoutError):
             raise UpstreamFailure(upstream_failure("timeout", "no answer in time")) from exc
         if isinstance(exc, BrokenResponse):
             raise UpstreamFailure(upstream_failure("stream_broken", str(exc))) from exc
 
 
-_FAILURES = _Failures()
+FAILURES = _Failures()
 
 
 def _is_stream(resp: H1Response) -> bool:
