@@ -306,3 +306,33 @@ def _hold(request):
         while request.transport is not None and not request.transport.is_closing():
             await asyncio.sleep(0.01)
     return hold
+
+
+async def test_an_answer_is_acknowledged_only_after_the_next_round_left(upstream, aiohttp_client) -> None:
+    """The 202 for the answer that completes a round is prepared after the retry was handed to the upstream
+    (design choice 26): the acknowledgement's send is off the round's critical path."""
+    from gateway.app import create_app
+    from gateway.config import load_config
+
+    order: list[str] = []
+
+    def tap(direction: str, message: dict) -> None:
+        if direction == "upstream" and message.get("method") == "tools/call":
+            order.append(f"upstream {message['params'].get('requestState')}")
+
+    async def prepared(_request, response) -> None:
+        if response.status == 202:
+            order.append("202")
+
+    app = create_app(load_config(upstream_url=upstream.url), tap=tap)
+    app.on_response_prepare.append(prepared)
+    legacy = Legacy(await aiohttp_client(app))
+    upstream.script["tools/call"] = two_rounds
+    await legacy.initialize()
+    order.clear()
+    resp, first, second = await two_requests_sent(legacy)
+    assert await legacy.answer(second["id"], SAMPLED) == 202  # the round still waits for the other answer
+    assert await legacy.answer(first["id"], SAMPLED) == 202  # this one completes it: the retry leaves first
+    assert order == ["upstream None", "202", "upstream s1\u00e9", "202"]
+    _, third = await legacy.next_event(resp)
+    assert third["method"] == "sampling/createMessage"
