@@ -7,6 +7,7 @@ import asyncio
 import pytest
 from aiohttp import web
 
+from gateway.app import GATEWAY
 from tests.gateway.conftest import CAPS, DISCOVER, Legacy, text
 
 
@@ -173,6 +174,31 @@ async def test_modern_requests_pass_through_untouched(legacy, upstream) -> None:
     assert upstream.headers[-1]["Mcp-Method"] == "tools/list"
 
 
+MODERN_LIST = {"jsonrpc": "2.0", "id": "m2", "method": "tools/list", "params": {"_meta": {
+    "io.modelcontextprotocol/protocolVersion": "2026-07-28", "io.modelcontextprotocol/clientCapabilities": {}}}}
+MODERN_HEADERS = {"Accept": "application/json, text/event-stream", "MCP-Protocol-Version": "2026-07-28",
+                  "Mcp-Method": "tools/list"}
+
+
+async def test_modern_passthrough_failures_are_502_with_the_cause(legacy, upstream) -> None:
+    async def stalled(body, request):  # a JSON head, then a body that never comes
+        resp = web.StreamResponse(headers={"Content-Type": "application/json", "Content-Length": "100"})
+        await resp.prepare(request)
+        await resp.write(b'{"jsonrpc"')
+        await asyncio.sleep(5)
+        return resp
+
+    upstream.script["tools/list"] = stalled
+    legacy.client.app[GATEWAY].upstream.pool.read_timeout = 0.3
+    resp = await legacy.client.post("/mcp", json=MODERN_LIST, headers=MODERN_HEADERS)
+    error = (await resp.json())["error"]
+    assert resp.status == 502 and error["code"] == -32603 and "timeout" in error["message"]
+    await upstream.server.close()
+    resp = await legacy.client.post("/mcp", json=MODERN_LIST, headers=MODERN_HEADERS)
+    error = (await resp.json())["error"]
+    assert resp.status == 502 and "unreachable" in error["message"] and (await resp.json())["id"] == "m2"
+
+
 async def test_pending_requests_per_session_limit(make_gateway, upstream) -> None:
     gate = asyncio.Event()
 
@@ -192,7 +218,6 @@ async def test_pending_requests_per_session_limit(make_gateway, upstream) -> Non
 
 
 async def test_expired_sessions_answer_404_and_are_swept(make_gateway) -> None:
-    from gateway.app import GATEWAY
     client = Legacy(await make_gateway(session_idle_seconds=60))
     await client.initialize()
     gw = client.client.app[GATEWAY]
@@ -208,7 +233,6 @@ async def test_expired_sessions_answer_404_and_are_swept(make_gateway) -> None:
 
 
 async def test_finished_request_streams_are_bounded(legacy, upstream) -> None:
-    from gateway.app import GATEWAY
     from gateway.runtime import KEEP_FINISHED_STREAMS
     upstream.script["tools/call"] = lambda b, r: text("x")
     await legacy.initialize()
@@ -251,7 +275,6 @@ async def test_mcp_param_headers_are_learned_from_tools_list_on_a_header_mismatc
 
 
 async def test_sweeps_are_rate_limited_so_opening_sessions_stays_linear(make_gateway) -> None:
-    from gateway.app import GATEWAY
     client = Legacy(await make_gateway(session_idle_seconds=60))
     gw = client.client.app[GATEWAY]
     for _ in range(5):
