@@ -45,7 +45,7 @@ class Exchange:
         self.stream: OutStream | None = None  # made when the answer is more than one lone response
         self.events: asyncio.Queue[Any] = asyncio.Queue()
         self._acted: list[asyncio.Future[None]] = []  # handlers waiting for their answer to be acted on
-        self._session = session  # the record the handler just read: the first round needs no second read
+        self._session = session  # the record a handler just read, for the round it starts (none: read it again)
         self._upstream: asyncio.Task | None = None
         self._timers: list[asyncio.TimerHandle] = []
         self._last_progress: float | None = None
@@ -85,7 +85,7 @@ class Exchange:
         # The total limit is the same interrupt as cancel(): a plain timer, not a timeout context per request.
         timer = loop.call_at(deadline, self._interrupt, _TOTAL_TIMEOUT)
         try:
-            event = await self._upstream_event({})
+            event = await self._upstream_event({}, self._session)
         except asyncio.CancelledError:
             if self._interrupted is None or self._inline is None:
                 self._end()
@@ -125,6 +125,7 @@ class Exchange:
                     await store.put_round(self.record)
                     self._saved = True
                 await self._perform(self.machine.handle(await self.events.get()))
+                self._session = None  # only the round an answer starts may use the record its handler read
                 self._settle()
         except Exception:  # a gateway bug must still answer the original request, not leave it hanging
             log.exception("exchange for request %r failed", self.record.downstream_id)
@@ -157,7 +158,7 @@ class Exchange:
         self._observe(actions)
         for action in actions:
             if isinstance(action, B.CallUpstream):
-                self._upstream = self.runtime.spawn(self._call_upstream(action.extra))
+                self._upstream = self.runtime.spawn(self._call_upstream(action.extra, self._session))
             elif isinstance(action, B.SendToClient):
                 if "id" in action.message:
                     self.runtime.awaiting[action.message["id"]] = self
@@ -175,13 +176,15 @@ class Exchange:
                     log.warning("request %r: %s", self.record.downstream_id, action.log)
                 self.stream.finish(action.message)
 
-    async def _call_upstream(self, extra: dict[str, Any]) -> None:
-        self.events.put_nowait(await self._upstream_event(extra))
+    async def _call_upstream(self, extra: dict[str, Any], session: SessionRecord | None) -> None:
+        self.events.put_nowait(await self._upstream_event(extra, session))
 
-    async def _upstream_event(self, extra: dict[str, Any]) -> Any:
-        """One upstream round -> the machine's event for its outcome."""
-        rec, session, self._session = self.record, self._session, None
-        if session is None:  # a later round: the session may have ended (or changed) meanwhile
+    async def _upstream_event(self, extra: dict[str, Any], session: SessionRecord | None) -> Any:
+        """One upstream round -> the machine's event for its outcome. ``session``: the record read by the handler
+        whose request or answer starts this round; None (a timer's retry) reads it again, since the session may
+        have ended or changed meanwhile."""
+        rec, self._session = self.record, None
+        if session is None:
             session = await self.runtime.gateway.store.get_session(rec.session_id)
         if session is None:
             return B.Cancelled("session ended")
@@ -243,11 +246,14 @@ class Exchange:
             session.cached_roots = result
             await store.put_session(session)
 
-    def answer(self, gateway_id: str, message: dict[str, Any]) -> asyncio.Future[None]:
+    def answer(self, gateway_id: str, message: dict[str, Any], session: SessionRecord | None = None) -> asyncio.Future[None]:
         """Queue the client's answer. The future resolves once the exchange has acted on it: the handler awaits it
         before acknowledging the POST, so a next upstream round is sent before that 202 (the upstream task the
         exchange spawned was scheduled before this future's waiter, and the loop runs callbacks in order) and
-        the acknowledgement's send is off the round's critical path. It also resolves when the exchange ends."""
+        the acknowledgement's send is off the round's critical path. It also resolves when the exchange ends.
+        ``session`` is the record the answer's handler just read: a round the answer completes uses it instead
+        of parsing the stored record again."""
+        self._session = session
         self.events.put_nowait(B.ClientAnswered(gateway_id, message.get("result"), message.get("error")))
         acted = asyncio.get_running_loop().create_future()
         self._acted.append(acted)
