@@ -22,7 +22,7 @@ from gateway.config import ConfigError, load_config
 from gateway.report import add_arguments as add_report_arguments
 from gateway.report import run as run_report
 from gateway.usage import serve_defaults as usage_serve_defaults
-from gateway.loops import CHOICES, install
+from gateway.loops import CHOICES, install, tune_gc
 
 
 def parser() -> argparse.ArgumentParser:
@@ -37,6 +37,9 @@ def parser() -> argparse.ArgumentParser:
     serve.add_argument("--pid-file", default=None, help="write the process id here (for `reload --pid-file`)")
     serve.add_argument("--loop", choices=CHOICES, default="asyncio",
                        help="event loop; asyncio (the default) is what the tests run on; see the README benchmark")
+    serve.add_argument("--gc-gen0", type=int, default=10_000, metavar="N",
+                       help="young-generation GC threshold after freezing the start-up heap; 0 keeps Python's "
+                            "defaults (README, benchmark)")
     serve.add_argument("--usage-db", default=None,
                        help="usage store (default [gateway.usage].db, else gateway-usage.sqlite3)")
     check = commands.add_parser("check-config", help="validate a configuration file without serving")
@@ -82,9 +85,14 @@ def serve(args: argparse.Namespace) -> None:
         install_sighup(app, args.config, **overrides)
     if args.pid_file:
         Path(args.pid_file).write_text(f"{os.getpid()}\n")
+    app.on_startup.append(lambda _app: _tuned(args.gc_gen0))  # after the embedded core and stores started
     access_log = None if args.no_access_log else logging.getLogger("aiohttp.access")
     logging.getLogger("gateway").info("event loop: %s", install(args.loop))
     web.run_app(app, host=config.host, port=config.port, access_log=access_log)
+
+
+async def _tuned(gen0: int) -> None:
+    tune_gc(gen0)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -161,7 +161,8 @@ def print_table(results: list[Stats], summary: dict[str, Any]) -> None:
 async def run(args: argparse.Namespace) -> dict[str, Any]:
     loop = ["--loop", args.loop]
     core = Child("core", ["-m", "modern_server", "--port", "{port}", "--no-access-log", *loop])
-    gw = Child("gateway", ["-m", "gateway", "serve", "--port", "{port}", "--upstream", core.url, "--no-access-log", *loop])
+    gw = Child("gateway", ["-m", "gateway", "serve", "--port", "{port}", "--upstream", core.url, "--no-access-log", *loop,
+                           "--gc-gen0", str(args.gc_gen0)])
     fwd = Child("forwarder", ["-m", "gateway.bench.forwarder", "--port", "{port}", "--upstream", core.url, *loop])
     results: list[Stats] = []
     try:
@@ -190,6 +191,7 @@ def main() -> None:
     parser.add_argument("--json", default=None, help="also write the results to this file")
     parser.add_argument("--loop", choices=("auto", "asyncio", "uvloop"), default="asyncio",
                         help="event loop of the core, the gateway and the forwarder")
+    parser.add_argument("--gc-gen0", type=int, default=10_000, help="the gateway's --gc-gen0 (0: Python's defaults)")
     args = parser.parse_args()
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))  # children inherit it: 10,000 streams need it

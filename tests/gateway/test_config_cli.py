@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import json
 import os
 import socket
@@ -15,6 +16,7 @@ import pytest
 
 from gateway.app import create_app
 from gateway.cli import parser
+from gateway.loops import tune_gc
 from gateway.config import GatewayConfig, LimitsConfig, load_config
 from tests.gateway.conftest import Legacy
 
@@ -48,6 +50,20 @@ def test_overrides_and_strictness(tmp_path) -> None:
 def test_cli_arguments() -> None:
     args = parser().parse_args(["serve", "--port", "0", "--upstream", "http://u/mcp"])
     assert (args.command, args.port, args.upstream, args.host, args.config) == ("serve", 0, "http://u/mcp", None, None)
+    assert args.gc_gen0 == 10_000 and parser().parse_args(["serve", "--gc-gen0", "0"]).gc_gen0 == 0
+
+
+def test_gc_tuning_freezes_the_start_up_heap_and_raises_the_young_threshold() -> None:
+    before = gc.get_threshold()
+    try:
+        tune_gc(0)  # 0: Python's defaults, nothing frozen
+        assert gc.get_threshold() == before and gc.get_freeze_count() == 0
+        tune_gc(12_345)
+        assert gc.get_threshold() == (12_345, *before[1:])
+        assert gc.get_freeze_count() > 1000  # this process's modules, pydantic's validators...
+    finally:
+        gc.unfreeze()
+        gc.set_threshold(*before)
 
 
 async def test_embedded_core_in_the_same_process(aiohttp_client) -> None:
