@@ -1,7 +1,7 @@
 """``python -m gateway.bench [--duration S] [--warmup S] [--slice S] [--concurrency 1,32] [--idle 1000,10000]
-[--json FILE]``.
+[--json FILE] [--loop asyncio|uvloop] [--gc-gen0 N]``.
 
-Prints one table and the ratios the project's targets are stated in, all measured in this one run:
+Prints the machine it ran on, then one table and the ratios the project's targets are stated in, all measured in this one run:
 translated/forwarder and passthrough/forwarder median latency at concurrency 1, gateway CPU time per
 translated request, the added cost of one bridged MRTR round, and resident memory per idle legacy session.
 """
@@ -11,6 +11,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
+import platform
 import resource
 import statistics
 import time
@@ -150,6 +152,20 @@ def ratios(results: list[Stats], idle: list[dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
+def machine(args: argparse.Namespace) -> dict[str, Any]:
+    """What the numbers came from (the README states it beside them): CPU, cores, interpreter, libraries and the
+    process settings this run used."""
+    model = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo") as handle:
+            model = next((line.split(":", 1)[1].strip() for line in handle if line.startswith("model name")), model)
+    except OSError:
+        pass
+    return {"cpu": model, "cores": os.cpu_count(), "python": platform.python_version(),
+            "aiohttp": aiohttp.__version__, "loop": args.loop, "gc_gen0": args.gc_gen0,
+            "date": time.strftime("%Y-%m-%d")}
+
+
 def print_table(results: list[Stats], summary: dict[str, Any]) -> None:
     print(f"{'scenario':<12}{'conc':>5}{'requests':>10}{'p50 ms':>10}{'p99 ms':>10}{'req/s':>10}{'front CPU us/req':>18}")
     for r in results:
@@ -176,9 +192,10 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     finally:
         for child in (fwd, gw, core):
             child.stop()
-    summary = ratios(results, idle)
+    summary, host = ratios(results, idle), machine(args)
+    print("machine: " + ", ".join(f"{k} {v}" for k, v in host.items()))
     print_table(results, summary)
-    return {"results": [asdict(r) for r in results], "ratios": summary}
+    return {"machine": host, "results": [asdict(r) for r in results], "ratios": summary}
 
 
 def main() -> None:

@@ -28,3 +28,6 @@ def test_the_benchmark_runs_every_scenario_and_reports_its_ratios(tmp_path: Path
     idle = report["ratios"]["idle"]
     assert idle[0]["sessions"] == 20 and idle[0]["rss_after_mib"] > 0
     assert "translated/forwarder" in run.stdout  # the table and the ratios are printed too
+    host = report["machine"]  # what the numbers came from
+    assert host["cores"] >= 1 and host["python"] == ".".join(map(str, sys.version_info[:3])) and host["cpu"]
+    assert f"python {host['python']}" in run.stdout
