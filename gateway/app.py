@@ -251,7 +251,8 @@ async def on_response(request: web.Request, gw: Gateway, acc: Accepted) -> web.S
     runtime = gw.runtime(acc.session.session_id)
     exchange = runtime.awaiting.pop(acc.message["id"], None)
     if exchange is not None:
-        await exchange.answer(acc.message["id"], acc.message, acc.session)  # acted on first: the next round leaves before the 202
+        # Acted on first: the next round leaves before the 202, and uses the session record read for this POST.
+        await exchange.answer(acc.message["id"], acc.message, acc.session)
     return web.Response(status=202)  # late or unknown answers are ignored (S25 cancellation races)
 
 

@@ -246,7 +246,8 @@ class Exchange:
             session.cached_roots = result
             await store.put_session(session)
 
-    def answer(self, gateway_id: str, message: dict[str, Any], session: SessionRecord | None = None) -> asyncio.Future[None]:
+    def answer(self, gateway_id: str, message: dict[str, Any],
+               session: SessionRecord | None = None) -> asyncio.Future[None]:
         """Queue the client's answer. The future resolves once the exchange has acted on it: the handler awaits it
         before acknowledging the POST, so a next upstream round is sent before that 202 (the upstream task the
         exchange spawned was scheduled before this future's waiter, and the loop runs callbacks in order) and

@@ -34,8 +34,8 @@ def tune_gc(gen0: int) -> None:
     Why, from the benchmark (README): the start-up heap (mcp-types' pydantic validators and schemas, aiohttp)
     is never garbage, yet every full collection walked all of it (about 50 ms a pass here); frozen, it is
     skipped. And each request allocates a few hundred container objects, so at Python's default threshold (700)
-    a young collection ran every request or two; at 10,000 an interleaved A/B measured 8% less gateway CPU
-    per translated and per bridged request at concurrency 32. Cycles are still collected, only in larger
+    a young collection ran every request or two; at 10,000 interleaved A/Bs measured 5-8% less gateway CPU
+    per translated and per bridged request at concurrency 32 (no measurable change at concurrency 1). Cycles are still collected, only in larger
     batches; what they hold waits a little longer (kilobytes, not the idle-session budget)."""
     if gen0 <= 0:
         return

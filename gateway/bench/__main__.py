@@ -1,8 +1,8 @@
 """``python -m gateway.bench [--duration S] [--warmup S] [--slice S] [--concurrency 1,32] [--idle 1000,10000]
 [--json FILE] [--loop asyncio|uvloop] [--gc-gen0 N]``.
 
-Prints the machine it ran on, then one table and the ratios the project's targets are stated in, all measured in this one run:
-translated/forwarder and passthrough/forwarder median latency at concurrency 1, gateway CPU time per
+Prints the machine it ran on, then one table and the ratios the project's targets are stated in, all measured in
+this one run: translated/forwarder and passthrough/forwarder median latency at concurrency 1, gateway CPU time per
 translated request, the added cost of one bridged MRTR round, and resident memory per idle legacy session.
 """
 
@@ -177,8 +177,8 @@ def print_table(results: list[Stats], summary: dict[str, Any]) -> None:
 async def run(args: argparse.Namespace) -> dict[str, Any]:
     loop = ["--loop", args.loop]
     core = Child("core", ["-m", "modern_server", "--port", "{port}", "--no-access-log", *loop])
-    gw = Child("gateway", ["-m", "gateway", "serve", "--port", "{port}", "--upstream", core.url, "--no-access-log", *loop,
-                           "--gc-gen0", str(args.gc_gen0)])
+    gw = Child("gateway", ["-m", "gateway", "serve", "--port", "{port}", "--upstream", core.url, "--no-access-log",
+                           *loop, "--gc-gen0", str(args.gc_gen0)])
     fwd = Child("forwarder", ["-m", "gateway.bench.forwarder", "--port", "{port}", "--upstream", core.url, *loop])
     results: list[Stats] = []
     try:
