@@ -56,6 +56,30 @@ async def test_two_rounds_with_concurrent_requests(legacy, upstream) -> None:
     assert calls[1]["params"]["inputResponses"] == {"a": SAMPLED, "b": SAMPLED}
 
 
+async def test_a_round_started_by_an_answer_uses_the_session_record_its_post_read(legacy, upstream) -> None:
+    """The stored session record is parsed once per POST: the round an answer completes is sent with the record
+    that answer's handler read, not a second parse of the same record."""
+    from gateway.app import GATEWAY
+    upstream.script["tools/call"] = two_rounds
+    await legacy.initialize()
+    store = legacy.client.app[GATEWAY].store
+    reads: list[str] = []
+    get_session = store.get_session
+
+    async def counted(session_id: str):
+        reads.append(session_id)
+        return await get_session(session_id)
+    store.get_session = counted
+    resp, first, second = await two_requests_sent(legacy)
+    await legacy.answer(first["id"], SAMPLED)
+    await legacy.answer(second["id"], SAMPLED)
+    _, third = await legacy.next_event(resp)
+    await legacy.answer(third["id"], SAMPLED)
+    _, final = await legacy.next_event(resp)
+    assert final["result"]["content"][0]["text"] == "bridged" and len(upstream.calls("tools/call")) == 3
+    assert reads == [legacy.session_id] * 4  # the call and three answers: one read each, none for the retries
+
+
 async def test_missing_capability_is_never_sent(legacy, upstream) -> None:
     upstream.script["tools/call"] = two_rounds
     await legacy.initialize(caps={"roots": {}})
