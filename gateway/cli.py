@@ -18,7 +18,7 @@ from pathlib import Path
 from aiohttp import web
 
 from gateway.app import create_app
-from gateway.config import ConfigError, load_config
+from gateway.config import ConfigError, GatewayConfig, load_config
 from gateway.report import add_arguments as add_report_arguments
 from gateway.report import run as run_report
 from gateway.usage import serve_defaults as usage_serve_defaults
@@ -71,7 +71,8 @@ def send_reload(pid: int | None, pid_file: str | None) -> int:
     return 0
 
 
-def serve(args: argparse.Namespace) -> None:
+def served_app(args: argparse.Namespace) -> tuple[web.Application, GatewayConfig]:
+    """The app ``serve`` runs, with everything its flags add (reload, pid file, GC tuning), and its config."""
     from gateway.reload import install_sighup
 
     overrides = {"host": args.host, "port": args.port, "upstream_url": args.upstream}
@@ -86,6 +87,11 @@ def serve(args: argparse.Namespace) -> None:
     if args.pid_file:
         Path(args.pid_file).write_text(f"{os.getpid()}\n")
     app.on_startup.append(lambda _app: _tuned(args.gc_gen0))  # after the embedded core and stores started
+    return app, config
+
+
+def serve(args: argparse.Namespace) -> None:
+    app, config = served_app(args)
     access_log = None if args.no_access_log else logging.getLogger("aiohttp.access")
     logging.getLogger("gateway").info("event loop: %s", install(args.loop))
     web.run_app(app, host=config.host, port=config.port, access_log=access_log)

@@ -15,7 +15,7 @@ import aiohttp
 import pytest
 
 from gateway.app import create_app
-from gateway.cli import parser
+from gateway.cli import parser, served_app
 from gateway.loops import tune_gc
 from gateway.config import GatewayConfig, LimitsConfig, load_config
 from tests.gateway.conftest import Legacy
@@ -51,6 +51,21 @@ def test_cli_arguments() -> None:
     args = parser().parse_args(["serve", "--port", "0", "--upstream", "http://u/mcp"])
     assert (args.command, args.port, args.upstream, args.host, args.config) == ("serve", 0, "http://u/mcp", None, None)
     assert args.gc_gen0 == 10_000 and parser().parse_args(["serve", "--gc-gen0", "0"]).gc_gen0 == 0
+
+
+async def test_serve_tunes_the_gc_once_the_app_started(aiohttp_client, tmp_path) -> None:
+    pytest.importorskip("modern_server.app")
+    before = gc.get_threshold()
+    args = parser().parse_args(["serve", "--gc-gen0", "4321", "--usage-db", str(tmp_path / "usage.sqlite3")])
+    app, config = served_app(args)
+    assert config.usage.db == str(tmp_path / "usage.sqlite3") and gc.get_threshold() == before
+    try:
+        client = Legacy(await aiohttp_client(app))  # runs the start-up hooks, as run_app does
+        assert gc.get_threshold()[0] == 4321 and gc.get_freeze_count() > 1000
+        assert (await client.initialize())["serverInfo"]["name"] == "mcp-reference-core"
+    finally:
+        gc.unfreeze()
+        gc.set_threshold(*before)
 
 
 def test_gc_tuning_freezes_the_start_up_heap_and_raises_the_young_threshold() -> None:
