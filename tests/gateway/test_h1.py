@@ -299,3 +299,23 @@ async def test_an_idle_connection_the_server_writes_on_is_dropped() -> None:
         await asyncio.sleep(0.3)
         assert pool.connections == 0
         await pool.close()
+
+
+async def test_the_upstream_client_reports_a_framing_header_as_a_broken_call_and_sends_nothing() -> None:
+    """``UpstreamClient.post`` maps the pool's refusal (a CR/LF in a header) to an upstream failure of kind
+    ``stream_broken``; nothing reaches the upstream."""
+    from gateway.upstream import UpstreamClient, UpstreamFailure
+
+    seen: list[bytes] = []
+
+    async def record(reader: asyncio.StreamReader, _w: asyncio.StreamWriter) -> None:
+        seen.append(await reader.read(100))
+
+    async with raw_server(record) as url:
+        client = UpstreamClient(url, connect_timeout=2, read_timeout=2)
+        with pytest.raises(UpstreamFailure) as caught:
+            await client.post(b"{}", {"X-Note": "a\r\nInjected: 1"})
+        await asyncio.sleep(0.05)
+        await client.close()
+    assert caught.value.error.data == {"upstream": "stream_broken"} and "framing" in caught.value.error.message
+    assert seen == [] and client.pool.connections == 0
