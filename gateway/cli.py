@@ -86,7 +86,10 @@ def served_app(args: argparse.Namespace) -> tuple[web.Application, GatewayConfig
         install_sighup(app, args.config, **overrides)
     if args.pid_file:
         Path(args.pid_file).write_text(f"{os.getpid()}\n")
-    app.on_startup.append(lambda _app: _tuned(args.gc_gen0))  # after the embedded core and stores started
+
+    async def tuned(_app: web.Application) -> None:  # a start-up hook: after the embedded core and stores started
+        tune_gc(args.gc_gen0)
+    app.on_startup.append(tuned)
     return app, config
 
 
@@ -95,10 +98,6 @@ def serve(args: argparse.Namespace) -> None:
     access_log = None if args.no_access_log else logging.getLogger("aiohttp.access")
     logging.getLogger("gateway").info("event loop: %s", install(args.loop))
     web.run_app(app, host=config.host, port=config.port, access_log=access_log)
-
-
-async def _tuned(gen0: int) -> None:
-    tune_gc(gen0)
 
 
 def main(argv: list[str] | None = None) -> None:
