@@ -1,9 +1,10 @@
 """``python -m gateway.bench [--duration S] [--warmup S] [--slice S] [--concurrency 1,32] [--idle 1000,10000]
-[--json FILE] [--loop asyncio|uvloop] [--gc-gen0 N]``.
+[--json FILE] [--loop asyncio|uvloop] [--gc-gen0 N] [--check]``.
 
 Prints the machine it ran on, then one table and the ratios the project's targets are stated in, all measured in
 this one run: translated/forwarder and passthrough/forwarder median latency at concurrency 1, gateway CPU time per
-translated request, the added cost of one bridged MRTR round, and resident memory per idle legacy session.
+translated request, the added cost of one bridged MRTR round, and resident memory per idle legacy session; then
+each target with its verdict (:mod:`gateway.bench.targets`). ``--check`` exits with status 1 when one is missed.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ import aiohttp
 
 from gateway.bench.clients import LegacyClient, ModernClient
 from gateway.bench.procs import Child
+from gateway.bench.targets import missed, print_verdicts, verdicts
 
 Op = Callable[[], Awaitable[Any]]
 SCENARIOS = ("direct", "forwarder", "passthrough", "translated", "mrtr_direct", "bridged")
@@ -122,10 +124,11 @@ async def idle_sessions(http: aiohttp.ClientSession, gw: Child, count: int) -> d
         streams.extend(await asyncio.gather(*(c.open_get_stream() for c in group)))
     await asyncio.sleep(1.0)
     after = gw.rss_bytes()
+    held = sum(1 for stream in streams if not stream.content.is_eof())  # the gateway closed none of them
     for stream in streams:
         stream.close()
     return {"sessions": count, "rss_before_mib": round(before / 2**20, 1), "rss_after_mib": round(after / 2**20, 1),
-            "kib_per_session": round((after - before) / count / 1024, 2)}
+            "kib_per_session": round((after - before) / count / 1024, 2), "held": held}
 
 
 def ratios(results: list[Stats], idle: list[dict[str, Any]]) -> dict[str, Any]:
@@ -195,7 +198,9 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     summary, host = ratios(results, idle), machine(args)
     print("machine: " + ", ".join(f"{k} {v}" for k, v in host.items()))
     print_table(results, summary)
-    return {"machine": host, "results": [asdict(r) for r in results], "ratios": summary}
+    judged = verdicts(summary)
+    print_verdicts(judged)
+    return {"machine": host, "results": [asdict(r) for r in results], "ratios": summary, "targets": judged}
 
 
 def main() -> None:
@@ -209,6 +214,7 @@ def main() -> None:
     parser.add_argument("--loop", choices=("auto", "asyncio", "uvloop"), default="asyncio",
                         help="event loop of the core, the gateway and the forwarder")
     parser.add_argument("--gc-gen0", type=int, default=10_000, help="the gateway's --gc-gen0 (0: Python's defaults)")
+    parser.add_argument("--check", action="store_true", help="exit with status 1 when a measured target is missed")
     args = parser.parse_args()
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))  # children inherit it: 10,000 streams need it
@@ -216,6 +222,8 @@ def main() -> None:
     if args.json:
         with open(args.json, "w") as handle:
             json.dump(report, handle, indent=2)
+    if args.check and missed(report["targets"]):
+        raise SystemExit(f"targets missed: {', '.join(missed(report['targets']))}")
 
 
 if __name__ == "__main__":

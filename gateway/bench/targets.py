@@ -1,0 +1,79 @@
+"""The benchmark's verdicts on issue 6's targets: each target read from one run's ratios and judged against its
+limit. This is where the targets are checked (never by timing assertions in tests); ``--check`` turns a missed
+target into a non-zero exit status, for a performance lane on a dedicated machine.
+
+Which concurrency each target is read at (the issue names it for the latency ratios only):
+
+- the latency ratios and the bridged round at c=1: at c=32 a median mostly measures queueing behind the other
+  31 workers, not what one request or round costs;
+- the gateway's CPU per translated request at every concurrency measured: the limit is a per-request cost, and
+  batching at c=32 makes it cheaper than at c=1, so each is reported and judged;
+- idle memory at every session count measured, and every count asked for must have been held.
+
+A target whose input was not measured (``--concurrency 32`` alone, ``--idle ""``) is reported with ``met``
+None: not measured is neither a pass nor a failure.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+Reader = Callable[[dict[str, Any]], float | None]
+
+
+@dataclass(frozen=True)
+class Target:
+    name: str
+    limit: float
+    read: Reader
+    at_most: bool = True  # False: the limit is a floor (sessions held)
+
+    def met(self, value: float) -> bool:
+        return value <= self.limit if self.at_most else value >= self.limit
+
+
+def _at(conc: int, key: str) -> Reader:
+    return lambda ratios: (ratios.get(f"c{conc}") or {}).get(key)
+
+
+def targets_for(ratios: dict[str, Any]) -> list[Target]:
+    """Issue 6 "Targets", for the concurrencies and idle counts this run measured."""
+    out = [Target("passthrough/forwarder median, c=1", 1.10, _at(1, "passthrough/forwarder")),
+           Target("translated/forwarder median, c=1", 1.25, _at(1, "translated/forwarder")),
+           Target("bridged round added ms, c=1", 1.0, _at(1, "bridged_round_added_ms"))]
+    for conc in sorted(int(key[1:]) for key in ratios if key.startswith("c") and key[1:].isdigit()):
+        out.append(Target(f"gateway CPU us per translated request, c={conc}", 400.0,
+                          _at(conc, "gateway_cpu_us_per_translated")))
+    for index, idle in enumerate(ratios.get("idle") or []):
+        count = idle["sessions"]
+        out.append(Target(f"KiB per idle session, {count} sessions", 24.0,
+                          lambda r, i=index: r["idle"][i].get("kib_per_session")))
+        out.append(Target(f"idle sessions whose GET stream stayed open, of {count}", float(count),
+                          lambda r, i=index: r["idle"][i].get("held"), at_most=False))
+    return out
+
+
+def verdicts(ratios: dict[str, Any]) -> list[dict[str, Any]]:
+    """One row per target: its limit, the measured value, and whether it was met (None: not measured)."""
+    rows = []
+    for target in targets_for(ratios):
+        value = target.read(ratios)
+        rows.append({"target": target.name, "limit": target.limit, "at_most": target.at_most, "value": value,
+                     "met": None if value is None else target.met(value)})
+    return rows
+
+
+def print_verdicts(rows: list[dict[str, Any]]) -> None:
+    print(f"{'target':<56}{'limit':>10}{'measured':>11}  verdict")
+    for row in rows:
+        value = "-" if row["value"] is None else (f"{row['value']:.3f}" if isinstance(row["value"], float)
+                                                  else str(row["value"]))
+        verdict = {True: "met", False: "NOT MET", None: "not measured"}[row["met"]]
+        bound = ("<= " if row["at_most"] else ">= ") + format(row["limit"], "g")
+        print(f"{row['target']:<56}{bound:>10}{value:>11}  {verdict}")
+
+
+def missed(rows: list[dict[str, Any]]) -> list[str]:
+    return [row["target"] for row in rows if row["met"] is False]
