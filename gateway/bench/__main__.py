@@ -24,6 +24,7 @@ from typing import Any
 import aiohttp
 
 from gateway.bench.clients import LegacyClient, ModernClient
+from gateway.bench.echo import hop_rtt_us
 from gateway.bench.procs import Child
 from gateway.bench.targets import missed, print_verdicts, verdicts
 
@@ -155,9 +156,10 @@ def ratios(results: list[Stats], idle: list[dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
-def machine(args: argparse.Namespace) -> dict[str, Any]:
-    """What the numbers came from (the README states it beside them): CPU, cores, interpreter, libraries and the
-    process settings this run used."""
+def machine(args: argparse.Namespace, hops: list[float]) -> dict[str, Any]:
+    """What the numbers came from (the README states it beside them): CPU, cores, interpreter, libraries, the
+    process settings this run used, and the loopback round trip between two Python processes measured before and
+    after the scenarios (:mod:`gateway.bench.echo`: the hop cost no gateway code can remove)."""
     model = platform.processor() or platform.machine()
     try:
         with open("/proc/cpuinfo") as handle:
@@ -166,7 +168,7 @@ def machine(args: argparse.Namespace) -> dict[str, Any]:
         pass
     return {"cpu": model, "cores": os.cpu_count(), "python": platform.python_version(),
             "aiohttp": aiohttp.__version__, "loop": args.loop, "gc_gen0": args.gc_gen0,
-            "date": time.strftime("%Y-%m-%d")}
+            "hop_rtt_us": hops, "date": time.strftime("%Y-%m-%d")}
 
 
 def print_table(results: list[Stats], summary: dict[str, Any]) -> None:
@@ -183,19 +185,22 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     gw = Child("gateway", ["-m", "gateway", "serve", "--port", "{port}", "--upstream", core.url, "--no-access-log",
                            *loop, "--gc-gen0", str(args.gc_gen0)])
     fwd = Child("forwarder", ["-m", "gateway.bench.forwarder", "--port", "{port}", "--upstream", core.url, *loop])
+    echo = Child("echo", ["-m", "gateway.bench.echo", "--port", "{port}", *loop])
     results: list[Stats] = []
     try:
+        hops = [await hop_rtt_us(echo.port)]
         async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as http:
             make = makers(http, core, gw, fwd)
             for conc in args.concurrency:
                 ops = {name: [await make[name]() for _ in range(conc)] for name in SCENARIOS}
                 front = {"direct": core, "mrtr_direct": core, "forwarder": fwd}
                 results.extend(await interleaved(ops, conc, args, {n: front.get(n, gw) for n in SCENARIOS}))
+            hops.append(await hop_rtt_us(echo.port))  # before the idle sessions' memory is taken
             idle = [await idle_sessions(http, gw, n) for n in args.idle]
     finally:
-        for child in (fwd, gw, core):
+        for child in (echo, fwd, gw, core):
             child.stop()
-    summary, host = ratios(results, idle), machine(args)
+    summary, host = ratios(results, idle), machine(args, hops)
     print("machine: " + ", ".join(f"{k} {v}" for k, v in host.items()))
     print_table(results, summary)
     judged = verdicts(summary)

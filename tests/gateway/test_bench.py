@@ -40,3 +40,4 @@ def test_the_benchmark_runs_every_scenario_and_reports_its_ratios(tmp_path: Path
     host = report["machine"]  # what the numbers came from
     assert host["cores"] >= 1 and host["python"] == ".".join(map(str, sys.version_info[:3])) and host["cpu"]
     assert f"python {host['python']}" in run.stdout
+    assert len(host["hop_rtt_us"]) == 2 and all(rtt > 0 for rtt in host["hop_rtt_us"])  # before and after
