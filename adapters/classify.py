@@ -10,13 +10,13 @@ None) and the current time; this module decides everything else. Order: Origin/H
 from __future__ import annotations
 
 import hashlib
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
 
 from adapters.errors import Rejection, reject
+from adapters.jsonwire import loads
 from adapters.protocol import LEGACY_VERSIONS, MODERN_VERSION, PROTOCOL_VERSION_META_KEY
 from adapters.records import SessionRecord
 
@@ -92,7 +92,7 @@ def _accepts(headers: Mapping[str, str], *types: str) -> bool:
 
 def parse_message(body: bytes) -> dict[str, Any] | Rejection:
     try:
-        message = json.loads(body)
+        message = loads(body)
     except (ValueError, UnicodeDecodeError):
         return reject("parse_error", "the body is not valid JSON")
     if isinstance(message, list):  # JSON-RPC batching was removed in 2025-06-18

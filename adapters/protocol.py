@@ -5,7 +5,6 @@ Owns the answers to "which revision", "which method goes where" and "which versi
 
 from __future__ import annotations
 
-import json
 from typing import Final
 
 from mcp_types import (
@@ -23,11 +22,6 @@ __all__ = [
     "PROTOCOL_VERSION_META_KEY",
     "SERVER_INFO_META_KEY",
 ]
-
-# The one JSON encoding of everything the gateway writes (responses, SSE data, upstream bodies, stored records):
-# compact, one encoder object built once, and ASCII-escaped, so a lone surrogate that arrived as a \ud800 escape
-# leaves the same way instead of failing to encode as UTF-8.
-dump_json: Final = json.JSONEncoder(separators=(",", ":")).encode
 
 MODERN_VERSION: Final = "2026-07-28"
 # The legacy revisions the gateway speaks downstream, newest first (issue 7: 2025-11-25, 2025-06-18,

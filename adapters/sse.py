@@ -11,7 +11,7 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Any
 
-from adapters.protocol import dump_json
+from adapters.jsonwire import dumps
 
 
 def event_id(stream: str, seq: int) -> str:
@@ -29,15 +29,12 @@ def parse_event_id(value: str | None) -> tuple[str, int] | None:
 
 def encode_event(eid: str | None, message: Any | None, retry_ms: int | None = None) -> bytes:
     """One SSE event; ``message=None`` is the priming event (an id with empty data, S25 §SSE)."""
-    lines = []
-    if eid is not None:
-        lines.append(f"id: {eid}")
+    head = "" if eid is None else f"id: {eid}\n"
     if retry_ms is not None:
-        lines.append(f"retry: {retry_ms}")
-    lines.append("event: message")
-    data = "" if message is None else dump_json(message)
-    lines.append(f"data: {data}")
-    return ("\n".join(lines) + "\n\n").encode("utf-8")
+        head += f"retry: {retry_ms}\n"
+    # Compact JSON holds no raw line break (they are escaped in strings), so the message is one data line.
+    data = b"" if message is None else dumps(message)
+    return (head + "event: message\ndata: ").encode() + data + b"\n\n"
 
 
 KEEPALIVE = b": keep-alive\n\n"

@@ -7,10 +7,9 @@ stay in ``runtime``.
 
 from __future__ import annotations
 
-import json
 from typing import Any, Protocol
 
-from adapters.protocol import dump_json
+from adapters.jsonwire import dumps, loads
 from adapters.records import PendingRound, SessionRecord
 
 
@@ -25,8 +24,8 @@ class SessionStore(Protocol):
     async def rounds_of(self, session_id: str) -> list[PendingRound]: ...
 
 
-def _dump(record: Any) -> str:
-    return dump_json(record.to_dict())
+def _dump(record: Any) -> bytes:
+    return dumps(record.to_dict())
 
 
 class InMemoryStore:
@@ -40,15 +39,15 @@ class InMemoryStore:
     expiry times)."""
 
     def __init__(self) -> None:
-        self._sessions: dict[str, str] = {}
+        self._sessions: dict[str, bytes] = {}
         self._seen: dict[str, int] = {}  # session id -> last_seen_ms, newer than the record's own when set
-        self._rounds: dict[str, tuple[str, str]] = {}  # bridge id -> (session id, record)
+        self._rounds: dict[str, tuple[str, bytes]] = {}  # bridge id -> (session id, record)
 
     async def get_session(self, session_id: str) -> SessionRecord | None:
         data = self._sessions.get(session_id)
         if data is None:
             return None
-        record = SessionRecord.from_dict(json.loads(data))
+        record = SessionRecord.from_dict(loads(data))
         record.last_seen_ms = max(record.last_seen_ms, self._seen.get(session_id, record.last_seen_ms))
         return record
 
@@ -74,11 +73,11 @@ class InMemoryStore:
 
     async def get_round(self, bridge_id: str) -> PendingRound | None:
         entry = self._rounds.get(bridge_id)
-        return PendingRound.from_dict(json.loads(entry[1])) if entry is not None else None
+        return PendingRound.from_dict(loads(entry[1])) if entry is not None else None
 
     async def delete_round(self, bridge_id: str) -> None:
         self._rounds.pop(bridge_id, None)
 
     async def rounds_of(self, session_id: str) -> list[PendingRound]:
-        return [PendingRound.from_dict(json.loads(data)) for owner, data in self._rounds.values()
+        return [PendingRound.from_dict(loads(data)) for owner, data in self._rounds.values()
                 if owner == session_id]

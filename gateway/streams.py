@@ -14,7 +14,7 @@ from typing import Any
 
 from aiohttp import web
 
-from adapters.protocol import dump_json
+from adapters.jsonwire import dumps
 from adapters.sse import KEEPALIVE, PRIMING_SEQ, Event, ReplayBuffer, encode_event, event_id
 
 Tap = Callable[[str, Any], None]
@@ -108,8 +108,8 @@ class EventStreamResponse(web.StreamResponse):
 
 
 def json_response(message: Any, status: int = 200, headers: dict[str, str] | None = None) -> web.Response:
-    """A JSON-RPC message as a plain JSON answer (the project's one encoder, ``adapters.protocol.dump_json``)."""
-    return web.Response(body=dump_json(message).encode(), status=status, headers=headers,
+    """A JSON-RPC message as a plain JSON answer (the project's one encoder, ``adapters.jsonwire.dumps``)."""
+    return web.Response(body=dumps(message), status=status, headers=headers,
                         content_type="application/json")
 
 

@@ -9,12 +9,11 @@ request; an upstream HTTP 400/404 *with* a JSON-RPC error body is returned as th
 
 from __future__ import annotations
 
-import json
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from adapters.errors import ErrorValue, upstream_failure
-from adapters.protocol import dump_json
+from adapters.jsonwire import dumps, loads
 from adapters.sse import SseDecoder
 from adapters.upstream import UpstreamCall
 from gateway.h1 import BrokenResponse, H1Pool, H1Response, Unreachable
@@ -82,7 +81,7 @@ class UpstreamClient:
         """POST one request; the response once its head arrived (a 5xx is already a failure here)."""
         if self._tap is not None:
             self._tap("upstream", call.body)
-        resp = await self.post(dump_json(call.body).encode(), call.headers)
+        resp = await self.post(dumps(call.body), call.headers)
         if resp.status >= 500:
             resp.release()
             raise UpstreamFailure(upstream_failure("http_5xx", f"HTTP {resp.status}"))
@@ -138,7 +137,7 @@ def _answer(call: UpstreamCall, message: dict[str, Any], on_notification: Notify
 async def _json_message(resp: H1Response) -> dict[str, Any]:
     raw = await resp.read()
     try:
-        message = json.loads(raw)
+        message = loads(raw)
     except ValueError:
         message = None
     if not isinstance(message, dict) or message.get("jsonrpc") != "2.0":
@@ -156,7 +155,7 @@ async def _sse_messages(resp: H1Response) -> AsyncIterator[dict[str, Any]]:
             if not data:
                 continue  # priming / empty events
             try:
-                message = json.loads(data)
+                message = loads(data)
             except ValueError as exc:
                 raise UpstreamFailure(upstream_failure("non_json", "an SSE event was not JSON")) from exc
             if isinstance(message, dict):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 
 import pytest
 from aiohttp import web
@@ -309,3 +310,28 @@ async def test_a_cookie_the_upstream_sets_is_never_sent_for_anyone(make_gateway,
     await bob.call("tools/call", {"name": "echo", "arguments": {}})
     assert len(upstream.calls("tools/call")) == 2
     assert all("Cookie" not in h for h in upstream.headers)  # one upstream client serves every principal
+
+
+async def test_big_integers_lone_surrogates_and_non_ascii_cross_the_gateway_unchanged(legacy, upstream) -> None:
+    # adapters.jsonwire: orjson would read a 65-bit integer as a float and cannot write a lone surrogate.
+    # Separate requests: a lone surrogate anywhere sends the whole message down the stdlib path.
+    upstream.script["tools/call"] = lambda b, h: {**text("ok"), "structuredContent": b["params"]["arguments"]}
+    await legacy.initialize()
+    for odd in ({"big": 2 ** 70 + 1, "neg": -(2 ** 64) - 1, "edge": -(2 ** 63) - 1, "id": "1234567890123456789012"},
+                {"lone": "a\ud800b"}, {"accent": "é\u2028", "n": 12345678901234567}):
+        resp = await legacy.post("tools/call", {"name": "echo", "arguments": odd})
+        assert resp.content_type == "application/json"
+        answer = json.loads(await resp.read())
+        assert upstream.calls("tools/call")[-1]["params"]["arguments"] == odd
+        got = answer["result"]["structuredContent"]
+        assert got == odd and all(type(got[k]) is type(odd[k]) for k in odd)
+
+
+async def test_a_request_with_a_non_json_number_is_a_parse_error(legacy, upstream) -> None:
+    await legacy.initialize()
+    for number in (b"NaN", b"Infinity", b"1e400"):
+        body = b'{"jsonrpc":"2.0","id":9,"method":"tools/call","params":{"name":"echo","arguments":{"x":%s}}}' % number
+        resp = await legacy.client.post("/mcp", data=body, headers=legacy.headers())
+        assert resp.status == 400
+        assert (await resp.json())["error"]["code"] == -32700
+    assert upstream.calls("tools/call") == []  # nothing reached the upstream
