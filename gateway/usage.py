@@ -116,7 +116,7 @@ class UsageDb:
 class UsageRecorder:
     """Per app. The request path only counts hashable :class:`Facts` (:meth:`note`: one dict update); folding
     labels, the rollup and Prometheus counters happen in :meth:`drain`, once per distinct fact, at each flush,
-    scrape and dashboard read."""
+    scrape and dashboard read (latency timings likewise wait there, :meth:`gateway.metrics.Metrics.fold`)."""
 
     def __init__(self, config: UsageConfig, metrics: Any = None, clock_ms: Any = None,
                  session_idle_seconds: float = 3600.0) -> None:
@@ -147,6 +147,8 @@ class UsageRecorder:
             self.recorded += count
             if self.metrics is not None:
                 self.metrics.observe(record, count)
+        if self.metrics is not None:
+            self.metrics.fold()
 
     def flush_soon(self) -> asyncio.Future | None:
         """Swap the rollup out and write it in a worker thread: the event loop never waits on SQLite."""
