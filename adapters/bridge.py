@@ -201,9 +201,15 @@ class BridgeMachine:
 
     def _next_round(self, outcome: InputRequired) -> list[Any]:
         rec, limits = self.record, self.ctx.limits
-        rec.round += 1
-        if rec.round > limits.max_rounds:
-            return self._finish_error(E.limit_error("max_rounds", limits.max_rounds))
+        rec.round += 1  # every round, waiting ones too: it tells a stale timer from a live one
+        waiting = self._is_waiting(outcome)
+        if not waiting:
+            # Only rounds that ask for input count against max_rounds. A waiting round (DIGEST §3 step 5,
+            # §1.6: after a URL accept the server may answer requestState only until the out-of-band step is
+            # done) ends when the user finishes, however long that takes; the total timeout bounds it.
+            rec.input_rounds += 1
+            if rec.input_rounds > limits.max_rounds:
+                return self._finish_error(E.limit_error("max_rounds", limits.max_rounds))
         if len(outcome.input_requests) > limits.max_input_requests_per_round:
             return self._finish_error(E.limit_error("max_input_requests_per_round",
                                                     limits.max_input_requests_per_round))
@@ -212,13 +218,20 @@ class BridgeMachine:
             if missing is not None:
                 return self._finish_error(E.missing_capability_error(missing[0], missing[1], entry["method"]))
         rec.request_state, rec.input_requests = outcome.request_state, outcome.input_requests
-        rec.answers, rec.outstanding, rec.minted_ids, rec.repeated_urls = {}, {}, {}, []
+        rec.answers, rec.outstanding, rec.minted_ids = {}, {}, {}
         sends = [a for key, entry in outcome.input_requests.items() for a in self._ask(key, entry)]
         if rec.outstanding:
             rec.phase = "awaiting_client"
             return sends + [ArmTimer("client_answer", limits.client_answer_timeout_seconds, rec.round)]
-        nothing_new = set(rec.input_requests) <= set(rec.repeated_urls)
-        return self._backoff_or_retry(not nothing_new)
+        return self._backoff_or_retry(not waiting)
+
+    def _is_waiting(self, outcome: InputRequired) -> bool:
+        """Nothing new to ask: requestState only, or only URLs the client already accepted in this bridge
+        (answered by the gateway, DIGEST §4.7)."""
+        accepted = self.record.url_elicitations.values()
+        return all(entry["method"] == "elicitation/create" and (entry.get("params") or {}).get("mode") == "url"
+                   and (entry.get("params") or {}).get("url") in accepted
+                   for entry in outcome.input_requests.values())
 
     def _ask(self, key: str, entry: Mapping[str, Any]) -> list[Any]:
         """Answer from what we already know (cached roots, an already accepted URL), or ask the client."""
@@ -231,7 +244,6 @@ class BridgeMachine:
             # "accept" again and back off, so the out-of-band step gets time to finish.
             if params.get("url") in rec.url_elicitations.values():
                 rec.answers[key] = {"action": "accept"}
-                rec.repeated_urls.append(key)
                 return []
             params["elicitationId"] = rec.minted_ids[key] = self.ctx.new_id()  # 2025 requires it
         gateway_id = self.ctx.new_id()
@@ -239,12 +251,15 @@ class BridgeMachine:
         return [SendToClient({"jsonrpc": "2.0", "id": gateway_id, "method": entry["method"], "params": params})]
 
     def _backoff_or_retry(self, immediate: bool) -> list[Any]:
-        """A requestState-only round (or one we answered ourselves) retries after a capped backoff."""
+        """A waiting round retries after a backoff that doubles up to a cap (DIGEST §3 step 5, §4.7); the cap keeps
+        a finished out-of-band step noticed within about a second, the total timeout ends a wait that never does."""
         rec, limits = self.record, self.ctx.limits
         if immediate:
             rec.state_only_rounds = 0
             return self._retry()
-        delay = min(limits.state_only_backoff_seconds * (2 ** rec.state_only_rounds),
+        # The exponent is clamped: waiting rounds are no longer bounded by max_rounds, and 2**n past ~1024 no
+        # longer converts to a float.
+        delay = min(limits.state_only_backoff_seconds * (2 ** min(rec.state_only_rounds, 32)),
                     limits.state_only_backoff_max_seconds)
         rec.state_only_rounds += 1
         rec.phase = "backoff"

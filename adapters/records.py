@@ -72,7 +72,8 @@ class PendingRound:
     downstream_id: str | int
     method: str
     params: dict[str, Any]
-    round: int = 0
+    round: int = 0  # every upstream answer that needed another round (timers carry it to spot stale ones)
+    input_rounds: int = 0  # rounds that asked for input: these count against max_rounds (waiting ones do not)
     phase: str = "upstream"  # upstream | awaiting_client | backoff | done
     request_state: str | None = None
     input_requests: dict[str, Any] = field(default_factory=dict)
@@ -81,7 +82,6 @@ class PendingRound:
     state_only_rounds: int = 0
     url_elicitations: dict[str, str] = field(default_factory=dict)  # elicitationId -> url (accepted)
     minted_ids: dict[str, str] = field(default_factory=dict)  # input key -> elicitationId (this round)
-    repeated_urls: list[str] = field(default_factory=list)  # keys answered by the gateway (URL already accepted)
 
     def to_dict(self) -> dict[str, Any]:
         return _to_dict(self)

@@ -108,9 +108,9 @@ def test_state_only_rounds_back_off_then_retry_with_only_the_state() -> None:
 def test_limits_end_the_bridge_with_an_error_naming_the_limit(limits, result, limit) -> None:
     m = machine(limits=limits)
     if result is None:
-        m.handle(B.UpstreamResult(ir(state="s")))
-        m.handle(B.TimerFired("backoff", 1))
-        result = ir(state="s")
+        m.handle(B.UpstreamResult(ir({"a": SAMPLING}, "s")))
+        m.handle(B.ClientAnswered("g1", SAMPLED))
+        result = ir({"b": SAMPLING}, "s")
     message = final(m.handle(B.UpstreamResult(result)))
     assert message["error"]["data"]["limit"] == limit and limit in message["error"]["message"]
     schema.check("2025-11-25", message)
@@ -184,6 +184,45 @@ def test_url_elicitation_mints_an_id_and_completes_it_at_the_end() -> None:
                       "params": {"elicitationId": eid}}]
     schema.check("2025-11-25", notes[0])
     assert actions.index(only(actions, B.SendToClient)[0]) < actions.index(only(actions, B.Finish)[0])
+
+
+@pytest.mark.parametrize("waiting", [ir(state="s"), ir({"connect": URL}, "s")], ids=["state-only", "same-url"])
+def test_waiting_for_an_accepted_url_is_bounded_by_the_total_timeout_not_max_rounds(waiting) -> None:
+    # DIGEST §1.6/§3 step 5: after a URL accept the server may keep answering with requestState only (or the
+    # same URL) until the out-of-band step is done; those rounds ask nothing of the client, so they must not
+    # exhaust max_rounds (10 rounds of capped backoff were ~5.5 s of user time).
+    m = machine()
+    m.handle(B.UpstreamResult(ir({"connect": URL}, "s1")))
+    m.handle(B.ClientAnswered("g2", {"action": "accept"}))
+    waited = 0.0
+    for _ in range(20):
+        actions = m.handle(B.UpstreamResult(waiting))
+        assert not only(actions, B.Finish), actions
+        (timer,) = actions
+        assert timer.name == "backoff"
+        waited += timer.seconds
+        (retry,) = m.handle(B.TimerFired("backoff", timer.round))
+        assert retry.extra["requestState"] == "s" and not m.done
+    assert waited > 10.0 and timer.seconds == B.BridgeLimits().state_only_backoff_max_seconds
+    assert final(m.handle(B.TimerFired("total", 0)))["error"]["data"]["limit"] == "total_timeout_seconds"
+
+
+def test_a_long_wait_keeps_the_capped_backoff() -> None:
+    m = machine()
+    m.record.state_only_rounds = 5000  # a server answering requestState only for a long time
+    (timer,) = m.handle(B.UpstreamResult(ir(state="s")))
+    assert timer.seconds == B.BridgeLimits().state_only_backoff_max_seconds
+
+
+def test_input_rounds_after_waiting_rounds_still_count_against_max_rounds() -> None:
+    m = machine(limits=B.BridgeLimits(max_rounds=2))
+    for key in ("a", "b"):
+        m.handle(B.UpstreamResult(ir({key: SAMPLING}, "s")))
+        (retry,) = m.handle(B.ClientAnswered(f"g{ord(key) - 96}", SAMPLED))
+        (timer,) = m.handle(B.UpstreamResult(ir(state="s")))  # a waiting round in between: not counted
+        m.handle(B.TimerFired("backoff", timer.round))
+    message = final(m.handle(B.UpstreamResult(ir({"c": SAMPLING}, "s"))))
+    assert message["error"]["data"] == {"limit": "max_rounds", "value": 2}
 
 
 def test_declined_url_elicitation_sends_no_completion() -> None:
