@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import base64
 import re
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -112,9 +112,14 @@ def build_listen(request_id: str | int, view: SessionView, notifications: Mappin
 
 def x_mcp_header_map(input_schema: Any) -> dict[tuple[str, ...], str] | None:
     """``properties`` path -> header name for ``x-mcp-header`` annotations; None when the tool is invalid
-    (S26 server/tools §x-mcp-header: clients MUST drop such tools from their tools/list view)."""
+    (S26 server/tools §x-mcp-header: clients MUST drop such tools from their tools/list view).
+
+    The whole schema is walked, not just the ``properties`` chains: an annotation reached through ``items``,
+    a composition keyword (anyOf/allOf/oneOf/not/if/then/else), ``$ref``/``$defs`` or anything else but a pure
+    ``properties`` chain makes the tool invalid (S26 streamable-http §x-mcp-header; DIGEST §1.7, §4.13)."""
     found: dict[tuple[str, ...], str] = {}
-    stack: list[tuple[tuple[str, ...], Any]] = [((), input_schema)]
+    # path None: the node is off the pure properties chain (an annotation there is invalid)
+    stack: list[tuple[tuple[str, ...] | None, Any]] = [((), input_schema)]
     while stack:
         path, node = stack.pop()
         if not isinstance(node, Mapping):
@@ -126,10 +131,29 @@ def x_mcp_header_map(input_schema: Any) -> dict[tuple[str, ...], str] | None:
                     or name.lower() in {n.lower() for n in found.values()}:
                 return None
             found[path] = name
-        props = node.get("properties")
-        if isinstance(props, Mapping):
-            stack.extend(((*path, k), v) for k, v in props.items())
+        stack.extend(((*path, prop) if path is not None and prop is not None else None, child)
+                     for prop, child in _subschemas(node))
     return found
+
+
+_NAMED_SUBSCHEMAS = frozenset({"properties", "patternProperties", "$defs", "definitions", "dependentSchemas"})
+_INSTANCE_DATA = frozenset({"const", "enum", "default", "examples"})
+
+
+def _subschemas(node: Mapping[str, Any]) -> Iterator[tuple[str | None, Any]]:
+    """Every subschema of a schema node: ``(name, schema)`` for ``properties`` entries, ``(None, schema)`` for
+    the rest. Any other object or array of objects counts as a subschema (unknown keywords too: the safe side);
+    instance data (``const``, ``enum``, ...) does not: a key spelled ``x-mcp-header`` in it is a value."""
+    for keyword, value in node.items():
+        if keyword in _INSTANCE_DATA:
+            continue
+        if keyword in _NAMED_SUBSCHEMAS and isinstance(value, Mapping):
+            named = keyword == "properties"
+            yield from ((name if named else None, child) for name, child in value.items())
+        elif isinstance(value, Mapping):
+            yield None, value
+        elif isinstance(value, list):
+            yield from ((None, child) for child in value if isinstance(child, Mapping))
 
 
 def param_headers(header_map: Mapping[tuple[str, ...], str], arguments: Any) -> dict[str, str]:

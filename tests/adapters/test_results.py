@@ -56,6 +56,8 @@ def test_tools_list_drops_invalid_x_mcp_header_tools_and_non_object_output_schem
         {"name": "arr", "inputSchema": {"type": "object"}, "outputSchema": {"type": "array"}},
         {"name": "bad", "inputSchema": {"type": "object", "properties": {
             "n": {"type": "number", "x-mcp-header": "N"}}}},
+        {"name": "under_items", "inputSchema": {"type": "object", "properties": {  # S26 §x-mcp-header: not
+            "l": {"type": "array", "items": {"type": "string", "x-mcp-header": "L"}}}}},  # a properties chain
     ]
     out = classify_result("tools/list", {"resultType": "complete", "tools": tools, "ttlMs": 0, "cacheScope": "public"})
     assert [t["name"] for t in out.result["tools"]] == ["ok", "arr"]

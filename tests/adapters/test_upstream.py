@@ -92,6 +92,42 @@ def test_invalid_x_mcp_header_is_detected(bad) -> None:
     assert x_mcp_header_map(bad) is None
 
 
+STR_A = {"type": "string", "x-mcp-header": "A"}
+
+
+@pytest.mark.parametrize("bad", [
+    {"type": "object", "properties": {"tags": {"type": "array", "items": STR_A}}},
+    {"type": "object", "properties": {"v": {"anyOf": [STR_A, {"type": "integer"}]}}},
+    {"type": "object", "properties": {"v": {"allOf": [STR_A]}}},
+    {"type": "object", "properties": {"v": {"oneOf": [STR_A]}}},
+    {"type": "object", "properties": {"v": {"not": STR_A}}},
+    {"type": "object", "properties": {"v": {"$ref": "#/$defs/a"}}, "$defs": {"a": STR_A}},
+    {"type": "object", "properties": {"v": {"$ref": "#/definitions/a"}}, "definitions": {"a": STR_A}},
+    {"type": "object", "if": {"properties": {"v": STR_A}}, "then": {"properties": {"w": STR_A}}},
+    {"type": "object", "properties": {"o": {"type": "object", "if": {"type": "object"}, "else": {
+        "properties": {"v": STR_A}}}}},
+    {"type": "object", "additionalProperties": STR_A},
+    {"type": "object", "patternProperties": {"^a": STR_A}},
+    {"type": "object", "properties": {"o": {"type": "object", "items": {"properties": {"v": STR_A}}}}},
+    {"type": "object", "properties": {"ok": {"type": "string", "x-mcp-header": "Ok"},
+                                      "list": {"type": "array", "prefixItems": [STR_A]}}},
+])
+def test_x_mcp_header_off_a_pure_properties_chain_makes_the_tool_invalid(bad) -> None:
+    # S26 transport §x-mcp-header (DIGEST §1.7, §4.13): the annotation must be reachable purely through
+    # properties; under items, a composition keyword, $defs/$ref or anything else the tool is invalid.
+    assert x_mcp_header_map(bad) is None
+
+
+def test_x_mcp_header_names_and_data_that_only_look_like_the_annotation_are_not_annotations() -> None:
+    schema_ = {"type": "object", "properties": {
+        "x-mcp-header": {"type": "object", "properties": {"properties": {"type": "string", "x-mcp-header": "P"}}},
+        "mode": {"type": "object", "default": {"x-mcp-header": "D"}, "enum": [{"x-mcp-header": "E"}],
+                 "const": {"x-mcp-header": "C"}, "examples": [{"x-mcp-header": "X"}]},
+        "deep": {"type": "object", "anyOf": [{"required": ["a"]}], "properties": {"a": {"type": "object",
+                 "properties": {"b": {"type": "integer", "x-mcp-header": "B", "items": {"type": "string"}}}}}}}}
+    assert x_mcp_header_map(schema_) == {("x-mcp-header", "properties"): "P", ("deep", "a", "b"): "B"}
+
+
 def test_listen_request() -> None:
     call = build_listen("l1", VIEW, {"resourceSubscriptions": ["file:///a"]})
     assert call.body["params"]["notifications"] == {"resourceSubscriptions": ["file:///a"]}
