@@ -70,6 +70,9 @@ class UpstreamError:
 
 @dataclass(frozen=True, slots=True)
 class UpstreamFailed:
+    """The round got no upstream answer: the hop failed, the request could not be built from the client's
+    params, or the gateway failed; ``error`` is what the client receives."""
+
     error: ErrorValue
 
 

@@ -4,7 +4,8 @@ request", §4.8, §4.9, §4.13).
 Every upstream POST gets a fresh JSON-RPC id (minted by the caller), the full per-request ``_meta``
 (protocolVersion, the session's translated clientCapabilities, clientInfo, logLevel when set, and the client's
 own non-reserved ``_meta`` entries such as ``progressToken`` kept as they came) and the mirrored headers. It never
-carries ``Mcp-Session-Id`` or ``Last-Event-ID`` (DIGEST §4.9).
+carries ``Mcp-Session-Id`` or ``Last-Event-ID`` (DIGEST §4.9). A value that no mirrored header can carry
+raises :class:`UnencodableHeader` before any request exists: the client's bad input, answered with ``-32602``.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from adapters.errors import INVALID_PARAMS, ErrorValue
 from adapters.protocol import (
     CLIENT_CAPABILITIES_META_KEY,
     CLIENT_INFO_META_KEY,
@@ -49,11 +51,30 @@ class UpstreamCall:
     headers: dict[str, str] = field(default_factory=dict)
 
 
-def encode_header_value(value: str) -> str:
-    """streamable-http §Value encoding: plain visible ASCII passes; anything else uses the base64 sentinel."""
+class UnencodableHeader(ValueError):
+    """A value that must be mirrored into ``header`` has no UTF-8 form (a lone surrogate, which JSON allows):
+    the base64 sentinel encodes UTF-8 (DIGEST §1.7 value encoding), so no request can carry it."""
+
+    def __init__(self, header: str) -> None:
+        super().__init__(f"{header}: the value is not valid Unicode (a lone surrogate)")
+        self.header = header
+
+    def error(self, method: str) -> ErrorValue:
+        """The client's answer: its params, not the gateway or the upstream, are at fault (-32602)."""
+        return ErrorValue(INVALID_PARAMS, f"invalid params for {method}: the value mirrored into the "
+                          f"{self.header} header is not valid Unicode (a lone surrogate) and cannot be sent")
+
+
+def encode_header_value(value: str, header: str = "header") -> str:
+    """streamable-http §Value encoding: plain visible ASCII passes; anything else uses the base64 sentinel.
+    Raises :class:`UnencodableHeader` (naming ``header``) when ``value`` has no UTF-8 form."""
     if _PLAIN.fullmatch(value) and value == value.strip() and not _SENTINEL.fullmatch(value):
         return value
-    return "=?base64?" + base64.b64encode(value.encode("utf-8")).decode("ascii") + "?="
+    try:
+        raw = value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise UnencodableHeader(header) from None
+    return "=?base64?" + base64.b64encode(raw).decode("ascii") + "?="
 
 
 def build_meta(client_meta: Any, view: SessionView) -> dict[str, Any]:
@@ -74,7 +95,8 @@ def build_meta(client_meta: Any, view: SessionView) -> dict[str, Any]:
 def build_request(method: str, params: Mapping[str, Any] | None, *, request_id: str | int, view: SessionView,
                   extra: Mapping[str, Any] | None = None,
                   header_map: Mapping[tuple[str, ...], str] | None = None) -> UpstreamCall:
-    """The upstream request for ``method``; ``extra`` adds bridge fields (inputResponses / requestState)."""
+    """The upstream request for ``method``; ``extra`` adds bridge fields (inputResponses / requestState).
+    Raises :class:`UnencodableHeader` when a value to mirror into a header has no UTF-8 form."""
     params = params if isinstance(params, Mapping) else {}
     out = {k: v for k, v in params.items() if k not in _STRIPPED_PARAMS}
     out.update(extra or {})
@@ -93,7 +115,7 @@ def build_headers(method: str, params: Mapping[str, Any], view: SessionView,
     }
     name_key = NAME_PARAM.get(method)
     if name_key is not None and isinstance(params.get(name_key), str):
-        headers["Mcp-Name"] = encode_header_value(params[name_key])
+        headers["Mcp-Name"] = encode_header_value(params[name_key], "Mcp-Name")
     if method == "tools/call" and header_map:
         headers.update(param_headers(header_map, params.get("arguments")))
     if view.authorization:
@@ -166,7 +188,7 @@ def param_headers(header_map: Mapping[tuple[str, ...], str], arguments: Any) -> 
         if value is None:
             continue
         text = ("true" if value else "false") if isinstance(value, bool) else str(value)
-        out[f"Mcp-Param-{name}"] = encode_header_value(text)
+        out[f"Mcp-Param-{name}"] = encode_header_value(text, f"Mcp-Param-{name}")
     return out
 
 

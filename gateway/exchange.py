@@ -22,9 +22,9 @@ from typing import Any
 
 from adapters import bridge as B
 from adapters.records import PendingRound, SessionRecord
-from adapters.errors import ErrorValue
+from adapters.errors import INTERNAL_ERROR, ErrorValue
 from adapters.results import progress_advances, request_notification, response
-from adapters.upstream import build_request, needs_header_refresh, x_mcp_header_map
+from adapters.upstream import UnencodableHeader, build_request, needs_header_refresh, x_mcp_header_map
 from gateway.runtime import SessionRuntime, log, new_id, session_view
 from gateway.streams import OutStream
 from gateway.upstream import UpstreamFailure
@@ -33,6 +33,7 @@ REFRESH_PAGE_CAP = 20
 _WAITING = ("awaiting_client", "backoff")  # phases in which the round record is saved
 _SILENT = (B.Finish, B.AbortUpstream)  # after begin() there is no upstream task left to abort
 _TOTAL_TIMEOUT = B.TimerFired("total", 0)
+_INTERNAL = ErrorValue(INTERNAL_ERROR, "internal gateway error")  # a gateway bug: nothing more for the client
 
 
 class Exchange:
@@ -74,7 +75,7 @@ class Exchange:
         except Exception:  # as in run(): a gateway bug still answers the request and frees its id
             log.exception("exchange for request %r failed", self.record.downstream_id)
             self._end()
-            return B.Finish(response(self.record.downstream_id, error=ErrorValue(-32603, "internal gateway error")))
+            return B.Finish(response(self.record.downstream_id, error=_INTERNAL))
 
     async def _begin(self) -> B.Finish | None:
         actions = self.machine.start()
@@ -129,7 +130,7 @@ class Exchange:
                 self._settle()
         except Exception:  # a gateway bug must still answer the original request, not leave it hanging
             log.exception("exchange for request %r failed", self.record.downstream_id)
-            self.stream.finish(response(self.record.downstream_id, error=ErrorValue(-32603, "internal gateway error")))
+            self.stream.finish(response(self.record.downstream_id, error=_INTERNAL))
         finally:
             self._settle()
             for handle in self._timers:
@@ -180,24 +181,34 @@ class Exchange:
         self.events.put_nowait(await self._upstream_event(extra, session))
 
     async def _upstream_event(self, extra: dict[str, Any], session: SessionRecord | None) -> Any:
-        """One upstream round -> the machine's event for its outcome. ``session``: the record read by the handler
-        whose request or answer starts this round; None (a timer's retry) reads it again, since the session may
-        have ended or changed meanwhile."""
+        """One upstream round -> the machine's event for its outcome. Always an event, whatever goes wrong: the
+        exchange waits for it, so a round that raised would hold the request (and its pending slot) until the
+        total limit and then blame the wrong thing."""
+        try:
+            return await self._round(extra, session)
+        except UpstreamFailure as failure:
+            return B.UpstreamFailed(failure.error)
+        except UnencodableHeader as bad:  # raised while building, so nothing was sent (DIGEST §1.7 encoding)
+            return B.UpstreamFailed(bad.error(self.record.method))
+        except Exception:  # a gateway bug: answered at once, like one in run() or begin()
+            log.exception("upstream round for request %r failed", self.record.downstream_id)
+            return B.UpstreamFailed(_INTERNAL)
+
+    async def _round(self, extra: dict[str, Any], session: SessionRecord | None) -> Any:
+        """``session``: the record read by the handler whose request or answer starts this round; None (a
+        timer's retry) reads it again, since the session may have ended or changed meanwhile."""
         rec, self._session = self.record, None
         if session is None:
             session = await self.runtime.gateway.store.get_session(rec.session_id)
         if session is None:
             return B.Cancelled("session ended")
-        try:
+        kind, payload = await self._send(session, extra)
+        if kind == "error" and needs_header_refresh(rec.method, payload) and not self._refreshed:
+            # DIGEST §4.13: a -32020 on tools/call may mean our x-mcp-header map is stale or missing:
+            # refresh it from tools/list once, then resend the same round with a new id.
+            self._refreshed = True
+            await self._refresh_header_maps(session)
             kind, payload = await self._send(session, extra)
-            if kind == "error" and needs_header_refresh(rec.method, payload) and not self._refreshed:
-                # DIGEST §4.13: a -32020 on tools/call may mean our x-mcp-header map is stale or missing:
-                # refresh it from tools/list once, then resend the same round with a new id.
-                self._refreshed = True
-                await self._refresh_header_maps(session)
-                kind, payload = await self._send(session, extra)
-        except UpstreamFailure as failure:
-            return B.UpstreamFailed(failure.error)
         if kind == "result" and rec.method == "tools/list":
             self._learn_header_maps(payload)
         return B.UpstreamResult(payload) if kind == "result" else B.UpstreamError(payload)
@@ -224,7 +235,10 @@ class Exchange:
 
     def _learn_header_maps(self, result: Any) -> None:
         """Cache each tool's x-mcp-header map so tools/call can mirror Mcp-Param-* (DIGEST §4.13)."""
-        for tool in (result.get("tools") if isinstance(result, dict) else None) or []:
+        tools = result.get("tools") if isinstance(result, dict) else None
+        if not isinstance(tools, list):
+            return  # malformed: the machine's schema check then answers the request (adapters.results)
+        for tool in tools:
             if isinstance(tool, dict) and isinstance(tool.get("name"), str):
                 mapping = x_mcp_header_map(tool.get("inputSchema"))
                 if mapping:

@@ -69,6 +69,18 @@ def test_header_value_encoding(value, plain) -> None:
         assert base64.b64decode(encoded[len("=?base64?"):-2]).decode() == value
 
 
+def test_a_value_with_no_utf8_form_is_the_clients_invalid_params() -> None:
+    from adapters.upstream import UnencodableHeader
+    with pytest.raises(UnencodableHeader) as name:
+        build_request("tools/call", {"name": "bad\ud800"}, request_id=1, view=VIEW)
+    error = name.value.error("tools/call")
+    assert name.value.header == "Mcp-Name" and error.code == -32602 and "Mcp-Name" in error.message
+    with pytest.raises(UnencodableHeader) as param:
+        build_request("tools/call", {"name": "t", "arguments": {"r": "\udfff"}}, request_id=1, view=VIEW,
+                      header_map={("r",): "Region"})
+    assert param.value.header == "Mcp-Param-Region"
+
+
 def test_x_mcp_header_mirroring() -> None:
     schema_ = {"type": "object", "properties": {
         "region": {"type": "string", "x-mcp-header": "Region"},

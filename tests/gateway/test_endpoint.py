@@ -335,3 +335,69 @@ async def test_a_request_with_a_non_json_number_is_a_parse_error(legacy, upstrea
         assert resp.status == 400
         assert (await resp.json())["error"]["code"] == -32700
     assert upstream.calls("tools/call") == []  # nothing reached the upstream
+
+
+def _pending(legacy: Legacy) -> dict:
+    runtime = legacy.client.app[GATEWAY].runtimes.get(legacy.session_id)
+    return runtime.exchanges if runtime is not None else {}
+
+
+@pytest.mark.parametrize("opt_in", [None, "log_level", "progress_token"])
+async def test_a_name_that_cannot_be_a_header_is_invalid_params_at_once(make_gateway, upstream, opt_in) -> None:
+    # A lone surrogate has no UTF-8 form, so no Mcp-Name value (DIGEST §1.7 value encoding) can carry it. With a
+    # log level or a progress token the round runs in a task, which used to die and hold the request to the limit.
+    upstream.script["tools/call"] = lambda b, r: text("ok")
+    legacy = Legacy(await make_gateway(limits={"total_timeout_seconds": 5}))
+    await legacy.initialize()
+    params: dict = {"name": "bad\ud800", "arguments": {}}
+    if opt_in == "log_level":
+        assert (await legacy.call("logging/setLevel", {"level": "error"}))["result"] == {}
+    elif opt_in == "progress_token":
+        params["_meta"] = {"progressToken": "p1"}
+    message = await asyncio.wait_for(legacy.call("tools/call", params), 2)
+    assert message["error"]["code"] == -32602 and "Mcp-Name" in message["error"]["message"]
+    assert upstream.calls("tools/call") == [] and _pending(legacy) == {}
+
+
+async def test_an_argument_that_cannot_be_a_param_header_is_invalid_params(legacy, upstream) -> None:
+    schema_ = {"type": "object", "properties": {"region": {"type": "string", "x-mcp-header": "Region"}}}
+    upstream.script["tools/list"] = lambda b, r: {"resultType": "complete", "ttlMs": 0, "cacheScope": "public",
+                                                  "tools": [{"name": "geo", "inputSchema": schema_}]}
+    upstream.script["tools/call"] = lambda b, r: text("ok")
+    await legacy.initialize()
+    await legacy.call("tools/list")  # the gateway learns the Region map
+    assert (await legacy.call("logging/setLevel", {"level": "error"}))["result"] == {}
+    message = await asyncio.wait_for(legacy.call("tools/call", {"name": "geo", "arguments": {"region": "\udc00"}}), 2)
+    assert message["error"]["code"] == -32602 and "Mcp-Param-Region" in message["error"]["message"]
+    assert upstream.calls("tools/call") == [] and _pending(legacy) == {}
+
+
+async def test_a_gateway_bug_in_the_upstream_task_answers_at_once(make_gateway, upstream, monkeypatch) -> None:
+    from gateway.exchange import Exchange
+    upstream.script["tools/call"] = lambda b, r: text("x")
+    legacy = Legacy(await make_gateway(limits={"total_timeout_seconds": 5}))
+    await legacy.initialize()
+    assert (await legacy.call("logging/setLevel", {"level": "error"}))["result"] == {}  # the round runs in a task
+
+    async def broken(self, session, extra):
+        raise RuntimeError("bug")
+    monkeypatch.setattr(Exchange, "_send", broken)
+    message = await asyncio.wait_for(legacy.call("tools/call", {"name": "echo", "arguments": {}}), 2)
+    assert message["error"] == {"code": -32603, "message": "internal gateway error"} and _pending(legacy) == {}
+    monkeypatch.undo()
+    assert (await legacy.call("tools/call", {"name": "echo", "arguments": {}}))["result"]["content"][0]["text"] == "x"
+
+
+@pytest.mark.parametrize("tools", [5, "x", {"name": "t"}, None])
+async def test_a_malformed_tools_list_is_an_upstream_failure_not_a_stuck_request(make_gateway, upstream,
+                                                                                   tools) -> None:
+    upstream.script["tools/list"] = lambda b, r: {"resultType": "complete", "ttlMs": 0, "cacheScope": "public",
+                                                  "tools": tools}
+    legacy = Legacy(await make_gateway(limits={"total_timeout_seconds": 5}))
+    await legacy.initialize()
+    for level in (None, "error"):  # the first round in the handler, then in a task
+        if level:
+            assert (await legacy.call("logging/setLevel", {"level": level}))["result"] == {}
+        message = await asyncio.wait_for(legacy.call("tools/list"), 2)
+        assert message["error"]["code"] == -32603 and "invalid_result" in message["error"]["message"]
+        assert _pending(legacy) == {}
