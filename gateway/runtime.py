@@ -181,21 +181,30 @@ class Gateway:
     async def sweep_expired(self, *, force: bool = False) -> int:
         """End the sessions idle for longer than ``session_idle_seconds`` (their ids already answer 404).
 
-        A sweep visits every live session, so it runs at most once per ``SWEEP_FRACTION`` of the idle limit
-        (unless forced): with one per initialize, opening n sessions would cost O(n^2) (the benchmark's 10,000
-        idle sessions took minutes). An expired session is ended at most that much late; it already answers 404.
+        The store drops expired records itself, including those of sessions that never needed a runtime (an
+        initialize, then nothing: only a record). Then every runtime whose record is gone is closed, so a sweep
+        visits every live session: it runs at most once per ``SWEEP_FRACTION`` of the idle limit (unless forced),
+        since with one per initialize opening n sessions would cost O(n^2) (the benchmark's 10,000 idle sessions
+        took minutes). An expired session is ended at most that much late; it already answers 404. A session
+        with a request in flight is kept until a sweep after that request ends.
         """
-        limit, now, ended = self.config.session_idle_seconds * 1000, self.clock(), 0
+        limit, now = self.config.session_idle_seconds * 1000, self.clock()
         if not force and now - self._last_sweep_ms < limit * SWEEP_FRACTION:
             return 0
         self._last_sweep_ms = now
+        busy = {session_id for session_id, runtime in self.runtimes.items() if runtime.exchanges}
+        ended = set(await self.store.expire_sessions(now - limit, keep=busy))
         for session_id in list(self.runtimes):
-            record = await self.store.get_session(session_id)
-            if record is None or now - record.last_seen_ms > limit:
-                if not self.runtimes[session_id].exchanges:
-                    await self.end_session(session_id)
-                    ended += 1
-        return ended
+            if session_id not in ended:
+                record = await self.store.get_session(session_id)
+                if record is not None and now - record.last_seen_ms <= limit:
+                    continue
+            runtime = self.runtimes.get(session_id)  # re-read after each wait on the store:
+            if runtime is None or runtime.exchanges:  # a DELETE ended it meanwhile, or a request is in flight
+                continue
+            await self.end_session(session_id)
+            ended.add(session_id)
+        return len(ended)
 
     async def close(self) -> None:
         for session_id in list(self.runtimes):

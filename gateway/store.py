@@ -1,12 +1,14 @@
 """The session store interface and its in-memory implementation.
 
 Only plain records (``adapters.records``) cross this interface, serialized to dicts, so a shared store for
-several gateway replicas (a later issue) can implement the same five-method protocol; sockets, streams and tasks
-stay in ``runtime``.
+several gateway replicas (a later issue) can implement the same protocol; sockets, streams and tasks stay in
+``runtime``. Idle sessions expire in the store itself (:meth:`SessionStore.expire_sessions`), since a session
+may never have had more than its record (an initialize, then nothing).
 """
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from typing import Any, Protocol
 
 from adapters.jsonwire import dumps, loads
@@ -23,6 +25,13 @@ class SessionStore(Protocol):
     async def delete_round(self, bridge_id: str) -> None: ...
     async def rounds_of(self, session_id: str) -> list[PendingRound]: ...
 
+    async def expire_sessions(self, seen_before_ms: int, keep: Collection[str] = ()) -> list[str]:
+        """Delete the sessions (and their rounds) last seen before ``seen_before_ms``, except those in ``keep``;
+        the ids deleted. A shared store would rather give session keys a TTL of the idle limit, renewed by
+        ``touch_session`` (and for ``keep`` here), and return only what it deleted itself, possibly nothing: the
+        gateway also ends a local runtime whose record is gone."""
+        ...
+
 
 def _dump(record: Any) -> bytes:
     return dumps(record.to_dict())
@@ -36,11 +45,11 @@ class InMemoryStore:
     ``last_seen_ms`` changes on every request, so it is kept beside the record text rather than in it: a touch
     is one dict write instead of re-serializing the whole record (the benchmark's profile: 3% of gateway CPU
     per translated request). A shared store would keep it the same way (a separate key, or a sorted set of
-    expiry times)."""
+    expiry times). Every session has that entry, so expiring idle ones reads no record text."""
 
     def __init__(self) -> None:
         self._sessions: dict[str, bytes] = {}
-        self._seen: dict[str, int] = {}  # session id -> last_seen_ms, newer than the record's own when set
+        self._seen: dict[str, int] = {}  # session id -> last_seen_ms, newer than the record's own after a touch
         self._rounds: dict[str, tuple[str, bytes]] = {}  # bridge id -> (session id, record)
 
     async def get_session(self, session_id: str) -> SessionRecord | None:
@@ -53,9 +62,10 @@ class InMemoryStore:
 
     async def put_session(self, record: SessionRecord) -> None:
         # A record read before a touch carries an older time: keep the newer one (time never goes back).
-        seen = self._seen.pop(record.session_id, None)
+        seen = self._seen.get(record.session_id)
         if seen is not None and seen > record.last_seen_ms:
             record.last_seen_ms = seen
+        self._seen[record.session_id] = record.last_seen_ms
         self._sessions[record.session_id] = _dump(record)
 
     async def touch_session(self, session_id: str, last_seen_ms: int) -> None:
@@ -63,9 +73,19 @@ class InMemoryStore:
             self._seen[session_id] = max(last_seen_ms, self._seen.get(session_id, last_seen_ms))
 
     async def delete_session(self, session_id: str) -> None:
-        self._sessions.pop(session_id, None)
-        self._seen.pop(session_id, None)
-        for bridge_id in [b for b, (owner, _) in self._rounds.items() if owner == session_id]:
+        self._drop({session_id})
+
+    async def expire_sessions(self, seen_before_ms: int, keep: Collection[str] = ()) -> list[str]:
+        expired = [s for s, seen in self._seen.items() if seen < seen_before_ms and s not in keep]
+        self._drop(set(expired))
+        return expired
+
+    def _drop(self, session_ids: set[str]) -> None:
+        """The sessions and their rounds, in one pass over the rounds however many sessions end."""
+        for session_id in session_ids:
+            self._sessions.pop(session_id, None)
+            self._seen.pop(session_id, None)
+        for bridge_id in [b for b, (owner, _) in self._rounds.items() if owner in session_ids]:
             del self._rounds[bridge_id]
 
     async def put_round(self, record: PendingRound) -> None:

@@ -401,3 +401,87 @@ async def test_a_malformed_tools_list_is_an_upstream_failure_not_a_stuck_request
         message = await asyncio.wait_for(legacy.call("tools/list"), 2)
         assert message["error"]["code"] == -32603 and "invalid_result" in message["error"]["message"]
         assert _pending(legacy) == {}
+
+
+async def test_a_session_with_no_runtime_is_swept_from_the_store(make_gateway) -> None:
+    # initialize + notifications/initialized, then abandoned: no runtime, only a record in the store.
+    client = await make_gateway(session_idle_seconds=60)
+    gw = client.app[GATEWAY]
+    abandoned, busy = Legacy(client), Legacy(client)
+    await abandoned.initialize()
+    await busy.initialize()
+    assert abandoned.session_id not in gw.runtimes and busy.session_id not in gw.runtimes
+    real, offset = gw.clock, [30_000]
+    gw.clock = lambda: real() + offset[0]
+    assert await busy.notify("notifications/roots/list_changed") == 202  # seen later: stays
+    offset[0] = 61_000
+    assert await gw.sweep_expired(force=True) == 1
+    assert await gw.store.get_session(abandoned.session_id) is None
+    assert abandoned.session_id not in gw.store._seen and abandoned.session_id not in gw.store._sessions
+    assert await gw.store.get_session(busy.session_id) is not None
+    assert (await abandoned.post("ping")).status == 404 and (await busy.post("ping")).status == 200
+
+
+async def test_a_delete_while_a_sweep_waits_on_the_store_does_not_break_initialize(make_gateway) -> None:
+    client = await make_gateway(session_idle_seconds=60)
+    gw = client.app[GATEWAY]
+    real, offset = gw.clock, [0]
+    gw.clock = lambda: real() + offset[0]
+    a, b, c = Legacy(client), Legacy(client), Legacy(client)
+    await a.initialize()
+    await a.call("tools/list")  # runtimes: the sweep walks them
+    offset[0] = 50_000
+    await b.initialize()
+    await b.call("tools/list")
+    offset[0] = 65_000  # a is expired, b is not
+    store_get = gw.store.get_session
+
+    async def networked_get(session_id):  # a shared store yields on every call
+        await asyncio.sleep(0.05)
+        return await store_get(session_id)
+    gw.store.get_session = networked_get
+    init = asyncio.ensure_future(c.post("initialize", {"protocolVersion": c.version, "capabilities": {},
+                                                       "clientInfo": {"name": "c", "version": "1"}}))
+    await asyncio.sleep(0.02)
+    assert (await client.delete("/mcp", headers=b.headers())).status == 204
+    resp = await init
+    assert resp.status == 200 and "result" in await resp.json()
+    assert a.session_id not in gw.runtimes and b.session_id not in gw.runtimes
+
+
+async def test_a_sweep_spares_a_session_with_a_request_in_flight(make_gateway, upstream) -> None:
+    gate = asyncio.Event()
+
+    async def slow(body, request):
+        await gate.wait()
+        return text("late")
+    upstream.script["tools/call"] = slow
+    client = await make_gateway(session_idle_seconds=60)
+    gw = client.app[GATEWAY]
+    legacy = Legacy(client)
+    await legacy.initialize()
+    call = asyncio.ensure_future(legacy.post("tools/call", {"name": "t", "arguments": {}}))
+    while not upstream.calls("tools/call"):
+        await asyncio.sleep(0.01)
+    real = gw.clock
+    gw.clock = lambda: real() + 61_000
+    assert await gw.sweep_expired(force=True) == 0
+    assert await gw.store.get_session(legacy.session_id) is not None
+    gate.set()
+    assert (await (await call).json())["result"]["content"][0]["text"] == "late"
+    assert await gw.sweep_expired(force=True) == 1 and legacy.session_id not in gw.runtimes
+
+
+async def test_the_in_memory_store_expires_idle_records_and_their_rounds() -> None:
+    from adapters.records import PendingRound, SessionRecord
+    from gateway.store import InMemoryStore
+    store = InMemoryStore()
+    for session_id in ("old", "touched", "kept"):
+        await store.put_session(SessionRecord(session_id, "p", "2025-11-25", {}, {}, 0, 1_000))
+        await store.put_round(PendingRound("b-" + session_id, session_id, 1, "tools/call", {}))
+    await store.touch_session("touched", 5_000)  # the touch, not the record's own time, counts
+    assert await store.expire_sessions(2_000, keep=["kept"]) == ["old"]
+    assert await store.get_session("old") is None and await store.get_round("b-old") is None
+    assert await store.get_session("touched") is not None and await store.get_round("b-touched") is not None
+    assert sorted(await store.expire_sessions(6_000)) == ["kept", "touched"]
+    assert store._sessions == store._seen == store._rounds == {}
