@@ -40,6 +40,9 @@ from gateway.usage import exchange_observer, install_usage, observe_response
 
 GATEWAY = web.AppKey("gateway", Gateway)
 CORE_URL = web.AppKey("core_url", str)  # the embedded core, when one runs (reloads may route to it)
+# Entries in Gateway.discover_cache: private results are kept per principal, and any bearer token is one, so the
+# cache is bounded; past the bound the oldest entry goes (a refetch, never a wrong answer).
+DISCOVER_CACHE_MAX = 1024
 _MODERN_HEADERS = ("accept", "content-type", "mcp-protocol-version", "mcp-method", "mcp-name", "authorization",
                    "traceparent", "tracestate", "baggage")
 
@@ -81,7 +84,8 @@ async def handle_mcp(request: web.Request) -> web.StreamResponse:
 # --- handshake ------------------------------------------------------------------------------------------
 async def discover(gw: Gateway, principal: str, view: SessionView,
                    upstream: str = "default") -> dict[str, Any] | ErrorValue:
-    """The upstream's discover result, cached per upstream and its ttlMs/cacheScope (private = per principal)."""
+    """The upstream's discover result, cached per upstream and its ttlMs/cacheScope (private = per principal;
+    stale results are not kept, and the cache is bounded)."""
     now = gw.clock()
     for key in discover_cache_keys(principal):
         cached = gw.discover_cache.get(f"{upstream}|{key}")
@@ -100,8 +104,20 @@ async def discover(gw: Gateway, principal: str, view: SessionView,
     if problem is not None:
         return problem
     policy = cache_policy(payload, principal, now, "server/discover")
-    gw.discover_cache[f"{upstream}|{policy.key}"] = (policy.expires_ms, payload)
+    if policy.fresh(now):  # ttlMs 0 (or absent) is stale at once (DIGEST §1.11): nothing to keep
+        _cache_discover(gw.discover_cache, f"{upstream}|{policy.key}", (policy.expires_ms, payload), now)
     return payload
+
+
+def _cache_discover(cache: dict[str, tuple[int, dict[str, Any]]], key: str, entry: tuple[int, dict[str, Any]],
+                    now: int) -> None:
+    """Store ``entry``, first dropping every expired entry (a store follows an upstream round trip, so the walk
+    is cheap beside it) and, at :data:`DISCOVER_CACHE_MAX`, the oldest ones (dicts keep insertion order)."""
+    for stale in [k for k, (expires, _) in cache.items() if now >= expires or k == key]:
+        del cache[stale]  # the entry's own key too: re-inserted last, as the newest
+    while len(cache) >= DISCOVER_CACHE_MAX:
+        del cache[next(iter(cache))]
+    cache[key] = entry
 
 
 async def on_initialize(request: web.Request, gw: Gateway, acc: Accepted) -> web.StreamResponse:

@@ -485,3 +485,41 @@ async def test_the_in_memory_store_expires_idle_records_and_their_rounds() -> No
     assert await store.get_session("touched") is not None and await store.get_round("b-touched") is not None
     assert sorted(await store.expire_sessions(6_000)) == ["kept", "touched"]
     assert store._sessions == store._seen == store._rounds == {}
+
+
+async def test_a_discover_result_that_is_already_stale_is_not_cached(make_gateway, upstream) -> None:
+    upstream.script["server/discover"] = lambda b, r: {**DISCOVER, "ttlMs": 0, "cacheScope": "private"}
+    client = await make_gateway()
+    for i in range(5):
+        await Legacy(client).initialize(Authorization=f"Bearer rotating-{i}")
+    assert client.app[GATEWAY].discover_cache == {} and len(upstream.calls("server/discover")) == 5
+
+
+async def test_expired_discover_entries_are_evicted_when_another_is_stored(make_gateway, upstream) -> None:
+    upstream.script["server/discover"] = lambda b, r: {**DISCOVER, "ttlMs": 1_000, "cacheScope": "private"}
+    client = await make_gateway()
+    gw = client.app[GATEWAY]
+    real, offset = gw.clock, [0]
+    gw.clock = lambda: real() + offset[0]
+    for i in range(3):
+        await Legacy(client).initialize(Authorization=f"Bearer old-{i}")
+    assert len(gw.discover_cache) == 3
+    offset[0] = 5_000
+    await Legacy(client).initialize(Authorization="Bearer new")
+    assert len(gw.discover_cache) == 1 and len(upstream.calls("server/discover")) == 4
+    await Legacy(client).initialize(Authorization="Bearer new")  # the fresh entry is still served
+    assert len(upstream.calls("server/discover")) == 4
+
+
+async def test_the_discover_cache_is_bounded(make_gateway, upstream, monkeypatch) -> None:
+    import gateway.app
+    monkeypatch.setattr(gateway.app, "DISCOVER_CACHE_MAX", 4)
+    upstream.script["server/discover"] = lambda b, r: {**DISCOVER, "ttlMs": 60_000, "cacheScope": "private"}
+    client = await make_gateway()
+    gw = client.app[GATEWAY]
+    for i in range(10):
+        await Legacy(client).initialize(Authorization=f"Bearer rotating-{i}")
+        assert len(gw.discover_cache) <= 4
+    fetched = len(upstream.calls("server/discover"))
+    await Legacy(client).initialize(Authorization="Bearer rotating-9")  # the newest entries are still served
+    assert len(upstream.calls("server/discover")) == fetched == 10
