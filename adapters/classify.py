@@ -3,8 +3,8 @@
 
 The shell passes a plain :class:`HttpView` plus the session record named by the ``Mcp-Session-Id`` header (or
 None) and the current time; this module decides everything else. Order: Origin/Host (403) -> HTTP method (405)
--> Accept/Content-Type (406/415) -> JSON (400) -> era (a 2026 request bypasses sessions) -> session (400/404)
--> ``MCP-Protocol-Version`` (400).
+-> Accept/Content-Type (406/415) -> JSON (400) -> era (a 2026 request bypasses sessions; its non-object
+``_meta`` is 400) -> session (400/404) -> ``MCP-Protocol-Version`` (400).
 """
 
 from __future__ import annotations
@@ -122,6 +122,15 @@ def is_modern(message: Mapping[str, Any], headers: Mapping[str, str]) -> bool:
     return isinstance(meta, Mapping) and PROTOCOL_VERSION_META_KEY in meta
 
 
+def check_modern_meta(message: Mapping[str, Any]) -> Rejection | None:
+    """A modern request's ``params._meta``, when sent, must be an object: else 400 -32602 with the request's id
+    (DIGEST §1.3 steps 2 and 7). Everything else in it is the upstream's to judge (the request passes through)."""
+    params = message.get("params") or {}
+    if "_meta" in params and not isinstance(params["_meta"], Mapping):
+        return reject("invalid_params", "params._meta must be an object", message.get("id"))
+    return None
+
+
 def check_session(view: HttpView, session: SessionRecord | None, principal: str,
                   policy: Policy, now_ms: int) -> Rejection | None:
     if "mcp-session-id" not in view.headers:
@@ -168,7 +177,7 @@ def _classify_post(view: HttpView, session: SessionRecord | None, policy: Policy
     if kind is None:
         return reject("invalid_request", "not a JSON-RPC request, notification or response")
     if kind != "response" and is_modern(message, view.headers):
-        return Accepted("modern", principal, message)
+        return check_modern_meta(message) or Accepted("modern", principal, message)
     if kind == "request" and message["method"] == "initialize":
         return Accepted("initialize", principal, message)
     refused = check_session(view, session, principal, policy, now_ms)

@@ -55,14 +55,16 @@ class ErrorValue:
 
 @dataclass(frozen=True, slots=True)
 class Rejection:
-    """A transport-level refusal of a legacy HTTP request: an HTTP status plus a JSON-RPC error body."""
+    """A transport-level refusal of an HTTP request (legacy, or a malformed modern one): an HTTP status plus a
+    JSON-RPC error body."""
 
     reason: str
     status: int
     error: ErrorValue
+    ident: Any = None  # the request's id when it is known (DIGEST §1.3: every error carries it)
 
     def body(self) -> dict[str, Any]:
-        return {"jsonrpc": "2.0", "id": None, "error": self.error.to_wire()}
+        return {"jsonrpc": "2.0", "id": self.ident, "error": self.error.to_wire()}
 
 
 # THE table: every HTTP status the legacy endpoint ever sends for a refusal, with its JSON-RPC code.
@@ -79,12 +81,14 @@ REJECTIONS: Final[Mapping[str, tuple[int, int]]] = {
     "bad_protocol_version": (400, INVALID_REQUEST),
     "unknown_session": (404, INVALID_REQUEST),
     "method_not_allowed": (405, INVALID_REQUEST),
+    # A modern (2026) request whose _meta the gateway must read is malformed: 400 -32602 (DIGEST §1.3 step 2).
+    "invalid_params": (400, INVALID_PARAMS),
 }
 
 
-def reject(reason: str, message: str) -> Rejection:
+def reject(reason: str, message: str, ident: Any = None) -> Rejection:
     status, code = REJECTIONS[reason]
-    return Rejection(reason, status, ErrorValue(code, message))
+    return Rejection(reason, status, ErrorValue(code, message), ident)
 
 
 # Codes a 2026 server emits because *the gateway* got the wire wrong: a bug or misconfiguration, not the

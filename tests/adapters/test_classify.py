@@ -52,6 +52,12 @@ CASES = [
     ("modern by _meta", post({**REQ, "params": {"_meta": {"io.modelcontextprotocol/protocolVersion": "2026-07-28"}}}),
      None, "modern"),
     ("server/discover is modern", post({"jsonrpc": "2.0", "id": 1, "method": "server/discover"}), None, "modern"),
+    ("modern with a string _meta", post({"jsonrpc": "2.0", "id": 1, "method": "server/discover",
+                                          "params": {"_meta": "x"}}), None, (400, "invalid_params")),
+    ("modern by header with a list _meta",
+     post({**REQ, "params": {"_meta": []}}, **{"mcp-protocol-version": "2026-07-28"}), None, (400, "invalid_params")),
+    ("modern with a null _meta", post({**REQ, "params": {"_meta": None}}, **{"mcp-protocol-version": "2026-07-28"}),
+     None, (400, "invalid_params")),
     ("bad origin", post(INIT, origin="https://evil.example"), None, (403, "bad_origin")),
     ("loopback origin", post(INIT, origin="http://localhost:3000"), None, "initialize"),
     ("bad host (DNS rebinding)", post(INIT, host="evil.example:8808"), None, (403, "bad_host")),
@@ -83,6 +89,14 @@ def test_classify(name, view, record, expected) -> None:
         assert isinstance(verdict, Rejection), verdict
         assert (verdict.status, verdict.reason) == expected
         assert verdict.body()["error"]["message"]
+
+
+def test_a_malformed_modern_meta_is_invalid_params_with_the_request_id() -> None:
+    """DIGEST §1.3: malformed ``_meta`` is 400 -32602, and every error response carries the request's id."""
+    view = post({**REQ, "id": "m7", "params": {"_meta": "x"}}, **{"mcp-protocol-version": "2026-07-28"})
+    verdict = classify(view, None, Policy(), NOW)
+    assert isinstance(verdict, Rejection)
+    assert verdict.body()["id"] == "m7" and verdict.body()["error"]["code"] == -32602
 
 
 def test_configured_origin_and_host_are_allowed() -> None:

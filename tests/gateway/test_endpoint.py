@@ -175,6 +175,19 @@ async def test_modern_requests_pass_through_untouched(legacy, upstream) -> None:
     assert upstream.headers[-1]["Mcp-Method"] == "tools/list"
 
 
+@pytest.mark.parametrize("meta,headers", [
+    ("x", {}),  # server/discover is modern without the header
+    (["x"], {"MCP-Protocol-Version": "2026-07-28"}),
+])
+async def test_a_modern_request_with_a_non_object_meta_is_400_invalid_params(legacy, upstream, meta, headers) -> None:
+    body = {"jsonrpc": "2.0", "id": 1, "method": "server/discover", "params": {"_meta": meta}}
+    resp = await legacy.client.post("/mcp", json=body, headers={
+        "Accept": "application/json, text/event-stream", **headers})
+    answer = await resp.json()
+    assert resp.status == 400 and answer["id"] == 1 and answer["error"]["code"] == -32602  # DIGEST §1.3
+    assert not upstream.calls("server/discover")
+
+
 MODERN_LIST = {"jsonrpc": "2.0", "id": "m2", "method": "tools/list", "params": {"_meta": {
     "io.modelcontextprotocol/protocolVersion": "2026-07-28", "io.modelcontextprotocol/clientCapabilities": {}}}}
 MODERN_HEADERS = {"Accept": "application/json, text/event-stream", "MCP-Protocol-Version": "2026-07-28",
