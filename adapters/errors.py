@@ -32,8 +32,8 @@ UPSTREAM_FAILURE: Final = INTERNAL_ERROR
 
 __all__ = [
     "ErrorValue", "Rejection", "REJECTIONS", "reject", "translate_upstream_error", "limit_error",
-    "upstream_failure", "missing_capability_error", "client_refused_error", "GATEWAY_LIMIT_EXCEEDED",
-    "INVALID_PARAMS", "INVALID_REQUEST", "METHOD_NOT_FOUND", "PARSE_ERROR", "INTERNAL_ERROR",
+    "upstream_failure", "passthrough_ended", "missing_capability_error", "client_refused_error",
+    "GATEWAY_LIMIT_EXCEEDED", "INVALID_PARAMS", "INVALID_REQUEST", "METHOD_NOT_FOUND", "PARSE_ERROR", "INTERNAL_ERROR",
 ]
 
 
@@ -117,6 +117,11 @@ def limit_error(limit: str, value: Any) -> ErrorValue:
     """A bridge limit was exceeded; the message names the limit and its configured value."""
     return ErrorValue(GATEWAY_LIMIT_EXCEEDED, f"gateway limit {limit} ({value}) exceeded",
                       {"limit": limit, "value": value})
+
+
+def passthrough_ended() -> ErrorValue:
+    """A modern passthrough the gateway ended (shutdown, or the client hung up) before the upstream answered."""
+    return ErrorValue(INTERNAL_ERROR, "the gateway ended the request before the upstream answered")
 
 
 def upstream_failure(kind: str, detail: str) -> ErrorValue:

@@ -17,7 +17,8 @@ from adapters import local
 from adapters.bridge import BridgeContext, admit
 from adapters.capabilities import client_caps_to_modern
 from adapters.classify import Accepted, HttpView, classify
-from adapters.errors import INVALID_REQUEST, ErrorValue, Rejection, reject, translate_upstream_error
+from adapters.errors import (INVALID_REQUEST, ErrorValue, Rejection, passthrough_ended, reject,
+                            translate_upstream_error)
 from adapters.handshake import build_initialize_result, cache_policy, check_discover, discover_cache_keys
 from adapters.peers import (admit_initialize, admit_modern, legacy_answer_version, mask_capabilities, match_peer,
                             peer_limits, peer_record, pick_upstream, sunset_error, sunset_passed,
@@ -32,6 +33,7 @@ from gateway.config import GatewayConfig
 from gateway.exchange import Exchange
 from gateway.h1 import BrokenResponse
 from gateway.listen import ListenHub, Listener
+from gateway.passthrough import Passthroughs, Relay
 from gateway.runtime import Gateway, PinState, SessionRuntime, log, new_id, random_id, session_view
 from gateway.store import InMemoryStore, SessionStore
 from gateway.streams import Tap, json_response, write_stream
@@ -43,6 +45,7 @@ CORE_URL = web.AppKey("core_url", str)  # the embedded core, when one runs (relo
 # Entries in Gateway.discover_cache: private results are kept per principal, and any bearer token is one, so the
 # cache is bounded; past the bound the oldest entry goes (a refetch, never a wrong answer).
 DISCOVER_CACHE_MAX = 1024
+PASSTHROUGHS = web.AppKey("passthroughs", Passthroughs)  # the open modern passthroughs (shutdown ends them)
 _MODERN_HEADERS = ("accept", "content-type", "mcp-protocol-version", "mcp-method", "mcp-name", "authorization",
                    "traceparent", "tracestate", "baggage")
 
@@ -317,13 +320,20 @@ async def on_modern(request: web.Request, gw: Gateway, acc: Accepted) -> web.Str
         return json_response(response(acc.message.get("id"), error=refused), 400)
     headers = {k: v for k, v in request.headers.items()
                if k.lower() in _MODERN_HEADERS or k.lower().startswith("mcp-param-")}
-    upstream = gw.upstream_for(peer.upstream)
+    relay, ident = request.app[PASSTHROUGHS].relay(request), acc.message.get("id")
+    async with relay:  # a hang-up (the 2026 cancel, DIGEST §4.10) or shutdown ends it: the upstream is closed
+        return await _pass_through(request, relay, gw.upstream_for(peer.upstream), headers, ident)
+    return relay.response or json_response(response(ident, error=passthrough_ended()), 503)
+
+
+async def _pass_through(request: web.Request, relay: Relay, upstream: UpstreamClient, headers: dict[str, str],
+                        ident: Any) -> web.StreamResponse:
     try:
         async with FAILURES, await upstream.post(await request.read(), headers) as up:
             if up.content_type != "text/event-stream":
                 return web.Response(status=up.status, body=await up.read(), content_type=up.content_type)
-            out = web.StreamResponse(status=up.status, headers={"Content-Type": "text/event-stream",
-                                                                "Cache-Control": "no-cache"})
+            relay.response = out = web.StreamResponse(status=up.status, headers={
+                "Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
             await out.prepare(request)
             try:
                 async for chunk in up.chunks():
@@ -334,12 +344,14 @@ async def on_modern(request: web.Request, gw: Gateway, acc: Accepted) -> web.Str
                 log.warning("modern passthrough stream broke: %s", exc)
             return out
     except UpstreamFailure as failure:  # unreachable, or a JSON answer that broke or stalled
-        return json_response(response(acc.message.get("id"), error=failure.error), 502)
+        return json_response(response(ident, error=failure.error), 502)
 
 
 async def _end_sessions(app: web.Application) -> None:
-    """Shutdown runs before aiohttp waits for open handlers: ending every session's streams and tasks here lets
-    long-lived SSE writers (GET streams) return at once instead of holding shutdown for its timeout."""
+    """Shutdown runs before aiohttp waits for open handlers: ending every session's streams and tasks, and every
+    modern passthrough, here lets long-lived SSE writers return at once instead of holding shutdown for its
+    timeout."""
+    app[PASSTHROUGHS].end_all()
     if GATEWAY in app:
         await app[GATEWAY].close()
 
@@ -394,6 +406,7 @@ def create_app(config: GatewayConfig, *, store: SessionStore | None = None, tap:
                 for client in (upstream, *named.values()):
                     await client.close()
 
+    app[PASSTHROUGHS] = Passthroughs()
     app.cleanup_ctx.append(lifetime)
     app.on_shutdown.append(_end_sessions)
     app.router.add_route("*", "/mcp", handle_mcp)
