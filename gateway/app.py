@@ -375,7 +375,8 @@ def named_upstreams(config: GatewayConfig, core_url: str | None, tap: Tap | None
         credential = os.environ.get(up.token_env) if up.token_env else None
         clients[name] = UpstreamClient(core_url if up.url == "embedded" else up.url, tap=tap, auth=up.auth,
                                        connect_timeout=up.connect_timeout_seconds, credential=credential,
-                                       read_timeout=up.read_timeout_seconds, max_connections=up.max_connections)
+                                       read_timeout=up.read_timeout_seconds, max_connections=up.max_connections,
+                                       max_stream_connections=up.max_stream_connections)
     return clients
 
 
@@ -391,7 +392,9 @@ def create_app(config: GatewayConfig, *, store: SessionStore | None = None, tap:
             url = config.upstream_url or core_url
             assert url is not None
             upstream = UpstreamClient(url, connect_timeout=config.upstream_connect_timeout_seconds,
-                                      read_timeout=config.upstream_read_timeout_seconds, tap=tap)
+                                      read_timeout=config.upstream_read_timeout_seconds, tap=tap,
+                                      max_connections=config.upstream_max_connections,
+                                      max_stream_connections=config.upstream_max_stream_connections)
             named = named_upstreams(config, core_url, tap)
             gateway = Gateway(config, store or InMemoryStore(), upstream, tap, upstreams=named,
                               pins=PinState.from_config(config, dict(os.environ)))

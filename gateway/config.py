@@ -54,6 +54,8 @@ class GatewayConfig(_Frozen):
     sse_keepalive_seconds: float = Field(15.0, gt=0)
     upstream_connect_timeout_seconds: float = Field(10.0, gt=0)
     upstream_read_timeout_seconds: float = Field(600.0, gt=0)
+    upstream_max_connections: int = Field(100, ge=1)  # requests in flight to the upstream
+    upstream_max_stream_connections: int = Field(1000, ge=1)  # listens held open there (gateway.h1)
     bridge_list_changed: bool = True
     bridge_subscriptions: bool = True
     limits: LimitsConfig = LimitsConfig()

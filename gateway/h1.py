@@ -8,15 +8,21 @@ work; this pool does the same POST in a fraction of that. It does only what the 
 - a response read whole (:meth:`H1Response.read`) or streamed as it arrives (:meth:`H1Response.chunks`, for SSE),
   with ``Content-Length``, chunked and read-until-close bodies (llhttp, via httptools, does the framing);
 - a read timeout between arrivals (aiohttp's ``sock_read`` meaning: a long SSE stream lives as long as data
-  flows), a connect timeout, a connection limit, and TLS when the URL is ``https``;
+  flows), a connect timeout, and TLS when the URL is ``https``;
+- two connection limits: one for requests and one for long-lived streams (``post(..., stream=True)``, the
+  ``subscriptions/listen`` that stay open as long as their subscriber, DIGEST §1.9), so held-open streams can
+  never take every connection ordinary requests need. Getting a connection (a free slot under the limit, then
+  an idle or new connection) is bounded by the connect timeout as a whole: a full pool fails fast with
+  :class:`PoolBusy` instead of queueing a request for ever;
 - keep-alive: a connection whose response ended cleanly goes back to the pool; one closed early (the 2026
   cancel is closing the response, DIGEST §4.10) or broken is closed. Idle connections older than
   ``keepalive_seconds`` are not reused (a server closes idle ones; this keeps the race with that close small).
   POST is not idempotent, so a request that fails on a reused connection is not retried (as in aiohttp).
 
 No redirects, cookies, proxies or compression: an MCP endpoint URL is configured, not discovered, and the
-gateway sends no ``Accept-Encoding``. Errors: :class:`Unreachable` (connect), :class:`BrokenResponse`
-(closed early, malformed), ``TimeoutError`` (read), ``ValueError`` (a header that would break the framing).
+gateway sends no ``Accept-Encoding``. Errors: :class:`Unreachable` (connect; :class:`PoolBusy`, a subclass, when
+no slot came free), :class:`BrokenResponse` (closed early, malformed), ``TimeoutError`` (read), ``ValueError``
+(a header that would break the framing).
 """
 
 from __future__ import annotations
@@ -37,6 +43,10 @@ class Unreachable(Exception):
     """No connection could be made (refused, unresolvable, connect timeout)."""
 
 
+class PoolBusy(Unreachable):
+    """Every connection the limit allows was in use for the whole connect timeout."""
+
+
 class BrokenResponse(Exception):
     """The connection closed before the response ended, or the bytes were not HTTP/1.1."""
 
@@ -54,6 +64,7 @@ class _Connection(asyncio.Protocol):
         self.parser = httptools.HttpResponseParser(self)
         self.closed = self.in_use = False
         self.idle_since = 0.0
+        self.lane: asyncio.Semaphore | None = None  # the limit whose slot the response in flight holds
         self.begin()
 
     def begin(self) -> None:
@@ -208,7 +219,8 @@ class H1Pool:
     """Connections to one origin, shared by every request the gateway sends there."""
 
     def __init__(self, url: str, *, connect_timeout: float, read_timeout: float, limit: int = 100,
-                 keepalive_seconds: float = 15.0, ssl_context: ssl_module.SSLContext | None = None) -> None:
+                 stream_limit: int = 1000, keepalive_seconds: float = 15.0,
+                 ssl_context: ssl_module.SSLContext | None = None) -> None:
         parts = urlsplit(url)
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise ValueError(f"upstream URL must be http(s)://host[:port]/path, not {url!r}")
@@ -219,7 +231,8 @@ class H1Pool:
         self.keepalive_seconds = keepalive_seconds
         self._prefix = f"POST {self.target} HTTP/1.1\r\nHost: {parts.netloc}\r\n"
         self._idle: list[_Connection] = []  # a stack: the most recently used connection is reused first
-        self._slots = asyncio.Semaphore(limit) if limit > 0 else None
+        self.limits = {"request": limit, "stream": stream_limit}  # 0: unlimited
+        self._lanes = {kind: asyncio.Semaphore(n) if n > 0 else None for kind, n in self.limits.items()}
         self._all: set[_Connection] = set()
 
     def head(self, length: int, headers: Mapping[str, str]) -> bytes:
@@ -232,14 +245,19 @@ class H1Pool:
         # A value decoded by the server with surrogateescape goes out as the very bytes that came in.
         return "".join(lines).encode("utf-8", "surrogateescape")
 
-    async def post(self, body: bytes, headers: Mapping[str, str]) -> H1Response:
-        """Send one POST and wait for its status line and headers."""
+    async def post(self, body: bytes, headers: Mapping[str, str], *, stream: bool = False) -> H1Response:
+        """Send one POST and wait for its status line and headers. ``stream``: the response is expected to stay
+        open for long (a listen); it counts against the stream limit instead of the request limit."""
         head = self.head(len(body), headers)
-        if self._slots is not None:
-            await self._slots.acquire()
+        kind = "stream" if stream else "request"
+        lane = self._lanes[kind]
+        deadline = asyncio.get_running_loop().time() + self.connect_timeout
+        if lane is not None:
+            await self._acquire(lane, kind, deadline)
         conn = None
         try:
-            conn = self._reuse() or await self._connect()
+            conn = self._reuse() or await self._connect(deadline)
+            conn.lane = lane
             conn.begin()
             conn.in_use = True
             assert conn.transport is not None
@@ -250,10 +268,22 @@ class H1Pool:
                 await conn.progress(self.read_timeout)
         except BaseException:
             if conn is not None:
-                conn.close()
-            self._free(conn)
+                self._forget(conn)
+            if lane is not None:
+                lane.release()
             raise
         return H1Response(conn, self)
+
+    async def _acquire(self, lane: asyncio.Semaphore, kind: str, deadline: float) -> None:
+        if not lane.locked():
+            await lane.acquire()  # a free slot: no timer on the hot path
+            return
+        try:
+            async with asyncio.timeout_at(deadline):
+                await lane.acquire()
+        except TimeoutError as exc:
+            raise PoolBusy(f"no free connection to {self.host}:{self.port} within {self.connect_timeout} s: "
+                           f"all {self.limits[kind]} {kind} connections are in use") from exc
 
     def _reuse(self) -> _Connection | None:
         now = asyncio.get_running_loop().time()
@@ -264,10 +294,10 @@ class H1Pool:
             self._forget(conn)
         return None
 
-    async def _connect(self) -> _Connection:
+    async def _connect(self, deadline: float) -> _Connection:
         loop = asyncio.get_running_loop()
         try:
-            async with asyncio.timeout(self.connect_timeout):
+            async with asyncio.timeout_at(deadline):
                 _transport, conn = await loop.create_connection(_Connection, self.host, self.port, ssl=self.ssl)
         except TimeoutError as exc:
             raise Unreachable(f"no connection to {self.host}:{self.port} within {self.connect_timeout} s") from exc
@@ -286,17 +316,13 @@ class H1Pool:
             self._idle.append(conn)
         else:
             self._forget(conn)
-        self._free(None)
+        lane, conn.lane = conn.lane, None
+        if lane is not None:
+            lane.release()
 
     def _forget(self, conn: _Connection) -> None:
         conn.close()
         self._all.discard(conn)
-
-    def _free(self, conn: _Connection | None) -> None:
-        if conn is not None:
-            self._all.discard(conn)
-        if self._slots is not None:
-            self._slots.release()
 
     @property
     def connections(self) -> int:

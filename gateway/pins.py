@@ -38,6 +38,7 @@ class UpstreamConfig(_Frozen):
     connect_timeout_seconds: float = Field(10.0, gt=0)
     read_timeout_seconds: float = Field(600.0, gt=0)
     max_connections: int = Field(100, ge=1)
+    max_stream_connections: int = Field(1000, ge=1)
     auth: Literal["none", "forward", "gateway"] = "none"
     shares_audience: bool = False
     token_env: str | None = None

@@ -5,6 +5,9 @@ Every failure mode — refused, timeout, HTTP 5xx, a 4xx without a JSON-RPC erro
 ends without the response — becomes an :class:`UpstreamFailure` carrying an ``ErrorValue`` for the original
 request; an upstream HTTP 400/404 *with* a JSON-RPC error body is returned as that error, never as a status
 (DIGEST §4.2). Closing the response is the 2026 cancel (DIGEST §4.10): cancelling :meth:`call` does exactly that.
+
+A ``subscriptions/listen`` (ours or a modern client's, told by its ``Mcp-Method`` header) stays open as long as
+its subscriber: it takes a slot of the pool's stream limit, never one of the request limit (:mod:`gateway.h1`).
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ from adapters.errors import ErrorValue, upstream_failure
 from adapters.jsonwire import dumps, loads
 from adapters.sse import SseDecoder
 from adapters.upstream import UpstreamCall
-from gateway.h1 import BrokenResponse, H1Pool, H1Response, Unreachable
+from gateway.h1 import BrokenResponse, H1Pool, H1Response, PoolBusy, Unreachable
 
 Notify = Callable[[dict[str, Any]], None]
 
@@ -30,11 +33,13 @@ class UpstreamFailure(Exception):
 class UpstreamClient:
     def __init__(self, url: str, *, connect_timeout: float, read_timeout: float,
                  tap: Callable[[str, Any], None] | None = None, auth: str = "forward",
-                 credential: str | None = None, max_connections: int = 100) -> None:
+                 credential: str | None = None, max_connections: int = 100,
+                 max_stream_connections: int = 1000) -> None:
         self.url = url
         # No cookies are kept: one pool serves every session and principal, so a cookie an upstream set for one
         # would be sent for all.
-        self.pool = H1Pool(url, connect_timeout=connect_timeout, read_timeout=read_timeout, limit=max_connections)
+        self.pool = H1Pool(url, connect_timeout=connect_timeout, read_timeout=read_timeout, limit=max_connections,
+                           stream_limit=max_stream_connections)
         self._tap = tap
         # gateway.pins: "forward" (shared audience), "gateway" (our own credential) or "none".
         self._auth, self._credential = auth, credential
@@ -55,7 +60,7 @@ class UpstreamClient:
         """One POST with this upstream's authorization rules; failures as :class:`UpstreamFailure`."""
         try:
             async with FAILURES:
-                return await self.pool.post(body, self.authorize(headers))
+                return await self.pool.post(body, self.authorize(headers), stream=_is_listen(headers))
         except ValueError as exc:  # a header that would break the framing: nothing was sent
             raise UpstreamFailure(upstream_failure("stream_broken", str(exc))) from exc
 
@@ -105,6 +110,8 @@ class _Failures:
         return None
 
     async def __aexit__(self, kind: Any, exc: BaseException | None, _tb: Any) -> None:
+        if isinstance(exc, PoolBusy):  # the upstream may be fine: the gateway's own connection limit is full
+            raise UpstreamFailure(upstream_failure("busy", str(exc))) from exc
         if isinstance(exc, Unreachable):
             raise UpstreamFailure(upstream_failure("unreachable", str(exc))) from exc
         if isinstance(exc, TimeoutError):
@@ -114,6 +121,14 @@ class _Failures:
 
 
 FAILURES = _Failures()
+
+
+def _is_listen(headers: dict[str, str]) -> bool:
+    """A listen is answered by a stream that lasts as long as its subscriber (DIGEST §1.9)."""
+    for name, value in headers.items():
+        if value == "subscriptions/listen" and name.lower() == "mcp-method":
+            return True
+    return False
 
 
 def _is_stream(resp: H1Response) -> bool:

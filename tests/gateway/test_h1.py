@@ -216,6 +216,50 @@ async def test_the_connection_limit_queues_requests(aiohttp_server) -> None:
     await pool.close()
 
 
+async def test_streams_have_their_own_limit_and_never_take_a_request_slot(aiohttp_server) -> None:
+    async def handle(request: web.Request) -> web.StreamResponse:
+        return await sse(request) if request.headers.get("X-Stream") else web.json_response({})
+
+    pool = await pool_serving(aiohttp_server, handle, limit=1, stream_limit=1, connect_timeout=0.3)
+    held = await pool.post(b"{}", {"X-Stream": "1"}, stream=True)  # a listen, left open
+    for _ in range(2):  # the request limit's one slot is still there, and given back each time
+        async with await pool.post(b"{}", {}) as resp:
+            assert await resp.read() == b"{}"
+    with pytest.raises(Unreachable, match="all 1 stream connections are in use"):
+        await pool.post(b"{}", {"X-Stream": "1"}, stream=True)
+    held.release()  # closed early (not read to its end): the connection goes, the stream slot comes back
+    again = await pool.post(b"{}", {"X-Stream": "1"}, stream=True)
+    again.release()
+    await pool.close()
+
+
+async def test_a_request_that_gets_no_connection_fails_within_the_connect_timeout(aiohttp_server) -> None:
+    from gateway.h1 import PoolBusy
+    from gateway.upstream import UpstreamClient, UpstreamFailure
+
+    async def handle(request: web.Request) -> web.Response:
+        await asyncio.sleep(0 if request.headers.get("X-Fast") else 10)
+        return web.json_response({})
+
+    pool = await pool_serving(aiohttp_server, handle, limit=1, connect_timeout=0.2)
+    slow = asyncio.ensure_future(pool.post(b"{}", {}))
+    await asyncio.sleep(0.05)
+    started = asyncio.get_running_loop().time()
+    with pytest.raises(PoolBusy, match="within 0.2 s: all 1 request connections are in use"):
+        await pool.post(b"{}", {"X-Fast": "1"})
+    assert asyncio.get_running_loop().time() - started < 1
+    client = UpstreamClient("http://x/mcp", connect_timeout=0.2, read_timeout=1)
+    client.pool = pool  # the client names the failure: the gateway's limit, not the upstream, is the problem
+    with pytest.raises(UpstreamFailure) as caught:
+        await client.post(b"{}", {"X-Fast": "1"})
+    assert caught.value.error.data == {"upstream": "busy"}
+    slow.cancel()
+    await asyncio.gather(slow, return_exceptions=True)
+    async with await pool.post(b"{}", {"X-Fast": "1"}) as resp:  # the waiters gave their places back
+        assert await resp.read() == b"{}"
+    await pool.close()
+
+
 async def test_a_header_that_would_break_framing_is_refused_before_sending(aiohttp_server) -> None:
     seen = []
 

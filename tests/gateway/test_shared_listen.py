@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 
 from gateway.app import GATEWAY
-from tests.gateway.conftest import Legacy
+from tests.gateway.conftest import Legacy, text
 
 
 def scripted_listen(upstream):
@@ -99,3 +99,57 @@ async def test_a_subscribing_session_moves_to_its_own_listen_and_back(make_gatew
     await wait_for(lambda: closed and "resourceSubscriptions" in closed[-1])  # its own listen closed
     assert sorted(m for e in hub.shared.values() for m in e.members) == sorted([a.session_id, b.session_id])
     assert len(opened) == 2  # it rejoined the shared listen, which was still open
+
+
+class Authed(Legacy):
+    """A legacy client with its own bearer token: each distinct token gets its own shared listen."""
+
+    def __init__(self, client, token: str) -> None:
+        super().__init__(client)
+        self.token = token
+
+    def headers(self, **extra: str) -> dict[str, str]:
+        return {**super().headers(**extra), "Authorization": f"Bearer {self.token}"}
+
+
+MODERN_LISTEN = {"jsonrpc": "2.0", "id": "ml", "method": "subscriptions/listen", "params": {
+    "notifications": {"toolsListChanged": True}, "_meta": {
+        "io.modelcontextprotocol/protocolVersion": "2026-07-28", "io.modelcontextprotocol/clientCapabilities": {}}}}
+
+
+async def test_held_open_listens_never_take_the_connections_requests_need(make_gateway, upstream) -> None:
+    opened, closed, fire = scripted_listen(upstream)
+    upstream.script["tools/call"] = lambda b, r: text("ok")
+    client = await make_gateway(upstream_max_connections=2)
+    users = [Authed(client, f"user{i}") for i in range(3)]
+    for user in users[:2]:  # two tokens: two shared listens, each holding an upstream connection
+        await user.initialize()
+        await open_stream(user)
+    modern = asyncio.ensure_future(client.post("/mcp", json=MODERN_LISTEN, headers={  # a modern client's own
+        "Accept": "application/json, text/event-stream", "MCP-Protocol-Version": "2026-07-28",
+        "Mcp-Method": "subscriptions/listen"}))
+    await wait_for(lambda: len(opened) == 3)
+    await asyncio.wait_for(users[2].initialize(), 3)
+    message = await asyncio.wait_for(users[2].call("tools/call", {"name": "echo", "arguments": {}}), 3)
+    assert message["result"]["content"][0]["text"] == "ok"
+    (await modern).close()
+
+
+async def test_a_request_finding_every_connection_busy_fails_within_the_connect_timeout(make_gateway,
+                                                                                         upstream) -> None:
+    gate = asyncio.Event()
+
+    async def blocked(body, request):
+        await gate.wait()
+        return text("late")
+    upstream.script["tools/call"] = blocked
+    client = await make_gateway(upstream_max_connections=1, upstream_connect_timeout_seconds=0.3)
+    legacy = Legacy(client)
+    await legacy.initialize()
+    first = asyncio.ensure_future(legacy.call("tools/call", {"name": "slow", "arguments": {}}))
+    await wait_for(lambda: upstream.calls("tools/call"))
+    message = await asyncio.wait_for(legacy.call("tools/list"), 3)
+    assert message["error"]["code"] == -32603 and "busy" in message["error"]["message"]
+    assert "all 1 request connections are in use" in message["error"]["message"]
+    gate.set()
+    assert (await first)["result"]["content"][0]["text"] == "late"
