@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from adapters.capabilities import BridgedFeatures, wants_listen
-from adapters.errors import ErrorValue, INVALID_PARAMS
+from adapters.errors import ErrorValue, INVALID_PARAMS, translate_upstream_error
 from adapters.protocol import SUBSCRIPTION_ID_META_KEY
 
 _DELIVERED = frozenset({
@@ -45,6 +45,15 @@ def subscribe_uri(params: Any) -> str | ErrorValue:
 
 def is_ack(message: Mapping[str, Any]) -> bool:
     return message.get("method") == ACK
+
+
+def listen_refusal(message: Mapping[str, Any], listen_id: Any) -> ErrorValue | None:
+    """The upstream's JSON-RPC error answering our listen (unknown resource, auth...), as the legacy client is to
+    see it; None for anything else. The id may be null: rejected before the id was read (DIGEST §4.2)."""
+    error = message.get("error")
+    if "method" in message or not isinstance(error, Mapping) or message.get("id") not in (None, listen_id):
+        return None
+    return translate_upstream_error(error)
 
 
 def legacy_notification(message: Mapping[str, Any]) -> dict[str, Any] | None:

@@ -3,17 +3,20 @@
 A filter cannot be changed in place: :meth:`Listener.ensure` opens a new listen, waits for its acknowledgement,
 then closes the old one, so no notification falls into a gap. An abrupt end of the listen (upstream restart) is
 retried with a capped backoff while the session lives (DIGEST §1.8: the server keeps no subscription state).
+A listen the upstream answers with a JSON-RPC error before its acknowledgement fails the change with that error,
+translated for the legacy client (``adapters.subscriptions.listen_refusal``).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 from collections.abc import Callable, Coroutine
 from typing import Any
 
 from adapters.errors import ErrorValue, upstream_failure
-from adapters.subscriptions import is_ack, legacy_notification
+from adapters.subscriptions import is_ack, legacy_notification, listen_refusal
 from adapters.upstream import SessionView, build_listen
 from gateway.runtime import Gateway, SessionRuntime, log, new_id
 from gateway.upstream import UpstreamFailure
@@ -73,14 +76,19 @@ class Listener:
 
     async def _listen_once(self, wanted: dict[str, Any], view: SessionView, acked: asyncio.Future) -> None:
         call = build_listen(new_id("l"), view, wanted)
-        async for message in self.gateway.upstream_for(self.upstream).messages(call):
-            if is_ack(message):
-                if not acked.done():
-                    acked.set_result(message)
-                continue
-            legacy = legacy_notification(message)
-            if legacy is not None:
-                self.deliver(legacy)
+        # aclosing: leaving the loop by a raise closes the upstream response now, not when the generator is collected
+        async with contextlib.aclosing(self.gateway.upstream_for(self.upstream).messages(call)) as messages:
+            async for message in messages:
+                if is_ack(message):
+                    if not acked.done():
+                        acked.set_result(message)
+                    continue
+                refused = listen_refusal(message, call.body["id"])
+                if refused is not None:  # before the ack: the subscribe gets this error, not "ended before ack"
+                    raise UpstreamFailure(refused)
+                legacy = legacy_notification(message)
+                if legacy is not None:
+                    self.deliver(legacy)
 
 
 class ListenHub:

@@ -113,3 +113,15 @@ def test_set_level(params, ok) -> None:
 def test_check_request_validates_a_view_per_negotiated_revision(method, version, params, code) -> None:
     problem = local.check_request(method, version, params)
     assert (problem.code if problem else None) == code
+
+
+def test_a_listen_refusal_is_the_upstream_error_translated() -> None:
+    from adapters.subscriptions import listen_refusal
+    refused = {"jsonrpc": "2.0", "id": "l1", "error": {"code": -32602, "message": "unknown resource"}}
+    assert listen_refusal(refused, "l1").code == -32602
+    assert listen_refusal({**refused, "id": None}, "l1").message == "unknown resource"  # rejected before the id
+    assert listen_refusal(refused, "l2") is None  # someone else's
+    assert listen_refusal({"jsonrpc": "2.0", "id": "l1", "result": {"resultType": "complete"}}, "l1") is None
+    assert listen_refusal({"jsonrpc": "2.0", "method": "notifications/subscriptions/acknowledged"}, "l1") is None
+    fault = {"jsonrpc": "2.0", "id": "l1", "error": {"code": -32020, "message": "bad header"}}
+    assert listen_refusal(fault, "l1").code == -32603  # the gateway's own fault, not the client's (§4.2)
