@@ -41,22 +41,32 @@ class Listener:
     async def ensure(self, wanted: dict[str, Any], view: SessionView) -> ErrorValue | None:
         if wanted == self.filter and self.task is not None and not self.task.done():
             return None
-        if not wanted:
-            old, self.filter, self.task = self.task, None, None
-        else:
-            acked: asyncio.Future = asyncio.get_running_loop().create_future()
-            task = self.spawn(self._run(wanted, view, acked))
-            try:
-                await asyncio.wait_for(asyncio.shield(acked), ACK_TIMEOUT_SECONDS)
-            except (asyncio.TimeoutError, UpstreamFailure) as exc:
-                task.cancel()
-                error = exc.error if isinstance(exc, UpstreamFailure) else None
-                return error or upstream_failure("timeout", "subscriptions/listen was not acknowledged")
-            # Read the old listen only now: a concurrent ensure() may have replaced it while we waited.
-            old, self.filter, self.task = self.task, wanted, task
+        task = None
+        if wanted:
+            task, error = await self._open(wanted, view)
+            if error is not None:
+                return error
+        # Read the old listen only now: a concurrent ensure() may have replaced it while we waited.
+        old, self.filter, self.task = self.task, wanted or None, task
         if old is not None:
             old.cancel()
         return None
+
+    async def _open(self, wanted: dict[str, Any], view: SessionView) -> tuple[asyncio.Task | None, ErrorValue | None]:
+        """A new listen once acknowledged, or the error; a listen that is not taken is cancelled."""
+        acked: asyncio.Future = asyncio.get_running_loop().create_future()
+        task = self.spawn(self._run(wanted, view, acked))
+        try:
+            await asyncio.wait_for(asyncio.shield(acked), ACK_TIMEOUT_SECONDS)
+        except BaseException as exc:
+            # Also when we are cancelled (whoever asked is gone): with a hub's spawn nothing else would end it.
+            task.cancel()
+            if isinstance(exc, UpstreamFailure):
+                return None, exc.error
+            if isinstance(exc, asyncio.TimeoutError):
+                return None, upstream_failure("timeout", "subscriptions/listen was not acknowledged")
+            raise
+        return task, None
 
     async def _run(self, wanted: dict[str, Any], view: SessionView, acked: asyncio.Future) -> None:
         delay = 0.5
@@ -121,10 +131,16 @@ class ListenHub:
         if entry is None:  # the first joiner opens it; later ones wait for the same acknowledgement
             entry = self.shared[key] = _Shared(self, upstream)
             entry.ready = self._spawn(entry.listener.ensure(wanted, view))
-        error = await asyncio.shield(entry.ready)
+        entry.waiting += 1
+        try:
+            error = await asyncio.shield(entry.ready)
+        except BaseException:  # cancelled: the session ended while waiting (DELETE, idle sweep, shutdown)
+            entry.waiting -= 1
+            self._discard_unused(key, entry)
+            raise
+        entry.waiting -= 1
         if error is not None:
-            if not entry.members:
-                self.shared.pop(key, None)
+            self._discard_unused(key, entry)
             return error
         self.leave(runtime)
         entry.members[runtime.session_id] = runtime
@@ -137,10 +153,17 @@ class ListenHub:
         if entry is None:
             return
         entry.members.pop(runtime.session_id, None)
-        if not entry.members:
-            self.shared.pop(key, None)
-            if entry.listener.task is not None:
-                entry.listener.task.cancel()  # closing the listen's response is the 2026 cancel
+        self._discard_unused(key, entry)
+
+    def _discard_unused(self, key: tuple[str, str, str], entry: _Shared) -> None:
+        """No member holds ``entry`` and nobody waits for its acknowledgement: forget it and end its listen."""
+        if entry.members or entry.waiting:
+            return
+        if self.shared.get(key) is entry:  # a failed entry may already have been replaced under the same key
+            del self.shared[key]
+        entry.ready.cancel()  # still waiting for the ack: Listener._open cancels the listen it opened
+        if entry.listener.task is not None:
+            entry.listener.task.cancel()  # closing the listen's response is the 2026 cancel (DIGEST §4.10)
 
     async def close(self) -> None:
         for task in list(self.tasks):
@@ -152,6 +175,7 @@ class ListenHub:
 class _Shared:
     def __init__(self, hub: ListenHub, upstream: str) -> None:
         self.members: dict[str, SessionRuntime] = {}
+        self.waiting = 0  # joiners waiting for the acknowledgement (not members yet)
         self.listener = Listener(gateway=hub.gateway, spawn=hub._spawn, deliver=self.deliver,
                                  label=f"shared listen on {upstream}")
         self.listener.upstream = upstream

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
+
 from gateway.app import GATEWAY
 from tests.gateway.conftest import Legacy, text
 
@@ -153,3 +155,71 @@ async def test_a_request_finding_every_connection_busy_fails_within_the_connect_
     assert "all 1 request connections are in use" in message["error"]["message"]
     gate.set()
     assert (await first)["result"]["content"][0]["text"] == "late"
+
+
+def unacknowledged_listen(upstream):
+    """A listen whose ack waits for ``ack`` to be set, then holds until closed."""
+    ack, opened, closed = asyncio.Event(), [], []
+
+    def listen(body, request):
+        opened.append(body["id"])
+
+        async def acknowledged():
+            await ack.wait()
+            return {"jsonrpc": "2.0", "method": "notifications/subscriptions/acknowledged",
+                    "params": {"notifications": body["params"]["notifications"]}}
+
+        async def hold():
+            try:
+                while request.transport is not None and not request.transport.is_closing():
+                    await asyncio.sleep(0.01)
+            finally:
+                closed.append(body["id"])
+        return [acknowledged, hold]
+    upstream.script["subscriptions/listen"] = listen
+    return ack, opened, closed
+
+
+async def _delete(legacy: Legacy) -> None:
+    assert (await legacy.client.delete("/mcp", headers=legacy.headers())).status == 204
+
+
+async def _expire(legacy: Legacy) -> None:
+    gw = legacy.client.app[GATEWAY]
+    real = gw.clock
+    gw.clock = lambda: real() + 3_601_000
+    assert await gw.sweep_expired(force=True) == 1
+    gw.clock = real
+
+
+@pytest.mark.parametrize("end", [_delete, _expire])
+async def test_a_session_ended_while_its_shared_listen_awaits_the_ack_leaves_no_listen(make_gateway, upstream,
+                                                                                      end) -> None:
+    ack, opened, closed = unacknowledged_listen(upstream)
+    client = await make_gateway()
+    gw = client.app[GATEWAY]
+    legacy = Legacy(client)
+    await legacy.initialize()
+    await open_stream(legacy)
+    await wait_for(lambda: opened)
+    await end(legacy)
+    assert gw.hub.shared == {}
+    ack.set()  # (the fake upstream only notices the close once it writes)
+    await wait_for(lambda: closed == opened)  # nobody is left to receive it: the upstream listen was closed
+    assert gw.hub.shared == {} and gw.hub.tasks == set()
+
+
+async def test_a_shared_listen_another_session_still_awaits_survives_the_first_ones_end(make_gateway,
+                                                                                       upstream) -> None:
+    ack, opened, closed = unacknowledged_listen(upstream)
+    client = await make_gateway()
+    hub = client.app[GATEWAY].hub
+    first, second = Legacy(client), Legacy(client)
+    for legacy in (first, second):
+        await legacy.initialize()
+        await open_stream(legacy)
+    await wait_for(lambda: opened and sum(e.waiting for e in hub.shared.values()) == 2)
+    await _delete(first)
+    ack.set()
+    await wait_for(lambda: [list(e.members) for e in hub.shared.values()] == [[second.session_id]])
+    assert len(opened) == 1 and closed == []
