@@ -32,7 +32,7 @@ from adapters.upstream import SessionView, build_discover
 from gateway.config import GatewayConfig
 from gateway.exchange import Exchange
 from gateway.h1 import BrokenResponse
-from gateway.listen import ListenHub, Listener
+from gateway.listen import ListenHub, own_listener
 from gateway.passthrough import Passthroughs, Relay
 from gateway.runtime import Gateway, PinState, SessionRuntime, log, new_id, random_id, session_view
 from gateway.store import InMemoryStore, SessionStore
@@ -213,18 +213,42 @@ async def on_subscribe(request: web.Request, gw: Gateway, session: SessionRecord
     uri = subscribe_uri(params)
     if isinstance(uri, ErrorValue):
         return json_response(response(ident, error=uri))
-    session.subscriptions = apply_subscribe(session.subscriptions, uri, subscribe)
-    error = await ensure_listen(gw, session, request.headers.get("Authorization"))
-    if error is not None:  # the upstream did not take it: the client is not subscribed
-        return json_response(response(ident, error=error))
-    # Re-read after the wait for the ack: a concurrent request (setLevel, another subscribe) may have saved
-    # the record meanwhile, and writing our stale copy back would undo it.
-    fresh = await gw.store.get_session(session.session_id)
-    if fresh is None:
-        return _rejection(reject("unknown_session", "session not found"))
-    fresh.subscriptions = apply_subscribe(fresh.subscriptions, uri, subscribe)
-    await gw.store.put_session(fresh)
+    outcome = await change_listen(gw, session.session_id, request.headers.get("Authorization"), (uri, subscribe))
+    if isinstance(outcome, Rejection):
+        return _rejection(outcome)
+    if outcome is not None:  # the upstream did not take it: the client is not subscribed
+        return json_response(response(ident, error=outcome))
     return json_response(response(ident, {}))
+
+
+async def change_listen(gw: Gateway, session_id: str, authorization: str | None,
+                        change: tuple[str, bool] | None = None) -> ErrorValue | Rejection | None:
+    """Apply ``change`` (uri, subscribe?) to the session's subscriptions and make its listen match them.
+
+    One change at a time per session, each reading the record inside the lock: two subscribes that each built
+    their filter from the set read before either saved would leave the last acknowledged listen without the
+    other's URI (DIGEST §1.9: a filter cannot be edited, each change replaces the listen)."""
+    async with own_listener(gw.runtime(session_id)).changing:
+        session = await gw.store.get_session(session_id)
+        if session is None:
+            return reject("unknown_session", "session not found")
+        if change is not None:
+            session.subscriptions = apply_subscribe(session.subscriptions, *change)
+        error = await ensure_listen(gw, session, authorization)
+        if error is not None or change is None:
+            return error
+        return await _save_subscription(gw, session_id, change)
+
+
+async def _save_subscription(gw: Gateway, session_id: str, change: tuple[str, bool]) -> Rejection | None:
+    # Re-read after the wait for the ack: a concurrent request (setLevel) may have saved the record meanwhile,
+    # and writing our copy back would undo it.
+    fresh = await gw.store.get_session(session_id)
+    if fresh is None:
+        return reject("unknown_session", "session not found")
+    fresh.subscriptions = apply_subscribe(fresh.subscriptions, *change)
+    await gw.store.put_session(fresh)
+    return None
 
 
 async def ensure_listen(gw: Gateway, session: SessionRecord, authorization: str | None) -> ErrorValue | None:
@@ -238,10 +262,9 @@ async def ensure_listen(gw: Gateway, session: SessionRecord, authorization: str 
         if error is None and runtime.listen is not None:
             await runtime.listen.ensure({}, view)  # leave the session's own listen
         return error
-    if runtime.listen is None:
-        runtime.listen = Listener(runtime)
-    runtime.listen.upstream = session.upstream
-    error = await runtime.listen.ensure(wanted, view)
+    listener = own_listener(runtime)
+    listener.upstream = session.upstream
+    error = await listener.ensure(wanted, view)
     if error is None and gw.hub is not None:
         gw.hub.leave(runtime)
     return error
@@ -281,15 +304,15 @@ async def on_open_stream(request: web.Request, gw: Gateway, acc: Accepted) -> we
     runtime = gw.runtime(acc.session.session_id)
     stream = runtime.standalone_stream()
     if gw.config.bridge_list_changed:
-        runtime.spawn(_listen_in_background(gw, acc.session, request.headers.get("Authorization")))
+        runtime.spawn(_listen_in_background(gw, acc.session.session_id, request.headers.get("Authorization")))
     return await write_stream(request, stream, mode="get", retry_ms=gw.config.sse_retry_ms,
                               keepalive=gw.config.sse_keepalive_seconds)
 
 
-async def _listen_in_background(gw: Gateway, session: SessionRecord, authorization: str | None) -> None:
-    error = await ensure_listen(gw, session, authorization)
-    if error is not None:
-        log.warning("session %s: list_changed listen unavailable: %s", session.session_id, error.message)
+async def _listen_in_background(gw: Gateway, session_id: str, authorization: str | None) -> None:
+    error = await change_listen(gw, session_id, authorization)  # the record as of now, not of the GET
+    if isinstance(error, ErrorValue):  # (a Rejection: the session ended meanwhile, nothing to report)
+        log.warning("session %s: list_changed listen unavailable: %s", session_id, error.message)
 
 
 async def on_resume(request: web.Request, gw: Gateway, acc: Accepted) -> web.StreamResponse:

@@ -37,6 +37,9 @@ class Listener:
         self.label = label or (runtime.session_id if runtime is not None else "shared")
         self.filter: dict[str, Any] | None = None
         self.task: asyncio.Task | None = None
+        # A session's listen changes, one at a time (gateway.app.change_listen): each builds its filter from the
+        # record it reads, so two at once would each leave out the other's URI.
+        self.changing = asyncio.Lock()
 
     async def ensure(self, wanted: dict[str, Any], view: SessionView) -> ErrorValue | None:
         if wanted == self.filter and self.task is not None and not self.task.done():
@@ -99,6 +102,13 @@ class Listener:
                 legacy = legacy_notification(message)
                 if legacy is not None:
                     self.deliver(legacy)
+
+
+def own_listener(runtime: SessionRuntime) -> Listener:
+    """The session's own listener (made on first use, listening or not): it also holds the session's lock."""
+    if runtime.listen is None:
+        runtime.listen = Listener(runtime)
+    return runtime.listen
 
 
 class ListenHub:

@@ -22,3 +22,67 @@ async def test_a_refused_listen_answers_the_subscribe_with_the_upstreams_error(l
     assert message["error"] == error  # translated (adapters.errors): these codes pass down unchanged
     record = await legacy.client.app[GATEWAY].store.get_session(legacy.session_id)
     assert record.subscriptions == []  # the client is not subscribed
+
+
+def listen_acked_on_demand(upstream):
+    """A listen per request whose ack is sent when its event (``acks[n]``, n from 1) is set; held until closed."""
+    filters, acks = [], {}
+
+    def listen(body, request):
+        notifications = body["params"]["notifications"]
+        filters.append(notifications)
+        acks[len(filters)] = event = asyncio.Event()
+
+        async def acknowledged():
+            await event.wait()
+            return {"jsonrpc": "2.0", "method": "notifications/subscriptions/acknowledged",
+                    "params": {"notifications": notifications}}
+
+        async def hold():
+            while request.transport is not None and not request.transport.is_closing():
+                await asyncio.sleep(0.01)
+        return [acknowledged, hold]
+    upstream.script["subscriptions/listen"] = listen
+    return filters, acks
+
+
+async def until(predicate) -> None:
+    for _ in range(500):
+        if predicate():
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError("condition not reached")
+
+
+async def test_concurrent_subscribes_keep_every_uri_in_the_listen(legacy, upstream) -> None:
+    filters, acks = listen_acked_on_demand(upstream)
+    await legacy.initialize()
+    gw = legacy.client.app[GATEWAY]
+    first = asyncio.ensure_future(legacy.call("resources/subscribe", {"uri": "file:///a"}))
+    await until(lambda: len(filters) == 1)
+    second = asyncio.ensure_future(legacy.call("resources/subscribe", {"uri": "file:///b"}))
+    await asyncio.sleep(0.1)
+    assert len(filters) == 1  # the second waits for the first change to finish
+    acks[1].set()
+    await until(lambda: len(filters) == 2)
+    acks[2].set()
+    assert (await first)["result"] == {} and (await second)["result"] == {}
+    record = await gw.store.get_session(legacy.session_id)
+    assert record.subscriptions == ["file:///a", "file:///b"]
+    assert gw.runtimes[legacy.session_id].listen.filter["resourceSubscriptions"] == ["file:///a", "file:///b"]
+    assert filters[-1]["resourceSubscriptions"] == ["file:///a", "file:///b"]
+
+
+async def test_a_get_stream_opened_during_a_subscribe_does_not_undo_it(legacy, upstream) -> None:
+    filters, acks = listen_acked_on_demand(upstream)
+    await legacy.initialize()
+    gw = legacy.client.app[GATEWAY]
+    subscribing = asyncio.ensure_future(legacy.call("resources/subscribe", {"uri": "file:///a"}))
+    await until(lambda: len(filters) == 1)
+    stream = await legacy.client.get("/mcp", headers={**legacy.headers(), "Accept": "text/event-stream"})
+    assert stream.status == 200
+    acks[1].set()
+    assert (await subscribing)["result"] == {}
+    await asyncio.sleep(0.2)  # the GET's background listen change ran after it, from the saved record
+    assert len(filters) == 1 and gw.hub.shared == {}
+    assert gw.runtimes[legacy.session_id].listen.filter["resourceSubscriptions"] == ["file:///a"]
