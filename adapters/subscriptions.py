@@ -2,8 +2,9 @@
 (DIGEST §1.9, §3 subscribe and list_changed rows, §4.15).
 
 A listen filter cannot be edited, so a change of the subscribed set opens a new listen; the shell waits for its
-acknowledgement and only then closes the old one (no gap in delivery). Delivered notifications go onto the
-session's GET stream with ``subscriptionId`` stripped.
+acknowledgement and only then closes the old one (no gap in delivery). The acknowledged filter is the subset the
+server will honour (DIGEST §1.9, §4.15): a listen that leaves out a subscribed URI is not taken. Delivered
+notifications go onto the session's GET stream with ``subscriptionId`` stripped.
 """
 
 from __future__ import annotations
@@ -54,6 +55,22 @@ def listen_refusal(message: Mapping[str, Any], listen_id: Any) -> ErrorValue | N
     if "method" in message or not isinstance(error, Mapping) or message.get("id") not in (None, listen_id):
         return None
     return translate_upstream_error(error)
+
+
+def unhonoured(ack: Mapping[str, Any], wanted: Mapping[str, Any]) -> list[str]:
+    """The wanted ``resourceSubscriptions`` the acknowledgement's filter leaves out (DIGEST §1.9, §4.15). Left-out
+    list_changed families are not counted: the session simply receives none of those."""
+    params = ack.get("params")
+    granted = params.get("notifications") if isinstance(params, Mapping) else None
+    uris = granted.get("resourceSubscriptions") if isinstance(granted, Mapping) else None
+    kept = {u for u in uris if isinstance(u, str)} if isinstance(uris, list) else set()
+    return [u for u in wanted.get("resourceSubscriptions", ()) if u not in kept]
+
+
+def unhonoured_error(uris: list[str]) -> ErrorValue:
+    # -32602: the server chose not to watch these URIs; asking again the same way will not help.
+    return ErrorValue(INVALID_PARAMS, f"the server does not honour a subscription to {', '.join(uris)}",
+                      {"unhonouredUris": uris})
 
 
 def legacy_notification(message: Mapping[str, Any]) -> dict[str, Any] | None:

@@ -4,7 +4,8 @@ A filter cannot be changed in place: :meth:`Listener.ensure` opens a new listen,
 then closes the old one, so no notification falls into a gap. An abrupt end of the listen (upstream restart) is
 retried with a capped backoff while the session lives (DIGEST §1.8: the server keeps no subscription state).
 A listen the upstream answers with a JSON-RPC error before its acknowledgement fails the change with that error,
-translated for the legacy client (``adapters.subscriptions.listen_refusal``).
+translated for the legacy client (``adapters.subscriptions.listen_refusal``); so does one whose acknowledgement
+leaves out a subscribed URI (DIGEST §4.15), and the old listen stays.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from collections.abc import Callable, Coroutine
 from typing import Any
 
 from adapters.errors import ErrorValue, upstream_failure
-from adapters.subscriptions import is_ack, legacy_notification, listen_refusal
+from adapters.subscriptions import is_ack, legacy_notification, listen_refusal, unhonoured, unhonoured_error
 from adapters.upstream import SessionView, build_listen
 from gateway.runtime import Gateway, SessionRuntime, log, new_id
 from gateway.upstream import UpstreamFailure
@@ -60,7 +61,10 @@ class Listener:
         acked: asyncio.Future = asyncio.get_running_loop().create_future()
         task = self.spawn(self._run(wanted, view, acked))
         try:
-            await asyncio.wait_for(asyncio.shield(acked), ACK_TIMEOUT_SECONDS)
+            ack = await asyncio.wait_for(asyncio.shield(acked), ACK_TIMEOUT_SECONDS)
+            missing = unhonoured(ack, wanted)
+            if missing:  # the acknowledged filter is what the server will honour (DIGEST §1.9, §4.15)
+                raise UpstreamFailure(unhonoured_error(missing))
         except BaseException as exc:
             # Also when we are cancelled (whoever asked is gone): with a hub's spawn nothing else would end it.
             task.cancel()

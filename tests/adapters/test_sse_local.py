@@ -125,3 +125,18 @@ def test_a_listen_refusal_is_the_upstream_error_translated() -> None:
     assert listen_refusal({"jsonrpc": "2.0", "method": "notifications/subscriptions/acknowledged"}, "l1") is None
     fault = {"jsonrpc": "2.0", "id": "l1", "error": {"code": -32020, "message": "bad header"}}
     assert listen_refusal(fault, "l1").code == -32603  # the gateway's own fault, not the client's (§4.2)
+
+
+def test_the_uris_an_acknowledgement_leaves_out() -> None:
+    from adapters.subscriptions import unhonoured, unhonoured_error
+
+    def ack(notifications):
+        return {"jsonrpc": "2.0", "method": "notifications/subscriptions/acknowledged",
+                "params": {"notifications": notifications}}
+    wanted = {"toolsListChanged": True, "resourceSubscriptions": ["a", "b"]}
+    assert unhonoured(ack(wanted), wanted) == []
+    assert unhonoured(ack({"resourceSubscriptions": ["b"]}), wanted) == ["a"]  # a left-out family does not count
+    assert unhonoured(ack({"toolsListChanged": True}), wanted) == ["a", "b"]
+    assert unhonoured({"method": "notifications/subscriptions/acknowledged"}, wanted) == ["a", "b"]
+    assert unhonoured(ack({}), {"toolsListChanged": True}) == []
+    assert unhonoured_error(["a"]).code == -32602

@@ -86,3 +86,35 @@ async def test_a_get_stream_opened_during_a_subscribe_does_not_undo_it(legacy, u
     await asyncio.sleep(0.2)  # the GET's background listen change ran after it, from the saved record
     assert len(filters) == 1 and gw.hub.shared == {}
     assert gw.runtimes[legacy.session_id].listen.filter["resourceSubscriptions"] == ["file:///a"]
+
+
+async def test_a_subscribe_the_acknowledgement_leaves_out_is_refused_and_undone(legacy, upstream) -> None:
+    opened, closed = [], []
+
+    def listen(body, request):  # honours every filter except a subscription to file:///secret
+        opened.append(body["params"]["notifications"])
+        granted = dict(body["params"]["notifications"])
+        uris = [u for u in granted.pop("resourceSubscriptions", []) if u != "file:///secret"]
+        if uris:
+            granted["resourceSubscriptions"] = uris
+
+        async def hold():
+            try:
+                while request.transport is not None and not request.transport.is_closing():
+                    await asyncio.sleep(0.01)
+            finally:
+                closed.append(body["params"]["notifications"])
+        return [{"jsonrpc": "2.0", "method": "notifications/subscriptions/acknowledged",
+                 "params": {"notifications": granted}}, hold]
+    upstream.script["subscriptions/listen"] = listen
+    await legacy.initialize()
+    gw = legacy.client.app[GATEWAY]
+    assert (await legacy.call("resources/subscribe", {"uri": "file:///a"}))["result"] == {}
+    message = await legacy.call("resources/subscribe", {"uri": "file:///secret"})
+    assert message["error"]["code"] == -32602 and "file:///secret" in message["error"]["message"]
+    assert message["error"]["data"] == {"unhonouredUris": ["file:///secret"]}
+    record = await gw.store.get_session(legacy.session_id)
+    assert record.subscriptions == ["file:///a"]  # the client is not subscribed to it
+    listener = gw.runtimes[legacy.session_id].listen
+    assert listener.filter["resourceSubscriptions"] == ["file:///a"] and not listener.task.done()
+    await until(lambda: closed == [opened[-1]])  # only the refused listen was closed; file:///a's one stays
