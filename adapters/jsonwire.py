@@ -65,7 +65,8 @@ def loads(data: bytes | str) -> Any:
 
 
 def dumps(value: Any) -> bytes:
-    """Compact JSON, UTF-8."""
+    """Compact JSON, UTF-8. What orjson returns keeps its write buffer's capacity (4-8 KiB, whatever the
+    length): fine for what is sent at once, but copy what is kept (``bytes(memoryview(data))``)."""
     try:
         return orjson.dumps(value)
     except TypeError:  # orjson.JSONEncodeError: a lone surrogate, a 65-bit integer, a non-string key

@@ -536,3 +536,25 @@ async def test_the_discover_cache_is_bounded(make_gateway, upstream, monkeypatch
     fetched = len(upstream.calls("server/discover"))
     await Legacy(client).initialize(Authorization="Bearer rotating-9")  # the newest entries are still served
     assert len(upstream.calls("server/discover")) == fetched == 10
+
+
+async def test_a_stored_session_record_holds_only_its_own_bytes() -> None:
+    # orjson's output keeps its buffer's capacity (4-8 KiB); a record kept for a session's life must not (the
+    # benchmark's idle-session memory: 23 -> 31 KiB per session before the store copied it).
+    import tracemalloc
+
+    from adapters.records import SessionRecord
+    from gateway.store import InMemoryStore
+
+    store = InMemoryStore()
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        for n in range(200):
+            await store.put_session(SessionRecord(f"s{n:04d}", "anonymous", "2025-11-25", {"sampling": {}},
+                                                  {"name": "c", "version": "1"}, 1, 2))
+        per_record = (tracemalloc.get_traced_memory()[0] - before) / 200
+    finally:
+        tracemalloc.stop()
+    size = len(next(iter(store._sessions.values())))
+    assert per_record < size + 400, (per_record, size)  # the bytes, its dict slot and last-seen entry
