@@ -4,9 +4,12 @@ No timing is asserted here (targets are judged from the benchmark's own output, 
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 SCENARIOS = {"direct", "forwarder", "passthrough", "translated", "mrtr_direct", "bridged"}
 
@@ -41,3 +44,14 @@ def test_the_benchmark_runs_every_scenario_and_reports_its_ratios(tmp_path: Path
     assert host["cores"] >= 1 and host["python"] == ".".join(map(str, sys.version_info[:3])) and host["cpu"]
     assert f"python {host['python']}" in run.stdout
     assert len(host["hop_rtt_us"]) == 2 and all(rtt > 0 for rtt in host["hop_rtt_us"])  # before and after
+
+
+@pytest.mark.skipif(shutil.which("valgrind") is None, reason="valgrind is not installed")
+def test_the_instruction_count_measures_the_gateway_after_its_warm_up() -> None:
+    run = subprocess.run([sys.executable, "-m", "gateway.bench.instructions", "--scenario", "passthrough",
+                          "--requests", "10"], capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr[-2000:]
+    per = int(run.stdout.split(":")[1].split("instructions")[0].replace(",", ""))
+    # A request through aiohttp's server and the upstream client is hundreds of thousands of instructions; the
+    # interpreter's start-up (billions) must not be in the count.
+    assert 100_000 < per < 5_000_000, run.stdout
