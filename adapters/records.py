@@ -13,13 +13,20 @@ from typing import Any
 
 
 def _from_dict(cls: type, data: dict[str, Any]) -> Any:
-    names = _names(cls)
-    return cls(**{k: v for k, v in data.items() if k in names})
+    known = _known(cls)
+    if data.keys() <= known:  # what this version wrote (every request's session parse): no filtering copy
+        return cls(**data)
+    return cls(**{k: v for k, v in data.items() if k in known})  # a newer writer's extra fields are dropped
 
 
 @cache  # read on every request (the session record is parsed per request); the fields never change
 def _names(cls: type) -> tuple[str, ...]:
     return tuple(f.name for f in fields(cls))
+
+
+@cache
+def _known(cls: type) -> frozenset[str]:
+    return frozenset(_names(cls))
 
 
 def _to_dict(record: Any) -> dict[str, Any]:
