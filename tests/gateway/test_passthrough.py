@@ -131,6 +131,27 @@ async def test_a_passthrough_that_starts_during_shutdown_ends_at_once() -> None:
 
     relay = relays.relay(Connected())  # type: ignore[arg-type]
     started = time.monotonic()
-    async with relay:
+    with relay:
         await asyncio.sleep(5)
-    assert time.monotonic() - started < 0.5 and not relays.open
+    assert time.monotonic() - started < 0.5 and not relays.open and relay.ended
+
+
+async def test_a_cancel_that_is_not_the_relays_own_still_propagates() -> None:
+    relays = Passthroughs()
+
+    class Connected:
+        class transport:  # noqa: N801 - stands in for the request's transport attribute
+            @staticmethod
+            def is_closing() -> bool:
+                return False
+
+    async def handler() -> None:
+        with relays.relay(Connected()):  # type: ignore[arg-type]
+            await asyncio.sleep(5)
+
+    task = asyncio.ensure_future(handler())
+    await asyncio.sleep(0.01)
+    task.cancel()  # e.g. the server cancelling its handlers: not a hang-up, must not be swallowed
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert not relays.open
