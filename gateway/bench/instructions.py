@@ -8,7 +8,8 @@ it, so it ranks changes to the gateway's own Python and never replaces the timed
 
 The gateway runs under ``valgrind --tool=callgrind`` with instrumentation off until the warm-up (a fifth of the
 requests, at least 20) is done; ``callgrind_control`` then zeroes the counters, the measured requests run one at
-a time from this process, and a dump gives the total. ``--tree DIR`` runs the gateway from another checkout of
+a time from this process, and a dump gives the total. The usage store's periodic flush is pushed past the
+measurement (its SQLite writes run in a thread whenever the timer falls, which made counts vary by ~2%). ``--tree DIR`` runs the gateway from another checkout of
 this project (``git worktree add DIR REV``), so two revisions can be compared against the same core.
 """
 
@@ -87,11 +88,13 @@ def count(scenario: str, requests: int, tree: str, gc_gen0: int) -> float:
         raise SystemExit("valgrind (with callgrind_control) is needed: apt-get install valgrind")
     core = Child("core", ["-m", "modern_server", "--port", "{port}", "--no-access-log"])
     port, folder = free_port(), tempfile.mkdtemp(prefix="callgrind-")
-    out = os.path.join(folder, "gateway.out")
+    out, config = os.path.join(folder, "gateway.out"), os.path.join(folder, "gateway.toml")
+    with open(config, "w") as handle:  # no usage flush (a thread writing SQLite) inside the measured window
+        handle.write(f'[gateway.usage]\nflush_seconds = 3600\ndb = "{os.path.join(folder, "usage.sqlite3")}"\n')
     env = {**os.environ, "PYTHONPATH": tree}
     proc = subprocess.Popen(["valgrind", "--tool=callgrind", "--instr-atstart=no", f"--callgrind-out-file={out}",
                              sys.executable, "-m", "gateway", "serve", "--port", str(port), "--upstream", core.url,
-                             "--no-access-log", "--gc-gen0", str(gc_gen0)],
+                             "--no-access-log", "--gc-gen0", str(gc_gen0), "--config", config],
                             cwd=tree, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         _wait_listening(port, proc)
