@@ -18,10 +18,12 @@ def free_port() -> int:
 
 
 class Child:
-    def __init__(self, name: str, args: list[str]) -> None:
+    def __init__(self, name: str, args: list[str], tree: str | None = None) -> None:
+        """``tree``: run the module from that checkout of the project instead of this one (A/B runs)."""
         self.name, self.port = name, free_port()
         cmd = [sys.executable, *[a.replace("{port}", str(self.port)) for a in args]]
-        self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        env = {**os.environ, "PYTHONPATH": tree} if tree else None
+        self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, cwd=tree, env=env)
         self.url = f"http://127.0.0.1:{self.port}/mcp"
         self._wait()
 

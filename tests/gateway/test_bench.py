@@ -55,3 +55,15 @@ def test_the_instruction_count_measures_the_gateway_after_its_warm_up() -> None:
     # A request through aiohttp's server and the upstream client is hundreds of thousands of instructions; the
     # interpreter's start-up (billions) must not be in the count.
     assert 100_000 < per < 5_000_000, run.stdout
+
+
+def test_the_ab_run_puts_two_checkouts_side_by_side() -> None:
+    here = str(Path(__file__).resolve().parents[2])
+    run = subprocess.run([sys.executable, "-m", "gateway.bench.ab", "--tree", f"a={here}", "--tree", f"b={here}",
+                          "--scenario", "translated", "--concurrency", "1", "--duration", "0.4", "--warmup", "0.1",
+                          "--slice", "0.2"], capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr[-2000:]
+    rows = [line.split() for line in run.stdout.splitlines() if line.startswith("translated:")]
+    assert [row[0] for row in rows] == ["translated:a", "translated:b"]
+    assert all(float(row[4]) > 0 and float(row[5]) > 0 for row in rows)  # requests served, CPU read
+    assert "translated c=1: b/a p50" in run.stdout
