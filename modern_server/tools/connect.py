@@ -33,14 +33,8 @@ async def connect_service(ctx: Context) -> dict[str, Any]:
     if service not in SERVICES_OFFERED:
         raise McpError.invalid_params(f"service must be one of {list(SERVICES_OFFERED)}")
     opened = ctx.open_state(bound_call(ctx))
-    round_no = next_round(ctx, opened)
     if opened is None:
-        conn_id = ctx.services.new_id()
-        ctx.services.store.open_connection(conn_id, ctx.principal, service)
-        request = {"method": "elicitation/create", "params": {
-            "mode": "url", "url": _url(ctx, conn_id),
-            "message": f"Open this page to connect {service} to your account."}}
-        return input_required({KEY: request}, ctx.seal(bound_call(ctx), "wait", {"round": round_no, "conn": conn_id}))
+        return _ask(ctx, service)
     conn_id = opened.values["conn"]
     answer = ctx.input_responses().get(KEY)
     if isinstance(answer, dict) and answer.get("action") in ("decline", "cancel"):
@@ -48,8 +42,24 @@ async def connect_service(ctx: Context) -> dict[str, Any]:
     record = ctx.services.store.connection(conn_id)
     if record is not None and record[0] == ctx.principal and record[2]:
         return text_result(f"Connected {service}.", {"connected": True, "service": service})
-    return input_required(None, ctx.seal(bound_call(ctx), "wait", {"round": round_no, "conn": conn_id}))
+    if ctx.services.clock() >= opened.values.get("until", 0):
+        return text_result(f"Not connected: the page was not completed within {ctx.services.config.state_ttl_seconds:g}"
+                           " seconds; call the tool again for a new link.", {"connected": False}, error=True)
+    # A waiting round asks nothing, so it keeps the round number: only rounds that ask count against max_rounds
+    # (the gateway's bridge counts the same way). Its bound is the deadline fixed at the first round instead.
+    return input_required(None, ctx.seal(bound_call(ctx), "wait", opened.values))
 
+
+def _ask(ctx: Context, service: str) -> dict[str, Any]:
+    """Round 1: record the pending connection and send the user to its page. The whole wait for the page is
+    bounded by ``until`` (the first round's time + ``state_ttl_seconds``), however often the client retries."""
+    conn_id = ctx.services.new_id()
+    ctx.services.store.open_connection(conn_id, ctx.principal, service)
+    request = {"method": "elicitation/create", "params": {
+        "mode": "url", "url": _url(ctx, conn_id), "message": f"Open this page to connect {service} to your account."}}
+    values = {"round": next_round(ctx, None), "conn": conn_id,
+              "until": ctx.services.clock() + ctx.services.config.state_ttl_seconds}
+    return input_required({KEY: request}, ctx.seal(bound_call(ctx), "wait", values))
 
 def add_routes(routes: web.RouteTableDef) -> None:
     @routes.get("/connect/{conn_id}")

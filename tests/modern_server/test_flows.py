@@ -31,6 +31,37 @@ async def test_connect_service_url_mode(client):
     assert done.result["structuredContent"] == {"connected": True, "service": "calendar"}
 
 
+async def test_connect_service_waiting_rounds_do_not_use_up_the_round_limit(client, core, clock):
+    # A user who takes a while to open the page makes the client retry many times; those retries ask nothing,
+    # so they are not rounds against max_rounds (10): the wait is bounded by the first round's deadline instead.
+    first = await client.tool("connect_service", {"service": "calendar"}, token=ALICE)
+    state = first.result["requestState"]
+    for _ in range(core.services.config.max_rounds + 5):
+        clock.now += 1
+        pending = await client.tool("connect_service", {"service": "calendar"}, token=ALICE, requestState=state)
+        assert pending.result["resultType"] == "input_required" and "inputRequests" not in pending.result
+        state = pending.result["requestState"]
+    url = first.result["inputRequests"]["connect"]["params"]["url"]
+    async with client.session.post(url + "/complete", headers={"Authorization": f"Bearer {ALICE}"}) as resp:
+        assert resp.status == 200
+    done = await client.tool("connect_service", {"service": "calendar"}, token=ALICE, requestState=state)
+    assert done.result["structuredContent"] == {"connected": True, "service": "calendar"}
+
+
+async def test_connect_service_wait_ends_at_the_first_rounds_deadline(client, core, clock):
+    ttl = core.services.config.state_ttl_seconds
+    first = await client.tool("connect_service", {"service": "issue-tracker"}, token=ALICE)
+    clock.now += ttl - 1  # each retry re-seals the state (a fresh expiry), but the deadline stays the first's
+    pending = await client.tool("connect_service", {"service": "issue-tracker"}, token=ALICE,
+                                requestState=first.result["requestState"])
+    assert pending.result["resultType"] == "input_required"
+    clock.now += 1
+    late = await client.tool("connect_service", {"service": "issue-tracker"}, token=ALICE,
+                             requestState=pending.result["requestState"])
+    assert late.result["isError"] is True and late.result["structuredContent"] == {"connected": False}
+    assert "not completed within" in late.result["content"][0]["text"]
+
+
 async def test_connect_service_decline_and_capability(client):
     first = await client.tool("connect_service", {"service": "storage"})
     reply = await client.tool("connect_service", {"service": "storage"}, requestState=first.result["requestState"],
