@@ -20,6 +20,12 @@ class SessionStore(Protocol):
     async def put_session(self, record: SessionRecord) -> None: ...
     async def touch_session(self, session_id: str, last_seen_ms: int) -> None: ...
     async def delete_session(self, session_id: str) -> None: ...
+
+    async def last_seen(self, session_ids: Collection[str]) -> dict[str, int]:
+        """``last_seen_ms`` of each of ``session_ids`` that still has a record, without reading the records
+        (a shared store: one round trip for all of them, e.g. one MGET or one SELECT ... IN)."""
+        ...
+
     async def put_round(self, record: PendingRound) -> None: ...
     async def get_round(self, bridge_id: str) -> PendingRound | None: ...
     async def delete_round(self, bridge_id: str) -> None: ...
@@ -76,6 +82,10 @@ class InMemoryStore:
 
     async def delete_session(self, session_id: str) -> None:
         self._drop({session_id})
+
+    async def last_seen(self, session_ids: Collection[str]) -> dict[str, int]:
+        seen = self._seen
+        return {s: seen[s] for s in session_ids if s in seen}
 
     async def expire_sessions(self, seen_before_ms: int, keep: Collection[str] = ()) -> list[str]:
         expired = [s for s, seen in self._seen.items() if seen < seen_before_ms and s not in keep]

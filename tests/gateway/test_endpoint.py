@@ -295,15 +295,21 @@ async def test_sweeps_are_rate_limited_so_opening_sessions_stays_linear(make_gat
         client.session_id = None
         await client.initialize()
         await client.call("tools/list")  # gives the session a runtime, which a sweep would visit
-    visits = []
-    real_get = gw.store.get_session
+    queries, reads = [], []
+    real_seen, real_get = gw.store.last_seen, gw.store.get_session
+
+    async def counting_seen(session_ids):
+        queries.append(len(session_ids))
+        return await real_seen(session_ids)
 
     async def counting_get(session_id):
-        visits.append(session_id)
+        reads.append(session_id)
         return await real_get(session_id)
-    gw.store.get_session = counting_get
-    assert await gw.sweep_expired() == 0 and visits == []  # within 10% of the idle limit: no walk
-    assert await gw.sweep_expired(force=True) == 0 and len(visits) == len(gw.runtimes) >= 5
+    gw.store.last_seen, gw.store.get_session = counting_seen, counting_get
+    assert await gw.sweep_expired() == 0 and queries == []  # within 10% of the idle limit: no walk
+    # Forced: one last-seen query for every runtime, and no record read (10,000 of those stalled the loop).
+    assert await gw.sweep_expired(force=True) == 0 and queries == [len(gw.runtimes)] and len(gw.runtimes) >= 5
+    assert reads == []
 
 
 async def test_a_cookie_the_upstream_sets_is_never_sent_for_anyone(make_gateway, upstream) -> None:
@@ -447,12 +453,12 @@ async def test_a_delete_while_a_sweep_waits_on_the_store_does_not_break_initiali
     await b.initialize()
     await b.call("tools/list")
     offset[0] = 65_000  # a is expired, b is not
-    store_get = gw.store.get_session
+    store_seen = gw.store.last_seen
 
-    async def networked_get(session_id):  # a shared store yields on every call
+    async def networked_seen(session_ids):  # a shared store yields on every call
         await asyncio.sleep(0.05)
-        return await store_get(session_id)
-    gw.store.get_session = networked_get
+        return await store_seen(session_ids)
+    gw.store.last_seen = networked_seen
     init = asyncio.ensure_future(c.post("initialize", {"protocolVersion": c.version, "capabilities": {},
                                                        "clientInfo": {"name": "c", "version": "1"}}))
     await asyncio.sleep(0.02)
@@ -493,7 +499,10 @@ async def test_the_in_memory_store_expires_idle_records_and_their_rounds() -> No
         await store.put_session(SessionRecord(session_id, "p", "2025-11-25", {}, {}, 0, 1_000))
         await store.put_round(PendingRound("b-" + session_id, session_id, 1, "tools/call", {}))
     await store.touch_session("touched", 5_000)  # the touch, not the record's own time, counts
+    # last_seen: the touched time, only for sessions that still have a record (no record is read for it).
+    assert await store.last_seen(["old", "touched", "nobody"]) == {"old": 1_000, "touched": 5_000}
     assert await store.expire_sessions(2_000, keep=["kept"]) == ["old"]
+    assert await store.last_seen(["old", "touched"]) == {"touched": 5_000}
     assert await store.get_session("old") is None and await store.get_round("b-old") is None
     assert await store.get_session("touched") is not None and await store.get_round("b-touched") is not None
     assert sorted(await store.expire_sessions(6_000)) == ["kept", "touched"]
