@@ -14,7 +14,7 @@ from typing import Any
 
 from adapters.capabilities import BridgedFeatures, wants_listen
 from adapters.errors import ErrorValue, INVALID_PARAMS, translate_upstream_error
-from adapters.protocol import SUBSCRIPTION_ID_META_KEY
+from adapters.protocol import LOG_LEVELS, SUBSCRIPTION_ID_META_KEY
 
 _DELIVERED = frozenset({
     "notifications/tools/list_changed", "notifications/prompts/list_changed",
@@ -71,6 +71,39 @@ def unhonoured_error(uris: list[str]) -> ErrorValue:
     # -32602: the server chose not to watch these URIs; asking again the same way will not help.
     return ErrorValue(INVALID_PARAMS, f"the server does not honour a subscription to {', '.join(uris)}",
                       {"unhonouredUris": uris})
+
+
+# Failures of an acknowledged listen that re-opening may cure: the transport, not the upstream's answer. DIGEST
+# §1.8: the server keeps no subscription state, so a dropped listen is simply opened again.
+_TRANSIENT = frozenset({"stream_broken", "timeout", "unreachable", "busy", "http_5xx"})
+
+
+def worth_retrying(error: ErrorValue) -> bool:
+    """Whether a listen that failed after its first acknowledgement is opened again (with a backoff). An
+    upstream that *answered* the listen with a refusal (a JSON-RPC error, an HTTP 4xx such as an expired
+    token) would refuse the same request again, so that listen ends instead of retrying forever; the session
+    keeps working and its next subscribe (or GET stream) opens a new listen, whose refusal that request sees."""
+    data = error.data
+    return isinstance(data, Mapping) and data.get("upstream") in _TRANSIENT
+
+
+def without_uris(filter_: Mapping[str, Any], uris: list[str]) -> dict[str, Any]:
+    """``filter_`` less the subscriptions to ``uris``: what a re-opened listen still honours."""
+    out = dict(filter_)
+    kept = [u for u in out.pop("resourceSubscriptions", ()) if u not in uris]
+    if kept:
+        out["resourceSubscriptions"] = kept
+    return out
+
+
+def gateway_warning(log_level: str | None, text: str, data: Mapping[str, Any]) -> dict[str, Any] | None:
+    """A ``notifications/message`` from the gateway itself for the session's GET stream, or None: only to a
+    session whose ``logging/setLevel`` admits warnings (S25 server/utilities/logging), since no other legacy
+    message can tell a client that a subscription it was granted has stopped."""
+    if log_level not in LOG_LEVELS or LOG_LEVELS.index(log_level) > LOG_LEVELS.index("warning"):
+        return None
+    return {"jsonrpc": "2.0", "method": "notifications/message",
+            "params": {"level": "warning", "logger": "gateway", "data": {"message": text, **data}}}
 
 
 def legacy_notification(message: Mapping[str, Any]) -> dict[str, Any] | None:

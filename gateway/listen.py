@@ -2,7 +2,9 @@
 
 A filter cannot be changed in place: :meth:`Listener.ensure` opens a new listen, waits for its acknowledgement,
 then closes the old one, so no notification falls into a gap. An abrupt end of the listen (upstream restart) is
-retried with a capped backoff while the session lives (DIGEST §1.8: the server keeps no subscription state).
+retried with a capped backoff while the session lives (DIGEST §1.8: the server keeps no subscription state);
+a re-open is checked like the first open: URIs its acknowledgement leaves out are unsubscribed, and a re-open
+the upstream refuses ends the listen instead of retrying (``adapters.subscriptions.worth_retrying``).
 A listen the upstream answers with a JSON-RPC error before its acknowledgement fails the change with that error,
 translated for the legacy client (``adapters.subscriptions.listen_refusal``); so does one whose acknowledgement
 leaves out a subscribed URI (DIGEST §4.15), and the old listen stays.
@@ -17,7 +19,16 @@ from collections.abc import Callable, Coroutine
 from typing import Any
 
 from adapters.errors import ErrorValue, upstream_failure
-from adapters.subscriptions import is_ack, legacy_notification, listen_refusal, unhonoured, unhonoured_error
+from adapters.subscriptions import (
+    gateway_warning,
+    is_ack,
+    legacy_notification,
+    listen_refusal,
+    unhonoured,
+    unhonoured_error,
+    without_uris,
+    worth_retrying,
+)
 from adapters.upstream import SessionView, build_listen
 from gateway.runtime import Gateway, SessionRuntime, log, new_id
 from gateway.upstream import UpstreamFailure
@@ -32,6 +43,8 @@ class Listener:
                  spawn: Callable[[Coroutine[Any, Any, Any]], asyncio.Task] | None = None,
                  deliver: Callable[[dict[str, Any]], None] | None = None, label: str = "") -> None:
         self.upstream = "default"  # the session's upstream name (issue 3 routing)
+        self.runtime = runtime  # None for a shared listen (ListenHub)
+        self.on_end: Callable[[ErrorValue], None] | None = None  # a refused re-open ended the listen
         self.gateway = gateway if gateway is not None else runtime.gateway  # type: ignore[union-attr]
         self.spawn = spawn if spawn is not None else runtime.spawn  # type: ignore[union-attr]
         self.deliver = deliver if deliver is not None else (lambda m: runtime.standalone_stream().push(m))  # type: ignore[union-attr]
@@ -84,12 +97,16 @@ class Listener:
                 if not acked.done():
                     acked.set_exception(failure)
                     return
+                if not worth_retrying(failure.error):  # a re-open the upstream refused: it would refuse again
+                    await self._refused(failure.error)
+                    return
                 log.warning("listen stream for %s ended: %s", self.label, failure)
             if not acked.done():
                 acked.set_exception(UpstreamFailure(upstream_failure("stream_broken", "listen ended before ack")))
                 return
             await asyncio.sleep(delay)
             delay = min(delay * 2, 30.0)
+            wanted = self.filter if self.task is asyncio.current_task() and self.filter else wanted
 
     async def _listen_once(self, wanted: dict[str, Any], view: SessionView, acked: asyncio.Future) -> None:
         call = build_listen(new_id("l"), view, wanted)
@@ -99,6 +116,8 @@ class Listener:
                 if is_ack(message):
                     if not acked.done():
                         acked.set_result(message)
+                    elif missing := unhonoured(message, wanted):  # a re-open: the server may honour less now
+                        await self._unhonoured(wanted, missing)
                     continue
                 refused = listen_refusal(message, call.body["id"])
                 if refused is not None:  # before the ack: the subscribe gets this error, not "ended before ack"
@@ -106,6 +125,37 @@ class Listener:
                 legacy = legacy_notification(message)
                 if legacy is not None:
                     self.deliver(legacy)
+
+    async def _unhonoured(self, wanted: dict[str, Any], missing: list[str]) -> None:
+        """A re-opened listen's acknowledgement left out subscribed URIs (DIGEST §4.15): the session is no longer
+        subscribed to them (its record says so, so a new subscribe asks again), and the client is told."""
+        runtime = self.runtime
+        if runtime is None or self.task is not asyncio.current_task():  # shared, or superseded meanwhile
+            return
+        async with self.changing:  # the record's subscriptions change only under the session's lock
+            record = await self.gateway.store.get_session(runtime.session_id)
+            if record is None:
+                return
+            record.subscriptions = [u for u in record.subscriptions if u not in missing]
+            await self.gateway.store.put_session(record)
+            self.filter = without_uris(wanted, missing)
+        log.warning("re-opened listen for %s no longer honours %s", self.label, ", ".join(missing))
+        note = gateway_warning(record.log_level, "the server no longer honours these resource subscriptions",
+                               {"unhonouredUris": missing})
+        if note is not None:
+            self.deliver(note)
+
+    async def _refused(self, error: ErrorValue) -> None:
+        log.warning("listen for %s refused on re-open, not retried: %s", self.label, error.message)
+        if self.on_end is not None:
+            self.on_end(error)
+        if self.runtime is None or self.task is not asyncio.current_task():
+            return
+        record = await self.gateway.store.get_session(self.runtime.session_id)
+        note = gateway_warning(record.log_level if record else None, "the server refused to keep notifying this "
+                               "session; subscribe again to retry", {"error": error.to_wire()})
+        if note is not None:
+            self.deliver(note)
 
 
 def own_listener(runtime: SessionRuntime) -> Listener:
@@ -179,6 +229,15 @@ class ListenHub:
         if entry.listener.task is not None:
             entry.listener.task.cancel()  # closing the listen's response is the 2026 cancel (DIGEST §4.10)
 
+    def forget(self, entry: _Shared) -> None:
+        """A shared listen ended for good (its re-open was refused): later joiners open a new one, and its
+        members are no longer in it, so their next GET stream or subscribe joins or opens another."""
+        for key in [k for k, e in self.shared.items() if e is entry]:
+            del self.shared[key]
+        for runtime in entry.members.values():
+            runtime.hub_key = None
+        entry.members.clear()
+
     async def close(self) -> None:
         for task in list(self.tasks):
             task.cancel()
@@ -193,6 +252,7 @@ class _Shared:
         self.listener = Listener(gateway=hub.gateway, spawn=hub._spawn, deliver=self.deliver,
                                  label=f"shared listen on {upstream}")
         self.listener.upstream = upstream
+        self.listener.on_end = lambda _error: hub.forget(self)
         self.ready: asyncio.Task
 
     def deliver(self, message: dict[str, Any]) -> None:

@@ -140,3 +140,33 @@ def test_the_uris_an_acknowledgement_leaves_out() -> None:
     assert unhonoured({"method": "notifications/subscriptions/acknowledged"}, wanted) == ["a", "b"]
     assert unhonoured(ack({}), {"toolsListChanged": True}) == []
     assert unhonoured_error(["a"]).code == -32602
+
+
+def test_only_transport_failures_of_an_acknowledged_listen_are_retried() -> None:
+    from adapters.errors import ErrorValue, upstream_failure
+    from adapters.subscriptions import worth_retrying
+    for kind in ("stream_broken", "timeout", "unreachable", "busy", "http_5xx"):
+        assert worth_retrying(upstream_failure(kind, "x"))
+    for kind in ("http_status", "non_json", "invalid_response"):  # the upstream answered, and would again
+        assert not worth_retrying(upstream_failure(kind, "x"))
+    assert not worth_retrying(ErrorValue(-32602, "unknown resource"))  # a JSON-RPC refusal
+    assert not worth_retrying(ErrorValue(-32602, "odd", {"upstream": "not a kind"}))
+
+
+def test_a_filter_without_uris_keeps_the_rest() -> None:
+    from adapters.subscriptions import without_uris
+    wanted = {"toolsListChanged": True, "resourceSubscriptions": ["file:///a", "file:///b"]}
+    assert without_uris(wanted, ["file:///b"]) == {"toolsListChanged": True, "resourceSubscriptions": ["file:///a"]}
+    assert without_uris(wanted, ["file:///a", "file:///b"]) == {"toolsListChanged": True}
+    assert wanted["resourceSubscriptions"] == ["file:///a", "file:///b"]  # not changed in place
+
+
+def test_the_gateways_own_warning_goes_only_to_sessions_whose_level_admits_it() -> None:
+    from adapters.subscriptions import gateway_warning
+    for level in (None, "error", "critical", "bogus"):
+        assert gateway_warning(level, "t", {}) is None
+    for level in ("debug", "info", "notice", "warning"):
+        note = gateway_warning(level, "stopped", {"unhonouredUris": ["file:///b"]})
+        assert note["method"] == "notifications/message" and note["params"]["level"] == "warning"
+        assert note["params"]["data"] == {"message": "stopped", "unhonouredUris": ["file:///b"]}
+        schema.check("2025-11-25", note)

@@ -223,3 +223,35 @@ async def test_a_shared_listen_another_session_still_awaits_survives_the_first_o
     ack.set()
     await wait_for(lambda: [list(e.members) for e in hub.shared.values()] == [[second.session_id]])
     assert len(opened) == 1 and closed == []
+
+
+async def test_a_shared_listen_whose_reopen_is_refused_is_forgotten_and_a_new_one_opens(make_gateway,
+                                                                                      upstream) -> None:
+    from tests.gateway.test_subscribe import held, listen_reopened
+    refusing = [True]
+
+    def second(body, request):
+        if refusing[0]:
+            return ("error", {"code": -32001, "message": "token expired"}, 401)
+        return [{"jsonrpc": "2.0", "method": "notifications/subscriptions/acknowledged",
+                 "params": {"notifications": body["params"]["notifications"]}}, held(request)]
+    opened, drop = listen_reopened(upstream, second)
+    client = await make_gateway()
+    gw = client.app[GATEWAY]
+    a, b = Legacy(client), Legacy(client)
+    for legacy in (a, b):
+        await legacy.initialize()
+        await open_stream(legacy)
+    await wait_for(lambda: len(gw.hub.shared) == 1 and len(next(iter(gw.hub.shared.values())).members) == 2)
+    entry = next(iter(gw.hub.shared.values()))
+    assert len(opened) == 1
+    drop.set()
+    await wait_for(lambda: entry.listener.task.done())
+    assert len(opened) == 2 and gw.hub.shared == {} and entry.members == {}
+    assert gw.runtimes[a.session_id].hub_key is None and gw.runtimes[b.session_id].hub_key is None
+    refusing[0] = False
+    c = Legacy(client)
+    await c.initialize()
+    await open_stream(c)  # a later session is not joined to the dead listen: a new one opens
+    await wait_for(lambda: len(opened) == 3 and len(gw.hub.shared) == 1)
+    assert not next(iter(gw.hub.shared.values())).listener.task.done()

@@ -118,3 +118,84 @@ async def test_a_subscribe_the_acknowledgement_leaves_out_is_refused_and_undone(
     listener = gw.runtimes[legacy.session_id].listen
     assert listener.filter["resourceSubscriptions"] == ["file:///a"] and not listener.task.done()
     await until(lambda: closed == [opened[-1]])  # only the refused listen was closed; file:///a's one stays
+
+
+def listen_reopened(upstream, second):
+    """Opens before ``drop`` is set acknowledge their whole filter and end when it is set (an upstream restart);
+    every open after it answers ``second(body, request)``."""
+    opened, drop = [], asyncio.Event()
+
+    def listen(body, request):
+        opened.append(body["params"]["notifications"])
+        if drop.is_set():
+            return second(body, request)
+
+        async def until_dropped():
+            await drop.wait()
+        return [{"jsonrpc": "2.0", "method": "notifications/subscriptions/acknowledged",
+                 "params": {"notifications": body["params"]["notifications"]}}, until_dropped]
+    upstream.script["subscriptions/listen"] = listen
+    return opened, drop
+
+
+def held(request):
+    async def hold():
+        while request.transport is not None and not request.transport.is_closing():
+            await asyncio.sleep(0.01)
+    return hold
+
+
+async def test_a_reopened_listen_that_honours_less_unsubscribes_those_uris_and_says_so(legacy, upstream) -> None:
+    def honour_only_a(body, request):
+        granted = {**body["params"]["notifications"], "resourceSubscriptions": ["file:///a"]}
+        return [{"jsonrpc": "2.0", "method": "notifications/subscriptions/acknowledged",
+                 "params": {"notifications": granted}}, held(request)]
+    opened, drop = listen_reopened(upstream, honour_only_a)
+    await legacy.initialize()
+    gw = legacy.client.app[GATEWAY]
+    assert (await legacy.call("logging/setLevel", {"level": "warning"}))["result"] == {}
+    for uri in ("file:///a", "file:///b"):
+        assert (await legacy.call("resources/subscribe", {"uri": uri}))["result"] == {}
+    stream = await legacy.client.get("/mcp", headers={**legacy.headers(), "Accept": "text/event-stream"})
+    drop.set()
+
+    async def first_message():  # after the GET stream's priming event
+        while (event := await legacy.next_event(stream)) == (event[0], None) and event[0] is not None:
+            pass
+        return event[1]
+    message = await asyncio.wait_for(first_message(), 10)  # bounded: without the warning this would hang
+    assert message is not None, "the GET stream ended without the warning"
+    assert message["method"] == "notifications/message" and message["params"]["level"] == "warning"
+    assert message["params"]["data"]["unhonouredUris"] == ["file:///b"]
+    assert (await gw.store.get_session(legacy.session_id)).subscriptions == ["file:///a"]
+    listener = gw.runtimes[legacy.session_id].listen
+    assert listener.filter["resourceSubscriptions"] == ["file:///a"] and not listener.task.done()
+    assert opened[-1]["resourceSubscriptions"] == ["file:///a", "file:///b"]
+    stream.close()
+
+
+@pytest.mark.parametrize("refusal", ["json-rpc error", "bare 401"])
+async def test_a_reopened_listen_the_upstream_refuses_is_not_retried_and_a_new_subscribe_works(
+        legacy, upstream, refusal) -> None:
+    from aiohttp import web
+    refusing = [True]
+
+    def second(body, request):
+        if not refusing[0]:
+            return [{"jsonrpc": "2.0", "method": "notifications/subscriptions/acknowledged",
+                     "params": {"notifications": body["params"]["notifications"]}}, held(request)]
+        if refusal == "bare 401":
+            return web.Response(status=401, headers={"WWW-Authenticate": "Bearer"})
+        return ("error", {"code": -32602, "message": "no such resource"}, 400)
+    opened, drop = listen_reopened(upstream, second)
+    await legacy.initialize()
+    gw = legacy.client.app[GATEWAY]
+    assert (await legacy.call("resources/subscribe", {"uri": "file:///a"}))["result"] == {}
+    listener = gw.runtimes[legacy.session_id].listen
+    drop.set()
+    await until(lambda: listener.task.done())  # ended for good: no endless re-opens with a backoff
+    assert len(opened) == 2 and listener.task.exception() is None
+    refusing[0] = False
+    assert (await legacy.call("resources/subscribe", {"uri": "file:///b"}))["result"] == {}
+    assert len(opened) == 3 and opened[-1]["resourceSubscriptions"] == ["file:///a", "file:///b"]
+    assert not gw.runtimes[legacy.session_id].listen.task.done()
