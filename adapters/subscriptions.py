@@ -37,6 +37,13 @@ def apply_subscribe(current: list[str], uri: str, subscribe: bool) -> list[str]:
     return sorted(items + [uri]) if subscribe else items
 
 
+def apply_subscribes(current: list[str], changes: list[tuple[str, bool]]) -> list[str]:
+    """Several queued (uri, subscribe?) changes, in the order they came: a later one for the same URI wins."""
+    for uri, subscribe in changes:
+        current = apply_subscribe(current, uri, subscribe)
+    return current
+
+
 def subscribe_uri(params: Any) -> str | ErrorValue:
     uri = params.get("uri") if isinstance(params, Mapping) else None
     if not isinstance(uri, str) or not uri:

@@ -6,6 +6,7 @@ legacy side can see) happens once in :func:`handle_mcp`; exceptions become respo
 
 from __future__ import annotations
 
+import asyncio
 import os
 import secrets
 from collections.abc import AsyncIterator
@@ -27,7 +28,7 @@ from adapters.protocol import CLIENT_INFO_META_KEY, MODERN_VERSION, PROTOCOL_VER
 from adapters.records import PendingRound, SessionRecord
 from adapters.results import Invalid, classify_result, response
 from adapters.sse import parse_event_id
-from adapters.subscriptions import apply_subscribe, listen_filter, subscribe_uri
+from adapters.subscriptions import apply_subscribes, listen_filter, subscribe_uri
 from adapters.upstream import SessionView, build_discover
 from gateway.config import GatewayConfig
 from gateway.exchange import Exchange
@@ -227,26 +228,40 @@ async def change_listen(gw: Gateway, session_id: str, authorization: str | None,
 
     One change at a time per session, each reading the record inside the lock: two subscribes that each built
     their filter from the set read before either saved would leave the last acknowledged listen without the
-    other's URI (DIGEST §1.9: a filter cannot be edited, each change replaces the listen)."""
-    async with own_listener(gw.runtime(session_id)).changing:
-        session = await gw.store.get_session(session_id)
-        if session is None:
-            return reject("unknown_session", "session not found")
-        if change is not None:
-            session.subscriptions = apply_subscribe(session.subscriptions, *change)
-        error = await ensure_listen(gw, session, authorization)
-        if error is not None or change is None:
-            return error
-        return await _save_subscription(gw, session_id, change)
+    other's URI (DIGEST §1.9: a filter cannot be edited, each change replaces the listen). Changes that queue
+    meanwhile are applied together by the next turn, with one listen and one acknowledgement wait for all of
+    them, and each gets that outcome: k queued subscribes behind a slow upstream wait one ack, not k."""
+    listener = own_listener(gw.runtime(session_id))
+    mine: asyncio.Future = asyncio.get_running_loop().create_future()
+    listener.queued.append((change, mine))
+    async with listener.changing:
+        if not mine.done():  # nobody took it yet: this turn applies everything queued so far
+            batch, listener.queued = listener.queued, []
+            try:
+                outcome = await _apply_changes(gw, session_id, authorization, [c for c, _ in batch if c])
+            except BaseException:
+                listener.queued[:0] = [item for item in batch if not item[1].done()]  # the next turn takes them
+                raise
+            for _change, waiter in batch:
+                waiter.set_result(outcome)
+    return mine.result()
 
 
-async def _save_subscription(gw: Gateway, session_id: str, change: tuple[str, bool]) -> Rejection | None:
+async def _apply_changes(gw: Gateway, session_id: str, authorization: str | None,
+                         changes: list[tuple[str, bool]]) -> ErrorValue | Rejection | None:
+    session = await gw.store.get_session(session_id)
+    if session is None:
+        return reject("unknown_session", "session not found")
+    session.subscriptions = apply_subscribes(session.subscriptions, changes)
+    error = await ensure_listen(gw, session, authorization)
+    if error is not None or not changes:
+        return error
     # Re-read after the wait for the ack: a concurrent request (setLevel) may have saved the record meanwhile,
     # and writing our copy back would undo it.
     fresh = await gw.store.get_session(session_id)
     if fresh is None:
         return reject("unknown_session", "session not found")
-    fresh.subscriptions = apply_subscribe(fresh.subscriptions, *change)
+    fresh.subscriptions = apply_subscribes(fresh.subscriptions, changes)
     await gw.store.put_session(fresh)
     return None
 

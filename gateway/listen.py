@@ -54,6 +54,7 @@ class Listener:
         # A session's listen changes, one at a time (gateway.app.change_listen): each builds its filter from the
         # record it reads, so two at once would each leave out the other's URI.
         self.changing = asyncio.Lock()
+        self.queued: list[tuple[Any, asyncio.Future]] = []  # changes waiting for their turn (change_listen)
 
     async def ensure(self, wanted: dict[str, Any], view: SessionView) -> ErrorValue | None:
         if wanted == self.filter and self.task is not None and not self.task.done():

@@ -199,3 +199,36 @@ async def test_a_reopened_listen_the_upstream_refuses_is_not_retried_and_a_new_s
     assert (await legacy.call("resources/subscribe", {"uri": "file:///b"}))["result"] == {}
     assert len(opened) == 3 and opened[-1]["resourceSubscriptions"] == ["file:///a", "file:///b"]
     assert not gw.runtimes[legacy.session_id].listen.task.done()
+
+
+async def test_subscribes_queued_behind_a_slow_ack_share_one_listen(legacy, upstream) -> None:
+    filters, acks = listen_acked_on_demand(upstream)
+    await legacy.initialize()
+    gw = legacy.client.app[GATEWAY]
+    uris = [f"file:///{n}" for n in range(5)]
+    first = asyncio.ensure_future(legacy.call("resources/subscribe", {"uri": uris[0]}))
+    await until(lambda: len(filters) == 1)
+    rest = [asyncio.ensure_future(legacy.call("resources/subscribe", {"uri": u})) for u in uris[1:]]
+    await until(lambda: len(gw.runtimes[legacy.session_id].listen.queued) == 4)
+    acks[1].set()
+    await until(lambda: len(filters) == 2)
+    acks[2].set()
+    assert [(await call)["result"] for call in [first, *rest]] == [{}] * 5
+    assert len(filters) == 2 and filters[-1]["resourceSubscriptions"] == uris  # one listen for the four queued
+    assert (await gw.store.get_session(legacy.session_id)).subscriptions == uris
+
+
+async def test_subscribes_queued_behind_a_dead_upstream_fail_together(legacy, upstream, monkeypatch) -> None:
+    import gateway.listen
+    monkeypatch.setattr(gateway.listen, "ACK_TIMEOUT_SECONDS", 0.3)
+    filters, _acks = listen_acked_on_demand(upstream)  # never acknowledged
+    await legacy.initialize()
+    gw = legacy.client.app[GATEWAY]
+    first = asyncio.ensure_future(legacy.call("resources/subscribe", {"uri": "file:///0"}))
+    await until(lambda: len(filters) == 1)
+    rest = [asyncio.ensure_future(legacy.call("resources/subscribe", {"uri": f"file:///{n}"})) for n in (1, 2, 3)]
+    errors = [(await call)["error"] for call in [first, *rest]]
+    assert all(e["data"] == {"upstream": "timeout"} for e in errors)
+    assert len(filters) == 2  # the three queued ones waited for one more ack, not one each
+    assert (await gw.store.get_session(legacy.session_id)).subscriptions == []
+    assert gw.runtimes[legacy.session_id].listen.queued == []
