@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from adapters import errors as E
-from adapters.errors import ErrorValue
+from adapters.errors import AuthChallenge, ErrorValue
 from adapters.records import PendingRound
 from adapters.results import Complete, InputRequired, Invalid, classify_result, response
 
@@ -126,6 +126,7 @@ class StoreRoots:
 class Finish:
     message: dict[str, Any] | None
     log: str | None = None
+    challenge: AuthChallenge | None = None  # the upstream refused the client's token: answer with its status
 
 
 def admit(pending_in_session: int, limits: BridgeLimits) -> ErrorValue | None:
@@ -331,11 +332,12 @@ class BridgeMachine:
         return out
 
     def _finish_error(self, error: ErrorValue) -> list[Any]:
-        return [self._end(response(self.record.downstream_id, error=error), error.log)]
+        return [self._end(response(self.record.downstream_id, error=error), error.log, error.challenge)]
 
-    def _end(self, message: dict[str, Any] | None, log: str | None = None) -> Finish:
+    def _end(self, message: dict[str, Any] | None, log: str | None = None,
+             challenge: AuthChallenge | None = None) -> Finish:
         self.record.phase = "done"
-        return Finish(message, log)
+        return Finish(message, log, challenge)
 
 
 def _elicitation_complete(elicitation_id: str) -> dict[str, Any]:

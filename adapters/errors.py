@@ -32,19 +32,36 @@ UPSTREAM_FAILURE: Final = INTERNAL_ERROR
 
 __all__ = [
     "ErrorValue", "Rejection", "REJECTIONS", "reject", "translate_upstream_error", "limit_error",
-    "upstream_failure", "passthrough_ended", "missing_capability_error", "client_refused_error",
+    "upstream_failure", "passthrough_ended", "token_refused", "AuthChallenge", "missing_capability_error",
+    "client_refused_error",
     "GATEWAY_LIMIT_EXCEEDED", "INVALID_PARAMS", "INVALID_REQUEST", "METHOD_NOT_FOUND", "PARSE_ERROR", "INTERNAL_ERROR",
 ]
 
 
 @dataclass(frozen=True, slots=True)
+class AuthChallenge:
+    """An upstream's refusal of the client's own token: the :data:`REJECTIONS` reason (its HTTP status) and the
+    upstream's ``WWW-Authenticate`` challenge, unchanged (S25 basic/authorization §Error Handling)."""
+
+    reason: str
+    www_authenticate: str | None
+
+    def answer(self) -> tuple[int, dict[str, str]]:
+        """The HTTP status and headers a legacy answer carrying this refusal has, where it can have them."""
+        headers = {"WWW-Authenticate": self.www_authenticate} if self.www_authenticate else {}
+        return REJECTIONS[self.reason][0], headers
+
+
+@dataclass(frozen=True, slots=True)
 class ErrorValue:
-    """One JSON-RPC error object; ``log`` is an operator note the shell logs (never sent)."""
+    """One JSON-RPC error object; ``log`` is an operator note the shell logs (never sent); ``challenge`` marks an
+    upstream's refusal of the client's own token, which the shell answers with its HTTP status (never sent)."""
 
     code: int
     message: str
     data: Any = None
     log: str | None = field(default=None, compare=False)
+    challenge: AuthChallenge | None = field(default=None, compare=False)
 
     def to_wire(self) -> dict[str, Any]:
         out: dict[str, Any] = {"code": self.code, "message": self.message}
@@ -83,6 +100,10 @@ REJECTIONS: Final[Mapping[str, tuple[int, int]]] = {
     "method_not_allowed": (405, INVALID_REQUEST),
     # A modern (2026) request whose _meta the gateway must read is malformed: 400 -32602 (DIGEST §1.3 step 2).
     "invalid_params": (400, INVALID_PARAMS),
+    # The upstream refused the client's own (forwarded) token: the status tells the client to authorize again
+    # (401) or step up its scopes (403), as the upstream itself would have (S25 basic/authorization).
+    "upstream_unauthorized": (401, UPSTREAM_FAILURE),
+    "upstream_forbidden": (403, UPSTREAM_FAILURE),
 }
 
 
@@ -111,6 +132,28 @@ def translate_upstream_error(error: Mapping[str, Any]) -> ErrorValue:
     # -32021 passes down unchanged: the client really lacks the capability. -32602 for a missing resource
     # stays -32602 (it is ambiguous; rewriting it to -32002 could lie), and -32002 itself is understood.
     return ErrorValue(code, message, data)
+
+
+def token_refused(status: int, challenge: str | None, upstream_error: Mapping[str, Any] | None,
+                  forwarded: bool) -> ErrorValue:
+    """An upstream HTTP 401/403. With the client's own token forwarded (a shared audience, README choice 14) it is
+    the client's to act on: the upstream's JSON-RPC error if it sent one (translated), else a -32603 naming the
+    status and challenge, marked with an :class:`AuthChallenge` so the shell answers with the status and the
+    upstream's ``WWW-Authenticate`` wherever the legacy transport still allows a status. With the gateway's own
+    credential (or none) it is an operator problem: a plain upstream failure, and nothing of the upstream's
+    challenge reaches the client, whose token was never shown to that upstream."""
+    if not forwarded:
+        return upstream_failure("unauthorized", f"HTTP {status}: the upstream refused the gateway's credential")
+    reason = "upstream_unauthorized" if status == 401 else "upstream_forbidden"
+    if upstream_error is not None:
+        error = translate_upstream_error(upstream_error)
+    else:
+        data = {"upstream": "unauthorized", "upstreamStatus": status}
+        if challenge:
+            data["wwwAuthenticate"] = challenge
+        error = ErrorValue(REJECTIONS[reason][1], f"the upstream server refused the client's credentials "
+                                                  f"(HTTP {status})", data)
+    return ErrorValue(error.code, error.message, error.data, error.log, AuthChallenge(reason, challenge))
 
 
 def limit_error(limit: str, value: Any) -> ErrorValue:

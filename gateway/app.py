@@ -55,6 +55,13 @@ def _rejection(rejection: Rejection) -> web.Response:
     return json_response(rejection.body(), rejection.status)
 
 
+def _error_answer(ident: Any, error: ErrorValue) -> web.Response:
+    """A JSON-RPC error as a JSON answer: HTTP 200, or the status and challenge of an upstream's refusal of the
+    client's own token (adapters.errors.AuthChallenge), so the client authorizes again."""
+    status, headers = error.challenge.answer() if error.challenge else (200, None)
+    return json_response(response(ident, error=error), status, headers)
+
+
 @web.middleware
 async def error_middleware(request: web.Request, handler: Any) -> web.StreamResponse:
     """The one exception-to-response place: a gateway bug never leaks a traceback or kills the session."""
@@ -142,7 +149,7 @@ async def on_initialize(request: web.Request, gw: Gateway, acc: Accepted) -> web
     if isinstance(found, ErrorValue):
         if found.log:
             log.warning("initialize: %s", found.log)
-        return json_response(response(message["id"], error=found))
+        return _error_answer(message["id"], found)
     now = gw.clock()
     record = SessionRecord(session_id, acc.principal, version, dict(caps), dict(info), now, now,
                            server_capabilities=dict(found.get("capabilities") or {}), pins=peer_record(peer),
@@ -203,7 +210,10 @@ async def on_forward(request: web.Request, gw: Gateway, session: SessionRecord,
         if finish is not None:  # a lone response (most requests): plain JSON, no stream or task was made
             if finish.log:
                 log.warning("request %r: %s", ident, finish.log)
-            return web.Response(status=202) if finish.message is None else json_response(finish.message)
+            if finish.message is None:
+                return web.Response(status=202)
+            status, headers = finish.challenge.answer() if finish.challenge else (200, None)
+            return json_response(finish.message, status, headers)
     stream = exchange.stream or exchange.spawn()
     return await write_stream(request, stream, mode="post", retry_ms=gw.config.sse_retry_ms,
                               keepalive=gw.config.sse_keepalive_seconds)
@@ -218,7 +228,7 @@ async def on_subscribe(request: web.Request, gw: Gateway, session: SessionRecord
     if isinstance(outcome, Rejection):
         return _rejection(outcome)
     if outcome is not None:  # the upstream did not take it: the client is not subscribed
-        return json_response(response(ident, error=outcome))
+        return _error_answer(ident, outcome)
     return json_response(response(ident, {}))
 
 
@@ -368,8 +378,13 @@ async def _pass_through(request: web.Request, relay: Relay, upstream: UpstreamCl
                         ident: Any) -> web.StreamResponse:
     try:
         async with FAILURES, await upstream.post(await request.read(), headers) as up:
+            if up.status in (401, 403) and not upstream.forwards_token:  # our credential: not the client's to fix
+                raise UpstreamFailure(await upstream.refused(up))
             if up.content_type != "text/event-stream":
-                return web.Response(status=up.status, body=await up.read(), content_type=up.content_type)
+                # A refusal of the client's own token keeps its challenge, so the client can authorize again.
+                challenge = up.headers.get("www-authenticate") if up.status in (401, 403) else None
+                return web.Response(status=up.status, body=await up.read(), content_type=up.content_type,
+                                    headers={"WWW-Authenticate": challenge} if challenge else None)
             relay.response = out = web.StreamResponse(status=up.status, headers={
                 "Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
             await out.prepare(request)

@@ -175,6 +175,8 @@ class Exchange:
             elif isinstance(action, B.Finish):
                 if action.log:
                     log.warning("request %r: %s", self.record.downstream_id, action.log)
+                if action.challenge is not None:
+                    self.stream.status = action.challenge.answer()
                 self.stream.finish(action.message)
 
     async def _call_upstream(self, extra: dict[str, Any], session: SessionRecord | None) -> None:

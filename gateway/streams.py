@@ -25,12 +25,15 @@ class StreamGone(Exception):
 
 
 class OutStream:
-    __slots__ = ("name", "buffer", "closed", "_tap", "_wake", "_writer")
+    __slots__ = ("name", "buffer", "closed", "status", "_tap", "_wake", "_writer")
 
     def __init__(self, name: str, capacity: int, tap: Tap | None = None) -> None:
         self.name = name
         self.buffer = ReplayBuffer(capacity)
         self.closed = False
+        # The HTTP status and headers of the answer when it is still a lone JSON response (an upstream's refusal
+        # of the client's token, adapters.errors.AuthChallenge); an SSE answer is 200 whatever it carries.
+        self.status: tuple[int, dict[str, str]] = (200, {})
         self._tap = tap
         self._wake = asyncio.Event()
         self._writer = 0
@@ -121,7 +124,8 @@ async def write_stream(request: web.Request, stream: OutStream, *, mode: str, re
         await stream.wait_first()
         only = stream.single_response()
         if only is not None:
-            return json_response(only, headers=headers)
+            status, extra = stream.status
+            return json_response(only, status, {**(headers or {}), **extra} if extra else headers)
         if stream.closed and len(stream.buffer) == 0:
             return web.Response(status=202, headers=headers)  # cancelled before anything was sent
     elif mode == "get":

@@ -1,8 +1,8 @@
 """The upstream client: one keep-alive connection pool (:mod:`gateway.h1`) per upstream that POSTs the bodies
 built by ``adapters.upstream`` and reads JSON or SSE answers.
 
-Every failure mode — refused, timeout, HTTP 5xx, a 4xx without a JSON-RPC error body, non-JSON, a stream that
-ends without the response — becomes an :class:`UpstreamFailure` carrying an ``ErrorValue`` for the original
+Every failure mode — refused, timeout, HTTP 5xx, a 401/403 (``adapters.errors.token_refused``), another 4xx
+without a JSON-RPC error body, non-JSON, a stream that ends without the response — becomes an :class:`UpstreamFailure` carrying an ``ErrorValue`` for the original
 request; an upstream HTTP 400/404 *with* a JSON-RPC error body is returned as that error, never as a status
 (DIGEST §4.2). Closing the response is the 2026 cancel (DIGEST §4.10): cancelling :meth:`call` does exactly that.
 
@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
-from adapters.errors import ErrorValue, upstream_failure
+from adapters.errors import ErrorValue, token_refused, upstream_failure
 from adapters.jsonwire import dumps, loads
 from adapters.sse import SseDecoder
 from adapters.upstream import UpstreamCall
@@ -90,7 +90,25 @@ class UpstreamClient:
         if resp.status >= 500:
             resp.release()
             raise UpstreamFailure(upstream_failure("http_5xx", f"HTTP {resp.status}"))
+        if resp.status in (401, 403):
+            raise UpstreamFailure(await self.refused(resp))
         return resp
+
+    @property
+    def forwards_token(self) -> bool:
+        return self._auth == "forward"
+
+    async def refused(self, resp: H1Response) -> ErrorValue:
+        """An HTTP 401/403 answer (read and released) as the error for the request (adapters.errors.token_refused)."""
+        async with resp:
+            raw = await resp.read()
+        try:
+            body = loads(raw)
+        except ValueError:
+            body = None
+        error = body.get("error") if isinstance(body, dict) else None
+        return token_refused(resp.status, resp.headers.get("www-authenticate"),
+                             error if isinstance(error, dict) else None, self.forwards_token)
 
     async def messages(self, call: UpstreamCall) -> AsyncIterator[dict[str, Any]]:
         """Every JSON-RPC message the upstream sends for one POST (one for JSON, many for SSE)."""

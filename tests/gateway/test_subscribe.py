@@ -10,15 +10,20 @@ import pytest
 from gateway.app import GATEWAY
 
 
-@pytest.mark.parametrize("error,status", [
-    ({"code": -32602, "message": "unknown resource"}, 400),
-    ({"code": -32001, "message": "token expired"}, 401),
+@pytest.mark.parametrize("error,status,answered", [
+    ({"code": -32602, "message": "unknown resource"}, 400, 200),
+    # The upstream refused the client's own (forwarded) token: the answer carries the status, so the client
+    # authorizes again (README choice 14), and still the upstream's error.
+    ({"code": -32001, "message": "token expired"}, 401, 401),
 ])
 async def test_a_refused_listen_answers_the_subscribe_with_the_upstreams_error(legacy, upstream, error,
-                                                                               status) -> None:
+                                                                               status, answered) -> None:
     upstream.script["subscriptions/listen"] = lambda body, request: ("error", error, status)
     await legacy.initialize()
-    message = await legacy.call("resources/subscribe", {"uri": "file:///nope"})
+    resp = await legacy.post("resources/subscribe", {"uri": "file:///nope"})
+    assert resp.status == answered
+    message = await resp.json()
+    legacy.check(message)
     assert message["error"] == error  # translated (adapters.errors): these codes pass down unchanged
     record = await legacy.client.app[GATEWAY].store.get_session(legacy.session_id)
     assert record.subscriptions == []  # the client is not subscribed
