@@ -17,7 +17,7 @@ from urllib.parse import urlsplit
 
 from adapters.errors import Rejection, reject
 from adapters.jsonwire import loads
-from adapters.protocol import LEGACY_VERSIONS, MODERN_VERSION, PROTOCOL_VERSION_META_KEY
+from adapters.protocol import BATCH_VERSIONS, LEGACY_VERSIONS, MAX_BATCH, MODERN_VERSION, PROTOCOL_VERSION_META_KEY
 from adapters.records import SessionRecord
 
 LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1", "[::1]")
@@ -42,13 +42,15 @@ class Policy:
 
 @dataclass(frozen=True, slots=True)
 class Accepted:
-    """kind: initialize | request | notification | response | modern | open_stream | resume | delete."""
+    """kind: initialize | request | notification | response | modern | open_stream | resume | delete | batch
+    (``batch``: each element's own classification, an Accepted or the Rejection it is answered with)."""
 
     kind: str
     principal: str
     message: dict[str, Any] = field(default_factory=dict)
     session: SessionRecord | None = None
     last_event_id: str | None = None
+    batch: tuple[Accepted | Rejection, ...] = ()
 
 
 def principal_of(authorization: str | None, tokens: Mapping[str, str] | None = None) -> str:
@@ -90,17 +92,20 @@ def _accepts(headers: Mapping[str, str], *types: str) -> bool:
     return all(t in offered or "*/*" in offered for t in types)
 
 
-def parse_message(body: bytes) -> dict[str, Any] | Rejection:
+def parse_message(body: bytes) -> dict[str, Any] | list[Any] | Rejection:
+    """One JSON-RPC message, or a batch (a list, judged by :func:`_classify_batch`)."""
     try:
         message = loads(body)
     except (ValueError, UnicodeDecodeError):
         return reject("parse_error", "the body is not valid JSON")
-    if isinstance(message, list):  # JSON-RPC batching was removed in 2025-06-18
-        return reject("invalid_request", "batched JSON-RPC messages are not supported")
+    return message if isinstance(message, list) else check_message(message)
+
+
+def check_message(message: Any) -> dict[str, Any] | Rejection:
     if not isinstance(message, dict) or message.get("jsonrpc") != "2.0":
         return reject("invalid_request", "expected one JSON-RPC 2.0 message")
     if "params" in message and not isinstance(message["params"], dict):
-        return reject("invalid_request", "params must be an object")
+        return reject("invalid_request", "params must be an object", message.get("id"))
     return message
 
 
@@ -173,6 +178,8 @@ def _classify_post(view: HttpView, session: SessionRecord | None, policy: Policy
     message = parse_message(view.body)
     if isinstance(message, Rejection):
         return message
+    if isinstance(message, list):
+        return _classify_batch(view, session, policy, now_ms, principal, message)
     kind = message_kind(message)
     if kind is None:
         return reject("invalid_request", "not a JSON-RPC request, notification or response")
@@ -182,3 +189,41 @@ def _classify_post(view: HttpView, session: SessionRecord | None, policy: Policy
         return Accepted("initialize", principal, message)
     refused = check_session(view, session, principal, policy, now_ms)
     return refused or Accepted(kind, principal, message, session)
+
+
+def _classify_batch(view: HttpView, session: SessionRecord | None, policy: Policy, now_ms: int, principal: str,
+                    items: list[Any]) -> Accepted | Rejection:
+    """A JSON-RPC batch (S25-03 basic §Batching, transports §Sending Messages): accepted only on a session that
+    negotiated 2025-03-26 (later revisions removed batching, and ``initialize`` may not be batched, so a batch
+    without a session is refused too). The HTTP request's checks apply once; each element is then judged alone
+    and a bad one becomes its own error response (JSON-RPC 2.0 §6), not a refusal of the whole batch."""
+    only_old = "JSON-RPC batches are only accepted on 2025-03-26 sessions (batching was removed in 2025-06-18)"
+    if "mcp-session-id" not in view.headers:
+        return reject("invalid_request", only_old)
+    refused = check_session(view, session, principal, policy, now_ms)
+    if refused is not None:
+        return refused
+    assert session is not None
+    if session.protocol_version not in BATCH_VERSIONS:
+        return reject("invalid_request", only_old)
+    if not items:
+        return reject("invalid_request", "an empty JSON-RPC batch")
+    if len(items) > MAX_BATCH:
+        return reject("invalid_request", f"a JSON-RPC batch of {len(items)} messages (the gateway takes "
+                                         f"at most {MAX_BATCH})")
+    return Accepted("batch", principal, session=session, batch=tuple(_batch_element(i, principal, session)
+                                                                     for i in items))
+
+
+def _batch_element(item: Any, principal: str, session: SessionRecord) -> Accepted | Rejection:
+    message = check_message(item)
+    if isinstance(message, Rejection):
+        return message
+    kind, ident = message_kind(message), message.get("id")
+    if kind is None:
+        return reject("invalid_request", "not a JSON-RPC request, notification or response", ident)
+    if kind == "request" and message["method"] == "initialize":
+        return reject("invalid_request", "initialize must not be part of a JSON-RPC batch", ident)
+    if kind != "response" and is_modern(message, {}):
+        return reject("invalid_request", "a 2026-07-28 request cannot be part of a session's batch", ident)
+    return Accepted(kind, principal, message, session)

@@ -30,6 +30,9 @@ LEGACY_VERSIONS: Final[tuple[str, ...]] = ("2025-11-25", "2025-06-18", "2025-03-
 LATEST_LEGACY: Final = LEGACY_VERSIONS[0]
 # S25 transports §Protocol Version Header: a missing header means 2025-03-26 when not otherwise known.
 DEFAULT_HEADER_VERSION: Final = "2025-03-26"
+# S25-03 basic §Batching: a 2025-03-26 server MUST accept JSON-RPC batches; 2025-06-18 removed them.
+BATCH_VERSIONS: Final = frozenset({"2025-03-26"})
+MAX_BATCH: Final = 64  # elements per batch: one POST must not start unbounded work (a gateway limit)
 
 SUBSCRIPTION_ID_META_KEY: Final = "io.modelcontextprotocol/subscriptionId"
 GATEWAY_META_PREFIX: Final = "dev.legacy-gateway/"  # our own vendor prefix (DIGEST §1.2 key naming)

@@ -27,7 +27,8 @@ from adapters.peers import (admit_initialize, admit_modern, legacy_answer_versio
 from adapters.protocol import CLIENT_INFO_META_KEY, MODERN_VERSION, PROTOCOL_VERSION_META_KEY
 from adapters.records import PendingRound, SessionRecord
 from adapters.results import Invalid, classify_result, response
-from adapters.sse import parse_event_id
+from adapters.jsonwire import loads
+from adapters.sse import PRIMING_SEQ, parse_event_id
 from adapters.subscriptions import apply_subscribes, listen_filter, subscribe_uri
 from adapters.upstream import SessionView, build_discover
 from gateway.config import GatewayConfig
@@ -37,7 +38,7 @@ from gateway.listen import ListenHub, own_listener
 from gateway.passthrough import Passthroughs, Relay
 from gateway.runtime import Gateway, PinState, SessionRuntime, log, new_id, random_id, session_view
 from gateway.store import InMemoryStore, SessionStore
-from gateway.streams import Tap, json_response, write_stream
+from gateway.streams import OutStream, Tap, json_response, write_stream
 from gateway.upstream import FAILURES, UpstreamClient, UpstreamFailure
 from gateway.usage import exchange_observer, install_usage, observe_response
 
@@ -162,6 +163,17 @@ async def on_initialize(request: web.Request, gw: Gateway, acc: Accepted) -> web
 
 # --- legacy requests ------------------------------------------------------------------------------------
 async def on_request(request: web.Request, gw: Gateway, acc: Accepted) -> web.StreamResponse:
+    answer = await answer_request(request, gw, acc)
+    return answer if isinstance(answer, web.StreamResponse) else await _write_post(request, gw, answer)
+
+
+async def _write_post(request: web.Request, gw: Gateway, stream: OutStream) -> web.StreamResponse:
+    return await write_stream(request, stream, mode="post", retry_ms=gw.config.sse_retry_ms,
+                              keepalive=gw.config.sse_keepalive_seconds)
+
+
+async def answer_request(request: web.Request, gw: Gateway, acc: Accepted) -> web.Response | OutStream:
+    """A legacy request's answer: a JSON response, or the stream of its bridge exchange (not written yet)."""
     message, session = acc.message, acc.session
     assert session is not None
     method, params, ident = message["method"], message.get("params") or {}, message["id"]
@@ -187,11 +199,11 @@ async def on_request(request: web.Request, gw: Gateway, acc: Accepted) -> web.St
         return json_response(response(ident, {}))
     if route in ("subscribe", "unsubscribe"):
         return await on_subscribe(request, gw, session, ident, params, route == "subscribe")
-    return await on_forward(request, gw, session, message)
+    return await forward(request, gw, session, message)
 
 
-async def on_forward(request: web.Request, gw: Gateway, session: SessionRecord,
-                     message: dict[str, Any]) -> web.StreamResponse:
+async def forward(request: web.Request, gw: Gateway, session: SessionRecord,
+                  message: dict[str, Any]) -> web.Response | OutStream:
     runtime = gw.runtime(session.session_id)
     ident = message["id"]
     refused = admit(len(runtime.exchanges), gw.config.limits.to_limits())
@@ -214,9 +226,7 @@ async def on_forward(request: web.Request, gw: Gateway, session: SessionRecord,
                 return web.Response(status=202)
             status, headers = finish.challenge.answer() if finish.challenge else (200, None)
             return json_response(finish.message, status, headers)
-    stream = exchange.stream or exchange.spawn()
-    return await write_stream(request, stream, mode="post", retry_ms=gw.config.sse_retry_ms,
-                              keepalive=gw.config.sse_keepalive_seconds)
+    return exchange.stream or exchange.spawn()
 
 
 async def on_subscribe(request: web.Request, gw: Gateway, session: SessionRecord, ident: Any,
@@ -409,6 +419,54 @@ async def _end_sessions(app: web.Application) -> None:
         await app[GATEWAY].close()
 
 
+# --- 2025-03-26 batches ----------------------------------------------------------------------------------
+async def on_batch(request: web.Request, gw: Gateway, acc: Accepted) -> web.StreamResponse:
+    """A 2025-03-26 JSON-RPC batch (``adapters.classify._classify_batch``): every element goes its own way at
+    once, as if posted alone. The answers come as one JSON array, or as one SSE stream as soon as any element
+    streams (a bridged request asks the client on it); notifications and client responses alone get 202 (S25-03
+    transports §Sending Messages)."""
+    parts = await asyncio.gather(*[_batch_part(request, gw, element) for element in acc.batch])
+    streams = [p for p in parts if isinstance(p, OutStream)]
+    answers = [p for p in parts if isinstance(p, dict)]
+    if not streams:
+        if not answers:
+            return web.Response(status=202)
+        asked = any(isinstance(e, Accepted) and e.kind == "request" for e in acc.batch)
+        return json_response(answers, 200 if asked else 400)  # only bad elements, no request: not accepted
+    assert acc.session is not None
+    runtime = gw.runtime(acc.session.session_id)
+    merged = runtime.new_stream()
+    for answer in answers:
+        merged.push(answer)
+    runtime.spawn(_merge(streams, merged))
+    return await _write_post(request, gw, merged)
+
+
+async def _batch_part(request: web.Request, gw: Gateway, element: Accepted | Rejection) -> Any:
+    """One element's answer: a message, the stream of its exchange, or None (a notification or response)."""
+    if isinstance(element, Rejection):
+        return element.body()  # JSON-RPC 2.0 §6: a bad element is answered alone, the rest still run
+    if element.kind == "request":
+        answer: Any = await answer_request(request, gw, element)
+    else:
+        answer = await _HANDLERS[element.kind](request, gw, element)
+    if isinstance(answer, OutStream):
+        return answer
+    return loads(answer.body) if isinstance(answer, web.Response) and answer.body else None
+
+
+async def _merge(sources: list[OutStream], merged: OutStream) -> None:
+    """Copy every element stream's messages onto the batch's one stream, which ends when they all have."""
+    async def pipe(source: OutStream) -> None:
+        async for events in source.batches_after(PRIMING_SEQ, keepalive=60.0):
+            for event in events:
+                merged.push(event.message)
+    try:
+        await asyncio.gather(*[pipe(source) for source in sources])
+    finally:
+        merged.finish()
+
+
 _HANDLERS = {
     "initialize": on_initialize,
     "request": on_request,
@@ -418,6 +476,7 @@ _HANDLERS = {
     "open_stream": on_open_stream,
     "resume": on_resume,
     "delete": on_delete,
+    "batch": on_batch,
 }
 
 

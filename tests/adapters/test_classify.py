@@ -114,3 +114,38 @@ def test_principal_binds_to_the_bearer_credential() -> None:
     assert classify(view, session(principal=alice), Policy(), NOW).status == 404
     view = post(REQ, **SID, authorization="Bearer alice")
     assert classify(view, session(principal=alice), Policy(), NOW).kind == "request"
+
+
+OLD = {"mcp-session-id": "s1", "mcp-protocol-version": "2025-03-26"}
+
+
+def test_a_batch_on_a_2025_03_26_session_is_split_into_its_elements() -> None:
+    """S25-03 basic §Batching: a 2025-03-26 server MUST accept batches; each element is judged alone."""
+    items = [REQ, {"jsonrpc": "2.0", "method": "notifications/initialized"}, {"jsonrpc": "2.0", "id": "g1", "result": {}},
+             {**INIT, "id": 7}, "junk", {"jsonrpc": "2.0", "id": 8, "method": "tools/list", "params": []},
+             {"jsonrpc": "2.0", "id": 9, "method": "server/discover"}]
+    verdict = classify(post(items, **OLD), session(protocol_version="2025-03-26"), Policy(), NOW)
+    assert isinstance(verdict, Accepted) and verdict.kind == "batch"
+    kinds = [e.kind if isinstance(e, Accepted) else (e.reason, e.ident) for e in verdict.batch]
+    assert kinds == ["request", "notification", "response", ("invalid_request", 7), ("invalid_request", None),
+                     ("invalid_request", 8), ("invalid_request", 9)]
+    assert "initialize" in verdict.batch[3].error.message
+    assert all(e.session is not None for e in verdict.batch if isinstance(e, Accepted))
+
+
+@pytest.mark.parametrize("body,record,why", [
+    ([REQ], session(), "only accepted on 2025-03-26"),  # a 2025-11-25 session
+    ([REQ], session(protocol_version="2025-06-18"), "only accepted on 2025-03-26"),
+    ([], session(protocol_version="2025-03-26"), "empty"),
+    ([REQ] * 65, session(protocol_version="2025-03-26"), "at most 64"),
+])
+def test_a_batch_the_gateway_cannot_take_is_refused_whole(body, record, why) -> None:
+    headers = {**OLD, "mcp-protocol-version": record.protocol_version}
+    verdict = classify(post(body, **headers), record, Policy(), NOW)
+    assert isinstance(verdict, Rejection) and (verdict.status, verdict.reason) == (400, "invalid_request")
+    assert why in verdict.error.message
+
+
+def test_a_batch_still_needs_a_live_session() -> None:
+    verdict = classify(post([REQ], **OLD), None, Policy(), NOW)
+    assert isinstance(verdict, Rejection) and verdict.status == 404
