@@ -95,3 +95,15 @@ async def test_a_refusal_of_the_gateways_own_credential_shows_the_client_nothing
     assert error.challenge is None and error.data == {"upstream": "unauthorized"}
     assert "WWW-Authenticate" not in str(error.to_wire()) and CHALLENGE not in str(error.to_wire())
     assert upstream.headers[-1]["Authorization"] == "Bearer ours"  # the client's token never went there
+
+
+async def test_a_modern_passthrough_refused_for_the_gateways_credential_is_a_502(legacy, upstream) -> None:
+    from gateway.app import GATEWAY
+    upstream.script["tools/call"] = refuse(401, EXPIRED)
+    client = legacy.client.app[GATEWAY].upstream_for("default")
+    client._auth, client._credential = "gateway", "ours"  # as a named upstream with auth = "gateway" is built
+    resp = await legacy.client.post("/mcp", json=CALL, headers=headers("tools/call"))
+    assert resp.status == 502 and "WWW-Authenticate" not in resp.headers
+    message = await resp.json()
+    assert message["id"] == CALL["id"] and message["error"]["data"] == {"upstream": "unauthorized"}
+    assert upstream.headers[-1]["Authorization"] == "Bearer ours"
