@@ -21,13 +21,13 @@ from adapters.classify import Accepted, HttpView, classify
 from adapters.errors import (INVALID_REQUEST, ErrorValue, Rejection, passthrough_ended, reject,
                             translate_upstream_error)
 from adapters.handshake import build_initialize_result, cache_policy, check_discover, discover_cache_keys
+from adapters.jsonwire import loads
 from adapters.peers import (admit_initialize, admit_modern, legacy_answer_version, mask_capabilities, match_peer,
                             peer_limits, peer_record, pick_upstream, sunset_error, sunset_passed,
                             with_notice)
 from adapters.protocol import CLIENT_INFO_META_KEY, MODERN_VERSION, PROTOCOL_VERSION_META_KEY
 from adapters.records import PendingRound, SessionRecord
 from adapters.results import Invalid, classify_result, response
-from adapters.jsonwire import loads
 from adapters.sse import PRIMING_SEQ, parse_event_id
 from adapters.subscriptions import apply_subscribes, listen_filter, subscribe_uri
 from adapters.upstream import SessionView, build_discover
@@ -461,8 +461,10 @@ async def _merge(sources: list[OutStream], merged: OutStream) -> None:
         async for events in source.batches_after(PRIMING_SEQ, keepalive=60.0):
             for event in events:
                 merged.push(event.message)
-    try:
-        await asyncio.gather(*[pipe(source) for source in sources])
+    try:  # every pipe runs to its end: one that fails (its events evicted unread) leaves the others going
+        for failed in await asyncio.gather(*[pipe(source) for source in sources], return_exceptions=True):
+            if isinstance(failed, Exception):
+                log.warning("a batch element's stream broke: %r", failed)
     finally:
         merged.finish()
 
