@@ -40,7 +40,7 @@ from gateway.runtime import Gateway, PinState, SessionRuntime, log, new_id, rand
 from gateway.store import InMemoryStore, SessionStore
 from gateway.streams import OutStream, Tap, json_response, write_stream
 from gateway.upstream import FAILURES, UpstreamClient, UpstreamFailure
-from gateway.usage import exchange_observer, install_usage, observe_response
+from gateway.usage import exchange_observer, install_usage, observe_response, stamp_arrival
 
 GATEWAY = web.AppKey("gateway", Gateway)
 CORE_URL = web.AppKey("core_url", str)  # the embedded core, when one runs (reloads may route to it)
@@ -77,6 +77,7 @@ async def error_middleware(request: web.Request, handler: Any) -> web.StreamResp
 
 
 async def handle_mcp(request: web.Request) -> web.StreamResponse:
+    stamp_arrival(request)
     gw = request.app[GATEWAY]
     headers = request.headers  # case-insensitive already: the adapters read it as a plain mapping
     body = await request.read() if request.method == "POST" else b""
