@@ -4,6 +4,8 @@
 #   lane 1  core     fixture core (2026-07-28)            <- conformance 0.2.x  server --requirements 2026-07-28
 #   lane 2  gateway  gateway -> fixture core (2025-11-25) <- conformance 0.1.x  server --spec-version 2025-11-25
 #                                                          <- conformance 0.2.x  server --spec-version 2025-11-25
+#                    gateway -> fixture core (2025-03-26) <- the official TypeScript SDK's client transport sending
+#                                                             JSON-RPC batches (batch_client.mjs)
 #
 # Each suite run is judged against its own expected-failures baseline (baseline-*.yml, the suite's
 # --expected-failures format); the suite exits non-zero on a failure not listed there, or on a listed one that
@@ -142,6 +144,17 @@ run_suite() {  # label baseline-file listing-file-or-"" suite-command...
   fi
 }
 
+# --- a third-party client's own check script (no baseline: every expectation must hold) -----------------------
+run_client() {  # label command...
+  local label="$1" log="$LOGS/$1.log" rc=0; shift
+  echo
+  echo "=== client [$label]: $*"
+  timeout --kill-after=10 120 "$@" > "$log" 2>&1 || rc=$?
+  cat "$log"
+  SUMMARY+=("$label: $(grep -c '^ok - ' "$log") expectations met; exit $rc")
+  if [ "$rc" -ne 0 ]; then FAILED+=("$label"); fi
+}
+
 start_fixture || { echo "conformance: FAILED: the fixture core did not start" >&2; exit 1; }
 for lane in "${LANES[@]}"; do
   case "$lane" in
@@ -156,6 +169,7 @@ for lane in "${LANES[@]}"; do
           "${SUITE_01[@]}" server --url "$GATEWAY_URL" --spec-version 2025-11-25
         run_suite gateway-2025-11-25-suite-0.2 baseline-gateway-2025-11-25-suite-0.2.yml "" \
           "${SUITE_02[@]}" server --url "$GATEWAY_URL" --spec-version 2025-11-25
+        run_client ts-sdk-2025-03-26-batches node "$HERE/batch_client.mjs" "$GATEWAY_URL"
       else
         FAILED+=("gateway (did not start)")
         SUMMARY+=("gateway: did not start")
