@@ -255,16 +255,21 @@ async def change_listen(gw: Gateway, session_id: str, authorization: str | None,
     listener = own_listener(gw.runtime(session_id))
     mine: asyncio.Future = asyncio.get_running_loop().create_future()
     listener.queued.append((change, mine))
-    async with listener.changing:
-        if not mine.done():  # nobody took it yet: this turn applies everything queued so far
-            batch, listener.queued = listener.queued, []
-            try:
-                outcome = await _apply_changes(gw, session_id, authorization, [c for c, _ in batch if c])
-            except BaseException:
-                listener.queued[:0] = [item for item in batch if not item[1].done()]  # the next turn takes them
-                raise
-            for _change, waiter in batch:
-                waiter.set_result(outcome)
+    try:
+        async with listener.changing:
+            if not mine.done():  # nobody took it yet: this turn applies everything queued so far
+                batch, listener.queued = listener.queued, []
+                try:
+                    outcome = await _apply_changes(gw, session_id, authorization, [c for c, _ in batch if c])
+                except BaseException:  # cancelled (shutdown): the next turn takes the others' changes
+                    listener.queued[:0] = [item for item in batch if item[1] is not mine]
+                    raise
+                for _change, waiter in batch:
+                    waiter.set_result(outcome)
+    except BaseException:
+        # Gone before a turn took its change: nobody is left to tell, so it is not applied.
+        listener.queued = [item for item in listener.queued if item[1] is not mine]
+        raise
     return mine.result()
 
 

@@ -237,3 +237,41 @@ async def test_subscribes_queued_behind_a_dead_upstream_fail_together(legacy, up
     assert len(filters) == 2  # the three queued ones waited for one more ack, not one each
     assert (await gw.store.get_session(legacy.session_id)).subscriptions == []
     assert gw.runtimes[legacy.session_id].listen.queued == []
+
+
+async def test_a_cancelled_turn_hands_the_queued_changes_to_the_next(legacy, upstream) -> None:
+    from gateway.app import change_listen
+    filters, acks = listen_acked_on_demand(upstream)
+    await legacy.initialize()
+    gw = legacy.client.app[GATEWAY]
+    first = asyncio.ensure_future(change_listen(gw, legacy.session_id, None, ("file:///a", True)))
+    await until(lambda: len(filters) == 1)
+    second = asyncio.ensure_future(change_listen(gw, legacy.session_id, None, ("file:///b", True)))
+    await until(lambda: len(gw.runtimes[legacy.session_id].listen.queued) == 1)
+    first.cancel()  # e.g. shutdown: the turn holding the lock goes, its queued follower must not be stranded
+    await until(lambda: len(filters) == 2)
+    acks[2].set()
+    assert await asyncio.wait_for(second, 5) is None
+    assert filters[-1]["resourceSubscriptions"] == ["file:///b"]
+    assert (await gw.store.get_session(legacy.session_id)).subscriptions == ["file:///b"]
+    assert first.cancelled()
+
+
+async def test_a_change_cancelled_before_its_turn_is_not_applied(legacy, upstream) -> None:
+    from gateway.app import change_listen
+    filters, acks = listen_acked_on_demand(upstream)
+    await legacy.initialize()
+    gw = legacy.client.app[GATEWAY]
+    first = asyncio.ensure_future(change_listen(gw, legacy.session_id, None, ("file:///a", True)))
+    await until(lambda: len(filters) == 1)
+    kept = asyncio.ensure_future(change_listen(gw, legacy.session_id, None, ("file:///b", True)))
+    gone = asyncio.ensure_future(change_listen(gw, legacy.session_id, None, ("file:///c", True)))
+    await until(lambda: len(gw.runtimes[legacy.session_id].listen.queued) == 2)
+    gone.cancel()
+    await until(lambda: len(gw.runtimes[legacy.session_id].listen.queued) == 1)
+    acks[1].set()
+    await until(lambda: len(filters) == 2)
+    acks[2].set()
+    assert await first is None and await kept is None
+    assert filters[-1]["resourceSubscriptions"] == ["file:///a", "file:///b"]
+    assert (await gw.store.get_session(legacy.session_id)).subscriptions == ["file:///a", "file:///b"]
