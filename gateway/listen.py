@@ -141,10 +141,8 @@ class Listener:
             await self.gateway.store.put_session(record)
             self.filter = without_uris(wanted, missing)
         log.warning("re-opened listen for %s no longer honours %s", self.label, ", ".join(missing))
-        note = gateway_warning(record.log_level, "the server no longer honours these resource subscriptions",
-                               {"unhonouredUris": missing})
-        if note is not None:
-            self.deliver(note)
+        self._tell(record.log_level, "the server no longer honours these resource subscriptions",
+                   {"unhonouredUris": missing})
 
     async def _refused(self, error: ErrorValue) -> None:
         log.warning("listen for %s refused on re-open, not retried: %s", self.label, error.message)
@@ -153,8 +151,12 @@ class Listener:
         if self.runtime is None or self.task is not asyncio.current_task():
             return
         record = await self.gateway.store.get_session(self.runtime.session_id)
-        note = gateway_warning(record.log_level if record else None, "the server refused to keep notifying this "
-                               "session; subscribe again to retry", {"error": error.to_wire()})
+        self._tell(record.log_level if record else None, "the server refused to keep notifying this session; "
+                   "subscribe again to retry", {"error": error.to_wire()})
+
+    def _tell(self, log_level: str | None, text: str, data: dict[str, Any]) -> None:
+        """The client's own GET stream carries the gateway's warning, when its log level admits one."""
+        note = gateway_warning(log_level, text, data)
         if note is not None:
             self.deliver(note)
 
