@@ -175,6 +175,13 @@ async def _write_post(request: web.Request, gw: Gateway, stream: OutStream) -> w
 
 async def answer_request(request: web.Request, gw: Gateway, acc: Accepted) -> web.Response | OutStream:
     """A legacy request's answer: a JSON response, or the stream of its bridge exchange (not written yet)."""
+    answer = await answer_locally(request, gw, acc)
+    assert acc.session is not None
+    return answer if answer is not None else await forward(request, gw, acc.session, acc.message)
+
+
+async def answer_locally(request: web.Request, gw: Gateway, acc: Accepted) -> web.Response | None:
+    """The answer to a request the gateway answers itself (ping, setLevel, subscribe, refusals), or None."""
     message, session = acc.message, acc.session
     assert session is not None
     method, params, ident = message["method"], message.get("params") or {}, message["id"]
@@ -200,7 +207,7 @@ async def answer_request(request: web.Request, gw: Gateway, acc: Accepted) -> we
         return json_response(response(ident, {}))
     if route in ("subscribe", "unsubscribe"):
         return await on_subscribe(request, gw, session, ident, params, route == "subscribe")
-    return await forward(request, gw, session, message)
+    return None
 
 
 async def forward(request: web.Request, gw: Gateway, session: SessionRecord,
@@ -453,7 +460,12 @@ async def _batch_part(request: web.Request, gw: Gateway, element: Accepted | Rej
     if isinstance(element, Rejection):
         return element.body()  # JSON-RPC 2.0 §6: a bad element is answered alone, the rest still run
     if element.kind == "request":
-        answer: Any = await answer_request(request, gw, element)
+        answer: Any = await answer_locally(request, gw, element)
+        if answer is not None:  # counted here: a forwarded one is counted by its exchange's observer
+            observe_response(request, gw, element, answer, bridged=False)
+        else:
+            assert element.session is not None
+            answer = await forward(request, gw, element.session, element.message)
     else:
         answer = await _HANDLERS[element.kind](request, gw, element)
     if isinstance(answer, OutStream):

@@ -269,15 +269,18 @@ def _final_message(response: web.StreamResponse, kind: str = "") -> Any:
     return {"result": None}  # an SSE passthrough: the gateway does not read modern streams
 
 
-def observe_response(request: web.Request, gw: Any, acc: Any, response: web.StreamResponse) -> None:
+def observe_response(request: web.Request, gw: Any, acc: Any, response: web.StreamResponse,
+                     bridged: bool | None = None) -> None:
     """Record a request answered without a bridge exchange (local answers, initialize, modern passthrough).
-    Accounting must never break a request: any bug here is logged and swallowed."""
+    ``bridged``: whether an exchange already counts it; by default, whether one was made for this HTTP request
+    (a batch's elements share theirs, so the batch says so per element). Accounting must never break a
+    request: any bug here is logged and swallowed."""
     recorder = request.app.get(USAGE)
     if recorder is None or not recorder.config.enabled:
         return
     try:
         recorder.sessions.observe(acc, response, recorder.clock_ms())
-        if acc.kind in _RECORDED_KINDS and not request.get(_BRIDGED):
+        if acc.kind in _RECORDED_KINDS and not (request.get(_BRIDGED) if bridged is None else bridged):
             _record_plain(recorder, request, gw, acc, response)
     except Exception:
         log.exception("usage accounting failed (the request itself was answered)")

@@ -93,3 +93,14 @@ async def test_a_batch_on_a_later_revision_is_refused(make_gateway, upstream) ->
         error = (await resp.json())["error"]
         assert error["code"] == -32600 and "2025-03-26" in error["message"]
     assert upstream.calls("tools/call") == []
+
+
+async def test_every_element_of_a_batch_is_counted_once(make_gateway, upstream) -> None:
+    from tests.gateway.test_usage_shell import records
+    upstream.script["tools/call"] = lambda body, request: text("ok")
+    legacy = await old_session(make_gateway)
+    resp = await post_batch(legacy, [call("x", "a"), {"jsonrpc": "2.0", "id": "p", "method": "ping"},
+                                     call("y", "b")])
+    assert len(await resp.json()) == 3
+    counted = {(r["method"], r["revision"]): r["count"] for r in records(legacy.client) if r["method"] != "initialize"}
+    assert counted == {("tools/call", "2025-03-26"): 2, ("ping", "2025-03-26"): 1}
