@@ -29,7 +29,7 @@ from adapters.protocol import CLIENT_INFO_META_KEY, MODERN_VERSION, PROTOCOL_VER
 from adapters.records import PendingRound, SessionRecord
 from adapters.results import Invalid, classify_result, response
 from adapters.sse import PRIMING_SEQ, parse_event_id
-from adapters.subscriptions import apply_subscribes, listen_filter, subscribe_uri
+from adapters.subscriptions import apply_subscribes, gateway_warning, listen_filter, subscribe_uri
 from adapters.upstream import SessionView, build_discover
 from gateway.config import GatewayConfig
 from gateway.exchange import Exchange
@@ -361,6 +361,12 @@ async def _listen_in_background(gw: Gateway, session_id: str, authorization: str
     error = await change_listen(gw, session_id, authorization)  # the record as of now, not of the GET
     if isinstance(error, ErrorValue):  # (a Rejection: the session ended meanwhile, nothing to report)
         log.warning("session %s: list_changed listen unavailable: %s", session_id, error.message)
+        # The GET was answered before the listen was refused: its stream is the only place left to say so.
+        record, runtime = await gw.store.get_session(session_id), gw.runtimes.get(session_id)
+        note = gateway_warning(record.log_level if record else None, "the server refused to send this session "
+                               "list_changed notifications", {"error": error.to_wire()})
+        if note is not None and runtime is not None:
+            runtime.standalone_stream().push(note)
 
 
 async def on_resume(request: web.Request, gw: Gateway, acc: Accepted) -> web.StreamResponse:

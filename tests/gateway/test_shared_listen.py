@@ -255,3 +255,14 @@ async def test_a_shared_listen_whose_reopen_is_refused_is_forgotten_and_a_new_on
     await open_stream(c)  # a later session is not joined to the dead listen: a new one opens
     await wait_for(lambda: len(opened) == 3 and len(gw.hub.shared) == 1)
     assert not next(iter(gw.hub.shared.values())).listener.task.done()
+
+
+async def test_a_listen_refused_behind_a_get_stream_is_told_on_that_stream(legacy, upstream) -> None:
+    upstream.script["subscriptions/listen"] = lambda body, request: ("error", {"code": -32001, "message": "no"}, 403)
+    await legacy.initialize()
+    assert (await legacy.call("logging/setLevel", {"level": "warning"}))["result"] == {}
+    stream = await open_stream(legacy)
+    _eid, message = await asyncio.wait_for(legacy.next_event(stream), 10)
+    assert message["method"] == "notifications/message" and message["params"]["level"] == "warning"
+    assert message["params"]["data"]["error"] == {"code": -32001, "message": "no"}
+    stream.close()
