@@ -239,15 +239,25 @@ async def test_subscribes_queued_behind_a_dead_upstream_fail_together(legacy, up
     assert gw.runtimes[legacy.session_id].listen.queued == []
 
 
-async def test_a_cancelled_turn_hands_the_queued_changes_to_the_next(legacy, upstream) -> None:
+async def turns_behind_a_held_ack(legacy, upstream, *uris):
+    """Subscribes to ``file:///a`` (its listen's ack held), then queues one change per URI behind it, called
+    directly; returns (filters, acks, gw, first, queued) once they are all queued."""
     from gateway.app import change_listen
     filters, acks = listen_acked_on_demand(upstream)
     await legacy.initialize()
     gw = legacy.client.app[GATEWAY]
-    first = asyncio.ensure_future(change_listen(gw, legacy.session_id, None, ("file:///a", True)))
+
+    def change(uri):
+        return asyncio.ensure_future(change_listen(gw, legacy.session_id, None, (uri, True)))
+    first = change("file:///a")
     await until(lambda: len(filters) == 1)
-    second = asyncio.ensure_future(change_listen(gw, legacy.session_id, None, ("file:///b", True)))
-    await until(lambda: len(gw.runtimes[legacy.session_id].listen.queued) == 1)
+    queued = [change(uri) for uri in uris]
+    await until(lambda: len(gw.runtimes[legacy.session_id].listen.queued) == len(uris))
+    return filters, acks, gw, first, queued
+
+
+async def test_a_cancelled_turn_hands_the_queued_changes_to_the_next(legacy, upstream) -> None:
+    filters, acks, gw, first, [second] = await turns_behind_a_held_ack(legacy, upstream, "file:///b")
     first.cancel()  # e.g. shutdown: the turn holding the lock goes, its queued follower must not be stranded
     await until(lambda: len(filters) == 2)
     acks[2].set()
@@ -258,15 +268,8 @@ async def test_a_cancelled_turn_hands_the_queued_changes_to_the_next(legacy, ups
 
 
 async def test_a_change_cancelled_before_its_turn_is_not_applied(legacy, upstream) -> None:
-    from gateway.app import change_listen
-    filters, acks = listen_acked_on_demand(upstream)
-    await legacy.initialize()
-    gw = legacy.client.app[GATEWAY]
-    first = asyncio.ensure_future(change_listen(gw, legacy.session_id, None, ("file:///a", True)))
-    await until(lambda: len(filters) == 1)
-    kept = asyncio.ensure_future(change_listen(gw, legacy.session_id, None, ("file:///b", True)))
-    gone = asyncio.ensure_future(change_listen(gw, legacy.session_id, None, ("file:///c", True)))
-    await until(lambda: len(gw.runtimes[legacy.session_id].listen.queued) == 2)
+    filters, acks, gw, first, [kept, gone] = await turns_behind_a_held_ack(legacy, upstream, "file:///b",
+                                                                           "file:///c")
     gone.cancel()
     await until(lambda: len(gw.runtimes[legacy.session_id].listen.queued) == 1)
     acks[1].set()
