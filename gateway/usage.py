@@ -151,12 +151,19 @@ class UsageRecorder:
             self.metrics.fold()
 
     def flush_soon(self) -> asyncio.Future | None:
-        """Swap the rollup out and write it in a worker thread: the event loop never waits on SQLite."""
+        """Swap the rollup out and write it in a worker thread: the event loop never waits on SQLite. A write
+        that fails, or cannot even be handed to a thread (no file descriptors left), keeps its counts for the
+        next flush."""
         self.drain()
         if self.db is None or not (self.rollup or self.peers):
             return None
         rollup, peers, self.rollup, self.peers = self.rollup, self.peers, {}, {}
-        future = asyncio.get_running_loop().run_in_executor(None, self._write, rollup, peers)
+        try:
+            future = asyncio.get_running_loop().run_in_executor(None, self._write, rollup, peers)
+        except Exception:
+            log.exception("usage flush could not start; keeping the counts for the next flush")
+            self._restore(rollup, peers)
+            return None
         future.add_done_callback(self._written)
         return future
 
@@ -164,7 +171,7 @@ class UsageRecorder:
         assert self.db is not None
         try:
             self.db.write(rollup, peers, self.config.retention_days, self.clock_ms())
-        except sqlite3.Error:
+        except Exception:  # sqlite3.Error, or the OS refusing a file: the counts go back, nothing is lost
             log.exception("usage flush failed; keeping the counts for the next flush")
             return rollup, peers
         return None
@@ -173,7 +180,9 @@ class UsageRecorder:
         """On the loop again: a failed write's counts go back into the rollup."""
         if future.cancelled() or future.exception() is not None or future.result() is None:
             return
-        rollup, peers = future.result()
+        self._restore(*future.result())
+
+    def _restore(self, rollup: dict[tuple, list[int]], peers: dict[str, tuple[str | None, int]]) -> None:
         for key, (count, rounds) in rollup.items():
             slot = self.rollup.setdefault(key, [0, 0])
             slot[0] += count
@@ -187,8 +196,12 @@ class UsageRecorder:
 
     def _tick(self) -> None:
         # A re-armed timer, not a long-lived task: between flushes nothing of ours runs or waits on the loop.
-        self._pending = self.flush_soon() or self._pending
+        # Re-armed first, so that no failure of this flush can stop every later one.
         self._timer = asyncio.get_running_loop().call_later(self.config.flush_seconds, self._tick)
+        try:
+            self._pending = self.flush_soon() or self._pending
+        except Exception:
+            log.exception("usage flush failed; the next one is still scheduled")
 
     def start(self) -> None:
         self.open()

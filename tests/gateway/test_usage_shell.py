@@ -103,3 +103,56 @@ async def test_the_periodic_flush_writes_without_being_asked(make_gateway, upstr
             break
         await asyncio.sleep(0.02)
     assert stored == ["initialize"] and records(client.client) == []  # moved from memory to the file
+
+
+async def _stored_methods(db: str, want: int) -> list[str]:
+    from gateway.usage import UsageDb
+
+    for _ in range(200):
+        store = UsageDb(db)
+        stored = [r["method"] for r in store.rows(0) for _ in range(r["count"])]
+        store.close()
+        if len(stored) >= want:
+            return stored
+        await asyncio.sleep(0.02)
+    return stored
+
+
+async def test_a_flush_that_cannot_start_keeps_its_counts_and_the_timer(make_gateway, upstream, tmp_path) -> None:
+    """No file descriptor left for the worker thread: the counts stay for the next flush, which still comes."""
+    db = str(tmp_path / "usage.db")
+    client = Legacy(await make_gateway(usage={"db": db, "flush_seconds": 0.05}))
+    loop, real, failures = asyncio.get_running_loop(), asyncio.get_running_loop().run_in_executor, []
+
+    def refuse_once(executor: Any, func: Any, *args: Any) -> Any:
+        if getattr(func, "__name__", "") == "_write" and not failures:
+            failures.append(func)
+            raise OSError(24, "Too many open files")
+        return real(executor, func, *args)
+
+    loop.run_in_executor = refuse_once  # type: ignore[method-assign]
+    try:
+        await client.initialize()
+        assert await _stored_methods(db, 1) == ["initialize"]
+    finally:
+        del loop.run_in_executor
+    assert failures  # the injected failure happened, and the next tick wrote what it had kept
+
+
+async def test_a_failed_write_keeps_its_counts(make_gateway, upstream, tmp_path) -> None:
+    """The write itself fails in its thread with an error that is not SQLite's: nothing is lost."""
+    db = str(tmp_path / "usage.db")
+    client = Legacy(await make_gateway(usage={"db": db, "flush_seconds": 0.05}))
+    recorder = client.client.server.app[USAGE]
+    real, failures = recorder.db.write, []
+
+    def fail_once(*args: Any) -> None:
+        if not failures:
+            failures.append(args)
+            raise OSError(24, "Too many open files")
+        real(*args)
+
+    recorder.db.write = fail_once
+    await client.initialize()
+    await client.call("ping", {})
+    assert sorted(await _stored_methods(db, 2)) == ["initialize", "ping"] and failures
