@@ -332,20 +332,31 @@ def stamp_arrival(request: web.Request) -> None:
 
 class ActiveSessions:
     """Legacy sessions seen by this process, by revision, for the ``active legacy sessions`` gauge: added at a
-    successful initialize, touched by every session request, dropped at DELETE or after the idle timeout."""
+    successful initialize, touched by every session request, dropped at DELETE or after the idle timeout.
+
+    A request can end after its session did: a GET stream's handler returns when DELETE closes the stream, and
+    touching the session then would count it again for an hour. Ended ids are remembered (ids are random and
+    never reused; the memory is bounded) and never touched again."""
 
     def __init__(self, idle_ms: int, cap: int = 100_000) -> None:
         self.idle_ms, self.cap = idle_ms, cap
         self.seen: dict[str, tuple[str, int]] = {}
+        self.ended: dict[str, None] = {}  # insertion-ordered: the oldest are forgotten first
 
     def observe(self, acc: Any, response: web.StreamResponse, now: int) -> None:
         sid = response.headers.get("Mcp-Session-Id") if acc.kind == "initialize" else None
         if sid and len(self.seen) < self.cap:
             self.seen[sid] = (fold_revision(_revision(acc, _final_message(response, acc.kind))), now)
         elif acc.session is not None and acc.kind == "delete":
-            self.seen.pop(acc.session.session_id, None)
-        elif acc.session is not None:
+            self._end(acc.session.session_id)
+        elif acc.session is not None and acc.session.session_id not in self.ended:
             self.seen[acc.session.session_id] = (acc.session.protocol_version, now)
+
+    def _end(self, session_id: str) -> None:
+        self.seen.pop(session_id, None)
+        self.ended[session_id] = None
+        if len(self.ended) > self.cap:
+            del self.ended[next(iter(self.ended))]
 
     def by_revision(self, now: int) -> dict[str, int]:
         self.seen = {s: v for s, v in self.seen.items() if now - v[1] <= self.idle_ms}

@@ -156,3 +156,19 @@ async def test_a_failed_write_keeps_its_counts(make_gateway, upstream, tmp_path)
     await client.initialize()
     await client.call("ping", {})
     assert sorted(await _stored_methods(db, 2)) == ["initialize", "ping"] and failures
+
+
+async def test_the_session_gauge_forgets_a_session_whose_get_stream_outlived_it(make_gateway, upstream) -> None:
+    """DELETE ends the GET stream, whose handler returns after the DELETE: that must not count the session
+    again (40 clean sessions read 41 in the gauge)."""
+    client = Legacy(await make_gateway())
+    await client.initialize()
+    stream = await client.client.get("/mcp", headers=client.headers())
+    assert stream.status == 200
+    await client.next_event(stream)  # the priming event: the stream is open
+    gauge = client.client.server.app[USAGE].sessions
+    assert (await client.client.delete("/mcp", headers=client.headers())).status == 204
+    assert await client.events(stream) == []  # the stream ended with the session, and its handler returned
+    for _ in range(50):  # the GET handler's own accounting runs as it returns
+        await asyncio.sleep(0.01)
+    assert gauge.by_revision(client.client.server.app[USAGE].clock_ms()) == {}
