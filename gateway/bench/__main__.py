@@ -25,7 +25,7 @@ import aiohttp
 
 from gateway.bench.clients import LegacyClient, ModernClient
 from gateway.bench.echo import hop_rtt_us
-from gateway.bench.procs import Child
+from gateway.bench.procs import Child, scratch_usage_db
 from gateway.bench.targets import missed, print_verdicts, verdicts
 
 Op = Callable[[], Awaitable[Any]]
@@ -183,7 +183,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     loop = ["--loop", args.loop]
     core = Child("core", ["-m", "modern_server", "--port", "{port}", "--no-access-log", *loop])
     gw = Child("gateway", ["-m", "gateway", "serve", "--port", "{port}", "--upstream", core.url, "--no-access-log",
-                           *loop, "--gc-gen0", str(args.gc_gen0)])
+                           *loop, "--gc-gen0", str(args.gc_gen0), "--usage-db", scratch_usage_db()])
     fwd = Child("forwarder", ["-m", "gateway.bench.forwarder", "--port", "{port}", "--upstream", core.url, *loop])
     echo = Child("echo", ["-m", "gateway.bench.echo", "--port", "{port}", *loop])
     results: list[Stats] = []

@@ -15,13 +15,14 @@ from typing import Any
 import aiohttp
 
 from gateway.bench.__main__ import Stats, interleaved, makers
-from gateway.bench.procs import Child
+from gateway.bench.procs import Child, scratch_usage_db
 
 
 async def run(args: argparse.Namespace) -> list[Stats]:
     core = Child("core", ["-m", "modern_server", "--port", "{port}", "--no-access-log"])
     gateways = {name: Child(name, ["-m", "gateway", "serve", "--port", "{port}", "--upstream", core.url,
-                                   "--no-access-log", "--gc-gen0", str(args.gc_gen0)], tree=tree)
+                                   "--no-access-log", "--gc-gen0", str(args.gc_gen0),
+                                   "--usage-db", scratch_usage_db()], tree=tree)
                 for name, tree in args.tree}
     results: list[Stats] = []
     try:

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 
 TICKS = os.sysconf("SC_CLK_TCK")
@@ -15,6 +18,14 @@ def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
+
+
+def scratch_usage_db() -> str:
+    """A usage database in a directory removed at exit: a benchmark's gateway must never write the
+    ``gateway-usage.sqlite3`` that the user's own ``serve`` and ``report`` use."""
+    folder = tempfile.mkdtemp(prefix="gateway-bench-")
+    atexit.register(shutil.rmtree, folder, True)
+    return os.path.join(folder, "usage.sqlite3")
 
 
 class Child:

@@ -84,7 +84,7 @@ start_fixture() {
 start_gateway() {
   GATEWAY_PORT="$(free_port)"
   (cd "$ROOT" && exec "$PYTHON" -m gateway serve --host 127.0.0.1 --port "$GATEWAY_PORT" --upstream "$FIXTURE_URL" \
-     --no-access-log) > "$LOGS/gateway.log" 2>&1 &
+     --no-access-log --usage-db "$LOGS/usage.sqlite3") > "$LOGS/gateway.log" 2>&1 &
   PIDS+=($!)
   wait_listening "gateway" "$GATEWAY_PORT" "$!" "$LOGS/gateway.log" || return 1
   GATEWAY_URL="http://127.0.0.1:$GATEWAY_PORT/mcp"

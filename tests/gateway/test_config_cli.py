@@ -96,10 +96,11 @@ def _free_port() -> int:
         return sock.getsockname()[1]
 
 
-async def test_python_m_gateway_serve_is_the_main_command() -> None:
+async def test_python_m_gateway_serve_is_the_main_command(tmp_path) -> None:
     pytest.importorskip("modern_server.app")
     port = _free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "gateway", "serve", "--port", str(port)], cwd=ROOT,
+    proc = subprocess.Popen([sys.executable, "-m", "gateway", "serve", "--port", str(port),
+                             "--usage-db", str(tmp_path / "usage.sqlite3")], cwd=ROOT,
                             env={**os.environ, "PYTHONPATH": str(ROOT)}, stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL)
     body = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {

@@ -249,7 +249,8 @@ async def test_sighup_through_the_cli(core, tmp_path):
     path, pid_file, port = tmp_path / "g.toml", tmp_path / "g.pid", _free_port()
     path.write_text(pins_toml(str(core.make_url("/mcp"))))
     proc = subprocess.Popen([sys.executable, "-m", "gateway", "serve", "--port", str(port), "--config", str(path),
-                             "--pid-file", str(pid_file), "--no-access-log"], stderr=subprocess.PIPE)
+                             "--pid-file", str(pid_file), "--no-access-log",
+                             "--usage-db", str(tmp_path / "usage.sqlite3")], stderr=subprocess.PIPE)
     endpoint = f"http://127.0.0.1:{port}/mcp"
     try:
         await _wait(port)
