@@ -22,17 +22,28 @@ from aiohttp import web
 
 from modern_server.auth import Unauthorized, principal_for
 from modern_server.config import CoreConfig
-from modern_server.errors import INTERNAL_ERROR, INVALID_REQUEST, METHOD_NOT_FOUND, PARSE_ERROR, McpError
-from modern_server.framework import Context, Registry, Services, finish
+from modern_server.errors import (
+    INTERNAL_ERROR,
+    INVALID_REQUEST,
+    METHOD_NOT_FOUND,
+    PARSE_ERROR,
+    McpError,
+)
+from modern_server.framework import (
+    REGISTRY,
+    SERVICES,
+    TOKENS,
+    Context,
+    Registry,
+    Services,
+    finish,
+)
 from modern_server.methods import METHODS, check_shape
 from modern_server.sealing import Sealer
 from modern_server.storage import Store
 from modern_server.wire import Envelope, check_jsonrpc, validate
 
 log = logging.getLogger("modern_server")
-SERVICES = web.AppKey("services", Services)
-REGISTRY = web.AppKey("registry", Registry)
-TOKENS = web.AppKey("tokens", dict)
 
 
 def _dumps(message: dict[str, Any]) -> bytes:
@@ -191,7 +202,8 @@ def create_app(config: CoreConfig | None = None, *, services: Services | None = 
 
     ``registry`` replaces the default tools, prompts and resources (the conformance fixture uses it).
     """
-    from modern_server.tools import build_registry, routes as tool_routes
+    from modern_server.tools import build_registry
+    from modern_server.tools import routes as tool_routes
 
     config = config or CoreConfig()
     app = web.Application(client_max_size=4 * 1024 * 1024)

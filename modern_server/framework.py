@@ -14,6 +14,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from aiohttp import web
 from mcp_types import SERVER_INFO_META_KEY
 
 from modern_server.config import CoreConfig
@@ -241,3 +242,9 @@ class Registry:
     tools: dict[str, Tool] = field(default_factory=dict)
     prompts: dict[str, Prompt] = field(default_factory=dict)
     resources: list[ResourceFamily] = field(default_factory=list)
+
+
+# The app keys the core's handlers (and the tools' own pages) read their services through.
+SERVICES = web.AppKey("services", Services)
+REGISTRY = web.AppKey("registry", Registry)
+TOKENS = web.AppKey("tokens", dict)

@@ -16,7 +16,17 @@ from aiohttp import web
 
 from modern_server.auth import Unauthorized, principal_for
 from modern_server.errors import McpError
-from modern_server.framework import Context, Tool, arguments, bound_call, input_required, next_round, text_result
+from modern_server.framework import (
+    SERVICES,
+    TOKENS,
+    Context,
+    Tool,
+    arguments,
+    bound_call,
+    input_required,
+    next_round,
+    text_result,
+)
 
 KEY = "connect"
 SERVICES_OFFERED = ("calendar", "issue-tracker", "storage")
@@ -71,7 +81,6 @@ def add_routes(routes: web.RouteTableDef) -> None:
 
     @routes.post("/connect/{conn_id}/complete")
     async def complete(request: web.Request) -> web.Response:
-        from modern_server.app import SERVICES, TOKENS
         services = request.app[SERVICES]
         try:
             principal = principal_for(request.headers.get("Authorization"), request.app[TOKENS],

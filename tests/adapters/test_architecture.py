@@ -40,7 +40,7 @@ def test_adapters_import_nothing_that_does_io(path: Path) -> None:
 
 def test_the_import_checker_catches_forbidden_imports(tmp_path: Path) -> None:
     sample = tmp_path / "m.py"
-    sample.write_text("import asyncio\nfrom time import monotonic\nimport os.path\nfrom gateway.app import x\n")
+    sample.write_text("import asyncio\nfrom time import monotonic\nimport os.path\nfrom gateway.http.app import x\n")
     assert {"asyncio", "time", "os", "gateway"} <= imported_roots(sample)
 
 

@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 from aiohttp import web
 
-from gateway.app import create_app
-from gateway.config import load_config
+from gateway.http.app import create_app
+from gateway.config.settings import load_config
 from tests import schema
 
 MODERN = "2026-07-28"

@@ -1,0 +1,235 @@
+"""``python -m bench [--duration S] [--warmup S] [--slice S] [--concurrency 1,32] [--idle 1000,10000]
+[--json FILE] [--loop asyncio|uvloop] [--gc-gen0 N] [--check]``.
+
+Prints the machine it ran on, then one table and the ratios the project's targets are stated in, all measured in
+this one run: translated/forwarder and passthrough/forwarder median latency at concurrency 1, gateway CPU time per
+translated request, the added cost of one bridged MRTR round, and resident memory per idle legacy session; then
+each target with its verdict (:mod:`bench.targets`). ``--check`` exits with status 1 when one is missed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import platform
+import resource
+import statistics
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import aiohttp
+
+from bench.clients import LegacyClient, ModernClient
+from bench.echo import hop_rtt_us
+from bench.procs import Child, scratch_usage_db
+from bench.targets import missed, print_verdicts, verdicts
+
+Op = Callable[[], Awaitable[Any]]
+SCENARIOS = ("direct", "forwarder", "passthrough", "translated", "mrtr_direct", "bridged")
+
+
+@dataclass
+class Stats:
+    scenario: str
+    concurrency: int
+    requests: int
+    seconds: float
+    p50_ms: float
+    p99_ms: float
+    rps: float
+    # CPU of the process the client talks to (the core for direct, the forwarder, or the gateway) per request.
+    front_cpu_us_per_request: float | None = None
+
+
+def _summary(name: str, conc: int, lat: list[float], seconds: float, cpu: float) -> Stats:
+    lat.sort()
+    p99 = lat[min(len(lat) - 1, int(len(lat) * 0.99))]
+    per = cpu / len(lat) * 1e6 if lat else None
+    return Stats(name, conc, len(lat), round(seconds, 2), round(statistics.median(lat) * 1e3, 3),
+                 round(p99 * 1e3, 3), round(len(lat) / seconds, 1), round(per, 1) if per is not None else None)
+
+
+async def _load(ops: list[Op], seconds: float) -> list[float]:
+    """Each op runs in its own worker loop for ``seconds``; the latency of every request started in it."""
+    latencies: list[float] = []
+    stop_at = time.perf_counter() + seconds
+
+    async def worker(op: Op) -> None:
+        while (began := time.perf_counter()) < stop_at:
+            await op()
+            latencies.append(time.perf_counter() - began)
+
+    await asyncio.gather(*(worker(op) for op in ops))
+    return latencies
+
+
+async def interleaved(ops: dict[str, list[Op]], conc: int, args: argparse.Namespace,
+                      front: dict[str, Child]) -> list[Stats]:
+    """Every scenario in short alternating slices (order reversed every round) instead of one after another:
+    this machine's speed drifts by tens of percent over seconds (a shared host), and a drift then slows all
+    scenarios alike instead of skewing the ratios between them. The CPU of each scenario's front process (the
+    one its client talks to) is read around each slice."""
+    for name in ops:  # warm-up, not counted
+        await _load(ops[name], args.warmup)
+    lat: dict[str, list[float]] = {name: [] for name in ops}
+    cpu = dict.fromkeys(ops, 0.0)
+    rounds = max(1, round(args.duration / args.slice))
+    for number in range(rounds):
+        for name in (list(ops) if number % 2 == 0 else list(reversed(ops))):
+            before = front[name].cpu_seconds()
+            lat[name].extend(await _load(ops[name], args.slice))
+            cpu[name] += front[name].cpu_seconds() - before
+    seconds = rounds * args.slice
+    return [_summary(name, conc, lat[name], seconds, cpu[name]) for name in ops]
+
+
+def makers(http: aiohttp.ClientSession, core: Child, gw: Child, fwd: Child) -> dict[str, Callable[[], Awaitable[Op]]]:
+    async def modern(url: str) -> Op:
+        return ModernClient(http, url).echo
+
+    async def mrtr_direct() -> Op:
+        return ModernClient(http, core.url).summarize
+
+    async def legacy(tool: str, arguments: dict[str, Any]) -> Op:
+        client = LegacyClient(http, gw.url)
+        await client.start()
+
+        async def op() -> None:
+            if not await client.call(tool, arguments):
+                raise RuntimeError(f"{tool} through the gateway failed")
+        return op
+
+    return {
+        "direct": lambda: modern(core.url),
+        "forwarder": lambda: modern(fwd.url),
+        "passthrough": lambda: modern(gw.url),
+        "translated": lambda: legacy("echo", {"text": "hi"}),
+        "mrtr_direct": mrtr_direct,
+        "bridged": lambda: legacy("summarize_repo", {"repo": "bench"}),
+    }
+
+
+async def idle_sessions(http: aiohttp.ClientSession, gw: Child, count: int) -> dict[str, Any]:
+    """Open ``count`` legacy sessions, each with its GET stream, and read the gateway's resident memory."""
+    await asyncio.sleep(0.5)
+    before = gw.rss_bytes()
+    clients = [LegacyClient(http, gw.url) for _ in range(count)]
+    streams: list[aiohttp.ClientResponse] = []
+    for batch in range(0, count, 100):
+        group = clients[batch:batch + 100]
+        await asyncio.gather(*(c.start() for c in group))
+        streams.extend(await asyncio.gather(*(c.open_get_stream() for c in group)))
+    await asyncio.sleep(1.0)
+    after = gw.rss_bytes()
+    held = sum(1 for stream in streams if not stream.content.is_eof())  # the gateway closed none of them
+    for stream in streams:
+        stream.close()
+    return {"sessions": count, "rss_before_mib": round(before / 2**20, 1), "rss_after_mib": round(after / 2**20, 1),
+            "kib_per_session": round((after - before) / count / 1024, 2), "held": held}
+
+
+def ratios(results: list[Stats], idle: list[dict[str, Any]]) -> dict[str, Any]:
+    at = {(r.scenario, r.concurrency): r for r in results}
+    out: dict[str, Any] = {}
+    for conc in sorted({r.concurrency for r in results}):
+        get = lambda name: at[(name, conc)].p50_ms  # noqa: E731
+        out[f"c{conc}"] = {
+            "translated/direct": round(get("translated") / get("direct"), 3),
+            "translated/forwarder": round(get("translated") / get("forwarder"), 3),
+            "passthrough/forwarder": round(get("passthrough") / get("forwarder"), 3),
+            # summarize_repo is two input_required rounds on top of the translated call.
+            "bridged_round_ms": round((get("bridged") - get("translated")) / 2, 3),
+            "bridged_round/direct": round((get("bridged") - get("translated")) / 2 / get("direct"), 3),
+            # What the gateway adds per round: the same two rounds done by a 2026 client directly on the core
+            # (mrtr_direct) cost the core's MRTR work and the client's answers; the rest is the gateway's.
+            "bridged_round_added_ms": round(((get("bridged") - get("translated"))
+                                             - (get("mrtr_direct") - get("direct"))) / 2, 3),
+            "gateway_cpu_us_per_translated": at[("translated", conc)].front_cpu_us_per_request,
+            "gateway_cpu_us_per_passthrough": at[("passthrough", conc)].front_cpu_us_per_request,
+            "forwarder_cpu_us": at[("forwarder", conc)].front_cpu_us_per_request,
+        }
+    out["idle"] = idle
+    return out
+
+
+def machine(args: argparse.Namespace, hops: list[float]) -> dict[str, Any]:
+    """What the numbers came from (the README states it beside them): CPU, cores, interpreter, libraries, the
+    process settings this run used, and the loopback round trip between two Python processes measured before and
+    after the scenarios (:mod:`bench.echo`: the hop cost no gateway code can remove)."""
+    model = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo") as handle:
+            model = next((line.split(":", 1)[1].strip() for line in handle if line.startswith("model name")), model)
+    except OSError:
+        pass
+    return {"cpu": model, "cores": os.cpu_count(), "python": platform.python_version(),
+            "aiohttp": aiohttp.__version__, "loop": args.loop, "gc_gen0": args.gc_gen0,
+            "hop_rtt_us": hops, "date": time.strftime("%Y-%m-%d")}
+
+
+def print_table(results: list[Stats], summary: dict[str, Any]) -> None:
+    print(f"{'scenario':<12}{'conc':>5}{'requests':>10}{'p50 ms':>10}{'p99 ms':>10}{'req/s':>10}{'front CPU us/req':>18}")
+    for r in results:
+        cpu = "" if r.front_cpu_us_per_request is None else f"{r.front_cpu_us_per_request:.0f}"
+        print(f"{r.scenario:<12}{r.concurrency:>5}{r.requests:>10}{r.p50_ms:>10.3f}{r.p99_ms:>10.3f}{r.rps:>10.1f}{cpu:>18}")
+    print(json.dumps(summary, indent=2))
+
+
+async def run(args: argparse.Namespace) -> dict[str, Any]:
+    loop = ["--loop", args.loop]
+    core = Child("core", ["-m", "modern_server", "--port", "{port}", "--no-access-log", *loop])
+    gw = Child("gateway", ["-m", "gateway", "serve", "--port", "{port}", "--upstream", core.url, "--no-access-log",
+                           *loop, "--gc-gen0", str(args.gc_gen0), "--usage-db", scratch_usage_db()])
+    fwd = Child("forwarder", ["-m", "bench.forwarder", "--port", "{port}", "--upstream", core.url, *loop])
+    echo = Child("echo", ["-m", "bench.echo", "--port", "{port}", *loop])
+    results: list[Stats] = []
+    try:
+        hops = [await hop_rtt_us(echo.port)]
+        async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as http:
+            make = makers(http, core, gw, fwd)
+            for conc in args.concurrency:
+                ops = {name: [await make[name]() for _ in range(conc)] for name in SCENARIOS}
+                front = {"direct": core, "mrtr_direct": core, "forwarder": fwd}
+                results.extend(await interleaved(ops, conc, args, {n: front.get(n, gw) for n in SCENARIOS}))
+            hops.append(await hop_rtt_us(echo.port))  # before the idle sessions' memory is taken
+            idle = [await idle_sessions(http, gw, n) for n in args.idle]
+    finally:
+        for child in (echo, fwd, gw, core):
+            child.stop()
+    summary, host = ratios(results, idle), machine(args, hops)
+    print("machine: " + ", ".join(f"{k} {v}" for k, v in host.items()))
+    print_table(results, summary)
+    judged = verdicts(summary)
+    print_verdicts(judged)
+    return {"machine": host, "results": [asdict(r) for r in results], "ratios": summary, "targets": judged}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
+    parser.add_argument("--duration", type=float, default=4.0, help="measured seconds per scenario")
+    parser.add_argument("--warmup", type=float, default=1.0, help="seconds per scenario not counted")
+    parser.add_argument("--slice", type=float, default=0.5, help="seconds per scenario per alternating round")
+    parser.add_argument("--concurrency", type=lambda s: [int(x) for x in s.split(",")], default=[1, 32])
+    parser.add_argument("--idle", type=lambda s: [int(x) for x in s.split(",") if x], default=[1000, 10000])
+    parser.add_argument("--json", default=None, help="also write the results to this file")
+    parser.add_argument("--loop", choices=("auto", "asyncio", "uvloop"), default="asyncio",
+                        help="event loop of the core, the gateway and the forwarder")
+    parser.add_argument("--gc-gen0", type=int, default=10_000, help="the gateway's --gc-gen0 (0: Python's defaults)")
+    parser.add_argument("--check", action="store_true", help="exit with status 1 when a measured target is missed")
+    args = parser.parse_args()
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))  # children inherit it: 10,000 streams need it
+    report = asyncio.run(run(args))
+    if args.json:
+        with open(args.json, "w") as handle:
+            json.dump(report, handle, indent=2)
+    if args.check and missed(report["targets"]):
+        raise SystemExit(f"targets missed: {', '.join(missed(report['targets']))}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,55 @@
+"""A bare aiohttp reverse proxy that forwards the same bytes: the floor for a Python proxy on this machine.
+
+``python -m bench.forwarder --port P --upstream URL``. It copies the request body and the headers a
+2026-07-28 server needs, and streams the response back; no parsing, no validation, no sessions.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+import aiohttp
+from aiohttp import web
+
+from gateway.ops.loops import CHOICES, install
+
+PASS = ("Accept", "Content-Type", "MCP-Protocol-Version", "Mcp-Method", "Mcp-Name", "Authorization")
+UPSTREAM = web.AppKey("upstream", str)
+CLIENT = web.AppKey("client", aiohttp.ClientSession)
+
+
+async def forward(request: web.Request) -> web.StreamResponse:
+    headers = {k: request.headers[k] for k in PASS if k in request.headers}
+    body = await request.read()
+    async with request.app[CLIENT].post(request.app[UPSTREAM], data=body, headers=headers) as upstream:
+        response = web.StreamResponse(status=upstream.status,
+                                      headers={"Content-Type": upstream.headers.get("Content-Type", "")})
+        await response.prepare(request)
+        async for chunk in upstream.content.iter_any():
+            await response.write(chunk)
+        await response.write_eof()
+        return response
+
+
+async def _client(app: web.Application):  # type: ignore[no-untyped-def]
+    app[CLIENT] = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0))
+    yield
+    await app[CLIENT].close()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--port", type=int, required=True)
+    parser.add_argument("--upstream", required=True)
+    parser.add_argument("--loop", choices=CHOICES, default="asyncio")
+    args = parser.parse_args()
+    install(args.loop)
+    app = web.Application()
+    app[UPSTREAM] = args.upstream
+    app.cleanup_ctx.append(_client)
+    app.router.add_post("/mcp", forward)
+    web.run_app(app, host="127.0.0.1", port=args.port, print=None, access_log=None)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,123 @@
+"""``python -m bench.instructions [--scenario translated] [--requests 300] [--tree DIR] [--gc-gen0 N]``:
+the gateway's user-space instructions per request, counted by valgrind's callgrind.
+
+Timings on a shared VM drift by tens of percent between runs; an instruction count does not (the same count to
+about 0.5% run after run, whatever else the machine is doing), so a change worth 2% shows plainly. It counts
+only the gateway process, only after a warm-up, and only user space: system calls and cache misses are not in
+it, so it ranks changes to the gateway's own Python and never replaces the timed benchmark.
+
+The gateway runs under ``valgrind --tool=callgrind`` with instrumentation off until the warm-up (a fifth of the
+requests, at least 20) is done; ``callgrind_control`` then zeroes the counters, the measured requests run one at
+a time from this process, and a dump gives the total. The usage store's periodic flush is pushed past the
+measurement (its SQLite writes run in a thread whenever the timer falls, which made counts vary by ~2%). ``--tree DIR`` runs the gateway from another checkout of
+this project (``git worktree add DIR REV``), so two revisions can be compared against the same core.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import glob
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+
+import aiohttp
+
+from bench.__main__ import makers
+from bench.procs import Child, free_port
+
+SCENARIOS = ("passthrough", "translated", "bridged")
+
+
+class _Front:
+    """The gateway as the bench's clients see it (they only need its URL)."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+
+
+def _wait_listening(port: int, proc: subprocess.Popen, seconds: float = 120.0) -> None:
+    deadline = time.monotonic() + seconds  # startup under valgrind is slow
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError("the gateway under valgrind exited before listening")
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+            return
+        except OSError:
+            time.sleep(0.2)
+    raise RuntimeError("the gateway under valgrind did not start listening")
+
+
+def _total(out_prefix: str) -> int:
+    """The largest ``summary:`` among the dumps: the one taken after the measured requests."""
+    best = 0
+    for path in glob.glob(out_prefix + "*"):
+        with open(path) as handle:
+            for line in handle:
+                if line.startswith("summary:"):
+                    best = max(best, int(line.split()[1]))
+    return best
+
+
+def _control(pid: int, option: str) -> None:
+    subprocess.run(["callgrind_control", option, str(pid)], capture_output=True, check=True)
+
+
+async def _drive(gateway_url: str, core: Child, scenario: str, requests: int, pid: int) -> None:
+    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as http:
+        front = _Front(gateway_url)
+        op = await makers(http, core, front, front)[scenario]()  # type: ignore[arg-type]
+        _control(pid, "--instr=on")
+        for _ in range(max(20, requests // 5)):
+            await op()
+        _control(pid, "--zero")
+        for _ in range(requests):
+            await op()
+        _control(pid, "--dump")
+
+
+def count(scenario: str, requests: int, tree: str, gc_gen0: int) -> float:
+    """Instructions per request of the gateway run from ``tree`` for ``scenario``."""
+    if shutil.which("valgrind") is None or shutil.which("callgrind_control") is None:
+        raise SystemExit("valgrind (with callgrind_control) is needed: apt-get install valgrind")
+    core = Child("core", ["-m", "modern_server", "--port", "{port}", "--no-access-log"])
+    port, folder = free_port(), tempfile.mkdtemp(prefix="callgrind-")
+    out, config = os.path.join(folder, "gateway.out"), os.path.join(folder, "gateway.toml")
+    with open(config, "w") as handle:  # no usage flush (a thread writing SQLite) inside the measured window
+        handle.write(f'[gateway.usage]\nflush_seconds = 3600\ndb = "{os.path.join(folder, "usage.sqlite3")}"\n')
+    env = {**os.environ, "PYTHONPATH": tree}
+    proc = subprocess.Popen(["valgrind", "--tool=callgrind", "--instr-atstart=no", f"--callgrind-out-file={out}",
+                             sys.executable, "-m", "gateway", "serve", "--port", str(port), "--upstream", core.url,
+                             "--no-access-log", "--gc-gen0", str(gc_gen0), "--config", config],
+                            cwd=tree, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        _wait_listening(port, proc)
+        asyncio.run(_drive(f"http://127.0.0.1:{port}/mcp", core, scenario, requests, proc.pid))
+        return _total(out) / requests
+    finally:
+        proc.terminate()
+        proc.wait(timeout=60)
+        core.stop()
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(prog="python -m bench.instructions", description=__doc__)
+    parser.add_argument("--scenario", choices=SCENARIOS, default="translated")
+    parser.add_argument("--requests", type=int, default=300, help="measured requests (after the warm-up)")
+    parser.add_argument("--tree", default=os.getcwd(), help="the checkout whose gateway is measured")
+    parser.add_argument("--gc-gen0", type=int, default=10_000, help="the gateway's --gc-gen0")
+    args = parser.parse_args()
+    per = count(args.scenario, args.requests, os.path.abspath(args.tree), args.gc_gen0)
+    print(f"{args.scenario}: {per:,.0f} instructions per request (gateway from {args.tree}, "
+          f"{args.requests} requests after warm-up)")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,1 @@
+"""Configuration: the frozen models loaded from TOML (gateway settings, peers and pins), read by every layer above."""

@@ -1,0 +1,100 @@
+"""Gateway configuration: a frozen pydantic model (unknown keys are errors) loaded from TOML.
+
+Every key is documented in ``config/gateway.example.toml``. A later issue adds per-peer pins; new sections are
+added as new nested models so existing files keep loading.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from functools import cached_property
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from adapters.bridge import BridgeLimits
+from adapters.capabilities import BridgedFeatures
+from adapters.classify import LOOPBACK_HOSTS, Policy
+from gateway.config.pins import PinsConfig
+from gateway.config.usage import UsageConfig
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class LimitsConfig(_Frozen):
+    max_rounds: int = Field(10, ge=1)
+    max_input_requests_per_round: int = Field(16, ge=1)
+    client_answer_timeout_seconds: float = Field(300.0, gt=0)
+    total_timeout_seconds: float = Field(900.0, gt=0)
+    max_pending_per_session: int = Field(32, ge=1)
+    state_only_backoff_seconds: float = Field(0.05, ge=0)
+    state_only_backoff_max_seconds: float = Field(1.0, ge=0)
+
+    @cached_property
+    def bridge_limits(self) -> BridgeLimits:
+        """Built once per (frozen) config: every forwarded request reads it."""
+        return BridgeLimits(**self.model_dump())
+
+    def to_limits(self) -> BridgeLimits:
+        return self.bridge_limits
+
+
+class GatewayConfig(_Frozen):
+    host: str = "127.0.0.1"
+    port: int = Field(8808, ge=0, le=65535)
+    upstream_url: str | None = None  # None: run the embedded core in this process
+    core_config: str | None = None  # TOML file for the embedded core (modern_server.config.load_config)
+    allowed_hosts: tuple[str, ...] = LOOPBACK_HOSTS
+    allowed_origins: tuple[str, ...] = ()
+    session_idle_seconds: float = Field(3600.0, gt=0)
+    replay_buffer_events: int = Field(256, ge=1)
+    sse_retry_ms: int = Field(1000, ge=0)
+    sse_keepalive_seconds: float = Field(15.0, gt=0)
+    upstream_connect_timeout_seconds: float = Field(10.0, gt=0)
+    upstream_read_timeout_seconds: float = Field(600.0, gt=0)
+    upstream_max_connections: int = Field(100, ge=1)  # requests in flight to the upstream
+    upstream_max_stream_connections: int = Field(1000, ge=1)  # listens held open there (gateway.upstream.h1)
+    bridge_list_changed: bool = True
+    bridge_subscriptions: bool = True
+    limits: LimitsConfig = LimitsConfig()
+    usage: UsageConfig = UsageConfig()  # [gateway.usage]: the migration-progress store (issue 4)
+    pins: PinsConfig = PinsConfig()  # the file's top-level [[peers]], [default_peer], [upstreams.*], [[tokens]]
+
+    def policy(self, tokens: dict[str, str] | None = None) -> Policy:
+        return Policy(tuple(h.lower() for h in self.allowed_hosts), tuple(self.allowed_origins),
+                      int(self.session_idle_seconds * 1000), tokens or {})
+
+    def features(self) -> BridgedFeatures:
+        return BridgedFeatures(self.bridge_list_changed, self.bridge_subscriptions)
+
+
+class ConfigError(Exception):
+    """A configuration that cannot be used; the message names the file, the key path and the problem."""
+
+
+def _where(loc: tuple[object, ...]) -> str:
+    parts = [str(p) for p in loc]
+    if parts[:1] == ["pins"]:
+        return ".".join(parts[1:]) or "(top level)"
+    return ".".join(["gateway", *parts])
+
+
+def load_config(path: str | Path | None = None, **overrides: object) -> GatewayConfig:
+    """Defaults, then the TOML file (``[gateway]`` and the pins sections), then CLI overrides."""
+    raw: dict[str, object] = {}
+    if path is not None:
+        try:
+            with open(path, "rb") as handle:
+                raw = tomllib.load(handle)
+        except (OSError, tomllib.TOMLDecodeError) as exc:
+            raise ConfigError(f"{path}: {exc}") from None
+    data = dict(raw.pop("gateway", {}) or {})  # type: ignore[call-overload]
+    data["pins"] = raw
+    data.update({k: v for k, v in overrides.items() if v is not None})
+    try:
+        return GatewayConfig.model_validate(data)
+    except ValidationError as exc:
+        problems = "; ".join(f"{_where(e['loc'])}: {e['msg']}" for e in exc.errors())
+        raise ConfigError(f"{path or '(defaults)'}: {problems}") from None

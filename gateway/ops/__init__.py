@@ -1,0 +1,1 @@
+"""Operating the gateway: the command line, configuration reloads and event-loop tuning."""

@@ -1,0 +1,295 @@
+"""Runs one forwarded legacy request through the adapters' bridge machine and performs its actions.
+
+Every forwarded request (plain or MRTR-capable) is an exchange: the machine decides, this module only does the
+I/O — upstream calls, writes on the request's :class:`~gateway.session.streams.OutStream`, timers.
+
+Two ways to run one (the machine and its decisions are the same in both):
+
+- :meth:`Exchange.begin` runs the *first* upstream round in the handler's own task when nothing can be streamed
+  while it runs (no progress token, no log level). If the machine then finishes with a lone response — a plain
+  request, most traffic — the handler answers it as JSON: no task, no stream, no saved round (the benchmark's
+  profile: that machinery was a fifth of the gateway's CPU per translated request). Anything else — an
+  ``input_required`` round, a notification — escalates to the full exchange below, with nothing lost.
+- :meth:`Exchange.run` is a session task: upstream calls in their own tasks, client answers and timers as events
+  on a queue, every message on the request's stream. The pending-round record is saved to the store whenever it
+  waits for the client or a backoff (what another process would need to continue it) and deleted at the end.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from adapters import bridge as B
+from adapters.records import PendingRound, SessionRecord
+from adapters.errors import INTERNAL_ERROR, ErrorValue
+from adapters.results import progress_advances, request_notification, response
+from adapters.upstream import UnencodableHeader, build_request, needs_header_refresh, x_mcp_header_map
+from gateway.session.runtime import SessionRuntime, log, new_id, session_view
+from gateway.session.streams import OutStream
+from gateway.upstream.client import UpstreamFailure
+
+REFRESH_PAGE_CAP = 20
+_WAITING = ("awaiting_client", "backoff")  # phases in which the round record is saved
+_SILENT = (B.Finish, B.AbortUpstream)  # after begin() there is no upstream task left to abort
+_TOTAL_TIMEOUT = B.TimerFired("total", 0)
+_INTERNAL = ErrorValue(INTERNAL_ERROR, "internal gateway error")  # a gateway bug: nothing more for the client
+
+
+class Exchange:
+    observer: Any = None  # gateway.telemetry.usage.ExchangeObserver: sees every action batch (issue 4 accounting)
+
+    def __init__(self, runtime: SessionRuntime, record: PendingRound, ctx: B.BridgeContext,
+                 authorization: str | None, session: SessionRecord | None = None) -> None:
+        self.runtime, self.authorization = runtime, authorization
+        self.machine = B.BridgeMachine(record, ctx)
+        self.stream: OutStream | None = None  # made when the answer is more than one lone response
+        self.events: asyncio.Queue[Any] = asyncio.Queue()
+        self._acted: list[asyncio.Future[None]] = []  # handlers waiting for their answer to be acted on
+        self._session = session  # the record a handler just read, for the round it starts (none: read it again)
+        self._upstream: asyncio.Task | None = None
+        self._timers: list[asyncio.TimerHandle] = []
+        self._last_progress: float | None = None
+        self._refreshed = self._saved = False
+        self._inline: asyncio.Task | None = None  # the handler task while begin() waits on the upstream
+        self._interrupted: Any = None  # the event that stopped that wait: Cancelled or the total timeout
+        self._early: list[dict[str, Any]] = []  # notifications that arrived during begin()
+        meta = record.params.get("_meta")
+        self.progress_token = meta.get("progressToken") if isinstance(meta, dict) else None
+
+    @property
+    def record(self) -> PendingRound:
+        return self.machine.record
+
+    def can_begin_inline(self, session: SessionRecord) -> bool:
+        """Only when the upstream has nothing to stream meanwhile: progress needs a token and request logs a
+        level (DIGEST §1.7); a notification that comes anyway is kept and sent first, after the escalation."""
+        return self.progress_token is None and session.log_level is None
+
+    async def begin(self) -> B.Finish | None:
+        """The first round in the caller's task: the machine's ``Finish`` when that is all there is to do (its
+        message is None when cancelled: nothing is sent), or None once escalated to :meth:`run` (the caller then
+        answers with :attr:`stream`)."""
+        try:
+            return await self._begin()
+        except Exception:  # as in run(): a gateway bug still answers the request and frees its id
+            log.exception("exchange for request %r failed", self.record.downstream_id)
+            self._end()
+            return B.Finish(response(self.record.downstream_id, error=_INTERNAL))
+
+    async def _begin(self) -> B.Finish | None:
+        actions = self.machine.start()
+        self._observe(actions)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.machine.ctx.limits.total_timeout_seconds
+        self._inline = asyncio.current_task()
+        # The total limit is the same interrupt as cancel(): a plain timer, not a timeout context per request.
+        timer = loop.call_at(deadline, self._interrupt, _TOTAL_TIMEOUT)
+        try:
+            event = await self._upstream_event({}, self._session)
+        except asyncio.CancelledError:
+            if self._interrupted is None or self._inline is None:
+                self._end()
+                raise  # the handler itself is being cancelled (shutdown), not this request
+            self._inline.uncancel()
+            event = self._interrupted
+        finally:
+            timer.cancel()
+            self._inline = None
+        actions = self.machine.handle(event)
+        finish = next((a for a in actions if isinstance(a, B.Finish)), None)
+        if finish is not None and not self._early and all(isinstance(a, _SILENT) for a in actions):
+            self._observe(actions)
+            self._end()
+            return finish
+        # Escalate: the total limit still counts from the request's arrival.
+        self._timers.append(loop.call_at(deadline, self.events.put_nowait, B.TimerFired("total", 0)))
+        self.spawn(actions)
+        return None
+
+    def spawn(self, first: list[Any] | None = None) -> OutStream:
+        """Run the exchange as a session task (from the start, or with what :meth:`begin` left to perform);
+        its stream, which the caller answers with."""
+        self.stream = self.runtime.new_stream()
+        for message in self._early:
+            self.stream.push(message)
+        self.runtime.spawn(self.run(first))
+        return self.stream
+
+    async def run(self, first: list[Any] | None) -> None:
+        store = self.runtime.gateway.store
+        assert self.stream is not None
+        try:
+            await self._perform(self.machine.start() if first is None else first)
+            while not self.machine.done:
+                if self.record.phase in _WAITING:
+                    await store.put_round(self.record)
+                    self._saved = True
+                await self._perform(self.machine.handle(await self.events.get()))
+                self._session = None  # only the round an answer starts may use the record its handler read
+                self._settle()
+        except Exception:  # a gateway bug must still answer the original request, not leave it hanging
+            log.exception("exchange for request %r failed", self.record.downstream_id)
+            self.stream.finish(response(self.record.downstream_id, error=_INTERNAL))
+        finally:
+            self._settle()
+            for handle in self._timers:
+                handle.cancel()
+            if self._upstream is not None:
+                self._upstream.cancel()
+            for gid in [g for g, ex in self.runtime.awaiting.items() if ex is self]:
+                del self.runtime.awaiting[gid]
+            if not self.stream.closed:
+                self.stream.finish()
+            self._end()
+            if self._saved:
+                await store.delete_round(self.record.bridge_id)
+
+    def _end(self) -> None:
+        self.runtime.exchanges.pop(self.record.downstream_id, None)
+        if self.observer is not None:
+            self.observer.done()
+
+    def _observe(self, actions: list[Any]) -> None:
+        if self.observer is not None:
+            self.observer(self.record, actions)
+
+    async def _perform(self, actions: list[Any]) -> None:
+        assert self.stream is not None
+        self._observe(actions)
+        for action in actions:
+            if isinstance(action, B.CallUpstream):
+                self._upstream = self.runtime.spawn(self._call_upstream(action.extra, self._session))
+            elif isinstance(action, B.SendToClient):
+                if "id" in action.message:
+                    self.runtime.awaiting[action.message["id"]] = self
+                self.stream.push(action.message)
+            elif isinstance(action, B.ArmTimer):
+                event = B.TimerFired(action.name, action.round)
+                loop = asyncio.get_running_loop()
+                self._timers.append(loop.call_later(action.seconds, self.events.put_nowait, event))
+            elif isinstance(action, B.AbortUpstream) and self._upstream is not None:
+                self._upstream.cancel()  # closing the upstream response is the 2026 cancel
+            elif isinstance(action, B.StoreRoots):
+                await self._store_roots(action.result)
+            elif isinstance(action, B.Finish):
+                if action.log:
+                    log.warning("request %r: %s", self.record.downstream_id, action.log)
+                if action.challenge is not None:
+                    self.stream.status = action.challenge.answer()
+                self.stream.finish(action.message)
+
+    async def _call_upstream(self, extra: dict[str, Any], session: SessionRecord | None) -> None:
+        self.events.put_nowait(await self._upstream_event(extra, session))
+
+    async def _upstream_event(self, extra: dict[str, Any], session: SessionRecord | None) -> Any:
+        """One upstream round -> the machine's event for its outcome. Always an event, whatever goes wrong: the
+        exchange waits for it, so a round that raised would hold the request (and its pending slot) until the
+        total limit and then blame the wrong thing."""
+        try:
+            return await self._round(extra, session)
+        except UpstreamFailure as failure:
+            return B.UpstreamFailed(failure.error)
+        except UnencodableHeader as bad:  # raised while building, so nothing was sent (DIGEST §1.7 encoding)
+            return B.UpstreamFailed(bad.error(self.record.method))
+        except Exception:  # a gateway bug: answered at once, like one in run() or begin()
+            log.exception("upstream round for request %r failed", self.record.downstream_id)
+            return B.UpstreamFailed(_INTERNAL)
+
+    async def _round(self, extra: dict[str, Any], session: SessionRecord | None) -> Any:
+        """``session``: the record read by the handler whose request or answer starts this round; None (a
+        timer's retry) reads it again, since the session may have ended or changed meanwhile."""
+        rec, self._session = self.record, None
+        if session is None:
+            session = await self.runtime.gateway.store.get_session(rec.session_id)
+        if session is None:
+            return B.Cancelled("session ended")
+        kind, payload = await self._send(session, extra)
+        if kind == "error" and needs_header_refresh(rec.method, payload) and not self._refreshed:
+            # DIGEST §4.13: a -32020 on tools/call may mean our x-mcp-header map is stale or missing:
+            # refresh it from tools/list once, then resend the same round with a new id.
+            self._refreshed = True
+            await self._refresh_header_maps(session)
+            kind, payload = await self._send(session, extra)
+        if kind == "result" and rec.method == "tools/list":
+            self._learn_header_maps(payload)
+        return B.UpstreamResult(payload) if kind == "result" else B.UpstreamError(payload)
+
+    async def _send(self, session: Any, extra: dict[str, Any]) -> tuple[str, Any]:
+        rec = self.record
+        header_map = self.runtime.header_maps.get(rec.params.get("name")) if rec.method == "tools/call" else None
+        call = build_request(rec.method, rec.params, request_id=new_id("u"), extra=extra,
+                             view=session_view(session, self.authorization), header_map=header_map)
+        return await self.runtime.gateway.upstream_for(session.upstream).call(call, self._on_notification)
+
+    async def _refresh_header_maps(self, session: Any) -> None:
+        upstream, cursor = self.runtime.gateway.upstream_for(session.upstream), None
+        for _page in range(REFRESH_PAGE_CAP):  # a paginator that never ends cannot hang the request
+            call = build_request("tools/list", {"cursor": cursor} if cursor else {}, request_id=new_id("u"),
+                                 view=session_view(session, self.authorization))
+            kind, payload = await upstream.call(call, lambda _m: None)
+            if kind != "result":
+                return
+            self._learn_header_maps(payload)
+            cursor = payload.get("nextCursor") if isinstance(payload, dict) else None
+            if not isinstance(cursor, str):
+                return
+
+    def _learn_header_maps(self, result: Any) -> None:
+        """Cache each tool's x-mcp-header map so tools/call can mirror Mcp-Param-* (DIGEST §4.13)."""
+        tools = result.get("tools") if isinstance(result, dict) else None
+        if not isinstance(tools, list):
+            return  # malformed: the machine's schema check then answers the request (adapters.results)
+        for tool in tools:
+            if isinstance(tool, dict) and isinstance(tool.get("name"), str):
+                mapping = x_mcp_header_map(tool.get("inputSchema"))
+                if mapping:
+                    self.runtime.header_maps[tool["name"]] = mapping
+
+    def _on_notification(self, message: dict[str, Any]) -> None:
+        legacy = request_notification(message, self.progress_token)
+        if legacy is not None:
+            keep, self._last_progress = progress_advances(self._last_progress, legacy)
+            if keep and self.stream is not None:
+                self.stream.push(legacy)
+            elif keep:
+                self._early.append(legacy)  # begin() is running: sent first once it escalates
+
+    async def _store_roots(self, result: dict[str, Any]) -> None:
+        store = self.runtime.gateway.store
+        session = await store.get_session(self.record.session_id)
+        if session is not None:
+            session.cached_roots = result
+            await store.put_session(session)
+
+    def answer(self, gateway_id: str, message: dict[str, Any],
+               session: SessionRecord | None = None) -> asyncio.Future[None]:
+        """Queue the client's answer. The future resolves once the exchange has acted on it: the handler awaits it
+        before acknowledging the POST, so a next upstream round is sent before that 202 (the upstream task the
+        exchange spawned was scheduled before this future's waiter, and the loop runs callbacks in order) and
+        the acknowledgement's send is off the round's critical path. It also resolves when the exchange ends.
+        ``session`` is the record the answer's handler just read: a round the answer completes uses it instead
+        of parsing the stored record again."""
+        self._session = session
+        self.events.put_nowait(B.ClientAnswered(gateway_id, message.get("result"), message.get("error")))
+        acted = asyncio.get_running_loop().create_future()
+        self._acted.append(acted)
+        return acted
+
+    def _settle(self) -> None:
+        acted, self._acted = self._acted, []
+        for waiter in acted:
+            if not waiter.done():
+                waiter.set_result(None)
+
+    def cancel(self, reason: str | None) -> None:
+        if self._inline is not None:  # begin() is waiting on the upstream: stop that wait (the 2026 cancel)
+            self._interrupt(B.Cancelled(reason))
+            return
+        self.events.put_nowait(B.Cancelled(reason))
+
+    def _interrupt(self, event: Any) -> None:
+        """Stop :meth:`begin`'s upstream wait; the machine then handles ``event`` (the first one wins)."""
+        if self._inline is not None and self._interrupted is None:
+            self._interrupted = event
+            self._inline.cancel()

@@ -1,0 +1,129 @@
+"""``python -m gateway report [--since 30d] [--format table|json|html] [--db FILE] [--config FILE]`` (issue 4).
+
+Owns reading the usage store into :class:`adapters.usage_report.ReportBuilder` (with progress on stderr while it
+reads a large store) and the table/JSON renderers; HTML comes from :mod:`gateway.telemetry.dashboard`, so the file and the
+``/migration`` page are the same report. Sunsets come from the store (the pins each peer's sessions carried)
+and, when ``--config`` is given, from that file's peers (issue 3), which win.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+import time
+from collections.abc import Callable, Mapping
+from typing import Any, TextIO
+
+from adapters.usage import DAY_MS, day_number, iso_day
+from adapters.usage_report import ReportBuilder
+from gateway.config.settings import load_config
+from gateway.config.usage import DEFAULT_DB
+from gateway.telemetry.dashboard import render_html
+from gateway.telemetry.usage import UsageDb
+
+Progress = Callable[[int, int], None]
+
+
+def parse_since(text: str) -> int:
+    """``30d`` / ``4w`` -> days (at least 1)."""
+    match = re.fullmatch(r"\s*(\d+)\s*([dw]?)\s*", text or "")
+    if not match:
+        raise ValueError(f"--since must look like 30d or 4w, not {text!r}")
+    days = int(match.group(1)) * (7 if match.group(2) == "w" else 1)
+    return max(days, 1)
+
+
+def build_report(db: Any, since_days: int, today: str, sunsets: Mapping[str, str | None],
+                 progress: Progress | None = None, every: int = 10_000) -> dict[str, Any]:
+    since_ms = (day_number(today) - since_days + 1) * DAY_MS
+    total = db.count_rows(since_ms) if progress else 0
+    builder = ReportBuilder()
+    for row in db.rows(since_ms):
+        builder.add(row)
+        if progress and builder.rows % every == 0:
+            progress(builder.rows, total)
+    if progress:
+        progress(builder.rows, total)
+    return builder.finish(today, since_days, {**db.sunsets(), **sunsets})
+
+
+def stderr_progress(stream: TextIO = sys.stderr) -> Progress:
+    def show(done: int, total: int) -> None:
+        share = f" ({done * 100 // total}%)" if total else ""
+        end = "\n" if done >= total else ("\r" if stream.isatty() else "\n")
+        stream.write(f"reading usage store: {done}/{total} rows{share}{end}")
+        stream.flush()
+    return show
+
+
+def render_table(report: dict[str, Any]) -> str:
+    lines = [f"MCP migration report, {report['today']}, last {report['since_days']} days; deprecated features "
+             f"removable from {report['removal_date']} ({report['days_until_removal']} days)", ""]
+    head = f"{'peer':<14} {'client':<24} {'requests':>8} {'legacy':>7} {'sunset':>18}  verdict"
+    for peer in report["peers"]:
+        lines += [head, "-" * len(head)]
+        sunset = f"{peer['sunset']} ({peer['days_until_sunset']}d)" if peer["sunset"] else "none"
+        for row in [dict(peer, client="(all)"), *peer["clients"]]:
+            lines.append(f"{peer['peer']:<14} {row['client'][:24]:<24} {row['requests']:>8} "
+                         f"{row['legacy_share']:>7.0%} {sunset:>18}  {row['verdict']}")
+        lines.append(f"  deprecated features: {_pairs(peer['features'])}")
+        lines.append(f"  translation failures: {_pairs(peer['failures'])}")
+        lines.append(f"  legacy share by day: {_share_line(peer['series'])}")
+        lines.append("")
+    if not report["peers"]:
+        lines.append("no traffic recorded in this window")
+    return "\n".join(lines)
+
+
+def _pairs(counts: Mapping[str, int]) -> str:
+    return ", ".join(f"{k} {v}" for k, v in counts.items()) or "none"
+
+
+def _share_line(series: list[dict[str, Any]]) -> str:
+    days = [d for d in series if d["legacy"] + d["modern"]]
+    return " ".join(f"{d['day'][5:]}={d['legacy'] / (d['legacy'] + d['modern']):.0%}" for d in days[-14:]) or "-"
+
+
+def config_sunsets(path: str | None) -> dict[str, str | None]:
+    if not path:
+        return {}
+
+    pins = getattr(load_config(path), "pins", None)
+    if pins is None or not hasattr(pins, "peer_values"):
+        return {}
+    peers, default = pins.peer_values()
+    return {p.name: p.sunset for p in (*peers, default)}
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--since", default="30d", help="window, e.g. 30d or 4w (default 30d)")
+    parser.add_argument("--format", choices=("table", "json", "html"), default="table")
+    parser.add_argument("--db", default=DEFAULT_DB, help=f"usage store (default {DEFAULT_DB})")
+    parser.add_argument("--config", default=None, help="gateway config: its peers' sunset dates win")
+    parser.add_argument("--today", default=None, help=argparse.SUPPRESS)  # tests and what-if reports
+
+
+def run(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
+    from pathlib import Path
+
+
+    if not Path(args.db).exists():
+        print(f"no usage store at {args.db} (serve writes it; see [gateway.usage].db)", file=sys.stderr)
+        return 2
+    db = UsageDb(args.db)
+    try:
+        today = args.today or iso_day(int(time.time() * 1000) // DAY_MS)
+        report = build_report(db, parse_since(args.since), today, config_sunsets(args.config), stderr_progress())
+    finally:
+        db.close()
+    text = {"json": lambda r: json.dumps(r, indent=2), "html": render_html, "table": render_table}[args.format]
+    print(text(report), file=out)
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m gateway report", description="MCP migration report")
+    add_arguments(parser)
+    return run(parser.parse_args(argv))

@@ -1,0 +1,449 @@
+"""Migration-progress recording, the shell half (issue 4): collects facts about finished requests, keeps an
+in-memory rollup, and flushes it to SQLite off the request path.
+
+Owns the SQLite usage store (:class:`UsageDb`: schema, upsert, retention, reads), the
+per-app :class:`UsageRecorder` (label folding, rollup, Prometheus updates, and a periodic flush: a re-armed
+loop timer hands each swapped-out rollup to a worker thread; armed and stopped, with a last flush, by
+:func:`usage_context` in the app's ``cleanup_ctx``), and the two hooks the endpoint calls:
+:func:`observe_response` (requests answered without a bridge exchange) and :class:`ExchangeObserver` (a
+forwarded request, fed the bridge machine's action batches). Nothing here stores request content: only the
+labels and counts of :class:`adapters.usage.UsageRecord`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import sqlite3
+import threading
+import time
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
+
+from aiohttp import web
+
+from adapters import bridge as B
+from adapters.jsonwire import loads
+from gateway.config.usage import DEFAULT_DB, UsageConfig
+from adapters.usage import (DAY_MS, HOUR_MS, INPUT_KINDS, KEY_FIELDS, Facts, LabelFolder, add_to_rollup,
+                            build_record, fold_method, fold_revision, input_kind, legacy_request_features,
+                            modern_request_features, ordered, outcome_of)
+
+log = logging.getLogger("gateway.telemetry.usage")
+
+
+# --- SQLite -----------------------------------------------------------------------------------------------
+_KEY_COLUMNS = ", ".join(KEY_FIELDS)
+_SCHEMA = f"""
+CREATE TABLE IF NOT EXISTS usage (
+  bucket INTEGER NOT NULL, peer TEXT NOT NULL, client TEXT NOT NULL, client_version TEXT NOT NULL,
+  era TEXT NOT NULL, revision TEXT NOT NULL, method TEXT NOT NULL, translated INTEGER NOT NULL,
+  inputs TEXT NOT NULL, features TEXT NOT NULL, outcome TEXT NOT NULL, cause TEXT NOT NULL,
+  count INTEGER NOT NULL, rounds INTEGER NOT NULL, PRIMARY KEY ({_KEY_COLUMNS}));
+CREATE INDEX IF NOT EXISTS usage_bucket ON usage (bucket);
+CREATE TABLE IF NOT EXISTS peers (peer TEXT PRIMARY KEY, sunset TEXT, seen_ms INTEGER NOT NULL);
+"""
+_UPSERT = (f"INSERT INTO usage ({_KEY_COLUMNS}, count, rounds) VALUES ({', '.join('?' * (len(KEY_FIELDS) + 2))}) "
+           f"ON CONFLICT ({_KEY_COLUMNS}) DO UPDATE SET count = count + excluded.count, "
+           "rounds = rounds + excluded.rounds")
+
+
+class UsageDb:
+    """One SQLite file (or ``:memory:``). Used from one thread at a time: the flush runs in a worker thread
+    while the event loop never touches the connection (``check_same_thread=False`` for that hand-off)."""
+
+    def __init__(self, path: str | None) -> None:
+        self.path = path or ":memory:"
+        self.conn = sqlite3.connect(self.path, check_same_thread=False, timeout=10)
+        if self.path != ":memory:":
+            self.conn.execute("PRAGMA journal_mode=WAL")  # `report` can read while `serve` writes
+        self.conn.executescript(_SCHEMA)
+        self.lock = threading.Lock()  # the flush thread and a report thread may overlap
+
+    def close(self) -> None:
+        with self.lock:  # a flush thread still writing finishes first
+            self.conn.close()
+
+    def write(self, rollup: dict[tuple, list[int]], peers: dict[str, tuple[str | None, int]],
+              retention_days: int, now_ms: int) -> None:
+        with self.lock, self.conn:
+            self.conn.executemany(_UPSERT, [(*key, c, r) for key, (c, r) in rollup.items()])
+            self.conn.executemany("INSERT INTO peers VALUES (?, ?, ?) ON CONFLICT (peer) DO UPDATE SET "
+                                  "sunset = excluded.sunset, seen_ms = excluded.seen_ms",
+                                  [(p, s, t) for p, (s, t) in peers.items()])
+            self.conn.execute("DELETE FROM usage WHERE bucket < ?", (now_ms - retention_days * DAY_MS,))
+
+    def count_rows(self, since_ms: int) -> int:
+        with self.lock:
+            return self.conn.execute("SELECT COUNT(*) FROM usage WHERE bucket >= ?", (since_ms,)).fetchone()[0]
+
+    def rows(self, since_ms: int, chunk: int = 5000) -> Iterator[dict[str, Any]]:
+        names = [*KEY_FIELDS, "count", "rounds"]
+        with self.lock:
+            cursor = self.conn.execute(f"SELECT {_KEY_COLUMNS}, count, rounds FROM usage WHERE bucket >= ?",
+                                       (since_ms,))
+            while batch := cursor.fetchmany(chunk):
+                for values in batch:
+                    yield dict(zip(names, values))
+
+    def sunsets(self) -> dict[str, str | None]:
+        with self.lock:
+            return dict(self.conn.execute("SELECT peer, sunset FROM peers").fetchall())
+
+    def known_clients(self) -> list[tuple[str, str]]:
+        """Labels already admitted, oldest first (so a restart re-admits the same ones)."""
+        with self.lock:
+            return self.conn.execute("SELECT client, client_version FROM usage GROUP BY client, client_version "
+                                     "ORDER BY MIN(bucket)").fetchall()
+
+
+# --- the recorder -----------------------------------------------------------------------------------------
+class UsageRecorder:
+    """Per app. The request path only counts hashable :class:`Facts` (:meth:`note`: one dict update); folding
+    labels, the rollup and Prometheus counters happen in :meth:`drain`, once per distinct fact, at each flush,
+    scrape and dashboard read (latency timings likewise wait there, :meth:`gateway.telemetry.metrics.Metrics.fold`)."""
+
+    def __init__(self, config: UsageConfig, metrics: Any = None, clock_ms: Any = None,
+                 session_idle_seconds: float = 3600.0) -> None:
+        self.config, self.metrics = config, metrics
+        self.sessions = ActiveSessions(int(session_idle_seconds * 1000))
+        self.clock_ms = clock_ms or (lambda: int(time.time() * 1000))
+        self.folder = LabelFolder(config.max_clients, config.max_versions_per_client)
+        self.pending: dict[Facts, int] = {}
+        self.rollup: dict[tuple, list[int]] = {}
+        self.peers: dict[str, tuple[str | None, int]] = {}
+        self.db: UsageDb | None = None
+        self.recorded = 0
+
+    def open(self) -> None:
+        self.db = UsageDb(self.config.db)
+        self.folder.seed(self.db.known_clients())  # the same names keep their labels after a restart
+
+    def note(self, facts: Facts) -> None:
+        if self.config.enabled:
+            self.pending[facts] = self.pending.get(facts, 0) + 1
+
+    def drain(self) -> None:
+        pending, self.pending = self.pending, {}
+        for facts, count in pending.items():
+            record = build_record(self.folder, facts)
+            add_to_rollup(self.rollup, record, count)
+            self.peers[record.peer] = (record.sunset, record.ts_ms)
+            self.recorded += count
+            if self.metrics is not None:
+                self.metrics.observe(record, count)
+        if self.metrics is not None:
+            self.metrics.fold()
+
+    def flush_soon(self) -> asyncio.Future | None:
+        """Swap the rollup out and write it in a worker thread: the event loop never waits on SQLite. A write
+        that fails, or cannot even be handed to a thread (no file descriptors left), keeps its counts for the
+        next flush."""
+        self.drain()
+        if self.db is None or not (self.rollup or self.peers):
+            return None
+        rollup, peers, self.rollup, self.peers = self.rollup, self.peers, {}, {}
+        try:
+            future = asyncio.get_running_loop().run_in_executor(None, self._write, rollup, peers)
+        except Exception:
+            log.exception("usage flush could not start; keeping the counts for the next flush")
+            self._restore(rollup, peers)
+            return None
+        future.add_done_callback(self._written)
+        return future
+
+    def _write(self, rollup: dict[tuple, list[int]], peers: dict[str, tuple[str | None, int]]) -> Any:
+        assert self.db is not None
+        try:
+            self.db.write(rollup, peers, self.config.retention_days, self.clock_ms())
+        except Exception:  # sqlite3.Error, or the OS refusing a file: the counts go back, nothing is lost
+            log.exception("usage flush failed; keeping the counts for the next flush")
+            return rollup, peers
+        return None
+
+    def _written(self, future: asyncio.Future) -> None:
+        """On the loop again: a failed write's counts go back into the rollup."""
+        if future.cancelled() or future.exception() is not None or future.result() is None:
+            return
+        self._restore(*future.result())
+
+    def _restore(self, rollup: dict[tuple, list[int]], peers: dict[str, tuple[str | None, int]]) -> None:
+        for key, (count, rounds) in rollup.items():
+            slot = self.rollup.setdefault(key, [0, 0])
+            slot[0] += count
+            slot[1] += rounds
+        self.peers = {**peers, **self.peers}
+
+    async def flush(self) -> None:
+        future = self.flush_soon()
+        if future is not None:
+            await future
+
+    def _tick(self) -> None:
+        # A re-armed timer, not a long-lived task: between flushes nothing of ours runs or waits on the loop.
+        # Re-armed first, so that no failure of this flush can stop every later one.
+        self._timer = asyncio.get_running_loop().call_later(self.config.flush_seconds, self._tick)
+        try:
+            self._pending = self.flush_soon() or self._pending
+        except Exception:
+            log.exception("usage flush failed; the next one is still scheduled")
+
+    def start(self) -> None:
+        self.open()
+        self._pending: asyncio.Future | None = None
+        self._timer = asyncio.get_running_loop().call_later(self.config.flush_seconds, self._tick)
+
+    async def stop(self) -> None:
+        self._timer.cancel()
+        if self._pending is not None and not self._pending.done():
+            await asyncio.gather(self._pending, return_exceptions=True)
+        await self.flush()  # what exchanges ended at shutdown still recorded
+        assert self.db is not None
+        self.db.close()
+
+
+USAGE = web.AppKey("usage", UsageRecorder)
+
+
+def usage_context(recorder: UsageRecorder):
+    """A ``cleanup_ctx`` entry: open the store and arm the periodic flush; on shutdown stop it and flush last."""
+    async def lifetime(app: web.Application) -> AsyncIterator[None]:
+        recorder.start()
+        app[USAGE] = recorder
+        try:
+            yield
+        finally:
+            await recorder.stop()
+    return lifetime
+
+
+# --- hooks ------------------------------------------------------------------------------------------------
+_STARTED, _BRIDGED = "usage.started", "usage.bridged"
+_RECORDED_KINDS = ("initialize", "request", "modern")
+_MAX_PARSED_BODY = 256 * 1024  # bigger passthrough bodies are judged by HTTP status alone (not parsed twice)
+
+
+def request_identity(gw: Any, session: Any, kind: str, principal: str,
+                     params: Any) -> tuple[Any, Any, str | None]:
+    """(clientInfo, peer name, sunset) of a classified request: the session's pins snapshot (issue 3), else
+    the pins' matching for a session-less request, else the default peer with no sunset."""
+    params = params if isinstance(params, dict) else {}
+    if session is not None:
+        pins = getattr(session, "pins", None) or {}
+        return session.client_info, pins.get("name"), pins.get("sunset")
+    meta = params.get("_meta") if isinstance(params.get("_meta"), dict) else {}
+    info = params.get("clientInfo") if kind == "initialize" else meta.get("io.modelcontextprotocol/clientInfo")
+    table = getattr(gw, "pins", None)
+    if table is None:
+        return info, None, None
+    from adapters.peers import match_peer
+    peer = match_peer(table.peers, table.default, principal, info if isinstance(info, dict) else None)
+    return info, peer.name, peer.sunset
+
+
+def _revision(acc: Any, message: Any) -> Any:
+    if acc.session is not None:
+        return acc.session.protocol_version
+    params = acc.message.get("params") or {}
+    if acc.kind == "initialize":
+        result = message.get("result") if isinstance(message, dict) else None
+        return (result or {}).get("protocolVersion", params.get("protocolVersion"))
+    meta = params.get("_meta") if isinstance(params.get("_meta"), dict) else {}
+    return meta.get("io.modelcontextprotocol/protocolVersion", "2026-07-28")
+
+
+def _final_message(response: web.StreamResponse, kind: str = "") -> Any:
+    """The JSON-RPC answer of a plain JSON response (only read for its outcome); a stand-in otherwise."""
+    body = getattr(response, "body", None)
+    if kind != "initialize" and response.status < 400 and isinstance(body, bytes) and b'"error"' not in body:
+        return {"result": None}  # no error member anywhere: an answer, without parsing it (the hot path)
+    if isinstance(body, bytes) and len(body) <= _MAX_PARSED_BODY and response.content_type == "application/json":
+        try:
+            return loads(body)
+        except ValueError:
+            pass
+    if response.status >= 400:
+        return {"error": {"code": -32603, "message": f"HTTP {response.status}"}}
+    return {"result": None}  # an SSE passthrough: the gateway does not read modern streams
+
+
+def observe_response(request: web.Request, gw: Any, acc: Any, response: web.StreamResponse,
+                     bridged: bool | None = None) -> None:
+    """Record a request answered without a bridge exchange (local answers, initialize, modern passthrough).
+    ``bridged``: whether an exchange already counts it; by default, whether one was made for this HTTP request
+    (a batch's elements share theirs, so the batch says so per element). Accounting must never break a
+    request: any bug here is logged and swallowed."""
+    recorder = request.app.get(USAGE)
+    if recorder is None or not recorder.config.enabled:
+        return
+    try:
+        recorder.sessions.observe(acc, response, recorder.clock_ms())
+        if acc.kind in _RECORDED_KINDS and not (request.get(_BRIDGED) if bridged is None else bridged):
+            _record_plain(recorder, request, gw, acc, response)
+    except Exception:
+        log.exception("usage accounting failed (the request itself was answered)")
+
+
+def _record_plain(recorder: UsageRecorder, request: web.Request, gw: Any, acc: Any,
+                  response: web.StreamResponse) -> None:
+    message, legacy = _final_message(response, acc.kind), acc.kind != "modern"
+    method, params = acc.message.get("method"), acc.message.get("params")
+    info, peer, sunset = request_identity(gw, acc.session, acc.kind, acc.principal, params)
+    features = legacy_request_features(method) if legacy else modern_request_features(params)
+    era = "legacy" if legacy else "modern"
+    recorder.note(facts_of(recorder.clock_ms(), era, _revision(acc, message), method, False, info, peer, sunset,
+                           features=features, outcome=outcome_of(message)))
+    if recorder.metrics is not None and _STARTED in request:
+        recorder.metrics.request_seconds(era, time.perf_counter() - request[_STARTED])
+
+
+def facts_of(now_ms: int, era: str, revision: Any, method: Any, translated: bool, info: Any, peer: Any,
+             sunset: Any, rounds: int = 0, inputs: tuple[str, ...] = (), features: tuple[str, ...] = (),
+             outcome: tuple[str, str] = ("ok", "")) -> Facts:
+    """Hashable facts: the hour bucket, folded method and revision, plain-string client labels."""
+    info = info if isinstance(info, dict) else {}
+    name, version = info.get("name"), info.get("version")
+    return Facts(now_ms - now_ms % HOUR_MS, era, fold_revision(revision), fold_method(method), translated,
+                 (name if isinstance(name, str) else None, version if isinstance(version, str) else None),
+                 peer if isinstance(peer, str) else None, sunset if isinstance(sunset, str) else None,
+                 rounds, inputs, features, *outcome)
+
+
+def stamp_arrival(request: web.Request) -> None:
+    """The MCP endpoint's first step: the arrival time, for the latency histograms. Not a middleware: only this
+    endpoint's requests are timed, and a middleware is one more coroutine level for every request."""
+    request[_STARTED] = time.perf_counter()
+
+
+class ActiveSessions:
+    """Legacy sessions seen by this process, by revision, for the ``active legacy sessions`` gauge: added at a
+    successful initialize, touched by every session request, dropped at DELETE or after the idle timeout.
+
+    A request can end after its session did: a GET stream's handler returns when DELETE closes the stream, and
+    touching the session then would count it again for an hour. Ended ids are remembered (ids are random and
+    never reused; the memory is bounded) and never touched again."""
+
+    def __init__(self, idle_ms: int, cap: int = 100_000) -> None:
+        self.idle_ms, self.cap = idle_ms, cap
+        self.seen: dict[str, tuple[str, int]] = {}
+        self.ended: dict[str, None] = {}  # insertion-ordered: the oldest are forgotten first
+
+    def observe(self, acc: Any, response: web.StreamResponse, now: int) -> None:
+        sid = response.headers.get("Mcp-Session-Id") if acc.kind == "initialize" else None
+        if sid and len(self.seen) < self.cap:
+            self.seen[sid] = (fold_revision(_revision(acc, _final_message(response, acc.kind))), now)
+        elif acc.session is not None and acc.kind == "delete":
+            self._end(acc.session.session_id)
+        elif acc.session is not None and acc.session.session_id not in self.ended:
+            self.seen[acc.session.session_id] = (acc.session.protocol_version, now)
+
+    def _end(self, session_id: str) -> None:
+        self.seen.pop(session_id, None)
+        self.ended[session_id] = None
+        if len(self.ended) > self.cap:
+            del self.ended[next(iter(self.ended))]
+
+    def by_revision(self, now: int) -> dict[str, int]:
+        self.seen = {s: v for s, v in self.seen.items() if now - v[1] <= self.idle_ms}
+        counts: dict[str, int] = {}
+        for revision, _ in self.seen.values():
+            counts[revision] = counts.get(revision, 0) + 1
+        return counts
+
+
+_GOING_ON = (B.CallUpstream, B.Finish)
+
+
+class ExchangeObserver:
+    """Follows one bridged request through the bridge machine's action batches (the exchange calls it with each
+    batch) and records it once, when the exchange calls :meth:`done` at its end (Finish, cancellation or
+    shutdown; the first round may run in the handler's task, so there is no task of its own to watch).
+
+    Timing, from batch timestamps: an upstream round lasts from a ``CallUpstream`` batch to the next non-empty
+    batch; a client wait from a batch that sent requests to the client until the batch that goes upstream again
+    or finishes. Translation overhead is the rest of the request's life: the gateway's own work (DIGEST §3
+    steps 1-6: classify, build, map results) plus scheduling."""
+
+    def __init__(self, recorder: UsageRecorder, facts: dict[str, Any], started: float) -> None:
+        self.recorder, self.facts, self.started = recorder, facts, started
+        self.calls, self.inputs, self.features = 0, set(), set(facts.pop("features"))
+        self.final: Any = None
+        self.finished: float | None = None
+        self.waits: list[float] = []  # upstream round latencies and client waits (seconds)
+        self.rounds_s: list[float] = []
+        self._upstream_since: float | None = None
+        self._client_since: float | None = None
+        self._recorded = False
+        self._seen_round = -1
+
+    def __call__(self, record: Any, actions: list[Any]) -> None:
+        if not actions:
+            return  # a partial answer: nothing starts or ends here
+        now = time.perf_counter()
+        if self._upstream_since is not None:
+            self.rounds_s.append(now - self._upstream_since)
+            self._upstream_since = None
+        if self._client_since is not None and any(type(a) in _GOING_ON for a in actions):
+            self.waits.append(now - self._client_since)
+            self._client_since = None
+        for action in actions:
+            self._note(action, now)
+        requests = getattr(record, "input_requests", None)
+        if requests and record.round != self._seen_round:  # each round's input requests, once
+            self._seen_round = record.round
+            for entry in requests.values():
+                kind, features = input_kind(entry)
+                if kind is not None:
+                    self.inputs.add(kind)
+                    self.features.update(features)
+
+    def _note(self, action: Any, now: float) -> None:
+        if isinstance(action, B.CallUpstream):
+            self.calls += 1
+            self._upstream_since = now
+        elif isinstance(action, B.SendToClient) and "id" in action.message and self._client_since is None:
+            self._client_since = now
+        elif isinstance(action, B.Finish) and self.finished is None:
+            self.final, self.finished = action.message, now
+
+    def done(self) -> None:
+        if self._recorded:
+            return
+        self._recorded = True
+        try:
+            self._record()
+        except Exception:
+            log.exception("usage accounting failed for a bridged request")
+
+    def _record(self) -> None:
+        end = self.finished if self.finished is not None else time.perf_counter()
+        inputs = tuple(k for k in INPUT_KINDS if k in self.inputs) if self.inputs else ()
+        self.recorder.note(facts_of(**self.facts, rounds=max(self.calls - 1, 0), inputs=inputs,
+                                    features=ordered(self.features), outcome=outcome_of(self.final)))
+        metrics = self.recorder.metrics
+        if metrics is None:
+            return
+        total = end - self.started
+        metrics.request_seconds("legacy", total)
+        metrics.bridge_timings(self.rounds_s, max(total - sum(self.rounds_s) - sum(self.waits), 0.0))
+
+
+def exchange_observer(request: web.Request, gw: Any, session: Any, message: dict[str, Any]) -> Any:
+    """The observer for a request about to be bridged, or None when usage recording is off."""
+    recorder = request.app.get(USAGE)
+    if recorder is None or not recorder.config.enabled:
+        return None
+    request[_BRIDGED] = True  # observe_response must not count this request a second time
+    info, peer, sunset = request_identity(gw, session, "request", session.principal, message.get("params"))
+    facts = {"now_ms": recorder.clock_ms(), "era": "legacy", "revision": session.protocol_version,
+             "method": message.get("method"), "translated": True, "info": info, "peer": peer,
+             "sunset": sunset, "features": legacy_request_features(message.get("method"))}
+    return ExchangeObserver(recorder, facts, request.get(_STARTED, time.perf_counter()))
+
+
+def serve_defaults(config: Any, db: str | None) -> Any:
+    """``serve`` keeps history by default: ``--usage-db``, else ``[gateway.usage].db``, else the default file."""
+    usage = getattr(config, "usage", None)
+    if usage is None:
+        return config
+    return config.model_copy(update={"usage": usage.model_copy(update={"db": db or usage.db or DEFAULT_DB})})

@@ -1,0 +1,195 @@
+"""The upstream client: one keep-alive connection pool (:mod:`gateway.upstream.h1`) per upstream that POSTs the bodies
+built by ``adapters.upstream`` and reads JSON or SSE answers.
+
+Every failure mode — refused, timeout, HTTP 5xx, a 401/403 (``adapters.errors.token_refused``), another 4xx
+without a JSON-RPC error body, non-JSON, a stream that ends without the response — becomes an :class:`UpstreamFailure` carrying an ``ErrorValue`` for the original
+request; an upstream HTTP 400/404 *with* a JSON-RPC error body is returned as that error, never as a status
+(DIGEST §4.2). Closing the response is the 2026 cancel (DIGEST §4.10): cancelling :meth:`call` does exactly that.
+
+A ``subscriptions/listen`` (ours or a modern client's, told by its ``Mcp-Method`` header) stays open as long as
+its subscriber: it takes a slot of the pool's stream limit, never one of the request limit (:mod:`gateway.upstream.h1`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+from adapters.errors import ErrorValue, token_refused, upstream_failure
+from adapters.jsonwire import dumps, loads
+from adapters.sse import SseDecoder
+from adapters.upstream import UpstreamCall
+from gateway.upstream.h1 import BrokenResponse, H1Pool, H1Response, PoolBusy, Unreachable
+
+Notify = Callable[[dict[str, Any]], None]
+
+
+class UpstreamFailure(Exception):
+    def __init__(self, error: ErrorValue) -> None:
+        super().__init__(error.message)
+        self.error = error
+
+
+class UpstreamClient:
+    def __init__(self, url: str, *, connect_timeout: float, read_timeout: float,
+                 tap: Callable[[str, Any], None] | None = None, auth: str = "forward",
+                 credential: str | None = None, max_connections: int = 100,
+                 max_stream_connections: int = 1000) -> None:
+        self.url = url
+        # No cookies are kept: one pool serves every session and principal, so a cookie an upstream set for one
+        # would be sent for all.
+        self.pool = H1Pool(url, connect_timeout=connect_timeout, read_timeout=read_timeout, limit=max_connections,
+                           stream_limit=max_stream_connections)
+        self._tap = tap
+        # gateway.config.pins: "forward" (shared audience), "gateway" (our own credential) or "none".
+        self._auth, self._credential = auth, credential
+
+    def authorize(self, headers: dict[str, str]) -> dict[str, str]:
+        """The headers with the Authorization this upstream may see (no token passthrough across audiences)."""
+        if self._auth == "forward":
+            return headers
+        out = {k: v for k, v in headers.items() if k.lower() != "authorization"}
+        if self._auth == "gateway" and self._credential:
+            out["Authorization"] = f"Bearer {self._credential}"
+        return out
+
+    async def close(self) -> None:
+        await self.pool.close()
+
+    async def post(self, body: bytes, headers: dict[str, str]) -> H1Response:
+        """One POST with this upstream's authorization rules; failures as :class:`UpstreamFailure`."""
+        try:
+            async with FAILURES:
+                return await self.pool.post(body, self.authorize(headers), stream=_is_listen(headers))
+        except ValueError as exc:  # a header that would break the framing: nothing was sent
+            raise UpstreamFailure(upstream_failure("stream_broken", str(exc))) from exc
+
+    async def call(self, call: UpstreamCall, on_notification: Notify) -> tuple[str, dict[str, Any]]:
+        """``("result", result)`` or ``("error", error)`` for the request; notifications go to the callback.
+
+        A JSON answer is read here directly, not through :meth:`messages`: an async generator left suspended
+        after its one message is only closed by the loop's finalizer task, which would hold the connection
+        back from the pool until then (and cost a task per request)."""
+        async with FAILURES, await self.open(call) as resp:
+            if not _is_stream(resp):
+                answer = _answer(call, await _json_message(resp), on_notification)
+                if answer is not None:
+                    return answer
+            else:
+                async for message in _sse_messages(resp):
+                    answer = _answer(call, message, on_notification)
+                    if answer is not None:
+                        return answer
+        raise UpstreamFailure(upstream_failure("stream_broken", "the upstream stream ended without a response"))
+
+    async def open(self, call: UpstreamCall) -> H1Response:
+        """POST one request; the response once its head arrived (a 5xx is already a failure here)."""
+        if self._tap is not None:
+            self._tap("upstream", call.body)
+        resp = await self.post(dumps(call.body), call.headers)
+        if resp.status >= 500:
+            resp.release()
+            raise UpstreamFailure(upstream_failure("http_5xx", f"HTTP {resp.status}"))
+        if resp.status in (401, 403):
+            raise UpstreamFailure(await self.refused(resp))
+        return resp
+
+    @property
+    def forwards_token(self) -> bool:
+        return self._auth == "forward"
+
+    async def refused(self, resp: H1Response) -> ErrorValue:
+        """An HTTP 401/403 answer (read and released) as the error for the request (adapters.errors.token_refused)."""
+        async with resp:
+            raw = await resp.read()
+        try:
+            body = loads(raw)
+        except ValueError:
+            body = None
+        error = body.get("error") if isinstance(body, dict) else None
+        return token_refused(resp.status, resp.headers.get("www-authenticate"),
+                             error if isinstance(error, dict) else None, self.forwards_token)
+
+    async def messages(self, call: UpstreamCall) -> AsyncIterator[dict[str, Any]]:
+        """Every JSON-RPC message the upstream sends for one POST (one for JSON, many for SSE)."""
+        async with FAILURES, await self.open(call) as resp:
+            if _is_stream(resp):
+                async for message in _sse_messages(resp):
+                    yield message
+            else:
+                yield await _json_message(resp)
+
+
+class _Failures:
+    """The one mapping of the pool's errors (while connecting, sending or reading a response) to
+    :class:`UpstreamFailure`. Stateless: use the one instance, :data:`FAILURES`, as an async context manager."""
+
+    async def __aenter__(self) -> None:
+        return None
+
+    async def __aexit__(self, kind: Any, exc: BaseException | None, _tb: Any) -> None:
+        if isinstance(exc, PoolBusy):  # the upstream may be fine: the gateway's own connection limit is full
+            raise UpstreamFailure(upstream_failure("busy", str(exc))) from exc
+        if isinstance(exc, Unreachable):
+            raise UpstreamFailure(upstream_failure("unreachable", str(exc))) from exc
+        if isinstance(exc, TimeoutError):
+            raise UpstreamFailure(upstream_failure("timeout", "no answer in time")) from exc
+        if isinstance(exc, BrokenResponse):
+            raise UpstreamFailure(upstream_failure("stream_broken", str(exc))) from exc
+
+
+FAILURES = _Failures()
+
+
+def _is_listen(headers: dict[str, str]) -> bool:
+    """A listen is answered by a stream that lasts as long as its subscriber (DIGEST §1.9)."""
+    for name, value in headers.items():
+        if value == "subscriptions/listen" and name.lower() == "mcp-method":
+            return True
+    return False
+
+
+def _is_stream(resp: H1Response) -> bool:
+    return resp.status == 200 and resp.content_type == "text/event-stream"
+
+
+def _answer(call: UpstreamCall, message: dict[str, Any], on_notification: Notify) -> tuple[str, Any] | None:
+    """The outcome if ``message`` answers ``call``; None for a notification or someone else's message."""
+    if "method" in message and "id" not in message:
+        on_notification(message)
+        return None
+    if isinstance(message.get("error"), dict) and message.get("id") in (None, call.body.get("id")):
+        return "error", message["error"]  # id null: rejected before the id was read (still ours)
+    if message.get("id") != call.body.get("id"):
+        return None
+    if "result" in message:
+        return "result", message["result"]
+    raise UpstreamFailure(upstream_failure("invalid_response", "a response with neither result nor error"))
+
+
+async def _json_message(resp: H1Response) -> dict[str, Any]:
+    raw = await resp.read()
+    try:
+        message = loads(raw)
+    except ValueError:
+        message = None
+    if not isinstance(message, dict) or message.get("jsonrpc") != "2.0":
+        kind = "http_status" if resp.status >= 400 else "non_json"
+        raise UpstreamFailure(upstream_failure(kind, f"HTTP {resp.status} without a JSON-RPC body"))
+    if resp.status >= 400 and not isinstance(message.get("error"), dict):
+        raise UpstreamFailure(upstream_failure("http_status", f"HTTP {resp.status}"))
+    return message
+
+
+async def _sse_messages(resp: H1Response) -> AsyncIterator[dict[str, Any]]:
+    decoder = SseDecoder()
+    async for chunk in resp.chunks():
+        for data in decoder.feed(chunk):
+            if not data:
+                continue  # priming / empty events
+            try:
+                message = loads(data)
+            except ValueError as exc:
+                raise UpstreamFailure(upstream_failure("non_json", "an SSE event was not JSON")) from exc
+            if isinstance(message, dict):
+                yield message

@@ -1,0 +1,57 @@
+"""The benchmark's verdicts on issue 6's targets (``bench.targets``), from made-up ratios: each target
+flips at its limit, an unmeasured one is neither met nor missed, and a dropped idle stream is a miss."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from bench.targets import missed, verdicts
+
+
+def _ratios(**c1: float) -> dict[str, Any]:
+    base = {"passthrough/forwarder": 1.0, "translated/forwarder": 1.2, "bridged_round_added_ms": 0.9,
+            "gateway_cpu_us_per_translated": 390.0}
+    return {"c1": {**base, **c1}, "c32": {**base, "gateway_cpu_us_per_translated": 300.0},
+            "idle": [{"sessions": 10000, "kib_per_session": 23.1, "held": 10000}]}
+
+
+def _by_name(ratios: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {row["target"]: row for row in verdicts(ratios)}
+
+
+def test_every_target_is_met_at_its_limit_and_missed_just_above_it() -> None:
+    assert missed(verdicts(_ratios())) == []
+    at_limit = _ratios(**{"passthrough/forwarder": 1.10, "translated/forwarder": 1.25,
+                          "bridged_round_added_ms": 1.0, "gateway_cpu_us_per_translated": 400.0})
+    assert missed(verdicts(at_limit)) == []
+    for key, over, name in [("passthrough/forwarder", 1.11, "passthrough/forwarder median, c=1"),
+                            ("translated/forwarder", 1.26, "translated/forwarder median, c=1"),
+                            ("bridged_round_added_ms", 1.01, "bridged round added ms, c=1"),
+                            ("gateway_cpu_us_per_translated", 401.0, "gateway CPU us per translated request, c=1")]:
+        assert missed(verdicts(_ratios(**{key: over}))) == [name]
+
+
+def test_cpu_is_judged_at_every_concurrency_measured() -> None:
+    ratios = _ratios()
+    ratios["c32"]["gateway_cpu_us_per_translated"] = 650.0
+    assert missed(verdicts(ratios)) == ["gateway CPU us per translated request, c=32"]
+
+
+def test_idle_memory_and_sessions_held() -> None:
+    ratios = _ratios()
+    ratios["idle"] = [{"sessions": 1000, "kib_per_session": 24.5, "held": 1000},
+                      {"sessions": 10000, "kib_per_session": 23.0, "held": 9999}]
+    assert missed(verdicts(ratios)) == ["KiB per idle session, 1000 sessions",
+                                       "idle sessions whose GET stream stayed open, of 10000"]
+
+
+def test_a_target_not_measured_is_neither_met_nor_missed() -> None:
+    ratios = _ratios()
+    del ratios["c1"]  # --concurrency 32 alone: the c=1 targets were not measured
+    ratios["idle"] = []
+    rows = _by_name(ratios)
+    assert rows["translated/forwarder median, c=1"]["met"] is None
+    assert rows["bridged round added ms, c=1"]["value"] is None
+    assert "gateway CPU us per translated request, c=1" not in rows
+    assert rows["gateway CPU us per translated request, c=32"]["met"] is True
+    assert missed(verdicts(ratios)) == []

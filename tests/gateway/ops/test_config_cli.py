@@ -1,0 +1,123 @@
+"""Configuration loading, the documented example, and the CLI main command (embedded core)."""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import json
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import aiohttp
+import pytest
+
+from gateway.http.app import create_app
+from gateway.ops.cli import parser, served_app
+from gateway.ops.loops import tune_gc
+from gateway.config.settings import GatewayConfig, LimitsConfig, load_config
+from tests.gateway.conftest import Legacy
+
+ROOT = Path(__file__).resolve().parents[3]
+EXAMPLE = ROOT / "config" / "gateway.example.toml"
+
+
+def test_example_documents_every_key_and_loads_to_the_defaults() -> None:
+    text = EXAMPLE.read_text()
+    keys = [k for k in GatewayConfig.model_fields if k not in ("pins", "limits")] + list(LimitsConfig.model_fields)
+    assert "[gateway.limits]" in text
+    undocumented = [k for k in keys if f"{k} =" not in text and f"# {k} =" not in text]
+    assert not undocumented
+    loaded = load_config(EXAMPLE)
+    assert loaded.model_dump(exclude={"pins"}) == GatewayConfig().model_dump(exclude={"pins"})
+
+
+def test_overrides_and_strictness(tmp_path) -> None:
+    path = tmp_path / "g.toml"
+    path.write_text('[gateway]\nport = 9000\n[gateway.limits]\nmax_rounds = 3\n')
+    config = load_config(path, port=9100, upstream_url=None)
+    assert config.port == 9100 and config.limits.max_rounds == 3 and config.upstream_url is None
+    assert config.limits.to_limits().max_rounds == 3
+    path.write_text('[gateway]\nno_such_key = 1\n')
+    with pytest.raises(Exception, match="no_such_key"):
+        load_config(path)
+    with pytest.raises(Exception):
+        config.port = 1  # frozen
+
+
+def test_cli_arguments() -> None:
+    args = parser().parse_args(["serve", "--port", "0", "--upstream", "http://u/mcp"])
+    assert (args.command, args.port, args.upstream, args.host, args.config) == ("serve", 0, "http://u/mcp", None, None)
+    assert args.gc_gen0 == 10_000 and parser().parse_args(["serve", "--gc-gen0", "0"]).gc_gen0 == 0
+
+
+async def test_serve_tunes_the_gc_once_the_app_started(aiohttp_client, tmp_path) -> None:
+    pytest.importorskip("modern_server.app")
+    before = gc.get_threshold()
+    args = parser().parse_args(["serve", "--gc-gen0", "4321", "--usage-db", str(tmp_path / "usage.sqlite3")])
+    app, config = served_app(args)
+    assert config.usage.db == str(tmp_path / "usage.sqlite3") and gc.get_threshold() == before
+    try:
+        client = Legacy(await aiohttp_client(app))  # runs the start-up hooks, as run_app does
+        assert gc.get_threshold()[0] == 4321 and gc.get_freeze_count() > 1000
+        assert (await client.initialize())["serverInfo"]["name"] == "mcp-reference-core"
+    finally:
+        gc.unfreeze()
+        gc.set_threshold(*before)
+
+
+def test_gc_tuning_freezes_the_start_up_heap_and_raises_the_young_threshold() -> None:
+    before = gc.get_threshold()
+    try:
+        tune_gc(0)  # 0: Python's defaults, nothing frozen
+        assert gc.get_threshold() == before and gc.get_freeze_count() == 0
+        tune_gc(12_345)
+        assert gc.get_threshold() == (12_345, *before[1:])
+        assert gc.get_freeze_count() > 1000  # this process's modules, pydantic's validators...
+    finally:
+        gc.unfreeze()
+        gc.set_threshold(*before)
+
+
+async def test_embedded_core_in_the_same_process(aiohttp_client) -> None:
+    pytest.importorskip("modern_server.app")
+    client = Legacy(await aiohttp_client(create_app(load_config())))
+    result = await client.initialize()
+    assert result["serverInfo"]["name"] == "mcp-reference-core"
+    message = await client.call("tools/call", {"name": "echo", "arguments": {"text": "embedded"}})
+    assert message["result"]["content"][0]["text"] == "embedded"
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+async def test_python_m_gateway_serve_is_the_main_command(tmp_path) -> None:
+    pytest.importorskip("modern_server.app")
+    port = _free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "gateway", "serve", "--port", str(port),
+                             "--usage-db", str(tmp_path / "usage.sqlite3")], cwd=ROOT,
+                            env={**os.environ, "PYTHONPATH": str(ROOT)}, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    body = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "cli-test", "version": "1"}}}
+    headers = {"Accept": "application/json, text/event-stream"}
+    try:
+        async with aiohttp.ClientSession() as http:
+            for _ in range(200):
+                try:
+                    async with http.post(f"http://127.0.0.1:{port}/mcp", json=body, headers=headers) as resp:
+                        message = json.loads(await resp.text())
+                        break
+                except aiohttp.ClientConnectionError:
+                    await asyncio.sleep(0.05)
+            else:
+                pytest.fail("the gateway did not come up")
+        assert resp.headers["Mcp-Session-Id"] and message["result"]["protocolVersion"] == "2025-11-25"
+    finally:
+        proc.terminate()
+        proc.wait(10)

@@ -1,0 +1,118 @@
+"""The first upstream round of a forwarded request runs in the handler (``Exchange.begin``): a lone response is
+answered as JSON with no task, stream or saved round, and everything else escalates to the full exchange with
+nothing lost (notifications, cancellation, session end, the total limit, the bridge)."""
+
+from __future__ import annotations
+
+import asyncio
+
+from gateway.http.app import GATEWAY
+from tests.gateway.conftest import Legacy, text
+from tests.gateway.http.test_bridge_shell import SAMPLED, _hold, gateway_tasks, two_rounds
+
+
+def _runtime(legacy: Legacy):
+    return legacy.client.app[GATEWAY].runtimes[legacy.session_id]
+
+
+async def test_a_plain_request_makes_no_stream_no_task_and_saves_no_round(legacy, upstream) -> None:
+    upstream.script["tools/call"] = lambda b, r: text("fast")
+    await legacy.initialize()
+    gw, saved = legacy.client.app[GATEWAY], []
+    real_put = gw.store.put_round
+
+    async def put_round(record):
+        saved.append(record)
+        await real_put(record)
+    gw.store.put_round = put_round
+    for _ in range(3):
+        resp = await legacy.post("tools/call", {"name": "echo", "arguments": {}})
+        assert resp.content_type == "application/json"
+        assert (await resp.json())["result"]["content"][0]["text"] == "fast"
+    runtime = _runtime(legacy)
+    assert runtime.streams == {} and runtime.exchanges == {} and runtime.tasks == set() and saved == []
+
+
+async def test_a_bridged_request_still_saves_its_round_while_it_waits(legacy, upstream) -> None:
+    upstream.script["tools/call"] = two_rounds
+    await legacy.initialize()
+    resp = await legacy.post("tools/call", {"name": "t", "arguments": {}})
+    await legacy.next_event(resp)  # priming
+    _, first = await legacy.next_event(resp)
+    _, second = await legacy.next_event(resp)
+    gw = legacy.client.app[GATEWAY]
+    (pending,) = await gw.store.rounds_of(legacy.session_id)
+    assert pending.phase == "awaiting_client" and pending.request_state == "s1\u00e9"
+    for ask in (first, second):
+        await legacy.answer(ask["id"], SAMPLED)
+    _, third = await legacy.next_event(resp)
+    await legacy.answer(third["id"], SAMPLED)
+    _, final = await legacy.next_event(resp)
+    assert final["result"]["content"][0]["text"] == "bridged"
+    assert await gw.store.rounds_of(legacy.session_id) == []
+
+
+async def test_a_notification_that_comes_unasked_is_sent_before_the_response(legacy, upstream) -> None:
+    # No progress token and no log level: the first round runs in the handler, yet the upstream logs anyway.
+    upstream.script["tools/call"] = lambda b, r: [
+        {"jsonrpc": "2.0", "method": "notifications/message", "params": {"level": "info", "data": "unasked"}},
+        text("done")]
+    await legacy.initialize()
+    resp = await legacy.post("tools/call", {"name": "t", "arguments": {}})
+    assert resp.status == 200 and resp.content_type == "text/event-stream"
+    events = await legacy.events(resp)
+    assert [e.get("method", "response") for e in events] == ["notifications/message", "response"]
+    assert events[0]["params"]["data"] == "unasked" and events[1]["result"]["content"][0]["text"] == "done"
+
+
+async def test_delete_during_the_first_round_ends_the_request_and_leaves_nothing(legacy, upstream) -> None:
+    upstream.script["tools/call"] = lambda b, r: [_hold(r)]
+    await legacy.initialize()
+    post = asyncio.ensure_future(legacy.post("tools/call", {"name": "t", "arguments": {}}))
+    while not upstream.calls("tools/call"):
+        await asyncio.sleep(0.01)
+    runtime = _runtime(legacy)
+    assert list(runtime.exchanges) == [legacy.next_id]  # in flight, though no task of its own runs it
+    assert (await legacy.client.delete("/mcp", headers=legacy.headers())).status == 204
+    assert (await asyncio.wait_for(post, 10)).status == 202  # no response for a request of a dead session
+    assert runtime.exchanges == {} and gateway_tasks() == []
+
+
+async def test_the_total_limit_applies_to_the_first_round(make_gateway, upstream) -> None:
+    legacy = Legacy(await make_gateway(limits={"total_timeout_seconds": 0.2}))
+    upstream.script["tools/call"] = lambda b, r: [_hold(r)]
+    await legacy.initialize()
+    message = await asyncio.wait_for(legacy.call("tools/call", {"name": "t", "arguments": {}}), 10)
+    assert "total_timeout_seconds" in message["error"]["message"]
+    assert (await legacy.call("ping"))["result"] == {} and _runtime(legacy).exchanges == {}
+
+
+async def test_the_total_limit_counts_from_arrival_after_escalating(make_gateway, upstream) -> None:
+    legacy = Legacy(await make_gateway(limits={"total_timeout_seconds": 0.3}))
+    upstream.script["tools/call"] = two_rounds
+    await legacy.initialize()
+    resp = await legacy.post("tools/call", {"name": "t", "arguments": {}})
+    events = await asyncio.wait_for(legacy.events(resp), 10)  # the client never answers
+    final = [e for e in events if e.get("id") == legacy.next_id]
+    assert len(final) == 1 and "total_timeout_seconds" in final[0]["error"]["message"]
+    assert [e["method"] for e in events if "method" in e].count("notifications/cancelled") == 2
+
+
+async def test_a_reused_id_is_refused_while_the_first_round_is_in_flight(legacy, upstream) -> None:
+    release = asyncio.Event()
+
+    async def slow():
+        await release.wait()
+        return text("first")
+    upstream.script["tools/call"] = lambda b, r: [slow]
+    await legacy.initialize()
+    first = asyncio.ensure_future(legacy.post("tools/call", {"name": "t", "arguments": {}}))
+    while not upstream.calls("tools/call"):
+        await asyncio.sleep(0.01)
+    legacy.next_id -= 1  # the same id again
+    again = await legacy.call("tools/call", {"name": "t", "arguments": {}})
+    assert "already in flight" in again["error"]["message"]
+    release.set()
+    resp = await first
+    assert resp.content_type == "application/json"  # the refusal did not disturb the request in flight
+    assert (await resp.json())["result"]["content"][0]["text"] == "first"

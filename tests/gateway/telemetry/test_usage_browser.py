@@ -1,0 +1,155 @@
+"""``GET /migration`` in a real headless browser (issue 4): Debian's Chromium driven over the DevTools protocol
+(the ``websockets`` dependency, no Playwright download). Loads the page through the one-time ``?token=`` step,
+reads the drawn charts back from the DOM (numbers and on-screen sizes), and keeps a screenshot as an artifact
+under ``tmp/artifacts/`` (its path is printed; the folder is git-ignored)."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import itertools
+import json
+import os
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+import websockets
+
+from gateway.http.app import create_app
+from gateway.config.settings import load_config
+from mcp import Client
+from mcp.shared.exceptions import MCPError
+
+from tests.gateway.telemetry.test_usage_e2e import info, legacy_script, modern_script
+
+CHROMIUM = "/usr/bin/chromium"
+ROOT = Path(__file__).resolve().parents[3]
+ARTIFACTS = Path(os.environ.get("ARTIFACTS_DIR", ROOT / "tmp" / "artifacts"))
+pytestmark = pytest.mark.skipif(not Path(CHROMIUM).exists(),
+                                reason=f"{CHROMIUM} is absent (apt-get install -y chromium; .ci/run does it)")
+FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+         "--disable-background-networking", "--disable-component-update", "--disable-sync",
+         "--remote-debugging-port=0", "--window-size=1100,1400"]
+
+
+class Cdp:
+    """The smallest DevTools-protocol client: commands by id, events into a queue, one flattened page session."""
+
+    def __init__(self, ws: Any) -> None:
+        self.ws, self.ids, self.pending, self.events = ws, itertools.count(1), {}, asyncio.Queue()
+        self.reader = asyncio.get_running_loop().create_task(self._read())
+        self.session: str | None = None
+
+    async def _read(self) -> None:
+        async for raw in self.ws:
+            message = json.loads(raw)
+            future = self.pending.pop(message.get("id"), None)
+            if future is not None:
+                future.set_result(message)
+            elif "method" in message:
+                self.events.put_nowait(message)
+
+    async def send(self, method: str, **params: Any) -> dict[str, Any]:
+        ident = next(self.ids)
+        body: dict[str, Any] = {"id": ident, "method": method, "params": params}
+        if self.session and not method.startswith("Target."):
+            body["sessionId"] = self.session
+        self.pending[ident] = future = asyncio.get_running_loop().create_future()
+        await self.ws.send(json.dumps(body))
+        message = await asyncio.wait_for(future, 30)
+        assert "error" not in message, message
+        return message["result"]
+
+    async def wait_for(self, method: str) -> dict[str, Any]:
+        while True:
+            event = await asyncio.wait_for(self.events.get(), 30)
+            if event["method"] == method:
+                return event
+
+
+async def devtools_url(profile: Path, proc: subprocess.Popen) -> str:
+    marker = profile / "DevToolsActivePort"
+    for _ in range(300):
+        if marker.exists() and len(marker.read_text().splitlines()) >= 2:
+            port, path = marker.read_text().splitlines()[:2]
+            return f"ws://127.0.0.1:{port}{path}"
+        assert proc.poll() is None, "chromium exited early"
+        await asyncio.sleep(0.1)
+    raise AssertionError("chromium did not open its DevTools port")
+
+
+READ_CHARTS = """JSON.stringify({
+  summary: document.querySelector('#summary').dataset.daysUntilRemoval,
+  peers: [...document.querySelectorAll('section.peer')].map(s => ({
+    peer: s.dataset.peer, verdict: s.querySelector('.verdict').textContent,
+    share: (c => ({legacy: +c.dataset.legacy, modern: +c.dataset.modern,
+                   width: c.getBoundingClientRect().width,
+                   bars: [...c.querySelectorAll('rect.bar')].filter(r => +r.dataset.count > 0).map(r => ({
+                     kind: r.classList[1], day: r.dataset.day, count: +r.dataset.count,
+                     height: r.getBoundingClientRect().height}))}))(s.querySelector('svg.chart.share')),
+    features: [...s.querySelectorAll('svg.chart.features rect.bar')].map(r => ({
+      feature: r.dataset.feature, count: +r.dataset.count, width: r.getBoundingClientRect().width})),
+    failures: [...s.querySelectorAll('svg.chart.failures rect.bar')].map(r => ({
+      cause: r.dataset.failure, count: +r.dataset.count, width: r.getBoundingClientRect().width})),
+    clients: [...s.querySelectorAll('tr.client')].map(r => [r.dataset.client, r.dataset.verdict])}))})"""
+
+
+async def test_the_dashboard_renders_the_right_numbers(aiohttp_server, tmp_path, monkeypatch) -> None:
+    monkeypatch.setenv("TEST_DASHBOARD_TOKEN", "t0ken-for-browser")
+    config = load_config(sse_retry_ms=50, usage={"db": str(tmp_path / "usage.db"), "flush_seconds": 3600,
+                                                 "admin_token_env": "TEST_DASHBOARD_TOKEN"})
+    server = await aiohttp_server(create_app(config))
+    await legacy_script(str(server.make_url("/mcp")))
+    await modern_script(str(server.make_url("/mcp")))
+    async with Client(str(server.make_url("/mcp")), mode="legacy", client_info=info("no-sampling")) as client:
+        with pytest.raises(MCPError):  # declared no sampling: a "missing capability" failure
+            await client.call_tool("summarize_repo", {"repo": "demo"})
+    profile = tmp_path / "profile"
+    proc = subprocess.Popen([CHROMIUM, *FLAGS, f"--user-data-dir={profile}", "about:blank"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        async with websockets.connect(await devtools_url(profile, proc), max_size=None) as ws:
+            cdp = Cdp(ws)
+            target = await cdp.send("Target.createTarget", url="about:blank")
+            cdp.session = (await cdp.send("Target.attachToTarget", targetId=target["targetId"], flatten=True))["sessionId"]
+            await cdp.send("Page.enable")
+            await cdp.send("Page.navigate", url=str(server.make_url("/migration?token=t0ken-for-browser")))
+            await cdp.wait_for("Page.loadEventFired")
+            location = await cdp.send("Runtime.evaluate", expression="location.href", returnByValue=True)
+            drawn = json.loads((await cdp.send("Runtime.evaluate", expression=READ_CHARTS,
+                                               returnByValue=True))["result"]["value"])
+            shot = await cdp.send("Page.captureScreenshot", format="png", captureBeyondViewport=True)
+            cdp.reader.cancel()
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    artifact = ARTIFACTS / "migration-dashboard.png"
+    artifact.write_bytes(base64.b64decode(shot["data"]))
+    print(f"\nscreenshot artifact: {artifact}")
+    shutil.rmtree(profile, ignore_errors=True)
+
+    assert "token" not in location["result"]["value"]  # exchanged for the cookie and redirected away
+    (peer,) = drawn["peers"]
+    assert peer["peer"] == "default"
+    assert peer["verdict"] == "blocked by: legacy handshake, sampling, roots, logging/setLevel, ping"
+    assert (peer["share"]["legacy"], peer["share"]["modern"]) == (11, 5) and peer["share"]["width"] > 0
+    bars = {b["kind"]: b for b in peer["share"]["bars"]}
+    assert bars["legacy"]["count"] == 11 and bars["modern"]["count"] == 5
+    assert bars["legacy"]["height"] > bars["modern"]["height"] > 0  # drawn to scale: 11 vs 5
+    features = {f["feature"]: f for f in peer["features"]}
+    assert {k: f["count"] for k, f in features.items()} == {
+        "legacy handshake": 11, "sampling": 3, "roots": 1, "logging/setLevel": 1, "ping": 1}
+    assert features["legacy handshake"]["width"] > features["sampling"]["width"] > features["ping"]["width"] > 0
+    assert [(f["cause"], f["count"]) for f in peer["failures"]] == [("missing capability", 1)]
+    assert peer["failures"][0]["width"] > 0
+    assert dict(peer["clients"]) == {"agent": "blocked by: sampling", "no-sampling": "blocked by: legacy handshake",
+                                     "ide-plugin": "blocked by: legacy handshake, sampling, roots, logging/setLevel, ping"}
+    assert int(drawn["summary"]) > 0
+    assert artifact.stat().st_size > 1000

@@ -1,0 +1,180 @@
+"""The migration report from a real usage store (issue 4): three synthetic peers' verdicts through the CLI in
+every format, progress on stderr, retention, peers and sunsets from pins, and the dashboard's admin token."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import aiohttp
+import mcp_types as types
+from mcp import Client
+
+from adapters.usage import DAY_MS, Facts, LabelFolder, add_to_rollup, build_record, day_number
+from gateway.http.app import create_app
+from gateway.config.settings import load_config
+from gateway.telemetry.usage import UsageDb
+
+ROOT = Path(__file__).resolve().parents[3]
+TODAY = "2026-12-02"
+
+
+def at(day: str, hour: int = 10) -> int:
+    return day_number(day) * DAY_MS + hour * 3_600_000
+
+
+def synthetic_store(path: str) -> None:
+    """ide: legacy, leans on sampling, sunset set; agent: modern but answers sampling via MRTR; batch: migrated."""
+    folder, rollup = LabelFolder(), {}
+    facts = []
+    for day in ("2026-11-28", "2026-11-30", "2026-12-01"):
+        facts += [Facts(at(day), "legacy", "2025-11-25", "tools/call", True, {"name": "vscode-mcp", "version": "3"},
+                        "ide", "2027-03-01", rounds=2, inputs=("sampling",),
+                        features=("legacy handshake", "sampling"))] * 4
+        facts += [Facts(at(day), "legacy", "2025-11-25", "tools/call", True, {"name": "vscode-mcp", "version": "3"},
+                        "ide", "2027-03-01", features=("legacy handshake",), outcome="error", cause="round cap")]
+        facts += [Facts(at(day), "modern", "2026-07-28", "tools/call", False, {"name": "bot", "version": "1"},
+                        "agent", None, features=("sampling",))] * 2
+        facts += [Facts(at(day), "modern", "2026-07-28", "tools/list", False, {"name": "cron", "version": "7"},
+                        "batch", None)] * 3
+    facts += [Facts(at("2026-09-01"), "legacy", "2025-06-18", "tools/call", True, {"name": "cron", "version": "6"},
+                    "batch", None, features=("legacy handshake",))] * 9  # long ago
+    for fact in facts:
+        add_to_rollup(rollup, build_record(folder, fact))
+    db = UsageDb(path)
+    db.write(rollup, {"ide": ("2027-03-01", 0), "agent": (None, 0), "batch": (None, 0)}, 400, at(TODAY))
+    db.close()
+
+
+def report(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "gateway", "report", "--today", TODAY, *args], cwd=ROOT,
+                          capture_output=True, text=True, timeout=60)
+
+
+def test_report_verdicts_for_three_synthetic_peers(tmp_path) -> None:
+    db = str(tmp_path / "usage.db")
+    synthetic_store(db)
+    done = report("--db", db, "--format", "json", "--since", "30d")
+    assert done.returncode == 0, done.stderr
+    peers = {p["peer"]: p for p in json.loads(done.stdout)["peers"]}
+    assert peers["ide"]["verdict"] == "blocked by: legacy handshake, sampling"
+    assert peers["agent"]["verdict"] == "blocked by: sampling"
+    assert peers["batch"]["verdict"] == "ready to cut over"  # its legacy traffic is older than 30 days
+    assert peers["ide"]["requests"] == 15 and peers["ide"]["legacy_share"] == 1.0
+    assert peers["ide"]["failures"] == {"round cap": 3} and peers["ide"]["mrtr_rounds"] == 24
+    assert peers["ide"]["sunset"] == "2027-03-01" and peers["ide"]["days_until_sunset"] == 89
+    assert peers["agent"]["sunset"] is None and peers["agent"]["days_until_sunset"] is None
+    assert json.loads(done.stdout)["days_until_removal"] == 238
+    assert "reading usage store: " in done.stderr and "(100%)" in done.stderr  # progress
+    wide = json.loads(report("--db", db, "--format", "json", "--since", "14w").stdout)
+    batch = {p["peer"]: p for p in wide["peers"]}["batch"]
+    assert batch["verdict"] == "blocked by: legacy handshake" and batch["legacy"] == 9
+
+
+def test_report_table_and_html(tmp_path) -> None:
+    db = str(tmp_path / "usage.db")
+    synthetic_store(db)
+    table = report("--db", db)
+    assert table.returncode == 0
+    assert "blocked by: legacy handshake, sampling" in table.stdout and "2027-03-01 (89d)" in table.stdout
+    assert "ready to cut over" in table.stdout and "round cap 3" in table.stdout
+    html = report("--db", db, "--format", "html").stdout
+    assert html.startswith("<!doctype html>") and "<svg" in html and "http" not in html.split("<body>")[0]
+    assert report("--db", str(tmp_path / "missing.db")).returncode == 2
+
+
+def test_retention_drops_old_buckets(tmp_path) -> None:
+    db = UsageDb(str(tmp_path / "usage.db"))
+    rollup: dict = {}
+    for day in ("2026-01-01", "2026-11-30"):
+        add_to_rollup(rollup, build_record(LabelFolder(), Facts(at(day), "modern", "2026-07-28", "tools/list", False)))
+    db.write(rollup, {}, 30, at(TODAY))
+    assert [r["bucket"] for r in db.rows(0)] == [at("2026-11-30") - at("2026-11-30") % 3_600_000]
+
+
+async def test_peers_and_sunsets_come_from_the_pins(aiohttp_server, tmp_path) -> None:
+    path = tmp_path / "gateway.toml"
+    path.write_text('[[peers]]\nname = "ide"\nclient_name = "ide-*"\nsunset = 2027-03-01\n'
+                    '[[peers]]\nname = "retired"\nclient_name = "old-*"\nsunset = 2020-01-01\n')
+    db = str(tmp_path / "usage.db")
+    config = load_config(path, usage={"db": db, "flush_seconds": 3600})
+    server = await aiohttp_server(create_app(config))
+    url = str(server.make_url("/mcp"))
+    async with Client(url, mode="legacy", client_info=types.Implementation(name="ide-plugin", version="2")) as client:
+        await client.list_tools()
+    async with Client(url, mode="legacy") as client:  # the SDK's own clientInfo: the default peer
+        await client.list_tools()
+    async with aiohttp.ClientSession() as http:  # past its sunset: initialize is refused (issue 3)
+        body = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+            "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "old-tool", "version": "1"}}}
+        async with http.post(url, json=body, headers={"Accept": "application/json, text/event-stream"}) as resp:
+            assert "2020-01-01" in (await resp.json())["error"]["message"]
+    await server.close()
+    store = UsageDb(db)
+    peers = {(r["peer"], r["method"], r["cause"]): r["count"] for r in store.rows(0)}
+    assert peers == {("ide", "initialize", ""): 1, ("ide", "tools/list", ""): 1,
+                     ("default", "initialize", ""): 1, ("default", "tools/list", ""): 1,
+                     ("retired", "initialize", "sunset refusal"): 1}
+    assert store.sunsets() == {"ide": "2027-03-01", "default": None, "retired": "2020-01-01"}
+    store.close()
+
+
+async def test_dashboard_needs_the_admin_token(aiohttp_client, tmp_path, monkeypatch) -> None:
+    config = load_config(usage={"db": str(tmp_path / "u.db"), "admin_token_env": "TEST_USAGE_ADMIN"})
+    monkeypatch.delenv("TEST_USAGE_ADMIN", raising=False)
+    http = await aiohttp_client(create_app(config))
+    assert (await http.get("/migration")).status == 403  # no token configured: disabled
+    monkeypatch.setenv("TEST_USAGE_ADMIN", "s3cret")
+    assert (await http.get("/migration")).status == 401
+    assert (await http.get("/migration", headers={"Authorization": "Bearer nope"})).status == 401
+    ok = await http.get("/migration", headers={"Authorization": "Bearer s3cret"})
+    page = await ok.text()
+    assert ok.status == 200 and "MCP migration progress" in page
+    assert '<meta http-equiv="refresh" content="30">' in page  # auto-refresh, no script, nothing remote
+    assert "<script" not in page and "http://" not in page and "https://" not in page
+    jumped = await http.get("/migration?token=s3cret&since=7d", allow_redirects=False)
+    assert jumped.status == 303 and "token" not in jumped.headers["Location"]
+    assert "s3cret" not in jumped.headers["Set-Cookie"] and "HttpOnly" in jumped.headers["Set-Cookie"]
+    followed = await http.get(jumped.headers["Location"])
+    assert followed.status == 200
+    as_json = await http.get("/migration?format=json", headers={"Authorization": "Bearer s3cret"})
+    assert (await as_json.json())["removal_date"] == "2027-07-28"
+
+
+def test_serve_then_report_from_the_command_line(tmp_path) -> None:
+    """The README path: ``serve --usage-db FILE``, traffic, a stop (SIGTERM flushes), then ``report``."""
+    import asyncio
+    import socket
+    import time
+
+    db = tmp_path / "usage.sqlite3"
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    proc = subprocess.Popen([sys.executable, "-m", "gateway", "serve", "--port", str(port), "--usage-db", str(db),
+                             "--no-access-log"], cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        for _ in range(300):
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+                break
+            except OSError:
+                time.sleep(0.05)
+
+        async def traffic() -> None:
+            async with aiohttp.ClientSession() as http:
+                body = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+                    "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "cli-test", "version": "1"}}}
+                async with http.post(f"http://127.0.0.1:{port}/mcp", json=body,
+                                     headers={"Accept": "application/json, text/event-stream"}) as resp:
+                    assert resp.status == 200
+        asyncio.run(traffic())
+    finally:
+        proc.terminate()
+        proc.wait(30)
+    done = subprocess.run([sys.executable, "-m", "gateway", "report", "--db", str(db), "--format", "json"], cwd=ROOT,
+                          capture_output=True, text=True, timeout=60)
+    (peer,) = json.loads(done.stdout)["peers"]
+    assert peer["clients"][0]["client"] == "cli-test" and peer["revisions"] == {"2025-06-18": 1}
