@@ -15,6 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from tests import schema
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -36,3 +38,7 @@ def nothing_written_into_the_checkout() -> Iterator[None]:
     after = _written()
     if before is not None and after is not None and after - before:
         pytest.fail(f"the tests wrote into the checkout: {sorted(after - before)}", pytrace=False)
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    terminalreporter.write_line(f"wire messages validated with {schema.MODE}")

@@ -13,7 +13,9 @@ VIEW = SessionView({"sampling": {}, "roots": {}}, {"name": "client", "version": 
 
 
 def test_full_meta_and_headers_on_a_tools_call() -> None:
-    token = {"not": "a normal token"}  # opaque: must travel as the very same object
+    # Opaque: must travel as the very same object (built at run time, so `is` cannot hold by interning). A
+    # progress token is a string or an integer (2025-11-25 basic/utilities §Progress).
+    token = "".join(["opaque-", "tøken-", str(len("x" * 7))])
     params = {"name": "echo", "arguments": {"text": "hi"}, "task": {"ttl": 5},
               "_meta": {"progressToken": token, "traceparent": "00-x", "io.modelcontextprotocol/logLevel": "error"}}
     call = build_request("tools/call", params, request_id="u1", view=VIEW)
