@@ -31,6 +31,7 @@ class Record:
     outcome: str = "lost"  # answered | errored | lost | cross-wired
     detail: str = ""
     error: dict[str, Any] = field(default_factory=dict)
+    status: int = 0  # the POST's HTTP status
 
 
 class Lost(Exception):
@@ -90,7 +91,11 @@ class FaultClient:
         return record
 
     async def _exchange(self, record: Record, body: dict[str, Any], mode: str) -> dict[str, Any]:
-        resp = await self.http.post(self.url, json=body, headers=self.headers())
+        headers: Any = self.headers()
+        if mode == "two_session_ids":  # one header twice: ours, then a made-up one (which does the gateway use?)
+            headers = [*headers.items(), ("Mcp-Session-Id", "0123456789abcdef-not-a-session")]
+        resp = await self.http.post(self.url, json=body, headers=headers)
+        record.status = resp.status
         async with resp:
             if resp.status >= 500:
                 raise Lost(f"HTTP {resp.status}: {(await resp.text())[:200]}")

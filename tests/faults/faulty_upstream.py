@@ -93,6 +93,15 @@ async def early_hints(body: dict[str, Any], _r: Any, w: Writer) -> bool:
     return True
 
 
+async def dup_length(body: dict[str, Any], _r: Any, w: Writer) -> bool:
+    """Two different Content-Length values: invalid framing, which RFC 9112 §6.3 says a client must treat as
+    an unrecoverable error (close the connection, discard the response), whichever value it would pick."""
+    data = json.dumps({"jsonrpc": "2.0", "id": body["id"], "result": text(body["params"]["arguments"]["nonce"])})
+    w.write(f"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {len(data)}\r\n"
+            f"Content-Length: {len(data) + 40}\r\n\r\n{data}".encode())
+    return True
+
+
 async def garbage(_b: Any, _r: Any, w: Writer) -> bool:
     w.write(b"\x00\xff\xfeNOT HTTP AT ALL \x1b[31m" * 64)
     return False
@@ -153,7 +162,7 @@ async def sample(body: dict[str, Any], _r: Any, w: Writer) -> bool:
     return True
 
 
-TOOLS = {f.__name__: f for f in (echo, refuse, hang, trickle, truncate, early_hints, garbage, wrong_id, huge,
+TOOLS = {f.__name__: f for f in (echo, refuse, hang, trickle, truncate, early_hints, dup_length, garbage, wrong_id, huge,
                                  sse_forever, sample)}
 
 

@@ -31,8 +31,11 @@ class Scenario:
     mode: str = "normal"  # the client's (client.FaultClient._respond)
     code: int | None = None  # None: a correct answer is expected
     data: tuple[str, tuple[Any, ...]] | None = None  # (key, allowed values) the error's data must hold
+    status: int | None = None  # the HTTP status expected (None: any; JSON-RPC errors travel in a 200)
 
     def met_by(self, record: Record) -> bool:
+        if self.status is not None and record.status != self.status:
+            return False
         if self.code is None:
             return record.outcome == "answered"
         if record.outcome != "errored" or record.error.get("code") != self.code:
@@ -49,6 +52,7 @@ FAULTS = (
     Scenario("upstream_truncates", "truncate", code=-32603, data=BROKEN),
     Scenario("upstream_103_early_hints", "early_hints"),
     Scenario("upstream_garbage", "garbage", code=-32603, data=BROKEN),
+    Scenario("upstream_two_content_lengths", "dup_length", code=-32603, data=BROKEN),
     Scenario("upstream_wrong_id", "wrong_id", code=-32603, data=BROKEN),
     Scenario("upstream_endless_sse", "sse_forever", code=-32000, data=("limit", ("total_timeout_seconds",))),
     Scenario("client_vanishes", "sample", "vanish", -32000, ("limit", ("client_answer_timeout_seconds",))),
@@ -56,6 +60,9 @@ FAULTS = (
     Scenario("client_answers_late", "sample", "late", -32000, ("limit", ("client_answer_timeout_seconds",))),
     Scenario("client_answer_not_object", "sample", "shape_str", -32600),
     Scenario("client_answer_wrong_shape", "sample", "shape_obj", -32602),  # the upstream's verdict, passed on
+    # Mcp-Session-Id twice with different values: a transport refusal (README, REJECTIONS: 400 with -32600),
+    # not a guess at which session was meant.
+    Scenario("client_two_session_ids", "echo", "two_session_ids", -32600, status=400),
 )
 # Once per run, not per session: 40 MB through every session would only cost time. Any -32603 will do: the
 # point is that the body is refused (a size limit), not forwarded, and the process survives it.
