@@ -8,6 +8,7 @@ which is what makes the ``bridged`` scenario measure the gateway's own per-round
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from typing import Any
 
 import aiohttp
@@ -102,7 +103,11 @@ class LegacyClient:
             final = await self._drain(resp, ident)
             return "result" in final and not final["result"].get("isError")
 
-    async def _drain(self, resp: aiohttp.ClientResponse, ident: int) -> dict[str, Any]:
+    async def _drain(self, resp: aiohttp.ClientResponse, ident: int,
+                     sample: Callable[[dict[str, Any]], dict[str, Any]] | None = None) -> dict[str, Any]:
+        """The response to ``ident``, answering each sampling request with ``sample(params)`` on the way (the
+        load check passes its own, to put a per-call nonce in the answer)."""
+        sample = sample or _sample_answer
         data: list[bytes] = []
         async for line in resp.content:
             if line.startswith(b"data:"):
@@ -115,7 +120,7 @@ class LegacyClient:
                 if message.get("id") == ident and ("result" in message or "error" in message):
                     return message
                 if message.get("method") == "sampling/createMessage":
-                    answer = {"jsonrpc": "2.0", "id": message["id"], "result": _sample_answer(message["params"])}
+                    answer = {"jsonrpc": "2.0", "id": message["id"], "result": sample(message["params"])}
                     async with await self._post(answer) as posted:
                         await posted.read()
         raise RuntimeError("the SSE stream ended without a response")
