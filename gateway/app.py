@@ -411,9 +411,9 @@ async def _pass_through(request: web.Request, relay: Relay, upstream: UpstreamCl
                 raise UpstreamFailure(await upstream.refused(up))
             if up.content_type != "text/event-stream":
                 # A refusal of the client's own token keeps its challenge, so the client can authorize again.
-                challenge = up.headers.get("www-authenticate") if up.status in (401, 403) else None
+                challenges = up.getall("www-authenticate") if up.status in (401, 403) else ()
                 return web.Response(status=up.status, body=await up.read(), content_type=up.content_type,
-                                    headers={"WWW-Authenticate": challenge} if challenge else None)
+                                    headers=[("WWW-Authenticate", value) for value in challenges] or None)
             relay.response = out = web.StreamResponse(status=up.status, headers={
                 "Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
             await out.prepare(request)

@@ -107,7 +107,7 @@ class UpstreamClient:
         except ValueError:
             body = None
         error = body.get("error") if isinstance(body, dict) else None
-        return token_refused(resp.status, resp.headers.get("www-authenticate"),
+        return token_refused(resp.status, resp.getall("www-authenticate"),
                              error if isinstance(error, dict) else None, self.forwards_token)
 
     async def messages(self, call: UpstreamCall) -> AsyncIterator[dict[str, Any]]:
