@@ -39,7 +39,7 @@ from gateway.passthrough import Passthroughs, Relay
 from gateway.runtime import Gateway, PinState, SessionRuntime, log, new_id, random_id, session_view
 from gateway.store import InMemoryStore, SessionStore
 from gateway.streams import OutStream, Tap, json_response, write_stream
-from gateway.upstream import FAILURES, UpstreamClient, UpstreamFailure
+from gateway.upstream import FAILURES, UpstreamClient, UpstreamFailure, UpstreamSizes
 from gateway.usage import exchange_observer, install_usage, observe_response, stamp_arrival
 
 GATEWAY = web.AppKey("gateway", Gateway)
@@ -425,7 +425,7 @@ async def _pass_through(request: web.Request, relay: Relay, upstream: UpstreamCl
             except (TimeoutError, BrokenResponse) as exc:  # the status is sent: the client sees the stream end
                 log.warning("modern passthrough stream broke: %s", exc)
             return out
-    except UpstreamFailure as failure:  # unreachable, or a JSON answer that broke or stalled
+    except UpstreamFailure as failure:  # unreachable, or a JSON answer that broke, stalled or was too large
         return json_response(response(ident, error=failure.error), 502)
 
 
@@ -514,8 +514,15 @@ def named_upstreams(config: GatewayConfig, core_url: str | None, tap: Tap | None
         clients[name] = UpstreamClient(core_url if up.url == "embedded" else up.url, tap=tap, auth=up.auth,
                                        connect_timeout=up.connect_timeout_seconds, credential=credential,
                                        read_timeout=up.read_timeout_seconds, max_connections=up.max_connections,
-                                       max_stream_connections=up.max_stream_connections)
+                                       max_stream_connections=up.max_stream_connections,
+                                       sizes=upstream_sizes(config))
     return clients
+
+
+def upstream_sizes(config: GatewayConfig) -> UpstreamSizes:
+    """The gateway-wide bounds on upstream answers (named upstreams use them too)."""
+    return UpstreamSizes(config.max_upstream_response_bytes, config.max_sse_event_bytes,
+                         config.max_upstream_header_bytes)
 
 
 def create_app(config: GatewayConfig, *, store: SessionStore | None = None, tap: Tap | None = None) -> web.Application:
@@ -532,7 +539,8 @@ def create_app(config: GatewayConfig, *, store: SessionStore | None = None, tap:
             upstream = UpstreamClient(url, connect_timeout=config.upstream_connect_timeout_seconds,
                                       read_timeout=config.upstream_read_timeout_seconds, tap=tap,
                                       max_connections=config.upstream_max_connections,
-                                      max_stream_connections=config.upstream_max_stream_connections)
+                                      max_stream_connections=config.upstream_max_stream_connections,
+                                      sizes=upstream_sizes(config))
             named = named_upstreams(config, core_url, tap)
             gateway = Gateway(config, store or InMemoryStore(), upstream, tap, upstreams=named,
                               pins=PinState.from_config(config, dict(os.environ)))
