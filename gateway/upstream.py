@@ -20,7 +20,14 @@ from adapters.errors import ErrorValue, token_refused, upstream_failure
 from adapters.jsonwire import dumps, loads
 from adapters.sse import EventTooLarge, SseDecoder
 from adapters.upstream import UpstreamCall
-from gateway.h1 import BrokenResponse, H1Pool, H1Response, PoolBusy, TooLarge, Unreachable
+from gateway.h1 import (
+    BrokenResponse,
+    H1Pool,
+    H1Response,
+    PoolBusy,
+    TooLarge,
+    Unreachable,
+)
 
 Notify = Callable[[dict[str, Any]], None]
 
