@@ -41,15 +41,16 @@ __all__ = [
 @dataclass(frozen=True, slots=True)
 class AuthChallenge:
     """An upstream's refusal of the client's own token: the :data:`REJECTIONS` reason (its HTTP status) and the
-    upstream's ``WWW-Authenticate`` challenge, unchanged (S25 basic/authorization §Error Handling)."""
+    upstream's ``WWW-Authenticate`` challenges, each unchanged and in order (S25 basic/authorization §Error
+    Handling; a server may offer several schemes, e.g. Bearer and DPoP, one header each)."""
 
     reason: str
-    www_authenticate: str | None
+    challenges: tuple[str, ...] = ()
 
-    def answer(self) -> tuple[int, dict[str, str]]:
-        """The HTTP status and headers a legacy answer carrying this refusal has, where it can have them."""
-        headers = {"WWW-Authenticate": self.www_authenticate} if self.www_authenticate else {}
-        return REJECTIONS[self.reason][0], headers
+    def answer(self) -> tuple[int, tuple[tuple[str, str], ...]]:
+        """The HTTP status and headers (one ``WWW-Authenticate`` per challenge: a challenge may hold commas, so
+        they are never joined into one value) a legacy answer carrying this refusal has, where it can."""
+        return REJECTIONS[self.reason][0], tuple(("WWW-Authenticate", value) for value in self.challenges)
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,7 +135,7 @@ def translate_upstream_error(error: Mapping[str, Any]) -> ErrorValue:
     return ErrorValue(code, message, data)
 
 
-def token_refused(status: int, challenge: str | None, upstream_error: Mapping[str, Any] | None,
+def token_refused(status: int, challenges: tuple[str, ...], upstream_error: Mapping[str, Any] | None,
                   forwarded: bool) -> ErrorValue:
     """An upstream HTTP 401/403. With the client's own token forwarded (a shared audience, README choice 14) it is
     the client's to act on: the upstream's JSON-RPC error if it sent one (translated), else a -32603 naming the
@@ -149,11 +150,12 @@ def token_refused(status: int, challenge: str | None, upstream_error: Mapping[st
         error = translate_upstream_error(upstream_error)
     else:
         data = {"upstream": "unauthorized", "upstreamStatus": status}
-        if challenge:
-            data["wwwAuthenticate"] = challenge
+        if challenges:
+            # One challenge stays a string, as it always was (clients read it so); several are a list, in order.
+            data["wwwAuthenticate"] = challenges[0] if len(challenges) == 1 else list(challenges)
         error = ErrorValue(REJECTIONS[reason][1], f"the upstream server refused the client's credentials "
                                                   f"(HTTP {status})", data)
-    return ErrorValue(error.code, error.message, error.data, error.log, AuthChallenge(reason, challenge))
+    return ErrorValue(error.code, error.message, error.data, error.log, AuthChallenge(reason, challenges))
 
 
 def limit_error(limit: str, value: Any) -> ErrorValue:

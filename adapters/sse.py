@@ -83,25 +83,52 @@ class ReplayBuffer:
         return [e for e in self._events if e.seq > seq]
 
 
-class SseDecoder:
-    """Incremental SSE parser for upstream response streams: feed bytes, get complete ``data`` payloads."""
+class EventTooLarge(ValueError):
+    """One SSE event went past the decoder's bound."""
 
-    def __init__(self) -> None:
-        self._buffer = b""
+
+class SseDecoder:
+    """Incremental SSE parser for upstream response streams: feed bytes, get complete ``data`` payloads.
+
+    Linear in the bytes fed: only each new chunk is searched for line ends, and the unfinished line is kept as a
+    list of parts joined once when it ends (appending to one bytes buffer copied it whole on every chunk: one
+    large event cost quadratic time). ``max_event_bytes`` (0: unbounded) bounds one event (its lines and the
+    line in progress), never the stream: a listen lasts for ever."""
+
+    def __init__(self, max_event_bytes: int = 0) -> None:
+        self._pending: list[bytes] = []  # the parts of the line not ended yet
         self._data: list[str] = []
+        self._size = 0  # bytes of the current event so far, the unfinished line included
+        self._max = max_event_bytes
 
     def feed(self, chunk: bytes) -> list[str]:
-        self._buffer += chunk
         out: list[str] = []
-        while True:
-            line, sep, rest = self._buffer.partition(b"\n")
-            if not sep:
-                return out
-            self._buffer = rest
-            text = line.rstrip(b"\r").decode("utf-8", errors="replace")
-            if text == "":
-                if self._data:
-                    out.append("\n".join(self._data))
-                self._data = []
-            elif text.startswith("data:"):
-                self._data.append(text[5:][1:] if text[5:].startswith(" ") else text[5:])
+        start = 0
+        while (end := chunk.find(b"\n", start)) >= 0:
+            piece = chunk[start:end]
+            if self._pending:
+                self._pending.append(piece)
+                piece = b"".join(self._pending)
+                self._pending = []
+            self._line(piece, end + 1 - start, out)
+            start = end + 1
+        if start < len(chunk):
+            self._pending.append(chunk[start:])
+            self._grow(len(chunk) - start)
+        return out
+
+    def _line(self, line: bytes, fed: int, out: list[str]) -> None:
+        text = line.rstrip(b"\r").decode("utf-8", errors="replace")
+        if text == "":
+            if self._data:
+                out.append("\n".join(self._data))
+            self._data, self._size = [], 0
+            return
+        self._grow(fed)
+        if text.startswith("data:"):
+            self._data.append(text[5:][1:] if text[5:].startswith(" ") else text[5:])
+
+    def _grow(self, count: int) -> None:
+        self._size += count
+        if self._max and self._size > self._max:
+            raise EventTooLarge(f"an SSE event is over {self._max} bytes")

@@ -18,13 +18,22 @@ from adapters import local
 from adapters.bridge import BridgeContext, admit
 from adapters.capabilities import client_caps_to_modern
 from adapters.classify import Accepted, HttpView, classify
-from adapters.errors import (INVALID_REQUEST, ErrorValue, Rejection, passthrough_ended, reject,
-                            translate_upstream_error)
+from adapters.errors import INVALID_REQUEST, ErrorValue, Rejection, passthrough_ended, reject, translate_upstream_error
 from adapters.handshake import build_initialize_result, cache_policy, check_discover, discover_cache_keys
 from adapters.jsonwire import loads
-from adapters.peers import (admit_initialize, admit_modern, legacy_answer_version, mask_capabilities, match_peer,
-                            peer_limits, peer_record, pick_upstream, sunset_error, sunset_passed,
-                            with_notice)
+from adapters.peers import (
+    admit_initialize,
+    admit_modern,
+    legacy_answer_version,
+    mask_capabilities,
+    match_peer,
+    peer_limits,
+    peer_record,
+    pick_upstream,
+    sunset_error,
+    sunset_passed,
+    with_notice,
+)
 from adapters.protocol import CLIENT_INFO_META_KEY, MODERN_VERSION, PROTOCOL_VERSION_META_KEY
 from adapters.records import PendingRound, SessionRecord
 from adapters.results import Invalid, classify_result, response
@@ -32,16 +41,16 @@ from adapters.sse import PRIMING_SEQ, parse_event_id
 from adapters.subscriptions import apply_subscribes, gateway_warning, listen_filter, subscribe_uri
 from adapters.upstream import SessionView, build_discover
 from gateway.config.settings import GatewayConfig
-from gateway.session.exchange import Exchange
-from gateway.upstream.h1 import BrokenResponse
-from gateway.session.listen import ListenHub, own_listener
 from gateway.http.passthrough import Passthroughs, Relay
+from gateway.http.telemetry import install_usage
+from gateway.session.exchange import Exchange
+from gateway.session.listen import ListenHub, own_listener
 from gateway.session.runtime import Gateway, PinState, SessionRuntime, log, new_id, random_id, session_view
 from gateway.session.store import InMemoryStore, SessionStore
 from gateway.session.streams import OutStream, Tap, json_response, write_stream
-from gateway.upstream.client import FAILURES, UpstreamClient, UpstreamFailure
-from gateway.http.telemetry import install_usage
 from gateway.telemetry.usage import exchange_observer, observe_response, stamp_arrival
+from gateway.upstream.client import FAILURES, UpstreamClient, UpstreamFailure, UpstreamSizes
+from gateway.upstream.h1 import BrokenResponse
 
 GATEWAY = web.AppKey("gateway", Gateway)
 CORE_URL = web.AppKey("core_url", str)  # the embedded core, when one runs (reloads may route to it)
@@ -412,9 +421,9 @@ async def _pass_through(request: web.Request, relay: Relay, upstream: UpstreamCl
                 raise UpstreamFailure(await upstream.refused(up))
             if up.content_type != "text/event-stream":
                 # A refusal of the client's own token keeps its challenge, so the client can authorize again.
-                challenge = up.headers.get("www-authenticate") if up.status in (401, 403) else None
+                challenges = up.getall("www-authenticate") if up.status in (401, 403) else ()
                 return web.Response(status=up.status, body=await up.read(), content_type=up.content_type,
-                                    headers={"WWW-Authenticate": challenge} if challenge else None)
+                                    headers=[("WWW-Authenticate", value) for value in challenges] or None)
             relay.response = out = web.StreamResponse(status=up.status, headers={
                 "Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
             await out.prepare(request)
@@ -426,7 +435,7 @@ async def _pass_through(request: web.Request, relay: Relay, upstream: UpstreamCl
             except (TimeoutError, BrokenResponse) as exc:  # the status is sent: the client sees the stream end
                 log.warning("modern passthrough stream broke: %s", exc)
             return out
-    except UpstreamFailure as failure:  # unreachable, or a JSON answer that broke or stalled
+    except UpstreamFailure as failure:  # unreachable, or a JSON answer that broke, stalled or was too large
         return json_response(response(ident, error=failure.error), 502)
 
 
@@ -515,8 +524,15 @@ def named_upstreams(config: GatewayConfig, core_url: str | None, tap: Tap | None
         clients[name] = UpstreamClient(core_url if up.url == "embedded" else up.url, tap=tap, auth=up.auth,
                                        connect_timeout=up.connect_timeout_seconds, credential=credential,
                                        read_timeout=up.read_timeout_seconds, max_connections=up.max_connections,
-                                       max_stream_connections=up.max_stream_connections)
+                                       max_stream_connections=up.max_stream_connections,
+                                       sizes=upstream_sizes(config))
     return clients
+
+
+def upstream_sizes(config: GatewayConfig) -> UpstreamSizes:
+    """The gateway-wide bounds on upstream answers (named upstreams use them too)."""
+    return UpstreamSizes(config.max_upstream_response_bytes, config.max_sse_event_bytes,
+                         config.max_upstream_header_bytes)
 
 
 def create_app(config: GatewayConfig, *, store: SessionStore | None = None, tap: Tap | None = None) -> web.Application:
@@ -533,7 +549,8 @@ def create_app(config: GatewayConfig, *, store: SessionStore | None = None, tap:
             upstream = UpstreamClient(url, connect_timeout=config.upstream_connect_timeout_seconds,
                                       read_timeout=config.upstream_read_timeout_seconds, tap=tap,
                                       max_connections=config.upstream_max_connections,
-                                      max_stream_connections=config.upstream_max_stream_connections)
+                                      max_stream_connections=config.upstream_max_stream_connections,
+                                      sizes=upstream_sizes(config))
             named = named_upstreams(config, core_url, tap)
             gateway = Gateway(config, store or InMemoryStore(), upstream, tap, upstreams=named,
                               pins=PinState.from_config(config, dict(os.environ)))

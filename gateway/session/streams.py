@@ -9,7 +9,7 @@ is not a cancellation), so a later ``GET`` with ``Last-Event-ID`` replays what w
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from typing import Any
 
 from aiohttp import web
@@ -18,6 +18,8 @@ from adapters.jsonwire import dumps
 from adapters.sse import KEEPALIVE, PRIMING_SEQ, Event, ReplayBuffer, encode_event, event_id
 
 Tap = Callable[[str, Any], None]
+# Response headers: a mapping, or (name, value) pairs where a name repeats (one WWW-Authenticate per challenge).
+Headers = Mapping[str, str] | Iterable[tuple[str, str]]
 
 
 class StreamGone(Exception):
@@ -33,7 +35,7 @@ class OutStream:
         self.closed = False
         # The HTTP status and headers of the answer when it is still a lone JSON response (an upstream's refusal
         # of the client's token, adapters.errors.AuthChallenge); an SSE answer is 200 whatever it carries.
-        self.status: tuple[int, dict[str, str]] = (200, {})
+        self.status: tuple[int, tuple[tuple[str, str], ...]] = (200, ())
         self._tap = tap
         self._wake = asyncio.Event()
         self._writer = 0
@@ -110,9 +112,10 @@ class EventStreamResponse(web.StreamResponse):
     _send_headers_immediately = False
 
 
-def json_response(message: Any, status: int = 200, headers: dict[str, str] | None = None) -> web.Response:
-    """A JSON-RPC message as a plain JSON answer (the project's one encoder, ``adapters.jsonwire.dumps``)."""
-    return web.Response(body=dumps(message), status=status, headers=headers,
+def json_response(message: Any, status: int = 200, headers: Headers | None = None) -> web.Response:
+    """A JSON-RPC message as a plain JSON answer (the project's one encoder, ``adapters.jsonwire.dumps``);
+    ``headers`` may repeat a name (aiohttp keeps each pair: a multidict)."""
+    return web.Response(body=dumps(message), status=status, headers=headers or None,
                         content_type="application/json")
 
 
@@ -125,7 +128,7 @@ async def write_stream(request: web.Request, stream: OutStream, *, mode: str, re
         only = stream.single_response()
         if only is not None:
             status, extra = stream.status
-            return json_response(only, status, {**(headers or {}), **extra} if extra else headers)
+            return json_response(only, status, [*(headers or {}).items(), *extra] if extra else headers)
         if stream.closed and len(stream.buffer) == 0:
             return web.Response(status=202, headers=headers)  # cancelled before anything was sent
     elif mode == "get":

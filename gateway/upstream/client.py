@@ -13,13 +13,14 @@ its subscriber: it takes a slot of the pool's stream limit, never one of the req
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
 from typing import Any
 
 from adapters.errors import ErrorValue, token_refused, upstream_failure
 from adapters.jsonwire import dumps, loads
-from adapters.sse import SseDecoder
+from adapters.sse import EventTooLarge, SseDecoder
 from adapters.upstream import UpstreamCall
-from gateway.upstream.h1 import BrokenResponse, H1Pool, H1Response, PoolBusy, Unreachable
+from gateway.upstream.h1 import BrokenResponse, H1Pool, H1Response, PoolBusy, TooLarge, Unreachable
 
 Notify = Callable[[dict[str, Any]], None]
 
@@ -30,16 +31,28 @@ class UpstreamFailure(Exception):
         self.error = error
 
 
+@dataclass(frozen=True, slots=True)
+class UpstreamSizes:
+    """Bounds on an upstream answer (``GatewayConfig``'s ``max_upstream_*``/``max_sse_event_bytes``): a body read
+    whole, one SSE event, the status line and headers. Over one, the call fails as ``too_large``."""
+
+    response_bytes: int = 32 << 20
+    sse_event_bytes: int = 8 << 20
+    header_bytes: int = 64 << 10
+
+
 class UpstreamClient:
     def __init__(self, url: str, *, connect_timeout: float, read_timeout: float,
                  tap: Callable[[str, Any], None] | None = None, auth: str = "forward",
                  credential: str | None = None, max_connections: int = 100,
-                 max_stream_connections: int = 1000) -> None:
+                 max_stream_connections: int = 1000, sizes: UpstreamSizes = UpstreamSizes()) -> None:
         self.url = url
         # No cookies are kept: one pool serves every session and principal, so a cookie an upstream set for one
         # would be sent for all.
         self.pool = H1Pool(url, connect_timeout=connect_timeout, read_timeout=read_timeout, limit=max_connections,
-                           stream_limit=max_stream_connections)
+                           stream_limit=max_stream_connections, max_head_bytes=sizes.header_bytes,
+                           max_body_bytes=sizes.response_bytes)
+        self._max_event = sizes.sse_event_bytes
         self._tap = tap
         # gateway.config.pins: "forward" (shared audience), "gateway" (our own credential) or "none".
         self._auth, self._credential = auth, credential
@@ -72,11 +85,16 @@ class UpstreamClient:
         back from the pool until then (and cost a task per request)."""
         async with FAILURES, await self.open(call) as resp:
             if not _is_stream(resp):
-                answer = _answer(call, await _json_message(resp), on_notification)
+                message = await _json_message(resp)
+                answer = _answer(call, message, on_notification)
                 if answer is not None:
                     return answer
+                if "id" in message:  # another request's answer: this connection is out of step, never reused
+                    resp.discard()
+                    raise UpstreamFailure(upstream_failure(
+                        "invalid_response", f"the answer was for another request (id {message['id']!r})"))
             else:
-                async for message in _sse_messages(resp):
+                async for message in _sse_messages(resp, self._max_event):
                     answer = _answer(call, message, on_notification)
                     if answer is not None:
                         return answer
@@ -107,14 +125,14 @@ class UpstreamClient:
         except ValueError:
             body = None
         error = body.get("error") if isinstance(body, dict) else None
-        return token_refused(resp.status, resp.headers.get("www-authenticate"),
+        return token_refused(resp.status, resp.getall("www-authenticate"),
                              error if isinstance(error, dict) else None, self.forwards_token)
 
     async def messages(self, call: UpstreamCall) -> AsyncIterator[dict[str, Any]]:
         """Every JSON-RPC message the upstream sends for one POST (one for JSON, many for SSE)."""
         async with FAILURES, await self.open(call) as resp:
             if _is_stream(resp):
-                async for message in _sse_messages(resp):
+                async for message in _sse_messages(resp, self._max_event):
                     yield message
             else:
                 yield await _json_message(resp)
@@ -128,6 +146,8 @@ class _Failures:
         return None
 
     async def __aexit__(self, kind: Any, exc: BaseException | None, _tb: Any) -> None:
+        if isinstance(exc, (TooLarge, EventTooLarge)):  # before BrokenResponse: TooLarge is one
+            raise UpstreamFailure(upstream_failure("too_large", str(exc))) from exc
         if isinstance(exc, PoolBusy):  # the upstream may be fine: the gateway's own connection limit is full
             raise UpstreamFailure(upstream_failure("busy", str(exc))) from exc
         if isinstance(exc, Unreachable):
@@ -181,8 +201,8 @@ async def _json_message(resp: H1Response) -> dict[str, Any]:
     return message
 
 
-async def _sse_messages(resp: H1Response) -> AsyncIterator[dict[str, Any]]:
-    decoder = SseDecoder()
+async def _sse_messages(resp: H1Response, max_event_bytes: int) -> AsyncIterator[dict[str, Any]]:
+    decoder = SseDecoder(max_event_bytes)
     async for chunk in resp.chunks():
         for data in decoder.feed(chunk):
             if not data:

@@ -19,10 +19,21 @@ work; this pool does the same POST in a fraction of that. It does only what the 
   ``keepalive_seconds`` are not reused (a server closes idle ones; this keeps the race with that close small).
   POST is not idempotent, so a request that fails on a reused connection is not retried (as in aiohttp).
 
+- interim (1xx) responses are skipped: the answer is the final response after them (RFC 9110 §15.2); a
+  ``101`` is an error (nothing here asks to switch protocols);
+- bounds on what an upstream can make the gateway hold: the status line and headers (``max_head_bytes``, interim
+  responses included) and a body read whole (``max_body_bytes``; an SSE body is streamed, and its events are
+  bounded by the decoder, ``adapters.sse.SseDecoder``). Over a bound the response fails with :class:`TooLarge`
+  and its connection is closed.
+
+A connection goes back to the pool only when its response was read to its end and nothing else arrived: a byte
+after the end of the message (in the same packet, or later) means the upstream and this client disagree about
+where responses end, and the next request on that connection could read another's answer.
+
 No redirects, cookies, proxies or compression: an MCP endpoint URL is configured, not discovered, and the
 gateway sends no ``Accept-Encoding``. Errors: :class:`Unreachable` (connect; :class:`PoolBusy`, a subclass, when
-no slot came free), :class:`BrokenResponse` (closed early, malformed), ``TimeoutError`` (read), ``ValueError``
-(a header that would break the framing).
+no slot came free), :class:`BrokenResponse` (closed early, malformed; :class:`TooLarge`, a subclass, over a
+bound), ``TimeoutError`` (read), ``ValueError`` (a header that would break the framing).
 """
 
 from __future__ import annotations
@@ -31,7 +42,7 @@ import asyncio
 import collections
 import ssl as ssl_module
 from collections.abc import AsyncIterator, Mapping
-from urllib.parse import urlsplit
+from urllib.parse import SplitResult, urlsplit
 
 import httptools
 
@@ -51,6 +62,10 @@ class BrokenResponse(Exception):
     """The connection closed before the response ended, or the bytes were not HTTP/1.1."""
 
 
+class TooLarge(BrokenResponse):
+    """The response's head, or a body read whole, went past its configured bound."""
+
+
 def _expire(waiter: asyncio.Future[None]) -> None:
     if not waiter.done():
         waiter.set_exception(TimeoutError())
@@ -65,13 +80,17 @@ class _Connection(asyncio.Protocol):
         self.closed = self.in_use = False
         self.idle_since = 0.0
         self.lane: asyncio.Semaphore | None = None  # the limit whose slot the response in flight holds
+        self.max_head = self.max_body = 0  # set by the pool (0: unbounded)
         self.begin()
 
     def begin(self) -> None:
         self.status, self.headers, self.keep_alive, self.until_eof = 0, {}, False, False
-        self.head_done = self.done = self.paused = False
+        self.repeated: dict[str, list[str]] | None = None  # every value of a repeated header, in order
+        self.head_done = self.done = self.paused = self.interim = False
         self.chunks: collections.deque[bytes] = collections.deque()
-        self.buffered = 0
+        self.buffered = self.received = 0
+        self.head_bytes = self.head_size = 0  # the head's bytes as received (raw) and as parsed
+        self.body_limit = 0
         self.waiter: asyncio.Future[None] | None = None
         self.error: Exception | None = None
 
@@ -80,14 +99,20 @@ class _Connection(asyncio.Protocol):
         self.transport = transport  # type: ignore[assignment]
 
     def data_received(self, data: bytes) -> None:
-        if not self.in_use:  # nothing was asked: a server talking out of turn is not reused
+        if not self.in_use or self.done:  # nothing was asked: a server talking out of turn is not reused
             self.close()
             return
+        if not self.head_done:  # counted raw too: llhttp holds a header value whole until it ends
+            self.head_bytes += len(data)
         try:
             self.parser.feed_data(data)
-        except httptools.HttpParserError as exc:
-            self._fail(BrokenResponse(f"malformed HTTP response: {exc}"))
+        except (httptools.HttpParserError, httptools.HttpParserUpgrade) as exc:
+            if not self.done:  # (once done, it is bytes after the message: on_message_begin stopped the parse)
+                self._fail(self.error or BrokenResponse(f"malformed HTTP response: {exc}"))
             self.close()
+            return
+        if not self.head_done and self.max_head and self.head_bytes > self.max_head:
+            self._too_large(f"the response head is over {self.max_head} bytes")
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
@@ -98,26 +123,83 @@ class _Connection(asyncio.Protocol):
             self._fail(BrokenResponse("the connection closed before the response ended"))
 
     # --- httptools callbacks ---
+    def on_message_begin(self) -> None:
+        if self.done:  # a second message after ours: stop parsing here (data_received closes the connection)
+            raise BrokenResponse("bytes after the end of the response")
+
+    def on_status(self, reason: bytes) -> None:
+        self.head_size += len(reason) + 15  # "HTTP/1.1 200 " and the CRLF
+
     def on_header(self, name: bytes, value: bytes) -> None:
-        self.headers[name.decode("latin-1").lower()] = value.decode("latin-1")
+        if self.head_done:
+            return  # a chunked body's trailer: never lets the upstream change headers already acted on
+        self.head_size += len(name) + len(value) + 4
+        key, text = name.decode("latin-1").lower(), value.decode("latin-1")
+        old = self.headers.get(key)
+        if old is None:
+            self.headers[key] = text
+            return
+        # The comma-joined value for ordinary use (RFC 9110 §5.3); every value kept apart for the headers whose
+        # values may themselves hold commas (WWW-Authenticate challenges).
+        self.headers[key] = f"{old}, {text}"
+        if self.repeated is None:
+            self.repeated = {}
+        self.repeated.setdefault(key, [old]).append(text)
 
     def on_headers_complete(self) -> None:
-        self.status = self.parser.get_status_code()
+        status = self.parser.get_status_code()
+        if self.max_head and self.head_size > self.max_head:
+            self._too_large(f"the response head is over {self.max_head} bytes")
+            return
+        if status < 200:
+            self._interim(status)
+            return
+        self.status = status
         self.keep_alive = self.parser.should_keep_alive()
         self.until_eof = "content-length" not in self.headers and "chunked" not in self.headers.get(
             "transfer-encoding", "").lower()
-        self.head_done = True
+        self._bound_body(status)
+        if self.error is None:
+            self.head_done = True
         self._wake()
+
+    def _interim(self, status: int) -> None:
+        """A 1xx: not the answer, which follows it on the same connection (RFC 9110 §15.2). Its head still
+        counts against the head bound, so an endless run of them cannot hold the request for ever."""
+        if status == 101:
+            self._fail(BrokenResponse("the upstream switched protocols (HTTP 101) on a POST"))
+            self.close()
+            return
+        self.interim = True
+        self.headers, self.repeated = {}, None
+
+    def _bound_body(self, status: int) -> None:
+        """A body read whole is bounded; an event stream answering the request is not (a listen lasts for ever;
+        the SSE decoder bounds each event instead)."""
+        if not self.max_body or (status == 200 and self.headers.get("content-type", "").lower().startswith(
+                "text/event-stream")):
+            return
+        self.body_limit = self.max_body
+        length = self.headers.get("content-length", "")
+        if length.isdigit() and int(length) > self.max_body:  # fail before any of it is buffered
+            self._too_large(f"the response body is over {self.max_body} bytes")
 
     def on_body(self, body: bytes) -> None:
         self.chunks.append(body)
         self.buffered += len(body)
+        if self.body_limit:
+            self.received += len(body)
+            if self.received > self.body_limit:
+                self._too_large(f"the response body is over {self.body_limit} bytes")
         if self.buffered > HIGH_WATER and not self.paused and self.transport is not None:
             self.paused = True
             self.transport.pause_reading()
         self._wake()
 
     def on_message_complete(self) -> None:
+        if self.interim:
+            self.interim = False
+            return
         self.done = True
         self._wake()
 
@@ -131,6 +213,10 @@ class _Connection(asyncio.Protocol):
         if self.error is None:
             self.error = error
         self._wake()
+
+    def _too_large(self, detail: str) -> None:
+        self._fail(TooLarge(detail))
+        self.close()  # never pooled: the rest of the response is still coming
 
     async def progress(self, timeout: float) -> None:
         """Wait until anything happens on the response (or ``timeout`` seconds pass: TimeoutError)."""
@@ -165,12 +251,27 @@ class H1Response:
     """A response whose status line and headers have arrived. Use as an async context manager: leaving it
     returns the connection to the pool when the body was read to its end, and closes it otherwise."""
 
-    __slots__ = ("_conn", "_pool", "_released", "status", "headers")
+    __slots__ = ("_conn", "_pool", "_released", "_repeated", "status", "headers")
 
     def __init__(self, conn: _Connection, pool: H1Pool) -> None:
         self._conn, self._pool, self._released = conn, pool, False
         self.status: int = conn.status
-        self.headers: dict[str, str] = conn.headers  # names lower-cased; a repeated header keeps its last value
+        self._repeated = conn.repeated
+        # Names lower-cased; a repeated header's values comma-joined (all of them, apart: :meth:`getall`).
+        self.headers: dict[str, str] = conn.headers
+
+    def getall(self, name: str) -> tuple[str, ...]:
+        """Every value of the header ``name`` (lower-case), in the order received; empty when absent."""
+        if self._repeated is not None and name in self._repeated:
+            return tuple(self._repeated[name])
+        value = self.headers.get(name)
+        return () if value is None else (value,)
+
+    def discard(self) -> None:
+        """Close the connection instead of pooling it: the answer showed the upstream out of step with us."""
+        if not self._released:
+            self._conn.close()
+            self.release()
 
     @property
     def content_type(self) -> str:
@@ -215,12 +316,21 @@ class H1Response:
         self.release()
 
 
+def _host_header(parts: SplitResult) -> str:
+    """The URL's host and explicit port, never its userinfo (RFC 9110 §7.2); an IPv6 literal bracketed."""
+    host = parts.hostname or ""
+    if ":" in host:
+        host = f"[{host}]"
+    return host if parts.port is None else f"{host}:{parts.port}"
+
+
 class H1Pool:
     """Connections to one origin, shared by every request the gateway sends there."""
 
     def __init__(self, url: str, *, connect_timeout: float, read_timeout: float, limit: int = 100,
                  stream_limit: int = 1000, keepalive_seconds: float = 15.0,
-                 ssl_context: ssl_module.SSLContext | None = None) -> None:
+                 ssl_context: ssl_module.SSLContext | None = None, max_head_bytes: int = 0,
+                 max_body_bytes: int = 0) -> None:
         parts = urlsplit(url)
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise ValueError(f"upstream URL must be http(s)://host[:port]/path, not {url!r}")
@@ -229,7 +339,8 @@ class H1Pool:
         self.ssl = (ssl_context or ssl_module.create_default_context()) if parts.scheme == "https" else None
         self.connect_timeout, self.read_timeout = connect_timeout, read_timeout
         self.keepalive_seconds = keepalive_seconds
-        self._prefix = f"POST {self.target} HTTP/1.1\r\nHost: {parts.netloc}\r\n"
+        self.max_head_bytes, self.max_body_bytes = max_head_bytes, max_body_bytes  # 0: unbounded
+        self._prefix = f"POST {self.target} HTTP/1.1\r\nHost: {_host_header(parts)}\r\n"
         self._idle: list[_Connection] = []  # a stack: the most recently used connection is reused first
         self.limits = {"request": limit, "stream": stream_limit}  # 0: unlimited
         self._lanes = {kind: asyncio.Semaphore(n) if n > 0 else None for kind, n in self.limits.items()}
@@ -303,6 +414,7 @@ class H1Pool:
             raise Unreachable(f"no connection to {self.host}:{self.port} within {self.connect_timeout} s") from exc
         except OSError as exc:
             raise Unreachable(f"cannot connect to {self.host}:{self.port}: {exc.strerror or exc}") from exc
+        conn.max_head, conn.max_body = self.max_head_bytes, self.max_body_bytes
         self._all.add(conn)
         return conn
 

@@ -121,20 +121,29 @@ def test_progress_only_moves_forward_across_rounds() -> None:
 def test_an_upstream_refusal_of_the_clients_own_token_carries_its_status_and_challenge() -> None:
     from adapters.errors import token_refused
     challenge = 'Bearer resource_metadata="https://up.example/.well-known/oauth-protected-resource"'
-    bare = token_refused(401, challenge, None, forwarded=True)
+    bare = token_refused(401, (challenge,), None, forwarded=True)
     assert bare.to_wire() == {"code": -32603, "message": "the upstream server refused the client's credentials "
                               "(HTTP 401)", "data": {"upstream": "unauthorized", "upstreamStatus": 401,
                                                      "wwwAuthenticate": challenge}}
-    assert bare.challenge.answer() == (401, {"WWW-Authenticate": challenge})
-    with_body = token_refused(403, None, {"code": -32001, "message": "scope"}, forwarded=True)
+    assert bare.challenge.answer() == (401, (("WWW-Authenticate", challenge),))
+    with_body = token_refused(403, (), {"code": -32001, "message": "scope"}, forwarded=True)
     assert with_body.to_wire() == {"code": -32001, "message": "scope"}  # the upstream's own error, translated
-    assert with_body.challenge.answer() == (403, {})
+    assert with_body.challenge.answer() == (403, ())
     assert REJECTIONS[with_body.challenge.reason][0] == 403
+
+
+def test_several_challenges_are_each_kept_and_answered_one_header_each() -> None:
+    from adapters.errors import token_refused
+    challenges = ('Bearer realm="a", scope="x"', 'DPoP algs="ES256"')
+    error = token_refused(401, challenges, None, forwarded=True)
+    assert error.data["wwwAuthenticate"] == list(challenges)
+    assert error.challenge.answer() == (401, (("WWW-Authenticate", challenges[0]), ("WWW-Authenticate",
+                                                                                     challenges[1])))
 
 
 def test_a_refusal_of_the_gateways_own_credential_is_a_plain_upstream_failure() -> None:
     from adapters.errors import token_refused
-    error = token_refused(401, "Bearer realm=x", {"code": -32001, "message": "bad gateway token"}, forwarded=False)
+    error = token_refused(401, ("Bearer realm=x",), {"code": -32001, "message": "bad gateway token"}, forwarded=False)
     assert error.challenge is None and error.code == -32603 and error.data == {"upstream": "unauthorized"}
     assert "realm" not in str(error.to_wire()) and "bad gateway token" not in str(error.to_wire())
     assert error.log  # the operator is told

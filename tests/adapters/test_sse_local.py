@@ -170,3 +170,49 @@ def test_the_gateways_own_warning_goes_only_to_sessions_whose_level_admits_it() 
         assert note["method"] == "notifications/message" and note["params"]["level"] == "warning"
         assert note["params"]["data"] == {"message": "stopped", "unhonouredUris": ["file:///b"]}
         schema.check("2025-11-25", note)
+
+
+def test_the_decoder_splits_lines_across_any_chunking() -> None:
+    raw = b"event: message\r\ndata: {\"a\":\r\ndata: 1}\r\n\r\n: comment\n\ndata:x\n\ndata: \xc3\xa9\n\n"
+    for size in (1, 2, 3, 7, len(raw)):
+        decoder = SseDecoder()
+        out = [d for start in range(0, len(raw), size) for d in decoder.feed(raw[start:start + size])]
+        assert out == ['{"a":\n1}', "x", "é"]
+
+
+class _CountingChunk(bytes):
+    """A chunk that counts the bytes searched for line ends in it (the decoder's work)."""
+
+    searched = 0
+
+    def find(self, sub, start=0, *rest):  # type: ignore[override]
+        found = bytes.find(self, sub, start, *rest)
+        _CountingChunk.searched += (found if found >= 0 else len(self)) - start + 1
+        return found
+
+
+def test_one_large_event_costs_linear_work() -> None:
+    """A 20 MB event fed in 64 KiB chunks: every byte is searched about once (the old decoder searched its whole
+    buffer again on each chunk: about 160 times as many bytes here, and quadratic in the event's size)."""
+    event = b"data: " + b"x" * (20 << 20) + b"\n\n"
+    decoder, out = SseDecoder(), []
+    _CountingChunk.searched = 0
+    for start in range(0, len(event), 65536):
+        out += decoder.feed(_CountingChunk(event[start:start + 65536]))
+    assert len(out) == 1 and len(out[0]) == 20 << 20
+    # Line ends are looked for in each new chunk itself, never in a buffer of everything still pending.
+    assert len(event) <= _CountingChunk.searched <= 2 * len(event)
+
+
+def test_an_event_over_the_bound_raises_and_a_long_stream_does_not() -> None:
+    from adapters.sse import EventTooLarge
+
+    decoder = SseDecoder(max_event_bytes=1000)
+    for _ in range(100):  # 100 events of 500 bytes: 50 kB in all, fine
+        assert decoder.feed(b"data: " + b"y" * 492 + b"\n\n") == ["y" * 492]
+    with pytest.raises(EventTooLarge, match="1000"):  # one line in parts, never ended
+        for _ in range(20):
+            decoder.feed(b"data: " + b"z" * 100)
+    decoder = SseDecoder(max_event_bytes=1000)
+    with pytest.raises(EventTooLarge):  # many short lines of one event
+        decoder.feed(b"data: abc\n" * 200)

@@ -363,3 +363,192 @@ async def test_the_upstream_client_reports_a_framing_header_as_a_broken_call_and
         await client.close()
     assert caught.value.error.data == {"upstream": "stream_broken"} and "framing" in caught.value.error.message
     assert seen == [] and client.pool.connections == 0
+
+
+# --- interim responses, trailing bytes, bounds (an adversarial upstream) --------------------------------------
+ANSWER = b'HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nX-Final: yes\r\nContent-Length: 8\r\n\r\n{"a": 1}'
+
+
+def interim_then(head: bytes, answer: bytes = ANSWER):
+    """A server that sends ``head`` (a 1xx) and, in a later packet, ``answer``; then waits for the next request
+    on the same connection and answers it with its number."""
+    served = []
+
+    async def reply(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        writer.write(head)
+        await writer.drain()
+        await asyncio.sleep(0.05)  # separate packets: the 1xx is read alone
+        writer.write(answer)
+        await writer.drain()
+        served.append(1)
+        while True:
+            with contextlib.suppress(asyncio.IncompleteReadError):
+                await reader.readuntil(b"\r\n\r\n")
+                await reader.readexactly(2)
+                writer.write(b'HTTP/1.1 200 OK\r\nContent-Length: 8\r\n\r\n{"n": %d}' % len(served))
+                await writer.drain()
+                served.append(1)
+                continue
+            return
+    return reply
+
+
+@pytest.mark.parametrize("head", [b"HTTP/1.1 103 Early Hints\r\nLink: </a>; rel=preload\r\nX-Final: no\r\n\r\n",
+                                  b"HTTP/1.1 100 Continue\r\n\r\n",
+                                  b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 102 Processing\r\n\r\n"])
+async def test_interim_responses_are_skipped_and_the_final_one_is_the_answer(head: bytes) -> None:
+    async with raw_server(interim_then(head)) as url:
+        pool = pool_for(url)
+        async with await pool.post(b"{}", {}) as resp:
+            assert (resp.status, resp.headers.get("x-final"), "link" in resp.headers) == (200, "yes", False)
+            assert await resp.read() == b'{"a": 1}'
+        async with await pool.post(b"{}", {}) as resp:  # the same connection, in step: the second answer
+            assert await resp.read() == b'{"n": 1}'
+        assert pool.connections == 1
+        await pool.close()
+
+
+async def test_a_101_is_a_broken_response_and_its_connection_is_closed() -> None:
+    async with raw_server(interim_then(b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: x\r\nConnection: upgrade"
+                                       b"\r\n\r\n")) as url:
+        pool = pool_for(url)
+        with pytest.raises(BrokenResponse, match="101"):
+            await pool.post(b"{}", {})
+        assert pool.connections == 0
+        await pool.close()
+
+
+@pytest.mark.parametrize("extra", [b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n{}", b"garbage"])
+async def test_bytes_after_the_answer_in_the_same_packet_make_the_connection_not_reused(extra: bytes) -> None:
+    async def reply(_r: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        writer.write(ANSWER + extra)
+        await writer.drain()
+        await asyncio.sleep(1)
+
+    async with raw_server(reply) as url:
+        pool = pool_for(url)
+        async with await pool.post(b"{}", {}) as resp:
+            assert (resp.status, resp.headers["x-final"], await resp.read()) == (200, "yes", b'{"a": 1}')
+        assert pool.connections == 0
+        await pool.close()
+
+
+async def test_bytes_after_the_answer_before_it_is_released_make_the_connection_not_reused() -> None:
+    async def reply(_r: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        writer.write(ANSWER)
+        await writer.drain()
+        await asyncio.sleep(0.05)
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n{}")
+        await writer.drain()
+        await asyncio.sleep(1)
+
+    async with raw_server(reply) as url:
+        pool = pool_for(url)
+        async with await pool.post(b"{}", {}) as resp:
+            assert await resp.read() == b'{"a": 1}'
+            await asyncio.sleep(0.2)  # the stray answer arrives while this response is still held
+        assert pool.connections == 0
+        await pool.close()
+
+
+async def test_repeated_headers_keep_every_value() -> None:
+    async def reply(_r: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        writer.write(b'HTTP/1.1 401 Unauthorized\r\nWWW-Authenticate: Bearer realm="a", scope="x y"\r\n'
+                     b'Content-Length: 0\r\nwww-authenticate: DPoP algs="ES256"\r\n\r\n')
+        await writer.drain()
+        await asyncio.sleep(1)
+
+    async with raw_server(reply) as url:
+        pool = pool_for(url)
+        async with await pool.post(b"{}", {}) as resp:
+            assert resp.getall("www-authenticate") == ('Bearer realm="a", scope="x y"', 'DPoP algs="ES256"')
+            assert resp.headers["www-authenticate"] == 'Bearer realm="a", scope="x y", DPoP algs="ES256"'
+            assert resp.getall("content-length") == ("0",) and resp.getall("x-none") == ()
+        await pool.close()
+
+
+@pytest.mark.parametrize("url,host", [("http://user:secret@127.0.0.1:{port}/mcp", "127.0.0.1:{port}"),
+                                      ("http://user@localhost:{port}/mcp", "localhost:{port}")])
+async def test_the_host_header_never_carries_userinfo(url: str, host: str) -> None:
+    seen: list[bytes] = []
+
+    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        seen.append(await reader.readuntil(b"\r\n\r\n"))
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n{}")
+        await writer.drain()
+
+    server = await asyncio.start_server(serve, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    pool = pool_for(url.format(port=port))
+    async with await pool.post(b"{}", {}) as resp:
+        await resp.read()
+    await pool.close()
+    server.close()
+    assert f"\r\nHost: {host.format(port=port)}\r\n".encode() in seen[0] and b"secret" not in seen[0]
+    assert b"user" not in seen[0]
+
+
+def test_an_ipv6_host_header_is_bracketed() -> None:
+    assert b"\r\nHost: [::1]:8080\r\n" in pool_for("http://u:p@[::1]:8080/mcp").head(0, {})
+    assert b"\r\nHost: [::1]\r\n" in pool_for("http://[::1]/mcp").head(0, {})
+
+
+async def big_answer(head: bytes, size: int, chunk: int = 65536):
+    async def reply(_r: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        writer.write(head)
+        with contextlib.suppress(ConnectionError):
+            for _ in range(size // chunk):
+                writer.write(b" " * chunk)
+                await writer.drain()
+        writer.close()
+    return reply
+
+
+@pytest.mark.parametrize("head", [b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n\r\n",  # until close
+                                  b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n4000000\r\n"])
+async def test_a_body_over_the_bound_fails_once_that_much_is_buffered_and_is_not_pooled(head: bytes) -> None:
+    from gateway.upstream.h1 import TooLarge
+
+    async with raw_server(await big_answer(head, 8 << 20)) as url:
+        pool = pool_for(url, max_body_bytes=1 << 20)
+        async with await pool.post(b"{}", {}) as resp:
+            with pytest.raises(TooLarge, match="1048576"):
+                await resp.read()
+            assert resp._conn.received <= (1 << 20) + (1 << 18)  # stopped at the bound (one read past at most)
+        assert pool.connections == 0
+        await pool.close()
+
+
+async def test_a_declared_length_over_the_bound_fails_before_the_body() -> None:
+    from gateway.upstream.h1 import TooLarge
+
+    async with raw_server(await big_answer(b"HTTP/1.1 200 OK\r\nContent-Length: 41943040\r\n\r\n", 0)) as url:
+        pool = pool_for(url, max_body_bytes=1 << 20)
+        with pytest.raises(TooLarge):
+            await pool.post(b"{}", {})
+        assert pool.connections == 0
+        await pool.close()
+
+
+async def test_an_event_stream_is_not_bounded_by_the_body_bound() -> None:
+    head = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n\r\n"
+    async with raw_server(await big_answer(head, 2 << 20)) as url:
+        pool = pool_for(url, max_body_bytes=1 << 20)
+        async with await pool.post(b"{}", {}) as resp:
+            assert sum([len(chunk) async for chunk in resp.chunks()]) == 2 << 20
+        await pool.close()
+
+
+@pytest.mark.parametrize("head", [b"HTTP/1.1 200 OK\r\nX-Big: " + b"a" * (100 << 10) + b"\r\nContent-Length: 0"
+                                  b"\r\n\r\n",  # one header, received whole or in parts
+                                  b"HTTP/1.1 200 OK\r\n" + b"X-Many: 0123456789\r\n" * 5000 + b"\r\n",
+                                  b"HTTP/1.1 103 Early Hints\r\nLink: </a>\r\n\r\n" * 5000])  # endless 1xx
+async def test_a_head_over_the_bound_fails(head: bytes) -> None:
+    from gateway.upstream.h1 import TooLarge
+
+    async with raw_server(await big_answer(head, 0)) as url:
+        pool = pool_for(url, max_head_bytes=64 << 10)
+        with pytest.raises(TooLarge, match="head"):
+            await pool.post(b"{}", {})
+        assert pool.connections == 0
+        await pool.close()
