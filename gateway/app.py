@@ -326,10 +326,12 @@ async def on_notification(request: web.Request, gw: Gateway, acc: Accepted) -> w
         session.initialized = True
         await gw.store.put_session(session)
     elif route == "cancelled":
-        # A cancel stops the bridge, closes the upstream request and cancels our requests to the client.
-        exchange = gw.runtime(session.session_id).exchanges.get(local.cancelled_request_id(acc.message.get("params")))
-        if exchange is not None:
-            exchange.cancel((acc.message.get("params") or {}).get("reason"))
+        # A cancel stops the bridge, closes the upstream request and cancels our requests to the client; one
+        # naming no valid request id is ignored (adapters.local.cancel_request).
+        cancel = local.cancel_request(acc.message.get("params"))
+        exchange = gw.runtime(session.session_id).exchanges.get(cancel.request_id) if cancel else None
+        if exchange is not None and cancel is not None:
+            exchange.cancel(cancel.reason)
     elif route == "roots_changed":
         session.cached_roots = None  # nothing goes upstream (2026 removed it, DIGEST §3)
         await gw.store.put_session(session)

@@ -170,3 +170,14 @@ def test_the_gateways_own_warning_goes_only_to_sessions_whose_level_admits_it() 
         assert note["method"] == "notifications/message" and note["params"]["level"] == "warning"
         assert note["params"]["data"] == {"message": "stopped", "unhonouredUris": ["file:///b"]}
         schema.check("2025-11-25", note)
+
+
+@pytest.mark.parametrize("params", [None, {}, {"requestId": [1]}, {"requestId": {"a": 1}}, {"requestId": None},
+                                    {"requestId": True}, {"requestId": 1.0}, "x"])
+def test_a_cancel_naming_no_valid_request_id_asks_for_nothing(params) -> None:
+    assert local.cancel_request(params) is None  # S25 cancellation: invalid ones SHOULD be ignored
+
+
+def test_a_cancel_keeps_a_text_reason_and_drops_any_other() -> None:
+    assert local.cancel_request({"requestId": "r", "reason": "user"}) == local.CancelRequest("r", "user")
+    assert local.cancel_request({"requestId": 3, "reason": ["x"]}) == local.CancelRequest(3, None)
