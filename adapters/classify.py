@@ -17,7 +17,8 @@ from urllib.parse import urlsplit
 
 from adapters.errors import Rejection, reject
 from adapters.jsonwire import loads
-from adapters.protocol import BATCH_VERSIONS, LEGACY_VERSIONS, MAX_BATCH, MODERN_VERSION, PROTOCOL_VERSION_META_KEY
+from adapters.protocol import (BATCH_VERSIONS, LEGACY_VERSIONS, MAX_BATCH, MODERN_VERSION, PROTOCOL_VERSION_META_KEY,
+                               is_request_id)
 from adapters.records import SessionRecord
 
 LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1", "[::1]")
@@ -110,8 +111,7 @@ def check_message(message: Any) -> dict[str, Any] | Rejection:
 
 
 def message_kind(message: Mapping[str, Any]) -> str | None:
-    ident = message.get("id")
-    has_id = "id" in message and (isinstance(ident, str) or (isinstance(ident, int) and not isinstance(ident, bool)))
+    has_id = "id" in message and is_request_id(message.get("id"))
     if isinstance(message.get("method"), str):
         return "request" if has_id else ("notification" if "id" not in message else None)
     if has_id and (("result" in message) != ("error" in message)):

@@ -24,6 +24,8 @@ from mcp_types.jsonrpc import (
     URL_ELICITATION_REQUIRED,
 )
 
+from adapters.protocol import is_request_id
+
 RESOURCE_NOT_FOUND_2025: Final = -32002  # retired in 2026, still meaningful to 2025 clients (S26 basic/index)
 # Implementation-defined band (-32000..-32019) is where 2025 puts server errors; our limits live there so a
 # 2025 client never mistakes them for a spec-defined code (DIGEST §1.3).
@@ -108,8 +110,10 @@ REJECTIONS: Final[Mapping[str, tuple[int, int]]] = {
 
 
 def reject(reason: str, message: str, ident: Any = None) -> Rejection:
+    """The refusal for ``reason``, answered to ``ident`` only when that is a valid id: an id of another type (an
+    array, an object, a bool) cannot be echoed, so the answer's id is null (JSON-RPC 2.0 §5: unknown id)."""
     status, code = REJECTIONS[reason]
-    return Rejection(reason, status, ErrorValue(code, message), ident)
+    return Rejection(reason, status, ErrorValue(code, message), ident if is_request_id(ident) else None)
 
 
 # Codes a 2026 server emits because *the gateway* got the wire wrong: a bug or misconfiguration, not the

@@ -11,7 +11,7 @@ from typing import Any, Final
 from mcp_types.methods import validate_client_notification, validate_client_request
 
 from adapters.errors import INVALID_PARAMS, METHOD_NOT_FOUND, ErrorValue
-from adapters.protocol import FORWARDED_METHODS, LOG_LEVELS, MRTR_METHODS
+from adapters.protocol import FORWARDED_METHODS, LOG_LEVELS, MRTR_METHODS, is_request_id
 
 REQUEST_ROUTES: Final = {
     "initialize": "initialize",
@@ -91,6 +91,6 @@ def cancel_request(params: Any) -> CancelRequest | None:
     if not isinstance(params, Mapping):
         return None
     ident, reason = params.get("requestId"), params.get("reason")
-    if not isinstance(ident, (str, int)) or isinstance(ident, bool):
+    if not is_request_id(ident):
         return None  # also keeps unhashable values out of the id-keyed exchange table
     return CancelRequest(ident, reason if isinstance(reason, str) else None)
