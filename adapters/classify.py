@@ -68,6 +68,27 @@ def principal_of(authorization: str | None, tokens: Mapping[str, str] | None = N
     return "bearer:" + hashlib.sha256(authorization.encode("utf-8")).hexdigest()[:32]
 
 
+def _has_utf8_form(value: str) -> bool:
+    """False for a header value holding lone surrogates: how the HTTP server hands over bytes that are not UTF-8
+    (``surrogateescape``)."""
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _request_id(view: HttpView) -> object:
+    """The id of a POSTed message, for a refusal decided before the body was read (None when there is none)."""
+    if view.method != "POST":
+        return None
+    try:
+        message = loads(view.body)
+    except ValueError:
+        return None
+    return message.get("id") if isinstance(message, dict) else None
+
+
 def _host_name(value: str) -> str:
     if value.startswith("["):
         return value[: value.find("]") + 1]
@@ -153,7 +174,12 @@ def classify(view: HttpView, session: SessionRecord | None, policy: Policy, now_
     refused = check_origin_host(view.headers, policy)
     if refused is not None:
         return refused
-    principal = principal_of(view.headers.get("authorization"), policy.tokens)
+    authorization = view.headers.get("authorization")
+    if authorization is not None and not _has_utf8_form(authorization):
+        # The session's principal is a digest of these bytes, and they would be forwarded upstream: refused here
+        # rather than failing either way later.
+        return reject("bad_header", "the Authorization header is not UTF-8 text", _request_id(view))
+    principal = principal_of(authorization, policy.tokens)
     if view.method == "POST":
         return _classify_post(view, session, policy, now_ms, principal)
     if view.method not in ("GET", "DELETE"):

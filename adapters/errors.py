@@ -102,6 +102,9 @@ REJECTIONS: Final[Mapping[str, tuple[int, int]]] = {
     "method_not_allowed": (405, INVALID_REQUEST),
     # A modern (2026) request whose _meta the gateway must read is malformed: 400 -32602 (DIGEST §1.3 step 2).
     "invalid_params": (400, INVALID_PARAMS),
+    # A header value with no UTF-8 form (raw bytes such as 0xff): -32602, as for a tool name or argument that
+    # cannot become a header (README choice 19); 400 because the HTTP request itself is malformed.
+    "bad_header": (400, INVALID_PARAMS),
     # The upstream refused the client's own (forwarded) token: the status tells the client to authorize again
     # (401) or step up its scopes (403), as the upstream itself would have (S25 basic/authorization).
     "upstream_unauthorized": (401, UPSTREAM_FAILURE),

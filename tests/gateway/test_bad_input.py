@@ -185,3 +185,25 @@ async def test_an_upstream_result_nested_too_deep_is_an_upstream_failure_of_the_
     assert message["id"] == legacy.next_id and message["error"]["data"]["upstream"] in ("invalid_response",
                                                                                         "non_json")
     await still_works(legacy, upstream)
+
+
+async def test_other_headers_with_no_utf8_form_never_get_a_500(legacy, upstream) -> None:
+    await legacy.initialize()
+    sid = legacy.session_id.encode()
+    call = json.dumps({"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": {"name": "t"}}).encode()
+    modern = json.dumps({"jsonrpc": "2.0", "id": 4, "method": "tools/call", "params": {"name": "t"}}).encode()
+    base = b"Accept: application/json, text/event-stream\r\nContent-Type: application/json\r\n"
+    cases = [
+        (b"POST", b"Host: 127.0.0.1\r\n" + base + b"Mcp-Session-Id: \xff\xfe\r\n", call),
+        (b"POST", b"Host: 127.0.0.1\r\n" + base + b"Mcp-Session-Id: " + sid + b"\r\nMCP-Protocol-Version: \xff\r\n",
+         call),
+        (b"POST", b"Host: \xff\r\n" + base, call),
+        (b"POST", b"Host: 127.0.0.1\r\nOrigin: http://\xff\r\n" + base, call),
+        (b"GET", b"Host: 127.0.0.1\r\nAccept: text/event-stream\r\nMcp-Session-Id: " + sid
+         + b"\r\nLast-Event-ID: a.\xff\r\n", b""),
+        (b"POST", b"Host: 127.0.0.1\r\n" + base + b"MCP-Protocol-Version: 2026-07-28\r\nMcp-Param-X: \xff\r\n",
+         modern),
+    ]
+    for method, head, body in cases:
+        status, answer = await raw_http(legacy, method + b" /mcp HTTP/1.1\r\n" + head, body)
+        assert status != 500 and b"internal gateway error" not in answer, head
