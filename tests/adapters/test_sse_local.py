@@ -15,7 +15,8 @@ from tests import schema
 
 def test_event_ids_name_their_stream() -> None:
     assert parse_event_id(event_id("ab12", 7)) == ("ab12", 7)
-    for bad in (None, "", "nodot", "a.", ".3", "a.-1", "a.x"):
+    for bad in (None, "", "nodot", "a.", ".3", "a.-1", "a.x", "a." + "1" * 5000, "a.\u00b2", "a.\u0663",
+                "a.1234567890123456789"):
         assert parse_event_id(bad) is None
 
 
