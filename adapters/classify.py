@@ -16,7 +16,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from adapters.errors import Rejection, reject
-from adapters.jsonwire import loads
+from adapters.jsonwire import TooDeep, loads
 from adapters.protocol import (BATCH_VERSIONS, LEGACY_VERSIONS, MAX_BATCH, MODERN_VERSION, PROTOCOL_VERSION_META_KEY,
                                is_request_id)
 from adapters.records import SessionRecord
@@ -118,6 +118,10 @@ def parse_message(body: bytes) -> dict[str, Any] | list[Any] | Rejection:
     """One JSON-RPC message, or a batch (a list, judged by :func:`_classify_batch`)."""
     try:
         message = loads(body)
+    except TooDeep as exc:
+        # Choice: -32600, not -32700: the text is JSON, but no message the gateway takes nests this deep (the
+        # one limit of adapters.jsonwire, so nothing read can be too deep to write back).
+        return reject("invalid_request", f"the message is nested more than {exc.limit} levels deep")
     except (ValueError, UnicodeDecodeError):
         return reject("parse_error", "the body is not valid JSON")
     return message if isinstance(message, list) else check_message(message)

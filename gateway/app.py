@@ -21,7 +21,7 @@ from adapters.classify import Accepted, HttpView, classify
 from adapters.errors import (INVALID_REQUEST, ErrorValue, Rejection, passthrough_ended, reject,
                             translate_upstream_error)
 from adapters.handshake import build_initialize_result, cache_policy, check_discover, discover_cache_keys
-from adapters.jsonwire import loads
+from adapters.jsonwire import ENCODED_DEPTH, loads
 from adapters.peers import (admit_initialize, admit_modern, legacy_answer_version, mask_capabilities, match_peer,
                             peer_limits, peer_record, pick_upstream, sunset_error, sunset_passed,
                             with_notice)
@@ -478,7 +478,8 @@ async def _batch_part(request: web.Request, gw: Gateway, element: Accepted | Rej
         answer = await _HANDLERS[element.kind](request, gw, element)
     if isinstance(answer, OutStream):
         return answer
-    return loads(answer.body) if isinstance(answer, web.Response) and answer.body else None
+    # The gateway's own answer: it may nest a value read at MAX_DEPTH a few levels deeper (adapters.jsonwire).
+    return loads(answer.body, ENCODED_DEPTH) if isinstance(answer, web.Response) and answer.body else None
 
 
 async def _merge(sources: list[OutStream], merged: OutStream) -> None:

@@ -20,6 +20,16 @@ def nested(depth: int, leaf: Any = 1) -> Any:
     return leaf
 
 
+def deep_text(depth: int) -> str:
+    """A JSON array nested ``depth`` deep, as text: json.dumps itself fails near 1000 levels."""
+    return "[" * depth + "1" + "]" * depth
+
+
+def call_text(ident: int, argument: str) -> str:
+    return ('{"jsonrpc": "2.0", "id": ' + str(ident) + ', "method": "tools/call", "params": {"name": "t", '
+            '"arguments": {"x": ' + argument + '}}}')
+
+
 async def raw_http(legacy: Legacy, head: bytes, body: bytes = b"") -> tuple[int, bytes]:
     """One HTTP/1.1 exchange over a plain socket: header bytes no HTTP client would send as they are."""
     server = legacy.client.server
@@ -117,8 +127,9 @@ async def test_a_rejected_message_never_echoes_an_invalid_id(legacy, upstream) -
 # --- 5. arguments nested deeper than the codec's one limit ---------------------------------------------------
 async def test_arguments_nested_past_the_depth_limit_are_refused_at_parse_time(legacy, upstream) -> None:
     await legacy.initialize()
-    for depth in (300, 990, 1020):
-        resp = await legacy.post("tools/call", {"name": "t", "arguments": {"x": nested(depth)}})
+    for depth in (300, 990, 1020, 5000):  # encodable by neither encoder, or by none; parsed by orjson or not
+        body = call_text(7, deep_text(depth))
+        resp = await legacy.client.post("/mcp", data=body, headers=legacy.headers())
         assert resp.status == 400
         message = await resp.json()
         assert message["error"]["code"] == -32600 and "nested" in message["error"]["message"]
@@ -126,20 +137,23 @@ async def test_arguments_nested_past_the_depth_limit_are_refused_at_parse_time(l
     await still_works(legacy, upstream)
 
 
-async def test_arguments_at_the_depth_limit_cross_the_gateway(legacy, upstream) -> None:
-    from adapters.jsonwire import MAX_DEPTH
-    upstream.script["tools/call"] = lambda body, request: {**text("deep"), "_meta": {"echo": body["params"]}}
+async def test_arguments_and_results_at_the_depth_limit_cross_the_gateway(legacy, upstream) -> None:
+    from adapters.jsonwire import MAX_DEPTH  # (here: the other tests run against a codec without it)
+    deep = nested(MAX_DEPTH - 3)  # inside the message, params and arguments (or result and _meta): the limit
+    upstream.script["tools/call"] = lambda body, request: {**text("deep"), "_meta": {"x": deep}}
     await legacy.initialize()
-    deep = nested(MAX_DEPTH - 4)  # root, params, arguments, x: the message is exactly MAX_DEPTH deep
     answer = await legacy.call("tools/call", {"name": "t", "arguments": {"x": deep}})
-    assert answer["result"]["content"][0]["text"] == "deep"
+    assert answer["result"]["content"][0]["text"] == "deep" and answer["result"]["_meta"]["x"] == deep
     assert upstream.calls("tools/call")[0]["params"]["arguments"]["x"] == deep
+    resp = await legacy.post("tools/call", {"name": "t", "arguments": {"x": [deep]}})  # one level more
+    assert resp.status == 400 and (await resp.json())["error"]["code"] == -32600
+    assert len(upstream.calls("tools/call")) == 1
 
 
 async def test_deep_arguments_in_a_batch_refuse_the_batch(make_gateway, upstream) -> None:
     legacy = await old_session(make_gateway)
-    resp = await post_batch(legacy, [{"jsonrpc": "2.0", "id": 1, "method": "tools/call",
-                                      "params": {"name": "t", "arguments": {"x": nested(995)}}}])
+    resp = await legacy.client.post("/mcp", data="[" + call_text(1, deep_text(995)) + "]",
+                                    headers=legacy.headers())
     assert resp.status == 400 and (await resp.json())["error"]["code"] == -32600
     await still_works(legacy, upstream)
 
@@ -165,12 +179,21 @@ async def test_a_malformed_client_error_answer_ends_the_bridge_like_an_invalid_a
 
 # --- 7. an upstream result nested past the limit -------------------------------------------------------------
 async def test_an_upstream_result_nested_too_deep_is_an_upstream_failure_of_the_request(legacy, upstream) -> None:
-    deep = {"resultType": "complete", "content": [], "_meta": {"x": nested(1000)}}
-    raw = json.dumps({"jsonrpc": "2.0", "id": None, "result": deep})
+    deep = '{"resultType": "complete", "content": [], "_meta": {"x": ' + deep_text(1000) + '}}'
 
     def answer(body, request):
-        return web.Response(body=raw.replace('"id": null', json.dumps(body["id"]), 1).encode(),
-                            content_type="application/json")
+        raw = '{"jsonrpc": "2.0", "id": ' + json.dumps(body["id"]) + ', "result": ' + deep + '}'
+        return web.Response(body=raw.encode(), content_type="application/json")
+
+    async def stream(body, request):
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await resp.prepare(request)
+        progress = {"jsonrpc": "2.0", "method": "notifications/progress", "params": {"progressToken": "p",
+                                                                                     "progress": 1}}
+        await resp.write(f"data: {json.dumps(progress)}\n\n".encode())
+        raw = '{"jsonrpc": "2.0", "id": ' + json.dumps(body["id"]) + ', "result": ' + deep + '}'
+        await resp.write(f"data: {raw}\n\n".encode())
+        return resp
     upstream.script["tools/call"] = answer
     await legacy.initialize()
     resp = await legacy.post("tools/call", {"name": "t", "arguments": {}})
@@ -178,8 +201,7 @@ async def test_an_upstream_result_nested_too_deep_is_an_upstream_failure_of_the_
     message = await resp.json()
     assert message["id"] == legacy.next_id and message["error"]["code"] == -32603
     assert message["error"]["data"]["upstream"] in ("invalid_response", "non_json")
-    upstream.script["tools/call"] = lambda body, request: [{"method": "notifications/progress", "params": {
-        "progressToken": "p", "progress": 1}}, deep]  # the same as an SSE event
+    upstream.script["tools/call"] = stream  # the same result as an SSE event
     resp = await legacy.post("tools/call", {"name": "t", "arguments": {}})
     message = await resp.json() if resp.content_type == "application/json" else (await legacy.events(resp))[-1]
     assert message["id"] == legacy.next_id and message["error"]["data"]["upstream"] in ("invalid_response",
