@@ -57,6 +57,19 @@ class BridgeContext:
         return isinstance(roots, Mapping) and roots.get("listChanged") is True
 
 
+def _answer_error(event: ClientAnswered) -> Mapping[str, Any] | None:
+    """The error object a client's answer ends the bridge with, or None for a usable result. An answer that is
+    neither a result object nor an error object (``"error": "no"``, a list, a number) is invalid like one with
+    no result: -32600, named as the client's (README choice 7), never passed on as it is."""
+    if event.error is None and isinstance(event.result, Mapping):
+        return None
+    if isinstance(event.error, Mapping):
+        return event.error
+    if event.error is not None:
+        return {"code": E.INVALID_REQUEST, "message": "the answer's error is not an error object"}
+    return {"code": E.INVALID_REQUEST, "message": "the answer carried no result"}
+
+
 # --- events ---------------------------------------------------------------------------------------------
 @dataclass(frozen=True, slots=True)
 class UpstreamResult:
@@ -80,7 +93,7 @@ class UpstreamFailed:
 class ClientAnswered:
     gateway_id: str
     result: Any = None
-    error: Mapping[str, Any] | None = None
+    error: Any = None  # the client's "error" member, as sent: not necessarily an object
 
 
 @dataclass(frozen=True, slots=True)
@@ -285,9 +298,8 @@ class BridgeMachine:
         if key is None or rec.phase != "awaiting_client":
             return []
         entry = rec.input_requests[key]
-        if event.error is not None or not isinstance(event.result, Mapping):
-            error = event.error if event.error is not None else {"code": E.INVALID_REQUEST,
-                                                                 "message": "the answer carried no result"}
+        error = _answer_error(event)
+        if error is not None:
             return self._cancel_outstanding() + [self._end(response(
                 rec.downstream_id, error=E.client_refused_error(key, entry["method"], error)))]
         actions = self._record_answer(key, entry, event.result)

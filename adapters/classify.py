@@ -16,8 +16,9 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from adapters.errors import Rejection, reject
-from adapters.jsonwire import loads
-from adapters.protocol import BATCH_VERSIONS, LEGACY_VERSIONS, MAX_BATCH, MODERN_VERSION, PROTOCOL_VERSION_META_KEY
+from adapters.jsonwire import TooDeep, loads
+from adapters.protocol import (BATCH_VERSIONS, LEGACY_VERSIONS, MAX_BATCH, MODERN_VERSION, PROTOCOL_VERSION_META_KEY,
+                               is_request_id)
 from adapters.records import SessionRecord
 
 LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1", "[::1]")
@@ -67,6 +68,27 @@ def principal_of(authorization: str | None, tokens: Mapping[str, str] | None = N
     return "bearer:" + hashlib.sha256(authorization.encode("utf-8")).hexdigest()[:32]
 
 
+def _has_utf8_form(value: str) -> bool:
+    """False for a header value holding lone surrogates: how the HTTP server hands over bytes that are not UTF-8
+    (``surrogateescape``)."""
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _request_id(view: HttpView) -> object:
+    """The id of a POSTed message, for a refusal decided before the body was read (None when there is none)."""
+    if view.method != "POST":
+        return None
+    try:
+        message = loads(view.body)
+    except ValueError:
+        return None
+    return message.get("id") if isinstance(message, dict) else None
+
+
 def _host_name(value: str) -> str:
     if value.startswith("["):
         return value[: value.find("]") + 1]
@@ -96,6 +118,10 @@ def parse_message(body: bytes) -> dict[str, Any] | list[Any] | Rejection:
     """One JSON-RPC message, or a batch (a list, judged by :func:`_classify_batch`)."""
     try:
         message = loads(body)
+    except TooDeep as exc:
+        # Choice: -32600, not -32700: the text is JSON, but no message the gateway takes nests this deep (the
+        # one limit of adapters.jsonwire, so nothing read can be too deep to write back).
+        return reject("invalid_request", f"the message is nested more than {exc.limit} levels deep")
     except (ValueError, UnicodeDecodeError):
         return reject("parse_error", "the body is not valid JSON")
     return message if isinstance(message, list) else check_message(message)
@@ -110,8 +136,7 @@ def check_message(message: Any) -> dict[str, Any] | Rejection:
 
 
 def message_kind(message: Mapping[str, Any]) -> str | None:
-    ident = message.get("id")
-    has_id = "id" in message and (isinstance(ident, str) or (isinstance(ident, int) and not isinstance(ident, bool)))
+    has_id = "id" in message and is_request_id(message.get("id"))
     if isinstance(message.get("method"), str):
         return "request" if has_id else ("notification" if "id" not in message else None)
     if has_id and (("result" in message) != ("error" in message)):
@@ -153,7 +178,12 @@ def classify(view: HttpView, session: SessionRecord | None, policy: Policy, now_
     refused = check_origin_host(view.headers, policy)
     if refused is not None:
         return refused
-    principal = principal_of(view.headers.get("authorization"), policy.tokens)
+    authorization = view.headers.get("authorization")
+    if authorization is not None and not _has_utf8_form(authorization):
+        # The session's principal is a digest of these bytes, and they would be forwarded upstream: refused here
+        # rather than failing either way later.
+        return reject("bad_header", "the Authorization header is not UTF-8 text", _request_id(view))
+    principal = principal_of(authorization, policy.tokens)
     if view.method == "POST":
         return _classify_post(view, session, policy, now_ms, principal)
     if view.method not in ("GET", "DELETE"):

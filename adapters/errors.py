@@ -24,6 +24,8 @@ from mcp_types.jsonrpc import (
     URL_ELICITATION_REQUIRED,
 )
 
+from adapters.protocol import is_request_id
+
 RESOURCE_NOT_FOUND_2025: Final = -32002  # retired in 2026, still meaningful to 2025 clients (S26 basic/index)
 # Implementation-defined band (-32000..-32019) is where 2025 puts server errors; our limits live there so a
 # 2025 client never mistakes them for a spec-defined code (DIGEST §1.3).
@@ -101,6 +103,9 @@ REJECTIONS: Final[Mapping[str, tuple[int, int]]] = {
     "method_not_allowed": (405, INVALID_REQUEST),
     # A modern (2026) request whose _meta the gateway must read is malformed: 400 -32602 (DIGEST §1.3 step 2).
     "invalid_params": (400, INVALID_PARAMS),
+    # A header value with no UTF-8 form (raw bytes such as 0xff): -32602, as for a tool name or argument that
+    # cannot become a header (README choice 19); 400 because the HTTP request itself is malformed.
+    "bad_header": (400, INVALID_PARAMS),
     # The upstream refused the client's own (forwarded) token: the status tells the client to authorize again
     # (401) or step up its scopes (403), as the upstream itself would have (S25 basic/authorization).
     "upstream_unauthorized": (401, UPSTREAM_FAILURE),
@@ -109,8 +114,10 @@ REJECTIONS: Final[Mapping[str, tuple[int, int]]] = {
 
 
 def reject(reason: str, message: str, ident: Any = None) -> Rejection:
+    """The refusal for ``reason``, answered to ``ident`` only when that is a valid id: an id of another type (an
+    array, an object, a bool) cannot be echoed, so the answer's id is null (JSON-RPC 2.0 §5: unknown id)."""
     status, code = REJECTIONS[reason]
-    return Rejection(reason, status, ErrorValue(code, message), ident)
+    return Rejection(reason, status, ErrorValue(code, message), ident if is_request_id(ident) else None)
 
 
 # Codes a 2026 server emits because *the gateway* got the wire wrong: a bug or misconfiguration, not the

@@ -5,12 +5,13 @@ rows, §4.20: methods a 2026 server removed are answered here or translated, nev
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any, Final
 
 from mcp_types.methods import validate_client_notification, validate_client_request
 
 from adapters.errors import INVALID_PARAMS, METHOD_NOT_FOUND, ErrorValue
-from adapters.protocol import FORWARDED_METHODS, LOG_LEVELS, MRTR_METHODS
+from adapters.protocol import FORWARDED_METHODS, LOG_LEVELS, MRTR_METHODS, is_request_id
 
 REQUEST_ROUTES: Final = {
     "initialize": "initialize",
@@ -71,5 +72,25 @@ def set_level(params: Any) -> str | ErrorValue:
     return level
 
 
-def cancelled_request_id(params: Any) -> Any:
-    return params.get("requestId") if isinstance(params, Mapping) else None
+@dataclass(frozen=True, slots=True)
+class CancelRequest:
+    """What a valid ``notifications/cancelled`` asks: stop ``request_id`` (a string or an integer, the only ids
+    the gateway ever accepts for a request), for ``reason`` when the client gave one as text."""
+
+    request_id: str | int
+    reason: str | None = None
+
+
+def cancel_request(params: Any) -> CancelRequest | None:
+    """The cancel a ``notifications/cancelled`` asks for, or None when it names no valid request id.
+
+    Choice: an invalid cancellation (``requestId`` missing, or an array, object, bool, float or null) is
+    *ignored* (202, nothing cancelled) rather than refused with 400: S25 basic/utilities/cancellation
+    §Error Handling says invalid cancellation notifications SHOULD be ignored, and a notification has no id to
+    answer an error to. A non-text ``reason`` is dropped, not fatal: the request is still cancelled."""
+    if not isinstance(params, Mapping):
+        return None
+    ident, reason = params.get("requestId"), params.get("reason")
+    if not is_request_id(ident):
+        return None  # also keeps unhashable values out of the id-keyed exchange table
+    return CancelRequest(ident, reason if isinstance(reason, str) else None)

@@ -50,6 +50,12 @@ INPUT_REQUEST_METHODS: Final = frozenset({"sampling/createMessage", "elicitation
 LOG_LEVELS: Final = ("debug", "info", "notice", "warning", "error", "critical", "alert", "emergency")
 
 
+def is_request_id(value: object) -> bool:
+    """A JSON-RPC id the gateway takes: a string or an integer (MCP: ``RequestId = string | number``; the gateway
+    reads only integral numbers, and never a bool, which Python counts as an int)."""
+    return isinstance(value, str) or (isinstance(value, int) and not isinstance(value, bool))
+
+
 def negotiate_version(requested: object) -> str:
     """Echo the client's version when we speak it, else offer the latest legacy one (S25 lifecycle)."""
     if isinstance(requested, str) and requested in LEGACY_VERSIONS:

@@ -18,11 +18,18 @@ def event_id(stream: str, seq: int) -> str:
     return f"{stream}.{seq}"
 
 
+# The longest sequence number read from a Last-Event-ID: more digits than any stream ever counts to. A longer
+# one names no position (and int() refuses past 4300 digits, sys.get_int_max_str_digits).
+MAX_SEQ_DIGITS = 18
+
+
 def parse_event_id(value: str | None) -> tuple[str, int] | None:
+    """``(stream, seq)`` of an id minted by :func:`event_id`, or None when ``value`` names no position."""
     if not value or "." not in value:
         return None
     stream, _, seq = value.rpartition(".")
-    if not stream or not seq.isdigit():
+    # isascii: str.isdigit also admits digits int() refuses ("²") or reads as another number ("٣").
+    if not stream or not (seq.isascii() and seq.isdigit()) or len(seq) > MAX_SEQ_DIGITS:
         return None
     return stream, int(seq)
 

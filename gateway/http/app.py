@@ -20,7 +20,7 @@ from adapters.capabilities import client_caps_to_modern
 from adapters.classify import Accepted, HttpView, classify
 from adapters.errors import INVALID_REQUEST, ErrorValue, Rejection, passthrough_ended, reject, translate_upstream_error
 from adapters.handshake import build_initialize_result, cache_policy, check_discover, discover_cache_keys
-from adapters.jsonwire import loads
+from adapters.jsonwire import ENCODED_DEPTH, loads
 from adapters.peers import (
     admit_initialize,
     admit_modern,
@@ -336,10 +336,12 @@ async def on_notification(request: web.Request, gw: Gateway, acc: Accepted) -> w
         session.initialized = True
         await gw.store.put_session(session)
     elif route == "cancelled":
-        # A cancel stops the bridge, closes the upstream request and cancels our requests to the client.
-        exchange = gw.runtime(session.session_id).exchanges.get(local.cancelled_request_id(acc.message.get("params")))
-        if exchange is not None:
-            exchange.cancel((acc.message.get("params") or {}).get("reason"))
+        # A cancel stops the bridge, closes the upstream request and cancels our requests to the client; one
+        # naming no valid request id is ignored (adapters.local.cancel_request).
+        cancel = local.cancel_request(acc.message.get("params"))
+        exchange = gw.runtime(session.session_id).exchanges.get(cancel.request_id) if cancel else None
+        if exchange is not None and cancel is not None:
+            exchange.cancel(cancel.reason)
     elif route == "roots_changed":
         session.cached_roots = None  # nothing goes upstream (2026 removed it, DIGEST §3)
         await gw.store.put_session(session)
@@ -486,7 +488,8 @@ async def _batch_part(request: web.Request, gw: Gateway, element: Accepted | Rej
         answer = await _HANDLERS[element.kind](request, gw, element)
     if isinstance(answer, OutStream):
         return answer
-    return loads(answer.body) if isinstance(answer, web.Response) and answer.body else None
+    # The gateway's own answer: it may nest a value read at MAX_DEPTH a few levels deeper (adapters.jsonwire).
+    return loads(answer.body, ENCODED_DEPTH) if isinstance(answer, web.Response) and answer.body else None
 
 
 async def _merge(sources: list[OutStream], merged: OutStream) -> None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Collection
 from typing import Any, Protocol
 
-from adapters.jsonwire import dumps, loads
+from adapters.jsonwire import ENCODED_DEPTH, dumps, loads
 from adapters.records import PendingRound, SessionRecord
 
 
@@ -64,7 +64,7 @@ class InMemoryStore:
         data = self._sessions.get(session_id)
         if data is None:
             return None
-        record = SessionRecord.from_dict(loads(data))
+        record = SessionRecord.from_dict(loads(data, ENCODED_DEPTH))
         record.last_seen_ms = max(record.last_seen_ms, self._seen.get(session_id, record.last_seen_ms))
         return record
 
@@ -105,11 +105,11 @@ class InMemoryStore:
 
     async def get_round(self, bridge_id: str) -> PendingRound | None:
         entry = self._rounds.get(bridge_id)
-        return PendingRound.from_dict(loads(entry[1])) if entry is not None else None
+        return PendingRound.from_dict(loads(entry[1], ENCODED_DEPTH)) if entry is not None else None
 
     async def delete_round(self, bridge_id: str) -> None:
         self._rounds.pop(bridge_id, None)
 
     async def rounds_of(self, session_id: str) -> list[PendingRound]:
-        return [PendingRound.from_dict(loads(data)) for owner, data in self._rounds.values()
+        return [PendingRound.from_dict(loads(data, ENCODED_DEPTH)) for owner, data in self._rounds.values()
                 if owner == session_id]

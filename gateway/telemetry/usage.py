@@ -23,7 +23,7 @@ from typing import Any
 from aiohttp import web
 
 from adapters import bridge as B
-from adapters.jsonwire import loads
+from adapters.jsonwire import ENCODED_DEPTH, loads
 from gateway.config.usage import DEFAULT_DB, UsageConfig
 from adapters.usage import (DAY_MS, HOUR_MS, INPUT_KINDS, KEY_FIELDS, Facts, LabelFolder, add_to_rollup,
                             build_record, fold_method, fold_revision, input_kind, legacy_request_features,
@@ -259,7 +259,7 @@ def _final_message(response: web.StreamResponse, kind: str = "") -> Any:
         return {"result": None}  # no error member anywhere: an answer, without parsing it (the hot path)
     if isinstance(body, bytes) and len(body) <= _MAX_PARSED_BODY and response.content_type == "application/json":
         try:
-            return loads(body)
+            return loads(body, ENCODED_DEPTH)  # the gateway's own answer (adapters.jsonwire)
         except ValueError:
             pass
     if response.status >= 400:

@@ -276,3 +276,13 @@ def test_the_record_round_trips_mid_round_and_another_machine_continues() -> Non
     other = B.BridgeMachine(PendingRound.from_dict(data), m.ctx)
     assert other.handle(B.ClientAnswered("g2", SAMPLED)) == [
         B.CallUpstream({"inputResponses": {"a": SAMPLED, "b": SAMPLED}, "requestState": "s"})]
+
+
+@pytest.mark.parametrize("error", ["no", [1, 2], 3, True])
+def test_an_error_answer_that_is_no_error_object_ends_the_bridge_as_an_invalid_answer(error) -> None:
+    m = machine()
+    m.handle(B.UpstreamResult(ir({"a": SAMPLING, "b": SAMPLING})))
+    actions = m.handle(B.ClientAnswered("g1", None, error))
+    assert only(actions, B.SendToClient)[0].message["params"]["requestId"] == "g2"
+    answer = final(actions)["error"]
+    assert answer["code"] == -32600 and answer["data"]["inputKey"] == "a"

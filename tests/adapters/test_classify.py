@@ -149,3 +149,24 @@ def test_a_batch_the_gateway_cannot_take_is_refused_whole(body, record, why) -> 
 def test_a_batch_still_needs_a_live_session() -> None:
     verdict = classify(post([REQ], **OLD), None, Policy(), NOW)
     assert isinstance(verdict, Rejection) and verdict.status == 404
+
+
+@pytest.mark.parametrize("ident", [[1], {"a": 1}, True, 1.5, None])
+def test_a_refusal_never_echoes_an_id_that_is_no_valid_id(ident) -> None:
+    verdict = classify(post({"jsonrpc": "2.0", "id": ident, "method": "tools/list", "params": 5}), None, Policy(),
+                       NOW)
+    assert isinstance(verdict, Rejection) and verdict.status == 400 and verdict.body()["id"] is None
+
+
+def test_a_refusal_echoes_a_valid_id() -> None:
+    for ident in ("r", 7):
+        verdict = classify(post({"jsonrpc": "2.0", "id": ident, "method": "x", "params": 5}), None, Policy(), NOW)
+        assert isinstance(verdict, Rejection) and verdict.ident == ident
+
+
+def test_an_authorization_header_with_no_utf8_form_is_400_invalid_params() -> None:
+    bad = "Bearer \udcff\udcfe"  # how the HTTP server hands over the bytes 0xff 0xfe (surrogateescape)
+    verdict = classify(post(INIT, authorization=bad), None, Policy(), NOW)
+    assert isinstance(verdict, Rejection) and (verdict.status, verdict.error.code, verdict.ident) == (400, -32602, 0)
+    verdict = classify(HttpView("GET", {**POST_HEADERS, **SID, "authorization": bad}), session(), Policy(), NOW)
+    assert isinstance(verdict, Rejection) and verdict.status == 400 and verdict.ident is None

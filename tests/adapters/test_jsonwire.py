@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from adapters.jsonwire import dumps, loads
+from adapters.jsonwire import ENCODED_DEPTH, MAX_DEPTH, TooDeep, dumps, loads
 
 
 def _same(a: Any, b: Any) -> bool:
@@ -62,6 +62,43 @@ def test_numbers_that_are_not_json_numbers_are_refused(text: bytes) -> None:
 def test_nesting_past_the_limit_is_a_parse_error_not_a_recursion_error() -> None:
     with pytest.raises(ValueError, match="nested too deeply"):
         loads(b"[" * 5000 + b"]" * 5000)
+
+
+def _deep(depth: int, opener: bytes = b"[", closer: bytes = b"]") -> bytes:
+    return opener * depth + b"1" + closer * depth
+
+
+@pytest.mark.parametrize("text", [
+    _deep(MAX_DEPTH + 1), _deep(990), _deep(1020),
+    b'{"a":' * MAX_DEPTH + b'{}' + b"}" * MAX_DEPTH,
+    b'[12345678901234567890,' + _deep(MAX_DEPTH + 1) + b"]",  # read by the stdlib (a 20-digit integer)
+    b'["\\ud800",' + _deep(500) + b"]",  # read by the stdlib (a lone surrogate)
+    b"\xff\xfe" + ("[" * (MAX_DEPTH + 1) + "]" * (MAX_DEPTH + 1)).encode("utf-16-le"),  # UTF-16, with a BOM
+])
+def test_one_depth_limit_for_every_parse_path(text: bytes) -> None:
+    with pytest.raises(TooDeep, match="nested too deeply"):
+        loads(text)
+    with pytest.raises(TooDeep):
+        loads(text.decode("utf-16") if text.startswith(b"\xff\xfe") else text.decode("utf-8", "surrogatepass"))
+
+
+def test_the_limit_itself_reads_and_writes_back_and_wide_shallow_texts_are_not_deep() -> None:
+    at_limit = _deep(MAX_DEPTH)
+    assert dumps(loads(at_limit)) == at_limit
+    wide = b"[" + b",".join([b'{"a":[1,{"b":[]}],"s":"[[[[{{{{"}'] * 500) + b"]"  # many brackets, depth 5
+    assert len(loads(wide)) == 500
+    assert loads(b'"' + b"[" * 5000 + b'"') == "[" * 5000  # brackets in a string are no nesting
+    with pytest.raises(TooDeep):
+        loads(_deep(ENCODED_DEPTH))
+    assert dumps(loads(_deep(ENCODED_DEPTH), ENCODED_DEPTH)) == _deep(ENCODED_DEPTH)  # the encoder writes it
+
+
+def test_dumps_refuses_a_value_too_deep_for_any_encoder_with_a_value_error() -> None:
+    value: Any = 1
+    for _ in range(5000):
+        value = [value]
+    with pytest.raises(ValueError, match="nested too deeply"):
+        dumps(value)
 
 
 def _random_value(rng: random.Random, depth: int = 0) -> Any:

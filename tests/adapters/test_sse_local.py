@@ -15,7 +15,8 @@ from tests import schema
 
 def test_event_ids_name_their_stream() -> None:
     assert parse_event_id(event_id("ab12", 7)) == ("ab12", 7)
-    for bad in (None, "", "nodot", "a.", ".3", "a.-1", "a.x"):
+    for bad in (None, "", "nodot", "a.", ".3", "a.-1", "a.x", "a." + "1" * 5000, "a.\u00b2", "a.\u0663",
+                "a.1234567890123456789"):
         assert parse_event_id(bad) is None
 
 
@@ -216,3 +217,14 @@ def test_an_event_over_the_bound_raises_and_a_long_stream_does_not() -> None:
     decoder = SseDecoder(max_event_bytes=1000)
     with pytest.raises(EventTooLarge):  # many short lines of one event
         decoder.feed(b"data: abc\n" * 200)
+
+
+@pytest.mark.parametrize("params", [None, {}, {"requestId": [1]}, {"requestId": {"a": 1}}, {"requestId": None},
+                                    {"requestId": True}, {"requestId": 1.0}, "x"])
+def test_a_cancel_naming_no_valid_request_id_asks_for_nothing(params) -> None:
+    assert local.cancel_request(params) is None  # S25 cancellation: invalid ones SHOULD be ignored
+
+
+def test_a_cancel_keeps_a_text_reason_and_drops_any_other() -> None:
+    assert local.cancel_request({"requestId": "r", "reason": "user"}) == local.CancelRequest("r", "user")
+    assert local.cancel_request({"requestId": 3, "reason": ["x"]}) == local.CancelRequest(3, None)
