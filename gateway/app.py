@@ -15,6 +15,7 @@ from typing import Any
 from aiohttp import web
 
 from adapters import local
+from adapters.admission import SessionCounts, admit_session, initialize_size_error, subscription_error
 from adapters.bridge import BridgeContext, admit
 from adapters.capabilities import client_caps_to_modern
 from adapters.classify import Accepted, HttpView, classify
@@ -80,7 +81,9 @@ async def handle_mcp(request: web.Request) -> web.StreamResponse:
     stamp_arrival(request)
     gw = request.app[GATEWAY]
     headers = request.headers  # case-insensitive already: the adapters read it as a plain mapping
-    body = await request.read() if request.method == "POST" else b""
+    body = await read_body(request, gw) if request.method == "POST" else b""
+    if isinstance(body, web.Response):
+        return body
     session_id = headers.get("mcp-session-id")
     session = await gw.store.get_session(session_id) if session_id else None
     verdict = classify(HttpView(request.method, headers, body), session, gw.policy, gw.clock())
@@ -92,6 +95,23 @@ async def handle_mcp(request: web.Request) -> web.StreamResponse:
     answer = await _HANDLERS[verdict.kind](request, gw, verdict)
     observe_response(request, gw, verdict, answer)  # migration accounting (issue 4); never raises
     return answer
+
+
+async def read_body(request: web.Request, gw: Gateway) -> bytes | web.Response:
+    """The POST body, or the refusal of one too large (413) or too slow to arrive (408). The slow one's
+    connection is closed: its unread rest would otherwise be taken as the next request's start."""
+    limits = gw.config.connections
+    try:
+        async with asyncio.timeout(limits.request_body_timeout_seconds):
+            return await request.read()
+    except web.HTTPRequestEntityTooLarge:
+        return _rejection(reject("body_too_large", f"request body exceeds max_request_bytes "
+                                                   f"({limits.max_request_bytes} bytes)"))
+    except TimeoutError:
+        answer = _rejection(reject("body_timeout", f"request body not received within "
+                                                   f"request_body_timeout_seconds ({limits.request_body_timeout_seconds})"))
+        answer.force_close()
+        return answer
 
 
 # --- handshake ------------------------------------------------------------------------------------------
@@ -138,7 +158,9 @@ async def on_initialize(request: web.Request, gw: Gateway, acc: Accepted) -> web
     info = params.get("clientInfo") or {}
     peer = match_peer(gw.pins.peers, gw.pins.default, acc.principal, info)
     version = legacy_answer_version(peer, params.get("protocolVersion"))
-    problem = local.check_request("initialize", version, params) or admit_initialize(peer, version, gw.today())
+    problem = (local.check_request("initialize", version, params) or admit_initialize(peer, version, gw.today())
+               or initialize_size_error(params.get("capabilities"), params.get("clientInfo"),
+                                        gw.config.sessions.session_limits))
     if problem is not None:
         if problem.log:
             log.warning("initialize refused: %s", problem.log)
@@ -157,6 +179,12 @@ async def on_initialize(request: web.Request, gw: Gateway, acc: Accepted) -> web
                            server_capabilities=dict(found.get("capabilities") or {}), pins=peer_record(peer),
                            upstream=upstream)
     await gw.sweep_expired()  # each new session pays for ending the expired ones: no timer task needed
+    # Counted after the last wait before the put, so concurrent initializes cannot all pass one free slot.
+    full = admit_session(SessionCounts(*await gw.store.count_sessions(acc.principal)),
+                         gw.config.sessions.session_limits, message["id"])
+    if full is not None:
+        log.warning("initialize refused: %s", full.error.message)
+        return _rejection(full)
     await gw.store.put_session(record)
     result = with_notice(build_initialize_result(found, version, gw.config.features()), peer, gw.today())
     return json_response(response(message["id"], result), headers={"Mcp-Session-Id": record.session_id})
@@ -242,6 +270,9 @@ async def on_subscribe(request: web.Request, gw: Gateway, session: SessionRecord
     uri = subscribe_uri(params)
     if isinstance(uri, ErrorValue):
         return json_response(response(ident, error=uri))
+    full = subscription_error(session.subscriptions, uri, gw.config.sessions.session_limits) if subscribe else None
+    if full is not None:
+        return json_response(response(ident, error=full))
     outcome = await change_listen(gw, session.session_id, request.headers.get("Authorization"), (uri, subscribe))
     if isinstance(outcome, Rejection):
         return _rejection(outcome)
@@ -521,7 +552,8 @@ def named_upstreams(config: GatewayConfig, core_url: str | None, tap: Tap | None
 def create_app(config: GatewayConfig, *, store: SessionStore | None = None, tap: Tap | None = None) -> web.Application:
     """The gateway app. With ``config.upstream_url`` unset, the embedded core is started in this event loop on
     a loopback ephemeral port for the app's lifetime."""
-    app = web.Application(middlewares=[error_middleware])
+    # aiohttp refuses a body of client_max_size bytes or more; max_request_bytes itself is allowed.
+    app = web.Application(middlewares=[error_middleware], client_max_size=config.connections.max_request_bytes + 1)
 
     async def lifetime(app: web.Application) -> AsyncIterator[None]:
         from gateway.embedded import embedded_core
