@@ -2,8 +2,14 @@
 
 from __future__ import annotations
 
-from adapters.admission import (SessionCounts, SessionLimits, admit_session, initialize_size_error,
-                                roots_cacheable, subscription_error)
+from adapters.admission import (
+    SessionCounts,
+    SessionLimits,
+    admit_session,
+    initialize_size_error,
+    roots_cacheable,
+    subscription_error,
+)
 
 LIMITS = SessionLimits(max_sessions=3, max_sessions_per_principal=2, max_initialize_bytes=300,
                        max_subscriptions_per_session=1, max_cached_roots_bytes=50)

@@ -148,7 +148,7 @@ async def test_roots_larger_than_max_cached_roots_bytes_are_used_but_asked_again
         _, ask = await client.next_event(resp)
         assert ask["method"] == "roots/list"
         await client.answer(ask["id"], {"roots": roots})
-        message = [m for m in await client.events(resp) if "result" in m][0]
+        message = next(m for m in await client.events(resp) if "result" in m)
         assert message["result"]["content"][0]["text"] == "30"  # used for its own request
     record = await client.client.app[GATEWAY].store.get_session(client.session_id)
     assert record.cached_roots is None
