@@ -24,7 +24,8 @@ class SessionLimits:
     max_sessions_per_principal: int = 20_000
     max_initialize_bytes: int = 16_384
     max_subscriptions_per_session: int = 256
-    max_cached_roots_bytes: int = 65_536
+    max_subscription_bytes: int = 16_384
+    max_cached_roots_bytes: int = 16_384
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,10 +56,15 @@ def initialize_size_error(capabilities: Any, client_info: Any, limits: SessionLi
 
 
 def subscription_error(current: Sequence[str], uri: str, limits: SessionLimits) -> ErrorValue | None:
-    """A new URI beyond ``max_subscriptions_per_session`` is refused; re-subscribing to one already held is not
-    a new entry (the set is kept without duplicates, adapters.subscriptions.apply_subscribes)."""
-    if uri not in current and len(current) >= limits.max_subscriptions_per_session:
+    """A new URI beyond ``max_subscriptions_per_session``, or taking the session's URIs together (UTF-8) past
+    ``max_subscription_bytes``, is refused: the count alone would let a few huge URIs hold megabytes. Re-subscribing
+    to one already held is not a new entry (the set is kept without duplicates, subscriptions.apply_subscribes)."""
+    if uri in current:
+        return None
+    if len(current) >= limits.max_subscriptions_per_session:
         return limit_error("max_subscriptions_per_session", limits.max_subscriptions_per_session)
+    if sum(len(u.encode()) for u in (*current, uri)) > limits.max_subscription_bytes:
+        return limit_error("max_subscription_bytes", limits.max_subscription_bytes)
     return None
 
 

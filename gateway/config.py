@@ -49,7 +49,8 @@ class SessionsConfig(_Frozen):
     max_sessions_per_principal: int = Field(20_000, ge=1)  # anonymous clients are one principal
     max_initialize_bytes: int = Field(16_384, ge=256)  # clientInfo + capabilities, encoded JSON
     max_subscriptions_per_session: int = Field(256, ge=1)
-    max_cached_roots_bytes: int = Field(65_536, ge=0)
+    max_subscription_bytes: int = Field(16_384, ge=256)  # the session's subscribed URIs together, UTF-8
+    max_cached_roots_bytes: int = Field(16_384, ge=0)
 
     @cached_property
     def session_limits(self) -> SessionLimits:

@@ -40,3 +40,11 @@ def test_subscriptions_bound_new_uris_only() -> None:
 def test_roots_cacheable_by_encoded_size() -> None:
     assert roots_cacheable({"roots": []}, LIMITS)
     assert not roots_cacheable({"roots": [{"uri": "file:///" + "x" * 60}]}, LIMITS)
+
+
+def test_subscriptions_bound_the_uris_bytes_together() -> None:
+    limits = SessionLimits(max_subscriptions_per_session=10, max_subscription_bytes=100)
+    assert subscription_error(["a" * 50], "b" * 50, limits) is None
+    error = subscription_error(["a" * 50], "b" * 51, limits)
+    assert error is not None and error.data == {"limit": "max_subscription_bytes", "value": 100}
+    assert subscription_error(["a" * 150], "a" * 150, limits) is None  # held already: no new entry

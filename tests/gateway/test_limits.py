@@ -195,3 +195,14 @@ async def test_a_drip_fed_body_gets_408_and_its_connection_is_closed(make_gatewa
     assert message["id"] is None and message["error"]["code"] == -32600
     assert "request_body_timeout_seconds" in message["error"]["message"]
     assert (await _initialize(client)).status == 200
+
+
+async def test_max_subscription_bytes_refuses_a_huge_uri_by_name(make_gateway, upstream) -> None:
+    _listen_acking(upstream)
+    client = Legacy(await make_gateway(sessions={"max_subscription_bytes": 1024}))
+    await client.initialize()
+    refused = await client.call("resources/subscribe", {"uri": "file:///" + "x" * 2000})
+    assert refused["error"]["data"] == {"limit": "max_subscription_bytes", "value": 1024}
+    assert (await client.call("resources/subscribe", {"uri": "file:///small"}))["result"] == {}
+    record = await client.client.app[GATEWAY].store.get_session(client.session_id)
+    assert record.subscriptions == ["file:///small"]
