@@ -298,7 +298,9 @@ async def change_listen(gw: Gateway, session_id: str, authorization: str | None,
             if not mine.done():  # nobody took it yet: this turn applies everything queued so far
                 batch, listener.queued = listener.queued, []
                 try:
-                    outcome = await _apply_changes(gw, session_id, authorization, [c for c, _ in batch if c])
+                    batch = await _within_limits(gw, session_id, batch)
+                    outcome = await _apply_changes(gw, session_id, authorization,
+                                                   [c for c, _ in batch if c]) if batch else None
                 except BaseException:  # cancelled (shutdown): the next turn takes the others' changes
                     listener.queued[:0] = [item for item in batch if item[1] is not mine]
                     raise
@@ -309,6 +311,25 @@ async def change_listen(gw: Gateway, session_id: str, authorization: str | None,
         listener.queued = [item for item in listener.queued if item[1] is not mine]
         raise
     return mine.result()
+
+
+async def _within_limits(gw: Gateway, session_id: str, batch: list[tuple[Any, asyncio.Future]]) -> list[Any]:
+    """The queued changes that keep the session within its subscription bounds, in order; each other one is
+    answered with its limit error now. Checked here, on the record as of this turn, since subscribes that ran
+    at once (a batch) each passed on_subscribe's check against the same record."""
+    session = await gw.store.get_session(session_id)
+    if session is None:
+        return batch  # _apply_changes answers them all: the session is gone
+    held, kept, limits = list(session.subscriptions), [], gw.config.sessions.session_limits
+    for change, waiter in batch:
+        error = subscription_error(held, change[0], limits) if change and change[1] else None
+        if error is not None:
+            waiter.set_result(error)
+            continue
+        if change:
+            held = apply_subscribes(held, [change])
+        kept.append((change, waiter))
+    return kept
 
 
 async def _apply_changes(gw: Gateway, session_id: str, authorization: str | None,

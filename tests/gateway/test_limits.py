@@ -206,3 +206,19 @@ async def test_max_subscription_bytes_refuses_a_huge_uri_by_name(make_gateway, u
     assert (await client.call("resources/subscribe", {"uri": "file:///small"}))["result"] == {}
     record = await client.client.app[GATEWAY].store.get_session(client.session_id)
     assert record.subscriptions == ["file:///small"]
+
+
+async def test_subscribes_in_one_batch_cannot_pass_the_bound_together(make_gateway, upstream) -> None:
+    _listen_acking(upstream)
+    client = Legacy(await make_gateway(sessions={"max_subscriptions_per_session": 2}), version="2025-03-26")
+    await client.initialize()
+    batch = [{"jsonrpc": "2.0", "id": i, "method": "resources/subscribe", "params": {"uri": f"file:///{i}"}}
+             for i in range(1, 5)]  # run at once: each reads the record before any saved its URI
+    resp = await client.client.post("/mcp", data=json.dumps(batch), headers=client.headers())
+    answers = {a["id"]: a for a in await resp.json()}
+    granted = [i for i, a in answers.items() if "result" in a]
+    assert len(granted) == 2 and len(answers) == 4
+    assert all(a["error"]["data"]["limit"] == "max_subscriptions_per_session"
+               for a in answers.values() if "error" in a)
+    record = await client.client.app[GATEWAY].store.get_session(client.session_id)
+    assert sorted(record.subscriptions) == sorted(f"file:///{i}" for i in granted)
