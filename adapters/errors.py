@@ -35,7 +35,7 @@ UPSTREAM_FAILURE: Final = INTERNAL_ERROR
 __all__ = [
     "ErrorValue", "Rejection", "REJECTIONS", "reject", "translate_upstream_error", "limit_error",
     "upstream_failure", "passthrough_ended", "token_refused", "AuthChallenge", "missing_capability_error",
-    "client_refused_error",
+    "client_refused_error", "limit_rejection",
     "GATEWAY_LIMIT_EXCEEDED", "INVALID_PARAMS", "INVALID_REQUEST", "METHOD_NOT_FOUND", "PARSE_ERROR", "INTERNAL_ERROR",
 ]
 
@@ -110,6 +110,12 @@ REJECTIONS: Final[Mapping[str, tuple[int, int]]] = {
     # (401) or step up its scopes (403), as the upstream itself would have (S25 basic/authorization).
     "upstream_unauthorized": (401, UPSTREAM_FAILURE),
     "upstream_forbidden": (403, UPSTREAM_FAILURE),
+    # Transport bounds on the request itself (README "Limits"): the body is larger than max_request_bytes, or
+    # did not arrive within request_body_timeout_seconds. Its id is unknown: the body was never parsed.
+    "body_too_large": (413, INVALID_REQUEST),
+    "body_timeout": (408, INVALID_REQUEST),
+    # A session bound (max_sessions, max_sessions_per_principal) is full: capacity, not the client's fault.
+    "session_limit": (503, GATEWAY_LIMIT_EXCEEDED),
 }
 
 
@@ -169,6 +175,12 @@ def limit_error(limit: str, value: Any) -> ErrorValue:
     """A bridge limit was exceeded; the message names the limit and its configured value."""
     return ErrorValue(GATEWAY_LIMIT_EXCEEDED, f"gateway limit {limit} ({value}) exceeded",
                       {"limit": limit, "value": value})
+
+
+def limit_rejection(limit: str, value: Any, ident: Any = None) -> Rejection:
+    """A session bound is full: HTTP 503 whose JSON-RPC error names the limit, like :func:`limit_error`."""
+    status, _code = REJECTIONS["session_limit"]
+    return Rejection("session_limit", status, limit_error(limit, value), ident)
 
 
 def passthrough_ended() -> ErrorValue:

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from adapters.admission import SessionLimits
 from adapters.bridge import BridgeLimits
 from adapters.capabilities import BridgedFeatures
 from adapters.classify import LOOPBACK_HOSTS, Policy
@@ -41,6 +42,30 @@ class LimitsConfig(_Frozen):
         return self.bridge_limits
 
 
+class SessionsConfig(_Frozen):
+    """``[gateway.sessions]``: what clients may make the gateway hold (adapters.admission)."""
+
+    max_sessions: int = Field(50_000, ge=1)
+    max_sessions_per_principal: int = Field(20_000, ge=1)  # anonymous clients are one principal
+    max_initialize_bytes: int = Field(16_384, ge=256)  # clientInfo + capabilities, encoded JSON
+    max_subscriptions_per_session: int = Field(256, ge=1)
+    max_subscription_bytes: int = Field(16_384, ge=256)  # the session's subscribed URIs together, UTF-8
+    max_cached_roots_bytes: int = Field(16_384, ge=0)
+
+    @cached_property
+    def session_limits(self) -> SessionLimits:
+        return SessionLimits(**self.model_dump())
+
+
+class ConnectionsConfig(_Frozen):
+    """``[gateway.connections]``: what one client connection may do (gateway.ops.connections)."""
+
+    max_client_connections: int = Field(0, ge=0)  # 0: derived from RLIMIT_NOFILE at start-up
+    max_request_bytes: int = Field(1_048_576, ge=1024)
+    request_body_timeout_seconds: float = Field(30.0, gt=0)
+    log_repeat_interval_seconds: float = Field(60.0, ge=0)  # one repeated log line per interval; 0: all
+
+
 class GatewayConfig(_Frozen):
     host: str = "127.0.0.1"
     port: int = Field(8808, ge=0, le=65535)
@@ -64,6 +89,8 @@ class GatewayConfig(_Frozen):
     bridge_list_changed: bool = True
     bridge_subscriptions: bool = True
     limits: LimitsConfig = LimitsConfig()
+    sessions: SessionsConfig = SessionsConfig()  # [gateway.sessions]
+    connections: ConnectionsConfig = ConnectionsConfig()  # [gateway.connections]
     usage: UsageConfig = UsageConfig()  # [gateway.usage]: the migration-progress store (issue 4)
     pins: PinsConfig = PinsConfig()  # the file's top-level [[peers]], [default_peer], [upstreams.*], [[tokens]]
 

@@ -15,6 +15,7 @@ from typing import Any
 from aiohttp import web
 
 from adapters import local
+from adapters.admission import SessionCounts, admit_session, initialize_size_error, subscription_error
 from adapters.bridge import BridgeContext, admit
 from adapters.capabilities import client_caps_to_modern
 from adapters.classify import Accepted, HttpView, classify
@@ -90,7 +91,9 @@ async def handle_mcp(request: web.Request) -> web.StreamResponse:
     stamp_arrival(request)
     gw = request.app[GATEWAY]
     headers = request.headers  # case-insensitive already: the adapters read it as a plain mapping
-    body = await request.read() if request.method == "POST" else b""
+    body = await read_body(request, gw) if request.method == "POST" else b""
+    if isinstance(body, web.Response):
+        return body
     session_id = headers.get("mcp-session-id")
     session = await gw.store.get_session(session_id) if session_id else None
     verdict = classify(HttpView(request.method, headers, body), session, gw.policy, gw.clock())
@@ -102,6 +105,23 @@ async def handle_mcp(request: web.Request) -> web.StreamResponse:
     answer = await _HANDLERS[verdict.kind](request, gw, verdict)
     observe_response(request, gw, verdict, answer)  # migration accounting (issue 4); never raises
     return answer
+
+
+async def read_body(request: web.Request, gw: Gateway) -> bytes | web.Response:
+    """The POST body, or the refusal of one too large (413) or too slow to arrive (408). The slow one's
+    connection is closed: its unread rest would otherwise be taken as the next request's start."""
+    limits = gw.config.connections
+    try:
+        async with asyncio.timeout(limits.request_body_timeout_seconds):
+            return await request.read()
+    except web.HTTPRequestEntityTooLarge:
+        return _rejection(reject("body_too_large", f"request body exceeds max_request_bytes "
+                                                   f"({limits.max_request_bytes} bytes)"))
+    except TimeoutError:
+        answer = _rejection(reject("body_timeout", f"request body not received within "
+                                                   f"request_body_timeout_seconds ({limits.request_body_timeout_seconds})"))
+        answer.force_close()
+        return answer
 
 
 # --- handshake ------------------------------------------------------------------------------------------
@@ -148,7 +168,9 @@ async def on_initialize(request: web.Request, gw: Gateway, acc: Accepted) -> web
     info = params.get("clientInfo") or {}
     peer = match_peer(gw.pins.peers, gw.pins.default, acc.principal, info)
     version = legacy_answer_version(peer, params.get("protocolVersion"))
-    problem = local.check_request("initialize", version, params) or admit_initialize(peer, version, gw.today())
+    problem = (local.check_request("initialize", version, params) or admit_initialize(peer, version, gw.today())
+               or initialize_size_error(params.get("capabilities"), params.get("clientInfo"),
+                                        gw.config.sessions.session_limits))
     if problem is not None:
         if problem.log:
             log.warning("initialize refused: %s", problem.log)
@@ -167,6 +189,12 @@ async def on_initialize(request: web.Request, gw: Gateway, acc: Accepted) -> web
                            server_capabilities=dict(found.get("capabilities") or {}), pins=peer_record(peer),
                            upstream=upstream)
     await gw.sweep_expired()  # each new session pays for ending the expired ones: no timer task needed
+    # Counted after the last wait before the put, so concurrent initializes cannot all pass one free slot.
+    full = admit_session(SessionCounts(*await gw.store.count_sessions(acc.principal)),
+                         gw.config.sessions.session_limits, message["id"])
+    if full is not None:
+        log.warning("initialize refused: %s", full.error.message)
+        return _rejection(full)
     await gw.store.put_session(record)
     result = with_notice(build_initialize_result(found, version, gw.config.features()), peer, gw.today())
     return json_response(response(message["id"], result), headers={"Mcp-Session-Id": record.session_id})
@@ -252,6 +280,9 @@ async def on_subscribe(request: web.Request, gw: Gateway, session: SessionRecord
     uri = subscribe_uri(params)
     if isinstance(uri, ErrorValue):
         return json_response(response(ident, error=uri))
+    full = subscription_error(session.subscriptions, uri, gw.config.sessions.session_limits) if subscribe else None
+    if full is not None:
+        return json_response(response(ident, error=full))
     outcome = await change_listen(gw, session.session_id, request.headers.get("Authorization"), (uri, subscribe))
     if isinstance(outcome, Rejection):
         return _rejection(outcome)
@@ -277,7 +308,9 @@ async def change_listen(gw: Gateway, session_id: str, authorization: str | None,
             if not mine.done():  # nobody took it yet: this turn applies everything queued so far
                 batch, listener.queued = listener.queued, []
                 try:
-                    outcome = await _apply_changes(gw, session_id, authorization, [c for c, _ in batch if c])
+                    batch = await _within_limits(gw, session_id, batch)
+                    outcome = await _apply_changes(gw, session_id, authorization,
+                                                   [c for c, _ in batch if c]) if batch else None
                 except BaseException:  # cancelled (shutdown): the next turn takes the others' changes
                     listener.queued[:0] = [item for item in batch if item[1] is not mine]
                     raise
@@ -288,6 +321,25 @@ async def change_listen(gw: Gateway, session_id: str, authorization: str | None,
         listener.queued = [item for item in listener.queued if item[1] is not mine]
         raise
     return mine.result()
+
+
+async def _within_limits(gw: Gateway, session_id: str, batch: list[tuple[Any, asyncio.Future]]) -> list[Any]:
+    """The queued changes that keep the session within its subscription bounds, in order; each other one is
+    answered with its limit error now. Checked here, on the record as of this turn, since subscribes that ran
+    at once (a batch) each passed on_subscribe's check against the same record."""
+    session = await gw.store.get_session(session_id)
+    if session is None:
+        return batch  # _apply_changes answers them all: the session is gone
+    held, kept, limits = list(session.subscriptions), [], gw.config.sessions.session_limits
+    for change, waiter in batch:
+        error = subscription_error(held, change[0], limits) if change and change[1] else None
+        if error is not None:
+            waiter.set_result(error)
+            continue
+        if change:
+            held = apply_subscribes(held, [change])
+        kept.append((change, waiter))
+    return kept
 
 
 async def _apply_changes(gw: Gateway, session_id: str, authorization: str | None,
@@ -541,7 +593,8 @@ def upstream_sizes(config: GatewayConfig) -> UpstreamSizes:
 def create_app(config: GatewayConfig, *, store: SessionStore | None = None, tap: Tap | None = None) -> web.Application:
     """The gateway app. With ``config.upstream_url`` unset, the embedded core is started in this event loop on
     a loopback ephemeral port for the app's lifetime."""
-    app = web.Application(middlewares=[error_middleware])
+    # aiohttp refuses a body of client_max_size bytes or more; max_request_bytes itself is allowed.
+    app = web.Application(middlewares=[error_middleware], client_max_size=config.connections.max_request_bytes + 1)
 
     async def lifetime(app: web.Application) -> AsyncIterator[None]:
         from gateway.upstream.embedded import embedded_core

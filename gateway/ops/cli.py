@@ -17,12 +17,14 @@ from pathlib import Path
 
 from aiohttp import web
 
-from gateway.http.app import create_app
 from gateway.config.settings import ConfigError, GatewayConfig, load_config
+from gateway.http.app import create_app
+from gateway.ops.connections import run as run_capped
+from gateway.ops.logs import install as install_log_filter
+from gateway.ops.loops import CHOICES, install, tune_gc
 from gateway.telemetry.report import add_arguments as add_report_arguments
 from gateway.telemetry.report import run as run_report
 from gateway.telemetry.usage import serve_defaults as usage_serve_defaults
-from gateway.ops.loops import CHOICES, install, tune_gc
 
 
 def parser() -> argparse.ArgumentParser:
@@ -97,7 +99,8 @@ def serve(args: argparse.Namespace) -> None:
     app, config = served_app(args)
     access_log = None if args.no_access_log else logging.getLogger("aiohttp.access")
     logging.getLogger("gateway").info("event loop: %s", install(args.loop))
-    web.run_app(app, host=config.host, port=config.port, access_log=access_log)
+    install_log_filter(config.connections.log_repeat_interval_seconds)
+    run_capped(app, config, access_log=access_log)  # web.run_app, with max_client_connections
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -21,6 +21,7 @@ import asyncio
 from typing import Any
 
 from adapters import bridge as B
+from adapters.admission import roots_cacheable
 from adapters.records import PendingRound, SessionRecord
 from adapters.errors import INTERNAL_ERROR, ErrorValue
 from adapters.results import progress_advances, request_notification, response
@@ -256,7 +257,10 @@ class Exchange:
                 self._early.append(legacy)  # begin() is running: sent first once it escalates
 
     async def _store_roots(self, result: dict[str, Any]) -> None:
-        store = self.runtime.gateway.store
+        gateway = self.runtime.gateway
+        if not roots_cacheable(result, gateway.config.sessions.session_limits):
+            return  # too large to keep for the session's life: asked again next time
+        store = gateway.store
         session = await store.get_session(self.record.session_id)
         if session is not None:
             session.cached_roots = result

@@ -21,6 +21,12 @@ class SessionStore(Protocol):
     async def touch_session(self, session_id: str, last_seen_ms: int) -> None: ...
     async def delete_session(self, session_id: str) -> None: ...
 
+    async def count_sessions(self, principal: str) -> tuple[int, int]:
+        """Live sessions: (in total, of ``principal``). Asked on every initialize, so it must be cheap: counters
+        kept as sessions are put and dropped (a shared store: two counter keys, or a per-principal set's size),
+        never a scan."""
+        ...
+
     async def last_seen(self, session_ids: Collection[str]) -> dict[str, int]:
         """``last_seen_ms`` of each of ``session_ids`` that still has a record, without reading the records
         (a shared store: one round trip for all of them, e.g. one MGET or one SELECT ... IN)."""
@@ -59,6 +65,9 @@ class InMemoryStore:
         self._sessions: dict[str, bytes] = {}
         self._seen: dict[str, int] = {}  # session id -> last_seen_ms, newer than the record's own after a touch
         self._rounds: dict[str, tuple[str, bytes]] = {}  # bridge id -> (session id, record)
+        # For count_sessions: each live session's principal, and the live sessions of each principal.
+        self._principal: dict[str, str] = {}
+        self._per_principal: dict[str, int] = {}
 
     async def get_session(self, session_id: str) -> SessionRecord | None:
         data = self._sessions.get(session_id)
@@ -75,6 +84,9 @@ class InMemoryStore:
             record.last_seen_ms = seen
         self._seen[record.session_id] = record.last_seen_ms
         self._sessions[record.session_id] = _dump(record)
+        if record.session_id not in self._principal:  # a new session (a session's principal never changes)
+            self._principal[record.session_id] = record.principal
+            self._per_principal[record.principal] = self._per_principal.get(record.principal, 0) + 1
 
     async def touch_session(self, session_id: str, last_seen_ms: int) -> None:
         if session_id in self._sessions:
@@ -82,6 +94,9 @@ class InMemoryStore:
 
     async def delete_session(self, session_id: str) -> None:
         self._drop({session_id})
+
+    async def count_sessions(self, principal: str) -> tuple[int, int]:
+        return len(self._sessions), self._per_principal.get(principal, 0)
 
     async def last_seen(self, session_ids: Collection[str]) -> dict[str, int]:
         seen = self._seen
@@ -97,6 +112,13 @@ class InMemoryStore:
         for session_id in session_ids:
             self._sessions.pop(session_id, None)
             self._seen.pop(session_id, None)
+            principal = self._principal.pop(session_id, None)
+            if principal is not None:
+                left = self._per_principal[principal] - 1
+                if left:
+                    self._per_principal[principal] = left
+                else:  # principals are bearer tokens: one with no session left must not stay a key forever
+                    del self._per_principal[principal]
         for bridge_id in [b for b, (owner, _) in self._rounds.items() if owner in session_ids]:
             del self._rounds[bridge_id]
 

@@ -1,0 +1,74 @@
+"""What a client may make the gateway hold: the pure admission decisions for new sessions and for what a
+session keeps (its resource subscriptions, its cached roots).
+
+The shell counts (live sessions, a session's subscriptions, encoded sizes) and asks here; each answer is None
+(admitted) or the error to send, whose message and ``data`` name the limit and its configured value, the same
+shape as the bridge limits (:func:`adapters.errors.limit_error`). A refusal never touches existing sessions.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from adapters.errors import ErrorValue, Rejection, limit_error, limit_rejection
+from adapters.jsonwire import dumps
+
+
+@dataclass(frozen=True, slots=True)
+class SessionLimits:
+    """The configured bounds (``[gateway.sessions]``)."""
+
+    max_sessions: int = 50_000
+    max_sessions_per_principal: int = 20_000
+    max_initialize_bytes: int = 16_384
+    max_subscriptions_per_session: int = 256
+    max_subscription_bytes: int = 16_384
+    max_cached_roots_bytes: int = 16_384
+
+
+@dataclass(frozen=True, slots=True)
+class SessionCounts:
+    """Live sessions now: in total, and of the principal asking for one more (anonymous is one principal)."""
+
+    total: int
+    of_principal: int
+
+
+def admit_session(counts: SessionCounts, limits: SessionLimits, ident: Any) -> Rejection | None:
+    """Room for one more session, or an HTTP 503 naming the bound that is full: the gateway is at capacity,
+    which is not the client's fault and may pass (sessions end or expire), so not a 4xx."""
+    if counts.total >= limits.max_sessions:
+        return limit_rejection("max_sessions", limits.max_sessions, ident)
+    if counts.of_principal >= limits.max_sessions_per_principal:
+        return limit_rejection("max_sessions_per_principal", limits.max_sessions_per_principal, ident)
+    return None
+
+
+def initialize_size_error(capabilities: Any, client_info: Any, limits: SessionLimits) -> ErrorValue | None:
+    """``clientInfo`` and ``capabilities`` are kept for the session's whole life: their encoded size together
+    is bounded. Official SDK clients send well under 1 KiB (an icon given as a data: URI is the large case)."""
+    size = len(dumps(capabilities)) + len(dumps(client_info))
+    if size > limits.max_initialize_bytes:
+        return limit_error("max_initialize_bytes", limits.max_initialize_bytes)
+    return None
+
+
+def subscription_error(current: Sequence[str], uri: str, limits: SessionLimits) -> ErrorValue | None:
+    """A new URI beyond ``max_subscriptions_per_session``, or taking the session's URIs together (UTF-8) past
+    ``max_subscription_bytes``, is refused: the count alone would let a few huge URIs hold megabytes. Re-subscribing
+    to one already held is not a new entry (the set is kept without duplicates, subscriptions.apply_subscribes)."""
+    if uri in current:
+        return None
+    if len(current) >= limits.max_subscriptions_per_session:
+        return limit_error("max_subscriptions_per_session", limits.max_subscriptions_per_session)
+    if sum(len(u.encode()) for u in (*current, uri)) > limits.max_subscription_bytes:
+        return limit_error("max_subscription_bytes", limits.max_subscription_bytes)
+    return None
+
+
+def roots_cacheable(result: Mapping[str, Any], limits: SessionLimits) -> bool:
+    """A roots/list answer larger than ``max_cached_roots_bytes`` is used for its request but not kept: the next
+    request asks the client again, which is correct, only slower (no error for the client to see)."""
+    return len(dumps(result)) <= limits.max_cached_roots_bytes

@@ -1,0 +1,130 @@
+"""Client connections: the cap on how many are open at once (``max_client_connections``) and the server
+``python -m gateway serve`` runs with it.
+
+Why a cap: every connection holds a file descriptor. Past ``ulimit -n`` the kernel refuses ``accept()`` itself,
+every new client then times out, and asyncio logs each failed accept; an idle flood took the gateway down that
+way. Under the cap no accept fails: a connection over it is closed as soon as it is accepted, before any of its
+bytes are read, and the descriptors stay available for the upstream connections that served clients need.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import resource
+from collections.abc import Callable
+from typing import Any
+
+from aiohttp import web
+
+from gateway.config.settings import GatewayConfig
+
+log = logging.getLogger("gateway.ops.connections")
+# Descriptors kept for everything but client and upstream connections: listening sockets, the usage store,
+# log files, the embedded core's listener.
+RESERVED_FDS = 64
+_UNLIMITED_FDS = 1 << 20  # what an unlimited RLIMIT_NOFILE is taken as
+
+
+def derived_cap(config: GatewayConfig, soft_limit: int | None = None) -> int:
+    """``max_client_connections`` when it is 0: what RLIMIT_NOFILE leaves after :data:`RESERVED_FDS` and the
+    upstream connections (``upstream_max_connections`` + ``upstream_max_stream_connections``), these taking at
+    most half of it. At ``ulimit -n 1024``: 480; at a raised limit (the benchmark's) nearly all of it."""
+    if soft_limit is None:
+        soft_limit = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    if soft_limit == resource.RLIM_INFINITY or soft_limit <= 0:
+        soft_limit = _UNLIMITED_FDS
+    usable = max(0, soft_limit - RESERVED_FDS)
+    upstream = min(config.upstream_max_connections + config.upstream_max_stream_connections, usable // 2)
+    return max(1, usable - upstream)
+
+
+def client_cap(config: GatewayConfig) -> int:
+    return config.connections.max_client_connections or derived_cap(config)
+
+
+class ConnectionCap:
+    """Counts open client connections; :meth:`factory` wraps a server's protocol factory with the cap."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit, self.open, self.refused = limit, 0, 0
+
+    def factory(self, inner: Callable[[], Any]) -> Callable[[], asyncio.BaseProtocol]:
+        def make() -> asyncio.BaseProtocol:
+            if self.open >= self.limit:
+                self.refused += 1
+                log.warning("client connection refused: max_client_connections (%d) are open", self.limit)
+                return _Refused()
+            protocol = _Counted(inner(), self)
+            self.open += 1
+            return protocol
+        return make
+
+
+class _Refused(asyncio.Protocol):
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        transport.abort()  # no FIN handshake to wait on, nothing read: the descriptor is freed at once
+
+
+class _Counted(asyncio.Protocol):
+    """The server's own protocol for one connection, seen through so its end can be counted."""
+
+    __slots__ = ("_cap", "_inner", "_open")
+
+    def __init__(self, inner: Any, cap: ConnectionCap) -> None:
+        self._inner, self._cap, self._open = inner, cap, True
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self._inner.connection_made(transport)
+
+    def data_received(self, data: bytes) -> None:
+        self._inner.data_received(data)
+
+    def eof_received(self) -> bool | None:
+        return self._inner.eof_received()
+
+    def pause_writing(self) -> None:
+        self._inner.pause_writing()
+
+    def resume_writing(self) -> None:
+        self._inner.resume_writing()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self._open:  # the transport calls this once; the guard keeps the count right even if not
+            self._open = False
+            self._cap.open -= 1
+        self._inner.connection_lost(exc)
+
+
+class CappedRunner(web.AppRunner):
+    """An AppRunner whose sites accept through the cap: a site asks ``runner.server`` for its protocol factory,
+    while the runner's own shutdown and cleanup use the real server."""
+
+    def __init__(self, app: web.Application, cap: ConnectionCap, **kwargs: Any) -> None:
+        super().__init__(app, **kwargs)
+        self.cap = cap
+
+    @property
+    def server(self) -> Any:
+        inner = super().server
+        return None if inner is None else self.cap.factory(inner)
+
+
+async def serve_forever(app: web.Application, host: str, port: int, limit: int, **runner_args: Any) -> None:
+    """What ``web.run_app`` does (SIGINT/SIGTERM end it gracefully: see :func:`run`), with the cap."""
+    runner = CappedRunner(app, ConnectionCap(limit), handle_signals=True, **runner_args)
+    await runner.setup()
+    try:
+        site = web.TCPSite(runner, host, port)
+        await site.start()
+        print(f"======== Running on {site.name} (max_client_connections {limit}) ========", flush=True)
+        await asyncio.Event().wait()
+    finally:
+        await runner.cleanup()
+
+
+def run(app: web.Application, config: GatewayConfig, **runner_args: Any) -> None:
+    try:
+        asyncio.run(serve_forever(app, config.host, config.port, client_cap(config), **runner_args))
+    except (web.GracefulExit, KeyboardInterrupt):  # the signal's exit: cleanup already ran as the task ended
+        pass

@@ -1,0 +1,50 @@
+"""adapters.admission: the pure decisions on new sessions and on what a session keeps."""
+
+from __future__ import annotations
+
+from adapters.admission import (
+    SessionCounts,
+    SessionLimits,
+    admit_session,
+    initialize_size_error,
+    roots_cacheable,
+    subscription_error,
+)
+
+LIMITS = SessionLimits(max_sessions=3, max_sessions_per_principal=2, max_initialize_bytes=300,
+                       max_subscriptions_per_session=1, max_cached_roots_bytes=50)
+
+
+def test_admit_session_names_the_full_bound_and_keeps_the_id() -> None:
+    assert admit_session(SessionCounts(2, 1), LIMITS, 1) is None
+    total = admit_session(SessionCounts(3, 0), LIMITS, "x")
+    assert total is not None and (total.status, total.ident) == (503, "x")
+    assert total.body()["error"]["data"] == {"limit": "max_sessions", "value": 3}
+    mine = admit_session(SessionCounts(2, 2), LIMITS, 5)
+    assert mine is not None and mine.body()["error"]["data"] == {"limit": "max_sessions_per_principal", "value": 2}
+
+
+def test_initialize_size_counts_capabilities_and_client_info_together() -> None:
+    assert initialize_size_error({}, {"name": "n", "version": "1"}, LIMITS) is None
+    error = initialize_size_error({"x": "a" * 150}, {"name": "b" * 150}, LIMITS)  # each alone would fit
+    assert error is not None and error.data == {"limit": "max_initialize_bytes", "value": 300}
+
+
+def test_subscriptions_bound_new_uris_only() -> None:
+    assert subscription_error([], "a", LIMITS) is None
+    assert subscription_error(["a"], "a", LIMITS) is None
+    error = subscription_error(["a"], "b", LIMITS)
+    assert error is not None and error.code == -32000 and error.data["limit"] == "max_subscriptions_per_session"
+
+
+def test_roots_cacheable_by_encoded_size() -> None:
+    assert roots_cacheable({"roots": []}, LIMITS)
+    assert not roots_cacheable({"roots": [{"uri": "file:///" + "x" * 60}]}, LIMITS)
+
+
+def test_subscriptions_bound_the_uris_bytes_together() -> None:
+    limits = SessionLimits(max_subscriptions_per_session=10, max_subscription_bytes=100)
+    assert subscription_error(["a" * 50], "b" * 50, limits) is None
+    error = subscription_error(["a" * 50], "b" * 51, limits)
+    assert error is not None and error.data == {"limit": "max_subscription_bytes", "value": 100}
+    assert subscription_error(["a" * 150], "a" * 150, limits) is None  # held already: no new entry
