@@ -16,16 +16,20 @@ import asyncio
 import json
 import logging
 import os
+import tempfile
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 import pytest
 from aiohttp import web
 from hypothesis import HealthCheck, settings
+from hypothesis.configuration import set_hypothesis_home_dir
 
 from adapters.errors import REJECTIONS
 from tests.gateway.conftest import FakeUpstream, Legacy, make_gateway  # noqa: F401  (make_gateway: a fixture)
 
+# Hypothesis keeps caches (constants, unicode data) in .hypothesis/ even without a database: not in the checkout.
+set_hypothesis_home_dir(tempfile.mkdtemp(prefix="fuzz-hypothesis-"))
 # Cases per run over the three families; FUZZ_EXAMPLES raises it locally. derandomize: CI runs the same cases
 # every time; database=None: nothing is written to .hypothesis/ in the checkout.
 TOTAL_EXAMPLES = int(os.environ.get("FUZZ_EXAMPLES", "10000"))
