@@ -24,11 +24,16 @@ from adapters.records import SessionRecord
 LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1", "[::1]")
 
 
+# Headers that carry one value: a second one is ambiguous (which session, which version?), never merged.
+SINGLE_HEADERS = ("mcp-session-id", "mcp-protocol-version", "last-event-id", "authorization", "content-type")
+
+
 @dataclass(frozen=True, slots=True)
 class HttpView:
     method: str
     headers: Mapping[str, str]  # looked up by lower-case names: a case-insensitive mapping, or lower-cased keys
     body: bytes = b""
+    repeated: frozenset[str] = frozenset()  # names of SINGLE_HEADERS the request sent more than once
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,7 +134,10 @@ def parse_message(body: bytes) -> dict[str, Any] | list[Any] | Rejection:
 
 def check_message(message: Any) -> dict[str, Any] | Rejection:
     if not isinstance(message, dict) or message.get("jsonrpc") != "2.0":
-        return reject("invalid_request", "expected one JSON-RPC 2.0 message")
+        # The id is echoed whenever it could be read (2025-11-25 basic §Responses: an error carries the request's
+        # id), so a client matches the refusal to its request instead of waiting for it.
+        return reject("invalid_request", "expected one JSON-RPC 2.0 message",
+                      message.get("id") if isinstance(message, dict) else None)
     if "params" in message and not isinstance(message["params"], dict):
         return reject("invalid_request", "params must be an object", message.get("id"))
     return message
@@ -162,20 +170,21 @@ def check_modern_meta(message: Mapping[str, Any]) -> Rejection | None:
 
 
 def check_session(view: HttpView, session: SessionRecord | None, principal: str,
-                  policy: Policy, now_ms: int) -> Rejection | None:
+                  policy: Policy, now_ms: int, ident: Any = None) -> Rejection | None:
+    """The session checks, refusing with ``ident`` (the request's id, when a body was read)."""
     if "mcp-session-id" not in view.headers:
-        return reject("missing_session", "Mcp-Session-Id header is required")
+        return reject("missing_session", "Mcp-Session-Id header is required", ident)
     # Another principal's session is reported exactly like an unknown one: 404, nothing leaked.
     if session is None or session.principal != principal or now_ms - session.last_seen_ms > policy.session_idle_ms:
-        return reject("unknown_session", "session not found")
+        return reject("unknown_session", "session not found", ident)
     version = view.headers.get("mcp-protocol-version")
     if version is not None and (version not in LEGACY_VERSIONS or version != session.protocol_version):
-        return reject("bad_protocol_version", f"unsupported MCP-Protocol-Version {version!r}")
+        return reject("bad_protocol_version", f"unsupported MCP-Protocol-Version {version!r}", ident)
     return None
 
 
 def classify(view: HttpView, session: SessionRecord | None, policy: Policy, now_ms: int) -> Accepted | Rejection:
-    refused = check_origin_host(view.headers, policy)
+    refused = check_origin_host(view.headers, policy) or _check_repeated(view)
     if refused is not None:
         return refused
     authorization = view.headers.get("authorization")
@@ -199,6 +208,15 @@ def classify(view: HttpView, session: SessionRecord | None, policy: Policy, now_
     return Accepted("resume" if last else "open_stream", principal, session=session, last_event_id=last)
 
 
+def _check_repeated(view: HttpView) -> Rejection | None:
+    """Two ``Mcp-Session-Id`` (or version, resume position, credential, media type) values: the request is
+    ambiguous, so it is refused rather than read by one of them (HTTP: a field that is not a list appears once)."""
+    if not view.repeated:
+        return None
+    names = ", ".join(sorted(view.repeated))
+    return reject("invalid_request", f"header sent more than once: {names}", _request_id(view))
+
+
 def _classify_post(view: HttpView, session: SessionRecord | None, policy: Policy, now_ms: int,
                    principal: str) -> Accepted | Rejection:
     if not _accepts(view.headers, "application/json", "text/event-stream"):
@@ -212,12 +230,12 @@ def _classify_post(view: HttpView, session: SessionRecord | None, policy: Policy
         return _classify_batch(view, session, policy, now_ms, principal, message)
     kind = message_kind(message)
     if kind is None:
-        return reject("invalid_request", "not a JSON-RPC request, notification or response")
+        return reject("invalid_request", "not a JSON-RPC request, notification or response", message.get("id"))
     if kind != "response" and is_modern(message, view.headers):
         return check_modern_meta(message) or Accepted("modern", principal, message)
     if kind == "request" and message["method"] == "initialize":
         return Accepted("initialize", principal, message)
-    refused = check_session(view, session, principal, policy, now_ms)
+    refused = check_session(view, session, principal, policy, now_ms, message.get("id"))
     return refused or Accepted(kind, principal, message, session)
 
 

@@ -18,7 +18,7 @@ from adapters import local
 from adapters.admission import SessionCounts, admit_session, initialize_size_error, subscription_error
 from adapters.bridge import BridgeContext, admit
 from adapters.capabilities import client_caps_to_modern
-from adapters.classify import Accepted, HttpView, classify
+from adapters.classify import SINGLE_HEADERS, Accepted, HttpView, classify
 from adapters.errors import INVALID_REQUEST, ErrorValue, Rejection, passthrough_ended, reject, translate_upstream_error
 from adapters.handshake import build_initialize_result, cache_policy, check_discover, discover_cache_keys
 from adapters.jsonwire import ENCODED_DEPTH, loads
@@ -96,7 +96,8 @@ async def handle_mcp(request: web.Request) -> web.StreamResponse:
         return body
     session_id = headers.get("mcp-session-id")
     session = await gw.store.get_session(session_id) if session_id else None
-    verdict = classify(HttpView(request.method, headers, body), session, gw.policy, gw.clock())
+    repeated = frozenset(n for n in SINGLE_HEADERS if len(headers.getall(n, ())) > 1)
+    verdict = classify(HttpView(request.method, headers, body, repeated), session, gw.policy, gw.clock())
     if isinstance(verdict, Rejection):
         return _rejection(verdict)
     if verdict.session is not None:

@@ -170,3 +170,23 @@ def test_an_authorization_header_with_no_utf8_form_is_400_invalid_params() -> No
     assert isinstance(verdict, Rejection) and (verdict.status, verdict.error.code, verdict.ident) == (400, -32602, 0)
     verdict = classify(HttpView("GET", {**POST_HEADERS, **SID, "authorization": bad}), session(), Policy(), NOW)
     assert isinstance(verdict, Rejection) and verdict.status == 400 and verdict.ident is None
+
+
+def test_a_header_that_carries_one_value_sent_twice_is_refused() -> None:
+    body = b'{"jsonrpc":"2.0","id":7,"method":"ping"}'
+    view = HttpView("POST", {**POST_HEADERS, **SID}, body, frozenset({"mcp-session-id"}))
+    verdict = classify(view, session(), Policy(), NOW)
+    assert isinstance(verdict, Rejection) and (verdict.status, verdict.error.code, verdict.ident) == (400, -32600, 7)
+    assert "mcp-session-id" in verdict.error.message
+
+
+@pytest.mark.parametrize("body, headers, sess", [
+    (b'{"jsonrpc":"1.0","id":7,"method":"ping"}', SID, True),
+    (b'{"jsonrpc":"2.0","id":7}', SID, True),
+    (b'{"jsonrpc":"2.0","id":7,"method":"ping"}', {}, True),
+    (b'{"jsonrpc":"2.0","id":7,"method":"ping"}', SID, False),
+    (b'{"jsonrpc":"2.0","id":7,"method":"ping"}', {**SID, "mcp-protocol-version": "2025-06-18"}, True),
+])
+def test_refusals_after_the_body_was_read_carry_its_id(body, headers, sess) -> None:
+    verdict = classify(post(body, **headers), session() if sess else None, Policy(), NOW)
+    assert isinstance(verdict, Rejection) and verdict.ident == 7 and verdict.body()["id"] == 7
