@@ -89,6 +89,8 @@ def _request_id(view: HttpView) -> object:
         return None
     try:
         message = loads(view.body)
+    except TooDeep as exc:  # parsed whole, then refused for its depth: its id can still be read
+        message = exc.value
     except ValueError:
         return None
     return message.get("id") if isinstance(message, dict) else None
@@ -126,7 +128,8 @@ def parse_message(body: bytes) -> dict[str, Any] | list[Any] | Rejection:
     except TooDeep as exc:
         # Choice: -32600, not -32700: the text is JSON, but no message the gateway takes nests this deep (the
         # one limit of adapters.jsonwire, so nothing read can be too deep to write back).
-        return reject("invalid_request", f"the message is nested more than {exc.limit} levels deep")
+        ident = exc.value.get("id") if isinstance(exc.value, dict) else None
+        return reject("invalid_request", f"the message is nested more than {exc.limit} levels deep", ident)
     except (ValueError, UnicodeDecodeError):
         return reject("parse_error", "the body is not valid JSON")
     return message if isinstance(message, list) else check_message(message)

@@ -52,9 +52,10 @@ assert ENCODED_DEPTH < 255  # orjson.dumps: "Recursion limit reached" at 255 lev
 class TooDeep(ValueError):
     """A JSON text nested deeper than the limit it is read with: bad input, refused before any encoder sees it."""
 
-    def __init__(self, limit: int) -> None:
+    def __init__(self, limit: int, value: Any = None) -> None:
         super().__init__(f"the JSON text is nested too deeply (more than {limit} levels)")
         self.limit = limit
+        self.value = value  # what was parsed, when a parser read it whole (a refusal can still name its id)
 
 
 def _refuse_constant(name: str) -> Any:
@@ -97,7 +98,7 @@ def loads(data: bytes | str, max_depth: int = MAX_DEPTH) -> Any:
     value = _parse(data, raw, max_depth)
     # Fewer opening bytes than the limit: not deeper, whatever the encoding (UTF-16 only over-counts).
     if raw.count(b"[") + raw.count(b"{") > max_depth and _deeper_than(value, max_depth):
-        raise TooDeep(max_depth)
+        raise TooDeep(max_depth, value)
     return value
 
 

@@ -190,3 +190,10 @@ def test_a_header_that_carries_one_value_sent_twice_is_refused() -> None:
 def test_refusals_after_the_body_was_read_carry_its_id(body, headers, sess) -> None:
     verdict = classify(post(body, **headers), session() if sess else None, Policy(), NOW)
     assert isinstance(verdict, Rejection) and verdict.ident == 7 and verdict.body()["id"] == 7
+
+
+def test_a_message_nested_too_deep_is_refused_with_its_id() -> None:
+    deep = "[" * 300 + "]" * 300
+    verdict = classify(post(f'{{"jsonrpc":"2.0","id":0,"method":"initialize","params":{{"x":{deep}}}}}'.encode()),
+                       None, Policy(), NOW)
+    assert isinstance(verdict, Rejection) and (verdict.status, verdict.ident) == (400, 0)
