@@ -20,13 +20,14 @@ action                      the shell ...
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from enum import StrEnum
+from typing import Any, assert_never
 
 from adapters import errors as E
 from adapters.errors import AuthChallenge, ErrorValue
-from adapters.records import PendingRound
+from adapters.records import PendingRound, Phase
 from adapters.results import Complete, InputRequired, Invalid, classify_result, response
 
 
@@ -96,9 +97,15 @@ class ClientAnswered:
     error: Any = None  # the client's "error" member, as sent: not necessarily an object
 
 
+class Timer(StrEnum):
+    CLIENT_ANSWER = "client_answer"  # the client's answers to one round are late
+    TOTAL = "total"  # the whole bridged request is late
+    BACKOFF = "backoff"  # a waiting round's delay is over: retry
+
+
 @dataclass(frozen=True, slots=True)
 class TimerFired:
-    name: str  # "client_answer" | "total" | "backoff"
+    name: Timer
     round: int
 
 
@@ -120,7 +127,7 @@ class SendToClient:
 
 @dataclass(frozen=True, slots=True)
 class ArmTimer:
-    name: str
+    name: Timer
     seconds: float
     round: int
 
@@ -140,6 +147,10 @@ class Finish:
     message: dict[str, Any] | None
     log: str | None = None
     challenge: AuthChallenge | None = None  # the upstream refused the client's token: answer with its status
+
+
+Event = UpstreamResult | UpstreamError | UpstreamFailed | ClientAnswered | TimerFired | Cancelled
+Action = CallUpstream | SendToClient | ArmTimer | AbortUpstream | StoreRoots | Finish
 
 
 def admit(pending_in_session: int, limits: BridgeLimits) -> ErrorValue | None:
@@ -183,31 +194,36 @@ class BridgeMachine:
 
     @property
     def done(self) -> bool:
-        return self.record.phase == "done"
+        return self.record.phase is Phase.DONE
 
-    def start(self) -> list[Any]:
-        self.record.phase = "upstream"
-        return [ArmTimer("total", self.ctx.limits.total_timeout_seconds, 0), CallUpstream({})]
+    def start(self) -> list[Action]:
+        self.record.phase = Phase.UPSTREAM
+        return [ArmTimer(Timer.TOTAL, self.ctx.limits.total_timeout_seconds, 0), CallUpstream({})]
 
-    def handle(self, event: Any) -> list[Any]:
+    def handle(self, event: Event) -> list[Action]:
         if self.done:
             return []  # late answers and stale timers after the end are ignored (S26 cancellation races)
-        if isinstance(event, UpstreamResult) and self.record.phase == "upstream":
-            return self._on_result(event.result)
-        if isinstance(event, UpstreamError) and self.record.phase == "upstream":
-            return self._finish_error(E.translate_upstream_error(event.error))
-        if isinstance(event, UpstreamFailed) and self.record.phase == "upstream":
-            return self._finish_error(event.error)
-        if isinstance(event, ClientAnswered):
-            return self._on_answer(event)
-        if isinstance(event, TimerFired):
-            return self._on_timer(event)
-        if isinstance(event, Cancelled):
-            return self._cancel_outstanding() + [AbortUpstream(), self._end(None)]
-        return []
+        upstream = self.record.phase is Phase.UPSTREAM
+        match event:
+            case UpstreamResult(result) if upstream:
+                return self._on_result(result)
+            case UpstreamError(error) if upstream:
+                return self._finish_error(E.translate_upstream_error(error))
+            case UpstreamFailed(error) if upstream:
+                return self._finish_error(error)
+            case UpstreamResult() | UpstreamError() | UpstreamFailed():
+                return []  # an answer to a round that is no longer in flight
+            case ClientAnswered():
+                return self._on_answer(event)
+            case TimerFired():
+                return self._on_timer(event)
+            case Cancelled():
+                return [*self._cancel_outstanding(), AbortUpstream(), self._end(None)]
+            case _:
+                assert_never(event)
 
     # --- transitions ------------------------------------------------------------------------------------
-    def _on_result(self, result: Any) -> list[Any]:
+    def _on_result(self, result: Any) -> list[Action]:
         outcome = classify_result(self.record.method, result)
         if isinstance(outcome, Invalid):
             return self._finish_error(outcome.error)
@@ -216,7 +232,7 @@ class BridgeMachine:
             return done + [self._end(response(self.record.downstream_id, outcome.result))]
         return self._next_round(outcome)
 
-    def _next_round(self, outcome: InputRequired) -> list[Any]:
+    def _next_round(self, outcome: InputRequired) -> list[Action]:
         rec, limits = self.record, self.ctx.limits
         rec.round += 1  # every round, waiting ones too: it tells a stale timer from a live one
         waiting = self._is_waiting(outcome)
@@ -238,8 +254,8 @@ class BridgeMachine:
         rec.answers, rec.outstanding, rec.minted_ids = {}, {}, {}
         sends = [a for key, entry in outcome.input_requests.items() for a in self._ask(key, entry)]
         if rec.outstanding:
-            rec.phase = "awaiting_client"
-            return sends + [ArmTimer("client_answer", limits.client_answer_timeout_seconds, rec.round)]
+            rec.phase = Phase.AWAITING_CLIENT
+            return sends + [ArmTimer(Timer.CLIENT_ANSWER, limits.client_answer_timeout_seconds, rec.round)]
         return self._backoff_or_retry(not waiting)
 
     def _is_waiting(self, outcome: InputRequired) -> bool:
@@ -250,7 +266,7 @@ class BridgeMachine:
                    and (entry.get("params") or {}).get("url") in accepted
                    for entry in outcome.input_requests.values())
 
-    def _ask(self, key: str, entry: Mapping[str, Any]) -> list[Any]:
+    def _ask(self, key: str, entry: Mapping[str, Any]) -> list[Action]:
         """Answer from what we already know (cached roots, an already accepted URL), or ask the client."""
         rec, params = self.record, dict(entry.get("params") or {})
         if entry["method"] == "roots/list" and self.ctx.cache_roots and self.ctx.cached_roots is not None:
@@ -267,7 +283,7 @@ class BridgeMachine:
         rec.outstanding[gateway_id] = key
         return [SendToClient({"jsonrpc": "2.0", "id": gateway_id, "method": entry["method"], "params": params})]
 
-    def _backoff_or_retry(self, immediate: bool) -> list[Any]:
+    def _backoff_or_retry(self, immediate: bool) -> list[Action]:
         """A waiting round retries after a backoff that doubles up to a cap (DIGEST §3 step 5, §4.7); the cap keeps
         a finished out-of-band step noticed within about a second, the total timeout ends a wait that never does."""
         rec, limits = self.record, self.ctx.limits
@@ -279,23 +295,23 @@ class BridgeMachine:
         delay = min(limits.state_only_backoff_seconds * (2 ** min(rec.state_only_rounds, 32)),
                     limits.state_only_backoff_max_seconds)
         rec.state_only_rounds += 1
-        rec.phase = "backoff"
-        return [ArmTimer("backoff", delay, rec.round)]
+        rec.phase = Phase.BACKOFF
+        return [ArmTimer(Timer.BACKOFF, delay, rec.round)]
 
-    def _retry(self) -> list[Any]:
+    def _retry(self) -> list[Action]:
         rec = self.record
         extra: dict[str, Any] = {}
         if rec.answers:
             extra["inputResponses"] = dict(rec.answers)
         if rec.request_state is not None:
             extra["requestState"] = rec.request_state  # the same str object: byte for byte (DIGEST §4.3)
-        rec.phase = "upstream"
+        rec.phase = Phase.UPSTREAM
         return [CallUpstream(extra)]
 
-    def _on_answer(self, event: ClientAnswered) -> list[Any]:
+    def _on_answer(self, event: ClientAnswered) -> list[Action]:
         rec = self.record
         key = rec.outstanding.pop(event.gateway_id, None)
-        if key is None or rec.phase != "awaiting_client":
+        if key is None or rec.phase is not Phase.AWAITING_CLIENT:
             return []
         entry = rec.input_requests[key]
         error = _answer_error(event)
@@ -307,7 +323,7 @@ class BridgeMachine:
             return actions
         return actions + self._backoff_or_retry(True)
 
-    def _record_answer(self, key: str, entry: Mapping[str, Any], result: Mapping[str, Any]) -> list[Any]:
+    def _record_answer(self, key: str, entry: Mapping[str, Any], result: Mapping[str, Any]) -> list[Action]:
         rec, method = self.record, entry["method"]
         answer = dict(result)
         if method in _INPUT_RESULT_DROP_META:
@@ -320,22 +336,22 @@ class BridgeMachine:
             return [StoreRoots(answer)]
         return []
 
-    def _on_timer(self, event: TimerFired) -> list[Any]:
+    def _on_timer(self, event: TimerFired) -> list[Action]:
         rec, limits = self.record, self.ctx.limits
-        if event.name == "total":
+        if event.name is Timer.TOTAL:
             return self._cancel_outstanding() + [AbortUpstream()] + self._finish_error(
                 E.limit_error("total_timeout_seconds", limits.total_timeout_seconds))
         if event.round != rec.round:
             return []
-        if event.name == "backoff" and rec.phase == "backoff":
+        if event.name is Timer.BACKOFF and rec.phase is Phase.BACKOFF:
             return self._retry()
-        if event.name == "client_answer" and rec.phase == "awaiting_client":
+        if event.name is Timer.CLIENT_ANSWER and rec.phase is Phase.AWAITING_CLIENT:
             return self._cancel_outstanding() + self._finish_error(
                 E.limit_error("client_answer_timeout_seconds", limits.client_answer_timeout_seconds))
         return []
 
     # --- endings ----------------------------------------------------------------------------------------
-    def _cancel_outstanding(self) -> list[Any]:
+    def _cancel_outstanding(self) -> list[SendToClient]:
         """notifications/cancelled for every gateway->client request still open (S25 cancellation)."""
         out = [SendToClient({"jsonrpc": "2.0", "method": "notifications/cancelled",
                              "params": {"requestId": gid, "reason": "the original request ended"}})
@@ -343,12 +359,12 @@ class BridgeMachine:
         self.record.outstanding = {}
         return out
 
-    def _finish_error(self, error: ErrorValue) -> list[Any]:
+    def _finish_error(self, error: ErrorValue) -> list[Action]:
         return [self._end(response(self.record.downstream_id, error=error), error.log, error.challenge)]
 
     def _end(self, message: dict[str, Any] | None, log: str | None = None,
              challenge: AuthChallenge | None = None) -> Finish:
-        self.record.phase = "done"
+        self.record.phase = Phase.DONE
         return Finish(message, log, challenge)
 
 

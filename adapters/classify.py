@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -46,12 +47,26 @@ class Policy:
     tokens: Mapping[str, str] = field(default_factory=dict)
 
 
+class Kind(StrEnum):
+    """What an accepted HTTP request is; the shell has one handler per kind."""
+
+    INITIALIZE = "initialize"  # a legacy handshake (no session yet)
+    REQUEST = "request"  # a legacy request on a session
+    NOTIFICATION = "notification"
+    RESPONSE = "response"  # the client's answer to a request the gateway sent it
+    MODERN = "modern"  # a 2026-07-28 request: passed through, no session
+    OPEN_STREAM = "open_stream"  # GET: the session's standalone stream
+    RESUME = "resume"  # GET with Last-Event-ID
+    DELETE = "delete"
+    BATCH = "batch"  # a 2025-03-26 JSON-RPC batch: each element classified on its own
+
+
 @dataclass(frozen=True, slots=True)
 class Accepted:
-    """kind: initialize | request | notification | response | modern | open_stream | resume | delete | batch
-    (``batch``: each element's own classification, an Accepted or the Rejection it is answered with)."""
+    """An accepted request; for a batch, ``batch`` holds each element's own classification (an Accepted, or the
+    Rejection it is answered with)."""
 
-    kind: str
+    kind: Kind
     principal: str
     message: dict[str, Any] = field(default_factory=dict)
     session: SessionRecord | None = None
@@ -146,12 +161,12 @@ def check_message(message: Any) -> dict[str, Any] | Rejection:
     return message
 
 
-def message_kind(message: Mapping[str, Any]) -> str | None:
+def message_kind(message: Mapping[str, Any]) -> Kind | None:
     has_id = "id" in message and is_request_id(message.get("id"))
     if isinstance(message.get("method"), str):
-        return "request" if has_id else ("notification" if "id" not in message else None)
+        return Kind.REQUEST if has_id else (Kind.NOTIFICATION if "id" not in message else None)
     if has_id and (("result" in message) != ("error" in message)):
-        return "response"
+        return Kind.RESPONSE
     return None
 
 
@@ -206,9 +221,9 @@ def classify(view: HttpView, session: SessionRecord | None, policy: Policy, now_
     if refused is not None:
         return refused
     if view.method == "DELETE":
-        return Accepted("delete", principal, session=session)
+        return Accepted(Kind.DELETE, principal, session=session)
     last = view.headers.get("last-event-id")
-    return Accepted("resume" if last else "open_stream", principal, session=session, last_event_id=last)
+    return Accepted(Kind.RESUME if last else Kind.OPEN_STREAM, principal, session=session, last_event_id=last)
 
 
 def _check_repeated(view: HttpView) -> Rejection | None:
@@ -234,10 +249,10 @@ def _classify_post(view: HttpView, session: SessionRecord | None, policy: Policy
     kind = message_kind(message)
     if kind is None:
         return reject("invalid_request", "not a JSON-RPC request, notification or response", message.get("id"))
-    if kind != "response" and is_modern(message, view.headers):
-        return check_modern_meta(message) or Accepted("modern", principal, message)
-    if kind == "request" and message["method"] == "initialize":
-        return Accepted("initialize", principal, message)
+    if kind is not Kind.RESPONSE and is_modern(message, view.headers):
+        return check_modern_meta(message) or Accepted(Kind.MODERN, principal, message)
+    if kind is Kind.REQUEST and message["method"] == "initialize":
+        return Accepted(Kind.INITIALIZE, principal, message)
     refused = check_session(view, session, principal, policy, now_ms, message.get("id"))
     return refused or Accepted(kind, principal, message, session)
 
@@ -262,7 +277,7 @@ def _classify_batch(view: HttpView, session: SessionRecord | None, policy: Polic
     if len(items) > MAX_BATCH:
         return reject("invalid_request", f"a JSON-RPC batch of {len(items)} messages (the gateway takes "
                                          f"at most {MAX_BATCH})")
-    return Accepted("batch", principal, session=session, batch=tuple(_batch_element(i, principal, session)
+    return Accepted(Kind.BATCH, principal, session=session, batch=tuple(_batch_element(i, principal, session)
                                                                      for i in items))
 
 
@@ -273,8 +288,8 @@ def _batch_element(item: Any, principal: str, session: SessionRecord) -> Accepte
     kind, ident = message_kind(message), message.get("id")
     if kind is None:
         return reject("invalid_request", "not a JSON-RPC request, notification or response", ident)
-    if kind == "request" and message["method"] == "initialize":
+    if kind is Kind.REQUEST and message["method"] == "initialize":
         return reject("invalid_request", "initialize must not be part of a JSON-RPC batch", ident)
-    if kind != "response" and is_modern(message, {}):
+    if kind is not Kind.RESPONSE and is_modern(message, {}):
         return reject("invalid_request", "a 2026-07-28 request cannot be part of a session's batch", ident)
     return Accepted(kind, principal, message, session)

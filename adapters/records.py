@@ -8,6 +8,7 @@ records (issue 7 "Designed for replicas"): they hold only JSON-compatible values
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
+from enum import StrEnum
 from functools import cache
 from typing import Any
 
@@ -62,8 +63,18 @@ class SessionRecord:
         return _to_dict(self)
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "SessionRecord":
-        return _from_dict(cls, data)
+    def from_dict(cls, data: dict[str, Any]) -> SessionRecord:
+        record: SessionRecord = _from_dict(cls, data)
+        return record
+
+
+class Phase(StrEnum):
+    """Where a bridged request stands. A ``StrEnum``: the stored record holds the plain string."""
+
+    UPSTREAM = "upstream"  # a round is in flight upstream
+    AWAITING_CLIENT = "awaiting_client"  # the client was asked; its answers are awaited
+    BACKOFF = "backoff"  # a waiting round: retried after a delay
+    DONE = "done"
 
 
 @dataclass(slots=True)
@@ -81,7 +92,7 @@ class PendingRound:
     params: dict[str, Any]
     round: int = 0  # every upstream answer that needed another round (timers carry it to spot stale ones)
     input_rounds: int = 0  # rounds that asked for input: these count against max_rounds (waiting ones do not)
-    phase: str = "upstream"  # upstream | awaiting_client | backoff | done
+    phase: Phase = Phase.UPSTREAM
     request_state: str | None = None
     input_requests: dict[str, Any] = field(default_factory=dict)
     outstanding: dict[str, str] = field(default_factory=dict)  # gateway request id -> input key
@@ -93,6 +104,13 @@ class PendingRound:
     def to_dict(self) -> dict[str, Any]:
         return _to_dict(self)
 
+    @property
+    def waiting(self) -> bool:
+        """Waiting on the client or a backoff: what another process would need the record for."""
+        return self.phase in (Phase.AWAITING_CLIENT, Phase.BACKOFF)
+
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "PendingRound":
-        return _from_dict(cls, data)
+    def from_dict(cls, data: dict[str, Any]) -> PendingRound:
+        record: PendingRound = _from_dict(cls, data)
+        record.phase = Phase(record.phase)
+        return record

@@ -16,9 +16,9 @@ from aiohttp import web
 
 from adapters import local
 from adapters.admission import SessionCounts, admit_session, initialize_size_error, subscription_error
-from adapters.bridge import BridgeContext, admit
+from adapters.bridge import BridgeContext, UpstreamError, admit
 from adapters.capabilities import client_caps_to_modern
-from adapters.classify import SINGLE_HEADERS, Accepted, HttpView, classify
+from adapters.classify import SINGLE_HEADERS, Accepted, HttpView, Kind, classify
 from adapters.errors import INVALID_REQUEST, ErrorValue, Rejection, passthrough_ended, reject, translate_upstream_error
 from adapters.handshake import build_initialize_result, cache_policy, check_discover, discover_cache_keys
 from adapters.jsonwire import ENCODED_DEPTH, loads
@@ -48,7 +48,7 @@ from gateway.session.exchange import Exchange
 from gateway.session.listen import ListenHub, own_listener
 from gateway.session.runtime import Gateway, PinState, SessionRuntime, log, new_id, random_id, session_view
 from gateway.session.store import InMemoryStore, SessionStore
-from gateway.session.streams import OutStream, Tap, json_response, write_stream
+from gateway.session.streams import OutStream, StreamMode, Tap, json_response, write_stream
 from gateway.telemetry.usage import exchange_observer, observe_response, stamp_arrival
 from gateway.upstream.client import FAILURES, UpstreamClient, UpstreamFailure, UpstreamSizes
 from gateway.upstream.h1 import BrokenResponse
@@ -136,11 +136,12 @@ async def discover(gw: Gateway, principal: str, view: SessionView,
         if cached is not None and now < cached[0]:
             return cached[1]
     try:
-        kind, payload = await gw.upstream_for(upstream).call(build_discover(new_id("d"), view), lambda _m: None)
+        answer = await gw.upstream_for(upstream).call(build_discover(new_id("d"), view), lambda _m: None)
     except UpstreamFailure as failure:
         return failure.error
-    if kind == "error":
-        return translate_upstream_error(payload)
+    if isinstance(answer, UpstreamError):
+        return translate_upstream_error(answer.error)
+    payload = answer.result
     outcome = classify_result("server/discover", payload)
     if isinstance(outcome, Invalid):
         return outcome.error
@@ -208,7 +209,7 @@ async def on_request(request: web.Request, gw: Gateway, acc: Accepted) -> web.St
 
 
 async def _write_post(request: web.Request, gw: Gateway, stream: OutStream) -> web.StreamResponse:
-    return await write_stream(request, stream, mode="post", retry_ms=gw.config.sse_retry_ms,
+    return await write_stream(request, stream, mode=StreamMode.POST, retry_ms=gw.config.sse_retry_ms,
                               keepalive=gw.config.sse_keepalive_seconds)
 
 
@@ -418,7 +419,7 @@ async def on_open_stream(request: web.Request, gw: Gateway, acc: Accepted) -> we
     stream = runtime.standalone_stream()
     if gw.config.bridge_list_changed:
         runtime.spawn(_listen_in_background(gw, acc.session.session_id, request.headers.get("Authorization")))
-    return await write_stream(request, stream, mode="get", retry_ms=gw.config.sse_retry_ms,
+    return await write_stream(request, stream, mode=StreamMode.GET, retry_ms=gw.config.sse_retry_ms,
                               keepalive=gw.config.sse_keepalive_seconds)
 
 
@@ -443,7 +444,7 @@ async def on_resume(request: web.Request, gw: Gateway, acc: Accepted) -> web.Str
     if stream is None or parsed is None or stream.buffer.after(parsed[1]) is None:
         # Not a 404: that would tell the client its whole session is gone.
         return _rejection(reject("invalid_request", "Last-Event-ID names no resumable stream position"))
-    return await write_stream(request, stream, mode="resume", after=parsed[1], retry_ms=gw.config.sse_retry_ms,
+    return await write_stream(request, stream, mode=StreamMode.RESUME, after=parsed[1], retry_ms=gw.config.sse_retry_ms,
                               keepalive=gw.config.sse_keepalive_seconds)
 
 
@@ -515,7 +516,7 @@ async def on_batch(request: web.Request, gw: Gateway, acc: Accepted) -> web.Stre
     if not streams:
         if not answers:
             return web.Response(status=202)
-        asked = any(isinstance(e, Accepted) and e.kind == "request" for e in acc.batch)
+        asked = any(isinstance(e, Accepted) and e.kind is Kind.REQUEST for e in acc.batch)
         return json_response(answers, 200 if asked else 400)  # only bad elements, no request: not accepted
     assert acc.session is not None
     runtime = gw.runtime(acc.session.session_id)
@@ -530,7 +531,7 @@ async def _batch_part(request: web.Request, gw: Gateway, element: Accepted | Rej
     """One element's answer: a message, the stream of its exchange, or None (a notification or response)."""
     if isinstance(element, Rejection):
         return element.body()  # JSON-RPC 2.0 §6: a bad element is answered alone, the rest still run
-    if element.kind == "request":
+    if element.kind is Kind.REQUEST:
         answer: Any = await answer_locally(request, gw, element)
         if answer is not None:  # counted here: a forwarded one is counted by its exchange's observer
             observe_response(request, gw, element, answer, bridged=False)
@@ -560,15 +561,15 @@ async def _merge(sources: list[OutStream], merged: OutStream) -> None:
 
 
 _HANDLERS = {
-    "initialize": on_initialize,
-    "request": on_request,
-    "notification": on_notification,
-    "response": on_response,
-    "modern": on_modern,
-    "open_stream": on_open_stream,
-    "resume": on_resume,
-    "delete": on_delete,
-    "batch": on_batch,
+    Kind.INITIALIZE: on_initialize,
+    Kind.REQUEST: on_request,
+    Kind.NOTIFICATION: on_notification,
+    Kind.RESPONSE: on_response,
+    Kind.MODERN: on_modern,
+    Kind.OPEN_STREAM: on_open_stream,
+    Kind.RESUME: on_resume,
+    Kind.DELETE: on_delete,
+    Kind.BATCH: on_batch,
 }
 
 

@@ -28,12 +28,11 @@ from adapters.results import progress_advances, request_notification, response
 from adapters.upstream import UnencodableHeader, build_request, needs_header_refresh, x_mcp_header_map
 from gateway.session.runtime import SessionRuntime, log, new_id, session_view
 from gateway.session.streams import OutStream
-from gateway.upstream.client import UpstreamFailure
+from gateway.upstream.client import Answer, UpstreamFailure
 
 REFRESH_PAGE_CAP = 20
-_WAITING = ("awaiting_client", "backoff")  # phases in which the round record is saved
 _SILENT = (B.Finish, B.AbortUpstream)  # after begin() there is no upstream task left to abort
-_TOTAL_TIMEOUT = B.TimerFired("total", 0)
+_TOTAL_TIMEOUT = B.TimerFired(B.Timer.TOTAL, 0)
 _INTERNAL = ErrorValue(INTERNAL_ERROR, "internal gateway error")  # a gateway bug: nothing more for the client
 
 
@@ -104,7 +103,7 @@ class Exchange:
             self._end()
             return finish
         # Escalate: the total limit still counts from the request's arrival.
-        self._timers.append(loop.call_at(deadline, self.events.put_nowait, B.TimerFired("total", 0)))
+        self._timers.append(loop.call_at(deadline, self.events.put_nowait, B.TimerFired(B.Timer.TOTAL, 0)))
         self.spawn(actions)
         return None
 
@@ -123,7 +122,7 @@ class Exchange:
         try:
             await self._perform(self.machine.start() if first is None else first)
             while not self.machine.done:
-                if self.record.phase in _WAITING:
+                if self.record.waiting:  # what another process would need to continue it
                     await store.put_round(self.record)
                     self._saved = True
                 await self._perform(self.machine.handle(await self.events.get()))
@@ -205,18 +204,19 @@ class Exchange:
             session = await self.runtime.gateway.store.get_session(rec.session_id)
         if session is None:
             return B.Cancelled("session ended")
-        kind, payload = await self._send(session, extra)
-        if kind == "error" and needs_header_refresh(rec.method, payload) and not self._refreshed:
+        answer = await self._send(session, extra)
+        if isinstance(answer, B.UpstreamError) and needs_header_refresh(rec.method, answer.error) \
+                and not self._refreshed:
             # DIGEST §4.13: a -32020 on tools/call may mean our x-mcp-header map is stale or missing:
             # refresh it from tools/list once, then resend the same round with a new id.
             self._refreshed = True
             await self._refresh_header_maps(session)
-            kind, payload = await self._send(session, extra)
-        if kind == "result" and rec.method == "tools/list":
-            self._learn_header_maps(payload)
-        return B.UpstreamResult(payload) if kind == "result" else B.UpstreamError(payload)
+            answer = await self._send(session, extra)
+        if isinstance(answer, B.UpstreamResult) and rec.method == "tools/list":
+            self._learn_header_maps(answer.result)
+        return answer
 
-    async def _send(self, session: Any, extra: dict[str, Any]) -> tuple[str, Any]:
+    async def _send(self, session: Any, extra: dict[str, Any]) -> Answer:
         rec = self.record
         header_map = self.runtime.header_maps.get(rec.params.get("name")) if rec.method == "tools/call" else None
         call = build_request(rec.method, rec.params, request_id=new_id("u"), extra=extra,
@@ -228,11 +228,11 @@ class Exchange:
         for _page in range(REFRESH_PAGE_CAP):  # a paginator that never ends cannot hang the request
             call = build_request("tools/list", {"cursor": cursor} if cursor else {}, request_id=new_id("u"),
                                  view=session_view(session, self.authorization))
-            kind, payload = await upstream.call(call, lambda _m: None)
-            if kind != "result":
+            answer = await upstream.call(call, lambda _m: None)
+            if not isinstance(answer, B.UpstreamResult):
                 return
-            self._learn_header_maps(payload)
-            cursor = payload.get("nextCursor") if isinstance(payload, dict) else None
+            self._learn_header_maps(answer.result)
+            cursor = answer.result.get("nextCursor") if isinstance(answer.result, dict) else None
             if not isinstance(cursor, str):
                 return
 

@@ -9,6 +9,7 @@ is not a cancellation), so a later ``GET`` with ``Last-Event-ID`` replays what w
 from __future__ import annotations
 
 import asyncio
+from enum import Enum
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from typing import Any
 
@@ -119,11 +120,19 @@ def json_response(message: Any, status: int = 200, headers: Headers | None = Non
                         content_type="application/json")
 
 
-async def write_stream(request: web.Request, stream: OutStream, *, mode: str, retry_ms: int, keepalive: float,
+class StreamMode(Enum):
+    """How a stream answers an HTTP request (2025-11-25 basic/transports §Streamable HTTP)."""
+
+    POST = "post"  # a request's answer: JSON when the response is the only message, else SSE
+    GET = "get"  # the standalone stream: only events from now on
+    RESUME = "resume"  # GET with Last-Event-ID: replay after that event, then follow
+
+
+async def write_stream(request: web.Request, stream: OutStream, *, mode: StreamMode, retry_ms: int,
+                       keepalive: float,
                        after: int = PRIMING_SEQ, headers: dict[str, str] | None = None) -> web.StreamResponse:
-    """Answer with ``stream``. ``mode``: ``post`` (lazy JSON/SSE for a request), ``get`` (the standalone stream:
-    only events from now on), ``resume`` (``Last-Event-ID``: replay after ``after``, then follow)."""
-    if mode == "post":
+    """Answer with ``stream`` as ``mode`` says (``after``: the event a resume replays after)."""
+    if mode is StreamMode.POST:
         await stream.wait_first()
         only = stream.single_response()
         if only is not None:
@@ -131,7 +140,7 @@ async def write_stream(request: web.Request, stream: OutStream, *, mode: str, re
             return json_response(only, status, [*(headers or {}).items(), *extra] if extra else headers)
         if stream.closed and len(stream.buffer) == 0:
             return web.Response(status=202, headers=headers)  # cancelled before anything was sent
-    elif mode == "get":
+    elif mode is StreamMode.GET:
         after = stream.buffer.next_seq - 1
     response = EventStreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache",
                                           "X-Accel-Buffering": "no", **(headers or {})})
@@ -139,7 +148,7 @@ async def write_stream(request: web.Request, stream: OutStream, *, mode: str, re
     writer = stream.claim()
     # Priming event: an id to resume from before the first message, and the retry delay (S25 §SSE); it goes
     # out in the same write as the first batch.
-    head = encode_event(event_id(stream.name, after), None, retry_ms) if mode != "resume" else b""
+    head = encode_event(event_id(stream.name, after), None, retry_ms) if mode is not StreamMode.RESUME else b""
     try:
         async for batch in stream.batches_after(after, keepalive, writer):
             data = head + b"".join([e.encode(stream.name) for e in batch]) if batch else head or KEEPALIVE

@@ -16,6 +16,7 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Any
 
+from adapters.bridge import UpstreamError, UpstreamResult
 from adapters.errors import ErrorValue, token_refused, upstream_failure
 from adapters.jsonwire import dumps, loads
 from adapters.sse import EventTooLarge, SseDecoder
@@ -23,6 +24,7 @@ from adapters.upstream import UpstreamCall
 from gateway.upstream.h1 import BrokenResponse, H1Pool, H1Response, PoolBusy, TooLarge, Unreachable
 
 Notify = Callable[[dict[str, Any]], None]
+Answer = UpstreamResult | UpstreamError  # what the upstream answered a request: the bridge's own events
 
 
 class UpstreamFailure(Exception):
@@ -77,8 +79,8 @@ class UpstreamClient:
         except ValueError as exc:  # a header that would break the framing: nothing was sent
             raise UpstreamFailure(upstream_failure("stream_broken", str(exc))) from exc
 
-    async def call(self, call: UpstreamCall, on_notification: Notify) -> tuple[str, dict[str, Any]]:
-        """``("result", result)`` or ``("error", error)`` for the request; notifications go to the callback.
+    async def call(self, call: UpstreamCall, on_notification: Notify) -> Answer:
+        """The request's answer (its result or its JSON-RPC error); notifications go to the callback.
 
         A JSON answer is read here directly, not through :meth:`messages`: an async generator left suspended
         after its one message is only closed by the loop's finalizer task, which would hold the connection
@@ -173,17 +175,17 @@ def _is_stream(resp: H1Response) -> bool:
     return resp.status == 200 and resp.content_type == "text/event-stream"
 
 
-def _answer(call: UpstreamCall, message: dict[str, Any], on_notification: Notify) -> tuple[str, Any] | None:
+def _answer(call: UpstreamCall, message: dict[str, Any], on_notification: Notify) -> Answer | None:
     """The outcome if ``message`` answers ``call``; None for a notification or someone else's message."""
     if "method" in message and "id" not in message:
         on_notification(message)
         return None
     if isinstance(message.get("error"), dict) and message.get("id") in (None, call.body.get("id")):
-        return "error", message["error"]  # id null: rejected before the id was read (still ours)
+        return UpstreamError(message["error"])  # id null: rejected before the id was read (still ours)
     if message.get("id") != call.body.get("id"):
         return None
     if "result" in message:
-        return "result", message["result"]
+        return UpstreamResult(message["result"])
     raise UpstreamFailure(upstream_failure("invalid_response", "a response with neither result nor error"))
 
 

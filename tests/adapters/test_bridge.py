@@ -33,7 +33,7 @@ def machine(caps=ALL_CAPS, limits=B.BridgeLimits(), method="tools/call", **ctx):
     counter = itertools.count(1)
     record = PendingRound("b1", "s1", 42, method, {"name": "t", "arguments": {"a": 1}})
     m = B.BridgeMachine(record, B.BridgeContext(limits, caps, lambda: f"g{next(counter)}", **ctx))
-    assert m.start() == [B.ArmTimer("total", limits.total_timeout_seconds, 0), B.CallUpstream({})]
+    assert m.start() == [B.ArmTimer(B.Timer.TOTAL, limits.total_timeout_seconds, 0), B.CallUpstream({})]
     return m
 
 
@@ -61,7 +61,7 @@ def test_two_sampling_rounds_each_retry_carries_this_rounds_answers_and_the_stat
     assert send.message == {"jsonrpc": "2.0", "id": "g1", "method": "sampling/createMessage",
                             "params": SAMPLING["params"]}
     schema.check("2025-11-25", send.message)
-    assert only(actions, B.ArmTimer) == [B.ArmTimer("client_answer", 300.0, 1)]
+    assert only(actions, B.ArmTimer) == [B.ArmTimer(B.Timer.CLIENT_ANSWER, 300.0, 1)]
     (retry,) = m.handle(B.ClientAnswered("g1", SAMPLED))
     assert retry == B.CallUpstream({"inputResponses": {"pick_files": SAMPLED}, "requestState": state1})
     assert retry.extra["requestState"] is state1
@@ -96,8 +96,8 @@ def test_state_only_rounds_back_off_then_retry_with_only_the_state() -> None:
         (timer,) = actions
         assert timer.name == "backoff"
         delays.append(timer.seconds)
-        assert m.handle(B.TimerFired("backoff", timer.round - 1)) == []  # stale round
-        assert m.handle(B.TimerFired("backoff", timer.round)) == [B.CallUpstream({"requestState": "s"})]
+        assert m.handle(B.TimerFired(B.Timer.BACKOFF, timer.round - 1)) == []  # stale round
+        assert m.handle(B.TimerFired(B.Timer.BACKOFF, timer.round)) == [B.CallUpstream({"requestState": "s"})]
     assert delays == [0.05, 0.1, 0.2]
 
 
@@ -120,7 +120,7 @@ def test_client_answer_timeout_cancels_outstanding_requests() -> None:
     m = machine(limits=B.BridgeLimits(client_answer_timeout_seconds=7))
     m.handle(B.UpstreamResult(ir({"a": SAMPLING, "b": ROOTS})))
     m.handle(B.ClientAnswered("g1", SAMPLED))
-    actions = m.handle(B.TimerFired("client_answer", 1))
+    actions = m.handle(B.TimerFired(B.Timer.CLIENT_ANSWER, 1))
     cancels = [a.message for a in only(actions, B.SendToClient)]
     assert cancels == [{"jsonrpc": "2.0", "method": "notifications/cancelled",
                         "params": {"requestId": "g2", "reason": "the original request ended"}}]
@@ -129,7 +129,7 @@ def test_client_answer_timeout_cancels_outstanding_requests() -> None:
 
 def test_total_timeout_aborts_upstream() -> None:
     m = machine()
-    actions = m.handle(B.TimerFired("total", 0))
+    actions = m.handle(B.TimerFired(B.Timer.TOTAL, 0))
     assert only(actions, B.AbortUpstream) and final(actions)["error"]["data"]["limit"] == "total_timeout_seconds"
 
 
@@ -176,7 +176,7 @@ def test_url_elicitation_mints_an_id_and_completes_it_at_the_end() -> None:
     # The upstream asks for the same URL again: the user is not re-prompted; the gateway backs off instead.
     (timer,) = m.handle(B.UpstreamResult(ir({"connect": URL}, "s2")))
     assert timer.name == "backoff"
-    assert m.handle(B.TimerFired("backoff", 2)) == [
+    assert m.handle(B.TimerFired(B.Timer.BACKOFF, 2)) == [
         B.CallUpstream({"inputResponses": {"connect": {"action": "accept"}}, "requestState": "s2"})]
     actions = m.handle(B.UpstreamResult(DONE))
     notes = [a.message for a in only(actions, B.SendToClient)]
@@ -201,10 +201,10 @@ def test_waiting_for_an_accepted_url_is_bounded_by_the_total_timeout_not_max_rou
         (timer,) = actions
         assert timer.name == "backoff"
         waited += timer.seconds
-        (retry,) = m.handle(B.TimerFired("backoff", timer.round))
+        (retry,) = m.handle(B.TimerFired(B.Timer.BACKOFF, timer.round))
         assert retry.extra["requestState"] == "s" and not m.done
     assert waited > 10.0 and timer.seconds == B.BridgeLimits().state_only_backoff_max_seconds
-    assert final(m.handle(B.TimerFired("total", 0)))["error"]["data"]["limit"] == "total_timeout_seconds"
+    assert final(m.handle(B.TimerFired(B.Timer.TOTAL, 0)))["error"]["data"]["limit"] == "total_timeout_seconds"
 
 
 def test_a_long_wait_keeps_the_capped_backoff() -> None:
@@ -220,7 +220,7 @@ def test_input_rounds_after_waiting_rounds_still_count_against_max_rounds() -> N
         m.handle(B.UpstreamResult(ir({key: SAMPLING}, "s")))
         (retry,) = m.handle(B.ClientAnswered(f"g{ord(key) - 96}", SAMPLED))
         (timer,) = m.handle(B.UpstreamResult(ir(state="s")))  # a waiting round in between: not counted
-        m.handle(B.TimerFired("backoff", timer.round))
+        m.handle(B.TimerFired(B.Timer.BACKOFF, timer.round))
     message = final(m.handle(B.UpstreamResult(ir({"c": SAMPLING}, "s"))))
     assert message["error"]["data"] == {"limit": "max_rounds", "value": 2}
 
