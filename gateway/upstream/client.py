@@ -21,7 +21,8 @@ from adapters.errors import ErrorValue, token_refused, upstream_failure
 from adapters.jsonwire import dumps, loads
 from adapters.sse import EventTooLarge, SseDecoder
 from adapters.upstream import UpstreamCall
-from gateway.upstream.h1 import BrokenResponse, H1Pool, H1Response, PoolBusy, TooLarge, Unreachable
+from gateway.upstream.h1 import BrokenResponse, H1Pool, PoolBusy, TooLarge, Unreachable
+from gateway.upstream.transport import Response, Transport
 
 Notify = Callable[[dict[str, Any]], None]
 Answer = UpstreamResult | UpstreamError  # what the upstream answered a request: the bridge's own events
@@ -47,13 +48,14 @@ class UpstreamClient:
     def __init__(self, url: str, *, connect_timeout: float, read_timeout: float,
                  tap: Callable[[str, Any], None] | None = None, auth: str = "forward",
                  credential: str | None = None, max_connections: int = 100,
-                 max_stream_connections: int = 1000, sizes: UpstreamSizes = UpstreamSizes()) -> None:
+                 max_stream_connections: int = 1000, sizes: UpstreamSizes = UpstreamSizes(),
+                 transport: Transport | None = None) -> None:
         self.url = url
         # No cookies are kept: one pool serves every session and principal, so a cookie an upstream set for one
-        # would be sent for all.
-        self.pool = H1Pool(url, connect_timeout=connect_timeout, read_timeout=read_timeout, limit=max_connections,
-                           stream_limit=max_stream_connections, max_head_bytes=sizes.header_bytes,
-                           max_body_bytes=sizes.response_bytes)
+        # would be sent for all. ``transport``: another HTTP client behind the same seam (tests inject one).
+        self.pool: Transport = transport or H1Pool(
+            url, connect_timeout=connect_timeout, read_timeout=read_timeout, limit=max_connections,
+            stream_limit=max_stream_connections, max_head_bytes=sizes.header_bytes, max_body_bytes=sizes.response_bytes)
         self._max_event = sizes.sse_event_bytes
         self._tap = tap
         # gateway.config.pins: "forward" (shared audience), "gateway" (our own credential) or "none".
@@ -71,7 +73,7 @@ class UpstreamClient:
     async def close(self) -> None:
         await self.pool.close()
 
-    async def post(self, body: bytes, headers: dict[str, str]) -> H1Response:
+    async def post(self, body: bytes, headers: dict[str, str]) -> Response:
         """One POST with this upstream's authorization rules; failures as :class:`UpstreamFailure`."""
         try:
             async with FAILURES:
@@ -102,7 +104,7 @@ class UpstreamClient:
                         return answer
         raise UpstreamFailure(upstream_failure("stream_broken", "the upstream stream ended without a response"))
 
-    async def open(self, call: UpstreamCall) -> H1Response:
+    async def open(self, call: UpstreamCall) -> Response:
         """POST one request; the response once its head arrived (a 5xx is already a failure here)."""
         if self._tap is not None:
             self._tap("upstream", call.body)
@@ -118,7 +120,7 @@ class UpstreamClient:
     def forwards_token(self) -> bool:
         return self._auth == "forward"
 
-    async def refused(self, resp: H1Response) -> ErrorValue:
+    async def refused(self, resp: Response) -> ErrorValue:
         """An HTTP 401/403 answer (read and released) as the error for the request (adapters.errors.token_refused)."""
         async with resp:
             raw = await resp.read()
@@ -171,7 +173,7 @@ def _is_listen(headers: dict[str, str]) -> bool:
     return False
 
 
-def _is_stream(resp: H1Response) -> bool:
+def _is_stream(resp: Response) -> bool:
     return resp.status == 200 and resp.content_type == "text/event-stream"
 
 
@@ -189,7 +191,7 @@ def _answer(call: UpstreamCall, message: dict[str, Any], on_notification: Notify
     raise UpstreamFailure(upstream_failure("invalid_response", "a response with neither result nor error"))
 
 
-async def _json_message(resp: H1Response) -> dict[str, Any]:
+async def _json_message(resp: Response) -> dict[str, Any]:
     raw = await resp.read()
     try:
         message = loads(raw)
@@ -203,7 +205,7 @@ async def _json_message(resp: H1Response) -> dict[str, Any]:
     return message
 
 
-async def _sse_messages(resp: H1Response, max_event_bytes: int) -> AsyncIterator[dict[str, Any]]:
+async def _sse_messages(resp: Response, max_event_bytes: int) -> AsyncIterator[dict[str, Any]]:
     decoder = SseDecoder(max_event_bytes)
     async for chunk in resp.chunks():
         for data in decoder.feed(chunk):
