@@ -534,8 +534,8 @@ async def test_expired_discover_entries_are_evicted_when_another_is_stored(make_
 
 
 async def test_the_discover_cache_is_bounded(make_gateway, upstream, monkeypatch) -> None:
-    import gateway.http.app
-    monkeypatch.setattr(gateway.http.app, "DISCOVER_CACHE_MAX", 4)
+    import gateway.http.handshake
+    monkeypatch.setattr(gateway.http.handshake, "DISCOVER_CACHE_MAX", 4)
     upstream.script["server/discover"] = lambda b, r: {**DISCOVER, "ttlMs": 60_000, "cacheScope": "private"}
     client = await make_gateway()
     gw = client.app[GATEWAY]

@@ -1,5 +1,5 @@
 """Legacy ``resources/subscribe`` / ``unsubscribe`` through the session's own upstream listen (gateway.session.listen,
-gateway.http.app.on_subscribe): refusals, concurrency and the acknowledged filter (DIGEST §1.9, §4.15)."""
+gateway.http.subscriptions.on_subscribe): refusals, concurrency and the acknowledged filter (DIGEST §1.9, §4.15)."""
 
 from __future__ import annotations
 
@@ -242,7 +242,7 @@ async def test_subscribes_queued_behind_a_dead_upstream_fail_together(legacy, up
 async def turns_behind_a_held_ack(legacy, upstream, *uris):
     """Subscribes to ``file:///a`` (its listen's ack held), then queues one change per URI behind it, called
     directly; returns (filters, acks, gw, first, queued) once they are all queued."""
-    from gateway.http.app import change_listen
+    from gateway.http.subscriptions import change_listen
     filters, acks = listen_acked_on_demand(upstream)
     await legacy.initialize()
     gw = legacy.client.app[GATEWAY]

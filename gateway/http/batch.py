@@ -1,0 +1,74 @@
+"""2025-03-26 JSON-RPC batches: every element runs as if posted alone, all at once; the answers come as one
+JSON array, or one SSE stream once any element streams."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from aiohttp import web
+
+from adapters.classify import Accepted, Kind
+from adapters.errors import Rejection
+from adapters.jsonwire import ENCODED_DEPTH, loads
+from adapters.sse import PRIMING_SEQ
+from gateway.http.legacy import answer_locally, forward, on_notification, on_response, write_post
+from gateway.session.runtime import Gateway, log
+from gateway.session.streams import OutStream, json_response
+from gateway.telemetry.usage import observe_response
+
+
+async def on_batch(request: web.Request, gw: Gateway, acc: Accepted) -> web.StreamResponse:
+    """A 2025-03-26 JSON-RPC batch (``adapters.classify._classify_batch``): every element goes its own way at
+    once, as if posted alone. The answers come as one JSON array, or as one SSE stream as soon as any element
+    streams (a bridged request asks the client on it); notifications and client responses alone get 202 (S25-03
+    transports §Sending Messages)."""
+    parts = await asyncio.gather(*[_batch_part(request, gw, element) for element in acc.batch])
+    streams = [p for p in parts if isinstance(p, OutStream)]
+    answers = [p for p in parts if isinstance(p, dict)]
+    if not streams:
+        if not answers:
+            return web.Response(status=202)
+        asked = any(isinstance(e, Accepted) and e.kind is Kind.REQUEST for e in acc.batch)
+        return json_response(answers, 200 if asked else 400)  # only bad elements, no request: not accepted
+    assert acc.session is not None
+    runtime = gw.runtime(acc.session.session_id)
+    merged = runtime.new_stream()
+    for answer in answers:
+        merged.push(answer)
+    runtime.spawn(_merge(streams, merged))
+    return await write_post(request, gw, merged)
+
+
+async def _batch_part(request: web.Request, gw: Gateway, element: Accepted | Rejection) -> Any:
+    """One element's answer: a message, the stream of its exchange, or None (a notification or response)."""
+    if isinstance(element, Rejection):
+        return element.body()  # JSON-RPC 2.0 §6: a bad element is answered alone, the rest still run
+    if element.kind is Kind.REQUEST:
+        answer: Any = await answer_locally(request, gw, element)
+        if answer is not None:  # counted here: a forwarded one is counted by its exchange's observer
+            observe_response(request, gw, element, answer, bridged=False)
+        else:
+            assert element.session is not None
+            answer = await forward(request, gw, element.session, element.message)
+    else:  # a batch holds nothing else (adapters.classify)
+        handler = on_notification if element.kind is Kind.NOTIFICATION else on_response
+        answer = await handler(request, gw, element)
+    if isinstance(answer, OutStream):
+        return answer
+    # The gateway's own answer: it may nest a value read at MAX_DEPTH a few levels deeper (adapters.jsonwire).
+    return loads(answer.body, ENCODED_DEPTH) if isinstance(answer, web.Response) and answer.body else None
+
+
+async def _merge(sources: list[OutStream], merged: OutStream) -> None:
+    """Copy every element stream's messages onto the batch's one stream, which ends when they all have."""
+    async def pipe(source: OutStream) -> None:
+        async for events in source.batches_after(PRIMING_SEQ, keepalive=60.0):
+            for event in events:
+                merged.push(event.message)
+    try:  # every pipe runs to its end: one that fails (its events evicted unread) leaves the others going
+        for failed in await asyncio.gather(*[pipe(source) for source in sources], return_exceptions=True):
+            if isinstance(failed, Exception):
+                log.warning("a batch element's stream broke: %r", failed)
+    finally:
+        merged.finish()

@@ -1,0 +1,113 @@
+"""``initialize``: the peer's pins, the upstream's ``server/discover`` (cached per its ``ttlMs``/``cacheScope``),
+the session record, and the ``InitializeResult`` built from what the upstream discovered."""
+
+from __future__ import annotations
+
+import secrets
+from typing import Any
+
+from aiohttp import web
+
+from adapters import local
+from adapters.admission import SessionCounts, admit_session, initialize_size_error
+from adapters.bridge import UpstreamError
+from adapters.capabilities import client_caps_to_modern
+from adapters.classify import Accepted
+from adapters.errors import ErrorValue, translate_upstream_error
+from adapters.handshake import build_initialize_result, cache_policy, check_discover, discover_cache_keys
+from adapters.peers import (
+    admit_initialize,
+    legacy_answer_version,
+    mask_capabilities,
+    match_peer,
+    peer_record,
+    pick_upstream,
+    with_notice,
+)
+from adapters.records import SessionRecord
+from adapters.results import Invalid, classify_result, response
+from adapters.upstream import SessionView, build_discover
+from gateway.http.answers import error_answer, rejection_response
+from gateway.session.runtime import Gateway, log, new_id
+from gateway.session.streams import json_response
+from gateway.upstream.client import UpstreamFailure
+
+# Entries in Gateway.discover_cache: private results are kept per principal, and any bearer token is one, so the
+# cache is bounded; past the bound the oldest entry goes (a refetch, never a wrong answer).
+DISCOVER_CACHE_MAX = 1024
+
+
+async def discover(gw: Gateway, principal: str, view: SessionView,
+                   upstream: str = "default") -> dict[str, Any] | ErrorValue:
+    """The upstream's discover result, cached per upstream and its ttlMs/cacheScope (private = per principal;
+    stale results are not kept, and the cache is bounded)."""
+    now = gw.clock()
+    for key in discover_cache_keys(principal):
+        cached = gw.discover_cache.get(f"{upstream}|{key}")
+        if cached is not None and now < cached[0]:
+            return cached[1]
+    try:
+        answer = await gw.upstream_for(upstream).call(build_discover(new_id("d"), view), lambda _m: None)
+    except UpstreamFailure as failure:
+        return failure.error
+    if isinstance(answer, UpstreamError):
+        return translate_upstream_error(answer.error)
+    payload = answer.result
+    outcome = classify_result("server/discover", payload)
+    if isinstance(outcome, Invalid):
+        return outcome.error
+    problem = check_discover(payload)
+    if problem is not None:
+        return problem
+    policy = cache_policy(payload, principal, now, "server/discover")
+    if policy.fresh(now):  # ttlMs 0 (or absent) is stale at once (DIGEST §1.11): nothing to keep
+        _cache_discover(gw.discover_cache, f"{upstream}|{policy.key}", (policy.expires_ms, payload), now)
+    return payload
+
+
+def _cache_discover(cache: dict[str, tuple[int, dict[str, Any]]], key: str, entry: tuple[int, dict[str, Any]],
+                    now: int) -> None:
+    """Store ``entry``, first dropping every expired entry (a store follows an upstream round trip, so the walk
+    is cheap beside it) and, at :data:`DISCOVER_CACHE_MAX`, the oldest ones (dicts keep insertion order)."""
+    for stale in [k for k, (expires, _) in cache.items() if now >= expires or k == key]:
+        del cache[stale]  # the entry's own key too: re-inserted last, as the newest
+    while len(cache) >= DISCOVER_CACHE_MAX:
+        del cache[next(iter(cache))]
+    cache[key] = entry
+
+
+async def on_initialize(request: web.Request, gw: Gateway, acc: Accepted) -> web.StreamResponse:
+    message, params = acc.message, acc.message.get("params") or {}
+    info = params.get("clientInfo") or {}
+    peer = match_peer(gw.pins.peers, gw.pins.default, acc.principal, info)
+    version = legacy_answer_version(peer, params.get("protocolVersion"))
+    problem = (local.check_request("initialize", version, params) or admit_initialize(peer, version, gw.today())
+               or initialize_size_error(params.get("capabilities"), params.get("clientInfo"),
+                                        gw.config.sessions.session_limits))
+    if problem is not None:
+        if problem.log:
+            log.warning("initialize refused: %s", problem.log)
+        return json_response(response(message["id"], error=problem))
+    caps = mask_capabilities(params.get("capabilities") or {}, peer)  # the peer's bridge policy (issue 3)
+    session_id = secrets.token_urlsafe(32)
+    upstream = pick_upstream(peer, session_id, gw.pins.seed)
+    view = SessionView(client_caps_to_modern(caps), info, None, request.headers.get("Authorization"))
+    found = await discover(gw, acc.principal, view, upstream)
+    if isinstance(found, ErrorValue):
+        if found.log:
+            log.warning("initialize: %s", found.log)
+        return error_answer(message["id"], found)
+    now = gw.clock()
+    record = SessionRecord(session_id, acc.principal, version, dict(caps), dict(info), now, now,
+                           server_capabilities=dict(found.get("capabilities") or {}), pins=peer_record(peer),
+                           upstream=upstream)
+    await gw.sweep_expired()  # each new session pays for ending the expired ones: no timer task needed
+    # Counted after the last wait before the put, so concurrent initializes cannot all pass one free slot.
+    full = admit_session(SessionCounts(*await gw.store.count_sessions(acc.principal)),
+                         gw.config.sessions.session_limits, message["id"])
+    if full is not None:
+        log.warning("initialize refused: %s", full.error.message)
+        return rejection_response(full)
+    await gw.store.put_session(record)
+    result = with_notice(build_initialize_result(found, version, gw.config.features()), peer, gw.today())
+    return json_response(response(message["id"], result), headers={"Mcp-Session-Id": record.session_id})
