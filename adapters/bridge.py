@@ -20,7 +20,7 @@ action                      the shell ...
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, assert_never
@@ -153,9 +153,13 @@ Event = UpstreamResult | UpstreamError | UpstreamFailed | ClientAnswered | Timer
 Action = CallUpstream | SendToClient | ArmTimer | AbortUpstream | StoreRoots | Finish
 
 
-def admit(pending_in_session: int, limits: BridgeLimits) -> ErrorValue | None:
-    """Refuse a new forwarded request when the session already has too many in flight."""
-    if pending_in_session >= limits.max_pending_per_session:
+def admit(in_flight: Collection[Any], ident: Any, limits: BridgeLimits) -> ErrorValue | None:
+    """Refuse a new forwarded request whose id is already in flight in the session (its answer could not be told
+    from the other's: 2025-11-25 basic §Requests, ids unique in a session), or when the session already has
+    too many in flight."""
+    if ident in in_flight:
+        return ErrorValue(E.INVALID_REQUEST, f"request id {ident!r} is already in flight in this session")
+    if len(in_flight) >= limits.max_pending_per_session:
         return E.limit_error("max_pending_per_session", limits.max_pending_per_session)
     return None
 

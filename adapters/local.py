@@ -10,7 +10,7 @@ from typing import Any, Final
 
 from mcp_types.methods import validate_client_notification, validate_client_request
 
-from adapters.errors import INVALID_PARAMS, METHOD_NOT_FOUND, ErrorValue
+from adapters.errors import INVALID_PARAMS, INVALID_REQUEST, METHOD_NOT_FOUND, ErrorValue
 from adapters.protocol import FORWARDED_METHODS, LOG_LEVELS, MRTR_METHODS, is_request_id
 
 REQUEST_ROUTES: Final = {
@@ -94,3 +94,56 @@ def cancel_request(params: Any) -> CancelRequest | None:
     if not is_request_id(ident):
         return None  # also keeps unhashable values out of the id-keyed exchange table
     return CancelRequest(ident, reason if isinstance(reason, str) else None)
+
+
+# --- what a legacy request on a session becomes ----------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class Reply:
+    """Answered here, at once: ``result``, or ``error`` when it is not None."""
+
+    result: dict[str, Any] | None = None
+    error: ErrorValue | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class SetLevel:
+    """``logging/setLevel``: keep ``level`` in the session record, then answer ``{}``."""
+
+    level: str
+
+
+@dataclass(frozen=True, slots=True)
+class ChangeSubscription:
+    """``resources/subscribe`` (``subscribe``) or ``unsubscribe``: change the session's listen, then answer."""
+
+    params: Mapping[str, Any]
+    subscribe: bool
+
+
+@dataclass(frozen=True, slots=True)
+class Forward:
+    """Sent upstream through a bridge exchange."""
+
+
+Decision = Reply | SetLevel | ChangeSubscription | Forward
+_ALREADY = ErrorValue(INVALID_REQUEST, "the session is already initialized")
+
+
+def decide(method: str, params: Any, version: str) -> Decision:
+    """What the gateway does with a request on a live session (a session past its peer's sunset is refused before
+    this). ``ping`` is answered here (2026-07-28 removed it); unknown and ``tasks/*`` methods are -32601 (no
+    tasks are advertised); anything else is checked against the session's revision before it goes anywhere."""
+    route = route_request(method)
+    if route == "ping":
+        return Reply({})
+    if route in ("not_found", "initialize"):
+        return Reply(error=not_found(method) if route == "not_found" else _ALREADY)
+    problem = check_request(method, version, params)
+    if problem is not None:
+        return Reply(error=problem)
+    if route == "set_level":
+        level = set_level(params)
+        return Reply(error=level) if isinstance(level, ErrorValue) else SetLevel(level)
+    if route in ("subscribe", "unsubscribe"):
+        return ChangeSubscription(params if isinstance(params, Mapping) else {}, route == "subscribe")
+    return Forward()

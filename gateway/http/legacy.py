@@ -10,7 +10,6 @@ from aiohttp import web
 from adapters import local
 from adapters.bridge import BridgeContext, admit
 from adapters.classify import Accepted
-from adapters.errors import INVALID_REQUEST, ErrorValue
 from adapters.peers import peer_limits, sunset_error, sunset_passed
 from adapters.records import PendingRound, SessionRecord
 from adapters.results import response
@@ -39,42 +38,33 @@ async def answer_request(request: web.Request, gw: Gateway, acc: Accepted) -> we
 
 
 async def answer_locally(request: web.Request, gw: Gateway, acc: Accepted) -> web.Response | None:
-    """The answer to a request the gateway answers itself (ping, setLevel, subscribe, refusals), or None."""
+    """The answer to a request the gateway answers itself (adapters.local.decide), or None to forward it."""
     message, session = acc.message, acc.session
     assert session is not None
-    method, params, ident = message["method"], message.get("params") or {}, message["id"]
+    params, ident = message.get("params") or {}, message["id"]
     peer = gw.peer_of(session)
     if sunset_passed(peer, gw.today()):  # a session opened before the sunset does not outlive it
         return json_response(response(ident, error=sunset_error(peer, session.protocol_version)))
-    route = local.route_request(method)
-    if route == "ping":
-        return json_response(response(ident, {}))  # 2026 removed ping; answered here (DIGEST §3)
-    if route in ("not_found", "initialize"):
-        error = local.not_found(method) if route == "not_found" else ErrorValue(
-            INVALID_REQUEST, "the session is already initialized")
-        return json_response(response(ident, error=error))
-    problem = local.check_request(method, session.protocol_version, params)
-    if problem is not None:
-        return json_response(response(ident, error=problem))
-    if route == "set_level":
-        level = local.set_level(params)
-        if isinstance(level, ErrorValue):
-            return json_response(response(ident, error=level))
-        session.log_level = level
-        await gw.store.put_session(session)
-        return json_response(response(ident, {}))
-    if route in ("subscribe", "unsubscribe"):
-        return await on_subscribe(request, gw, session, ident, params, route == "subscribe")
-    return None
+    match local.decide(message["method"], params, session.protocol_version):
+        case local.Reply(result, None):
+            return json_response(response(ident, result))
+        case local.Reply(_, error):
+            return json_response(response(ident, error=error))
+        case local.SetLevel(level):
+            session.log_level = level
+            await gw.store.put_session(session)
+            return json_response(response(ident, {}))
+        case local.ChangeSubscription(params, subscribe):
+            return await on_subscribe(request, gw, session, ident, dict(params), subscribe)
+        case local.Forward():
+            return None
 
 
 async def forward(request: web.Request, gw: Gateway, session: SessionRecord,
                   message: dict[str, Any]) -> web.Response | OutStream:
     runtime = gw.runtime(session.session_id)
     ident = message["id"]
-    refused = admit(len(runtime.exchanges), gw.config.limits.to_limits())
-    if ident in runtime.exchanges:
-        refused = ErrorValue(INVALID_REQUEST, f"request id {ident!r} is already in flight in this session")
+    refused = admit(runtime.exchanges.keys(), ident, gw.config.limits.to_limits())
     if refused is not None:
         return json_response(response(ident, error=refused))
     record = PendingRound(new_id("b"), session.session_id, ident, message["method"], message.get("params") or {})

@@ -264,8 +264,10 @@ def test_upstream_errors_and_invalid_answers(event, code) -> None:
 
 def test_pending_limit_per_session() -> None:
     limits = B.BridgeLimits(max_pending_per_session=2)
-    assert B.admit(1, limits) is None
-    assert B.admit(2, limits).data == {"limit": "max_pending_per_session", "value": 2}
+    assert B.admit({"a"}, "b", limits) is None
+    assert B.admit({"a", "b"}, "c", limits).data == {"limit": "max_pending_per_session", "value": 2}
+    duplicate = B.admit({"a"}, "a", limits)
+    assert duplicate.code == -32600 and "already in flight" in duplicate.message
 
 
 def test_the_record_round_trips_mid_round_and_another_machine_continues() -> None:
