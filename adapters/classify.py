@@ -18,8 +18,14 @@ from urllib.parse import urlsplit
 
 from adapters.errors import Rejection, reject
 from adapters.jsonwire import TooDeep, loads
-from adapters.protocol import (BATCH_VERSIONS, LEGACY_VERSIONS, MAX_BATCH, MODERN_VERSION, PROTOCOL_VERSION_META_KEY,
-                               is_request_id)
+from adapters.protocol import (
+    BATCH_VERSIONS,
+    LEGACY_VERSIONS,
+    MAX_BATCH,
+    MODERN_VERSION,
+    PROTOCOL_VERSION_META_KEY,
+    is_request_id,
+)
 from adapters.records import SessionRecord
 
 LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1", "[::1]")
@@ -293,3 +299,14 @@ def _batch_element(item: Any, principal: str, session: SessionRecord) -> Accepte
     if kind is not Kind.RESPONSE and is_modern(message, {}):
         return reject("invalid_request", "a 2026-07-28 request cannot be part of a session's batch", ident)
     return Accepted(kind, principal, message, session)
+
+
+def batch_status(batch: tuple[Accepted | Rejection, ...], answers: int) -> int:
+    """The HTTP status of a batch answered as JSON (no element streamed): 202 when nothing is answered
+    (notifications and client responses alone), 200 when a request was among the elements, 400 when only bad
+    elements were answered (2025-03-26 basic/transports §Sending Messages: input that holds no request and is
+    not accepted gets an HTTP error status)."""
+    if not answers:
+        return 202
+    asked = any(isinstance(e, Accepted) and e.kind is Kind.REQUEST for e in batch)
+    return 200 if asked else 400

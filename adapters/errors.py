@@ -33,7 +33,7 @@ GATEWAY_LIMIT_EXCEEDED: Final = -32000
 UPSTREAM_FAILURE: Final = INTERNAL_ERROR
 
 __all__ = [
-    "ErrorValue", "Rejection", "REJECTIONS", "reject", "translate_upstream_error", "limit_error",
+    "ErrorValue", "Rejection", "REJECTIONS", "reject", "refusal", "translate_upstream_error", "limit_error",
     "upstream_failure", "passthrough_ended", "token_refused", "AuthChallenge", "missing_capability_error",
     "client_refused_error", "limit_rejection",
     "GATEWAY_LIMIT_EXCEEDED", "INVALID_PARAMS", "INVALID_REQUEST", "METHOD_NOT_FOUND", "PARSE_ERROR", "INTERNAL_ERROR",
@@ -116,7 +116,18 @@ REJECTIONS: Final[Mapping[str, tuple[int, int]]] = {
     "body_timeout": (408, INVALID_REQUEST),
     # A session bound (max_sessions, max_sessions_per_principal) is full: capacity, not the client's fault.
     "session_limit": (503, GATEWAY_LIMIT_EXCEEDED),
+    # A 2026-07-28 request the gateway passes through: a peer pinned to legacy revisions is steered to
+    # initialize (-32022, adapters.peers.admit_modern); the upstream hop failed (502: the gateway is the
+    # client of a bad gateway); the gateway ended it before the upstream answered (shutdown: 503).
+    "pinned_to_legacy": (400, UNSUPPORTED_PROTOCOL_VERSION),
+    "passthrough_failed": (502, UPSTREAM_FAILURE),
+    "passthrough_ended": (503, INTERNAL_ERROR),
 }
+
+
+def refusal(reason: str, error: ErrorValue, ident: Any = None) -> Rejection:
+    """``error`` (built elsewhere, with its own code and data) answered with ``reason``'s HTTP status."""
+    return Rejection(reason, REJECTIONS[reason][0], error, ident if is_request_id(ident) else None)
 
 
 def reject(reason: str, message: str, ident: Any = None) -> Rejection:

@@ -8,7 +8,7 @@ from typing import Any
 
 from aiohttp import web
 
-from adapters.classify import Accepted, Kind
+from adapters.classify import Accepted, Kind, batch_status
 from adapters.errors import Rejection
 from adapters.jsonwire import ENCODED_DEPTH, loads
 from adapters.sse import PRIMING_SEQ
@@ -27,10 +27,8 @@ async def on_batch(request: web.Request, gw: Gateway, acc: Accepted) -> web.Stre
     streams = [p for p in parts if isinstance(p, OutStream)]
     answers = [p for p in parts if isinstance(p, dict)]
     if not streams:
-        if not answers:
-            return web.Response(status=202)
-        asked = any(isinstance(e, Accepted) and e.kind is Kind.REQUEST for e in acc.batch)
-        return json_response(answers, 200 if asked else 400)  # only bad elements, no request: not accepted
+        status = batch_status(acc.batch, len(answers))
+        return json_response(answers, status) if answers else web.Response(status=status)
     assert acc.session is not None
     runtime = gw.runtime(acc.session.session_id)
     merged = runtime.new_stream()

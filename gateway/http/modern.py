@@ -8,14 +8,13 @@ from typing import Any
 from aiohttp import web
 
 from adapters.classify import Accepted
-from adapters.errors import passthrough_ended
+from adapters.errors import passthrough_ended, refusal
 from adapters.peers import admit_modern, match_peer
 from adapters.protocol import CLIENT_INFO_META_KEY, MODERN_VERSION, PROTOCOL_VERSION_META_KEY
-from adapters.results import response
+from gateway.http.answers import rejection_response
 from gateway.http.keys import PASSTHROUGHS
 from gateway.http.passthrough import Relay
 from gateway.session.runtime import Gateway, log
-from gateway.session.streams import json_response
 from gateway.upstream.client import FAILURES, UpstreamClient, UpstreamFailure
 from gateway.upstream.h1 import BrokenResponse
 
@@ -29,13 +28,13 @@ async def on_modern(request: web.Request, gw: Gateway, acc: Accepted) -> web.Str
     peer = match_peer(gw.pins.peers, gw.pins.default, acc.principal, meta.get(CLIENT_INFO_META_KEY))
     refused = admit_modern(peer, str(meta.get(PROTOCOL_VERSION_META_KEY, MODERN_VERSION)))
     if refused is not None:  # a legacy-pinned peer's probe: steer it to initialize (adapters.peers)
-        return json_response(response(acc.message.get("id"), error=refused), 400)
+        return rejection_response(refusal("pinned_to_legacy", refused, acc.message.get("id")))
     headers = {k: v for k, v in request.headers.items()
                if k.lower() in MODERN_HEADERS or k.lower().startswith("mcp-param-")}
     relay, ident = request.app[PASSTHROUGHS].relay(request), acc.message.get("id")
     with relay:  # a hang-up (the 2026 cancel, DIGEST §4.10) or shutdown ends it: the upstream is closed
         return await _pass_through(request, relay, gw.upstream_for(peer.upstream), headers, ident)
-    return relay.response or json_response(response(ident, error=passthrough_ended()), 503)
+    return relay.response or rejection_response(refusal("passthrough_ended", passthrough_ended(), ident))
 
 
 async def _pass_through(request: web.Request, relay: Relay, upstream: UpstreamClient, headers: dict[str, str],
@@ -61,4 +60,4 @@ async def _pass_through(request: web.Request, relay: Relay, upstream: UpstreamCl
                 log.warning("modern passthrough stream broke: %s", exc)
             return out
     except UpstreamFailure as failure:  # unreachable, or a JSON answer that broke, stalled or was too large
-        return json_response(response(ident, error=failure.error), 502)
+        return rejection_response(refusal("passthrough_failed", failure.error, ident))

@@ -197,3 +197,15 @@ def test_a_message_nested_too_deep_is_refused_with_its_id() -> None:
     verdict = classify(post(f'{{"jsonrpc":"2.0","id":0,"method":"initialize","params":{{"x":{deep}}}}}'.encode()),
                        None, Policy(), NOW)
     assert isinstance(verdict, Rejection) and (verdict.status, verdict.ident) == (400, 0)
+
+
+def test_a_batch_answered_as_json_has_the_status_of_what_it_held() -> None:
+    from adapters.classify import Kind, batch_status
+    from adapters.errors import reject
+
+    request = Accepted(Kind.REQUEST, "anonymous", {"jsonrpc": "2.0", "id": 1, "method": "ping"})
+    note = Accepted(Kind.NOTIFICATION, "anonymous", {"jsonrpc": "2.0", "method": "notifications/initialized"})
+    bad = reject("invalid_request", "not JSON-RPC")
+    assert batch_status((note,), 0) == 202
+    assert batch_status((request, bad), 2) == 200
+    assert batch_status((note, bad), 1) == 400
