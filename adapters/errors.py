@@ -140,6 +140,8 @@ def reject(reason: str, message: str, ident: Any = None) -> Rejection:
 # Codes a 2026 server emits because *the gateway* got the wire wrong: a bug or misconfiguration, not the
 # client's fault (DIGEST §3 "Upstream -32021/-32022/-32020").
 _GATEWAY_FAULT_CODES: Final = frozenset({HEADER_MISMATCH, UNSUPPORTED_PROTOCOL_VERSION})
+# What a client sees for an upstream -32020/-32022 (decision 4); named so ``adapters.check`` can recognise it.
+GATEWAY_FAULT_MESSAGE: Final = "the gateway could not talk to the upstream server"
 
 
 def translate_upstream_error(error: Mapping[str, Any]) -> ErrorValue:
@@ -148,7 +150,7 @@ def translate_upstream_error(error: Mapping[str, Any]) -> ErrorValue:
     if not isinstance(code, int) or isinstance(code, bool) or not isinstance(message, str):
         return upstream_failure("invalid_response", "the upstream sent a malformed error object")
     if code in _GATEWAY_FAULT_CODES:
-        return ErrorValue(INTERNAL_ERROR, "the gateway could not talk to the upstream server",
+        return ErrorValue(INTERNAL_ERROR, GATEWAY_FAULT_MESSAGE,
                           log=f"upstream rejected the gateway's request: {code} {message}")
     if code == URL_ELICITATION_REQUIRED or (-32099 <= code <= -32023):
         # Retired (-32042) or undefined spec-reserved codes must not come from a 2026 server (DIGEST §1.3).

@@ -1,9 +1,10 @@
-"""The command line: ``python -m gateway serve | check-config FILE | reload --pid PID | report``.
+"""The command line: ``python -m gateway serve | check-config FILE | reload --pid PID | report | check``.
 
 ``serve [--host 127.0.0.1] [--port 8808] [--upstream URL] [--config FILE] [--pid-file F]`` runs the gateway
 (with the embedded core unless ``--upstream`` is given); with ``--config`` it reloads that file on SIGHUP.
 ``check-config FILE`` validates a file without serving (exit 2 and the key path on failure).
 ``reload --pid PID | --pid-file F`` asks a running gateway to re-read its file.
+``check --upstream URL`` plays a 2025-11-25 client through an in-process gateway, tool by tool (gateway.ops.check).
 """
 
 from __future__ import annotations
@@ -19,6 +20,8 @@ from aiohttp import web
 
 from gateway.config.settings import ConfigError, GatewayConfig, load_config
 from gateway.http.app import create_app
+from gateway.ops.check import add_arguments as add_check_arguments
+from gateway.ops.check import run as run_check
 from gateway.ops.connections import run as run_capped
 from gateway.ops.logs import install as install_log_filter
 from gateway.ops.loops import CHOICES, install, tune_gc
@@ -51,6 +54,7 @@ def parser() -> argparse.ArgumentParser:
     target.add_argument("--pid", type=int)
     target.add_argument("--pid-file")
     add_report_arguments(commands.add_parser("report", help="the migration report from the usage store"))
+    add_check_arguments(commands.add_parser("check", help="play a 2025-11-25 client through the gateway, tool by tool"))
     return root
 
 
@@ -108,6 +112,8 @@ def main(argv: list[str] | None = None) -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     if args.command == "check-config":
         raise SystemExit(check_config(args.file))
+    if args.command == "check":
+        raise SystemExit(run_check(args))
     if args.command == "report":
         raise SystemExit(run_report(args))
     if args.command == "reload":

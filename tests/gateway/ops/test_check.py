@@ -1,0 +1,141 @@
+"""``python -m gateway check`` end to end: the reference core, a faulty 2026 upstream, a 2025-only server and
+nothing listening. The CLI runs as a subprocess (exit codes, output) while the test's loop serves the upstream."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import socket
+import sys
+from pathlib import Path
+from typing import Any
+
+from aiohttp import web
+
+from adapters.check import ProblemKind, Status
+from gateway.ops.check import Options, run_check
+from modern_server.app import create_app as create_core
+from modern_server.config import CoreConfig
+
+ROOT = Path(__file__).resolve().parents[3]
+
+
+async def cli(tmp_path: Path, *args: str) -> tuple[int, str, str]:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    proc = await asyncio.create_subprocess_exec(sys.executable, "-m", "gateway", "check", *args, cwd=tmp_path,
+                                                env=env, stdout=asyncio.subprocess.PIPE,
+                                                stderr=asyncio.subprocess.PIPE)
+    out, err = await proc.communicate()
+    return proc.returncode or 0, out.decode(), err.decode()
+
+
+async def test_reference_core_every_tool_ok_or_skipped(aiohttp_server, tmp_path) -> None:
+    core = await aiohttp_server(create_core(CoreConfig(database=str(tmp_path / "core.sqlite3"))))
+    args_file = tmp_path / "args.json"
+    args_file.write_text(json.dumps({"notes_delete": {"workspaceUri": "file:///work/notes", "title": "none"}}))
+    code, out, _err = await cli(tmp_path, "--upstream", str(core.make_url("/mcp")), "--json", "--timeout", "3",
+                                "--args", str(args_file))
+    doc = json.loads(out)
+    tools = {t["name"]: t for t in doc["tools"]}
+    assert code == 0 and doc["summary"]["failed"] == 0
+    assert {n for n, t in tools.items() if t["status"] == "ok"} >= {"echo", "slow_count", "workspace_scan",
+                                                                    "notes_timeline"}
+    assert tools["workspace_scan"]["inputs"] == ["roots"] and tools["workspace_scan"]["rounds"] == 2
+    # The core refuses the canned model reply (it must be a JSON array of paths): the bridge delivered it.
+    assert tools["summarize_repo"]["status"] == "skipped" and tools["summarize_repo"]["inputs"] == ["sampling"]
+    assert "canned answers" in tools["summarize_repo"]["error"]
+    assert tools["notes_delete"]["status"] == "skipped" and "arguments" in tools["notes_delete"]["error"]
+    # URL accept is only consent (2026-07-28 client §Elicitation): the core waits for the out-of-band step.
+    assert tools["connect_service"]["status"] == "skipped" and tools["connect_service"]["inputs"] == [
+        "elicitation.url"]
+    assert doc["server"]["name"] and doc["server"]["notes"] == []
+
+
+def _tool(name: str, **extra: Any) -> dict[str, Any]:
+    return {"name": name, "inputSchema": {"type": "object", "properties": {}}, **extra}
+
+
+FAULTY_TOOLS = [
+    _tool("fine"),
+    _tool("array_out", outputSchema={"type": "array"}),
+    {"name": "bad_header", "inputSchema": {"type": "object", "properties": {
+        "xs": {"type": "array", "items": {"type": "string", "x-mcp-header": "Xs"}}}}},
+    _tool("loops"), _tool("broken"), _tool("mismatch"),
+]
+
+
+def _faulty_call(body: dict[str, Any], _request: web.Request) -> Any:
+    name = body["params"]["name"]
+    if name == "loops":  # asks again forever, with a new key each round
+        key = f"k{len(body['params'].get('inputResponses') or {})}{body['id']}"
+        return {"resultType": "input_required", "requestState": "s", "inputRequests": {key: {
+            "method": "sampling/createMessage", "params": {"messages": [], "maxTokens": 5}}}}
+    if name == "broken":
+        return {"resultType": "complete", "content": [{"type": "text"}]}
+    if name == "mismatch":
+        return ("error", {"code": -32020, "message": "Mcp-Name does not match"}, 400)
+    return {"resultType": "complete", "content": [{"type": "text", "text": "done"}]}
+
+
+async def test_faulty_upstream_problems(upstream) -> None:
+    upstream.script["tools/list"] = lambda body, _r: {"resultType": "complete", "tools": FAULTY_TOOLS,
+                                                      "ttlMs": 0, "cacheScope": "private"}
+    upstream.script["tools/call"] = _faulty_call
+    outcome = await run_check(Options(upstream.url, roots=("file:///tmp",), timeout=30))
+    reports = {r.name: r for r in outcome.reports}
+    kinds = {name: [p.kind for p in r.problems] for name, r in reports.items()}
+    assert reports["fine"].status is Status.OK and reports["fine"].rounds == 1
+    assert reports["array_out"].status is Status.OK and kinds["array_out"] == [ProblemKind.OUTPUT_SCHEMA_REMOVED]
+    assert reports["bad_header"].status is Status.FAILED and kinds["bad_header"] == [ProblemKind.DROPPED]
+    assert reports["loops"].status is Status.FAILED and kinds["loops"] == [ProblemKind.ROUND_LIMIT]
+    assert reports["loops"].inputs and reports["loops"].rounds > 1
+    assert reports["broken"].status is Status.FAILED
+    assert kinds["broken"] == [ProblemKind.UPSTREAM_ANSWER_REFUSED]  # the gateway refuses it before 2025 sees it
+    assert reports["mismatch"].status is Status.FAILED and kinds["mismatch"] == [ProblemKind.MAPPING_FAULT]
+    assert not any(c.get("params", {}).get("name") == "bad_header" for c in upstream.calls("tools/call"))
+
+
+async def test_faulty_upstream_cli_exit_1_and_table(upstream, tmp_path) -> None:
+    upstream.script["tools/list"] = lambda body, _r: {"resultType": "complete", "tools": FAULTY_TOOLS[:3],
+                                                      "ttlMs": 0, "cacheScope": "private"}
+    upstream.script["tools/call"] = _faulty_call
+    code, out, _err = await cli(tmp_path, "--upstream", upstream.url, "--tools", "fine,bad_header")
+    lines = out.splitlines()
+    assert code == 1 and lines[1].split()[:5] == ["tool", "status", "inputs", "rounds", "problems"]
+    assert lines[-1] == "2 tools: 1 ok, 1 failed, 0 skipped"
+    assert any(line.startswith("bad_header") and "dropped:" in line for line in lines)
+
+
+async def _legacy_only(request: web.Request) -> web.Response:
+    body = await request.json()
+    if body.get("method") == "initialize":
+        return web.json_response({"jsonrpc": "2.0", "id": body["id"], "result": {
+            "protocolVersion": "2025-11-25", "capabilities": {}, "serverInfo": {"name": "old", "version": "1"}}},
+            headers={"Mcp-Session-Id": "abc"})
+    return web.json_response({"jsonrpc": "2.0", "id": None, "error": {"code": -32000,
+                                                                      "message": "Missing session ID"}}, status=400)
+
+
+async def test_a_2025_only_server_exits_2_saying_what_it_is(aiohttp_server, tmp_path) -> None:
+    app = web.Application()
+    app.router.add_post("/mcp", _legacy_only)
+    app.router.add_delete("/mcp", lambda _r: web.Response(status=200))
+    server = await aiohttp_server(app)
+    code, out, err = await cli(tmp_path, "--upstream", str(server.make_url("/mcp")))
+    assert code == 2 and out == ""
+    assert "a 2025-era server: it answered 400 Missing session ID" in err
+
+
+async def test_nothing_listening_exits_2(tmp_path) -> None:
+    with socket.socket() as sock:  # a port that was free a moment ago: nothing listens there
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    code, out, _err = await cli(tmp_path, "--upstream", f"http://127.0.0.1:{port}/mcp", "--json")
+    doc = json.loads(out)
+    assert code == 2 and "cannot reach" in doc["server"]["error"] and doc["tools"] == []
+
+
+async def test_an_unset_token_variable_exits_2(tmp_path) -> None:
+    code, _out, err = await cli(tmp_path, "--upstream", "http://127.0.0.1:9/mcp", "--token-env", "NO_SUCH_VAR_X")
+    assert code == 2 and "NO_SUCH_VAR_X is not set" in err
