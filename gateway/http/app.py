@@ -104,7 +104,7 @@ async def handle_mcp(request: web.Request) -> web.StreamResponse:
         verdict.session.last_seen_ms = gw.clock()
         await gw.store.touch_session(verdict.session.session_id, verdict.session.last_seen_ms)
     answer = await _HANDLERS[verdict.kind](request, gw, verdict)
-    observe_response(request, gw, verdict, answer)  # migration accounting (issue 4); never raises
+    observe_response(request, gw, verdict, answer)  # migration accounting; never raises
     return answer
 
 
@@ -148,7 +148,7 @@ async def discover(gw: Gateway, principal: str, view: SessionView,
     if problem is not None:
         return problem
     policy = cache_policy(payload, principal, now, "server/discover")
-    if policy.fresh(now):  # ttlMs 0 (or absent) is stale at once (DIGEST §1.11): nothing to keep
+    if policy.fresh(now):  # ttlMs 0 (or absent) is stale at once (2026-07-28 §Caching): nothing to keep
         _cache_discover(gw.discover_cache, f"{upstream}|{policy.key}", (policy.expires_ms, payload), now)
     return payload
 
@@ -176,7 +176,7 @@ async def on_initialize(request: web.Request, gw: Gateway, acc: Accepted) -> web
         if problem.log:
             log.warning("initialize refused: %s", problem.log)
         return json_response(response(message["id"], error=problem))
-    caps = mask_capabilities(params.get("capabilities") or {}, peer)  # the peer's bridge policy (issue 3)
+    caps = mask_capabilities(params.get("capabilities") or {}, peer)  # the peer's bridge policy
     session_id = secrets.token_urlsafe(32)
     upstream = pick_upstream(peer, session_id, gw.pins.seed)
     view = SessionView(client_caps_to_modern(caps), info, None, request.headers.get("Authorization"))
@@ -229,7 +229,7 @@ async def answer_locally(request: web.Request, gw: Gateway, acc: Accepted) -> we
         return json_response(response(ident, error=sunset_error(peer, session.protocol_version)))
     route = local.route_request(method)
     if route == "ping":
-        return json_response(response(ident, {}))  # 2026 removed ping; answered here (DIGEST §3)
+        return json_response(response(ident, {}))  # 2026 removed ping; answered here
     if route in ("not_found", "initialize"):
         error = local.not_found(method) if route == "not_found" else ErrorValue(
             INVALID_REQUEST, "the session is already initialized")
@@ -262,7 +262,7 @@ async def forward(request: web.Request, gw: Gateway, session: SessionRecord,
     limits = peer_limits(gw.config.limits.to_limits(), gw.peer_of(session))
     ctx = BridgeContext(limits, session.client_capabilities, random_id, cached_roots=session.cached_roots)
     exchange = Exchange(runtime, record, ctx, request.headers.get("Authorization"), session)
-    exchange.observer = exchange_observer(request, gw, session, message)  # issue 4 accounting
+    exchange.observer = exchange_observer(request, gw, session, message)  # usage accounting
     runtime.exchanges[ident] = exchange
     if exchange.can_begin_inline(session):
         finish = await exchange.begin()
@@ -296,10 +296,10 @@ async def change_listen(gw: Gateway, session_id: str, authorization: str | None,
                         change: tuple[str, bool] | None = None) -> ErrorValue | Rejection | None:
     """Apply ``change`` (uri, subscribe?) to the session's subscriptions and make its listen match them.
 
-    One change at a time per session, each reading the record inside the lock: two subscribes that each built
-    their filter from the set read before either saved would leave the last acknowledged listen without the
-    other's URI (DIGEST §1.9: a filter cannot be edited, each change replaces the listen). Changes that queue
-    meanwhile are applied together by the next turn, with one listen and one acknowledgement wait for all of
+    One change at a time per session, each reading the record inside the lock: two subscribes that each built their
+    filter from the set read before either saved would leave the last acknowledged listen without the other's URI
+    (2026-07-28 basic/patterns §Subscriptions: a filter cannot be edited, each change replaces the listen). Changes that
+    queue meanwhile are applied together by the next turn, with one listen and one acknowledgement wait for all of
     them, and each gets that outcome: k queued subscribes behind a slow upstream wait one ack, not k."""
     listener = own_listener(gw.runtime(session_id))
     mine: asyncio.Future = asyncio.get_running_loop().create_future()
@@ -396,7 +396,7 @@ async def on_notification(request: web.Request, gw: Gateway, acc: Accepted) -> w
         if exchange is not None and cancel is not None:
             exchange.cancel(cancel.reason)
     elif route == "roots_changed":
-        session.cached_roots = None  # nothing goes upstream (2026 removed it, DIGEST §3)
+        session.cached_roots = None  # nothing goes upstream (2026 removed it)
         await gw.store.put_session(session)
     return web.Response(status=202)
 
@@ -408,7 +408,7 @@ async def on_response(request: web.Request, gw: Gateway, acc: Accepted) -> web.S
     if exchange is not None:
         # Acted on first: the next round leaves before the 202, and uses the session record read for this POST.
         await exchange.answer(acc.message["id"], acc.message, acc.session)
-    return web.Response(status=202)  # late or unknown answers are ignored (S25 cancellation races)
+    return web.Response(status=202)  # late or unknown answers are ignored (2025-11-25 basic/utilities §Cancellation)
 
 
 # --- streams and session end ----------------------------------------------------------------------------
@@ -435,7 +435,8 @@ async def _listen_in_background(gw: Gateway, session_id: str, authorization: str
 
 
 async def on_resume(request: web.Request, gw: Gateway, acc: Accepted) -> web.StreamResponse:
-    """``GET`` + ``Last-Event-ID``: replay only that stream's later events, then follow it (S25 §Resumability)."""
+    """``GET`` + ``Last-Event-ID``: replay only that stream's later events, then follow it (2025-11-25
+    basic/transports §Resumability)."""
     assert acc.session is not None
     runtime: SessionRuntime = gw.runtime(acc.session.session_id)
     parsed = parse_event_id(acc.last_event_id)
@@ -463,7 +464,7 @@ async def on_modern(request: web.Request, gw: Gateway, acc: Accepted) -> web.Str
     headers = {k: v for k, v in request.headers.items()
                if k.lower() in _MODERN_HEADERS or k.lower().startswith("mcp-param-")}
     relay, ident = request.app[PASSTHROUGHS].relay(request), acc.message.get("id")
-    with relay:  # a hang-up (the 2026 cancel, DIGEST §4.10) or shutdown ends it: the upstream is closed
+    with relay:  # a hang-up (the 2026 cancel) or shutdown ends it: the upstream is closed
         return await _pass_through(request, relay, gw.upstream_for(peer.upstream), headers, ident)
     return relay.response or json_response(response(ident, error=passthrough_ended()), 503)
 
@@ -507,8 +508,8 @@ async def _end_sessions(app: web.Application) -> None:
 async def on_batch(request: web.Request, gw: Gateway, acc: Accepted) -> web.StreamResponse:
     """A 2025-03-26 JSON-RPC batch (``adapters.classify._classify_batch``): every element goes its own way at
     once, as if posted alone. The answers come as one JSON array, or as one SSE stream as soon as any element
-    streams (a bridged request asks the client on it); notifications and client responses alone get 202 (S25-03
-    transports §Sending Messages)."""
+    streams (a bridged request asks the client on it); notifications and client responses alone get 202 (2025-03-26
+    basic/transports §Sending Messages)."""
     parts = await asyncio.gather(*[_batch_part(request, gw, element) for element in acc.batch])
     streams = [p for p in parts if isinstance(p, OutStream)]
     answers = [p for p in parts if isinstance(p, dict)]
@@ -626,5 +627,5 @@ def create_app(config: GatewayConfig, *, store: SessionStore | None = None, tap:
     app.cleanup_ctx.append(lifetime)
     app.on_shutdown.append(_end_sessions)
     app.router.add_route("*", "/mcp", handle_mcp)
-    install_usage(app, config)  # /metrics, /migration, the usage store's lifetime (issue 4)
+    install_usage(app, config)  # /metrics, /migration, the usage store's lifetime
     return app

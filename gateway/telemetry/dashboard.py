@@ -1,4 +1,4 @@
-"""``GET /migration`` (issue 4): the migration report as a self-contained page — server-rendered SVG charts, no
+"""``GET /migration``: the migration report as a self-contained page — server-rendered SVG charts, no
 script, no CDN, refreshed by ``<meta http-equiv="refresh">`` — behind an admin token.
 
 Owns the HTML/SVG rendering (also used by ``python -m gateway report --format html``) and the handler. Every
