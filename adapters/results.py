@@ -1,7 +1,7 @@
 """Upstream results, errors and request-scoped notifications -> what the legacy client receives
-(2026-07-28 basic §ResultType, basic/patterns §Multi Round-Trip Requests; docs/design.md §2, §3).
+(2026-07-28 basic §ResultType, basic/patterns §Multi Round-Trip Requests).
 
-Choices where the spec is silent (written down in notes/GATEWAY.md too):
+Choices where the spec is silent (docs/design.md §2, §3):
 
 - ``resultType`` is consumed by the gateway and removed: a 2025 client has no such field, and ``complete`` is
   the only value that ever reaches it (``input_required`` is bridged, anything else is invalid).
