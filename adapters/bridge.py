@@ -1,5 +1,5 @@
-"""The MRTR bridge as a ``handle(event) -> actions`` machine (DIGEST §3 "MRTR bridging algorithm", §1.6, §4.3,
-§4.7; issue 7 "The bridge").
+"""The MRTR bridge as a ``handle(event) -> actions`` machine (2026-07-28 basic/patterns §Multi
+Round-Trip Requests; docs/design.md §5-§8).
 
 The machine owns no I/O. Its whole state is a :class:`~adapters.records.PendingRound` record (serializable, so
 another process holding it can continue the round) plus an immutable :class:`BridgeContext`. The shell performs
@@ -12,9 +12,9 @@ action                      the shell ...
                             the client's original params, plus ``extra``) and feeds back the outcome
 ``SendToClient(message)``   writes a JSON-RPC request/notification on the original POST's SSE stream
 ``ArmTimer(name, s, rnd)``  feeds ``TimerFired(name, rnd)`` after ``s`` seconds (stale rounds are ignored)
-``AbortUpstream()``         closes the in-flight upstream response (that is the 2026 cancel, DIGEST §4.10)
+``AbortUpstream()``         closes the in-flight upstream response (the 2026 cancel: basic/patterns §Cancellation)
 ``StoreRoots(result)``      caches the client's roots in the session record
-``Finish(message)``         writes the final response (``None``: cancelled, nothing is sent, S25 cancellation)
+``Finish(message)``         writes the final response (``None``: cancelled, nothing is sent, as in 2025-11-25)
 ==========================  =====================================================================
 """
 
@@ -33,7 +33,7 @@ from adapters.results import Complete, InputRequired, Invalid, classify_result, 
 
 @dataclass(frozen=True, slots=True)
 class BridgeLimits:
-    """Every bridge limit (issue 7); each has a name the client sees when it is exceeded."""
+    """Every bridge limit (docs/design.md §5); each has a name the client sees when it is exceeded."""
 
     max_rounds: int = 10
     max_input_requests_per_round: int = 16
@@ -61,7 +61,7 @@ class BridgeContext:
 def _answer_error(event: ClientAnswered) -> Mapping[str, Any] | None:
     """The error object a client's answer ends the bridge with, or None for a usable result. An answer that is
     neither a result object nor an error object (``"error": "no"``, a list, a number) is invalid like one with
-    no result: -32600, named as the client's (README choice 7), never passed on as it is."""
+    no result: -32600, named as the client's (docs/design.md §7), never passed on as it is."""
     if event.error is None and isinstance(event.result, Mapping):
         return None
     if isinstance(event.error, Mapping):
@@ -165,7 +165,8 @@ def admit(in_flight: Collection[Any], ident: Any, limits: BridgeLimits) -> Error
 
 
 def required_capability(entry: Mapping[str, Any], caps: Mapping[str, Any]) -> tuple[str, dict] | None:
-    """The capability an input request needs and the client lacks (DIGEST §1.6: never send undeclared ones)."""
+    """The capability an input request needs and the client lacks (2026-07-28 basic/patterns §Multi Round-Trip
+    Requests: never send undeclared ones)."""
     method, params = entry.get("method"), entry.get("params") or {}
     if method == "roots/list":
         return None if isinstance(caps.get("roots"), Mapping) else ("roots", {"roots": {}})
@@ -180,13 +181,13 @@ def required_capability(entry: Mapping[str, Any], caps: Mapping[str, Any]) -> tu
     if not isinstance(elicitation, Mapping):
         return ("elicitation", {"elicitation": {}})
     mode = params.get("mode", "form")
-    declared = set(elicitation) & {"form", "url"} or {"form"}  # {} means form only (S25 client/elicitation)
+    declared = set(elicitation) & {"form", "url"} or {"form"}  # {} means form only (2025-11-25 client/elicitation)
     if mode not in declared:
         return (f"elicitation.{mode}", {"elicitation": {mode: {}}})
     return None
 
 
-_INPUT_RESULT_DROP_META = ("elicitation/create", "roots/list")  # no _meta in T26 ElicitResult/ListRootsResult
+_INPUT_RESULT_DROP_META = ("elicitation/create", "roots/list")  # no _meta in 2026-07-28 ElicitResult/ListRootsResult
 
 
 class BridgeMachine:
@@ -206,7 +207,7 @@ class BridgeMachine:
 
     def handle(self, event: Event) -> list[Action]:
         if self.done:
-            return []  # late answers and stale timers after the end are ignored (S26 cancellation races)
+            return []  # late answers and stale timers after the end are ignored (2026-07-28 §Cancellation)
         upstream = self.record.phase is Phase.UPSTREAM
         match event:
             case UpstreamResult(result) if upstream:
@@ -241,8 +242,8 @@ class BridgeMachine:
         rec.round += 1  # every round, waiting ones too: it tells a stale timer from a live one
         waiting = self._is_waiting(outcome)
         if not waiting:
-            # Only rounds that ask for input count against max_rounds. A waiting round (DIGEST §3 step 5,
-            # §1.6: after a URL accept the server may answer requestState only until the out-of-band step is
+            # Only rounds that ask for input count against max_rounds. A waiting round (docs/design.md §8,
+            # after a URL accept the server may answer requestState only until the out-of-band step is
             # done) ends when the user finishes, however long that takes; the total timeout bounds it.
             rec.input_rounds += 1
             if rec.input_rounds > limits.max_rounds:
@@ -264,7 +265,7 @@ class BridgeMachine:
 
     def _is_waiting(self, outcome: InputRequired) -> bool:
         """Nothing new to ask: requestState only, or only URLs the client already accepted in this bridge
-        (answered by the gateway, DIGEST §4.7)."""
+        (answered by the gateway, docs/design.md §8)."""
         accepted = self.record.url_elicitations.values()
         return all(entry["method"] == "elicitation/create" and (entry.get("params") or {}).get("mode") == "url"
                    and (entry.get("params") or {}).get("url") in accepted
@@ -277,7 +278,7 @@ class BridgeMachine:
             rec.answers[key] = dict(self.ctx.cached_roots)
             return []
         if entry["method"] == "elicitation/create" and params.get("mode") == "url":
-            # DIGEST §4.7: never re-prompt the user with a URL they already accepted in this bridge; answer
+            # docs/design.md §8: never re-prompt the user with a URL they already accepted in this bridge; answer
             # "accept" again and back off, so the out-of-band step gets time to finish.
             if params.get("url") in rec.url_elicitations.values():
                 rec.answers[key] = {"action": "accept"}
@@ -288,7 +289,7 @@ class BridgeMachine:
         return [SendToClient({"jsonrpc": "2.0", "id": gateway_id, "method": entry["method"], "params": params})]
 
     def _backoff_or_retry(self, immediate: bool) -> list[Action]:
-        """A waiting round retries after a backoff that doubles up to a cap (DIGEST §3 step 5, §4.7); the cap keeps
+        """A waiting round retries after a backoff that doubles up to a cap (docs/design.md §8); the cap keeps
         a finished out-of-band step noticed within about a second, the total timeout ends a wait that never does."""
         rec, limits = self.record, self.ctx.limits
         if immediate:
@@ -308,7 +309,7 @@ class BridgeMachine:
         if rec.answers:
             extra["inputResponses"] = dict(rec.answers)
         if rec.request_state is not None:
-            extra["requestState"] = rec.request_state  # the same str object: byte for byte (DIGEST §4.3)
+            extra["requestState"] = rec.request_state  # the same str object: byte for byte (2026-07-28 basic/patterns §Multi Round-Trip Requests)
         rec.phase = Phase.UPSTREAM
         return [CallUpstream(extra)]
 
@@ -331,7 +332,7 @@ class BridgeMachine:
         rec, method = self.record, entry["method"]
         answer = dict(result)
         if method in _INPUT_RESULT_DROP_META:
-            answer.pop("_meta", None)  # DIGEST §4.6: the safe choice
+            answer.pop("_meta", None)  # not in the 2026-07-28 schema: the safe choice
         rec.answers[key] = answer
         params = entry.get("params") or {}
         if method == "elicitation/create" and params.get("mode") == "url" and answer.get("action") == "accept":
@@ -356,7 +357,7 @@ class BridgeMachine:
 
     # --- endings ----------------------------------------------------------------------------------------
     def _cancel_outstanding(self) -> list[SendToClient]:
-        """notifications/cancelled for every gateway->client request still open (S25 cancellation)."""
+        """notifications/cancelled for every gateway->client request still open (2025-11-25 basic/utilities §Cancellation)."""
         out = [SendToClient({"jsonrpc": "2.0", "method": "notifications/cancelled",
                              "params": {"requestId": gid, "reason": "the original request ended"}})
                for gid in self.record.outstanding]

@@ -1,7 +1,8 @@
-"""Capability translation in both directions (DIGEST §1.4, §2.1, §3 "Capability translation").
+"""Capability translation in both directions (2025-11-25 basic/lifecycle §Capability
+Negotiation, 2026-07-28 basic §_meta, server/discover).
 
 Client (2025 -> 2026): ``roots{listChanged}`` -> ``roots{}``; ``sampling``/``elicitation`` kept; ``tasks`` dropped
-(the gateway never handles ``resultType:"task"``, DIGEST §3 Tasks row); ``experimental``/``extensions`` passed
+(the gateway never handles ``resultType:"task"``, docs/design.md §17); ``experimental``/``extensions`` passed
 through (MCP Apps declares ``extensions["io.modelcontextprotocol/ui"]`` in initialize capabilities).
 
 Server (2026 -> 2025): ``extensions`` travel inside ``capabilities``; ``listChanged``/``subscribe`` are only
@@ -27,11 +28,12 @@ class BridgedFeatures:
 
 
 def client_caps_to_modern(caps: Mapping[str, Any] | None) -> dict[str, Any]:
-    """The per-request ``clientCapabilities`` sent upstream for a legacy session (DIGEST §4.8)."""
+    """The per-request ``clientCapabilities`` sent upstream for a legacy session (capabilities
+    travel on every request in 2026-07-28: basic §_meta)."""
     caps = caps if isinstance(caps, Mapping) else {}
     out: dict[str, Any] = {}
     if isinstance(caps.get("roots"), Mapping):
-        out["roots"] = {}  # 2026 roots has no listChanged (S26 client/roots)
+        out["roots"] = {}  # 2026 roots has no listChanged (2026-07-28 client/roots)
     for key in _PASS_THROUGH_CLIENT:
         value = caps.get(key)
         if isinstance(value, Mapping):

@@ -1,5 +1,5 @@
-"""Classify one HTTP request at the MCP endpoint into an accepted value or a rejection (S25 transports
-§Streamable HTTP, §Session Management, §Security; DIGEST §2.2, issue 7 "The legacy side").
+"""Classify one HTTP request at the MCP endpoint into an accepted value or a rejection (2025-11-25
+basic/transports §Streamable HTTP, §Session Management, §Security).
 
 The shell passes a plain :class:`HttpView` plus the session record named by the ``Mcp-Session-Id`` header (or
 None) and the current time; this module decides everything else. Order: Origin/Host (403) -> HTTP method (405)
@@ -45,11 +45,11 @@ class HttpView:
 
 @dataclass(frozen=True, slots=True)
 class Policy:
-    # DNS-rebinding protection (S25 §Security): loopback names by default, configurable.
+    # DNS-rebinding protection (2025-11-25 basic/transports §Security): loopback names by default, configurable.
     allowed_hosts: tuple[str, ...] = LOOPBACK_HOSTS
     allowed_origins: tuple[str, ...] = ()  # extra origins, beyond loopback ones
     session_idle_ms: int = 3_600_000
-    # sha256(bearer token) -> principal name, from the config's [[tokens]] (issue 3: peers match on it).
+    # sha256(bearer token) -> principal name, from the config's [[tokens]] (per-peer pins match on it).
     tokens: Mapping[str, str] = field(default_factory=dict)
 
 
@@ -186,7 +186,7 @@ def is_modern(message: Mapping[str, Any], headers: Mapping[str, str]) -> bool:
 
 def check_modern_meta(message: Mapping[str, Any]) -> Rejection | None:
     """A modern request's ``params._meta``, when sent, must be an object: else 400 -32602 with the request's id
-    (DIGEST §1.3 steps 2 and 7). Everything else in it is the upstream's to judge (the request passes through)."""
+    (2026-07-28 basic §Error Codes). Everything else in it is the upstream's to judge (the request passes through)."""
     params = message.get("params") or {}
     if "_meta" in params and not isinstance(params["_meta"], Mapping):
         return reject("invalid_params", "params._meta must be an object", message.get("id"))
@@ -265,7 +265,7 @@ def _classify_post(view: HttpView, session: SessionRecord | None, policy: Policy
 
 def _classify_batch(view: HttpView, session: SessionRecord | None, policy: Policy, now_ms: int, principal: str,
                     items: list[Any]) -> Accepted | Rejection:
-    """A JSON-RPC batch (S25-03 basic §Batching, transports §Sending Messages): accepted only on a session that
+    """A JSON-RPC batch (2025-03-26 basic §Batching, transports §Sending Messages): accepted only on a session that
     negotiated 2025-03-26 (later revisions removed batching, and ``initialize`` may not be batched, so a batch
     without a session is refused too). The HTTP request's checks apply once; each element is then judged alone
     and a bad one becomes its own error response (JSON-RPC 2.0 §6), not a refusal of the whole batch."""

@@ -1,6 +1,6 @@
-"""Error values, the upstream -> legacy error rules, and the ONE status table (DIGEST §1.3, §3, §4.2).
+"""Error values, the upstream -> legacy error rules, and the ONE status table (2026-07-28 basic §Error Codes).
 
-Design (DIGEST §4.2, gateway design choice): JSON-RPC errors for a legacy request always travel in a normal
+Design (docs/design.md §1): JSON-RPC errors for a legacy request always travel in a normal
 response (HTTP 200 JSON or an SSE event); an upstream HTTP 400/404 is never relayed as an HTTP status because a
 2025 client reads 404 as "session gone" and 400 as "bad session/version header". HTTP statuses are only used for
 transport-level rejections of the legacy request itself, and those are all listed in :data:`REJECTIONS`.
@@ -26,9 +26,9 @@ from mcp_types.jsonrpc import (
 
 from adapters.protocol import is_request_id
 
-RESOURCE_NOT_FOUND_2025: Final = -32002  # retired in 2026, still meaningful to 2025 clients (S26 basic/index)
+RESOURCE_NOT_FOUND_2025: Final = -32002  # retired in 2026, still meaningful to 2025 clients (2026 §Error Codes)
 # Implementation-defined band (-32000..-32019) is where 2025 puts server errors; our limits live there so a
-# 2025 client never mistakes them for a spec-defined code (DIGEST §1.3).
+# 2025 client never mistakes them for a spec-defined code (2026-07-28 basic §Error Codes).
 GATEWAY_LIMIT_EXCEEDED: Final = -32000
 UPSTREAM_FAILURE: Final = INTERNAL_ERROR
 
@@ -43,7 +43,7 @@ __all__ = [
 @dataclass(frozen=True, slots=True)
 class AuthChallenge:
     """An upstream's refusal of the client's own token: the :data:`REJECTIONS` reason (its HTTP status) and the
-    upstream's ``WWW-Authenticate`` challenges, each unchanged and in order (S25 basic/authorization §Error
+    upstream's ``WWW-Authenticate`` challenges, each unchanged and in order (2025-11-25 basic/authorization §Error
     Handling; a server may offer several schemes, e.g. Bearer and DPoP, one header each)."""
 
     reason: str
@@ -81,14 +81,14 @@ class Rejection:
     reason: str
     status: int
     error: ErrorValue
-    ident: Any = None  # the request's id when it is known (DIGEST §1.3: every error carries it)
+    ident: Any = None  # the request's id when it is known (2026-07-28 basic §Error Codes: every error carries it)
 
     def body(self) -> dict[str, Any]:
         return {"jsonrpc": "2.0", "id": self.ident, "error": self.error.to_wire()}
 
 
 # THE table: every HTTP status the legacy endpoint ever sends for a refusal, with its JSON-RPC code.
-# S25 transports: bad Origin 403; missing session 400; unknown/terminated session 404; bad
+# 2025-11-25 basic/transports: bad Origin 403; missing session 400; unknown/terminated session 404; bad
 # MCP-Protocol-Version 400; POST must accept both types (406); body must be JSON (415/400).
 REJECTIONS: Final[Mapping[str, tuple[int, int]]] = {
     "bad_origin": (403, INVALID_REQUEST),
@@ -101,17 +101,19 @@ REJECTIONS: Final[Mapping[str, tuple[int, int]]] = {
     "bad_protocol_version": (400, INVALID_REQUEST),
     "unknown_session": (404, INVALID_REQUEST),
     "method_not_allowed": (405, INVALID_REQUEST),
-    # A modern (2026) request whose _meta the gateway must read is malformed: 400 -32602 (DIGEST §1.3 step 2).
+    # A modern (2026) request whose _meta the gateway must read is malformed: 400 -32602 (2026-07-28 basic
+    # §Error Codes).
     "invalid_params": (400, INVALID_PARAMS),
     # A header value with no UTF-8 form (raw bytes such as 0xff): -32602, as for a tool name or argument that
-    # cannot become a header (README choice 19); 400 because the HTTP request itself is malformed.
+    # cannot become a header (docs/design.md §19); 400 because the HTTP request itself is malformed.
     "bad_header": (400, INVALID_PARAMS),
     # The upstream refused the client's own (forwarded) token: the status tells the client to authorize again
-    # (401) or step up its scopes (403), as the upstream itself would have (S25 basic/authorization).
+    # (401) or step up its scopes (403), as the upstream itself would have (2025-11-25 basic/authorization).
     "upstream_unauthorized": (401, UPSTREAM_FAILURE),
     "upstream_forbidden": (403, UPSTREAM_FAILURE),
-    # Transport bounds on the request itself (README "Limits"): the body is larger than max_request_bytes, or
-    # did not arrive within request_body_timeout_seconds. Its id is unknown: the body was never parsed.
+    # Transport bounds on the request itself (README §Limits and failure behaviour): the body is larger than
+    # max_request_bytes, or did not arrive within request_body_timeout_seconds. Its id is unknown: the body was
+    # never parsed.
     "body_too_large": (413, INVALID_REQUEST),
     "body_timeout": (408, INVALID_REQUEST),
     # A session bound (max_sessions, max_sessions_per_principal) is full: capacity, not the client's fault.
@@ -138,7 +140,7 @@ def reject(reason: str, message: str, ident: Any = None) -> Rejection:
 
 
 # Codes a 2026 server emits because *the gateway* got the wire wrong: a bug or misconfiguration, not the
-# client's fault (DIGEST §3 "Upstream -32021/-32022/-32020").
+# client's fault (docs/design.md §4).
 _GATEWAY_FAULT_CODES: Final = frozenset({HEADER_MISMATCH, UNSUPPORTED_PROTOCOL_VERSION})
 # What a client sees for an upstream -32020/-32022 (decision 4); named so ``adapters.check`` can recognise it.
 GATEWAY_FAULT_MESSAGE: Final = "the gateway could not talk to the upstream server"
@@ -153,7 +155,8 @@ def translate_upstream_error(error: Mapping[str, Any]) -> ErrorValue:
         return ErrorValue(INTERNAL_ERROR, GATEWAY_FAULT_MESSAGE,
                           log=f"upstream rejected the gateway's request: {code} {message}")
     if code == URL_ELICITATION_REQUIRED or (-32099 <= code <= -32023):
-        # Retired (-32042) or undefined spec-reserved codes must not come from a 2026 server (DIGEST §1.3).
+        # Retired (-32042) or undefined spec-reserved codes must not come from a 2026 server (2026-07-28 basic
+        # §Error Codes).
         return ErrorValue(INTERNAL_ERROR, "the upstream server sent an invalid error code",
                           log=f"upstream emitted retired/undefined code {code}: {message}")
     # -32021 passes down unchanged: the client really lacks the capability. -32602 for a missing resource
@@ -163,7 +166,7 @@ def translate_upstream_error(error: Mapping[str, Any]) -> ErrorValue:
 
 def token_refused(status: int, challenges: tuple[str, ...], upstream_error: Mapping[str, Any] | None,
                   forwarded: bool) -> ErrorValue:
-    """An upstream HTTP 401/403. With the client's own token forwarded (a shared audience, README choice 14) it is
+    """An upstream HTTP 401/403. With the client's own token forwarded (a shared audience, docs/design.md §14) it is
     the client's to act on: the upstream's JSON-RPC error if it sent one (translated), else a -32603 naming the
     status and challenge, marked with an :class:`AuthChallenge` so the shell answers with the status and the
     upstream's ``WWW-Authenticate`` wherever the legacy transport still allows a status. With the gateway's own

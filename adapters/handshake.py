@@ -1,5 +1,5 @@
-"""``initialize`` answered locally from the upstream's ``server/discover`` (DIGEST §3 first row, §1.4, §4.19),
-and the discover cache policy (DIGEST §1.11, §4.16).
+"""``initialize`` answered locally from the upstream's ``server/discover`` (2025-11-25 basic/lifecycle
+§Initialization, 2026-07-28 server/discover), and the discover cache policy (2026-07-28 server/utilities §Caching).
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from adapters.capabilities import BridgedFeatures, server_caps_to_legacy
 from adapters.errors import ErrorValue, upstream_failure
 from adapters.protocol import MODERN_VERSION, SERVER_INFO_META_KEY, negotiate_version
 
-# serverInfo is required in 2025 (T25 InitializeResult); when the upstream reports none we say who we are.
+# serverInfo is required in 2025 (2025-11-25 schema InitializeResult); when the upstream reports none we say who we are.
 SYNTHETIC_SERVER_INFO = {"name": "mcp-legacy-gateway", "version": "0.1.0"}
 
 
@@ -61,8 +61,8 @@ class CachePolicy:
 
 
 def cache_policy(result: Mapping[str, Any], principal: str, received_ms: int, name: str) -> CachePolicy:
-    """S26 server/utilities/caching: absent/negative ttl = 0 (stale at once); ``private`` never leaves the
-    authorization context (the gateway is a shared intermediary, DIGEST §4.16); unknown scope = private."""
+    """2026-07-28 server/utilities §Caching: absent/negative ttl = 0 (stale at once); ``private`` never leaves the
+    authorization context (the gateway is a shared intermediary); unknown scope = private."""
     ttl = result.get("ttlMs")
     ttl = ttl if isinstance(ttl, int) and not isinstance(ttl, bool) and ttl > 0 else 0
     scope = "public" if result.get("cacheScope") == "public" else "private"

@@ -1,5 +1,5 @@
-"""The method routing table for a legacy session and the answers the gateway gives itself (DIGEST §3 "local"
-rows, §4.20: methods a 2026 server removed are answered here or translated, never forwarded).
+"""The method routing table for a legacy session and the answers the gateway gives itself: the
+methods 2026-07-28 removed (2026-07-28 changelog) are answered here or translated, never forwarded.
 """
 
 from __future__ import annotations
@@ -22,7 +22,8 @@ REQUEST_ROUTES: Final = {
     **{m: "bridge" for m in MRTR_METHODS},
     **{m: "forward" for m in FORWARDED_METHODS - MRTR_METHODS},
 }
-# Client notifications never go upstream: 2026 defines none over HTTP (DIGEST §4.12).
+# Client notifications never go upstream: 2026 defines none over HTTP (2026-07-28
+# basic/transports §Streamable HTTP).
 NOTIFICATION_ROUTES: Final = {
     "notifications/initialized": "initialized",
     "notifications/cancelled": "cancelled",
@@ -31,7 +32,8 @@ NOTIFICATION_ROUTES: Final = {
 
 
 def route_request(method: str) -> str:
-    """``tasks/*`` and anything unknown end here as ``not_found`` (we advertise no tasks, DIGEST §3)."""
+    """``tasks/*`` and anything unknown end here as ``not_found`` (we advertise no tasks, docs/design.md
+    §17)."""
     return REQUEST_ROUTES.get(method, "not_found")
 
 
@@ -65,7 +67,7 @@ def check_notification(method: str, version: str, params: Any) -> bool:
 
 
 def set_level(params: Any) -> str | ErrorValue:
-    """``logging/setLevel``: kept per session; invalid level -> -32602 (S25 server/utilities/logging)."""
+    """``logging/setLevel``: kept per session; invalid level -> -32602 (2025-11-25 server/utilities/logging)."""
     level = params.get("level") if isinstance(params, Mapping) else None
     if level not in LOG_LEVELS:
         return ErrorValue(INVALID_PARAMS, f"level must be one of {', '.join(LOG_LEVELS)}")
@@ -85,7 +87,7 @@ def cancel_request(params: Any) -> CancelRequest | None:
     """The cancel a ``notifications/cancelled`` asks for, or None when it names no valid request id.
 
     Choice: an invalid cancellation (``requestId`` missing, or an array, object, bool, float or null) is
-    *ignored* (202, nothing cancelled) rather than refused with 400: S25 basic/utilities/cancellation
+    *ignored* (202, nothing cancelled) rather than refused with 400: 2025-11-25 basic/utilities/cancellation
     §Error Handling says invalid cancellation notifications SHOULD be ignored, and a notification has no id to
     answer an error to. A non-text ``reason`` is dropped, not fatal: the request is still cancelled."""
     if not isinstance(params, Mapping):

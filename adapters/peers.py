@@ -1,4 +1,4 @@
-"""Per-peer pins: which peer a request belongs to, what it may speak, where it goes (issue 3).
+"""Per-peer pins: which peer a request belongs to, what it may speak, where it goes.
 
 Pure policy over plain values; the shell builds :class:`Peer` values from the configuration and injects
 ``today`` and the canary seed. Decisions:
@@ -11,7 +11,7 @@ Pure policy over plain values; the shell builds :class:`Peer` values from the co
   (auto-mode clients send ``server/discover`` first) gets -32022 whose ``supported`` lists only legacy
   revisions: dual-era clients (the official SDK's ``mode="auto"``, streamable-http §Backward compatibility)
   read that as "fall back to ``initialize``". A modern-only peer's ``initialize`` gets the 2025 shape of a
-  version error (-32602 with ``{supported, requested}``, S25 lifecycle) naming the revision it must use.
+  version error (-32602 with ``{supported, requested}``, 2025-11-25 basic/lifecycle) naming the revision it must use.
 - **Sunset.** After a peer's sunset date its legacy revisions are refused with an error naming the date and
   the revision to move to; before it, results may carry the operator's deprecation notice.
 - **Canary.** A weighted split of a peer's *new sessions* across upstreams, decided by a keyed hash of the
@@ -104,7 +104,7 @@ def admit_initialize(peer: Peer, negotiated: str, today: str) -> ErrorValue | No
 
 
 def legacy_answer_version(peer: Peer, requested: Any) -> str:
-    """The legacy version to answer within this peer's pins (S25 lifecycle: echo, else our latest)."""
+    """The legacy version to answer within this peer's pins (2025-11-25 basic/lifecycle: echo, else our latest)."""
     if isinstance(requested, str) and requested in peer.legacy:
         return requested
     return peer.legacy[0] if peer.legacy else LEGACY_VERSIONS[0]
@@ -169,7 +169,8 @@ def mask_capabilities(caps: Mapping[str, Any], peer: Peer) -> dict[str, Any]:
     """The client's capabilities minus the input kinds this peer's bridge policy forbids.
 
     Masking at the capability level means the upstream is told the truth (it answers -32021 or does without)
-    and the bridge never has a request of a forbidden kind to send (DIGEST §4.8).
+    and the bridge never has a request of a forbidden kind to send (capabilities are per request:
+    2026-07-28 basic §_meta).
     """
     masked = dict(caps)
     if "sampling" not in peer.input_kinds:
@@ -188,7 +189,7 @@ def mask_capabilities(caps: Mapping[str, Any], peer: Peer) -> dict[str, Any]:
 
 
 def peer_limits(limits: BridgeLimits, peer: Peer) -> BridgeLimits:
-    """The gateway-wide bridge limits, narrowed by the peer's own (issue 3 bridge policy)."""
+    """The gateway-wide bridge limits, narrowed by the peer's own (the peer's bridge policy)."""
     changes: dict[str, Any] = {}
     if peer.max_rounds is not None:
         changes["max_rounds"] = min(limits.max_rounds, peer.max_rounds)

@@ -1,4 +1,5 @@
-"""Revision constants, method families and legacy version negotiation (DIGEST §2.1, §3).
+"""Revision constants, method families and legacy version negotiation (2025-11-25 basic/lifecycle §Version
+Negotiation; which methods the gateway answers itself, forwards or bridges: docs/design.md).
 
 Owns the answers to "which revision", "which method goes where" and "which version do we echo".
 """
@@ -24,28 +25,29 @@ __all__ = [
 ]
 
 MODERN_VERSION: Final = "2026-07-28"
-# The legacy revisions the gateway speaks downstream, newest first (issue 7: 2025-11-25, 2025-06-18,
-# 2025-03-26). 2024-11-05 is the HTTP+SSE transport era and out of scope (DIGEST §3 last rows).
+# The legacy revisions the gateway speaks downstream, newest first. 2024-11-05 is the HTTP+SSE
+# transport era and out of scope (2026-07-28 §Deprecated).
 LEGACY_VERSIONS: Final[tuple[str, ...]] = ("2025-11-25", "2025-06-18", "2025-03-26")
 LATEST_LEGACY: Final = LEGACY_VERSIONS[0]
-# S25 transports §Protocol Version Header: a missing header means 2025-03-26 when not otherwise known.
+# 2025-11-25 basic/transports §Protocol Version Header: a missing header means 2025-03-26 when not otherwise known.
 DEFAULT_HEADER_VERSION: Final = "2025-03-26"
-# S25-03 basic §Batching: a 2025-03-26 server MUST accept JSON-RPC batches; 2025-06-18 removed them.
+# 2025-03-26 basic §Batching: a 2025-03-26 server MUST accept JSON-RPC batches; 2025-06-18 removed them.
 BATCH_VERSIONS: Final = frozenset({"2025-03-26"})
 MAX_BATCH: Final = 64  # elements per batch: one POST must not start unbounded work (a gateway limit)
 
 SUBSCRIPTION_ID_META_KEY: Final = "io.modelcontextprotocol/subscriptionId"
-GATEWAY_META_PREFIX: Final = "dev.legacy-gateway/"  # our own vendor prefix (DIGEST §1.2 key naming)
+GATEWAY_META_PREFIX: Final = "dev.legacy-gateway/"  # our own vendor prefix (2026-07-28 basic §_meta)
 
-# Methods that may answer input_required (DIGEST §1.6, §4.4).
+# Methods that may answer input_required (2026-07-28 basic/patterns §Multi Round-Trip Requests).
 MRTR_METHODS: Final = frozenset({"tools/call", "prompts/get", "resources/read"})
-# Methods forwarded upstream 1:1 (DIGEST §3 "fwd" rows).
+# Methods forwarded upstream 1:1: their 2026-07-28 form is the 2025-11-25 one plus _meta.
 FORWARDED_METHODS: Final = frozenset(
     {"tools/list", "prompts/list", "resources/list", "resources/templates/list", "completion/complete"}
 ) | MRTR_METHODS
 # streamable-http §Request headers: the params key mirrored into Mcp-Name.
 NAME_PARAM: Final = {"tools/call": "name", "prompts/get": "name", "resources/read": "uri"}
-# Server -> client request methods an upstream input request may carry (DIGEST §1.6).
+# Server -> client request methods an upstream input request may carry (2026-07-28 basic/patterns
+# §Multi Round-Trip Requests).
 INPUT_REQUEST_METHODS: Final = frozenset({"sampling/createMessage", "elicitation/create", "roots/list"})
 LOG_LEVELS: Final = ("debug", "info", "notice", "warning", "error", "critical", "alert", "emergency")
 
@@ -57,7 +59,7 @@ def is_request_id(value: object) -> bool:
 
 
 def negotiate_version(requested: object) -> str:
-    """Echo the client's version when we speak it, else offer the latest legacy one (S25 lifecycle)."""
+    """Echo the client's version when we speak it, else offer the latest legacy one (2025-11-25 basic/lifecycle)."""
     if isinstance(requested, str) and requested in LEGACY_VERSIONS:
         return requested
     return LATEST_LEGACY

@@ -1,7 +1,7 @@
 """The serializable records the gateway keeps per session and per pending bridge round.
 
 Everything a second gateway process would need to continue a session or an MRTR round lives in these two
-records (issue 7 "Designed for replicas"): they hold only JSON-compatible values and round-trip through
+records (docs/design.md "Replicas"): they hold only JSON-compatible values and round-trip through
 ``to_dict``/``from_dict`` unchanged. Sockets, streams and tasks are never referenced from here.
 """
 
@@ -37,7 +37,7 @@ def _to_dict(record: Any) -> dict[str, Any]:
 
 @dataclass(slots=True)
 class SessionRecord:
-    """One legacy session (DIGEST §3 ``Mcp-Session-Id`` row)."""
+    """One legacy session (2025-11-25 basic/transports §Session Management)."""
 
     session_id: str
     principal: str
@@ -50,11 +50,11 @@ class SessionRecord:
     subscriptions: list[str] = field(default_factory=list)
     initialized: bool = False
     # Roots are cached only for clients that declared roots.listChanged: they promise to tell us when the
-    # cache goes stale (S25 client/roots), and notifications/roots/list_changed drops it (issue 7).
+    # cache goes stale (2025-11-25 client/roots), and notifications/roots/list_changed drops it (docs/design.md §9).
     cached_roots: dict[str, Any] | None = None
     # The upstream's discovered capabilities at initialize: which list_changed/subscribe we claimed.
     server_capabilities: dict[str, Any] = field(default_factory=dict)
-    # The pins this session was opened under (issue 3): a snapshot, so a config reload leaves live sessions
+    # The per-peer pins this session was opened under: a snapshot, so a config reload leaves live sessions
     # as they were, and any replica holding the record applies the same pins. See adapters.peers.
     pins: dict[str, Any] = field(default_factory=dict)
     upstream: str = "default"
@@ -79,10 +79,11 @@ class Phase(StrEnum):
 
 @dataclass(slots=True)
 class PendingRound:
-    """The state of one bridged request (DIGEST §3 MRTR bridging algorithm), saved after every step.
+    """The state of one bridged request (2026-07-28 basic/patterns §Multi Round-Trip Requests), saved after
+    every step.
 
-    ``params`` is the client's original params dict: it is forwarded as is on every round (DIGEST §4.3), so
-    opaque values in it (cursors, progress tokens, arguments) are never re-encoded.
+    ``params`` is the client's original params dict: it is forwarded as is on every round (a retry repeats the
+    original params), so opaque values in it (cursors, progress tokens, arguments) are never re-encoded.
     """
 
     bridge_id: str

@@ -1,27 +1,25 @@
 """Upstream results, errors and request-scoped notifications -> what the legacy client receives
-(DIGEST §1.5, §3, §4.4-§4.6, §4.18).
+(2026-07-28 basic §ResultType, basic/patterns §Multi Round-Trip Requests).
 
-Choices where the spec is silent (written down in notes/GATEWAY.md too):
+Choices where the spec is silent (docs/design.md §2, §3):
 
 - ``resultType`` is consumed by the gateway and removed: a 2025 client has no such field, and ``complete`` is
   the only value that ever reaches it (``input_required`` is bridged, anything else is invalid).
 - ``ttlMs``/``cacheScope`` are consumed (the gateway caches ``server/discover``) and removed: they are 2026
   caching hints addressed to the immediate client, which is the gateway.
 - ``structuredContent`` that is not an object, and an ``outputSchema`` whose root is not an object, cannot be
-  represented in 2025 (T25 requires objects); the gateway drops both (the text ``content`` still carries the
-  answer) rather than inventing a wrapper shape the tool never declared.
-- Tools with an invalid ``x-mcp-header`` are dropped from ``tools/list`` (S26 server/tools MUST).
+  represented in 2025 (the 2025-11-25 schema requires objects); the gateway drops both (the text ``content``
+  still carries the answer) rather than inventing a wrapper shape the tool never declared.
+- Tools with an invalid ``x-mcp-header`` are dropped from ``tools/list`` (2026-07-28 server/tools MUST).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
-
 from functools import cache
 from types import UnionType
-from typing import get_args
+from typing import Any, get_args
 
 from mcp_types.methods import CACHEABLE_METHODS, SERVER_RESULTS
 from pydantic import TypeAdapter
@@ -51,8 +49,8 @@ class Invalid:
 
 
 def _validation_view(method: str, result: Mapping[str, Any]) -> dict[str, Any]:
-    """A copy for schema checks: absent resultType means complete (S26 basic §ResultType); absent ttl/scope
-    from older servers mean 0 / private (S26 caching). The copy is checked, never forwarded."""
+    """A copy for schema checks: absent resultType means complete (2026-07-28 basic §ResultType); absent ttl/scope
+    from older servers mean 0 / private (2026-07-28 caching). The copy is checked, never forwarded."""
     view = dict(result)
     view.setdefault("resultType", "complete")
     if method in CACHEABLE_METHODS:
@@ -98,7 +96,7 @@ def classify_result(method: str, result: Any) -> Complete | InputRequired | Inva
     if kind == "input_required":
         return _input_required(method, result)
     if kind != "complete":
-        # An unrecognised resultType is invalid (S26 basic §ResultType); we declared no extension adding one.
+        # An unrecognised resultType is invalid (2026-07-28 basic §ResultType); we declared no extension adding one.
         return Invalid(upstream_failure("invalid_result", f"unknown resultType {kind!r} for {method}"))
     error = _schema_error(method, _validation_view(method, result))
     return Invalid(error) if error else Complete(to_legacy_result(method, result), dict(result))
@@ -145,9 +143,9 @@ def _legacy_tool(tool: Mapping[str, Any]) -> dict[str, Any]:
 def request_notification(message: Mapping[str, Any], progress_token: Any) -> dict[str, Any] | None:
     """An upstream request-stream notification -> the legacy one (or None to drop it).
 
-    Only progress and log messages are request-scoped in 2026 (DIGEST §1.7). Progress carries the client's
-    own token object (DIGEST §3 progress row); a progress notification for a request without a token is
-    dropped, as the client never asked for one.
+    Only progress and log messages are request-scoped in 2026 (2026-07-28 basic/transports
+    §Streamable HTTP). Progress carries the client's own token object (docs/design.md §15); a progress
+    notification for a request without a token is dropped, as the client never asked for one.
     """
     method, params = message.get("method"), message.get("params")
     if not isinstance(params, Mapping):
@@ -162,7 +160,7 @@ def request_notification(message: Mapping[str, Any], progress_token: Any) -> dic
 
 
 def progress_advances(last: float | None, message: Mapping[str, Any]) -> tuple[bool, float | None]:
-    """Progress must increase (S25 basic/utilities/progress) but every MRTR round is a new upstream request
+    """Progress must increase (2025-11-25 basic/utilities/progress) but every MRTR round is a new upstream request
     whose progress may start again: keep only values above the last one forwarded for this client request."""
     if message.get("method") != "notifications/progress":
         return True, last

@@ -1,8 +1,9 @@
-"""SSE framing, the event-id scheme and the bounded per-stream replay buffer (S25 transports §Resumability).
+"""SSE framing, the event-id scheme and the bounded per-stream replay buffer (2025-11-25 basic/transports
+§Resumability).
 
 Event ids are ``"<stream>.<seq>"``: unique across all streams of a session (the stream number is minted from the
 session record's counter) and they name the stream they belong to, so a ``GET`` with ``Last-Event-ID`` can be
-answered by replaying only that stream's later events (S25: never another stream's).
+answered by replaying only that stream's later events (2025-11-25: never another stream's).
 """
 
 from __future__ import annotations
@@ -35,7 +36,8 @@ def parse_event_id(value: str | None) -> tuple[str, int] | None:
 
 
 def encode_event(eid: str | None, message: Any | None, retry_ms: int | None = None) -> bytes:
-    """One SSE event; ``message=None`` is the priming event (an id with empty data, S25 §SSE)."""
+    """One SSE event; ``message=None`` is the priming event (an id with empty data, 2025-11-25
+    basic/transports §Streamable HTTP)."""
     head = "" if eid is None else f"id: {eid}\n"
     if retry_ms is not None:
         head += f"retry: {retry_ms}\n"

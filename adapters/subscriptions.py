@@ -1,10 +1,10 @@
 """Legacy ``resources/subscribe`` and unsolicited list_changed -> upstream ``subscriptions/listen``, and back
-(DIGEST §1.9, §3 subscribe and list_changed rows, §4.15).
+(2026-07-28 basic/patterns §Subscriptions; docs/design.md §12).
 
 A listen filter cannot be edited, so a change of the subscribed set opens a new listen; the shell waits for its
 acknowledgement and only then closes the old one (no gap in delivery). The acknowledged filter is the subset the
-server will honour (DIGEST §1.9, §4.15): a listen that leaves out a subscribed URI is not taken. Delivered
-notifications go onto the session's GET stream with ``subscriptionId`` stripped.
+server will honour (2026-07-28 basic/patterns §Subscriptions): a listen that leaves out a subscribed URI is
+not taken. Delivered notifications go onto the session's GET stream with ``subscriptionId`` stripped.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from adapters.capabilities import BridgedFeatures, wants_listen
-from adapters.errors import ErrorValue, INVALID_PARAMS, translate_upstream_error
+from adapters.errors import INVALID_PARAMS, ErrorValue, translate_upstream_error
 from adapters.protocol import LOG_LEVELS, SUBSCRIPTION_ID_META_KEY
 
 _DELIVERED = frozenset({
@@ -57,7 +57,8 @@ def is_ack(message: Mapping[str, Any]) -> bool:
 
 def listen_refusal(message: Mapping[str, Any], listen_id: Any) -> ErrorValue | None:
     """The upstream's JSON-RPC error answering our listen (unknown resource, auth...), as the legacy client is to
-    see it; None for anything else. The id may be null: rejected before the id was read (DIGEST §4.2)."""
+    see it; None for anything else. The id may be null: rejected before the id was read (2026-07-28 basic
+    §Error Codes)."""
     error = message.get("error")
     if "method" in message or not isinstance(error, Mapping) or message.get("id") not in (None, listen_id):
         return None
@@ -65,8 +66,8 @@ def listen_refusal(message: Mapping[str, Any], listen_id: Any) -> ErrorValue | N
 
 
 def unhonoured(ack: Mapping[str, Any], wanted: Mapping[str, Any]) -> list[str]:
-    """The wanted ``resourceSubscriptions`` the acknowledgement's filter leaves out (DIGEST §1.9, §4.15). Left-out
-    list_changed families are not counted: the session simply receives none of those."""
+    """The wanted ``resourceSubscriptions`` the acknowledgement's filter leaves out (2026-07-28 basic/patterns
+    §Subscriptions). Left-out list_changed families are not counted: the session simply receives none of those."""
     params = ack.get("params")
     granted = params.get("notifications") if isinstance(params, Mapping) else None
     uris = granted.get("resourceSubscriptions") if isinstance(granted, Mapping) else None
@@ -80,8 +81,9 @@ def unhonoured_error(uris: list[str]) -> ErrorValue:
                       {"unhonouredUris": uris})
 
 
-# Failures of an acknowledged listen that re-opening may cure: the transport, not the upstream's answer. DIGEST
-# §1.8: the server keeps no subscription state, so a dropped listen is simply opened again.
+# Failures of an acknowledged listen that re-opening may cure: the transport, not the upstream's answer. The
+# server keeps no subscription state (2026-07-28 basic/patterns §Subscriptions), so a dropped listen is simply
+# opened again.
 _TRANSIENT = frozenset({"stream_broken", "timeout", "unreachable", "busy", "http_5xx"})
 
 
@@ -105,7 +107,7 @@ def without_uris(filter_: Mapping[str, Any], uris: list[str]) -> dict[str, Any]:
 
 def gateway_warning(log_level: str | None, text: str, data: Mapping[str, Any]) -> dict[str, Any] | None:
     """A ``notifications/message`` from the gateway itself for the session's GET stream, or None: only to a
-    session whose ``logging/setLevel`` admits warnings (S25 server/utilities/logging), since no other legacy
+    session whose ``logging/setLevel`` admits warnings (2025-11-25 server/utilities/logging), since no other legacy
     message can tell a client that a subscription it was granted has stopped."""
     if log_level not in LOG_LEVELS or LOG_LEVELS.index(log_level) > LOG_LEVELS.index("warning"):
         return None
@@ -131,7 +133,8 @@ def legacy_notification(message: Mapping[str, Any]) -> dict[str, Any] | None:
 
 
 def invalidates(message: Mapping[str, Any]) -> str | None:
-    """Which cached method a delivered notification makes stale (DIGEST §1.11: list_changed invalidates)."""
+    """Which cached method a delivered notification makes stale (2026-07-28 server/utilities §Caching: list_changed
+    invalidates)."""
     return {"notifications/tools/list_changed": "tools/list",
             "notifications/prompts/list_changed": "prompts/list",
             "notifications/resources/list_changed": "resources/list"}.get(message.get("method"))

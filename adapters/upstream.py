@@ -1,10 +1,10 @@
-"""The ONE place that builds upstream (2026-07-28) request bodies and headers (DIGEST §3 "Every forwarded
-request", §4.8, §4.9, §4.13).
+"""The ONE place that builds upstream (2026-07-28) request bodies and headers (2026-07-28 basic §_meta,
+basic/transports §Streamable HTTP).
 
 Every upstream POST gets a fresh JSON-RPC id (minted by the caller), the full per-request ``_meta``
 (protocolVersion, the session's translated clientCapabilities, clientInfo, logLevel when set, and the client's
 own non-reserved ``_meta`` entries such as ``progressToken`` kept as they came) and the mirrored headers. It never
-carries ``Mcp-Session-Id`` or ``Last-Event-ID`` (DIGEST §4.9). A value that no mirrored header can carry
+carries ``Mcp-Session-Id`` or ``Last-Event-ID`` (2026-07-28 has neither). A value that no mirrored header can carry
 raises :class:`UnencodableHeader` before any request exists: the client's bad input, answered with ``-32602``.
 """
 
@@ -30,7 +30,8 @@ _SENTINEL = re.compile(r"^=\?base64\?.*\?=$")
 _PLAIN = re.compile(r"^[\x20-\x7E]*$")
 _TOKEN = re.compile(r"^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$")
 # Params the legacy client may send that must not go upstream: ``task`` (the gateway declared no tasks, so per
-# S25 it ignores task augmentation, DIGEST §3) and MRTR fields, which only the bridge sets (DIGEST §1.6 rule 3).
+# 2025-11-25 basic/utilities/tasks it ignores task augmentation) and MRTR fields, which only the bridge sets
+# (2026-07-28 basic/patterns §Multi Round-Trip Requests: they belong to the retry alone).
 _STRIPPED_PARAMS = frozenset({"_meta", "task", "inputResponses", "requestState"})
 _RESERVED_META = ("io.modelcontextprotocol/", "dev.mcp/")
 
@@ -53,7 +54,7 @@ class UpstreamCall:
 
 class UnencodableHeader(ValueError):
     """A value that must be mirrored into ``header`` has no UTF-8 form (a lone surrogate, which JSON allows):
-    the base64 sentinel encodes UTF-8 (DIGEST §1.7 value encoding), so no request can carry it."""
+    the base64 sentinel encodes UTF-8 (2026-07-28 basic/transports §Streamable HTTP), so no request can carry it."""
 
     def __init__(self, header: str) -> None:
         super().__init__(f"{header}: the value is not valid Unicode (a lone surrogate)")
@@ -81,7 +82,7 @@ def build_meta(client_meta: Any, view: SessionView) -> dict[str, Any]:
     meta: dict[str, Any] = {}
     if isinstance(client_meta, Mapping):
         # Keep the client's own entries (progressToken, traceparent, vendor keys) as the same objects; only
-        # the reserved namespace is ours to set (DIGEST §1.2 key naming).
+        # the reserved namespace is ours to set (2026-07-28 basic §_meta).
         meta.update({k: v for k, v in client_meta.items() if not k.startswith(_RESERVED_META)})
     meta[PROTOCOL_VERSION_META_KEY] = MODERN_VERSION
     meta[CLIENT_CAPABILITIES_META_KEY] = dict(view.capabilities)
@@ -110,7 +111,7 @@ def build_headers(method: str, params: Mapping[str, Any], view: SessionView,
     headers = {
         "Accept": "application/json, text/event-stream",
         "Content-Type": "application/json",
-        "MCP-Protocol-Version": MODERN_VERSION,  # must equal _meta protocolVersion (DIGEST §1.7)
+        "MCP-Protocol-Version": MODERN_VERSION,  # must equal _meta protocolVersion (2026-07-28 basic/transports)
         "Mcp-Method": method,
     }
     name_key = NAME_PARAM.get(method)
@@ -134,11 +135,11 @@ def build_listen(request_id: str | int, view: SessionView, notifications: Mappin
 
 def x_mcp_header_map(input_schema: Any) -> dict[tuple[str, ...], str] | None:
     """``properties`` path -> header name for ``x-mcp-header`` annotations; None when the tool is invalid
-    (S26 server/tools §x-mcp-header: clients MUST drop such tools from their tools/list view).
+    (2026-07-28 server/tools §x-mcp-header: clients MUST drop such tools from their tools/list view).
 
     The whole schema is walked, not just the ``properties`` chains: an annotation reached through ``items``,
     a composition keyword (anyOf/allOf/oneOf/not/if/then/else), ``$ref``/``$defs`` or anything else but a pure
-    ``properties`` chain makes the tool invalid (S26 streamable-http §x-mcp-header; DIGEST §1.7, §4.13)."""
+    ``properties`` chain makes the tool invalid (2026-07-28 server/tools §x-mcp-header)."""
     found: dict[tuple[str, ...], str] = {}
     # path None: the node is off the pure properties chain (an annotation there is invalid)
     stack: list[tuple[tuple[str, ...] | None, Any]] = [((), input_schema)]
@@ -193,6 +194,6 @@ def param_headers(header_map: Mapping[tuple[str, ...], str], arguments: Any) -> 
 
 
 def needs_header_refresh(method: str, error: Any) -> bool:
-    """A -32020 (HeaderMismatch) on ``tools/call``: re-learn the x-mcp-header maps and resend once (S26
-    streamable-http §Custom Headers: on -32020 the client SHOULD re-fetch tools/list and retry)."""
+    """A -32020 (HeaderMismatch) on ``tools/call``: re-learn the x-mcp-header maps and resend once (2026-07-28
+    basic/transports §Custom Headers: on -32020 the client SHOULD re-fetch tools/list and retry)."""
     return method == "tools/call" and isinstance(error, Mapping) and error.get("code") == -32020

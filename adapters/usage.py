@@ -1,14 +1,14 @@
-"""Migration-progress accounting, the pure half (issue 4): what one request says about a client's migration.
+"""Migration-progress accounting, the pure half: what one request says about a client's migration.
 
 Owns: the :class:`UsageRecord` built from facts the shell already knows about a finished request (never its
-content: only labels, counts and an outcome), deprecated-feature detection (DIGEST §1.12, §1.14, §3), failure
+content: only labels, counts and an outcome), deprecated-feature detection (2026-07-28 changelog, §Deprecated), failure
 causes, label folding with a cardinality bound, the aggregation key, and the report (legacy share over time,
 features still in use, failures by cause, days until the peer's sunset and until 2027-07-28, a verdict).
 
 No clock: ``today`` and timestamps are injected. Dates are ISO strings (``YYYY-MM-DD``) turned into day numbers
 with integer civil-calendar arithmetic, because ``datetime`` is off limits here (sans-IO rule, like a clock).
 
-Peers and sunsets come from issue 3's pins (the session's pins snapshot); until a request carries them the
+Peers and sunsets come from the per-peer pins (the session's pins snapshot); until a request carries them the
 peer is ``"default"`` and the sunset ``None`` ("no sunset set").
 """
 
@@ -20,7 +20,7 @@ from typing import Any, NamedTuple
 
 LEGACY_REVISIONS = ("2025-11-25", "2025-06-18", "2025-03-26")
 MODERN_REVISION = "2026-07-28"
-# DIGEST §1.14: the deprecated features may be removed in the first revision on or after this date.
+# 2026-07-28 §Deprecated: the deprecated features may be removed in the first revision on or after this date.
 REMOVAL_DATE = "2027-07-28"
 DEFAULT_PEER = "default"
 OTHER = "other"
@@ -44,8 +44,8 @@ _LABEL_MAX = 64
 
 @dataclass(frozen=True, slots=True)
 class UsageRecord:
-    """One finished request, as labels. ``client``/``client_version`` are self-reported (display data, S26
-    basic/index), so they are labels for grouping only, never identity."""
+    """One finished request, as labels. ``client``/``client_version`` are self-reported (display data, 2026-07-28
+    basic), so they are labels for grouping only, never identity."""
 
     ts_ms: int
     peer: str
@@ -136,14 +136,15 @@ _LEGACY_EXTRA = {"ping": ("legacy handshake", "ping"), "logging/setLevel": ("leg
 
 
 def legacy_request_features(method: Any) -> tuple[str, ...]:
-    """Features a legacy request itself leans on (DIGEST §3 rows answered locally or via listen).
+    """Features a legacy request itself leans on (those 2026-07-28 removed, answered locally or
+    via listen: 2026-07-28 changelog).
 
     Every legacy request rides on the handshake session, so each one counts ``legacy handshake``."""
     return _LEGACY_EXTRA.get(method, ("legacy handshake",)) if isinstance(method, str) else ("legacy handshake",)
 
 
 def modern_request_features(params: Any) -> tuple[str, ...]:
-    """Deprecated 2026 features a modern request shows (DIGEST §1.14): Logging via ``_meta`` logLevel, and
+    """Deprecated 2026 features a modern request shows (2026-07-28 §Deprecated): Logging via ``_meta`` logLevel, and
     sampling/roots answers in ``inputResponses`` (recognised by the result's shape, never stored)."""
     params = params if isinstance(params, Mapping) else {}
     meta = params.get("_meta") if isinstance(params.get("_meta"), Mapping) else {}
@@ -164,7 +165,7 @@ def input_kind(entry: Any) -> tuple[str | None, tuple[str, ...]]:
     method, params = entry.get("method"), entry.get("params") if isinstance(entry.get("params"), Mapping) else {}
     if method == "sampling/createMessage":
         context = params.get("includeContext")
-        # includeContext other than "none" is deprecated since 2025-11-25 (DIGEST §1.14).
+        # includeContext other than "none" is deprecated since 2025-11-25 (2026-07-28 §Deprecated).
         return "sampling", ("sampling", "includeContext") if context not in (None, "none") else ("sampling",)
     if method == "roots/list":
         return "roots", ("roots",)

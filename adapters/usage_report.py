@@ -1,8 +1,8 @@
-"""The migration report, pure (issue 4): aggregated usage rows in, per-peer and per-client findings out.
+"""The migration report, pure: aggregated usage rows in, per-peer and per-client findings out.
 
 Owns: folding stored rollup rows (``adapters.usage.KEY_FIELDS`` + count + rounds) into groups, the legacy share
 per day, deprecated features still in use, translation failures by cause, days until the peer's sunset and
-until 2027-07-28 (DIGEST §1.14), and the verdict. The shell feeds rows one at a time (so it can show progress
+until 2027-07-28 (2026-07-28 §Deprecated), and the verdict. The shell feeds rows one at a time (so it can show progress
 over a large store) and injects ``today``.
 
 Verdict rule: a group is *ready to cut over* when no deprecated feature (``adapters.usage.FEATURES``) was used
@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from adapters.usage import DAY_MS, FAILURE_CAUSES, FEATURES, INPUT_KINDS, REMOVAL_DATE, days_until, day_number, iso_day
+from adapters.usage import DAY_MS, FAILURE_CAUSES, FEATURES, INPUT_KINDS, REMOVAL_DATE, day_number, days_until, iso_day
 
 
 @dataclass

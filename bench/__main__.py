@@ -157,7 +157,7 @@ def ratios(results: list[Stats], idle: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def machine(args: argparse.Namespace, hops: list[float]) -> dict[str, Any]:
-    """What the numbers came from (the README states it beside them): CPU, cores, interpreter, libraries, the
+    """What the numbers came from (docs/benchmarks.md states it beside them): CPU, cores, interpreter, libraries, the
     process settings this run used, and the loopback round trip between two Python processes measured before and
     after the scenarios (:mod:`bench.echo`: the hop cost no gateway code can remove)."""
     model = platform.processor() or platform.machine()

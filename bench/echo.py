@@ -4,7 +4,7 @@ probe (:func:`hop_rtt_us`).
 A round trip to it costs two loopback hops between Python processes and almost nothing else, which is the part
 of every proxied request that no gateway code can remove: a bridged MRTR round crosses two more hops than the
 same round done by a 2026 client directly (client -> gateway -> core instead of client -> core, and back), so
-this machine's hop cost is printed beside the round's added time (README "What translation costs").
+this machine's hop cost is printed beside the round's added time (docs/benchmarks.md "How it keeps the ratios honest").
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
-"""The benchmark's verdicts on issue 6's targets: each target read from one run's ratios and judged against its
-limit. This is where the targets are checked (never by timing assertions in tests); ``--check`` turns a missed
-target into a non-zero exit status, for a performance lane on a dedicated machine.
+"""The benchmark's verdicts on its targets (docs/benchmarks.md "Targets"): each target read from one run's ratios and
+judged against its limit. This is where the targets are checked (never by timing assertions in tests); ``--check`` turns
+a missed target into a non-zero exit status, for a performance lane on a dedicated machine.
 
-Which concurrency each target is read at (the issue names it for the latency ratios only):
+Which concurrency each target is read at (the targets name it for the latency ratios only):
 
 - the latency ratios and the bridged round at c=1: at c=32 a median mostly measures queueing behind the other
   31 workers, not what one request or round costs;
@@ -39,7 +39,7 @@ def _at(conc: int, key: str) -> Reader:
 
 
 def targets_for(ratios: dict[str, Any]) -> list[Target]:
-    """Issue 6 "Targets", for the concurrencies and idle counts this run measured."""
+    """The targets (docs/benchmarks.md "Targets"), for the concurrencies and idle counts this run measured."""
     out = [Target("passthrough/forwarder median, c=1", 1.10, _at(1, "passthrough/forwarder")),
            Target("translated/forwarder median, c=1", 1.25, _at(1, "translated/forwarder")),
            Target("bridged round added ms, c=1", 1.0, _at(1, "bridged_round_added_ms"))]

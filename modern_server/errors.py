@@ -33,7 +33,7 @@ __all__ = [
     "http_status",
 ]
 
-# DIGEST §1.3 / basic/index §Error Codes: the ladder's errors are 400, an unknown or removed method is 404.
+# 2026-07-28 basic §Error Codes: the ladder's errors are 400, an unknown or removed method is 404.
 # A -32602 raised by a tool about its own arguments is still a malformed request, so it keeps 400 too
 # (the spec assigns no status there; one rule is easier to reason about than two). -32603 is a server fault.
 HTTP_STATUS: dict[int, int] = {
@@ -75,5 +75,6 @@ class McpError(Exception):
 
     @classmethod
     def missing_capability(cls, required: dict[str, Any], why: str) -> McpError:
-        # -32021 data is an object keyed by capability (DIGEST §1.3, EX26 MissingRequiredClientCapabilityError).
+        # -32021 data is an object keyed by capability (2026-07-28 basic §Error Codes and the
+        # schema's MissingRequiredClientCapabilityError example).
         return cls(MISSING_REQUIRED_CLIENT_CAPABILITY, why, {"requiredCapabilities": required})

@@ -1,7 +1,7 @@
 """The 2026-07-28 method table: one coroutine per method, looked up by name.
 
 A method absent from :data:`METHODS` (including the removed ``initialize``, ``ping``, ``logging/setLevel``,
-``resources/subscribe`` ...) is -32601 (DIGEST §1.3 step 5, HTTP 404). Request shapes are checked with the
+``resources/subscribe`` ...) is -32601 (2026-07-28 basic §Error Codes, HTTP 404). Request shapes are checked with the
 official ``mcp_types`` validators on the client's own dict; the dict itself is what handlers read.
 """
 

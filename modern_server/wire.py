@@ -1,6 +1,7 @@
 """The 2026-07-28 request-validation ladder and the header-value codec (pure: no I/O).
 
-The ladder runs in the order the official conformance suite checks (DIGEST §1.3):
+The ladder runs in the order the official conformance suite checks (the spec defines none;
+2026-07-28 basic §Error Codes gives the codes and statuses):
 
 1. ``MCP-Protocol-Version`` header absent                         -> -32020 (400)
 2. ``_meta`` absent, ``protocolVersion`` absent or not a string,

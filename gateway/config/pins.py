@@ -5,11 +5,11 @@ date, a canary over 100%, a peer naming an upstream that does not exist, or an u
 incoherent all fail with the key path. Secrets are never required in the file: tokens are SHA-256 digests or
 environment-variable references, and the gateway's own upstream credential is an environment variable.
 
-Token passthrough (DIGEST §4.23, MCP security best practices): the client's bearer token is forwarded only
-to an upstream declared to share its audience (``auth = "forward"`` with ``shares_audience = true``, e.g. the
-embedded core, which checks the same tokens). Any other upstream gets the gateway's own credential
-(``auth = "gateway"``) or none: passing a token minted for one audience to another is the confused-deputy
-pattern the spec forbids, so the configuration refuses to express it.
+Token passthrough (2025-11-25 basic/security_best_practices §Token Passthrough; docs/design.md §14): the client's bearer
+token is forwarded only to an upstream declared to share its audience (``auth = "forward"`` with ``shares_audience =
+true``, e.g. the embedded core, which checks the same tokens). Any other upstream gets the gateway's own credential
+(``auth = "gateway"``) or none: passing a token minted for one audience to another is the confused-deputy pattern the
+spec forbids, so the configuration refuses to express it.
 """
 
 from __future__ import annotations

@@ -91,7 +91,7 @@ class GatewayConfig(_Frozen):
     limits: LimitsConfig = LimitsConfig()
     sessions: SessionsConfig = SessionsConfig()  # [gateway.sessions]
     connections: ConnectionsConfig = ConnectionsConfig()  # [gateway.connections]
-    usage: UsageConfig = UsageConfig()  # [gateway.usage]: the migration-progress store (issue 4)
+    usage: UsageConfig = UsageConfig()  # [gateway.usage]: the migration-progress store
     pins: PinsConfig = PinsConfig()  # the file's top-level [[peers]], [default_peer], [upstreams.*], [[tokens]]
 
     def policy(self, tokens: dict[str, str] | None = None) -> Policy:

@@ -63,7 +63,7 @@ async def handle_mcp(request: web.Request) -> web.StreamResponse:
         verdict.session.last_seen_ms = gw.clock()
         await gw.store.touch_session(verdict.session.session_id, verdict.session.last_seen_ms)
     answer = await _HANDLERS[verdict.kind](request, gw, verdict)
-    observe_response(request, gw, verdict, answer)  # migration accounting (issue 4); never raises
+    observe_response(request, gw, verdict, answer)  # migration accounting; never raises
     return answer
 
 
@@ -159,5 +159,5 @@ def create_app(config: GatewayConfig, *, store: SessionStore | None = None, tap:
     app.cleanup_ctx.append(lifetime)
     app.on_shutdown.append(_end_sessions)
     app.router.add_route("*", "/mcp", handle_mcp)
-    install_usage(app, config)  # /metrics, /migration, the usage store's lifetime (issue 4)
+    install_usage(app, config)  # /metrics, /migration, the usage store's lifetime
     return app

@@ -21,7 +21,7 @@ from gateway.telemetry.usage import observe_response
 async def on_batch(request: web.Request, gw: Gateway, acc: Accepted) -> web.StreamResponse:
     """A 2025-03-26 JSON-RPC batch (``adapters.classify._classify_batch``): every element goes its own way at
     once, as if posted alone. The answers come as one JSON array, or as one SSE stream as soon as any element
-    streams (a bridged request asks the client on it); notifications and client responses alone get 202 (S25-03
+    streams (a bridged request asks the client on it); notifications and client responses alone get 202 (2025-03-26
     transports §Sending Messages)."""
     parts = await asyncio.gather(*[_batch_part(request, gw, element) for element in acc.batch])
     streams = [p for p in parts if isinstance(p, OutStream)]

@@ -60,7 +60,7 @@ async def discover(gw: Gateway, principal: str, view: SessionView,
     if problem is not None:
         return problem
     policy = cache_policy(payload, principal, now, "server/discover")
-    if policy.fresh(now):  # ttlMs 0 (or absent) is stale at once (DIGEST §1.11): nothing to keep
+    if policy.fresh(now):  # ttlMs 0 (or absent) is stale at once (2026-07-28 server/utilities §Caching): nothing to keep
         _cache_discover(gw.discover_cache, f"{upstream}|{policy.key}", (policy.expires_ms, payload), now)
     return payload
 
@@ -88,7 +88,7 @@ async def on_initialize(request: web.Request, gw: Gateway, acc: Accepted) -> web
         if problem.log:
             log.warning("initialize refused: %s", problem.log)
         return json_response(response(message["id"], error=problem))
-    caps = mask_capabilities(params.get("capabilities") or {}, peer)  # the peer's bridge policy (issue 3)
+    caps = mask_capabilities(params.get("capabilities") or {}, peer)  # the peer's bridge policy (per-peer pins)
     session_id = secrets.token_urlsafe(32)
     upstream = pick_upstream(peer, session_id, gw.pins.seed)
     view = SessionView(client_caps_to_modern(caps), info, None, request.headers.get("Authorization"))

@@ -71,7 +71,7 @@ async def forward(request: web.Request, gw: Gateway, session: SessionRecord,
     limits = peer_limits(gw.config.limits.to_limits(), gw.peer_of(session))
     ctx = BridgeContext(limits, session.client_capabilities, random_id, cached_roots=session.cached_roots)
     exchange = Exchange(runtime, record, ctx, request.headers.get("Authorization"), session)
-    exchange.observer = exchange_observer(request, gw, session, message)  # issue 4 accounting
+    exchange.observer = exchange_observer(request, gw, session, message)  # usage accounting
     runtime.exchanges[ident] = exchange
     if exchange.can_begin_inline(session):
         finish = await exchange.begin()
@@ -100,7 +100,7 @@ async def on_notification(request: web.Request, gw: Gateway, acc: Accepted) -> w
         if exchange is not None and cancel is not None:
             exchange.cancel(cancel.reason)
     elif route == "roots_changed":
-        session.cached_roots = None  # nothing goes upstream (2026 removed it, DIGEST §3)
+        session.cached_roots = None  # nothing goes upstream (2026-07-28 removed it)
         await gw.store.put_session(session)
     return web.Response(status=202)
 
@@ -112,4 +112,4 @@ async def on_response(request: web.Request, gw: Gateway, acc: Accepted) -> web.S
     if exchange is not None:
         # Acted on first: the next round leaves before the 202, and uses the session record read for this POST.
         await exchange.answer(acc.message["id"], acc.message, acc.session)
-    return web.Response(status=202)  # late or unknown answers are ignored (S25 cancellation races)
+    return web.Response(status=202)  # late or unknown answers are ignored (2025-11-25 basic/utilities §Cancellation: races)

@@ -1,11 +1,11 @@
 """The ends of modern (2026-07-28) passthrough requests: the client's hang-up and the gateway's shutdown.
 
-Closing the response is the 2026 cancel (DIGEST §4.10), so a modern client that disconnects must have its
-upstream request closed at once. aiohttp cancels no handler when its client disconnects unless the server runs
-with ``handler_cancellation`` (``web.run_app`` leaves it off), and it must stay off: for a legacy 2025 request a
-disconnect is not a cancel (S25 transports). aiohttp 3.14 gives a handler no connection-lost callback either, so
-one timer checks the open passthroughs' transports every ``HANGUP_POLL_SECONDS`` and cancels the exchange of each
-one whose client is gone. Shutdown ends every open passthrough at once: otherwise aiohttp waits
+Closing the response is the 2026 cancel (2026-07-28 basic/patterns §Cancellation), so a modern client that disconnects
+must have its upstream request closed at once. aiohttp cancels no handler when its client disconnects unless the server
+runs with ``handler_cancellation`` (``web.run_app`` leaves it off), and it must stay off: for a legacy 2025 request a
+disconnect is not a cancel (2025-11-25 basic/transports). aiohttp 3.14 gives a handler no connection-lost callback
+either, so one timer checks the open passthroughs' transports every ``HANGUP_POLL_SECONDS`` and cancels the exchange of
+each one whose client is gone. Shutdown ends every open passthrough at once: otherwise aiohttp waits
 ``shutdown_timeout`` (twice) for these streams.
 """
 

@@ -41,7 +41,7 @@ async def change_listen(gw: Gateway, session_id: str, authorization: str | None,
 
     One change at a time per session, each reading the record inside the lock: two subscribes that each built
     their filter from the set read before either saved would leave the last acknowledged listen without the
-    other's URI (DIGEST §1.9: a filter cannot be edited, each change replaces the listen). Changes that queue
+    other's URI (2026-07-28 basic/patterns §Subscriptions: a filter cannot be edited, each change replaces the listen). Changes that queue
     meanwhile are applied together by the next turn, with one listen and one acknowledgement wait for all of
     them, and each gets that outcome: k queued subscribes behind a slow upstream wait one ack, not k."""
     listener = own_listener(gw.runtime(session_id))

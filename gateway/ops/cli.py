@@ -41,10 +41,10 @@ def parser() -> argparse.ArgumentParser:
     serve.add_argument("--no-access-log", action="store_true", help="do not log every request (benchmarks)")
     serve.add_argument("--pid-file", default=None, help="write the process id here (for `reload --pid-file`)")
     serve.add_argument("--loop", choices=CHOICES, default="asyncio",
-                       help="event loop; asyncio (the default) is what the tests run on; see the README benchmark")
+                       help="event loop; asyncio (the default) is what the tests run on; see docs/benchmarks.md")
     serve.add_argument("--gc-gen0", type=int, default=10_000, metavar="N",
                        help="young-generation GC threshold after freezing the start-up heap; 0 keeps Python's "
-                            "defaults (README, benchmark)")
+                            "defaults (see docs/benchmarks.md)")
     serve.add_argument("--usage-db", default=None,
                        help="usage store (default [gateway.usage].db, else gateway-usage.sqlite3)")
     check = commands.add_parser("check-config", help="validate a configuration file without serving")
@@ -86,7 +86,7 @@ def served_app(args: argparse.Namespace) -> tuple[web.Application, GatewayConfig
         config = load_config(args.config, **overrides)
     except ConfigError as exc:
         raise SystemExit(f"gateway: {exc}") from None
-    config = usage_serve_defaults(config, args.usage_db)  # serve keeps usage history by default (issue 4)
+    config = usage_serve_defaults(config, args.usage_db)  # serve keeps usage history by default
     app = create_app(config)
     if args.config:
         install_sighup(app, args.config, **overrides)

@@ -1,4 +1,5 @@
-"""Configuration reload (issue 3): ``SIGHUP`` or ``python -m gateway reload --pid PID`` re-reads the file.
+"""Configuration reload (per-peer pins, upstreams, tokens): ``SIGHUP`` or ``python -m gateway reload --pid PID``
+re-reads the file.
 
 A file that fails validation keeps the running configuration and logs why. A good one replaces the pins that
 *new* sessions are opened under; live sessions keep the snapshot in their records (``SessionRecord.pins``) until

@@ -22,8 +22,8 @@ from typing import Any
 
 from adapters import bridge as B
 from adapters.admission import roots_cacheable
-from adapters.records import PendingRound, SessionRecord
 from adapters.errors import INTERNAL_ERROR, ErrorValue
+from adapters.records import PendingRound, SessionRecord
 from adapters.results import progress_advances, request_notification, response
 from adapters.upstream import UnencodableHeader, build_request, needs_header_refresh, x_mcp_header_map
 from gateway.session.runtime import SessionRuntime, log, new_id, session_view
@@ -37,7 +37,7 @@ _INTERNAL = ErrorValue(INTERNAL_ERROR, "internal gateway error")  # a gateway bu
 
 
 class Exchange:
-    observer: Any = None  # gateway.telemetry.usage.ExchangeObserver: sees every action batch (issue 4 accounting)
+    observer: Any = None  # gateway.telemetry.usage.ExchangeObserver: sees every action batch (usage accounting)
 
     def __init__(self, runtime: SessionRuntime, record: PendingRound, ctx: B.BridgeContext,
                  authorization: str | None, session: SessionRecord | None = None) -> None:
@@ -63,7 +63,8 @@ class Exchange:
 
     def can_begin_inline(self, session: SessionRecord) -> bool:
         """Only when the upstream has nothing to stream meanwhile: progress needs a token and request logs a
-        level (DIGEST §1.7); a notification that comes anyway is kept and sent first, after the escalation."""
+        level (2026-07-28 basic/transports §Streamable HTTP); a notification that comes anyway is kept and sent
+        first, after the escalation."""
         return self.progress_token is None and session.log_level is None
 
     async def begin(self) -> B.Finish | None:
@@ -190,7 +191,7 @@ class Exchange:
             return await self._round(extra, session)
         except UpstreamFailure as failure:
             return B.UpstreamFailed(failure.error)
-        except UnencodableHeader as bad:  # raised while building, so nothing was sent (DIGEST §1.7 encoding)
+        except UnencodableHeader as bad:  # raised while building, so nothing was sent (header value encoding)
             return B.UpstreamFailed(bad.error(self.record.method))
         except Exception:  # a gateway bug: answered at once, like one in run() or begin()
             log.exception("upstream round for request %r failed", self.record.downstream_id)
@@ -207,7 +208,7 @@ class Exchange:
         answer = await self._send(session, extra)
         if isinstance(answer, B.UpstreamError) and needs_header_refresh(rec.method, answer.error) \
                 and not self._refreshed:
-            # DIGEST §4.13: a -32020 on tools/call may mean our x-mcp-header map is stale or missing:
+            # 2026-07-28 server/tools §x-mcp-header: a -32020 on tools/call may mean our x-mcp-header map is stale or missing:
             # refresh it from tools/list once, then resend the same round with a new id.
             self._refreshed = True
             await self._refresh_header_maps(session)
@@ -237,7 +238,7 @@ class Exchange:
                 return
 
     def _learn_header_maps(self, result: Any) -> None:
-        """Cache each tool's x-mcp-header map so tools/call can mirror Mcp-Param-* (DIGEST §4.13)."""
+        """Cache each tool's x-mcp-header map so tools/call can mirror Mcp-Param-* (docs/design.md §19)."""
         tools = result.get("tools") if isinstance(result, dict) else None
         if not isinstance(tools, list):
             return  # malformed: the machine's schema check then answers the request (adapters.results)

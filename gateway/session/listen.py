@@ -1,13 +1,14 @@
-"""The per-session upstream ``subscriptions/listen`` that feeds the legacy GET stream (DIGEST §1.9, §3).
+"""The per-session upstream ``subscriptions/listen`` that feeds the legacy GET stream (2026-07-28
+basic/patterns §Subscriptions; docs/design.md §12).
 
 A filter cannot be changed in place: :meth:`Listener.ensure` opens a new listen, waits for its acknowledgement,
 then closes the old one, so no notification falls into a gap. An abrupt end of the listen (upstream restart) is
-retried with a capped backoff while the session lives (DIGEST §1.8: the server keeps no subscription state);
+retried with a capped backoff while the session lives (the server keeps no subscription state);
 a re-open is checked like the first open: URIs its acknowledgement leaves out are unsubscribed, and a re-open
 the upstream refuses ends the listen instead of retrying (``adapters.subscriptions.worth_retrying``).
 A listen the upstream answers with a JSON-RPC error before its acknowledgement fails the change with that error,
 translated for the legacy client (``adapters.subscriptions.listen_refusal``); so does one whose acknowledgement
-leaves out a subscribed URI (DIGEST §4.15), and the old listen stays.
+leaves out a subscribed URI, and the old listen stays.
 """
 
 from __future__ import annotations
@@ -42,7 +43,7 @@ class Listener:
     def __init__(self, runtime: SessionRuntime | None = None, *, gateway: Gateway | None = None,
                  spawn: Callable[[Coroutine[Any, Any, Any]], asyncio.Task] | None = None,
                  deliver: Callable[[dict[str, Any]], None] | None = None, label: str = "") -> None:
-        self.upstream = "default"  # the session's upstream name (issue 3 routing)
+        self.upstream = "default"  # the session's upstream name (per-peer routing)
         self.runtime = runtime  # None for a shared listen (ListenHub)
         self.on_end: Callable[[ErrorValue], None] | None = None  # a refused re-open ended the listen
         self.gateway = gateway if gateway is not None else runtime.gateway  # type: ignore[union-attr]
@@ -77,7 +78,7 @@ class Listener:
         try:
             ack = await asyncio.wait_for(asyncio.shield(acked), ACK_TIMEOUT_SECONDS)
             missing = unhonoured(ack, wanted)
-            if missing:  # the acknowledged filter is what the server will honour (DIGEST §1.9, §4.15)
+            if missing:  # the acknowledged filter is what the server will honour (2026-07-28 §Subscriptions)
                 raise UpstreamFailure(unhonoured_error(missing))
         except BaseException as exc:
             # Also when we are cancelled (whoever asked is gone): with a hub's spawn nothing else would end it.
@@ -128,7 +129,7 @@ class Listener:
                     self.deliver(legacy)
 
     async def _unhonoured(self, wanted: dict[str, Any], missing: list[str]) -> None:
-        """A re-opened listen's acknowledgement left out subscribed URIs (DIGEST §4.15): the session is no longer
+        """A re-opened listen's acknowledgement left out subscribed URIs: the session is no longer
         subscribed to them (its record says so, so a new subscribe asks again), and the client is told."""
         runtime = self.runtime
         if runtime is None or self.task is not asyncio.current_task():  # shared, or superseded meanwhile
@@ -174,7 +175,7 @@ class ListenHub:
     Thousands of idle legacy sessions with a GET stream would otherwise hold one upstream listen each (an
     upstream connection, a task and the upstream's own state per session). Sessions on the same upstream, with
     the same credentials and the same filter, share one listen and each receives every notification on its own
-    GET stream (S25: each message goes on exactly one stream *per session*). A session with subscriptions keeps
+    GET stream (2025-11-25: each message goes on exactly one stream *per session*). A session with subscriptions keeps
     its own listen, whose filter carries its URIs.
     """
 
@@ -230,7 +231,7 @@ class ListenHub:
             del self.shared[key]
         entry.ready.cancel()  # still waiting for the ack: Listener._open cancels the listen it opened
         if entry.listener.task is not None:
-            entry.listener.task.cancel()  # closing the listen's response is the 2026 cancel (DIGEST §4.10)
+            entry.listener.task.cancel()  # closing the listen's response is the 2026 cancel
 
     def forget(self, entry: _Shared) -> None:
         """A shared listen ended for good (its re-open was refused): later joiners open a new one, and its

@@ -122,7 +122,7 @@ def today_iso() -> str:
 
 @dataclass(frozen=True)
 class PinState:
-    """The pins new sessions are opened under; replaced whole on a config reload (issue 3)."""
+    """The pins new sessions are opened under; replaced whole on a config reload."""
 
     peers: tuple[Peer, ...] = ()
     default: Peer = Peer("default")

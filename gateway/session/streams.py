@@ -1,16 +1,16 @@
 """Downstream SSE streams: every message the gateway sends a legacy client goes through an :class:`OutStream`
 (numbered, buffered for ``Last-Event-ID`` resumption), and :func:`write_stream` answers a POST lazily as JSON
-(when the response is the only message) or SSE (whenever requests/notifications precede it) — DIGEST §3 step 6.
+(when the response is the only message) or SSE (whenever requests/notifications precede it), as docs/design.md §11 says.
 
-A dropped client connection only ends the *writer*; the stream and the work feeding it go on (S25: a disconnect
-is not a cancellation), so a later ``GET`` with ``Last-Event-ID`` replays what was missed.
+A dropped client connection only ends the *writer*; the stream and the work feeding it go on (2025-11-25: a
+disconnect is not a cancellation), so a later ``GET`` with ``Last-Event-ID`` replays what was missed.
 """
 
 from __future__ import annotations
 
 import asyncio
-from enum import Enum
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping
+from enum import Enum
 from typing import Any
 
 from aiohttp import web
@@ -42,7 +42,7 @@ class OutStream:
         self._writer = 0
 
     def claim(self) -> int:
-        """A new writer takes the stream over; the previous one ends (S25: each message goes on exactly one
+        """A new writer takes the stream over; the previous one ends (2025-11-25: each message goes on exactly one
         stream connection, never broadcast to two)."""
         self._writer += 1
         self._notify()
@@ -146,7 +146,7 @@ async def write_stream(request: web.Request, stream: OutStream, *, mode: StreamM
                                           "X-Accel-Buffering": "no", **(headers or {})})
     await response.prepare(request)
     writer = stream.claim()
-    # Priming event: an id to resume from before the first message, and the retry delay (S25 §SSE); it goes
+    # Priming event: an id to resume from before the first message, and the retry delay (2025-11-25 basic/transports); it goes
     # out in the same write as the first batch.
     head = encode_event(event_id(stream.name, after), None, retry_ms) if mode is not StreamMode.RESUME else b""
     try:

@@ -1,4 +1,4 @@
-"""``GET /migration`` (issue 4): the migration report as a self-contained page — server-rendered SVG charts, no
+"""``GET /migration``: the migration report as a self-contained page — server-rendered SVG charts, no
 script, no CDN, refreshed by ``<meta http-equiv="refresh">`` — behind an admin token.
 
 Owns the HTML/SVG rendering (also used by ``python -m gateway report --format html``) and the handler. Every
@@ -15,8 +15,6 @@ from __future__ import annotations
 
 from html import escape
 from typing import Any
-
-from adapters.usage import DAY_MS, iso_day
 
 _W, _H, _PAD = 640, 180, 28
 _CSS = """body{font:14px system-ui,sans-serif;margin:24px;color:#1d2330;background:#f6f7f9}

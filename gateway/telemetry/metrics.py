@@ -1,4 +1,4 @@
-"""Prometheus ``GET /metrics`` (issue 4), with the standard ``prometheus_client`` library.
+"""Prometheus ``GET /metrics`` (usage accounting), with the standard ``prometheus_client`` library.
 
 Owns the metric families and their updates from :class:`adapters.usage.UsageRecord` values. Each app gets its
 own ``CollectorRegistry`` (tests and benchmarks build many apps in one process; the global registry would

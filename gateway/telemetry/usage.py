@@ -1,4 +1,4 @@
-"""Migration-progress recording, the shell half (issue 4): collects facts about finished requests, keeps an
+"""Migration-progress recording, the shell half: collects facts about finished requests, keeps an
 in-memory rollup, and flushes it to SQLite off the request path.
 
 Owns the SQLite usage store (:class:`UsageDb`: schema, upsert, retention, reads), the
@@ -24,10 +24,24 @@ from aiohttp import web
 
 from adapters import bridge as B
 from adapters.jsonwire import ENCODED_DEPTH, loads
+from adapters.usage import (
+    DAY_MS,
+    HOUR_MS,
+    INPUT_KINDS,
+    KEY_FIELDS,
+    Facts,
+    LabelFolder,
+    add_to_rollup,
+    build_record,
+    fold_method,
+    fold_revision,
+    input_kind,
+    legacy_request_features,
+    modern_request_features,
+    ordered,
+    outcome_of,
+)
 from gateway.config.usage import DEFAULT_DB, UsageConfig
-from adapters.usage import (DAY_MS, HOUR_MS, INPUT_KINDS, KEY_FIELDS, Facts, LabelFolder, add_to_rollup,
-                            build_record, fold_method, fold_revision, input_kind, legacy_request_features,
-                            modern_request_features, ordered, outcome_of)
 
 log = logging.getLogger("gateway.telemetry.usage")
 
@@ -225,7 +239,7 @@ _MAX_PARSED_BODY = 256 * 1024  # bigger passthrough bodies are judged by HTTP st
 
 def request_identity(gw: Any, session: Any, kind: str, principal: str,
                      params: Any) -> tuple[Any, Any, str | None]:
-    """(clientInfo, peer name, sunset) of a classified request: the session's pins snapshot (issue 3), else
+    """(clientInfo, peer name, sunset) of a classified request: the session's pins snapshot, else
     the pins' matching for a session-less request, else the default peer with no sunset."""
     params = params if isinstance(params, dict) else {}
     if session is not None:
@@ -361,8 +375,8 @@ class ExchangeObserver:
 
     Timing, from batch timestamps: an upstream round lasts from a ``CallUpstream`` batch to the next non-empty
     batch; a client wait from a batch that sent requests to the client until the batch that goes upstream again
-    or finishes. Translation overhead is the rest of the request's life: the gateway's own work (DIGEST §3
-    steps 1-6: classify, build, map results) plus scheduling."""
+    or finishes. Translation overhead is the rest of the request's life: the gateway's own work (classify,
+    build, map results) plus scheduling."""
 
     def __init__(self, recorder: UsageRecorder, facts: dict[str, Any], started: float) -> None:
         self.recorder, self.facts, self.started = recorder, facts, started

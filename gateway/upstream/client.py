@@ -4,7 +4,8 @@ built by ``adapters.upstream`` and reads JSON or SSE answers.
 Every failure mode — refused, timeout, HTTP 5xx, a 401/403 (``adapters.errors.token_refused``), another 4xx
 without a JSON-RPC error body, non-JSON, a stream that ends without the response — becomes an :class:`UpstreamFailure` carrying an ``ErrorValue`` for the original
 request; an upstream HTTP 400/404 *with* a JSON-RPC error body is returned as that error, never as a status
-(DIGEST §4.2). Closing the response is the 2026 cancel (DIGEST §4.10): cancelling :meth:`call` does exactly that.
+(docs/design.md §1). Closing the response is the 2026 cancel (2026-07-28 basic/patterns §Cancellation): cancelling
+:meth:`call` does exactly that.
 
 A ``subscriptions/listen`` (ours or a modern client's, told by its ``Mcp-Method`` header) stays open as long as
 its subscriber: it takes a slot of the pool's stream limit, never one of the request limit (:mod:`gateway.upstream.h1`).
@@ -166,7 +167,8 @@ FAILURES = _Failures()
 
 
 def _is_listen(headers: dict[str, str]) -> bool:
-    """A listen is answered by a stream that lasts as long as its subscriber (DIGEST §1.9)."""
+    """A listen is answered by a stream that lasts as long as its subscriber (2026-07-28 basic/patterns
+    §Subscriptions)."""
     for name, value in headers.items():
         if value == "subscriptions/listen" and name.lower() == "mcp-method":
             return True

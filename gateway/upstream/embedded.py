@@ -1,9 +1,10 @@
 """The embedded core: ``python -m gateway serve`` without ``--upstream`` runs ``modern_server`` in the same
-event loop on a loopback ephemeral port, and the gateway points at it (CONTRACT.md).
+event loop on a loopback ephemeral port, and the gateway points at it (docs/design.md "The reference core").
 
 Authorization: the gateway passes the client's bearer token through to this core. That is not the forbidden
-token-passthrough pattern (DIGEST §4.23) because the embedded core is part of the same deployment and shares
-the gateway's audience; with ``--upstream`` pointing elsewhere, the operator must make sure the same holds.
+token-passthrough pattern (2025-11-25 basic/security_best_practices §Token Passthrough) because the embedded core
+is part of the same deployment and shares the gateway's audience; with ``--upstream`` pointing elsewhere, the
+operator must make sure the same holds.
 """
 
 from __future__ import annotations

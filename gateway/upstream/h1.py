@@ -1,8 +1,8 @@
 """The upstream hop's HTTP/1.1 client: a keep-alive connection pool over asyncio protocols, parsed by httptools.
 
-Why not ``aiohttp.ClientSession``: the benchmark (README "What translation costs") measured aiohttp's client at
-about 250-300 µs of CPU per request on the reference machine, more than all of the gateway's own translation
-work; this pool does the same POST in a fraction of that. It does only what the upstream hop needs:
+Why not ``aiohttp.ClientSession``: the benchmark (docs/benchmarks.md "Where the time goes") measured aiohttp's client at
+about 250-300 µs of CPU per request on the reference machine, more than all of the gateway's own translation work; this
+pool does the same POST in a fraction of that. It does only what the upstream hop needs:
 
 - ``POST`` with a complete body (JSON-RPC messages are small and already encoded), one write per request;
 - a response read whole (:meth:`H1Response.read`) or streamed as it arrives (:meth:`H1Response.chunks`, for SSE),
@@ -10,14 +10,14 @@ work; this pool does the same POST in a fraction of that. It does only what the 
 - a read timeout between arrivals (aiohttp's ``sock_read`` meaning: a long SSE stream lives as long as data
   flows), a connect timeout, and TLS when the URL is ``https``;
 - two connection limits: one for requests and one for long-lived streams (``post(..., stream=True)``, the
-  ``subscriptions/listen`` that stay open as long as their subscriber, DIGEST §1.9), so held-open streams can
-  never take every connection ordinary requests need. Getting a connection (a free slot under the limit, then
-  an idle or new connection) is bounded by the connect timeout as a whole: a full pool fails fast with
+  ``subscriptions/listen`` that stay open as long as their subscriber, 2026-07-28 basic/patterns §Subscriptions), so
+  held-open streams can never take every connection ordinary requests need. Getting a connection (a free slot under the
+  limit, then an idle or new connection) is bounded by the connect timeout as a whole: a full pool fails fast with
   :class:`PoolBusy` instead of queueing a request for ever;
-- keep-alive: a connection whose response ended cleanly goes back to the pool; one closed early (the 2026
-  cancel is closing the response, DIGEST §4.10) or broken is closed. Idle connections older than
-  ``keepalive_seconds`` are not reused (a server closes idle ones; this keeps the race with that close small).
-  POST is not idempotent, so a request that fails on a reused connection is not retried (as in aiohttp).
+- keep-alive: a connection whose response ended cleanly goes back to the pool; one closed early (the 2026 cancel is
+  closing the response, 2026-07-28 basic/patterns §Cancellation) or broken is closed. Idle connections older than
+  ``keepalive_seconds`` are not reused (a server closes idle ones; this keeps the race with that close small). POST is
+  not idempotent, so a request that fails on a reused connection is not retried (as in aiohttp).
 
 - interim (1xx) responses are skipped: the answer is the final response after them (RFC 9110 §15.2); a
   ``101`` is an error (nothing here asks to switch protocols);

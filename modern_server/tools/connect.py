@@ -1,10 +1,10 @@
 """``connect_service``: URL-mode elicitation (client/elicitation §URL mode, 2026-07-28).
 
-Round 1 records a pending connection (an unguessable id bound to the principal) and asks the user to open the
-core's own ``/connect/<id>`` page. ``accept`` only means consent: on retry the core checks its own record of the
-out-of-band step. Done -> complete. Not yet -> a ``requestState``-only result (the client retries after a
-backoff) rather than the same URL again, so the user is not re-prompted (DIGEST §4 item 7). The page completes
-the step with ``POST /connect/<id>/complete``, which must carry the same principal's credentials.
+Round 1 records a pending connection (an unguessable id bound to the principal) and asks the user to open the core's own
+``/connect/<id>`` page. ``accept`` only means consent: on retry the core checks its own record of the out-of-band step.
+Done -> complete. Not yet -> a ``requestState``-only result (the client retries after a backoff) rather than the same
+URL again, so the user is not re-prompted (2026-07-28 client §Elicitation, URL mode). The page completes the step with
+``POST /connect/<id>/complete``, which must carry the same principal's credentials.
 """
 
 from __future__ import annotations

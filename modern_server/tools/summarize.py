@@ -19,7 +19,7 @@ def _sampling(prompt: str, max_tokens: int) -> dict[str, Any]:
     return {"method": "sampling/createMessage", "params": {
         "messages": [{"role": "user", "content": {"type": "text", "text": prompt}}],
         "systemPrompt": "You are a careful code reviewer. Answer exactly in the format asked for.",
-        "includeContext": "none",  # the other values are deprecated (DIGEST §1.14)
+        "includeContext": "none",  # the other values are deprecated (2026-07-28 §Deprecated)
         "modelPreferences": {"hints": [{"name": "claude"}, {"name": "gpt"}], "intelligencePriority": 0.6,
                              "speedPriority": 0.4, "costPriority": 0.3},
         "maxTokens": max_tokens,

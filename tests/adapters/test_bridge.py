@@ -1,4 +1,5 @@
-"""The MRTR bridge machine, driven event by event with no event loop (DIGEST §3 bridging, §1.6, §4.3, §4.7)."""
+"""The MRTR bridge machine, driven event by event with no event loop (2026-07-28 basic/patterns
+§Multi Round-Trip Requests; docs/design.md §5-§8)."""
 
 from __future__ import annotations
 
@@ -188,7 +189,7 @@ def test_url_elicitation_mints_an_id_and_completes_it_at_the_end() -> None:
 
 @pytest.mark.parametrize("waiting", [ir(state="s"), ir({"connect": URL}, "s")], ids=["state-only", "same-url"])
 def test_waiting_for_an_accepted_url_is_bounded_by_the_total_timeout_not_max_rounds(waiting) -> None:
-    # DIGEST §1.6/§3 step 5: after a URL accept the server may keep answering with requestState only (or the
+    # docs/design.md §8: after a URL accept the server may keep answering with requestState only (or the
     # same URL) until the out-of-band step is done; those rounds ask nothing of the client, so they must not
     # exhaust max_rounds (10 rounds of capped backoff were ~5.5 s of user time).
     m = machine()

@@ -1,4 +1,4 @@
-"""classify(): every transport rule of the legacy endpoint, table-driven (S25 transports; issue 7)."""
+"""classify(): every transport rule of the legacy endpoint, table-driven (2025-11-25 basic/transports)."""
 
 from __future__ import annotations
 
@@ -92,7 +92,7 @@ def test_classify(name, view, record, expected) -> None:
 
 
 def test_a_malformed_modern_meta_is_invalid_params_with_the_request_id() -> None:
-    """DIGEST §1.3: malformed ``_meta`` is 400 -32602, and every error response carries the request's id."""
+    """2026-07-28 §Error Codes: malformed ``_meta`` is 400 -32602, and every error response carries the request's id."""
     view = post({**REQ, "id": "m7", "params": {"_meta": "x"}}, **{"mcp-protocol-version": "2026-07-28"})
     verdict = classify(view, None, Policy(), NOW)
     assert isinstance(verdict, Rejection)
@@ -120,7 +120,7 @@ OLD = {"mcp-session-id": "s1", "mcp-protocol-version": "2025-03-26"}
 
 
 def test_a_batch_on_a_2025_03_26_session_is_split_into_its_elements() -> None:
-    """S25-03 basic §Batching: a 2025-03-26 server MUST accept batches; each element is judged alone."""
+    """2025-03-26 basic §Batching: a 2025-03-26 server MUST accept batches; each element is judged alone."""
     items = [REQ, {"jsonrpc": "2.0", "method": "notifications/initialized"}, {"jsonrpc": "2.0", "id": "g1", "result": {}},
              {**INIT, "id": 7}, "junk", {"jsonrpc": "2.0", "id": 8, "method": "tools/list", "params": []},
              {"jsonrpc": "2.0", "id": 9, "method": "server/discover"}]

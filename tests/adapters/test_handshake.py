@@ -62,7 +62,7 @@ def test_upstream_without_list_changed_is_not_claimed() -> None:
 
 @pytest.mark.parametrize("discover,expected", [
     ({"_meta": {"io.modelcontextprotocol/serverInfo": INFO}}, INFO),
-    ({"serverInfo": INFO}, INFO),  # SEP-2575 draft placement (DIGEST §4.19)
+    ({"serverInfo": INFO}, INFO),  # SEP-2575 draft placement (2026-07-28 server/discover)
     ({"_meta": {"io.modelcontextprotocol/serverInfo": INFO}, "serverInfo": {"name": "old", "version": "0"}}, INFO),
     ({}, SYNTHETIC_SERVER_INFO),
     ({"serverInfo": {"name": "no version"}}, SYNTHETIC_SERVER_INFO),

@@ -1,4 +1,5 @@
-"""Upstream results/errors/notifications -> the legacy client (DIGEST §1.5, §3, §4.4-§4.6, §4.18)."""
+"""Upstream results/errors/notifications -> the legacy client (2026-07-28 basic §ResultType, basic/patterns
+§Multi Round-Trip Requests; docs/design.md §2, §3)."""
 
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ TEXT = [{"type": "text", "text": "hi"}]
                     "inputRequests": {"k": {"method": "roots/list", "params": {}}}}, InputRequired),
     ("prompts/get", {"resultType": "input_required", "requestState": "s"}, InputRequired),
     ("resources/read", {"resultType": "input_required", "requestState": "s"}, InputRequired),
-    ("tools/list", {"resultType": "input_required", "requestState": "s"}, Invalid),  # DIGEST §4.4
+    ("tools/list", {"resultType": "input_required", "requestState": "s"}, Invalid),  # not an MRTR method
     ("completion/complete", {"resultType": "input_required", "requestState": "s"}, Invalid),
     ("tools/call", {"resultType": "input_required"}, Invalid),  # neither field
     ("tools/call", {"resultType": "input_required", "requestState": 5}, Invalid),
@@ -56,7 +57,7 @@ def test_tools_list_drops_invalid_x_mcp_header_tools_and_non_object_output_schem
         {"name": "arr", "inputSchema": {"type": "object"}, "outputSchema": {"type": "array"}},
         {"name": "bad", "inputSchema": {"type": "object", "properties": {
             "n": {"type": "number", "x-mcp-header": "N"}}}},
-        {"name": "under_items", "inputSchema": {"type": "object", "properties": {  # S26 §x-mcp-header: not
+        {"name": "under_items", "inputSchema": {"type": "object", "properties": {  # 2026 x-mcp-header: not
             "l": {"type": "array", "items": {"type": "string", "x-mcp-header": "L"}}}}},  # a properties chain
     ]
     out = classify_result("tools/list", {"resultType": "complete", "tools": tools, "ttlMs": 0, "cacheScope": "public"})

@@ -222,7 +222,7 @@ def test_an_event_over_the_bound_raises_and_a_long_stream_does_not() -> None:
 @pytest.mark.parametrize("params", [None, {}, {"requestId": [1]}, {"requestId": {"a": 1}}, {"requestId": None},
                                     {"requestId": True}, {"requestId": 1.0}, "x"])
 def test_a_cancel_naming_no_valid_request_id_asks_for_nothing(params) -> None:
-    assert local.cancel_request(params) is None  # S25 cancellation: invalid ones SHOULD be ignored
+    assert local.cancel_request(params) is None  # 2025-11-25 §Cancellation: invalid ones SHOULD be ignored
 
 
 def test_a_cancel_keeps_a_text_reason_and_drops_any_other() -> None:

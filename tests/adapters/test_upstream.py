@@ -1,4 +1,5 @@
-"""The one upstream request builder: _meta, headers, Mcp-Name sentinel, x-mcp-header mirroring (DIGEST §4.13)."""
+"""The one upstream request builder: _meta, headers, Mcp-Name sentinel, x-mcp-header mirroring (2026-07-28
+basic/transports, server/tools §x-mcp-header)."""
 
 from __future__ import annotations
 
@@ -21,7 +22,7 @@ def test_full_meta_and_headers_on_a_tools_call() -> None:
     call = build_request("tools/call", params, request_id="u1", view=VIEW)
     body, meta = call.body, call.body["params"]["_meta"]
     assert body["id"] == "u1" and body["method"] == "tools/call"
-    assert "task" not in body["params"]  # S25: ignore task augmentation we did not declare
+    assert "task" not in body["params"]  # 2025-11-25: ignore task augmentation we did not declare
     assert meta["progressToken"] is token and meta["traceparent"] == "00-x"
     assert meta["io.modelcontextprotocol/protocolVersion"] == "2026-07-28"
     assert meta["io.modelcontextprotocol/clientCapabilities"] == {"sampling": {}, "roots": {}}
@@ -127,7 +128,7 @@ STR_A = {"type": "string", "x-mcp-header": "A"}
                                       "list": {"type": "array", "prefixItems": [STR_A]}}},
 ])
 def test_x_mcp_header_off_a_pure_properties_chain_makes_the_tool_invalid(bad) -> None:
-    # S26 transport §x-mcp-header (DIGEST §1.7, §4.13): the annotation must be reachable purely through
+    # 2026-07-28 server/tools §x-mcp-header: the annotation must be reachable purely through
     # properties; under items, a composition keyword, $defs/$ref or anything else the tool is invalid.
     assert x_mcp_header_map(bad) is None
 

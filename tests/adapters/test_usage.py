@@ -1,4 +1,4 @@
-"""Usage accounting, pure (issue 4): records, deprecated features, causes, label bound, dates, report verdicts."""
+"""Usage accounting, pure: records, deprecated features, causes, label bound, dates, report verdicts."""
 
 from __future__ import annotations
 

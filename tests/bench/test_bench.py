@@ -1,5 +1,5 @@
 """The benchmark runs end to end (tiny durations): every scenario served requests and every ratio is reported.
-No timing is asserted here (targets are judged from the benchmark's own output, README)."""
+No timing is asserted here (targets are judged from the benchmark's own output, docs/benchmarks.md)."""
 
 from __future__ import annotations
 

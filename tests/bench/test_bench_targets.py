@@ -1,4 +1,4 @@
-"""The benchmark's verdicts on issue 6's targets (``bench.targets``), from made-up ratios: each target
+"""The benchmark's verdicts on its targets (``bench.targets``), from made-up ratios: each target
 flips at its limit, an unmeasured one is neither met nor missed, and a dropped idle stream is a miss."""
 
 from __future__ import annotations

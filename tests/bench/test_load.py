@@ -1,5 +1,5 @@
 """The load check runs end to end (2 sessions x 2 s): every call answered with its own nonce, none lost or
-cross-wired, RSS read. No timing is asserted (README: tests never do)."""
+cross-wired, RSS read. No timing is asserted (docs/benchmarks.md: tests never do)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""The 2026-07-28 wire: the validation ladder's order, HTTP statuses, headers, notifications (DIGEST §1.3, §1.7)."""
+"""The 2026-07-28 wire: the validation ladder's order, HTTP statuses, headers, notifications
+(2026-07-28 basic §Error Codes, basic/transports §Streamable HTTP)."""
 
 from __future__ import annotations
 

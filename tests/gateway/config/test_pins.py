@@ -1,4 +1,4 @@
-"""Per-peer pins end to end (issue 3): config errors, each pin outcome with the official SDK, sunset with an
+"""Per-peer pins end to end: config errors, each pin outcome with the official SDK, sunset with an
 injected date, the canary split, and reloads that leave live sessions alone."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
-"""2025-03-26 JSON-RPC batches through the shell (S25-03 basic §Batching, transports §Sending Messages; README
-choice on batches): each element goes its own way, the answers come as one JSON array or one SSE stream."""
+"""2025-03-26 JSON-RPC batches through the shell (2025-03-26 basic §Batching, transports §Sending Messages;
+docs/design.md §27): each element goes its own way, the answers come as one JSON array or one SSE stream."""
 
 from __future__ import annotations
 

@@ -107,7 +107,7 @@ async def test_cancellation_mid_bridge_stops_everything(legacy, upstream) -> Non
     assert await legacy.notify("notifications/cancelled", {"requestId": legacy.next_id, "reason": "changed my mind"}) == 202
     rest = await legacy.events(resp)
     assert sorted(m["params"]["requestId"] for m in rest) == sorted([first["id"], second["id"]])
-    assert all(m["method"] == "notifications/cancelled" for m in rest)  # and no response (S25 cancellation)
+    assert all(m["method"] == "notifications/cancelled" for m in rest)  # and no response (2025-11-25 §Cancellation)
     assert await legacy.answer(first["id"], SAMPLED) == 202  # late answers are ignored
     assert len(upstream.calls("tools/call")) == 1
     assert (await legacy.call("ping"))["result"] == {}

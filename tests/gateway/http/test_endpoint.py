@@ -184,7 +184,7 @@ async def test_a_modern_request_with_a_non_object_meta_is_400_invalid_params(leg
     resp = await legacy.client.post("/mcp", json=body, headers={
         "Accept": "application/json, text/event-stream", **headers})
     answer = await resp.json()
-    assert resp.status == 400 and answer["id"] == 1 and answer["error"]["code"] == -32602  # DIGEST §1.3
+    assert resp.status == 400 and answer["id"] == 1 and answer["error"]["code"] == -32602  # 2026 §Error Codes
     assert not upstream.calls("server/discover")
 
 
@@ -363,8 +363,9 @@ def _pending(legacy: Legacy) -> dict:
 
 @pytest.mark.parametrize("opt_in", [None, "log_level", "progress_token"])
 async def test_a_name_that_cannot_be_a_header_is_invalid_params_at_once(make_gateway, upstream, opt_in) -> None:
-    # A lone surrogate has no UTF-8 form, so no Mcp-Name value (DIGEST §1.7 value encoding) can carry it. With a
-    # log level or a progress token the round runs in a task, which used to die and hold the request to the limit.
+    # A lone surrogate has no UTF-8 form, so no Mcp-Name value (2026-07-28 basic/transports value encoding) can carry
+    # it. With a log level or a progress token the round runs in a task, which used to die and hold the request to the
+    # limit.
     upstream.script["tools/call"] = lambda b, r: text("ok")
     legacy = Legacy(await make_gateway(limits={"total_timeout_seconds": 5}))
     await legacy.initialize()

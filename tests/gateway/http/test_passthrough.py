@@ -1,8 +1,8 @@
 """Modern (2026-07-28) passthrough under production server settings: a real ``AppRunner`` as ``web.run_app``
 builds it (``handler_cancellation=False``; aiohttp's test server turns it on, which hides these bugs).
 
-Closing the response is the 2026 cancel (DIGEST §4.10): a modern client's hang-up must close the upstream
-request at once, and shutdown must not wait for open passthrough streams.
+Closing the response is the 2026 cancel (2026-07-28 basic/patterns §Cancellation): a modern client's hang-up must close
+the upstream request at once, and shutdown must not wait for open passthrough streams.
 """
 
 from __future__ import annotations

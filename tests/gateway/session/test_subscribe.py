@@ -1,5 +1,5 @@
 """Legacy ``resources/subscribe`` / ``unsubscribe`` through the session's own upstream listen (gateway.session.listen,
-gateway.http.subscriptions.on_subscribe): refusals, concurrency and the acknowledged filter (DIGEST §1.9, §4.15)."""
+gateway.http.subscriptions.on_subscribe): refusals, concurrency and the acknowledged filter (2026-07-28 basic/patterns §Subscriptions)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from gateway.http.app import GATEWAY
 @pytest.mark.parametrize("error,status,answered", [
     ({"code": -32602, "message": "unknown resource"}, 400, 200),
     # The upstream refused the client's own (forwarded) token: the answer carries the status, so the client
-    # authorizes again (README choice 14), and still the upstream's error.
+    # authorizes again (docs/design.md §14), and still the upstream's error.
     ({"code": -32001, "message": "token expired"}, 401, 401),
 ])
 async def test_a_refused_listen_answers_the_subscribe_with_the_upstreams_error(legacy, upstream, error,

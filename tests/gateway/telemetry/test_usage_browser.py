@@ -1,4 +1,4 @@
-"""``GET /migration`` in a real headless browser (issue 4): Debian's Chromium driven over the DevTools protocol
+"""``GET /migration`` in a real headless browser: Debian's Chromium driven over the DevTools protocol
 (the ``websockets`` dependency, no Playwright download). Loads the page through the one-time ``?token=`` step,
 reads the drawn charts back from the DOM (numbers and on-screen sizes), and keeps a screenshot as an artifact
 in the test's temporary directory, or under ``ARTIFACTS_DIR`` when set (its path is printed)."""

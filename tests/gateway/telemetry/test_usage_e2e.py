@@ -1,4 +1,4 @@
-"""Usage accounting end to end (issue 4): real SDK clients (legacy and 2026-07-28) through the gateway app with
+"""Usage accounting end to end: real SDK clients (legacy and 2026-07-28) through the gateway app with
 its embedded core; exact counts from scripted mixes; history kept across a restart; /metrics parses."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The migration report from a real usage store (issue 4): three synthetic peers' verdicts through the CLI in
+"""The migration report from a real usage store: three synthetic peers' verdicts through the CLI in
 every format, progress on stderr, retention, peers and sunsets from pins, and the dashboard's admin token."""
 
 from __future__ import annotations
@@ -106,7 +106,7 @@ async def test_peers_and_sunsets_come_from_the_pins(aiohttp_server, tmp_path) ->
         await client.list_tools()
     async with Client(url, mode="legacy") as client:  # the SDK's own clientInfo: the default peer
         await client.list_tools()
-    async with aiohttp.ClientSession() as http:  # past its sunset: initialize is refused (issue 3)
+    async with aiohttp.ClientSession() as http:  # past its sunset: initialize is refused (per-peer pins)
         body = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
             "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "old-tool", "version": "1"}}}
         async with http.post(url, json=body, headers={"Accept": "application/json, text/event-stream"}) as resp:

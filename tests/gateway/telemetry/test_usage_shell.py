@@ -1,4 +1,4 @@
-"""Usage accounting of the causes a real core rarely produces (issue 4), against the scripted fake upstream:
+"""Usage accounting of the causes a real core rarely produces, against the scripted fake upstream:
 upstream failure, client answer timeout, includeContext and URL elicitation, a client's refusal, cancellation."""
 
 from __future__ import annotations
