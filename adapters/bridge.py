@@ -164,7 +164,7 @@ def admit(in_flight: Collection[Any], ident: Any, limits: BridgeLimits) -> Error
     return None
 
 
-def required_capability(entry: Mapping[str, Any], caps: Mapping[str, Any]) -> tuple[str, dict] | None:
+def required_capability(entry: Mapping[str, Any], caps: Mapping[str, Any]) -> tuple[str, dict[str, Any]] | None:
     """The capability an input request needs and the client lacks (2026-07-28 basic/patterns §Multi Round-Trip
     Requests: never send undeclared ones)."""
     method, params = entry.get("method"), entry.get("params") or {}
@@ -233,8 +233,8 @@ class BridgeMachine:
         if isinstance(outcome, Invalid):
             return self._finish_error(outcome.error)
         if isinstance(outcome, Complete):
-            done = [SendToClient(_elicitation_complete(eid)) for eid in self.record.url_elicitations]
-            return done + [self._end(response(self.record.downstream_id, outcome.result))]
+            done: list[Action] = [SendToClient(_elicitation_complete(eid)) for eid in self.record.url_elicitations]
+            return [*done, self._end(response(self.record.downstream_id, outcome.result))]
         return self._next_round(outcome)
 
     def _next_round(self, outcome: InputRequired) -> list[Action]:
@@ -321,7 +321,7 @@ class BridgeMachine:
         entry = rec.input_requests[key]
         error = _answer_error(event)
         if error is not None:
-            return self._cancel_outstanding() + [self._end(response(
+            return [*self._cancel_outstanding(), self._end(response(
                 rec.downstream_id, error=E.client_refused_error(key, entry["method"], error)))]
         actions = self._record_answer(key, entry, event.result)
         if rec.outstanding:
@@ -336,7 +336,7 @@ class BridgeMachine:
         rec.answers[key] = answer
         params = entry.get("params") or {}
         if method == "elicitation/create" and params.get("mode") == "url" and answer.get("action") == "accept":
-            rec.url_elicitations[rec.minted_ids[key]] = params.get("url")
+            rec.url_elicitations[rec.minted_ids[key]] = str(params.get("url"))
         if method == "roots/list" and self.ctx.cache_roots:
             return [StoreRoots(answer)]
         return []

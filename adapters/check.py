@@ -250,7 +250,7 @@ def listing_problems(upstream_tools: Iterable[Mapping[str, Any]],
     seen = {t.get("name"): t for t in gateway_tools}
     out: dict[str, tuple[Problem, ...]] = {}
     for tool in upstream_tools:
-        name, legacy = tool.get("name"), seen.get(tool.get("name"))
+        name, legacy = str(tool.get("name")), seen.get(tool.get("name"))
         if legacy is None:
             out[name] = (Problem(ProblemKind.DROPPED, _drop_reason(tool)),)
         elif "outputSchema" in tool and "outputSchema" not in legacy:
@@ -298,7 +298,9 @@ def judge(obs: Observation, listed: tuple[Problem, ...] = ()) -> ToolReport:
 
 def _judge_error(base: ToolReport, error: Mapping[str, Any]) -> ToolReport:
     code, message = error.get("code"), str(error.get("message", ""))
-    data = error.get("data") if isinstance(error.get("data"), Mapping) else {}
+    data = error.get("data")
+    if not isinstance(data, Mapping):
+        data = {}
     text = f"{code} {message}"
     if code == GATEWAY_LIMIT_EXCEEDED and data.get("limit") == "max_rounds":
         return _with(base, Problem(ProblemKind.ROUND_LIMIT, f"{message} after {base.rounds} rounds"), text)

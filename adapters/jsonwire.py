@@ -83,7 +83,7 @@ def _deeper_than(value: Any, limit: int) -> bool:
         level += 1
         if level > limit:
             return True
-        inner = []
+        inner: list[Any] = []
         for container in containers:
             items = container.values() if isinstance(container, dict) else container
             inner.extend(item for item in items if isinstance(item, (dict, list)))

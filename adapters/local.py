@@ -69,7 +69,7 @@ def check_notification(method: str, version: str, params: Any) -> bool:
 def set_level(params: Any) -> str | ErrorValue:
     """``logging/setLevel``: kept per session; invalid level -> -32602 (2025-11-25 server/utilities/logging)."""
     level = params.get("level") if isinstance(params, Mapping) else None
-    if level not in LOG_LEVELS:
+    if not isinstance(level, str) or level not in LOG_LEVELS:
         return ErrorValue(INVALID_PARAMS, f"level must be one of {', '.join(LOG_LEVELS)}")
     return level
 
@@ -93,7 +93,7 @@ def cancel_request(params: Any) -> CancelRequest | None:
     if not isinstance(params, Mapping):
         return None
     ident, reason = params.get("requestId"), params.get("reason")
-    if not is_request_id(ident):
+    if not isinstance(ident, (str, int)) or not is_request_id(ident):
         return None  # also keeps unhashable values out of the id-keyed exchange table
     return CancelRequest(ident, reason if isinstance(reason, str) else None)
 

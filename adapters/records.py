@@ -21,7 +21,7 @@ def _from_dict(cls: type, data: dict[str, Any]) -> Any:
 
 
 @cache  # read on every request (the session record is parsed per request); the fields never change
-def _names(cls: type) -> tuple[str, ...]:
+def _names(cls: Any) -> tuple[str, ...]:
     return tuple(f.name for f in fields(cls))
 
 
@@ -32,7 +32,8 @@ def _known(cls: type) -> frozenset[str]:
 
 def _to_dict(record: Any) -> dict[str, Any]:
     # A shallow view: the store serializes it at once (dataclasses.asdict deep-copies, which costs ~5x more).
-    return {name: getattr(record, name) for name in _names(type(record))}
+    cls: Any = type(record)
+    return {name: getattr(record, name) for name in _names(cls)}
 
 
 @dataclass(slots=True)

@@ -10,7 +10,7 @@ not taken. Delivered notifications go onto the session's GET stream with ``subsc
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Final, Any
 
 from adapters.capabilities import BridgedFeatures, wants_listen
 from adapters.errors import INVALID_PARAMS, ErrorValue, translate_upstream_error
@@ -132,9 +132,11 @@ def legacy_notification(message: Mapping[str, Any]) -> dict[str, Any] | None:
     return out
 
 
+_STALE_LISTS: Final = {"notifications/tools/list_changed": "tools/list",
+                      "notifications/prompts/list_changed": "prompts/list",
+                      "notifications/resources/list_changed": "resources/list"}
+
 def invalidates(message: Mapping[str, Any]) -> str | None:
     """Which cached method a delivered notification makes stale (2026-07-28 server/utilities §Caching: list_changed
     invalidates)."""
-    return {"notifications/tools/list_changed": "tools/list",
-            "notifications/prompts/list_changed": "prompts/list",
-            "notifications/resources/list_changed": "resources/list"}.get(message.get("method"))
+    return _STALE_LISTS.get(str(message.get("method")))

@@ -105,14 +105,14 @@ class LabelFolder:
         return name, version
 
     def peer(self, name: Any) -> str:
-        if name in self.peers:  # the hot path: an admitted peer
+        if isinstance(name, str) and name in self.peers:  # the hot path: an admitted peer
             return name
-        name = clean_label(name) if name else DEFAULT_PEER
-        if name not in self.peers:
+        label: str = clean_label(name) if name else DEFAULT_PEER
+        if label not in self.peers:
             if len(self.peers) >= self.max_peers:
                 return OTHER
-            self.peers.add(name)
-        return name
+            self.peers.add(label)
+        return label
 
     def seed(self, known: Iterable[tuple[str, str]]) -> None:
         """Re-admit labels already in the store (after a restart) so folding stays stable across restarts."""
@@ -162,7 +162,9 @@ def input_kind(entry: Any) -> tuple[str | None, tuple[str, ...]]:
     """(input kind, deprecated features) of one MRTR ``inputRequests`` entry the bridge carried over."""
     if not isinstance(entry, Mapping):
         return None, ()
-    method, params = entry.get("method"), entry.get("params") if isinstance(entry.get("params"), Mapping) else {}
+    method, params = entry.get("method"), entry.get("params")
+    if not isinstance(params, Mapping):
+        params = {}
     if method == "sampling/createMessage":
         context = params.get("includeContext")
         # includeContext other than "none" is deprecated since 2025-11-25 (2026-07-28 §Deprecated).
@@ -199,7 +201,9 @@ def failure_cause(error: Any) -> str:
     """The cause of an error answer, read from the structured ``data`` the adapters put on their errors."""
     if not isinstance(error, Mapping):
         return ""
-    code, data = error.get("code"), error.get("data") if isinstance(error.get("data"), Mapping) else {}
+    code, data = error.get("code"), error.get("data")
+    if not isinstance(data, Mapping):
+        data = {}
     if code == -32021:
         return "missing capability"
     if "sunset" in data:
