@@ -18,8 +18,16 @@ from adapters import local
 from adapters.admission import SessionCounts, admit_session, initialize_size_error, subscription_error
 from adapters.bridge import BridgeContext, admit
 from adapters.capabilities import client_caps_to_modern
-from adapters.classify import SINGLE_HEADERS, Accepted, HttpView, classify
-from adapters.errors import INVALID_REQUEST, ErrorValue, Rejection, passthrough_ended, reject, translate_upstream_error
+from adapters.classify import SINGLE_HEADERS, Accepted, HttpView, classify, request_id
+from adapters.errors import (
+    INVALID_REQUEST,
+    ErrorValue,
+    Rejection,
+    passthrough_ended,
+    reject,
+    store_unavailable,
+    translate_upstream_error,
+)
 from adapters.handshake import build_initialize_result, cache_policy, check_discover, discover_cache_keys
 from adapters.jsonwire import ENCODED_DEPTH, loads
 from adapters.peers import (
@@ -44,10 +52,11 @@ from adapters.upstream import SessionView, build_discover
 from gateway.config.settings import GatewayConfig
 from gateway.http.passthrough import Passthroughs, Relay
 from gateway.http.telemetry import install_usage
+from gateway.session.backends import store_lifetime
 from gateway.session.exchange import Exchange
 from gateway.session.listen import ListenHub, own_listener
 from gateway.session.runtime import Gateway, PinState, SessionRuntime, log, new_id, random_id, session_view
-from gateway.session.store import InMemoryStore, SessionStore
+from gateway.session.store import SessionStore, StoreUnavailable
 from gateway.session.streams import OutStream, Tap, json_response, write_stream
 from gateway.telemetry.usage import exchange_observer, observe_response, stamp_arrival
 from gateway.upstream.client import FAILURES, UpstreamClient, UpstreamFailure, UpstreamSizes
@@ -81,6 +90,10 @@ async def error_middleware(request: web.Request, handler: Any) -> web.StreamResp
         return await handler(request)
     except web.HTTPException:
         raise
+    except StoreUnavailable as exc:  # a failing dependency, not a bug: 503, retry later
+        log.warning("%s %s: %s", request.method, request.path, exc)
+        body = await request.read()  # read before any store call, and kept by aiohttp: the request's id
+        return _rejection(store_unavailable(request_id(HttpView(request.method, request.headers, body))))
     except Exception:
         log.exception("unhandled error for %s %s", request.method, request.path)
         error = ErrorValue(-32603, "internal gateway error")
@@ -600,7 +613,7 @@ def create_app(config: GatewayConfig, *, store: SessionStore | None = None, tap:
     async def lifetime(app: web.Application) -> AsyncIterator[None]:
         from gateway.upstream.embedded import embedded_core
 
-        async with embedded_core(config) as core_url:
+        async with embedded_core(config) as core_url, store_lifetime(config, store) as session_store:
             url = config.upstream_url or core_url
             assert url is not None
             upstream = UpstreamClient(url, connect_timeout=config.upstream_connect_timeout_seconds,
@@ -609,7 +622,7 @@ def create_app(config: GatewayConfig, *, store: SessionStore | None = None, tap:
                                       max_stream_connections=config.upstream_max_stream_connections,
                                       sizes=upstream_sizes(config))
             named = named_upstreams(config, core_url, tap)
-            gateway = Gateway(config, store or InMemoryStore(), upstream, tap, upstreams=named,
+            gateway = Gateway(config, session_store, upstream, tap, upstreams=named,
                               pins=PinState.from_config(config, dict(os.environ)))
             gateway.hub = ListenHub(gateway)
             app[GATEWAY] = gateway

@@ -1,5 +1,5 @@
 """The session store contract, run against InMemoryStore and RedisStore alike, then what only Redis does: key TTLs,
-expiry by Redis itself, StoreUnavailable and recovery.
+expiry by Redis itself, StoreUnavailable and recovery, and a gateway on Redis end to end (503 while it is down).
 
 Redis: ``REDIS_URL`` if set, else ``redis://127.0.0.1:6379`` if it answers, else a private ``redis-server`` on a
 free port in the test's temporary directory, else the Redis tests skip. Each test writes under its own random key
@@ -24,8 +24,11 @@ redis = pytest.importorskip("redis")
 from redis.asyncio import Redis  # noqa: E402
 
 from adapters.records import PendingRound, SessionRecord  # noqa: E402
+from gateway.http.app import GATEWAY  # noqa: E402
 from gateway.session.redis_store import RedisStore, wall_ms  # noqa: E402
 from gateway.session.store import InMemoryStore, StoreUnavailable  # noqa: E402
+from tests.gateway.conftest import Legacy  # noqa: E402
+from tests.gateway.http.test_bridge_shell import SAMPLED, two_rounds  # noqa: E402
 
 NOW = 1_800_000_000_000  # the contract's clock (ms): the Redis store prunes its counts against it
 IDLE = 3600.0
@@ -305,3 +308,52 @@ def test_memory_usage_of_an_idle_session_is_bounded(redis_url) -> None:
         assert client.memory_usage(key) < 2048
     finally:
         client.delete(key)
+
+
+# --- a gateway on Redis -------------------------------------------------------------------------------------------
+async def test_a_gateway_on_redis(make_gateway, upstream, redis_url, prefix) -> None:
+    upstream.script["tools/list"] = lambda body, req: {"resultType": "complete", "tools": []}
+    upstream.script["tools/call"] = two_rounds
+    legacy = Legacy(await make_gateway(store={"url": redis_url, "prefix": prefix}))
+    assert isinstance(legacy.client.app[GATEWAY].store, RedisStore)
+    await legacy.initialize()
+    assert (await legacy.call("tools/list", {}))["result"]["tools"] == []
+    resp = await legacy.post("tools/call", {"name": "t", "arguments": {}})
+    await legacy.next_event(resp)  # priming
+    _, first = await legacy.next_event(resp)
+    _, second = await legacy.next_event(resp)
+    client = Redis.from_url(redis_url)
+    try:
+        assert await client.scard(f"{prefix}rs:{legacy.session_id}") == 1  # the round waits in Redis
+        for message in (first, second):
+            assert await legacy.answer(message["id"], SAMPLED) == 202
+        _, third = await legacy.next_event(resp)
+        assert await legacy.answer(third["id"], SAMPLED) == 202
+        _, final = await legacy.next_event(resp)
+        assert final["result"]["content"][0]["text"] == "bridged"
+        stored = await client.hget(f"{prefix}s:{legacy.session_id}", "r")
+        assert stored is not None and f'"session_id":"{legacy.session_id}"'.encode() in stored
+        assert 0 < await client.pttl(f"{prefix}s:{legacy.session_id}") <= 3600 * 1000
+    finally:
+        await client.aclose()
+
+
+async def test_redis_down_is_a_503_and_the_gateway_serves_again_once_it_is_back(make_gateway, upstream,
+                                                                                 private_redis) -> None:
+    upstream.script["tools/list"] = lambda body, req: {"resultType": "complete", "tools": []}
+    legacy = Legacy(await make_gateway(store={"url": private_redis.url, "timeout_seconds": 0.5}))
+    await legacy.initialize()
+    private_redis.stop()
+    resp = await legacy.post("tools/list", {})
+    assert resp.status == 503
+    body = await resp.json()
+    assert body["id"] == legacy.next_id and body["error"]["code"] == -32603
+    assert body["error"]["data"] == {"store": "unavailable"}
+    fresh = Legacy(legacy.client)
+    resp = await fresh.post("initialize", {"protocolVersion": "2025-11-25", "capabilities": {},
+                                           "clientInfo": {"name": "raw", "version": "1"}})
+    assert resp.status == 503 and (await resp.json())["id"] == 1
+    private_redis.start()  # nothing persisted: the old session is gone, a new one works
+    assert (await legacy.post("tools/list", {})).status == 404
+    await fresh.initialize()
+    assert (await fresh.call("tools/list", {}))["result"]["tools"] == []
