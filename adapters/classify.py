@@ -117,6 +117,11 @@ def _request_id(view: HttpView) -> object:
     return message.get("id") if isinstance(message, dict) else None
 
 
+def request_id(view: HttpView) -> object:
+    """The id of a POSTed message, or None: for a refusal the shell decides after classification (a store down)."""
+    return _request_id(view)
+
+
 def _host_name(value: str) -> str:
     if value.startswith("["):
         return value[: value.find("]") + 1]

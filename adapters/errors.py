@@ -35,7 +35,7 @@ UPSTREAM_FAILURE: Final = INTERNAL_ERROR
 __all__ = [
     "ErrorValue", "Rejection", "REJECTIONS", "reject", "refusal", "translate_upstream_error", "limit_error",
     "upstream_failure", "passthrough_ended", "token_refused", "AuthChallenge", "missing_capability_error",
-    "client_refused_error", "limit_rejection",
+    "client_refused_error", "limit_rejection", "store_unavailable",
     "GATEWAY_LIMIT_EXCEEDED", "INVALID_PARAMS", "INVALID_REQUEST", "METHOD_NOT_FOUND", "PARSE_ERROR", "INTERNAL_ERROR",
 ]
 
@@ -124,6 +124,9 @@ REJECTIONS: Final[Mapping[str, tuple[int, int]]] = {
     "pinned_to_legacy": (400, UNSUPPORTED_PROTOCOL_VERSION),
     "passthrough_failed": (502, UPSTREAM_FAILURE),
     "passthrough_ended": (503, INTERNAL_ERROR),
+    # The session store (a shared Redis) failed or timed out: a dependency, not the client; 503 says retry
+    # later (RFC 9110 §15.6.4), and -32603 with data.store "unavailable" names what failed.
+    "store_unavailable": (503, INTERNAL_ERROR),
 }
 
 
@@ -197,6 +200,14 @@ def limit_rejection(limit: str, value: Any, ident: Any = None) -> Rejection:
     """A session bound is full: HTTP 503 whose JSON-RPC error names the limit, like :func:`limit_error`."""
     status, _code = REJECTIONS["session_limit"]
     return Rejection("session_limit", status, limit_error(limit, value), ident)
+
+
+def store_unavailable(ident: Any = None) -> Rejection:
+    """The session store failed: HTTP 503, -32603 with ``data.store = "unavailable"``, answered to ``ident``."""
+    status, code = REJECTIONS["store_unavailable"]
+    return Rejection("store_unavailable", status, ErrorValue(code, "the gateway's session store is unavailable",
+                                                             {"store": "unavailable"}),
+                     ident if is_request_id(ident) else None)
 
 
 def passthrough_ended() -> ErrorValue:

@@ -10,7 +10,7 @@ not taken. Delivered notifications go onto the session's GET stream with ``subsc
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Final, Any
+from typing import Any, Final
 
 from adapters.capabilities import BridgedFeatures, wants_listen
 from adapters.errors import INVALID_PARAMS, ErrorValue, translate_upstream_error

@@ -10,7 +10,7 @@ import tomllib
 from functools import cached_property
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from adapters.admission import SessionLimits
 from adapters.bridge import BridgeLimits
@@ -18,6 +18,9 @@ from adapters.capabilities import BridgedFeatures
 from adapters.classify import LOOPBACK_HOSTS, Policy
 from gateway.config.pins import PinsConfig
 from gateway.config.usage import UsageConfig
+
+MEMORY_STORE = "memory"  # [gateway.store] url / serve --store: the in-process store (the default)
+REDIS_SCHEMES = ("redis://", "rediss://", "unix://")
 
 
 class _Frozen(BaseModel):
@@ -66,6 +69,24 @@ class ConnectionsConfig(_Frozen):
     log_repeat_interval_seconds: float = Field(60.0, ge=0)  # one repeated log line per interval; 0: all
 
 
+class StoreConfig(_Frozen):
+    """``[gateway.store]``: where session records live (gateway.session.backends). No ``url`` (or ``memory``): in
+    this process; ``redis://`` / ``rediss://`` / ``unix://``: a Redis that several gateway replicas can share."""
+
+    url: str | None = None
+    prefix: str = Field("mcpgw:", min_length=1)  # every key the gateway writes starts with it
+    timeout_seconds: float = Field(2.0, gt=0)  # connect and command timeout: a failure is a 503 this soon
+
+    @field_validator("url")
+    @classmethod
+    def _known_scheme(cls, url: str | None) -> str | None:
+        if url is None or url == MEMORY_STORE:
+            return None
+        if not url.startswith(REDIS_SCHEMES):
+            raise ValueError(f"expected '{MEMORY_STORE}' or a URL starting with {', '.join(REDIS_SCHEMES)}")
+        return url
+
+
 class GatewayConfig(_Frozen):
     host: str = "127.0.0.1"
     port: int = Field(8808, ge=0, le=65535)
@@ -92,6 +113,7 @@ class GatewayConfig(_Frozen):
     sessions: SessionsConfig = SessionsConfig()  # [gateway.sessions]
     connections: ConnectionsConfig = ConnectionsConfig()  # [gateway.connections]
     usage: UsageConfig = UsageConfig()  # [gateway.usage]: the migration-progress store
+    store: StoreConfig = StoreConfig()  # [gateway.store]: the session store
     pins: PinsConfig = PinsConfig()  # the file's top-level [[peers]], [default_peer], [upstreams.*], [[tokens]]
 
     def policy(self, tokens: dict[str, str] | None = None) -> Policy:

@@ -13,8 +13,8 @@ from typing import Any
 
 from aiohttp import web
 
-from adapters.classify import SINGLE_HEADERS, HttpView, Kind, classify
-from adapters.errors import ErrorValue, Rejection, reject
+from adapters.classify import SINGLE_HEADERS, HttpView, Kind, classify, request_id
+from adapters.errors import ErrorValue, Rejection, reject, store_unavailable
 from gateway.config.settings import GatewayConfig
 from gateway.http.answers import rejection_response
 from gateway.http.batch import on_batch
@@ -25,9 +25,10 @@ from gateway.http.modern import on_modern
 from gateway.http.passthrough import Passthroughs
 from gateway.http.sse import on_delete, on_open_stream, on_resume
 from gateway.http.telemetry import install_usage
+from gateway.session.backends import store_lifetime
 from gateway.session.listen import ListenHub
 from gateway.session.runtime import Gateway, PinState, log
-from gateway.session.store import InMemoryStore, SessionStore
+from gateway.session.store import SessionStore, StoreUnavailable
 from gateway.session.streams import Tap, json_response
 from gateway.telemetry.usage import observe_response, stamp_arrival
 from gateway.upstream.client import UpstreamClient, UpstreamSizes
@@ -40,6 +41,10 @@ async def error_middleware(request: web.Request, handler: Any) -> web.StreamResp
         return await handler(request)
     except web.HTTPException:
         raise
+    except StoreUnavailable as exc:  # a failing dependency, not a bug: 503, retry later
+        log.warning("%s %s: %s", request.method, request.path, exc)
+        body = await request.read()  # read before any store call, and kept by aiohttp: the request's id
+        return rejection_response(store_unavailable(request_id(HttpView(request.method, request.headers, body))))
     except Exception:
         log.exception("unhandled error for %s %s", request.method, request.path)
         error = ErrorValue(-32603, "internal gateway error")
@@ -133,7 +138,7 @@ def create_app(config: GatewayConfig, *, store: SessionStore | None = None, tap:
     async def lifetime(app: web.Application) -> AsyncIterator[None]:
         from gateway.upstream.embedded import embedded_core
 
-        async with embedded_core(config) as core_url:
+        async with embedded_core(config) as core_url, store_lifetime(config, store) as session_store:
             url = config.upstream_url or core_url
             assert url is not None
             upstream = UpstreamClient(url, connect_timeout=config.upstream_connect_timeout_seconds,
@@ -142,7 +147,7 @@ def create_app(config: GatewayConfig, *, store: SessionStore | None = None, tap:
                                       max_stream_connections=config.upstream_max_stream_connections,
                                       sizes=upstream_sizes(config))
             named = named_upstreams(config, core_url, tap)
-            gateway = Gateway(config, store or InMemoryStore(), upstream, tap, upstreams=named,
+            gateway = Gateway(config, session_store, upstream, tap, upstreams=named,
                               pins=PinState.from_config(config, dict(os.environ)))
             gateway.hub = ListenHub(gateway)
             app[GATEWAY] = gateway

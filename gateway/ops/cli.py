@@ -1,7 +1,8 @@
 """The command line: ``python -m gateway serve | check-config FILE | reload --pid PID | report | check``.
 
-``serve [--host 127.0.0.1] [--port 8808] [--upstream URL] [--config FILE] [--pid-file F]`` runs the gateway
-(with the embedded core unless ``--upstream`` is given); with ``--config`` it reloads that file on SIGHUP.
+``serve [--host 127.0.0.1] [--port 8808] [--upstream URL] [--config FILE] [--pid-file F] [--store URL]`` runs the
+gateway (with the embedded core unless ``--upstream`` is given, on the in-memory session store unless ``--store``
+names a Redis); with ``--config`` it reloads that file on SIGHUP.
 ``check-config FILE`` validates a file without serving (exit 2 and the key path on failure).
 ``reload --pid PID | --pid-file F`` asks a running gateway to re-read its file.
 ``check --upstream URL`` plays a 2025-11-25 client through an in-process gateway, tool by tool (gateway.ops.check).
@@ -17,8 +18,9 @@ import sys
 from pathlib import Path
 
 from aiohttp import web
+from pydantic import ValidationError
 
-from gateway.config.settings import ConfigError, GatewayConfig, load_config
+from gateway.config.settings import ConfigError, GatewayConfig, StoreConfig, load_config
 from gateway.http.app import create_app
 from gateway.ops.check import add_arguments as add_check_arguments
 from gateway.ops.check import run as run_check
@@ -45,6 +47,9 @@ def parser() -> argparse.ArgumentParser:
     serve.add_argument("--gc-gen0", type=int, default=10_000, metavar="N",
                        help="young-generation GC threshold after freezing the start-up heap; 0 keeps Python's "
                             "defaults (see docs/benchmarks.md)")
+    serve.add_argument("--store", default=None, metavar="URL",
+                       help="session store: 'memory' (the default) or redis://HOST:PORT/DB, shared by replicas "
+                            "(overrides [gateway.store].url)")
     serve.add_argument("--usage-db", default=None,
                        help="usage store (default [gateway.usage].db, else gateway-usage.sqlite3)")
     check = commands.add_parser("check-config", help="validate a configuration file without serving")
@@ -87,6 +92,7 @@ def served_app(args: argparse.Namespace) -> tuple[web.Application, GatewayConfig
     except ConfigError as exc:
         raise SystemExit(f"gateway: {exc}") from None
     config = usage_serve_defaults(config, args.usage_db)  # serve keeps usage history by default
+    config = with_store(config, args.store)
     app = create_app(config)
     if args.config:
         install_sighup(app, args.config, **overrides)
@@ -97,6 +103,17 @@ def served_app(args: argparse.Namespace) -> tuple[web.Application, GatewayConfig
         tune_gc(args.gc_gen0)
     app.on_startup.append(tuned)
     return app, config
+
+
+def with_store(config: GatewayConfig, url: str | None) -> GatewayConfig:
+    """``--store URL`` replaces the file's ``[gateway.store] url`` only: its prefix and timeout still apply."""
+    if url is None:
+        return config
+    try:
+        store = StoreConfig.model_validate({**config.store.model_dump(), "url": url})
+    except ValidationError as exc:
+        raise SystemExit(f"gateway: --store: {exc.errors()[0]['msg']}") from None
+    return config.model_copy(update={"store": store})
 
 
 def serve(args: argparse.Namespace) -> None:

@@ -3,7 +3,7 @@ re-reads the file.
 
 A file that fails validation keeps the running configuration and logs why. A good one replaces the pins that
 *new* sessions are opened under; live sessions keep the snapshot in their records (``SessionRecord.pins``) until
-they end. Listen addresses, the default upstream and the embedded core are fixed at start; named upstreams
+they end. Listen addresses, the default upstream, the embedded core and the session store are fixed at start; named upstreams
 that the new file adds are connected, and changed ones are replaced for the requests that follow.
 """
 

@@ -15,6 +15,12 @@ from adapters.jsonwire import ENCODED_DEPTH, dumps, loads
 from adapters.records import PendingRound, SessionRecord
 
 
+class StoreUnavailable(Exception):
+    """The session store could not be reached or did not answer in time (a shared store's network or server):
+    the one exception every :class:`SessionStore` method raises for it, whatever the backend, so the shell maps
+    it to one answer (``adapters.errors.REJECTIONS["store_unavailable"]``) instead of a 500."""
+
+
 class SessionStore(Protocol):
     async def get_session(self, session_id: str) -> SessionRecord | None: ...
     async def put_session(self, record: SessionRecord) -> None: ...

@@ -18,7 +18,7 @@ from pydantic import BaseModel
 from gateway.http.app import create_app
 from gateway.ops.cli import parser, served_app
 from gateway.ops.loops import tune_gc
-from gateway.config.settings import GatewayConfig, LimitsConfig, load_config
+from gateway.config.settings import ConfigError, GatewayConfig, LimitsConfig, load_config
 from tests.gateway.conftest import Legacy
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -131,3 +131,24 @@ async def test_python_m_gateway_serve_is_the_main_command(tmp_path) -> None:
     finally:
         proc.terminate()
         proc.wait(10)
+
+
+def test_serve_store_flag_overrides_only_the_files_url(tmp_path) -> None:
+    """``--store URL`` replaces [gateway.store] url and keeps the file's prefix; ``memory`` is the in-memory store;
+    without the flag the file (or the default: in memory) decides."""
+    path = tmp_path / "g.toml"
+    path.write_text('[gateway.store]\nurl = "redis://127.0.0.1:1/0"\nprefix = "blue:"\n')
+    usage = ["--usage-db", str(tmp_path / "usage.sqlite3")]
+    _, config = served_app(parser().parse_args(["serve", "--config", str(path), *usage]))
+    assert (config.store.url, config.store.prefix) == ("redis://127.0.0.1:1/0", "blue:")
+    _, config = served_app(parser().parse_args(["serve", "--config", str(path), "--store", "memory", *usage]))
+    assert (config.store.url, config.store.prefix) == (None, "blue:")
+    _, config = served_app(parser().parse_args(["serve", "--store", "redis://10.0.0.1:6379/2", *usage]))
+    assert (config.store.url, config.store.prefix, config.store.timeout_seconds) == ("redis://10.0.0.1:6379/2",
+                                                                                     "mcpgw:", 2.0)
+    assert served_app(parser().parse_args(["serve", *usage]))[1].store.url is None
+    with pytest.raises(SystemExit, match="--store: .*redis://"):
+        served_app(parser().parse_args(["serve", "--store", "http://nope", *usage]))
+    path.write_text('[gateway.store]\nurl = "mysql://x"\n')
+    with pytest.raises(ConfigError, match="gateway.store.url"):
+        load_config(path)

@@ -1,0 +1,359 @@
+"""The session store contract, run against InMemoryStore and RedisStore alike, then what only Redis does: key TTLs,
+expiry by Redis itself, StoreUnavailable and recovery, and a gateway on Redis end to end (503 while it is down).
+
+Redis: ``REDIS_URL`` if set, else ``redis://127.0.0.1:6379`` if it answers, else a private ``redis-server`` on a
+free port in the test's temporary directory, else the Redis tests skip. Each test writes under its own random key
+prefix and deletes those keys at the end (never FLUSHDB).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import secrets
+import shutil
+import socket
+import subprocess
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+redis = pytest.importorskip("redis")
+from redis.asyncio import Redis  # noqa: E402
+
+from adapters.records import PendingRound, SessionRecord  # noqa: E402
+from gateway.http.app import GATEWAY  # noqa: E402
+from gateway.session.redis_store import RedisStore, wall_ms  # noqa: E402
+from gateway.session.store import InMemoryStore, StoreUnavailable  # noqa: E402
+from tests.gateway.conftest import Legacy  # noqa: E402
+from tests.gateway.http.test_bridge_shell import SAMPLED, two_rounds  # noqa: E402
+
+NOW = 1_800_000_000_000  # the contract's clock (ms): the Redis store prunes its counts against it
+IDLE = 3600.0
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+class PrivateRedis:
+    """A ``redis-server`` of this test only, on one port across stops and starts, persisting nothing."""
+
+    def __init__(self, directory: Path) -> None:
+        self.directory, self.port, self.process = directory, free_port(), None
+        self.url = f"redis://127.0.0.1:{self.port}/0"
+
+    def start(self) -> None:
+        self.process = subprocess.Popen(["redis-server", "--port", str(self.port), "--bind", "127.0.0.1",
+                                         "--save", "", "--appendonly", "no", "--dir", str(self.directory)],
+                                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        for _ in range(200):  # until it answers (or a clear failure); not a timing assertion
+            if self.process.poll() is not None:
+                raise RuntimeError(f"redis-server exited with {self.process.returncode}")
+            if answers(self.url):
+                return
+            subprocess.run(["sleep", "0.05"], check=False)
+        raise RuntimeError("redis-server never answered")
+
+    def stop(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.terminate()
+            self.process.wait(timeout=30)
+
+
+def answers(url: str) -> bool:
+    try:
+        import redis as sync_redis
+        return bool(sync_redis.Redis.from_url(url, socket_connect_timeout=0.5, socket_timeout=0.5).ping())
+    except Exception:
+        return False
+
+
+@pytest.fixture
+def private_redis(tmp_path) -> Iterator[PrivateRedis]:
+    if shutil.which("redis-server") is None:
+        pytest.skip("redis-server is not installed (apt-get install redis-server)")
+    server = PrivateRedis(tmp_path)
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def redis_url(tmp_path) -> Iterator[str]:
+    url = os.environ.get("REDIS_URL") or "redis://127.0.0.1:6379/0"
+    if answers(url):
+        yield url
+        return
+    if shutil.which("redis-server") is None:
+        pytest.skip(f"no Redis at {url} and redis-server is not installed")
+    server = PrivateRedis(tmp_path)
+    server.start()
+    try:
+        yield server.url
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def prefix(redis_url) -> Iterator[str]:
+    """A key prefix of this test alone; its keys are deleted at the end."""
+    import redis as sync_redis
+
+    name = f"test-{secrets.token_hex(6)}:"
+    yield name
+    client = sync_redis.Redis.from_url(redis_url)
+    try:
+        keys = list(client.scan_iter(match=f"{name}*"))
+        if keys:
+            client.delete(*keys)
+    finally:
+        client.close()
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = NOW
+
+    def __call__(self) -> int:
+        return self.now
+
+
+@pytest.fixture(params=["memory", "redis"])
+async def store(request) -> AsyncIterator[Any]:
+    """The store under contract: the same tests for both."""
+    if request.param == "memory":
+        yield InMemoryStore()
+        return
+    url, name = request.getfixturevalue("redis_url"), request.getfixturevalue("prefix")
+    redis_store = RedisStore(url, idle_seconds=IDLE, prefix=name, clock=Clock())
+    try:
+        yield redis_store
+    finally:
+        await redis_store.close()
+
+
+def record(session_id: str, principal: str = "alice", seen: int = NOW) -> SessionRecord:
+    return SessionRecord(session_id, principal, "2025-11-25", {"sampling": {}, "roots": {"listChanged": True}},
+                         {"name": "client \u00e9", "version": "1"}, NOW - 10_000, seen)
+
+
+def pending(bridge_id: str, session_id: str) -> PendingRound:
+    return PendingRound(bridge_id, session_id, 7, "tools/call", {"name": "t", "arguments": {"x": [1, 2]}})
+
+
+# --- the contract ------------------------------------------------------------------------------------------------
+async def test_records_round_trip_and_are_never_aliased(store) -> None:
+    original = record("s1")
+    await store.put_session(original)
+    assert await store.get_session("s1") == original and await store.get_session("nope") is None
+    read = await store.get_session("s1")
+    read.subscriptions.append("file:///x")
+    assert (await store.get_session("s1")).subscriptions == []
+
+
+async def test_last_seen_only_moves_forward(store) -> None:
+    await store.put_session(record("s1", seen=NOW - 500))
+    await store.touch_session("s1", NOW - 100)
+    assert (await store.get_session("s1")).last_seen_ms == NOW - 100
+    stale = record("s1", seen=NOW - 500)  # read before the touch, written after it
+    await store.put_session(stale)
+    assert stale.last_seen_ms == NOW - 100 and (await store.get_session("s1")).last_seen_ms == NOW - 100
+    await store.touch_session("gone", NOW)  # no record: nothing is created
+    assert await store.get_session("gone") is None and await store.last_seen(["gone"]) == {}
+
+
+async def test_counts_follow_puts_deletes_and_expiry(store) -> None:
+    for session_id, principal in [("a1", "alice"), ("a2", "alice"), ("b1", "bob")]:
+        await store.put_session(record(session_id, principal, NOW - 1000))
+    await store.put_session(record("a1", "alice", NOW - 900))  # a rewrite is not a new session
+    assert await store.count_sessions("alice") == (3, 2) and await store.count_sessions("carol") == (3, 0)
+    await store.delete_session("a2")
+    assert await store.count_sessions("alice") == (2, 1)
+    await store.touch_session("b1", NOW)
+    assert await store.expire_sessions(NOW - 100) == ["a1"]
+    assert await store.count_sessions("alice") == (1, 0) and await store.count_sessions("bob") == (1, 1)
+
+
+async def test_last_seen_of_many_and_expiry_keeps_what_it_is_told(store) -> None:
+    await store.put_session(record("old", seen=NOW - 5000))
+    await store.put_session(record("busy", seen=NOW - 5000))
+    await store.put_session(record("new", seen=NOW - 10))
+    assert await store.last_seen(["old", "new", "never"]) == {"old": NOW - 5000, "new": NOW - 10}
+    assert await store.last_seen([]) == {}
+    await store.put_round(pending("b-old", "old"))
+    assert await store.expire_sessions(NOW - 100, keep={"busy"}) == ["old"]
+    assert await store.get_session("old") is None and await store.get_round("b-old") is None
+    assert await store.get_session("busy") is not None and await store.rounds_of("old") == []
+
+
+async def test_rounds(store) -> None:
+    await store.put_session(record("s1"))
+    first, second = pending("b1", "s1"), pending("b2", "s1")
+    await store.put_round(first)
+    await store.put_round(second)
+    second.answers = {"a": {"ok": True}}
+    await store.put_round(second)  # saved again after a step
+    assert await store.get_round("b2") == second and await store.get_round("zz") is None
+    assert sorted(r.bridge_id for r in await store.rounds_of("s1")) == ["b1", "b2"]
+    await store.delete_round("b1")
+    await store.delete_round("b1")  # twice is harmless
+    assert [r.bridge_id for r in await store.rounds_of("s1")] == ["b2"]
+    await store.delete_session("s1")
+    assert await store.get_round("b2") is None and await store.rounds_of("s1") == []
+
+
+# --- Redis only ---------------------------------------------------------------------------------------------------
+async def ttl_ms(client: Redis, *keys: str) -> list[int]:
+    return [await client.pttl(key) for key in keys]
+
+
+async def test_every_key_expires_and_a_touch_renews_it(redis_url, prefix) -> None:
+    store = RedisStore(redis_url, idle_seconds=IDLE, prefix=prefix, clock=Clock())
+    try:
+        await store.put_session(record("s1"))
+        await store.put_round(pending("b1", "s1"))
+        keys = [store.key("s:", "s1"), store.key("seen"), store.key("p:", "alice"), store.key("r:", "b1"),
+                store.key("rs:", "s1")]
+        assert sorted(k.decode() for k in await store.redis.keys(f"{prefix}*")) == sorted(keys)
+        assert all(0 < ttl <= IDLE * 1000 for ttl in await ttl_ms(store.redis, *keys))
+        for key in keys:
+            await store.redis.pexpire(key, 1000)
+        await store.touch_session("s1", NOW + 1)
+        assert all(1000 < ttl <= IDLE * 1000 for ttl in await ttl_ms(store.redis, *keys))
+        for key in keys:  # a busy session passed as ``keep`` is renewed by the sweep as well
+            await store.redis.pexpire(key, 1000)
+        assert await store.expire_sessions(NOW - 10, keep={"s1"}) == []
+        renewed = dict(zip(keys, await ttl_ms(store.redis, *keys), strict=True))
+        assert all(renewed[store.key(k, n)] > 1000 for k, n in [("s:", "s1"), ("r:", "b1"), ("rs:", "s1")])
+    finally:
+        await store.close()
+
+
+async def until(condition: Any) -> None:
+    """Wait for ``condition()`` (a coroutine function) to hold; fails only if it never does."""
+    for _ in range(400):
+        if await condition():
+            return
+        await asyncio.sleep(0.05)
+    raise AssertionError("the condition never held")
+
+
+async def test_counts_stay_right_when_redis_expires_a_session_itself(redis_url, prefix) -> None:
+    """One session goes idle and Redis drops its keys (no sweep); the other is kept alive by touches."""
+    store = RedisStore(redis_url, idle_seconds=1.5, prefix=prefix)  # the wall clock, as Redis's TTLs
+    try:
+        await store.put_session(record("idle", seen=wall_ms()))
+        await store.put_session(record("live", seen=wall_ms()))
+        assert await store.count_sessions("alice") == (2, 2)
+
+        async def idle_gone() -> bool:
+            await store.touch_session("live", wall_ms())
+            return not await store.redis.exists(store.key("s:", "idle"))
+        await until(idle_gone)
+        assert await store.count_sessions("alice") == (1, 1)
+        assert await store.get_session("idle") is None and set(await store.last_seen(["idle", "live"])) == {"live"}
+    finally:
+        await store.close()
+
+
+async def every_method_fails(store: RedisStore) -> None:
+    calls = [store.get_session("s"), store.put_session(record("s")), store.touch_session("s", NOW),
+             store.delete_session("s"), store.count_sessions("alice"), store.last_seen(["s"]),
+             store.expire_sessions(NOW), store.put_round(pending("b", "s")), store.get_round("b"),
+             store.delete_round("b"), store.rounds_of("s")]
+    for call in calls:
+        with pytest.raises(StoreUnavailable, match="session store"):
+            await call
+
+
+async def test_unreachable_redis_is_store_unavailable() -> None:
+    store = RedisStore(f"redis://127.0.0.1:{free_port()}/0", idle_seconds=IDLE, timeout_seconds=0.5)
+    try:
+        await every_method_fails(store)
+    finally:
+        await store.close()
+
+
+async def test_store_unavailable_while_redis_is_down_then_recovers(private_redis) -> None:
+    store = RedisStore(private_redis.url, idle_seconds=IDLE, prefix="t:", timeout_seconds=0.5, clock=Clock())
+    try:
+        await store.put_session(record("s1"))
+        private_redis.stop()
+        await every_method_fails(store)
+        private_redis.start()  # the same port, nothing persisted
+        assert await store.get_session("s1") is None
+        await store.put_session(record("s1"))
+        assert (await store.get_session("s1")).session_id == "s1" and await store.count_sessions("alice") == (1, 1)
+    finally:
+        await store.close()
+
+
+def test_memory_usage_of_an_idle_session_is_bounded(redis_url) -> None:
+    """MEMORY USAGE of a typical idle session's own key (the record) stays small; the number is in the module
+    docstring of gateway.session.redis_store."""
+    import redis as sync_redis
+
+    client = sync_redis.Redis.from_url(redis_url)
+    key = f"test-{secrets.token_hex(6)}:s:x"
+    try:
+        from adapters.jsonwire import dumps
+        client.hset(key, mapping={"r": dumps(record("x").to_dict()), "p": "alice"})
+        assert client.memory_usage(key) < 2048
+    finally:
+        client.delete(key)
+
+
+# --- a gateway on Redis -------------------------------------------------------------------------------------------
+async def test_a_gateway_on_redis(make_gateway, upstream, redis_url, prefix) -> None:
+    upstream.script["tools/list"] = lambda body, req: {"resultType": "complete", "tools": []}
+    upstream.script["tools/call"] = two_rounds
+    legacy = Legacy(await make_gateway(store={"url": redis_url, "prefix": prefix}))
+    assert isinstance(legacy.client.app[GATEWAY].store, RedisStore)
+    await legacy.initialize()
+    assert (await legacy.call("tools/list", {}))["result"]["tools"] == []
+    resp = await legacy.post("tools/call", {"name": "t", "arguments": {}})
+    await legacy.next_event(resp)  # priming
+    _, first = await legacy.next_event(resp)
+    _, second = await legacy.next_event(resp)
+    client = Redis.from_url(redis_url)
+    try:
+        assert await client.scard(f"{prefix}rs:{legacy.session_id}") == 1  # the round waits in Redis
+        for message in (first, second):
+            assert await legacy.answer(message["id"], SAMPLED) == 202
+        _, third = await legacy.next_event(resp)
+        assert await legacy.answer(third["id"], SAMPLED) == 202
+        _, final = await legacy.next_event(resp)
+        assert final["result"]["content"][0]["text"] == "bridged"
+        stored = await client.hget(f"{prefix}s:{legacy.session_id}", "r")
+        assert stored is not None and f'"session_id":"{legacy.session_id}"'.encode() in stored
+        assert 0 < await client.pttl(f"{prefix}s:{legacy.session_id}") <= 3600 * 1000
+    finally:
+        await client.aclose()
+
+
+async def test_redis_down_is_a_503_and_the_gateway_serves_again_once_it_is_back(make_gateway, upstream,
+                                                                                 private_redis) -> None:
+    upstream.script["tools/list"] = lambda body, req: {"resultType": "complete", "tools": []}
+    legacy = Legacy(await make_gateway(store={"url": private_redis.url, "timeout_seconds": 0.5}))
+    await legacy.initialize()
+    private_redis.stop()
+    resp = await legacy.post("tools/list", {})
+    assert resp.status == 503
+    body = await resp.json()
+    assert body["id"] == legacy.next_id and body["error"]["code"] == -32603
+    assert body["error"]["data"] == {"store": "unavailable"}
+    fresh = Legacy(legacy.client)
+    resp = await fresh.post("initialize", {"protocolVersion": "2025-11-25", "capabilities": {},
+                                           "clientInfo": {"name": "raw", "version": "1"}})
+    assert resp.status == 503 and (await resp.json())["id"] == 1
+    private_redis.start()  # nothing persisted: the old session is gone, a new one works
+    assert (await legacy.post("tools/list", {})).status == 404
+    await fresh.initialize()
+    assert (await fresh.call("tools/list", {}))["result"]["tools"] == []
