@@ -22,11 +22,12 @@ from typing import Any
 
 from adapters import bridge as B
 from adapters.admission import roots_cacheable
-from adapters.errors import INTERNAL_ERROR, ErrorValue
+from adapters.errors import INTERNAL_ERROR, ErrorValue, store_unavailable
 from adapters.records import PendingRound, SessionRecord
 from adapters.results import progress_advances, request_notification, response
 from adapters.upstream import UnencodableHeader, build_request, needs_header_refresh, x_mcp_header_map
 from gateway.session.runtime import SessionRuntime, log, new_id, session_view
+from gateway.session.store import StoreUnavailable
 from gateway.session.streams import OutStream
 from gateway.upstream.client import Answer, UpstreamFailure
 
@@ -73,10 +74,9 @@ class Exchange:
         answers with :attr:`stream`)."""
         try:
             return await self._begin()
-        except Exception:  # as in run(): a gateway bug still answers the request and frees its id
-            log.exception("exchange for request %r failed", self.record.downstream_id)
+        except Exception as exc:  # as in run(): a failure still answers the request and frees its id
             self._end()
-            return B.Finish(response(self.record.downstream_id, error=_INTERNAL))
+            return B.Finish(response(self.record.downstream_id, error=self._failure(exc)))
 
     async def _begin(self) -> B.Finish | None:
         actions = self.machine.start()
@@ -129,9 +129,8 @@ class Exchange:
                 await self._perform(self.machine.handle(await self.events.get()))
                 self._session = None  # only the round an answer starts may use the record its handler read
                 self._settle()
-        except Exception:  # a gateway bug must still answer the original request, not leave it hanging
-            log.exception("exchange for request %r failed", self.record.downstream_id)
-            self.stream.finish(response(self.record.downstream_id, error=_INTERNAL))
+        except Exception as exc:  # a failure must still answer the original request, not leave it hanging
+            self.stream.finish(response(self.record.downstream_id, error=self._failure(exc)))
         finally:
             self._settle()
             for handle in self._timers:
@@ -144,7 +143,22 @@ class Exchange:
                 self.stream.finish()
             self._end()
             if self._saved:
-                await store.delete_round(self.record.bridge_id)
+                await self._forget_round()
+
+    def _failure(self, exc: Exception) -> ErrorValue:
+        """What the client is told when the exchange itself fails: the store's unavailability (a dependency,
+        said as such), or a gateway bug (logged with its traceback)."""
+        if isinstance(exc, StoreUnavailable):
+            log.warning("request %r: %s", self.record.downstream_id, exc)
+            return store_unavailable().error
+        log.exception("exchange for request %r failed", self.record.downstream_id, exc_info=exc)
+        return _INTERNAL
+
+    async def _forget_round(self) -> None:
+        try:
+            await self.runtime.gateway.store.delete_round(self.record.bridge_id)
+        except StoreUnavailable as exc:  # the round's keys expire with the session's idle time anyway
+            log.warning("request %r: its round record stays until it expires: %s", self.record.downstream_id, exc)
 
     def _end(self) -> None:
         self.runtime.exchanges.pop(self.record.downstream_id, None)
@@ -193,9 +207,8 @@ class Exchange:
             return B.UpstreamFailed(failure.error)
         except UnencodableHeader as bad:  # raised while building, so nothing was sent (header value encoding)
             return B.UpstreamFailed(bad.error(self.record.method))
-        except Exception:  # a gateway bug: answered at once, like one in run() or begin()
-            log.exception("upstream round for request %r failed", self.record.downstream_id)
-            return B.UpstreamFailed(_INTERNAL)
+        except Exception as exc:  # answered at once, like a failure in run() or begin()
+            return B.UpstreamFailed(self._failure(exc))
 
     async def _round(self, extra: dict[str, Any], session: SessionRecord | None) -> Any:
         """``session``: the record read by the handler whose request or answer starts this round; None (a

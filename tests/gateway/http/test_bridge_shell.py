@@ -4,7 +4,11 @@ cancellation, resumption with Last-Event-ID, and subscriptions bridged to the GE
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
+from gateway.config.settings import load_config
+from gateway.http.app import GATEWAY, create_app
+from gateway.session.store import InMemoryStore, StoreUnavailable
 from tests.gateway.conftest import Legacy, text
 
 
@@ -335,8 +339,8 @@ def _hold(request):
 async def test_an_answer_is_acknowledged_only_after_the_next_round_left(upstream, aiohttp_client) -> None:
     """The 202 for the answer that completes a round is prepared after the retry was handed to the upstream
     (design choice 26): the acknowledgement's send is off the round's critical path."""
-    from gateway.http.app import create_app
     from gateway.config.settings import load_config
+    from gateway.http.app import create_app
 
     order: list[str] = []
 
@@ -360,3 +364,25 @@ async def test_an_answer_is_acknowledged_only_after_the_next_round_left(upstream
     assert order == ["upstream None", "202", "upstream s1\u00e9", "202"]
     _, third = await legacy.next_event(resp)
     assert third["method"] == "sampling/createMessage"
+
+
+class _StoreFailingRounds(InMemoryStore):
+    """A shared store that goes away while a bridged request waits for the client."""
+
+    async def put_round(self, record: Any) -> None:
+        raise StoreUnavailable("redis://127.0.0.1:1: connection refused")
+
+    async def delete_round(self, bridge_id: str) -> None:
+        raise StoreUnavailable("redis://127.0.0.1:1: connection refused")
+
+
+async def test_a_store_failing_mid_bridge_is_said_as_such_and_nothing_leaks(upstream, aiohttp_client) -> None:
+    upstream.script["tools/call"] = two_rounds
+    client = Legacy(await aiohttp_client(create_app(load_config(upstream_url=upstream.url),
+                                                    store=_StoreFailingRounds())))
+    await client.initialize()
+    resp = await client.post("tools/call", {"name": "t", "arguments": {}})
+    final = [m for m in await client.events(resp) if "error" in m or "result" in m][-1]
+    assert final["error"]["code"] == -32603 and final["error"]["data"] == {"store": "unavailable"}
+    assert client.client.app[GATEWAY].runtime(client.session_id).exchanges == {}  # the id is free again
+    assert "result" in await client.call("ping")
