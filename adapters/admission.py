@@ -14,6 +14,7 @@ from typing import Any
 
 from adapters.errors import ErrorValue, Rejection, limit_error, limit_rejection
 from adapters.jsonwire import dumps
+from adapters.subscriptions import apply_subscribes
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,3 +73,18 @@ def roots_cacheable(result: Mapping[str, Any], limits: SessionLimits) -> bool:
     """A roots/list answer larger than ``max_cached_roots_bytes`` is used for its request but not kept: the next
     request asks the client again, which is correct, only slower (no error for the client to see)."""
     return len(dumps(result)) <= limits.max_cached_roots_bytes
+
+
+def admit_changes(held: Sequence[str], changes: Sequence[tuple[str, bool] | None],
+                  limits: SessionLimits) -> list[ErrorValue | None]:
+    """For each subscription change queued for one turn, in order: None when it is applied, else the limit error
+    it is refused with. Judged against the subscriptions as each earlier change of the turn leaves them, since
+    changes that ran at once (a batch) each passed the per-request check against the same record. ``None``
+    changes (a GET stream's listen) are always applied."""
+    current, out = list(held), []
+    for change in changes:
+        error = subscription_error(current, change[0], limits) if change and change[1] else None
+        if error is None and change:
+            current = apply_subscribes(current, [change])
+        out.append(error)
+    return out

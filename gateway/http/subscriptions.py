@@ -3,12 +3,11 @@ queued changes applied together, the listen shared by idle sessions or the sessi
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any
 
 from aiohttp import web
 
-from adapters.admission import subscription_error
+from adapters.admission import admit_changes, subscription_error
 from adapters.errors import ErrorValue, Rejection, reject
 from adapters.records import SessionRecord
 from adapters.results import response
@@ -37,53 +36,25 @@ async def on_subscribe(request: web.Request, gw: Gateway, session: SessionRecord
 
 async def change_listen(gw: Gateway, session_id: str, authorization: str | None,
                         change: tuple[str, bool] | None = None) -> ErrorValue | Rejection | None:
-    """Apply ``change`` (uri, subscribe?) to the session's subscriptions and make its listen match them.
-
-    One change at a time per session, each reading the record inside the lock: two subscribes that each built
-    their filter from the set read before either saved would leave the last acknowledged listen without the
-    other's URI (2026-07-28 basic/patterns §Subscriptions: a filter cannot be edited, each change replaces the listen). Changes that queue
-    meanwhile are applied together by the next turn, with one listen and one acknowledgement wait for all of
-    them, and each gets that outcome: k queued subscribes behind a slow upstream wait one ack, not k."""
+    """Apply ``change`` (uri, subscribe?) to the session's subscriptions and make its listen match them, in the
+    session's turn (gateway.session.listen.Turns): each turn reads the record inside the lock, since a filter
+    cannot be edited and each change replaces the listen (2026-07-28 basic/patterns §Subscriptions)."""
     listener = own_listener(gw.runtime(session_id))
-    mine: asyncio.Future = asyncio.get_running_loop().create_future()
-    listener.queued.append((change, mine))
-    try:
-        async with listener.changing:
-            if not mine.done():  # nobody took it yet: this turn applies everything queued so far
-                batch, listener.queued = listener.queued, []
-                try:
-                    batch = await _within_limits(gw, session_id, batch)
-                    outcome = await _apply_changes(gw, session_id, authorization,
-                                                   [c for c, _ in batch if c]) if batch else None
-                except BaseException:  # cancelled (shutdown): the next turn takes the others' changes
-                    listener.queued[:0] = [item for item in batch if item[1] is not mine]
-                    raise
-                for _change, waiter in batch:
-                    waiter.set_result(outcome)
-    except BaseException:
-        # Gone before a turn took its change: nobody is left to tell, so it is not applied.
-        listener.queued = [item for item in listener.queued if item[1] is not mine]
-        raise
-    return mine.result()
+    return await listener.turns.submit(change, lambda changes: _turn(gw, session_id, authorization, changes))
 
 
-async def _within_limits(gw: Gateway, session_id: str, batch: list[tuple[Any, asyncio.Future]]) -> list[Any]:
-    """The queued changes that keep the session within its subscription bounds, in order; each other one is
-    answered with its limit error now. Checked here, on the record as of this turn, since subscribes that ran
-    at once (a batch) each passed on_subscribe's check against the same record."""
+async def _turn(gw: Gateway, session_id: str, authorization: str | None,
+                changes: list[tuple[str, bool] | None]) -> list[ErrorValue | Rejection | None]:
+    """One turn: the changes within the session's bounds (adapters.admission.admit_changes) applied with one
+    listen and one acknowledgement wait, each answered with that outcome; the others with their limit error."""
     session = await gw.store.get_session(session_id)
-    if session is None:
-        return batch  # _apply_changes answers them all: the session is gone
-    held, kept, limits = list(session.subscriptions), [], gw.config.sessions.session_limits
-    for change, waiter in batch:
-        error = subscription_error(held, change[0], limits) if change and change[1] else None
-        if error is not None:
-            waiter.set_result(error)
-            continue
-        if change:
-            held = apply_subscribes(held, [change])
-        kept.append((change, waiter))
-    return kept
+    held = session.subscriptions if session is not None else []
+    refusals = admit_changes(held, changes, gw.config.sessions.session_limits)
+    if all(refusal is not None for refusal in refusals):
+        return list(refusals)
+    kept = [change for change, refusal in zip(changes, refusals, strict=True) if refusal is None and change]
+    outcome = await _apply_changes(gw, session_id, authorization, kept)
+    return [refusal if refusal is not None else outcome for refusal in refusals]
 
 
 async def _apply_changes(gw: Gateway, session_id: str, authorization: str | None,

@@ -16,8 +16,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-from collections.abc import Callable, Coroutine
-from typing import Any
+from collections.abc import Awaitable, Callable, Coroutine
+from typing import Any, Generic, TypeVar
 
 from adapters.errors import ErrorValue, upstream_failure
 from adapters.subscriptions import (
@@ -37,6 +37,43 @@ from gateway.upstream.client import UpstreamFailure
 ACK_TIMEOUT_SECONDS = 10.0
 
 
+
+C = TypeVar("C")
+O = TypeVar("O")
+
+
+class Turns(Generic[C, O]):
+    """Changes applied one turn at a time. The changes that queue while a turn runs are applied together by the
+    next one, with one outcome each: k changes behind a slow turn (a listen waiting for its acknowledgement)
+    wait one more turn, not k. A change whose submitter is cancelled before its turn is dropped (nobody is left
+    to tell); a turn cancelled while it runs hands the others' changes to the next."""
+
+    def __init__(self) -> None:
+        self.lock = asyncio.Lock()
+        self.queued: list[tuple[C, asyncio.Future[O]]] = []
+
+    async def submit(self, change: C, apply: Callable[[list[C]], Awaitable[list[O]]]) -> O:
+        mine: asyncio.Future[O] = asyncio.get_running_loop().create_future()
+        self.queued.append((change, mine))
+        try:
+            async with self.lock:
+                if not mine.done():  # nobody took it yet: this turn applies everything queued so far
+                    await self._turn(mine, apply)
+        except BaseException:
+            self.queued = [item for item in self.queued if item[1] is not mine]
+            raise
+        return mine.result()
+
+    async def _turn(self, mine: asyncio.Future[O], apply: Callable[[list[C]], Awaitable[list[O]]]) -> None:
+        batch, self.queued = self.queued, []
+        try:
+            outcomes = await apply([change for change, _ in batch])
+        except BaseException:  # cancelled (shutdown): the next turn takes the others' changes
+            self.queued[:0] = [item for item in batch if item[1] is not mine]
+            raise
+        for (_change, waiter), outcome in zip(batch, outcomes, strict=True):
+            waiter.set_result(outcome)
+
 class Listener:
     """One upstream listen at a time, delivering to ``deliver``; by default a session's own GET stream."""
 
@@ -52,10 +89,9 @@ class Listener:
         self.label = label or (runtime.session_id if runtime is not None else "shared")
         self.filter: dict[str, Any] | None = None
         self.task: asyncio.Task | None = None
-        # A session's listen changes, one at a time (gateway.http.subscriptions.change_listen): each builds its filter from the
-        # record it reads, so two at once would each leave out the other's URI.
-        self.changing = asyncio.Lock()
-        self.queued: list[tuple[Any, asyncio.Future]] = []  # changes waiting for their turn (change_listen)
+        # A session's listen changes, one turn at a time (gateway.http.subscriptions.change_listen): each builds
+        # its filter from the record it reads, so two at once would each leave out the other's URI.
+        self.turns: Turns[Any, Any] = Turns()
 
     async def ensure(self, wanted: dict[str, Any], view: SessionView) -> ErrorValue | None:
         if wanted == self.filter and self.task is not None and not self.task.done():
@@ -134,7 +170,7 @@ class Listener:
         runtime = self.runtime
         if runtime is None or self.task is not asyncio.current_task():  # shared, or superseded meanwhile
             return
-        async with self.changing:  # the record's subscriptions change only under the session's lock
+        async with self.turns.lock:  # the record's subscriptions change only in the session's turn
             record = await self.gateway.store.get_session(runtime.session_id)
             if record is None:
                 return

@@ -48,3 +48,11 @@ def test_subscriptions_bound_the_uris_bytes_together() -> None:
     error = subscription_error(["a" * 50], "b" * 51, limits)
     assert error is not None and error.data == {"limit": "max_subscription_bytes", "value": 100}
     assert subscription_error(["a" * 150], "a" * 150, limits) is None  # held already: no new entry
+
+
+def test_a_turns_changes_are_judged_in_order_against_what_the_earlier_ones_leave() -> None:
+    from adapters.admission import admit_changes
+
+    limits = SessionLimits(max_subscriptions_per_session=2)
+    out = admit_changes(["a"], [("b", True), ("c", True), ("a", False), None, ("c", True)], limits)
+    assert [e.data["limit"] if e else None for e in out] == [None, "max_subscriptions_per_session", None, None, None]

@@ -214,7 +214,7 @@ async def test_subscribes_queued_behind_a_slow_ack_share_one_listen(legacy, upst
     first = asyncio.ensure_future(legacy.call("resources/subscribe", {"uri": uris[0]}))
     await until(lambda: len(filters) == 1)
     rest = [asyncio.ensure_future(legacy.call("resources/subscribe", {"uri": u})) for u in uris[1:]]
-    await until(lambda: len(gw.runtimes[legacy.session_id].listen.queued) == 4)
+    await until(lambda: len(gw.runtimes[legacy.session_id].listen.turns.queued) == 4)
     acks[1].set()
     await until(lambda: len(filters) == 2)
     acks[2].set()
@@ -236,7 +236,7 @@ async def test_subscribes_queued_behind_a_dead_upstream_fail_together(legacy, up
     assert all(e["data"] == {"upstream": "timeout"} for e in errors)
     assert len(filters) == 2  # the three queued ones waited for one more ack, not one each
     assert (await gw.store.get_session(legacy.session_id)).subscriptions == []
-    assert gw.runtimes[legacy.session_id].listen.queued == []
+    assert gw.runtimes[legacy.session_id].listen.turns.queued == []
 
 
 async def turns_behind_a_held_ack(legacy, upstream, *uris):
@@ -252,7 +252,7 @@ async def turns_behind_a_held_ack(legacy, upstream, *uris):
     first = change("file:///a")
     await until(lambda: len(filters) == 1)
     queued = [change(uri) for uri in uris]
-    await until(lambda: len(gw.runtimes[legacy.session_id].listen.queued) == len(uris))
+    await until(lambda: len(gw.runtimes[legacy.session_id].listen.turns.queued) == len(uris))
     return filters, acks, gw, first, queued
 
 
@@ -271,7 +271,7 @@ async def test_a_change_cancelled_before_its_turn_is_not_applied(legacy, upstrea
     filters, acks, gw, first, [kept, gone] = await turns_behind_a_held_ack(legacy, upstream, "file:///b",
                                                                            "file:///c")
     gone.cancel()
-    await until(lambda: len(gw.runtimes[legacy.session_id].listen.queued) == 1)
+    await until(lambda: len(gw.runtimes[legacy.session_id].listen.turns.queued) == 1)
     acks[1].set()
     await until(lambda: len(filters) == 2)
     acks[2].set()
