@@ -114,6 +114,14 @@ class Cancelled:
     reason: str | None = None
 
 
+@dataclass(frozen=True, slots=True)
+class Aborted:
+    """The gateway ends the request itself (it is shutting down): like a cancel upstream and towards the
+    client's open requests, but the original request is answered with ``error`` so the client stops waiting."""
+
+    error: ErrorValue
+
+
 # --- actions --------------------------------------------------------------------------------------------
 @dataclass(frozen=True, slots=True)
 class CallUpstream:
@@ -149,7 +157,7 @@ class Finish:
     challenge: AuthChallenge | None = None  # the upstream refused the client's token: answer with its status
 
 
-Event = UpstreamResult | UpstreamError | UpstreamFailed | ClientAnswered | TimerFired | Cancelled
+Event = UpstreamResult | UpstreamError | UpstreamFailed | ClientAnswered | TimerFired | Cancelled | Aborted
 Action = CallUpstream | SendToClient | ArmTimer | AbortUpstream | StoreRoots | Finish
 
 
@@ -224,6 +232,8 @@ class BridgeMachine:
                 return self._on_timer(event)
             case Cancelled():
                 return [*self._cancel_outstanding(), AbortUpstream(), self._end(None)]
+            case Aborted(error):
+                return [*self._cancel_outstanding(), AbortUpstream(), *self._finish_error(error)]
             case _:
                 assert_never(event)
 

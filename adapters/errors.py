@@ -210,6 +210,11 @@ def store_unavailable(ident: Any = None) -> Rejection:
                      ident if is_request_id(ident) else None)
 
 
+def shutting_down() -> ErrorValue:
+    """A request in flight when the gateway stops: answered, so the client stops waiting for it."""
+    return ErrorValue(INTERNAL_ERROR, "gateway shutting down", {"gateway": "shutting_down"})
+
+
 def passthrough_ended() -> ErrorValue:
     """A modern passthrough the gateway ended (shutdown, or the client hung up) before the upstream answered."""
     return ErrorValue(INTERNAL_ERROR, "the gateway ended the request before the upstream answered")

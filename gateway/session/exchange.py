@@ -300,6 +300,23 @@ class Exchange:
             if not waiter.done():
                 waiter.set_result(None)
 
+    def abort(self, error: ErrorValue) -> None:
+        """End the request with ``error`` now (shutdown): the machine decides what is sent; a running exchange's
+        task is about to be cancelled, so its stream gets the machine's final answer here, at once."""
+        if self._inline is not None:  # begin() answers it when its wait is interrupted
+            self._interrupt(B.Aborted(error))
+            return
+        if self.stream is not None and not self.stream.closed:
+            self._finish_now(self.machine.handle(B.Aborted(error)))
+
+    def _finish_now(self, actions: list[B.Action]) -> None:
+        assert self.stream is not None
+        for action in actions:
+            if isinstance(action, B.SendToClient):
+                self.stream.push(action.message)  # notifications/cancelled for the client's open requests
+            elif isinstance(action, B.Finish):
+                self.stream.finish(action.message)
+
     def cancel(self, reason: str | None) -> None:
         if self._inline is not None:  # begin() is waiting on the upstream: stop that wait (the 2026 cancel)
             self._interrupt(B.Cancelled(reason))

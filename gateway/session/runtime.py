@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from adapters.capabilities import client_caps_to_modern
+from adapters.errors import ErrorValue, shutting_down
 from adapters.peers import Peer, peer_from_record
 from adapters.records import SessionRecord
 from adapters.upstream import SessionView
@@ -94,11 +95,17 @@ class SessionRuntime:
             self.standalone = self.new_stream()
         return self.standalone
 
-    async def close(self) -> None:
+    async def close(self, error: ErrorValue | None = None) -> None:
+        """End the session's work: its requests in flight are cancelled (DELETE, expiry), or answered with
+        ``error`` (shutdown: the client stops waiting instead of hanging on a stream that just closes)."""
         if self.gateway.hub is not None:
             self.gateway.hub.leave(self)
         for exchange in list(self.exchanges.values()):
-            exchange.cancel("session ended")  # one still in its first round runs in a handler, not a task here
+            # One still in its first round runs in a handler, not a task here: both reach it.
+            if error is not None:
+                exchange.abort(error)
+            else:
+                exchange.cancel("session ended")
         for task in list(self.tasks):
             task.cancel()
         await asyncio.gather(*self.tasks, return_exceptions=True)
@@ -207,9 +214,10 @@ class Gateway:
         return len(ended)
 
     async def close(self) -> None:
+        """Shutdown: every session's requests in flight are answered with the shutdown error."""
         for session_id in list(self.runtimes):
             runtime = self.runtimes.pop(session_id)
-            await runtime.close()
+            await runtime.close(shutting_down())
         if self.hub is not None:
             await self.hub.close()
 

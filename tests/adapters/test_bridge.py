@@ -289,3 +289,14 @@ def test_an_error_answer_that_is_no_error_object_ends_the_bridge_as_an_invalid_a
     assert only(actions, B.SendToClient)[0].message["params"]["requestId"] == "g2"
     answer = final(actions)["error"]
     assert answer["code"] == -32600 and answer["data"]["inputKey"] == "a"
+
+
+def test_an_abort_withdraws_the_clients_requests_and_answers_with_the_error() -> None:
+    from adapters.errors import shutting_down
+
+    m = machine()
+    m.handle(B.UpstreamResult(ir({"a": SAMPLING})))
+    actions = m.handle(B.Aborted(shutting_down()))
+    assert [type(a) for a in actions] == [B.SendToClient, B.AbortUpstream, B.Finish]
+    assert actions[0].message["method"] == "notifications/cancelled"
+    assert actions[-1].message["error"]["data"] == {"gateway": "shutting_down"} and m.done
