@@ -22,22 +22,8 @@ from aiohttp import web
 
 from modern_server.auth import Unauthorized, principal_for
 from modern_server.config import CoreConfig
-from modern_server.errors import (
-    INTERNAL_ERROR,
-    INVALID_REQUEST,
-    METHOD_NOT_FOUND,
-    PARSE_ERROR,
-    McpError,
-)
-from modern_server.framework import (
-    REGISTRY,
-    SERVICES,
-    TOKENS,
-    Context,
-    Registry,
-    Services,
-    finish,
-)
+from modern_server.errors import INTERNAL_ERROR, INVALID_REQUEST, METHOD_NOT_FOUND, PARSE_ERROR, McpError
+from modern_server.framework import REGISTRY, SERVICES, TOKENS, Context, Registry, Services, finish
 from modern_server.methods import METHODS, check_shape
 from modern_server.sealing import Sealer
 from modern_server.storage import Store

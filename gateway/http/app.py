@@ -83,8 +83,9 @@ async def read_body(request: web.Request, gw: Gateway) -> bytes | web.Response:
         return rejection_response(reject("body_too_large", f"request body exceeds max_request_bytes "
                                                    f"({limits.max_request_bytes} bytes)"))
     except TimeoutError:
-        answer = rejection_response(reject("body_timeout", f"request body not received within "
-                                                   f"request_body_timeout_seconds ({limits.request_body_timeout_seconds})"))
+        answer = rejection_response(reject("body_timeout",
+                                           f"request body not received within request_body_timeout_seconds "
+                                           f"({limits.request_body_timeout_seconds})"))
         answer.force_close()
         return answer
 

@@ -41,9 +41,10 @@ async def change_listen(gw: Gateway, session_id: str, authorization: str | None,
 
     One change at a time per session, each reading the record inside the lock: two subscribes that each built
     their filter from the set read before either saved would leave the last acknowledged listen without the
-    other's URI (2026-07-28 basic/patterns §Subscriptions: a filter cannot be edited, each change replaces the listen). Changes that queue
-    meanwhile are applied together by the next turn, with one listen and one acknowledgement wait for all of
-    them, and each gets that outcome: k queued subscribes behind a slow upstream wait one ack, not k."""
+    other's URI (2026-07-28 basic/patterns §Subscriptions: a filter cannot be edited, each change replaces the
+    listen). Changes that queue meanwhile are applied together by the next turn, with one listen and one
+    acknowledgement wait for all of them, and each gets that outcome: k queued subscribes behind a slow upstream
+    wait one ack, not k."""
     listener = own_listener(gw.runtime(session_id))
     mine: asyncio.Future = asyncio.get_running_loop().create_future()
     listener.queued.append((change, mine))

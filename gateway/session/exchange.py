@@ -221,8 +221,8 @@ class Exchange:
         answer = await self._send(session, extra)
         if isinstance(answer, B.UpstreamError) and needs_header_refresh(rec.method, answer.error) \
                 and not self._refreshed:
-            # 2026-07-28 server/tools §x-mcp-header: a -32020 on tools/call may mean our x-mcp-header map is stale or missing:
-            # refresh it from tools/list once, then resend the same round with a new id.
+            # 2026-07-28 server/tools §x-mcp-header: a -32020 on tools/call may mean our x-mcp-header map is stale or
+            # missing: refresh it from tools/list once, then resend the same round with a new id.
             self._refreshed = True
             await self._refresh_header_maps(session)
             answer = await self._send(session, extra)

@@ -52,8 +52,8 @@ class Listener:
         self.label = label or (runtime.session_id if runtime is not None else "shared")
         self.filter: dict[str, Any] | None = None
         self.task: asyncio.Task | None = None
-        # A session's listen changes, one at a time (gateway.http.subscriptions.change_listen): each builds its filter from the
-        # record it reads, so two at once would each leave out the other's URI.
+        # A session's listen changes, one at a time (gateway.http.subscriptions.change_listen): each builds its
+        # filter from the record it reads, so two at once would each leave out the other's URI.
         self.changing = asyncio.Lock()
         self.queued: list[tuple[Any, asyncio.Future]] = []  # changes waiting for their turn (change_listen)
 

@@ -98,7 +98,7 @@ class UsageDb:
                                        (since_ms,))
             while batch := cursor.fetchmany(chunk):
                 for values in batch:
-                    yield dict(zip(names, values))
+                    yield dict(zip(names, values, strict=True))
 
     def sunsets(self) -> dict[str, str | None]:
         with self.lock:

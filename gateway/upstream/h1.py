@@ -218,7 +218,7 @@ class _Connection(asyncio.Protocol):
         self._fail(TooLarge(detail))
         self.close()  # never pooled: the rest of the response is still coming
 
-    async def progress(self, timeout: float) -> None:
+    async def progress(self, timeout: float) -> None:  # noqa: ASYNC109  (a loop timer on the waiter future)
         """Wait until anything happens on the response (or ``timeout`` seconds pass: TimeoutError)."""
         loop = asyncio.get_running_loop()
         self.waiter = waiter = loop.create_future()
@@ -251,7 +251,7 @@ class H1Response:
     """A response whose status line and headers have arrived. Use as an async context manager: leaving it
     returns the connection to the pool when the body was read to its end, and closes it otherwise."""
 
-    __slots__ = ("_conn", "_pool", "_released", "_repeated", "status", "headers")
+    __slots__ = ("_conn", "_pool", "_released", "_repeated", "headers", "status")
 
     def __init__(self, conn: _Connection, pool: H1Pool) -> None:
         self._conn, self._pool, self._released = conn, pool, False

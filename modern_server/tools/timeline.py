@@ -75,7 +75,8 @@ async def _read(ctx: Context, uri: str) -> dict[str, Any] | None:
 UI_RESOURCES = ResourceFamily(_listing, _read)
 
 TOOLS = (
-    Tool("notes_timeline", "Show the notes of your workspaces in date order (with an interactive view in MCP Apps hosts).",
+    Tool("notes_timeline",
+         "Show the notes of your workspaces in date order (with an interactive view in MCP Apps hosts).",
          {"type": "object", "properties": {"workspaceUri": {"type": "string"}}}, notes_timeline,
          title="Notes timeline", ui_resource=UI_URI, annotations={"readOnlyHint": True},
          output_schema={"type": "object", "properties": {"notes": {"type": "array"}}, "required": ["notes"]}),
