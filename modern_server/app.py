@@ -48,7 +48,8 @@ class _Responder:
     """Holds the response until the first notification decides between JSON and SSE."""
 
     def __init__(self, request: web.Request) -> None:
-        self.request, self.stream = request, None
+        self.request = request
+        self.stream: web.StreamResponse | None = None
 
     async def emit(self, method: str, params: dict[str, Any]) -> None:
         await self._event({"jsonrpc": "2.0", "method": method, "params": params})

@@ -17,7 +17,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Mapping
 from datetime import date
-from typing import Literal
+from typing import Literal, cast
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -66,7 +66,8 @@ class PeerConfig(_Frozen):
     principals: tuple[str, ...] = ()
     client_name: str | None = None
     client_version: str | None = None
-    revisions: tuple[Revision, ...] = (*LEGACY_VERSIONS, MODERN_VERSION)  # type: ignore[assignment]
+    # Every revision: exactly the values of Revision.
+    revisions: tuple[Revision, ...] = cast(tuple[Revision, ...], (*LEGACY_VERSIONS, MODERN_VERSION))
     sunset: date | None = None
     deprecation_notice: str | None = None
     upstream: str = "default"

@@ -13,7 +13,7 @@ its subscriber: it takes a slot of the pool's stream limit, never one of the req
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -133,7 +133,7 @@ class UpstreamClient:
         return token_refused(resp.status, resp.getall("www-authenticate"),
                              error if isinstance(error, dict) else None, self.forwards_token)
 
-    async def messages(self, call: UpstreamCall) -> AsyncIterator[dict[str, Any]]:
+    async def messages(self, call: UpstreamCall) -> AsyncGenerator[dict[str, Any]]:
         """Every JSON-RPC message the upstream sends for one POST (one for JSON, many for SSE)."""
         async with FAILURES, await self.open(call) as resp:
             if _is_stream(resp):

@@ -83,6 +83,8 @@ class _Connection(asyncio.Protocol):
         self.max_head = self.max_body = 0  # set by the pool (0: unbounded)
         self.begin()
 
+    headers: dict[str, str]  # set by begin()
+
     def begin(self) -> None:
         self.status, self.headers, self.keep_alive, self.until_eof = 0, {}, False, False
         self.repeated: dict[str, list[str]] | None = None  # every value of a repeated header, in order

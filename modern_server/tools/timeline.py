@@ -67,7 +67,7 @@ async def _read(ctx: Context, uri: str) -> dict[str, Any] | None:
         return None
     ctx.require(ctx.declares_extension(UI_EXTENSION), {"extensions": {UI_EXTENSION: {"mimeTypes": [UI_MIME]}}},
                 "ui:// resources are MCP Apps views; declare the io.modelcontextprotocol/ui extension")
-    csp = {"connectDomains": [], "resourceDomains": [], "frameDomains": [], "baseUriDomains": []}
+    csp: dict[str, list[str]] = {"connectDomains": [], "resourceDomains": [], "frameDomains": [], "baseUriDomains": []}
     content = {"uri": UI_URI, "mimeType": UI_MIME, "text": PAGE, "_meta": {"ui": {"csp": csp, "permissions": {}}}}
     return {"contents": [content], "ttlMs": 60_000, "cacheScope": "public"}
 
