@@ -270,7 +270,7 @@ class BridgeMachine:
         sends = [a for key, entry in outcome.input_requests.items() for a in self._ask(key, entry)]
         if rec.outstanding:
             rec.phase = Phase.AWAITING_CLIENT
-            return sends + [ArmTimer(Timer.CLIENT_ANSWER, limits.client_answer_timeout_seconds, rec.round)]
+            return [*sends, ArmTimer(Timer.CLIENT_ANSWER, limits.client_answer_timeout_seconds, rec.round)]
         return self._backoff_or_retry(not waiting)
 
     def _is_waiting(self, outcome: InputRequired) -> bool:
@@ -319,7 +319,8 @@ class BridgeMachine:
         if rec.answers:
             extra["inputResponses"] = dict(rec.answers)
         if rec.request_state is not None:
-            extra["requestState"] = rec.request_state  # the same str object: byte for byte (2026-07-28 basic/patterns §Multi Round-Trip Requests)
+            # The same str object: byte for byte (2026-07-28 basic/patterns §Multi Round-Trip Requests).
+            extra["requestState"] = rec.request_state
         rec.phase = Phase.UPSTREAM
         return [CallUpstream(extra)]
 
@@ -354,8 +355,8 @@ class BridgeMachine:
     def _on_timer(self, event: TimerFired) -> list[Action]:
         rec, limits = self.record, self.ctx.limits
         if event.name is Timer.TOTAL:
-            return self._cancel_outstanding() + [AbortUpstream()] + self._finish_error(
-                E.limit_error("total_timeout_seconds", limits.total_timeout_seconds))
+            return [*self._cancel_outstanding(), AbortUpstream(),
+                    *self._finish_error(E.limit_error("total_timeout_seconds", limits.total_timeout_seconds))]
         if event.round != rec.round:
             return []
         if event.name is Timer.BACKOFF and rec.phase is Phase.BACKOFF:
@@ -367,7 +368,8 @@ class BridgeMachine:
 
     # --- endings ----------------------------------------------------------------------------------------
     def _cancel_outstanding(self) -> list[SendToClient]:
-        """notifications/cancelled for every gateway->client request still open (2025-11-25 basic/utilities §Cancellation)."""
+        """notifications/cancelled for every gateway->client request still open (2025-11-25 basic/utilities
+        §Cancellation)."""
         out = [SendToClient({"jsonrpc": "2.0", "method": "notifications/cancelled",
                              "params": {"requestId": gid, "reason": "the original request ended"}})
                for gid in self.record.outstanding]

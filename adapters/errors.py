@@ -33,10 +33,27 @@ GATEWAY_LIMIT_EXCEEDED: Final = -32000
 UPSTREAM_FAILURE: Final = INTERNAL_ERROR
 
 __all__ = [
-    "ErrorValue", "Rejection", "REJECTIONS", "reject", "refusal", "translate_upstream_error", "limit_error",
-    "upstream_failure", "passthrough_ended", "token_refused", "AuthChallenge", "missing_capability_error",
-    "client_refused_error", "limit_rejection", "store_unavailable",
-    "GATEWAY_LIMIT_EXCEEDED", "INVALID_PARAMS", "INVALID_REQUEST", "METHOD_NOT_FOUND", "PARSE_ERROR", "INTERNAL_ERROR",
+    "GATEWAY_LIMIT_EXCEEDED",
+    "INTERNAL_ERROR",
+    "INVALID_PARAMS",
+    "INVALID_REQUEST",
+    "METHOD_NOT_FOUND",
+    "PARSE_ERROR",
+    "REJECTIONS",
+    "AuthChallenge",
+    "ErrorValue",
+    "Rejection",
+    "client_refused_error",
+    "limit_error",
+    "limit_rejection",
+    "missing_capability_error",
+    "passthrough_ended",
+    "refusal",
+    "reject",
+    "store_unavailable",
+    "token_refused",
+    "translate_upstream_error",
+    "upstream_failure",
 ]
 
 

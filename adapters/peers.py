@@ -95,7 +95,8 @@ def sunset_error(peer: Peer, revision: str) -> ErrorValue:
 def admit_initialize(peer: Peer, negotiated: str, today: str) -> ErrorValue | None:
     """Can this peer open a legacy session at ``negotiated``? None means yes."""
     if not peer.legacy:
-        message = f"this client must use MCP {MODERN_VERSION} (no initialize handshake); legacy revisions are not served"
+        message = (f"this client must use MCP {MODERN_VERSION} (no initialize handshake); "
+                   "legacy revisions are not served")
         return ErrorValue(INVALID_PARAMS, message, {"supported": [MODERN_VERSION], "requested": negotiated},
                           log=f"modern-only peer {peer.name} sent initialize")
     if sunset_passed(peer, today):
@@ -115,7 +116,8 @@ def admit_modern(peer: Peer, requested: str) -> ErrorValue | None:
     if peer.modern:
         return None
     # -32022 listing only handshake revisions steers dual-era clients to initialize (module docstring).
-    return ErrorValue(UNSUPPORTED, f"this client is pinned to MCP {', '.join(peer.legacy)}; use the initialize handshake",
+    return ErrorValue(UNSUPPORTED,
+                      f"this client is pinned to MCP {', '.join(peer.legacy)}; use the initialize handshake",
                       {"supported": list(peer.legacy), "requested": requested},
                       log=f"legacy-pinned peer {peer.name} sent a modern request")
 
@@ -160,7 +162,8 @@ def peer_record(peer: Peer) -> dict[str, Any]:
 def peer_from_record(data: Mapping[str, Any]) -> Peer:
     if not data:
         return Peer("default")
-    return Peer(data["name"], tuple(data["revisions"]), sunset=data.get("sunset"), deprecation_notice=data.get("deprecation_notice"),
+    return Peer(data["name"], tuple(data["revisions"]), sunset=data.get("sunset"),
+                deprecation_notice=data.get("deprecation_notice"),
                 upstream=data.get("upstream", "default"), input_kinds=tuple(data.get("input_kinds", INPUT_KINDS)),
                 max_rounds=data.get("max_rounds"), answer_timeout_seconds=data.get("answer_timeout_seconds"))
 

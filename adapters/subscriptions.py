@@ -34,7 +34,7 @@ def listen_filter(server_caps: Mapping[str, Any] | None, subscriptions: list[str
 
 def apply_subscribe(current: list[str], uri: str, subscribe: bool) -> list[str]:
     items = [u for u in current if u != uri]
-    return sorted(items + [uri]) if subscribe else items
+    return sorted([*items, uri]) if subscribe else items
 
 
 def apply_subscribes(current: list[str], changes: list[tuple[str, bool]]) -> list[str]:

@@ -136,7 +136,8 @@ def ratios(results: list[Stats], idle: list[dict[str, Any]]) -> dict[str, Any]:
     at = {(r.scenario, r.concurrency): r for r in results}
     out: dict[str, Any] = {}
     for conc in sorted({r.concurrency for r in results}):
-        get = lambda name: at[(name, conc)].p50_ms  # noqa: E731
+        def get(name: str, conc: int = conc) -> float:
+            return at[(name, conc)].p50_ms
         out[f"c{conc}"] = {
             "translated/direct": round(get("translated") / get("direct"), 3),
             "translated/forwarder": round(get("translated") / get("forwarder"), 3),
@@ -172,7 +173,8 @@ def machine(args: argparse.Namespace, hops: list[float]) -> dict[str, Any]:
 
 
 def print_table(results: list[Stats], summary: dict[str, Any]) -> None:
-    print(f"{'scenario':<12}{'conc':>5}{'requests':>10}{'p50 ms':>10}{'p99 ms':>10}{'req/s':>10}{'front CPU us/req':>18}")
+    print(f"{'scenario':<12}{'conc':>5}{'requests':>10}{'p50 ms':>10}{'p99 ms':>10}{'req/s':>10}"
+          f"{'front CPU us/req':>18}")
     for r in results:
         cpu = "" if r.front_cpu_us_per_request is None else f"{r.front_cpu_us_per_request:.0f}"
         print(f"{r.scenario:<12}{r.concurrency:>5}{r.requests:>10}{r.p50_ms:>10.3f}{r.p99_ms:>10.3f}{r.rps:>10.1f}{cpu:>18}")
@@ -221,7 +223,7 @@ def main() -> None:
     parser.add_argument("--gc-gen0", type=int, default=10_000, help="the gateway's --gc-gen0 (0: Python's defaults)")
     parser.add_argument("--check", action="store_true", help="exit with status 1 when a measured target is missed")
     args = parser.parse_args()
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    _soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))  # children inherit it: 10,000 streams need it
     report = asyncio.run(run(args))
     if args.json:

@@ -95,7 +95,8 @@ class LegacyClient:
         byte search, not parsed), so both eras' scenarios pay the same client-side cost for the same answer."""
         self.next_id += 1
         ident = self.next_id
-        message = {"jsonrpc": "2.0", "id": ident, "method": "tools/call", "params": {"name": name, "arguments": arguments}}
+        message = {"jsonrpc": "2.0", "id": ident, "method": "tools/call",
+                   "params": {"name": name, "arguments": arguments}}
         async with await self._post(message) as resp:
             if resp.content_type == "application/json":
                 answer = await resp.read()

@@ -9,8 +9,9 @@ it, so it ranks changes to the gateway's own Python and never replaces the timed
 The gateway runs under ``valgrind --tool=callgrind`` with instrumentation off until the warm-up (a fifth of the
 requests, at least 20) is done; ``callgrind_control`` then zeroes the counters, the measured requests run one at
 a time from this process, and a dump gives the total. The usage store's periodic flush is pushed past the
-measurement (its SQLite writes run in a thread whenever the timer falls, which made counts vary by ~2%). ``--tree DIR`` runs the gateway from another checkout of
-this project (``git worktree add DIR REV``), so two revisions can be compared against the same core.
+measurement (its SQLite writes run in a thread whenever the timer falls, which made counts vary by ~2%).
+``--tree DIR`` runs the gateway from another checkout of this project (``git worktree add DIR REV``), so two
+revisions can be compared against the same core.
 """
 
 from __future__ import annotations

@@ -118,7 +118,7 @@ def drain_stderr(child: Child) -> deque[bytes]:
     """Read a child's stderr in a thread: Child pipes it, and a gateway logging every failed call under load
     would otherwise fill the pipe and stall. The last lines are kept for the report."""
     tail: deque[bytes] = deque(maxlen=40)
-    threading.Thread(target=lambda: tail.extend(child.proc.stderr), daemon=True).start()
+    threading.Thread(target=lambda: tail.extend(child.stderr), daemon=True).start()
     return tail
 
 

@@ -10,6 +10,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from typing import IO, cast
 
 TICKS = os.sysconf("SC_CLK_TCK")
 
@@ -38,11 +39,16 @@ class Child:
         self.url = f"http://127.0.0.1:{self.port}/mcp"
         self._wait()
 
+    @property
+    def stderr(self) -> IO[bytes]:
+        """The child's stderr: always a pipe (``stderr=subprocess.PIPE`` above)."""
+        return cast(IO[bytes], self.proc.stderr)
+
     def _wait(self) -> None:
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
-                raise RuntimeError(f"{self.name} exited: {self.proc.stderr.read().decode()[-2000:]}")
+                raise RuntimeError(f"{self.name} exited: {self.stderr.read().decode()[-2000:]}")
             try:
                 socket.create_connection(("127.0.0.1", self.port), timeout=0.2).close()
                 return

@@ -38,6 +38,10 @@ def _at(conc: int, key: str) -> Reader:
     return lambda ratios: (ratios.get(f"c{conc}") or {}).get(key)
 
 
+def _idle(index: int, key: str) -> Reader:
+    return lambda ratios: ratios["idle"][index].get(key)
+
+
 def targets_for(ratios: dict[str, Any]) -> list[Target]:
     """The targets (docs/benchmarks.md "Targets"), for the concurrencies and idle counts this run measured."""
     out = [Target("passthrough/forwarder median, c=1", 1.10, _at(1, "passthrough/forwarder")),
@@ -49,9 +53,9 @@ def targets_for(ratios: dict[str, Any]) -> list[Target]:
     for index, idle in enumerate(ratios.get("idle") or []):
         count = idle["sessions"]
         out.append(Target(f"KiB per idle session, {count} sessions", 24.0,
-                          lambda r, i=index: r["idle"][i].get("kib_per_session")))
+                          _idle(index, "kib_per_session")))
         out.append(Target(f"idle sessions whose GET stream stayed open, of {count}", float(count),
-                          lambda r, i=index: r["idle"][i].get("held"), at_most=False))
+                          _idle(index, "held"), at_most=False))
     return out
 
 

@@ -2,8 +2,8 @@
 
 Run by hand (not in tests). In one run it starts the core and two gateway processes that differ only in
 ``[gateway.usage] enabled`` (on: recorder + Prometheus + SQLite flushes; off: nothing recorded), then drives
-the same mixed load through each in alternating rounds (off/on, then on/off, ...: drift and order hit both alike; ``--aa`` runs two
-identical gateways to show the machine's noise floor):
+the same mixed load through each in alternating rounds (off/on, then on/off, ...: drift and order hit both
+alike; ``--aa`` runs two identical gateways to show the machine's noise floor):
 translated legacy ``tools/call echo``, modern passthrough ``echo``, and bridged ``summarize_repo`` (two MRTR
 rounds). It prints requests/second and gateway CPU microseconds per request for both, and the ratios. Gateway
 CPU per request is the steadier number on a small machine; throughput shares the cores with the load and the
@@ -63,8 +63,8 @@ def recording_cost_us(n: int = 20_000) -> float:
     """In-process microseconds per request spent in the recorder itself (a bridged request's observer, two
     action batches, its facts noted, its histograms; plus the drain that folds them): the steady part."""
     from adapters import bridge as B
-    from gateway.telemetry.metrics import Metrics
     from gateway.config.usage import UsageConfig
+    from gateway.telemetry.metrics import Metrics
     from gateway.telemetry.usage import ExchangeObserver, UsageRecorder
 
     recorder = UsageRecorder(UsageConfig(), Metrics())
@@ -100,7 +100,7 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
                 for name, path in configs.items()}
     results: dict[str, list[tuple[float, float]]] = {"off": [], "on": []}
     try:
-        for name, child in gateways.items():  # warm-up, not measured
+        for _name, child in gateways.items():  # warm-up, not measured
             await _drive(child.url, min(2.0, args.seconds), args.concurrency)
         for i in range(args.rounds):
             for name in (("off", "on") if i % 2 == 0 else ("on", "off")):  # alternate who goes first

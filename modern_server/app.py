@@ -22,22 +22,8 @@ from aiohttp import web
 
 from modern_server.auth import Unauthorized, principal_for
 from modern_server.config import CoreConfig
-from modern_server.errors import (
-    INTERNAL_ERROR,
-    INVALID_REQUEST,
-    METHOD_NOT_FOUND,
-    PARSE_ERROR,
-    McpError,
-)
-from modern_server.framework import (
-    REGISTRY,
-    SERVICES,
-    TOKENS,
-    Context,
-    Registry,
-    Services,
-    finish,
-)
+from modern_server.errors import INTERNAL_ERROR, INVALID_REQUEST, METHOD_NOT_FOUND, PARSE_ERROR, McpError
+from modern_server.framework import REGISTRY, SERVICES, TOKENS, Context, Registry, Services, finish
 from modern_server.methods import METHODS, check_shape
 from modern_server.sealing import Sealer
 from modern_server.storage import Store
@@ -62,7 +48,8 @@ class _Responder:
     """Holds the response until the first notification decides between JSON and SSE."""
 
     def __init__(self, request: web.Request) -> None:
-        self.request, self.stream = request, None
+        self.request = request
+        self.stream: web.StreamResponse | None = None
 
     async def emit(self, method: str, params: dict[str, Any]) -> None:
         await self._event({"jsonrpc": "2.0", "method": method, "params": params})

@@ -56,6 +56,10 @@ class StateKey(_Frozen):
         return value.encode("utf-8")
 
 
+def _default_workspaces() -> dict[str, tuple[str, ...]]:
+    return {"anonymous": ("file:///work/notes",)}
+
+
 class CoreConfig(_Frozen):
     server_name: str = "mcp-reference-core"
     server_version: str = "0.1.0"
@@ -66,7 +70,7 @@ class CoreConfig(_Frozen):
     state_ttl_seconds: float = Field(default=300.0, gt=0)
     max_rounds: int = Field(default=10, ge=1)
     database: str | None = None
-    workspaces: dict[str, tuple[str, ...]] = Field(default_factory=lambda: {"anonymous": ("file:///work/notes",)})
+    workspaces: dict[str, tuple[str, ...]] = Field(default_factory=_default_workspaces)
     seed_notes: bool = True
     repo_files: tuple[str, ...] = DEFAULT_REPO_FILES
     max_model_output_bytes: int = Field(default=4096, ge=64)

@@ -27,9 +27,9 @@ __all__ = [
     "INVALID_REQUEST",
     "METHOD_NOT_FOUND",
     "MISSING_REQUIRED_CLIENT_CAPABILITY",
-    "McpError",
     "PARSE_ERROR",
     "UNSUPPORTED_PROTOCOL_VERSION",
+    "McpError",
     "http_status",
 ]
 

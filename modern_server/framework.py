@@ -247,4 +247,4 @@ class Registry:
 # The app keys the core's handlers (and the tools' own pages) read their services through.
 SERVICES = web.AppKey("services", Services)
 REGISTRY = web.AppKey("registry", Registry)
-TOKENS = web.AppKey("tokens", dict)
+TOKENS: web.AppKey[Mapping[str, str]] = web.AppKey("tokens", dict)  # bearer token -> principal

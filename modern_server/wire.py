@@ -23,12 +23,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from mcp_types import (
-    CLIENT_CAPABILITIES_META_KEY,
-    CLIENT_INFO_META_KEY,
-    LOG_LEVEL_META_KEY,
-    PROTOCOL_VERSION_META_KEY,
-)
+from mcp_types import CLIENT_CAPABILITIES_META_KEY, CLIENT_INFO_META_KEY, LOG_LEVEL_META_KEY, PROTOCOL_VERSION_META_KEY
 
 from modern_server import SUPPORTED_VERSIONS
 from modern_server.errors import (

@@ -9,8 +9,8 @@ revision's wire types still fails the test. :data:`MODE` says which of the two r
 from __future__ import annotations
 
 import functools
-import os
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -51,7 +51,8 @@ def _validator(version: str, definition: str) -> Draft202012Validator:
 
 
 def errors(version: str, definition: str, value: Any) -> list[str]:
-    return [f"{'/'.join(map(str, e.absolute_path))}: {e.message}" for e in _validator(version, definition).iter_errors(value)]
+    return [f"{'/'.join(map(str, e.absolute_path))}: {e.message}"
+            for e in _validator(version, definition).iter_errors(value)]
 
 
 def check(version: str, message: dict[str, Any], method: str | None = None) -> None:

@@ -17,7 +17,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Mapping
 from datetime import date
-from typing import Literal
+from typing import Literal, cast
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -48,7 +48,8 @@ class UpstreamConfig(_Frozen):
         if self.url != "embedded" and not self.url.startswith(("http://", "https://")):
             raise ValueError('url must be "embedded" or an http(s) URL')
         if self.auth == "forward" and not self.shares_audience:
-            raise ValueError("auth = \"forward\" passes the client's token on; allowed only with shares_audience = true")
+            raise ValueError("auth = \"forward\" passes the client's token on; "
+                             "allowed only with shares_audience = true")
         if self.auth == "gateway" and not self.token_env:
             raise ValueError('auth = "gateway" needs token_env (the environment variable holding the credential)')
         return self
@@ -65,7 +66,8 @@ class PeerConfig(_Frozen):
     principals: tuple[str, ...] = ()
     client_name: str | None = None
     client_version: str | None = None
-    revisions: tuple[Revision, ...] = (*LEGACY_VERSIONS, MODERN_VERSION)  # type: ignore[assignment]
+    # Every revision: exactly the values of Revision.
+    revisions: tuple[Revision, ...] = cast(tuple[Revision, ...], (*LEGACY_VERSIONS, MODERN_VERSION))
     sunset: date | None = None
     deprecation_notice: str | None = None
     upstream: str = "default"
@@ -83,7 +85,8 @@ class PeerConfig(_Frozen):
     def to_peer(self) -> Peer:
         bridge = self.bridge
         return Peer(self.name, tuple(self.revisions), tuple(self.principals), self.client_name, self.client_version,
-                    self.sunset.isoformat() if self.sunset else None, self.deprecation_notice, self.upstream, tuple(self.canary.items()),
+                    self.sunset.isoformat() if self.sunset else None, self.deprecation_notice, self.upstream,
+                    tuple(self.canary.items()),
                     tuple(bridge.input_kinds), bridge.max_rounds, bridge.answer_timeout_seconds)
 
 

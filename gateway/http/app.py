@@ -83,8 +83,9 @@ async def read_body(request: web.Request, gw: Gateway) -> bytes | web.Response:
         return rejection_response(reject("body_too_large", f"request body exceeds max_request_bytes "
                                                    f"({limits.max_request_bytes} bytes)"))
     except TimeoutError:
-        answer = rejection_response(reject("body_timeout", f"request body not received within "
-                                                   f"request_body_timeout_seconds ({limits.request_body_timeout_seconds})"))
+        answer = rejection_response(reject("body_timeout",
+                                           f"request body not received within request_body_timeout_seconds "
+                                           f"({limits.request_body_timeout_seconds})"))
         answer.force_close()
         return answer
 
@@ -115,7 +116,10 @@ def named_upstreams(config: GatewayConfig, core_url: str | None, tap: Tap | None
     clients = {}
     for name, up in config.pins.upstreams.items():
         credential = os.environ.get(up.token_env) if up.token_env else None
-        clients[name] = UpstreamClient(core_url if up.url == "embedded" else up.url, tap=tap, auth=up.auth,
+        url = core_url if up.url == "embedded" else up.url
+        if url is None:  # the embedded core runs only when the config at start had an embedded upstream
+            raise ValueError(f"upstream {name!r} is embedded, but no embedded core is running")
+        clients[name] = UpstreamClient(url, tap=tap, auth=up.auth,
                                        connect_timeout=up.connect_timeout_seconds, credential=credential,
                                        read_timeout=up.read_timeout_seconds, max_connections=up.max_connections,
                                        max_stream_connections=up.max_stream_connections,

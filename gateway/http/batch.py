@@ -55,7 +55,8 @@ async def _batch_part(request: web.Request, gw: Gateway, element: Accepted | Rej
     if isinstance(answer, OutStream):
         return answer
     # The gateway's own answer: it may nest a value read at MAX_DEPTH a few levels deeper (adapters.jsonwire).
-    return loads(answer.body, ENCODED_DEPTH) if isinstance(answer, web.Response) and answer.body else None
+    body = answer.body if isinstance(answer, web.Response) else None
+    return loads(body, ENCODED_DEPTH) if isinstance(body, bytes) and body else None
 
 
 async def _merge(sources: list[OutStream], merged: OutStream) -> None:

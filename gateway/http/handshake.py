@@ -60,7 +60,8 @@ async def discover(gw: Gateway, principal: str, view: SessionView,
     if problem is not None:
         return problem
     policy = cache_policy(payload, principal, now, "server/discover")
-    if policy.fresh(now):  # ttlMs 0 (or absent) is stale at once (2026-07-28 server/utilities §Caching): nothing to keep
+    # ttlMs 0 (or absent) is stale at once (2026-07-28 server/utilities §Caching): nothing to keep.
+    if policy.fresh(now):
         _cache_discover(gw.discover_cache, f"{upstream}|{policy.key}", (policy.expires_ms, payload), now)
     return payload
 

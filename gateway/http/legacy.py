@@ -112,4 +112,5 @@ async def on_response(request: web.Request, gw: Gateway, acc: Accepted) -> web.S
     if exchange is not None:
         # Acted on first: the next round leaves before the 202, and uses the session record read for this POST.
         await exchange.answer(acc.message["id"], acc.message, acc.session)
-    return web.Response(status=202)  # late or unknown answers are ignored (2025-11-25 basic/utilities §Cancellation: races)
+    # Late or unknown answers are ignored (2025-11-25 basic/utilities §Cancellation: races).
+    return web.Response(status=202)

@@ -32,7 +32,8 @@ async def on_modern(request: web.Request, gw: Gateway, acc: Accepted) -> web.Str
     headers = {k: v for k, v in request.headers.items()
                if k.lower() in MODERN_HEADERS or k.lower().startswith("mcp-param-")}
     relay, ident = request.app[PASSTHROUGHS].relay(request), acc.message.get("id")
-    with relay:  # a hang-up (the 2026 cancel: 2026-07-28 basic/patterns §Cancellation) or shutdown ends it: the upstream is closed
+    # A hang-up (the 2026 cancel: 2026-07-28 basic/patterns §Cancellation) or shutdown ends it: the upstream is closed.
+    with relay:
         return await _pass_through(request, relay, gw.upstream_for(peer.upstream), headers, ident)
     return relay.response or rejection_response(refusal("passthrough_ended", passthrough_ended(), ident))
 

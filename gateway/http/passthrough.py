@@ -27,7 +27,7 @@ class Relay:
     A plain ``with`` and a task cancel, not ``asyncio.timeout``: the benchmark's instruction count put the
     timeout scope and a timer per request at 8% of a passthrough request; one timer serves all open relays."""
 
-    __slots__ = ("_request", "_owner", "_task", "ended", "response")
+    __slots__ = ("_owner", "_request", "_task", "ended", "response")
 
     def __init__(self, request: web.BaseRequest, owner: Passthroughs) -> None:
         self._request, self._owner = request, owner

@@ -24,7 +24,8 @@ async def on_open_stream(request: web.Request, gw: Gateway, acc: Accepted) -> we
 
 
 async def on_resume(request: web.Request, gw: Gateway, acc: Accepted) -> web.StreamResponse:
-    """``GET`` + ``Last-Event-ID``: replay only that stream's later events, then follow it (2025-11-25 basic/transports §Resumability)."""
+    """``GET`` + ``Last-Event-ID``: replay only that stream's later events, then follow it (2025-11-25
+    basic/transports §Resumability)."""
     assert acc.session is not None
     runtime: SessionRuntime = gw.runtime(acc.session.session_id)
     parsed = parse_event_id(acc.last_event_id)

@@ -19,7 +19,7 @@ from gateway.session.streams import json_response
 
 
 async def on_subscribe(request: web.Request, gw: Gateway, session: SessionRecord, ident: Any,
-                       params: dict[str, Any], subscribe: bool) -> web.StreamResponse:
+                       params: dict[str, Any], subscribe: bool) -> web.Response:
     uri = subscribe_uri(params)
     if isinstance(uri, ErrorValue):
         return json_response(response(ident, error=uri))

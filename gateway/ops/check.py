@@ -85,9 +85,10 @@ async def probe(http: aiohttp.ClientSession, opts: Options) -> tuple[C.ServerVer
     verdict = C.judge_server(status, message, text, legacy)
     if not verdict.modern:
         raise Unusable(verdict.description)
-    tools, cursor = [], None
+    tools: list[dict[str, Any]] = []
+    cursor = None
     for page in range(MAX_PAGES):
-        params = {"cursor": cursor} if cursor else {}
+        params: dict[str, Any] = {"cursor": cursor} if cursor else {}
         _status, message, _text = await _post_modern(http, opts, "tools/list", params, 2 + page)
         result = message.get("result", {}) if isinstance(message, Mapping) else {}
         tools.extend(result.get("tools") or [])
@@ -171,7 +172,8 @@ class LegacyClient:
         return message["result"]
 
     async def list_all(self, method: str, key: str) -> list[dict[str, Any]]:
-        items, cursor = [], None
+        items: list[dict[str, Any]] = []
+        cursor = None
         for _page in range(MAX_PAGES):
             message = await self.request(method, {"cursor": cursor} if cursor else {})
             result = message.get("result") or {}
@@ -279,7 +281,7 @@ async def _session_checks(client: LegacyClient) -> tuple[tuple[str, ...], list[d
 async def _tool_reports(client: LegacyClient, rounds: Rounds, upstream_tools: Sequence[Mapping[str, Any]],
                         legacy_tools: Sequence[Mapping[str, Any]]) -> tuple[C.ToolReport, ...]:
     listed = C.listing_problems(upstream_tools, legacy_tools)
-    by_name = {t.get("name"): t for t in upstream_tools}
+    by_name: dict[Any, Mapping[str, Any]] = {t.get("name"): t for t in upstream_tools}  # names as listed: unchecked
     names = list(client.opts.tools) or list(by_name)
     reports = []
     for name in names:
@@ -301,7 +303,8 @@ async def _call_one(client: LegacyClient, rounds: Rounds, tool: Mapping[str, Any
         arguments = C.synthesize_arguments(tool.get("inputSchema"))
     if isinstance(arguments, C.Skip):
         return C.ToolReport(name, C.Status.SKIPPED, problems=listed, error=arguments.reason)
-    rounds.count, inputs = 0, []
+    rounds.count = 0
+    inputs: list[C.InputKind] = []
     try:
         async with asyncio.timeout(client.opts.timeout):
             message = await client.request("tools/call", {"name": name, "arguments": arguments}, inputs)

@@ -13,7 +13,7 @@ import asyncio
 import logging
 import resource
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 from aiohttp import web
 
@@ -63,7 +63,8 @@ class ConnectionCap:
 
 class _Refused(asyncio.Protocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        transport.abort()  # no FIN handshake to wait on, nothing read: the descriptor is freed at once
+        # A stream server's transport; no FIN handshake to wait on, nothing read: the descriptor is freed at once.
+        cast(asyncio.Transport, transport).abort()
 
 
 class _Counted(asyncio.Protocol):

@@ -36,7 +36,8 @@ class RepeatFilter(logging.Filter):
             self._last[key] = (seen[0], seen[1] + 1)
             return False
         if seen is not None and seen[1]:
-            record.msg = f"{record.msg} [{seen[1]} repeats of this message suppressed in the last {now - seen[0]:.0f} s]"
+            record.msg = (f"{record.msg} [{seen[1]} repeats of this message suppressed in the last "
+                          f"{now - seen[0]:.0f} s]")
         self._remember(key, now)
         return True
 

@@ -3,8 +3,8 @@ re-reads the file.
 
 A file that fails validation keeps the running configuration and logs why. A good one replaces the pins that
 *new* sessions are opened under; live sessions keep the snapshot in their records (``SessionRecord.pins``) until
-they end. Listen addresses, the default upstream, the embedded core and the session store are fixed at start; named upstreams
-that the new file adds are connected, and changed ones are replaced for the requests that follow.
+they end. Listen addresses, the default upstream, the embedded core and the session store are fixed at start;
+named upstreams that the new file adds are connected, and changed ones are replaced for the requests that follow.
 """
 
 from __future__ import annotations
@@ -49,7 +49,8 @@ def install_sighup(app: web.Application, path: str | Path, **overrides: object) 
 
     async def on_startup(app: web.Application) -> None:
         loop = asyncio.get_running_loop()
-        loop.add_signal_handler(signal.SIGHUP, lambda: reload_config(app[GATEWAY], path, app.get(CORE_URL), **overrides))
+        loop.add_signal_handler(signal.SIGHUP,
+                                lambda: reload_config(app[GATEWAY], path, app.get(CORE_URL), **overrides))
 
     async def on_cleanup(app: web.Application) -> None:
         asyncio.get_running_loop().remove_signal_handler(signal.SIGHUP)

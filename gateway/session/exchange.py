@@ -18,7 +18,7 @@ Two ways to run one (the machine and its decisions are the same in both):
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+from typing import Any, cast
 
 from adapters import bridge as B
 from adapters.admission import roots_cacheable
@@ -221,8 +221,8 @@ class Exchange:
         answer = await self._send(session, extra)
         if isinstance(answer, B.UpstreamError) and needs_header_refresh(rec.method, answer.error) \
                 and not self._refreshed:
-            # 2026-07-28 server/tools §x-mcp-header: a -32020 on tools/call may mean our x-mcp-header map is stale or missing:
-            # refresh it from tools/list once, then resend the same round with a new id.
+            # 2026-07-28 server/tools §x-mcp-header: a -32020 on tools/call may mean our x-mcp-header map is stale or
+            # missing: refresh it from tools/list once, then resend the same round with a new id.
             self._refreshed = True
             await self._refresh_header_maps(session)
             answer = await self._send(session, extra)
@@ -232,7 +232,9 @@ class Exchange:
 
     async def _send(self, session: Any, extra: dict[str, Any]) -> Answer:
         rec = self.record
-        header_map = self.runtime.header_maps.get(rec.params.get("name")) if rec.method == "tools/call" else None
+        # A tools/call's name is a str: adapters.local.check_request validated the params.
+        header_map = (self.runtime.header_maps.get(cast(str, rec.params.get("name"))) if rec.method == "tools/call"
+                      else None)
         call = build_request(rec.method, rec.params, request_id=new_id("u"), extra=extra,
                              view=session_view(session, self.authorization), header_map=header_map)
         return await self.runtime.gateway.upstream_for(session.upstream).call(call, self._on_notification)

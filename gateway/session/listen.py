@@ -38,11 +38,11 @@ ACK_TIMEOUT_SECONDS = 10.0
 
 
 
-C = TypeVar("C")
-O = TypeVar("O")
+C = TypeVar("C")  # a change
+R = TypeVar("R")  # its outcome
 
 
-class Turns(Generic[C, O]):
+class Turns(Generic[C, R]):
     """Changes applied one turn at a time. The changes that queue while a turn runs are applied together by the
     next one, with one outcome each: k changes behind a slow turn (a listen waiting for its acknowledgement)
     wait one more turn, not k. A change whose submitter is cancelled before its turn is dropped (nobody is left
@@ -50,10 +50,10 @@ class Turns(Generic[C, O]):
 
     def __init__(self) -> None:
         self.lock = asyncio.Lock()
-        self.queued: list[tuple[C, asyncio.Future[O]]] = []
+        self.queued: list[tuple[C, asyncio.Future[R]]] = []
 
-    async def submit(self, change: C, apply: Callable[[list[C]], Awaitable[list[O]]]) -> O:
-        mine: asyncio.Future[O] = asyncio.get_running_loop().create_future()
+    async def submit(self, change: C, apply: Callable[[list[C]], Awaitable[list[R]]]) -> R:
+        mine: asyncio.Future[R] = asyncio.get_running_loop().create_future()
         self.queued.append((change, mine))
         try:
             async with self.lock:
@@ -64,7 +64,7 @@ class Turns(Generic[C, O]):
             raise
         return mine.result()
 
-    async def _turn(self, mine: asyncio.Future[O], apply: Callable[[list[C]], Awaitable[list[O]]]) -> None:
+    async def _turn(self, mine: asyncio.Future[R], apply: Callable[[list[C]], Awaitable[list[R]]]) -> None:
         batch, self.queued = self.queued, []
         try:
             outcomes = await apply([change for change, _ in batch])

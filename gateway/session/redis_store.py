@@ -167,7 +167,9 @@ class RedisStore:
 
     async def get_session(self, session_id: str) -> SessionRecord | None:
         async with _unavailable(), self.redis.pipeline(transaction=False) as pipe:
-            text, seen = await pipe.hget(self.key("s:", session_id), "r").zscore(self.key("seen"), session_id).execute()
+            pipe.hget(self.key("s:", session_id), "r")
+            pipe.zscore(self.key("seen"), session_id)
+            text, seen = await pipe.execute()
         if text is None:
             return None
         record = SessionRecord.from_dict(loads(text, ENCODED_DEPTH))
@@ -176,7 +178,8 @@ class RedisStore:
         return record
 
     async def put_session(self, record: SessionRecord) -> None:
-        args = [self.prefix, record.session_id, record.principal, _dump(record), record.last_seen_ms, self._ttl_ms]
+        args: list[str | bytes | int] = [self.prefix, record.session_id, record.principal, _dump(record),
+                                         record.last_seen_ms, self._ttl_ms]
         async with _unavailable():
             seen = await self._put(args=args)
         # A record read before a touch carries an older time: the caller sees the newer one, as with InMemoryStore.
@@ -194,8 +197,11 @@ class RedisStore:
         cutoff = f"({self._clock() - self._ttl_ms}"
         every, mine = self.key("seen"), self.key("p:", principal)
         async with _unavailable(), self.redis.pipeline(transaction=True) as pipe:
-            pipe.zremrangebyscore(every, "-inf", cutoff).zremrangebyscore(mine, "-inf", cutoff)
-            *_, total, own = await pipe.zcard(every).zcard(mine).execute()
+            pipe.zremrangebyscore(every, "-inf", cutoff)
+            pipe.zremrangebyscore(mine, "-inf", cutoff)
+            pipe.zcard(every)
+            pipe.zcard(mine)
+            *_, total, own = await pipe.execute()
         return int(total), int(own)
 
     async def last_seen(self, session_ids: Collection[str]) -> dict[str, int]:
@@ -205,10 +211,11 @@ class RedisStore:
         every = self.key("seen")
         async with _unavailable(), self.redis.pipeline(transaction=True) as pipe:
             pipe.zremrangebyscore(every, "-inf", f"({self._clock() - self._ttl_ms}")
-            _, scores = await pipe.zmscore(every, ids).execute()
+            pipe.zmscore(every, ids)
+            _, scores = await pipe.execute()
         return {s: int(seen) for s, seen in zip(ids, scores, strict=True) if seen is not None}
 
-    async def expire_sessions(self, seen_before_ms: int, keep: Collection[str] = ()) -> list[str]:
+    async def expire_sessions(self, seen_before_ms: float, keep: Collection[str] = ()) -> list[str]:
         async with _unavailable():
             gone = await self._expire(args=[self.prefix, seen_before_ms, self._ttl_ms, *keep])
         return [sid.decode() for sid in gone]
@@ -216,8 +223,11 @@ class RedisStore:
     async def put_round(self, record: PendingRound) -> None:
         key, owned = self.key("r:", record.bridge_id), self.key("rs:", record.session_id)
         async with _unavailable(), self.redis.pipeline(transaction=True) as pipe:
-            pipe.hset(key, mapping={"r": _dump(record), "s": record.session_id}).pexpire(key, self._ttl_ms)
-            await pipe.sadd(owned, record.bridge_id).pexpire(owned, self._ttl_ms).execute()
+            pipe.hset(key, mapping={"r": _dump(record), "s": record.session_id})
+            pipe.pexpire(key, self._ttl_ms)
+            pipe.sadd(owned, record.bridge_id)
+            pipe.pexpire(owned, self._ttl_ms)
+            await pipe.execute()
 
     async def get_round(self, bridge_id: str) -> PendingRound | None:
         async with _unavailable():

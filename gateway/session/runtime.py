@@ -50,10 +50,22 @@ def now_ms() -> int:
 
 
 class SessionRuntime:
-    __slots__ = ("session_id", "gateway", "exchanges", "awaiting", "streams", "standalone", "listen", "hub_key",
-                 "header_maps", "tasks", "peer", "__dict__")
+    __slots__ = (
+        "__dict__",
+        "awaiting",
+        "exchanges",
+        "gateway",
+        "header_maps",
+        "hub_key",
+        "listen",
+        "peer",
+        "session_id",
+        "standalone",
+        "streams",
+        "tasks",
+    )
 
-    def __init__(self, session_id: str, gateway: "Gateway") -> None:
+    def __init__(self, session_id: str, gateway: Gateway) -> None:
         self.session_id = session_id
         self.gateway = gateway
         self.exchanges: dict[Any, Any] = {}  # downstream request id -> Exchange

@@ -43,7 +43,7 @@ class SessionStore(Protocol):
     async def delete_round(self, bridge_id: str) -> None: ...
     async def rounds_of(self, session_id: str) -> list[PendingRound]: ...
 
-    async def expire_sessions(self, seen_before_ms: int, keep: Collection[str] = ()) -> list[str]:
+    async def expire_sessions(self, seen_before_ms: float, keep: Collection[str] = ()) -> list[str]:
         """Delete the sessions (and their rounds) last seen before ``seen_before_ms``, except those in ``keep``;
         the ids deleted. A shared store would rather give session keys a TTL of the idle limit, renewed by
         ``touch_session`` (and for ``keep`` here), and return only what it deleted itself, possibly nothing: the
@@ -108,7 +108,7 @@ class InMemoryStore:
         seen = self._seen
         return {s: seen[s] for s in session_ids if s in seen}
 
-    async def expire_sessions(self, seen_before_ms: int, keep: Collection[str] = ()) -> list[str]:
+    async def expire_sessions(self, seen_before_ms: float, keep: Collection[str] = ()) -> list[str]:
         expired = [s for s, seen in self._seen.items() if seen < seen_before_ms and s not in keep]
         self._drop(set(expired))
         return expired

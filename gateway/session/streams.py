@@ -28,7 +28,7 @@ class StreamGone(Exception):
 
 
 class OutStream:
-    __slots__ = ("name", "buffer", "closed", "status", "_tap", "_wake", "_writer")
+    __slots__ = ("_tap", "_wake", "_writer", "buffer", "closed", "name", "status")
 
     def __init__(self, name: str, capacity: int, tap: Tap | None = None) -> None:
         self.name = name
@@ -146,8 +146,8 @@ async def write_stream(request: web.Request, stream: OutStream, *, mode: StreamM
                                           "X-Accel-Buffering": "no", **(headers or {})})
     await response.prepare(request)
     writer = stream.claim()
-    # Priming event: an id to resume from before the first message, and the retry delay (2025-11-25 basic/transports); it goes
-    # out in the same write as the first batch.
+    # Priming event: an id to resume from before the first message, and the retry delay (2025-11-25
+    # basic/transports); it goes out in the same write as the first batch.
     head = encode_event(event_id(stream.name, after), None, retry_ms) if mode is not StreamMode.RESUME else b""
     try:
         async for batch in stream.batches_after(after, keepalive, writer):

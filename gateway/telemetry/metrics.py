@@ -24,7 +24,8 @@ _LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 
 class Metrics:
     def __init__(self) -> None:
         self.registry = r = CollectorRegistry()
-        self._children: dict[tuple[str, ...], Any] = {}
+        # Label values, (id(family), *label values), or an era: each key kind is used by one method.
+        self._children: dict[tuple[object, ...] | str, Any] = {}
         self.requests = Counter("mcp_gateway_requests", "Requests by peer, client, era, revision, method, outcome",
                                 ["peer", "client", "era", "revision", "method", "translated", "outcome"], registry=r)
         self.features = Counter("mcp_gateway_deprecated_feature_uses", "Requests that used a deprecated feature",

@@ -2,9 +2,9 @@
 (the migration report).
 
 Owns reading the usage store into :class:`adapters.usage_report.ReportBuilder` (with progress on stderr while it
-reads a large store) and the table/JSON renderers; HTML comes from :mod:`gateway.telemetry.dashboard`, so the file and the
-``/migration`` page are the same report. Sunsets come from the store (the pins each peer's sessions carried)
-and, when ``--config`` is given, from that file's peers, which win.
+reads a large store) and the table/JSON renderers; HTML comes from :mod:`gateway.telemetry.dashboard`, so the
+file and the ``/migration`` page are the same report. Sunsets come from the store (the pins each peer's sessions
+carried) and, when ``--config`` is given, from that file's peers, which win.
 """
 
 from __future__ import annotations

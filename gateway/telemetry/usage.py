@@ -98,7 +98,7 @@ class UsageDb:
                                        (since_ms,))
             while batch := cursor.fetchmany(chunk):
                 for values in batch:
-                    yield dict(zip(names, values))
+                    yield dict(zip(names, values, strict=True))
 
     def sunsets(self) -> dict[str, str | None]:
         with self.lock:
@@ -116,6 +116,8 @@ class UsageRecorder:
     """Per app. The request path only counts hashable :class:`Facts` (:meth:`note`: one dict update); folding
     labels, the rollup and Prometheus counters happen in :meth:`drain`, once per distinct fact, at each flush,
     scrape and dashboard read (latency timings likewise wait there, :meth:`gateway.telemetry.metrics.Metrics.fold`)."""
+
+    _pending: asyncio.Future[None] | None  # set by start()
 
     def __init__(self, config: UsageConfig, metrics: Any = None, clock_ms: Any = None,
                  session_idle_seconds: float = 3600.0) -> None:
@@ -204,7 +206,7 @@ class UsageRecorder:
 
     def start(self) -> None:
         self.open()
-        self._pending: asyncio.Future | None = None
+        self._pending = None
         self._timer = asyncio.get_running_loop().call_later(self.config.flush_seconds, self._tick)
 
     async def stop(self) -> None:
@@ -245,7 +247,7 @@ def request_identity(gw: Any, session: Any, kind: str, principal: str,
     if session is not None:
         pins = getattr(session, "pins", None) or {}
         return session.client_info, pins.get("name"), pins.get("sunset")
-    meta = params.get("_meta") if isinstance(params.get("_meta"), dict) else {}
+    meta = given if isinstance(given := params.get("_meta"), dict) else {}
     info = params.get("clientInfo") if kind == "initialize" else meta.get("io.modelcontextprotocol/clientInfo")
     table = getattr(gw, "pins", None)
     if table is None:
@@ -262,7 +264,7 @@ def _revision(acc: Any, message: Any) -> Any:
     if acc.kind == "initialize":
         result = message.get("result") if isinstance(message, dict) else None
         return (result or {}).get("protocolVersion", params.get("protocolVersion"))
-    meta = params.get("_meta") if isinstance(params.get("_meta"), dict) else {}
+    meta = given if isinstance(given := params.get("_meta"), dict) else {}
     return meta.get("io.modelcontextprotocol/protocolVersion", "2026-07-28")
 
 
@@ -380,7 +382,8 @@ class ExchangeObserver:
 
     def __init__(self, recorder: UsageRecorder, facts: dict[str, Any], started: float) -> None:
         self.recorder, self.facts, self.started = recorder, facts, started
-        self.calls, self.inputs, self.features = 0, set(), set(facts.pop("features"))
+        self.calls, self.features = 0, set(facts.pop("features"))
+        self.inputs: set[str] = set()
         self.final: Any = None
         self.finished: float | None = None
         self.waits: list[float] = []  # upstream round latencies and client waits (seconds)

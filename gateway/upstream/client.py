@@ -2,10 +2,10 @@
 built by ``adapters.upstream`` and reads JSON or SSE answers.
 
 Every failure mode — refused, timeout, HTTP 5xx, a 401/403 (``adapters.errors.token_refused``), another 4xx
-without a JSON-RPC error body, non-JSON, a stream that ends without the response — becomes an :class:`UpstreamFailure` carrying an ``ErrorValue`` for the original
-request; an upstream HTTP 400/404 *with* a JSON-RPC error body is returned as that error, never as a status
-(docs/design.md §1). Closing the response is the 2026 cancel (2026-07-28 basic/patterns §Cancellation): cancelling
-:meth:`call` does exactly that.
+without a JSON-RPC error body, non-JSON, a stream that ends without the response — becomes an
+:class:`UpstreamFailure` carrying an ``ErrorValue`` for the original request; an upstream HTTP 400/404 *with* a
+JSON-RPC error body is returned as that error, never as a status (docs/design.md §1). Closing the response is the
+2026 cancel (2026-07-28 basic/patterns §Cancellation): cancelling :meth:`call` does exactly that.
 
 A ``subscriptions/listen`` (ours or a modern client's, told by its ``Mcp-Method`` header) stays open as long as
 its subscriber: it takes a slot of the pool's stream limit, never one of the request limit (:mod:`gateway.upstream.h1`).
@@ -13,7 +13,7 @@ its subscriber: it takes a slot of the pool's stream limit, never one of the req
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -133,7 +133,7 @@ class UpstreamClient:
         return token_refused(resp.status, resp.getall("www-authenticate"),
                              error if isinstance(error, dict) else None, self.forwards_token)
 
-    async def messages(self, call: UpstreamCall) -> AsyncIterator[dict[str, Any]]:
+    async def messages(self, call: UpstreamCall) -> AsyncGenerator[dict[str, Any]]:
         """Every JSON-RPC message the upstream sends for one POST (one for JSON, many for SSE)."""
         async with FAILURES, await self.open(call) as resp:
             if _is_stream(resp):

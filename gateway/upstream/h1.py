@@ -83,6 +83,8 @@ class _Connection(asyncio.Protocol):
         self.max_head = self.max_body = 0  # set by the pool (0: unbounded)
         self.begin()
 
+    headers: dict[str, str]  # set by begin()
+
     def begin(self) -> None:
         self.status, self.headers, self.keep_alive, self.until_eof = 0, {}, False, False
         self.repeated: dict[str, list[str]] | None = None  # every value of a repeated header, in order
@@ -218,7 +220,7 @@ class _Connection(asyncio.Protocol):
         self._fail(TooLarge(detail))
         self.close()  # never pooled: the rest of the response is still coming
 
-    async def progress(self, timeout: float) -> None:
+    async def progress(self, timeout: float) -> None:  # noqa: ASYNC109  (a loop timer on the waiter future)
         """Wait until anything happens on the response (or ``timeout`` seconds pass: TimeoutError)."""
         loop = asyncio.get_running_loop()
         self.waiter = waiter = loop.create_future()
@@ -251,7 +253,7 @@ class H1Response:
     """A response whose status line and headers have arrived. Use as an async context manager: leaving it
     returns the connection to the pool when the body was read to its end, and closes it otherwise."""
 
-    __slots__ = ("_conn", "_pool", "_released", "_repeated", "status", "headers")
+    __slots__ = ("_conn", "_pool", "_released", "_repeated", "headers", "status")
 
     def __init__(self, conn: _Connection, pool: H1Pool) -> None:
         self._conn, self._pool, self._released = conn, pool, False

@@ -19,8 +19,16 @@ from pydantic import ValidationError
 
 from modern_server.containment import allowed, components, contains
 from modern_server.errors import McpError
-from modern_server.framework import (Context, ResourceFamily, Tool, arguments, bound_call, input_required,
-                                     next_round, text_result)
+from modern_server.framework import (
+    Context,
+    ResourceFamily,
+    Tool,
+    arguments,
+    bound_call,
+    input_required,
+    next_round,
+    text_result,
+)
 from modern_server.storage import GoneError, Note, ReplayError
 
 CHOICE = "delete_choice"
@@ -50,7 +58,8 @@ def _ask(ctx: Context, candidates: list[Note], round_no: int, nonce: str | None 
         "confirm": {"type": "boolean", "title": "Delete it permanently", "default": False}},
         "required": ["note_id", "confirm"]}
     request = {"method": "elicitation/create", "params": {
-        "mode": "form", "message": f"{len(ids)} note(s) match. Which one should be deleted?", "requestedSchema": schema}}
+        "mode": "form", "message": f"{len(ids)} note(s) match. Which one should be deleted?",
+        "requestedSchema": schema}}
     state = ctx.seal(bound_call(ctx), "confirm", {"round": round_no, "candidates": ids}, nonce=nonce)
     return input_required({CHOICE: request}, state)
 

@@ -67,7 +67,7 @@ async def _read(ctx: Context, uri: str) -> dict[str, Any] | None:
         return None
     ctx.require(ctx.declares_extension(UI_EXTENSION), {"extensions": {UI_EXTENSION: {"mimeTypes": [UI_MIME]}}},
                 "ui:// resources are MCP Apps views; declare the io.modelcontextprotocol/ui extension")
-    csp = {"connectDomains": [], "resourceDomains": [], "frameDomains": [], "baseUriDomains": []}
+    csp: dict[str, list[str]] = {"connectDomains": [], "resourceDomains": [], "frameDomains": [], "baseUriDomains": []}
     content = {"uri": UI_URI, "mimeType": UI_MIME, "text": PAGE, "_meta": {"ui": {"csp": csp, "permissions": {}}}}
     return {"contents": [content], "ttlMs": 60_000, "cacheScope": "public"}
 
@@ -75,7 +75,8 @@ async def _read(ctx: Context, uri: str) -> dict[str, Any] | None:
 UI_RESOURCES = ResourceFamily(_listing, _read)
 
 TOOLS = (
-    Tool("notes_timeline", "Show the notes of your workspaces in date order (with an interactive view in MCP Apps hosts).",
+    Tool("notes_timeline",
+         "Show the notes of your workspaces in date order (with an interactive view in MCP Apps hosts).",
          {"type": "object", "properties": {"workspaceUri": {"type": "string"}}}, notes_timeline,
          title="Notes timeline", ui_resource=UI_URI, annotations={"readOnlyHint": True},
          output_schema={"type": "object", "properties": {"notes": {"type": "array"}}, "required": ["notes"]}),

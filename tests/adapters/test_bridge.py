@@ -104,7 +104,8 @@ def test_state_only_rounds_back_off_then_retry_with_only_the_state() -> None:
 
 @pytest.mark.parametrize("limits,result,limit", [
     (B.BridgeLimits(max_rounds=1), None, "max_rounds"),
-    (B.BridgeLimits(max_input_requests_per_round=1), ir({"a": SAMPLING, "b": SAMPLING}), "max_input_requests_per_round"),
+    (B.BridgeLimits(max_input_requests_per_round=1), ir({"a": SAMPLING, "b": SAMPLING}),
+     "max_input_requests_per_round"),
 ])
 def test_limits_end_the_bridge_with_an_error_naming_the_limit(limits, result, limit) -> None:
     m = machine(limits=limits)
@@ -219,7 +220,7 @@ def test_input_rounds_after_waiting_rounds_still_count_against_max_rounds() -> N
     m = machine(limits=B.BridgeLimits(max_rounds=2))
     for key in ("a", "b"):
         m.handle(B.UpstreamResult(ir({key: SAMPLING}, "s")))
-        (retry,) = m.handle(B.ClientAnswered(f"g{ord(key) - 96}", SAMPLED))
+        (_retry,) = m.handle(B.ClientAnswered(f"g{ord(key) - 96}", SAMPLED))
         (timer,) = m.handle(B.UpstreamResult(ir(state="s")))  # a waiting round in between: not counted
         m.handle(B.TimerFired(B.Timer.BACKOFF, timer.round))
     message = final(m.handle(B.UpstreamResult(ir({"c": SAMPLING}, "s"))))

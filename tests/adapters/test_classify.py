@@ -66,7 +66,8 @@ CASES = [
     ("not JSON", post(b"{nope"), None, (400, "parse_error")),
     ("batch", post([REQ]), None, (400, "invalid_request")),
     ("not JSON-RPC", post({"id": 1, "method": "x"}), None, (400, "invalid_request")),
-    ("null id request", post({"jsonrpc": "2.0", "id": None, "method": "x"}, **SID), session(), (400, "invalid_request")),
+    ("null id request", post({"jsonrpc": "2.0", "id": None, "method": "x"}, **SID), session(),
+     (400, "invalid_request")),
     ("GET opens the stream", HttpView("GET", {"host": "localhost", "accept": "text/event-stream", **SID}), session(),
      "open_stream"),
     ("GET resumes", HttpView("GET", {"accept": "text/event-stream", "last-event-id": "a.3", **SID}), session(),
@@ -121,8 +122,9 @@ OLD = {"mcp-session-id": "s1", "mcp-protocol-version": "2025-03-26"}
 
 def test_a_batch_on_a_2025_03_26_session_is_split_into_its_elements() -> None:
     """2025-03-26 basic §Batching: a 2025-03-26 server MUST accept batches; each element is judged alone."""
-    items = [REQ, {"jsonrpc": "2.0", "method": "notifications/initialized"}, {"jsonrpc": "2.0", "id": "g1", "result": {}},
-             {**INIT, "id": 7}, "junk", {"jsonrpc": "2.0", "id": 8, "method": "tools/list", "params": []},
+    items = [REQ, {"jsonrpc": "2.0", "method": "notifications/initialized"},
+             {"jsonrpc": "2.0", "id": "g1", "result": {}}, {**INIT, "id": 7}, "junk",
+             {"jsonrpc": "2.0", "id": 8, "method": "tools/list", "params": []},
              {"jsonrpc": "2.0", "id": 9, "method": "server/discover"}]
     verdict = classify(post(items, **OLD), session(protocol_version="2025-03-26"), Policy(), NOW)
     assert isinstance(verdict, Accepted) and verdict.kind == "batch"

@@ -5,8 +5,14 @@ from __future__ import annotations
 import pytest
 
 from adapters.capabilities import BridgedFeatures, client_caps_to_modern, server_caps_to_legacy
-from adapters.handshake import (SYNTHETIC_SERVER_INFO, build_initialize_result, cache_policy, check_discover,
-                                discover_cache_keys, server_info_of)
+from adapters.handshake import (
+    SYNTHETIC_SERVER_INFO,
+    build_initialize_result,
+    cache_policy,
+    check_discover,
+    discover_cache_keys,
+    server_info_of,
+)
 from adapters.protocol import negotiate_version
 from tests import schema
 
@@ -30,8 +36,10 @@ def test_version_negotiation(requested, answer) -> None:
     ({"sampling": {"tools": {}, "context": {}}}, {"sampling": {"tools": {}, "context": {}}}),
     ({"elicitation": {"form": {}, "url": {}}}, {"elicitation": {"form": {}, "url": {}}}),
     ({"tasks": {"list": {}, "requests": {"sampling": {"createMessage": {}}}}}, {}),
-    ({"experimental": {"x": {}}, "extensions": {"io.modelcontextprotocol/ui": {"mimeTypes": ["text/html;profile=mcp-app"]}}},
-     {"experimental": {"x": {}}, "extensions": {"io.modelcontextprotocol/ui": {"mimeTypes": ["text/html;profile=mcp-app"]}}}),
+    ({"experimental": {"x": {}},
+      "extensions": {"io.modelcontextprotocol/ui": {"mimeTypes": ["text/html;profile=mcp-app"]}}},
+     {"experimental": {"x": {}},
+      "extensions": {"io.modelcontextprotocol/ui": {"mimeTypes": ["text/html;profile=mcp-app"]}}}),
     ({"roots": True, "sampling": "yes"}, {}),
 ])
 def test_client_capabilities_2025_to_2026(legacy, modern) -> None:

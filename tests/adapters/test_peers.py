@@ -6,8 +6,17 @@ from collections import Counter
 
 import pytest
 
-from adapters.peers import (DEPRECATION_META_KEY, Peer, admit_initialize, admit_modern, allowed_input_kind,
-                            deprecation_meta, legacy_answer_version, match_peer, pick_upstream)
+from adapters.peers import (
+    DEPRECATION_META_KEY,
+    Peer,
+    admit_initialize,
+    admit_modern,
+    allowed_input_kind,
+    deprecation_meta,
+    legacy_answer_version,
+    match_peer,
+    pick_upstream,
+)
 
 IDE = Peer("ide-plugin", revisions=("2025-11-25",), client_name="acme-ide*", sunset="2027-03-31",
            deprecation_notice="Upgrade the plugin to 4.x before 2027-03-31.")

@@ -4,11 +4,26 @@ from __future__ import annotations
 
 import pytest
 
-from adapters.usage import (DAY_MS, FEATURES, OTHER, Facts, LabelFolder, add_to_rollup, build_record, day_number,
-                            days_until, failure_cause, input_kind, iso_day, legacy_request_features,
-                            modern_request_features, outcome_of, rollup_key)
+from adapters.usage import (
+    DAY_MS,
+    FEATURES,
+    KEY_FIELDS,
+    OTHER,
+    Facts,
+    LabelFolder,
+    add_to_rollup,
+    build_record,
+    day_number,
+    days_until,
+    failure_cause,
+    input_kind,
+    iso_day,
+    legacy_request_features,
+    modern_request_features,
+    outcome_of,
+    rollup_key,
+)
 from adapters.usage_report import ReportBuilder, verdict
-from adapters.usage import KEY_FIELDS
 
 TODAY = "2026-12-02"
 

@@ -140,7 +140,8 @@ class FaultClient:
             await self.answer(record.scenario, message["id"], answer)
 
     async def _resume(self, ident: int, last_event_id: str | None) -> dict[str, Any]:
-        headers = self.headers(Accept="text/event-stream", **({"Last-Event-ID": last_event_id} if last_event_id else {}))
+        headers = self.headers(Accept="text/event-stream",
+                               **({"Last-Event-ID": last_event_id} if last_event_id else {}))
         async with self.http.get(self.url, headers=headers) as resp:
             if resp.status != 200:
                 raise Lost(f"resume refused: HTTP {resp.status} {(await resp.text())[:200]}")

@@ -162,8 +162,8 @@ async def sample(body: dict[str, Any], _r: Any, w: Writer) -> bool:
     return True
 
 
-TOOLS = {f.__name__: f for f in (echo, refuse, hang, trickle, truncate, early_hints, dup_length, garbage, wrong_id, huge,
-                                 sse_forever, sample)}
+TOOLS = {f.__name__: f for f in (echo, refuse, hang, trickle, truncate, early_hints, dup_length, garbage, wrong_id,
+                                 huge, sse_forever, sample)}
 
 
 async def answer(body: dict[str, Any], reader: asyncio.StreamReader, w: Writer) -> bool:

@@ -26,7 +26,11 @@ from hypothesis import HealthCheck, settings
 from hypothesis.configuration import set_hypothesis_home_dir
 
 from adapters.errors import REJECTIONS
-from tests.gateway.conftest import FakeUpstream, Legacy, make_gateway  # noqa: F401  (make_gateway: a fixture)
+from tests.gateway import conftest as gateway_conftest
+from tests.gateway.conftest import FakeUpstream, Legacy
+
+# tests/gateway's gateway fixture, shared: pytest collects the fixtures a conftest module holds as attributes.
+make_gateway = gateway_conftest.make_gateway
 
 # Hypothesis keeps caches (constants, unicode data) in .hypothesis/ even without a database: not in the checkout.
 set_hypothesis_home_dir(tempfile.mkdtemp(prefix="fuzz-hypothesis-"))
@@ -207,9 +211,9 @@ class TolerantUpstream:
     async def handle(self, request: web.Request) -> web.StreamResponse:
         try:
             return await self.fake.handle(request)
-        except Exception as exc:  # noqa: BLE001 - the fake's own check of a request it cannot read
-            return web.json_response({"jsonrpc": "2.0", "id": None, "error": {"code": -32600, "message": str(exc)[:200]}},
-                                     status=400)
+        except Exception as exc:
+            return web.json_response(
+                {"jsonrpc": "2.0", "id": None, "error": {"code": -32600, "message": str(exc)[:200]}}, status=400)
 
 
 @pytest.fixture

@@ -6,9 +6,9 @@ from __future__ import annotations
 from typing import Any
 
 from tests.fuzz.conftest import Harness, check_answer
+from tests.fuzz.strategies import encode
 from tests.fuzz.test_client_answers import bridged_round, tools_call
 from tests.fuzz.test_legacy_post import raw_request, send
-from tests.fuzz.strategies import encode
 
 
 async def posted(harness: Harness, body: bytes, ident: Any = 7, **headers: Any) -> None:
@@ -22,8 +22,9 @@ async def posted(harness: Harness, body: bytes, ident: Any = 7, **headers: Any) 
 async def test_non_utf8_authorization_is_refused_not_a_500(harness: Harness) -> None:
     async def case() -> None:  # was: HTTP 500 (classify.principal_of encodes the surrogate-escaped header)
         legacy = await harness.session()
-        status, content_type, body = await raw_request(harness, "POST", {**legacy.headers(),
-                                                       "Authorization": b"Bearer \xff"}, b'{"jsonrpc":"2.0","id":7,"method":"ping"}')
+        status, content_type, body = await raw_request(harness, "POST",
+                                                       {**legacy.headers(), "Authorization": b"Bearer \xff"},
+                                                       b'{"jsonrpc":"2.0","id":7,"method":"ping"}')
         check_answer(status, content_type, body, {"id": 7})
     await harness.run(case)
 

@@ -14,7 +14,8 @@ from hypothesis import strategies as st
 
 from tests.fuzz.conftest import Harness, check_answer, fuzz_settings, next_message, valid_id
 from tests.fuzz.strategies import any_json, encode, ids, objects
-from tests.fuzz.test_client_answers import INPUTS, VALID as CLIENT_ANSWERS
+from tests.fuzz.test_client_answers import INPUTS
+from tests.fuzz.test_client_answers import VALID as CLIENT_ANSWERS
 from tests.gateway.conftest import text
 
 CALLS = {"tools/call": {"name": "t", "arguments": {}}, "tools/list": {}, "prompts/get": {"name": "p"},

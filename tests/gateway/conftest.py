@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 from aiohttp import web
 
-from gateway.http.app import create_app
 from gateway.config.settings import load_config
+from gateway.http.app import create_app
 from tests import schema
 
 MODERN = "2026-07-28"
@@ -65,7 +65,8 @@ class FakeUpstream:
         if isinstance(out, web.StreamResponse):
             return out
         if isinstance(out, tuple):
-            return web.json_response({"jsonrpc": "2.0", "id": body["id"], "error": out[1]}, status=out[2] if len(out) > 2 else 200)
+            return web.json_response({"jsonrpc": "2.0", "id": body["id"], "error": out[1]},
+                                     status=out[2] if len(out) > 2 else 200)
         if isinstance(out, list):
             return await self._sse(request, body, out)
         return web.json_response({"jsonrpc": "2.0", "id": body["id"], "result": out})

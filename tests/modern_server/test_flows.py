@@ -76,7 +76,8 @@ async def test_workspace_scan_roots_never_bypass_the_allow_list(client):
     assert first.result["inputRequests"]["roots"]["method"] == "roots/list"
     roots = {"roots": [{"uri": "file:///work/notes/2026", "name": "year"}, {"uri": "file:///work/notes-evil"},
                        {"uri": "file:///work/notes/%2e%2e"}]}
-    reply = await client.tool("workspace_scan", requestState=first.result["requestState"], inputResponses={"roots": roots})
+    reply = await client.tool("workspace_scan", requestState=first.result["requestState"],
+                              inputResponses={"roots": roots})
     data = reply.result["structuredContent"]
     assert data["scanned"] == ["file:///work/notes/2026"]
     assert data["skipped"] == ["file:///work/notes-evil", "file:///work/notes/%2e%2e"]
@@ -115,8 +116,9 @@ async def test_prompt_elicits_its_tone(client):
     first = await client.call("prompts/get", params)
     ask = first.result["inputRequests"]["tone"]
     assert ask["method"] == "elicitation/create"
+    tone = {"action": "accept", "content": {"tone": "terse"}}
     done = await client.call("prompts/get", {**params, "requestState": first.result["requestState"],
-                                             "inputResponses": {"tone": {"action": "accept", "content": {"tone": "terse"}}}})
+                                             "inputResponses": {"tone": tone}})
     assert done.result["messages"][0]["content"]["text"] == "Write a short terse note about release."
     no = await client.call("prompts/get", params, caps={})
     assert no.error["data"] == {"requiredCapabilities": {"elicitation": {"form": {}}}}
@@ -137,7 +139,8 @@ async def test_progress_and_logs_stream_only_when_opted_in(client):
     assert kinds == ["notifications/message", "notifications/progress"] * 2 + ["result"]
     assert [m["params"]["progress"] for m in streamed.messages if m.get("method") == "notifications/progress"] == [1, 2]
     assert streamed.messages[1]["params"]["progressToken"] == 7
-    warn_only = await client.tool("slow_count", {"n": 2}, meta=client.meta(**{"io.modelcontextprotocol/logLevel": "error"}))
+    warn_only = await client.tool("slow_count", {"n": 2},
+                                  meta=client.meta(**{"io.modelcontextprotocol/logLevel": "error"}))
     assert warn_only.headers["Content-Type"].startswith("application/json")
 
 

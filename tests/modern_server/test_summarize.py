@@ -10,7 +10,8 @@ from tests.modern_server.conftest import ALICE, BOB
 
 
 def said(text: str) -> dict:
-    return {"role": "assistant", "content": {"type": "text", "text": text}, "model": "test-model", "stopReason": "endTurn"}
+    return {"role": "assistant", "content": {"type": "text", "text": text}, "model": "test-model",
+            "stopReason": "endTurn"}
 
 
 PICK = ["README.md", "src/app/core.py", "docs/architecture.md"]

@@ -117,7 +117,8 @@ async def test_http_level_rejections(client):
     assert reply.status == 400 and reply.error["code"] == -32700
     reply = await client.post([{"jsonrpc": "2.0"}], headers)
     assert reply.status == 400 and reply.error["code"] == -32600
-    reply = await client.post({"jsonrpc": "2.0", "id": 1, "method": "tools/list"}, {**headers, "Accept": "application/json"})
+    reply = await client.post({"jsonrpc": "2.0", "id": 1, "method": "tools/list"},
+                              {**headers, "Accept": "application/json"})
     assert reply.status == 406
     reply = await client.post(json.dumps({"jsonrpc": "2.0", "id": 1}), {**headers, "Content-Type": "text/plain"})
     assert reply.status == 415

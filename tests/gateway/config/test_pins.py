@@ -21,9 +21,9 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 
 from adapters.peers import pick_upstream
+from gateway.config.settings import ConfigError, load_config
 from gateway.http.app import GATEWAY, create_app
 from gateway.ops.cli import check_config
-from gateway.config.settings import ConfigError, load_config
 from gateway.ops.reload import reload_config
 from modern_server.app import create_app as create_core
 from modern_server.config import CoreConfig, TokenEntry
@@ -128,7 +128,8 @@ async def sampling(context, params):
     ('[upstreams.x]\nurl = "https://elsewhere.example/mcp"\nauth = "forward"\n', "upstreams.x", "shares_audience"),
     ('[upstreams.x]\nurl = "https://elsewhere.example/mcp"\nauth = "gateway"\n', "upstreams.x", "token_env"),
     ('[[tokens]]\nprincipal = "p"\n', "tokens.0", "exactly one"),
-    ('[[peers]]\nname = "a"\n[peers.bridge]\ninput_kinds = ["telepathy"]\n', "peers.0.bridge.input_kinds.0", "Input should be"),
+    ('[[peers]]\nname = "a"\n[peers.bridge]\ninput_kinds = ["telepathy"]\n', "peers.0.bridge.input_kinds.0",
+     "Input should be"),
 ])
 def test_bad_files_fail_with_file_key_path_and_problem(tmp_path, body, where, what):
     path = tmp_path / "bad.toml"
@@ -190,7 +191,8 @@ async def test_sunset_refuses_new_and_live_legacy_sessions(pinned):
 
 
 def _with_token(server, token: str):
-    return streamable_http_client(url(server), http_client=httpx2.AsyncClient(headers={"Authorization": f"Bearer {token}"}))
+    return streamable_http_client(url(server),
+                                  http_client=httpx2.AsyncClient(headers={"Authorization": f"Bearer {token}"}))
 
 
 async def test_modern_agent_speaks_modern_and_is_refused_the_handshake(pinned):

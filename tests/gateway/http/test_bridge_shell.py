@@ -29,7 +29,8 @@ def two_rounds(body, headers):
     params = body["params"]
     answers, state = params.get("inputResponses"), params.get("requestState")
     if state is None:
-        return {"resultType": "input_required", "inputRequests": {"a": SAMPLING, "b": SAMPLING}, "requestState": "s1\u00e9"}
+        return {"resultType": "input_required", "inputRequests": {"a": SAMPLING, "b": SAMPLING},
+                "requestState": "s1\u00e9"}
     if state == "s1\u00e9":
         assert set(answers) == {"a", "b"}
         return {"resultType": "input_required", "inputRequests": {"c": SAMPLING}, "requestState": "s2"}
@@ -108,7 +109,8 @@ async def test_cancellation_mid_bridge_stops_everything(legacy, upstream) -> Non
     upstream.script["tools/call"] = two_rounds
     await legacy.initialize()
     resp, first, second = await two_requests_sent(legacy)
-    assert await legacy.notify("notifications/cancelled", {"requestId": legacy.next_id, "reason": "changed my mind"}) == 202
+    cancel = {"requestId": legacy.next_id, "reason": "changed my mind"}
+    assert await legacy.notify("notifications/cancelled", cancel) == 202
     rest = await legacy.events(resp)
     assert sorted(m["params"]["requestId"] for m in rest) == sorted([first["id"], second["id"]])
     assert all(m["method"] == "notifications/cancelled" for m in rest)  # and no response (2025-11-25 §Cancellation)
@@ -202,7 +204,7 @@ async def test_roots_are_cached_until_the_client_says_they_changed(legacy, upstr
             _, ask = await legacy.next_event(resp)
             assert ask["method"] == "roots/list"
             await legacy.answer(ask["id"], {"roots": [{"uri": "file:///w", "name": "w"}]})
-            message = [m for m in await legacy.events(resp) if "result" in m][0]
+            message = next(m for m in await legacy.events(resp) if "result" in m)
         else:
             message = await resp.json()
         assert message["result"]["content"][0]["text"] == "file:///w"

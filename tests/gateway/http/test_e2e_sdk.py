@@ -19,8 +19,8 @@ from mcp import Client
 from mcp.client import advertise
 from mcp.shared.exceptions import MCPError
 
-from gateway.http.app import GATEWAY, create_app
 from gateway.config.settings import load_config
+from gateway.http.app import GATEWAY, create_app
 from tests import schema
 
 core_app = pytest.importorskip("modern_server.app")
@@ -256,7 +256,7 @@ async def test_logging_and_progress(stack) -> None:
     assert not result.is_error
     assert progress == sorted(progress) and len(progress) >= 3
     assert logs and all(entry.level for entry in logs)
-    meta = [b for b in wire.upstream if b.get("method") == "tools/call"][0]["params"]["_meta"]
+    meta = next(b for b in wire.upstream if b.get("method") == "tools/call")["params"]["_meta"]
     assert meta["io.modelcontextprotocol/logLevel"] == "debug" and "progressToken" in meta
     assert not [b for b in wire.upstream if b.get("method") == "logging/setLevel"]
 

@@ -9,7 +9,7 @@ import pytest
 from aiohttp import web
 
 from gateway.http.app import GATEWAY
-from tests.gateway.conftest import CAPS, DISCOVER, Legacy, text
+from tests.gateway.conftest import DISCOVER, Legacy, text
 
 
 async def test_initialize_is_local_and_cached_from_discover(legacy, upstream) -> None:
@@ -133,7 +133,8 @@ async def test_upstream_refused_mid_session(make_gateway, upstream) -> None:
 async def test_progress_and_log_notifications_reach_the_right_stream_with_the_clients_token(legacy, upstream) -> None:
     def slow(body, headers):
         token = body["params"]["_meta"]["progressToken"]
-        return [{"jsonrpc": "2.0", "method": "notifications/progress", "params": {"progressToken": token, "progress": 1}},
+        return [{"jsonrpc": "2.0", "method": "notifications/progress",
+                 "params": {"progressToken": token, "progress": 1}},
                 {"jsonrpc": "2.0", "method": "notifications/message", "params": {"level": "info", "data": "hi"}},
                 text("done")]
     upstream.script["tools/call"] = slow

@@ -7,8 +7,8 @@ from __future__ import annotations
 import asyncio
 import json
 
-from gateway.http.app import GATEWAY
 from gateway.config.settings import load_config
+from gateway.http.app import GATEWAY
 from tests.gateway.conftest import Legacy, text
 
 INIT = {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "raw", "version": "1"}}

@@ -16,8 +16,8 @@ import aiohttp
 import pytest
 from aiohttp import web
 
-from gateway.http.app import GATEWAY, create_app
 from gateway.config.settings import load_config
+from gateway.http.app import GATEWAY, create_app
 from gateway.http.passthrough import Passthroughs
 from tests.gateway.session.test_shared_listen import wait_for
 
@@ -88,7 +88,7 @@ async def test_a_modern_client_hang_up_closes_the_upstream_listen_at_once(served
 
 
 async def test_a_modern_client_hang_up_cancels_a_tool_call_still_waiting_for_its_answer(served, upstream) -> None:
-    runner, url = served
+    _runner, url = served
     held = Held()
 
     async def slow(body: dict[str, Any], request: web.Request) -> dict[str, Any]:
@@ -140,7 +140,7 @@ async def test_a_cancel_that_is_not_the_relays_own_still_propagates() -> None:
     relays = Passthroughs()
 
     class Connected:
-        class transport:  # noqa: N801 - stands in for the request's transport attribute
+        class transport:
             @staticmethod
             def is_closing() -> bool:
                 return False

@@ -13,9 +13,9 @@ from pathlib import Path
 
 from aiohttp import web
 
-from gateway.ops import logs
-from gateway.http.app import create_app
 from gateway.config.settings import load_config
+from gateway.http.app import create_app
+from gateway.ops import logs
 from gateway.ops.connections import CappedRunner, ConnectionCap, client_cap, derived_cap
 from gateway.ops.logs import RepeatFilter
 

@@ -73,7 +73,7 @@ async def test_sessions_share_one_listen_and_each_gets_every_notification(make_g
     await wait_for(lambda: sum(len(e.members) for e in hub.shared.values()) == 3)
     assert len(opened) == 1  # one upstream listen for three idle sessions
     fire.set()
-    for legacy, stream in zip(sessions, streams):
+    for legacy, stream in zip(sessions, streams, strict=True):
         _, note = await legacy.next_event(stream)
         assert note == {"jsonrpc": "2.0", "method": "notifications/tools/list_changed"}
     for legacy in sessions[:2]:
@@ -86,7 +86,7 @@ async def test_sessions_share_one_listen_and_each_gets_every_notification(make_g
 
 
 async def test_a_subscribing_session_moves_to_its_own_listen_and_back(make_gateway, upstream):
-    opened, closed, fire = scripted_listen(upstream)
+    opened, closed, _fire = scripted_listen(upstream)
     client = await make_gateway()
     a, b = Legacy(client), Legacy(client)
     for legacy in (a, b):
@@ -120,7 +120,7 @@ MODERN_LISTEN = {"jsonrpc": "2.0", "id": "ml", "method": "subscriptions/listen",
 
 
 async def test_held_open_listens_never_take_the_connections_requests_need(make_gateway, upstream) -> None:
-    opened, closed, fire = scripted_listen(upstream)
+    opened, _closed, _fire = scripted_listen(upstream)
     upstream.script["tools/call"] = lambda b, r: text("ok")
     client = await make_gateway(upstream_max_connections=2)
     users = [Authed(client, f"user{i}") for i in range(3)]

@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-
 from aiohttp import web
 
 from gateway.session.streams import OutStream, write_stream

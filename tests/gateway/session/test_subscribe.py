@@ -1,5 +1,6 @@
 """Legacy ``resources/subscribe`` / ``unsubscribe`` through the session's own upstream listen (gateway.session.listen,
-gateway.http.subscriptions.on_subscribe): refusals, concurrency and the acknowledged filter (2026-07-28 basic/patterns §Subscriptions)."""
+gateway.http.subscriptions.on_subscribe): refusals, concurrency and the acknowledged filter (2026-07-28
+basic/patterns §Subscriptions)."""
 
 from __future__ import annotations
 

@@ -17,12 +17,11 @@ from typing import Any
 
 import pytest
 import websockets
-
-from gateway.http.app import create_app
-from gateway.config.settings import load_config
 from mcp import Client
 from mcp.shared.exceptions import MCPError
 
+from gateway.config.settings import load_config
+from gateway.http.app import create_app
 from tests.gateway.telemetry.test_usage_e2e import info, legacy_script, modern_script
 
 CHROMIUM = "/usr/bin/chromium"
@@ -113,7 +112,8 @@ async def test_the_dashboard_renders_the_right_numbers(aiohttp_server, tmp_path,
         async with websockets.connect(await devtools_url(profile, proc), max_size=None) as ws:
             cdp = Cdp(ws)
             target = await cdp.send("Target.createTarget", url="about:blank")
-            cdp.session = (await cdp.send("Target.attachToTarget", targetId=target["targetId"], flatten=True))["sessionId"]
+            attached = await cdp.send("Target.attachToTarget", targetId=target["targetId"], flatten=True)
+            cdp.session = attached["sessionId"]
             await cdp.send("Page.enable")
             await cdp.send("Page.navigate", url=str(server.make_url("/migration?token=t0ken-for-browser")))
             await cdp.wait_for("Page.loadEventFired")
@@ -149,7 +149,8 @@ async def test_the_dashboard_renders_the_right_numbers(aiohttp_server, tmp_path,
     assert features["legacy handshake"]["width"] > features["sampling"]["width"] > features["ping"]["width"] > 0
     assert [(f["cause"], f["count"]) for f in peer["failures"]] == [("missing capability", 1)]
     assert peer["failures"][0]["width"] > 0
-    assert dict(peer["clients"]) == {"agent": "blocked by: sampling", "no-sampling": "blocked by: legacy handshake",
-                                     "ide-plugin": "blocked by: legacy handshake, sampling, roots, logging/setLevel, ping"}
+    assert dict(peer["clients"]) == {
+        "agent": "blocked by: sampling", "no-sampling": "blocked by: legacy handshake",
+        "ide-plugin": "blocked by: legacy handshake, sampling, roots, logging/setLevel, ping"}
     assert int(drawn["summary"]) > 0
     assert artifact.stat().st_size > 1000

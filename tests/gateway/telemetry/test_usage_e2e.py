@@ -13,8 +13,8 @@ from mcp import Client
 from mcp.shared.exceptions import MCPError
 from prometheus_client.parser import text_string_to_metric_families
 
-from gateway.http.app import create_app
 from gateway.config.settings import load_config
+from gateway.http.app import create_app
 from gateway.telemetry.usage import USAGE
 
 pytest.importorskip("modern_server.app")
@@ -136,7 +136,8 @@ async def test_restart_keeps_the_history(aiohttp_server, tmp_path) -> None:
 
 async def initialize(http, name: str, version: str = "1") -> str:
     body = {"jsonrpc": "2.0", "id": 1, "method": "initialize",
-            "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": name, "version": version}}}
+            "params": {"protocolVersion": "2025-11-25", "capabilities": {},
+                       "clientInfo": {"name": name, "version": version}}}
     async with http.post("/mcp", json=body, headers={"Accept": "application/json, text/event-stream"}) as resp:
         assert resp.status == 200
         return resp.headers["Mcp-Session-Id"]
@@ -180,7 +181,8 @@ async def test_metrics_parse_with_the_prometheus_parser(aiohttp_server, aiohttp_
                  feature="sampling") == 1 + 2
     assert total("mcp_gateway_bridged_inputs", "mcp_gateway_bridged_inputs_total", input_kind="roots") == 1
     assert total("mcp_gateway_mrtr_rounds", "mcp_gateway_mrtr_rounds_total") == 3
-    assert total("mcp_gateway_mrtr_round_seconds", "mcp_gateway_mrtr_round_seconds_count") == 1 + 3 + 3 + 2  # every upstream call of the 6 bridged requests
+    # Every upstream call of the 6 bridged requests:
+    assert total("mcp_gateway_mrtr_round_seconds", "mcp_gateway_mrtr_round_seconds_count") == 1 + 3 + 3 + 2
     assert total("mcp_gateway_translation_overhead_seconds", "mcp_gateway_translation_overhead_seconds_count") == 6
     assert total("mcp_gateway_request_seconds", "mcp_gateway_request_seconds_count") == 9 + 5 + 1  # + lingering
     assert total("mcp_gateway_active_legacy_sessions", "mcp_gateway_active_legacy_sessions",

@@ -13,8 +13,8 @@ import mcp_types as types
 from mcp import Client
 
 from adapters.usage import DAY_MS, Facts, LabelFolder, add_to_rollup, build_record, day_number
-from gateway.http.app import create_app
 from gateway.config.settings import load_config
+from gateway.http.app import create_app
 from gateway.telemetry.usage import UsageDb
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -166,7 +166,8 @@ def test_serve_then_report_from_the_command_line(tmp_path) -> None:
         async def traffic() -> None:
             async with aiohttp.ClientSession() as http:
                 body = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
-                    "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "cli-test", "version": "1"}}}
+                    "protocolVersion": "2025-06-18", "capabilities": {},
+                    "clientInfo": {"name": "cli-test", "version": "1"}}}
                 async with http.post(f"http://127.0.0.1:{port}/mcp", json=body,
                                      headers={"Accept": "application/json, text/event-stream"}) as resp:
                     assert resp.status == 200

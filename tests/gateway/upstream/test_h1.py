@@ -234,8 +234,8 @@ async def test_streams_have_their_own_limit_and_never_take_a_request_slot(aiohtt
 
 
 async def test_a_request_that_gets_no_connection_fails_within_the_connect_timeout(aiohttp_server) -> None:
-    from gateway.upstream.h1 import PoolBusy
     from gateway.upstream.client import UpstreamClient, UpstreamFailure
+    from gateway.upstream.h1 import PoolBusy
 
     async def handle(request: web.Request) -> web.Response:
         await asyncio.sleep(0 if request.headers.get("X-Fast") else 10)
@@ -245,7 +245,7 @@ async def test_a_request_that_gets_no_connection_fails_within_the_connect_timeou
     slow = asyncio.ensure_future(pool.post(b"{}", {}))
     await asyncio.sleep(0.05)
     started = asyncio.get_running_loop().time()
-    with pytest.raises(PoolBusy, match="within 0.2 s: all 1 request connections are in use"):
+    with pytest.raises(PoolBusy, match=r"within 0.2 s: all 1 request connections are in use"):
         await pool.post(b"{}", {"X-Fast": "1"})
     assert asyncio.get_running_loop().time() - started < 1
     client = UpstreamClient("http://x/mcp", connect_timeout=0.2, read_timeout=1)

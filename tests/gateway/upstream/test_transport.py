@@ -81,7 +81,8 @@ async def test_a_call_runs_over_an_injected_transport() -> None:
 
 async def test_an_error_answer_and_the_transports_failures_map_as_for_the_pool() -> None:
     error = {"code": -32602, "message": "bad"}
-    up = client(FakeTransport(lambda req: FakeResponse(400, dumps({"jsonrpc": "2.0", "id": req["id"], "error": error}))))
+    up = client(FakeTransport(
+        lambda req: FakeResponse(400, dumps({"jsonrpc": "2.0", "id": req["id"], "error": error}))))
     assert await up.call(call(), lambda _m: None) == UpstreamError(error)
 
     def refuse(_req: Any) -> FakeResponse:
