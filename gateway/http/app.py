@@ -77,6 +77,8 @@ async def read_body(request: web.Request, gw: Gateway) -> bytes | web.Response:
     connection is closed: its unread rest would otherwise be taken as the next request's start."""
     limits = gw.config.connections
     try:
+        if request.content.is_eof():  # the whole body came with the head (most requests): nothing to wait for
+            return await request.read()
         async with asyncio.timeout(limits.request_body_timeout_seconds):
             return await request.read()
     except web.HTTPRequestEntityTooLarge:
