@@ -92,6 +92,11 @@ class GatewayConfig(_Frozen):
     port: int = Field(8808, ge=0, le=65535)
     upstream_url: str | None = None  # None: run the embedded core in this process
     core_config: str | None = None  # TOML file for the embedded core (modern_server.config.load_config)
+    # The embedded core's database folder (default: beside the usage database; an in-memory usage store: a
+    # temporary folder removed at exit), and a folder added to its anonymous workspaces (serve: --workspace,
+    # default the current directory) so a client's own roots are scanned.
+    state_dir: str | None = None
+    embedded_workspace: str | None = None
     allowed_hosts: tuple[str, ...] = LOOPBACK_HOSTS
     allowed_origins: tuple[str, ...] = ()
     session_idle_seconds: float = Field(3600.0, gt=0)

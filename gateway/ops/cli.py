@@ -52,6 +52,9 @@ def parser() -> argparse.ArgumentParser:
                             "(overrides [gateway.store].url)")
     serve.add_argument("--usage-db", default=None,
                        help="usage store (default [gateway.usage].db, else gateway-usage.sqlite3)")
+    serve.add_argument("--workspace", default=None, metavar="DIR",
+                       help="a folder the embedded core lets anonymous clients scan (default: the current "
+                            "directory; [gateway] embedded_workspace)")
     check = commands.add_parser("check-config", help="validate a configuration file without serving")
     check.add_argument("file")
     reload = commands.add_parser("reload", help="make a running gateway re-read its configuration file")
@@ -86,12 +89,15 @@ def served_app(args: argparse.Namespace) -> tuple[web.Application, GatewayConfig
     """The app ``serve`` runs, with everything its flags add (reload, pid file, GC tuning), and its config."""
     from gateway.ops.reload import install_sighup
 
-    overrides = {"host": args.host, "port": args.port, "upstream_url": args.upstream}
+    overrides = {"host": args.host, "port": args.port, "upstream_url": args.upstream,
+                 "embedded_workspace": args.workspace}
     try:
         config = load_config(args.config, **overrides)
     except ConfigError as exc:
         raise SystemExit(f"gateway: {exc}") from None
     config = usage_serve_defaults(config, args.usage_db)  # serve keeps usage history by default
+    if config.embedded_workspace is None:  # serve's demo: the user's own folder is a workspace of the core
+        config = config.model_copy(update={"embedded_workspace": os.getcwd()})
     config = with_store(config, args.store)
     app = create_app(config)
     if args.config:

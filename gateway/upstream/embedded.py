@@ -9,12 +9,18 @@ operator must make sure the same holds.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+import tempfile
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
+from pathlib import Path
 
 from aiohttp import web
 
 from gateway.config.settings import GatewayConfig
+from modern_server.config import CoreConfig
+from modern_server.config import load_config as load_core_config
+
+CORE_DATABASE = "embedded-core.sqlite3"
 
 
 def needs_embedded_core(config: GatewayConfig) -> bool:
@@ -28,14 +34,44 @@ async def embedded_core(config: GatewayConfig) -> AsyncIterator[str | None]:
         yield None
         return
     from modern_server.app import create_app as create_core
-    from modern_server.config import load_config as load_core_config
 
-    runner = web.AppRunner(create_core(load_core_config(config.core_config)))
-    await runner.setup()
-    try:
-        site = web.TCPSite(runner, "127.0.0.1", 0)
-        await site.start()
-        port = runner.addresses[0][1]
-        yield f"http://127.0.0.1:{port}/mcp"
-    finally:
-        await runner.cleanup()
+    with state_dir(config) as folder:
+        runner = web.AppRunner(create_core(embedded_settings(config, folder)))
+        await runner.setup()
+        try:
+            site = web.TCPSite(runner, "127.0.0.1", 0)
+            await site.start()
+            port = runner.addresses[0][1]
+            yield f"http://127.0.0.1:{port}/mcp"
+        finally:
+            await runner.cleanup()
+
+
+@contextmanager
+def state_dir(config: GatewayConfig) -> Iterator[Path]:
+    """Where the embedded core keeps its database: ``state_dir``, else beside the usage database (``serve``
+    keeps both, so notes outlive a restart), else a temporary directory removed at exit (an app whose usage
+    store is in memory, as in the tests: nothing is left behind)."""
+    if config.state_dir is not None or config.usage.db is not None:
+        folder = Path(config.state_dir or Path(config.usage.db or ".").resolve().parent)
+        folder.mkdir(parents=True, exist_ok=True)
+        yield folder
+        return
+    with tempfile.TemporaryDirectory(prefix="mcp-core-") as temporary:
+        yield Path(temporary)
+
+
+def embedded_settings(config: GatewayConfig, folder: Path) -> CoreConfig:
+    """The core's own configuration (``core_config``), with its database under ``folder`` unless the file names
+    one, and ``embedded_workspace`` added to the anonymous principal's workspaces, so the user's own roots (a
+    client's ``roots/list``) are scanned rather than skipped."""
+    core = load_core_config(config.core_config)
+    updates: dict[str, object] = {}
+    if core.database is None:
+        updates["database"] = str(folder / CORE_DATABASE)
+    anonymous = core.anonymous_principal
+    if config.embedded_workspace and anonymous is not None:
+        uri = Path(config.embedded_workspace).resolve().as_uri()
+        held = core.workspaces.get(anonymous, ())
+        updates["workspaces"] = {**core.workspaces, anonymous: held if uri in held else (*held, uri)}
+    return core.model_copy(update=updates)
