@@ -1,7 +1,8 @@
 """The command line: ``python -m gateway serve | check-config FILE | reload --pid PID | report``.
 
-``serve [--host 127.0.0.1] [--port 8808] [--upstream URL] [--config FILE] [--pid-file F]`` runs the gateway
-(with the embedded core unless ``--upstream`` is given); with ``--config`` it reloads that file on SIGHUP.
+``serve [--host 127.0.0.1] [--port 8808] [--upstream URL] [--config FILE] [--pid-file F] [--require-upstream]``
+runs the gateway (with the embedded core unless ``--upstream`` is given; an upstream is probed first,
+gateway.ops.probe); with ``--config`` it reloads that file on SIGHUP.
 ``check-config FILE`` validates a file without serving (exit 2 and the key path on failure).
 ``reload --pid PID | --pid-file F`` asks a running gateway to re-read its file.
 """
@@ -9,6 +10,7 @@
 from __future__ import annotations
 
 import argparse
+import asyncio
 import logging
 import os
 import signal
@@ -44,6 +46,9 @@ def parser() -> argparse.ArgumentParser:
                             "defaults (README, benchmark)")
     serve.add_argument("--usage-db", default=None,
                        help="usage store (default [gateway.usage].db, else gateway-usage.sqlite3)")
+    serve.add_argument("--require-upstream", action="store_true",
+                       help="exit non-zero when the start-up probe finds no 2026-07-28 server at the upstream "
+                            "(default: log what it found and serve anyway; the upstream may come up later)")
     check = commands.add_parser("check-config", help="validate a configuration file without serving")
     check.add_argument("file")
     reload = commands.add_parser("reload", help="make a running gateway re-read its configuration file")
@@ -73,16 +78,24 @@ def send_reload(pid: int | None, pid_file: str | None) -> int:
     return 0
 
 
+def _overrides(args: argparse.Namespace) -> dict[str, object]:
+    return {"host": args.host, "port": args.port, "upstream_url": args.upstream}
+
+
+def configured(args: argparse.Namespace) -> GatewayConfig:
+    """``serve``'s configuration (file, then flags), or exit with the file, key path and problem."""
+    try:
+        return load_config(args.config, **_overrides(args))
+    except ConfigError as exc:
+        raise SystemExit(f"gateway: {exc}") from None
+
+
 def served_app(args: argparse.Namespace) -> tuple[web.Application, GatewayConfig]:
     """The app ``serve`` runs, with everything its flags add (reload, pid file, GC tuning), and its config."""
     from gateway.ops.reload import install_sighup
 
-    overrides = {"host": args.host, "port": args.port, "upstream_url": args.upstream}
-    try:
-        config = load_config(args.config, **overrides)
-    except ConfigError as exc:
-        raise SystemExit(f"gateway: {exc}") from None
-    config = usage_serve_defaults(config, args.usage_db)  # serve keeps usage history by default (issue 4)
+    overrides = _overrides(args)
+    config = usage_serve_defaults(configured(args), args.usage_db)  # serve keeps usage history by default (issue 4)
     app = create_app(config)
     if args.config:
         install_sighup(app, args.config, **overrides)
@@ -95,7 +108,27 @@ def served_app(args: argparse.Namespace) -> tuple[web.Application, GatewayConfig
     return app, config
 
 
+def check_upstream(url: str | None, required: bool, timeout: float) -> None:
+    """The start-up probe (gateway.ops.probe): one line saying what is at the upstream URL; with ``required``,
+    anything but a 2026-07-28 server ends start-up with that line."""
+    if url is None:
+        return  # the embedded core: nothing to probe
+    from adapters.probe import UpstreamKind
+    from gateway.ops.probe import probe, startup_line
+
+    verdict = asyncio.run(probe(url, seconds=min(timeout, 5.0)))
+    line = startup_line(url, verdict)
+    if verdict.kind is UpstreamKind.MODERN:
+        logging.getLogger("gateway").info("%s", line)
+    elif required:
+        raise SystemExit(f"gateway: {line} (--require-upstream)")
+    else:
+        logging.getLogger("gateway").warning("%s; serving anyway", line)
+
+
 def serve(args: argparse.Namespace) -> None:
+    config = configured(args)
+    check_upstream(config.upstream_url, args.require_upstream, config.upstream_connect_timeout_seconds)
     app, config = served_app(args)
     access_log = None if args.no_access_log else logging.getLogger("aiohttp.access")
     logging.getLogger("gateway").info("event loop: %s", install(args.loop))
