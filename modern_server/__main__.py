@@ -1,10 +1,12 @@
-"""``python -m modern_server --host 127.0.0.1 --port 8809 [--config FILE]``: serve the core alone."""
+"""``python -m modern_server --host 127.0.0.1 --port 8809 [--config FILE]``: serve the core alone;
+``python -m modern_server check-config FILE`` validates a core configuration file without serving."""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
 import logging
+import sys
 
 from aiohttp import web
 
@@ -12,7 +14,25 @@ from modern_server.app import create_app
 from modern_server.config import ConfigError, load_config
 
 
+def check_config(argv: list[str]) -> int:
+    """``check-config FILE``: exit 0 with a summary, or 2 with every problem of the file on one line."""
+    parser = argparse.ArgumentParser(prog="python -m modern_server check-config",
+                                     description="validate a core configuration file without serving")
+    parser.add_argument("file")
+    path = parser.parse_args(argv).file
+    try:
+        config = load_config(path)
+    except ConfigError as exc:
+        print(f"invalid: {exc}", file=sys.stderr)
+        return 2
+    print(f"ok: {path}: server {config.server_name} {config.server_version}")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> None:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["check-config"]:  # a subcommand before the serving flags, which stay as they were
+        raise SystemExit(check_config(argv[1:]))
     parser = argparse.ArgumentParser(prog="python -m modern_server", description=__doc__)
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=8809)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import tomllib
 from functools import cached_property
 from pathlib import Path
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
@@ -16,6 +17,7 @@ from adapters.admission import SessionLimits
 from adapters.bridge import BridgeLimits
 from adapters.capabilities import BridgedFeatures
 from adapters.classify import LOOPBACK_HOSTS, Policy
+from gateway.config.keys import suggestion
 from gateway.config.pins import PinsConfig
 from gateway.config.usage import UsageConfig
 
@@ -147,6 +149,8 @@ def load_config(path: str | Path | None = None, **overrides: object) -> GatewayC
         try:
             with open(path, "rb") as handle:
                 raw = tomllib.load(handle)
+        except FileNotFoundError:
+            raise ConfigError(f"{path}: no such file") from None
         except (OSError, tomllib.TOMLDecodeError) as exc:
             raise ConfigError(f"{path}: {exc}") from None
     data = dict(raw.pop("gateway", {}) or {})  # type: ignore[call-overload]
@@ -154,6 +158,18 @@ def load_config(path: str | Path | None = None, **overrides: object) -> GatewayC
     data.update({k: v for k, v in overrides.items() if v is not None})
     try:
         return GatewayConfig.model_validate(data)
-    except ValidationError as exc:
-        problems = "; ".join(f"{_where(e['loc'])}: {e['msg']}" for e in exc.errors())
+    except ValidationError as exc:  # every problem of the file at once, not one per run
+        problems = "; ".join(_problem(e) for e in exc.errors())
         raise ConfigError(f"{path or '(defaults)'}: {problems}") from None
+
+
+def _problem(error: Any) -> str:
+    """One validation error as ``key.path: what``; an unknown key names the nearest known one."""
+    loc = tuple(error["loc"])
+    if error["type"] != "extra_forbidden":
+        return f"{_where(loc)}: {error['msg']}"
+    if loc[:1] == ("pins",):  # the file's top level: the pins sections and the [gateway] table
+        near = suggestion(PinsConfig, loc[1:], top_level=("gateway",))
+    else:
+        near = suggestion(GatewayConfig, loc)
+    return f"{_where(loc)}: {error['msg']} (unknown key" + (f"; did you mean {near!r}?)" if near else ")")

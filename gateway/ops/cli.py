@@ -1,8 +1,9 @@
 """The command line: ``python -m gateway serve | check-config FILE | reload --pid PID | report | check``.
 
-``serve [--host 127.0.0.1] [--port 8808] [--upstream URL] [--config FILE] [--pid-file F] [--store URL]`` runs the
-gateway (with the embedded core unless ``--upstream`` is given, on the in-memory session store unless ``--store``
-names a Redis); with ``--config`` it reloads that file on SIGHUP.
+``serve [--host 127.0.0.1] [--port 8808] [--upstream URL] [--config FILE] [--pid-file F] [--store URL]
+[--require-upstream] [--workspace DIR]`` runs the gateway (with the embedded core unless ``--upstream`` is
+given, on the in-memory session store unless ``--store`` names a Redis; an upstream is probed first,
+gateway.ops.probe); with ``--config`` it reloads that file on SIGHUP.
 ``check-config FILE`` validates a file without serving (exit 2 and the key path on failure).
 ``reload --pid PID | --pid-file F`` asks a running gateway to re-read its file.
 ``check --upstream URL`` plays a 2025-11-25 client through an in-process gateway, tool by tool (gateway.ops.check).
@@ -11,6 +12,9 @@ names a Redis); with ``--config`` it reloads that file on SIGHUP.
 from __future__ import annotations
 
 import argparse
+import asyncio
+import contextlib
+import errno
 import logging
 import os
 import signal
@@ -32,12 +36,27 @@ from gateway.telemetry.report import run as run_report
 from gateway.telemetry.usage import serve_defaults as usage_serve_defaults
 
 
+def port_flag(text: str) -> int:
+    """``--port`` checked as argparse parses it, so the error blames the flag (not the configuration)."""
+    try:
+        port = int(text)
+    except ValueError:
+        port = -1
+    if not 0 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a port number (0-65535; 0 picks a free one)")
+    return port
+
+
+# Binding errors an operator fixes by choosing another address or port (not bugs: no traceback).
+_LISTEN_ERRORS = frozenset({errno.EADDRINUSE, errno.EADDRNOTAVAIL, errno.EACCES})
+
+
 def parser() -> argparse.ArgumentParser:
     root = argparse.ArgumentParser(prog="python -m gateway", description="MCP 2025-11-25 -> 2026-07-28 gateway")
     commands = root.add_subparsers(dest="command", required=True)
     serve = commands.add_parser("serve", help="serve the legacy endpoint at http://HOST:PORT/mcp")
     serve.add_argument("--host", default=None, help="listen address (default 127.0.0.1)")
-    serve.add_argument("--port", type=int, default=None, help="listen port (default 8808)")
+    serve.add_argument("--port", type=port_flag, default=None, help="listen port (default 8808)")
     serve.add_argument("--upstream", default=None, help="2026-07-28 server URL (default: the embedded core)")
     serve.add_argument("--config", default=None, help="TOML config file (see config/gateway.example.toml)")
     serve.add_argument("--no-access-log", action="store_true", help="do not log every request (benchmarks)")
@@ -55,12 +74,18 @@ def parser() -> argparse.ArgumentParser:
     serve.add_argument("--workspace", default=None, metavar="DIR",
                        help="a folder the embedded core lets anonymous clients scan (default: the current "
                             "directory; [gateway] embedded_workspace)")
+    serve.add_argument("--require-upstream", action="store_true",
+                       help="exit non-zero when the start-up probe finds no 2026-07-28 server at the upstream "
+                            "(default: log what it found and serve anyway; the upstream may come up later)")
     check = commands.add_parser("check-config", help="validate a configuration file without serving")
     check.add_argument("file")
     reload = commands.add_parser("reload", help="make a running gateway re-read its configuration file")
     target = reload.add_mutually_exclusive_group(required=True)
     target.add_argument("--pid", type=int)
     target.add_argument("--pid-file")
+    reload.add_argument("--config", default=None, metavar="FILE",
+                        help="the file the gateway serves: validated first, and no signal is sent if the "
+                             "gateway would refuse it")
     add_report_arguments(commands.add_parser("report", help="the migration report from the usage store"))
     add_check_arguments(commands.add_parser("check", help="play a 2025-11-25 client through the gateway, tool by tool"))
     return root
@@ -70,7 +95,11 @@ def check_config(path: str) -> int:
     try:
         config = load_config(path)
     except ConfigError as exc:
-        print(f"invalid: {exc}", file=sys.stderr)
+        if _is_core_config(path):
+            print(f"invalid: {path}: this is a core configuration: use `python -m modern_server check-config "
+                  f"{path}` (the gateway points at one with [gateway] core_config)", file=sys.stderr)
+        else:
+            print(f"invalid: {exc}", file=sys.stderr)
         return 2
     peers = ", ".join(p.name for p in config.pins.peers) or "(none)"
     print(f"ok: {path}: peers {peers}; default peer {config.pins.default_peer.name}; "
@@ -78,24 +107,68 @@ def check_config(path: str) -> int:
     return 0
 
 
-def send_reload(pid: int | None, pid_file: str | None) -> int:
-    target = pid if pid is not None else int(Path(pid_file or "").read_text().strip())
-    os.kill(target, signal.SIGHUP)
+def _is_core_config(path: str) -> bool:
+    """Whether ``path`` is a valid configuration of the reference core (the embedded one's, ``core_config``),
+    the usual wrong file to hand ``check-config``."""
+    from modern_server.config import ConfigError as CoreConfigError
+    from modern_server.config import load_config as load_core_config
+
+    try:
+        load_core_config(path)
+    except (CoreConfigError, ValueError):
+        return False
+    return True
+
+
+def send_reload(pid: int | None, pid_file: str | None, config: str | None = None) -> int:
+    """SIGHUP to the gateway; with ``config``, only once the file passes the checks the gateway will make."""
+    if config is not None:
+        try:
+            load_config(config)
+        except ConfigError as exc:
+            print(f"reload: not sent, the gateway would refuse the file: {exc}", file=sys.stderr)
+            return 2
+    target = pid if pid is not None else _read_pid(pid_file or "")
+    try:
+        os.kill(target, signal.SIGHUP)
+    except ProcessLookupError:
+        raise SystemExit(f"reload: no process {target}" + (f" (stale pid file {pid_file}?)" if pid_file else "")) \
+            from None
+    except PermissionError:
+        raise SystemExit(f"reload: not allowed to signal process {target}") from None
     print(f"sent SIGHUP to {target}")
     return 0
+
+
+def _read_pid(pid_file: str) -> int:
+    try:
+        text = Path(pid_file).read_text().strip()
+    except OSError as exc:
+        raise SystemExit(f"reload: cannot read pid file {pid_file}: {exc.strerror or exc}") from None
+    if not text.isdigit():
+        raise SystemExit(f"reload: pid file {pid_file} does not hold a process id (it holds {text[:40]!r})")
+    return int(text)
+
+
+def _overrides(args: argparse.Namespace) -> dict[str, object]:
+    return {"host": args.host, "port": args.port, "upstream_url": args.upstream,
+            "embedded_workspace": args.workspace}
+
+
+def configured(args: argparse.Namespace) -> GatewayConfig:
+    """``serve``'s configuration (file, then flags), or exit with the file, key path and problem."""
+    try:
+        return load_config(args.config, **_overrides(args))
+    except ConfigError as exc:
+        raise SystemExit(f"gateway: {exc}") from None
 
 
 def served_app(args: argparse.Namespace) -> tuple[web.Application, GatewayConfig]:
     """The app ``serve`` runs, with everything its flags add (reload, pid file, GC tuning), and its config."""
     from gateway.ops.reload import install_sighup
 
-    overrides = {"host": args.host, "port": args.port, "upstream_url": args.upstream,
-                 "embedded_workspace": args.workspace}
-    try:
-        config = load_config(args.config, **overrides)
-    except ConfigError as exc:
-        raise SystemExit(f"gateway: {exc}") from None
-    config = usage_serve_defaults(config, args.usage_db)  # serve keeps usage history by default
+    overrides = _overrides(args)
+    config = usage_serve_defaults(configured(args), args.usage_db)  # serve keeps usage history by default
     if config.embedded_workspace is None:  # serve's demo: the user's own folder is a workspace of the core
         config = config.model_copy(update={"embedded_workspace": os.getcwd()})
     config = with_store(config, args.store)
@@ -122,12 +195,50 @@ def with_store(config: GatewayConfig, url: str | None) -> GatewayConfig:
     return config.model_copy(update={"store": store})
 
 
+def check_upstream(url: str | None, required: bool, timeout: float) -> None:
+    """The start-up probe (gateway.ops.probe): one line saying what is at the upstream URL; with ``required``,
+    anything but a 2026-07-28 server ends start-up with that line."""
+    if url is None:
+        return  # the embedded core: nothing to probe
+    from adapters.probe import UpstreamKind
+    from gateway.ops.probe import probe, startup_line
+
+    verdict = asyncio.run(probe(url, seconds=min(timeout, 5.0)))
+    line = startup_line(url, verdict)
+    if verdict.kind is UpstreamKind.MODERN:
+        logging.getLogger("gateway").info("%s", line)
+    elif required:
+        raise SystemExit(f"gateway: {line} (--require-upstream)")
+    else:
+        logging.getLogger("gateway").warning("%s; serving anyway", line)
+
+
 def serve(args: argparse.Namespace) -> None:
+    config = configured(args)
+    check_upstream(config.upstream_url, args.require_upstream, config.upstream_connect_timeout_seconds)
     app, config = served_app(args)
     access_log = None if args.no_access_log else logging.getLogger("aiohttp.access")
     logging.getLogger("gateway").info("event loop: %s", install(args.loop))
     install_log_filter(config.connections.log_repeat_interval_seconds)
-    run_capped(app, config, access_log=access_log)  # web.run_app, with max_client_connections
+    try:
+        run_capped(app, config, access_log=access_log)  # web.run_app, with max_client_connections
+    except OSError as exc:
+        if exc.errno not in _LISTEN_ERRORS:
+            raise
+        raise SystemExit(f"gateway: cannot listen on {config.host}:{config.port}: {os.strerror(exc.errno)} "
+                         "(another process holds the port? pick one with --port)") from None
+    finally:
+        _remove_pid_file(args.pid_file)
+
+
+def _remove_pid_file(pid_file: str | None) -> None:
+    """A pid file names this process only while it runs; one another process has since written stays."""
+    if pid_file is None:
+        return
+    path = Path(pid_file)
+    with contextlib.suppress(OSError):
+        if path.read_text().strip() == str(os.getpid()):
+            path.unlink()
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -140,5 +251,5 @@ def main(argv: list[str] | None = None) -> None:
     if args.command == "report":
         raise SystemExit(run_report(args))
     if args.command == "reload":
-        raise SystemExit(send_reload(args.pid, args.pid_file))
+        raise SystemExit(send_reload(args.pid, args.pid_file, args.config))
     serve(args)

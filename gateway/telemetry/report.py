@@ -36,6 +36,15 @@ def parse_since(text: str) -> int:
     return max(days, 1)
 
 
+def since_flag(text: str) -> str:
+    """``--since`` checked as argparse parses it: a bad window is a one-line usage error, not a traceback."""
+    try:
+        parse_since(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc).removeprefix("--since ")) from None
+    return text
+
+
 def build_report(db: Any, since_days: int, today: str, sunsets: Mapping[str, str | None],
                  progress: Progress | None = None, every: int = 10_000) -> dict[str, Any]:
     since_ms = (day_number(today) - since_days + 1) * DAY_MS
@@ -99,7 +108,7 @@ def config_sunsets(path: str | None) -> dict[str, str | None]:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--since", default="30d", help="window, e.g. 30d or 4w (default 30d)")
+    parser.add_argument("--since", default="30d", type=since_flag, help="window, e.g. 30d or 4w (default 30d)")
     parser.add_argument("--format", choices=("table", "json", "html"), default="table")
     parser.add_argument("--db", default=DEFAULT_DB, help=f"usage store (default {DEFAULT_DB})")
     parser.add_argument("--config", default=None, help="gateway config: its peers' sunset dates win")

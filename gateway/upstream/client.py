@@ -20,6 +20,7 @@ from typing import Any
 from adapters.bridge import UpstreamError, UpstreamResult
 from adapters.errors import ErrorValue, token_refused, upstream_failure
 from adapters.jsonwire import dumps, loads
+from adapters.probe import ProbeAnswer, http_failure
 from adapters.sse import EventTooLarge, SseDecoder
 from adapters.upstream import UpstreamCall
 from gateway.upstream.h1 import BrokenResponse, H1Pool, PoolBusy, TooLarge, Unreachable
@@ -200,8 +201,9 @@ async def _json_message(resp: Response) -> dict[str, Any]:
     except ValueError:
         message = None
     if not isinstance(message, dict) or message.get("jsonrpc") != "2.0":
-        kind = "http_status" if resp.status >= 400 else "non_json"
-        raise UpstreamFailure(upstream_failure(kind, f"HTTP {resp.status} without a JSON-RPC body"))
+        if resp.status >= 400:  # say what is at that URL, as the start-up probe does (adapters.probe)
+            raise UpstreamFailure(http_failure(ProbeAnswer(resp.status, resp.content_type, raw)))
+        raise UpstreamFailure(upstream_failure("non_json", f"HTTP {resp.status} without a JSON-RPC body"))
     if resp.status >= 400 and not isinstance(message.get("error"), dict):
         raise UpstreamFailure(upstream_failure("http_status", f"HTTP {resp.status}"))
     return message

@@ -1,0 +1,69 @@
+"""The start-up probe of the upstream (``serve``): one ``server/discover``, and a 2025 ``initialize`` when that
+answer is not conclusive, sent once with aiohttp's client; ``adapters.probe`` judges the answers.
+
+It runs once, before the gateway listens, so its own short timeout bounds how long start-up can wait.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import aiohttp
+
+from adapters.jsonwire import dumps
+from adapters.probe import ProbeAnswer, Verdict, judge, judge_http, needs_initialize
+from adapters.upstream import SessionView, build_discover
+
+log = logging.getLogger("gateway")
+_MAX_BODY = 64 << 10  # enough for any discover or initialize answer; a probe never reads a whole page
+_PROBE_ID = "gateway-startup-probe"
+
+# A 2025-11-25 initialize (S25 basic/lifecycle §Initialization): the second question, asked only when the
+# discover answer leaves the era open.
+_INITIALIZE = {
+    "jsonrpc": "2.0", "id": _PROBE_ID, "method": "initialize",
+    "params": {"protocolVersion": "2025-11-25", "capabilities": {},
+               "clientInfo": {"name": "mcp-legacy-gateway-probe", "version": "0"}},
+}
+_INITIALIZE_HEADERS = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
+
+
+async def probe(url: str, seconds: float = 5.0) -> Verdict:
+    """What is at ``url``; never raises for the upstream's sake (every failure is a verdict)."""
+    call = build_discover(_PROBE_ID, SessionView(capabilities={}))
+    limit = aiohttp.ClientTimeout(total=seconds)
+    async with aiohttp.ClientSession(timeout=limit) as http:
+        discover = await _post(http, url, call.body, call.headers)
+        if not needs_initialize(judge_http(discover)):
+            return judge(discover)
+        return judge(discover, await _post(http, url, _INITIALIZE, _INITIALIZE_HEADERS))
+
+
+async def _post(http: aiohttp.ClientSession, url: str, body: dict[str, Any], headers: dict[str, str]) -> ProbeAnswer:
+    try:
+        async with http.post(url, data=dumps(body), headers=headers, allow_redirects=False) as resp:
+            return ProbeAnswer(resp.status, resp.content_type, await _head_of_body(resp))
+    except TimeoutError:
+        return ProbeAnswer(failure="no answer in time")
+    except aiohttp.ClientConnectorError as exc:
+        return ProbeAnswer(failure=f"connection failed: {exc.os_error.strerror or exc}")
+    except (aiohttp.ClientError, ValueError) as exc:  # ValueError: a URL aiohttp cannot use
+        return ProbeAnswer(failure=f"{type(exc).__name__}: {exc}")
+
+
+async def _head_of_body(resp: aiohttp.ClientResponse) -> bytes:
+    """The body up to :data:`_MAX_BODY`; for an SSE stream, up to its first complete event (it may stay open)."""
+    parts: list[bytes] = []
+    size = 0
+    async for chunk in resp.content.iter_any():
+        parts.append(chunk)
+        size += len(chunk)
+        if size >= _MAX_BODY or (resp.content_type == "text/event-stream" and b"\n\n" in b"".join(parts)):
+            break
+    return b"".join(parts)
+
+
+def startup_line(url: str, verdict: Verdict) -> str:
+    """The one line ``serve`` logs (and ``--require-upstream`` exits with)."""
+    return f"upstream {url}: {verdict.message}"
