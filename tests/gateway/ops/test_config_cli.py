@@ -118,12 +118,14 @@ async def test_python_m_gateway_serve_is_the_main_command(tmp_path) -> None:
     headers = {"Accept": "application/json, text/event-stream"}
     try:
         async with aiohttp.ClientSession() as http:
-            for _ in range(200):
+            # Start-up imports the gateway and the embedded core: up to a minute on a loaded 2-core machine.
+            for _ in range(1200):
                 try:
                     async with http.post(f"http://127.0.0.1:{port}/mcp", json=body, headers=headers) as resp:
                         message = json.loads(await resp.text())
                         break
                 except aiohttp.ClientConnectionError:
+                    assert proc.poll() is None, "the gateway exited during start-up"
                     await asyncio.sleep(0.05)
             else:
                 pytest.fail("the gateway did not come up")
