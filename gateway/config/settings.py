@@ -99,6 +99,18 @@ class GatewayConfig(_Frozen):
     # default the current directory) so a client's own roots are scanned.
     state_dir: str | None = None
     embedded_workspace: str | None = None
+    # The base URL clients reach the gateway at (no /mcp): the embedded core's out-of-band pages (connect_service)
+    # are served on the gateway's own port and named from it. Unset: http://HOST:PORT as configured.
+    public_url: str | None = None
+
+    def public_base(self) -> str | None:
+        """Where a client's user can open the gateway's pages; None when the port is not known yet (port 0)."""
+        if self.public_url:
+            return self.public_url.rstrip("/")
+        if not self.port:
+            return None
+        host = "127.0.0.1" if self.host in ("0.0.0.0", "::", "") else self.host
+        return f"http://{f'[{host}]' if ':' in host else host}:{self.port}"
     allowed_hosts: tuple[str, ...] = LOOPBACK_HOSTS
     allowed_origins: tuple[str, ...] = ()
     session_idle_seconds: float = Field(3600.0, gt=0)

@@ -22,6 +22,7 @@ from gateway.http.handshake import on_initialize
 from gateway.http.keys import CORE_URL, GATEWAY, PASSTHROUGHS
 from gateway.http.legacy import on_notification, on_request, on_response
 from gateway.http.modern import on_modern
+from gateway.http.pages import add_page_routes
 from gateway.http.passthrough import Passthroughs
 from gateway.http.sse import on_delete, on_open_stream, on_resume
 from gateway.http.telemetry import install_usage
@@ -32,6 +33,7 @@ from gateway.session.store import SessionStore, StoreUnavailable
 from gateway.session.streams import Tap, json_response
 from gateway.telemetry.usage import observe_response, stamp_arrival
 from gateway.upstream.client import UpstreamClient, UpstreamSizes
+from gateway.upstream.embedded import needs_embedded_core
 
 
 @web.middleware
@@ -170,5 +172,7 @@ def create_app(config: GatewayConfig, *, store: SessionStore | None = None, tap:
     app.cleanup_ctx.append(lifetime)
     app.on_shutdown.append(_end_sessions)
     app.router.add_route("*", "/mcp", handle_mcp)
+    if needs_embedded_core(config):
+        add_page_routes(app)  # its out-of-band pages, on the gateway's own address
     install_usage(app, config)  # /metrics, /migration, the usage store's lifetime
     return app

@@ -67,6 +67,8 @@ def embedded_settings(config: GatewayConfig, folder: Path) -> CoreConfig:
     client's ``roots/list``) are scanned rather than skipped."""
     core = load_core_config(config.core_config)
     updates: dict[str, object] = {}
+    if core.public_url is None and config.public_base() is not None:
+        updates["public_url"] = config.public_base()  # its pages are reached through the gateway (http.pages)
     if core.database is None:
         updates["database"] = str(folder / CORE_DATABASE)
     anonymous = core.anonymous_principal
