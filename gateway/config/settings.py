@@ -99,6 +99,7 @@ class GatewayConfig(_Frozen):
     # default the current directory) so a client's own roots are scanned.
     state_dir: str | None = None
     embedded_workspace: str | None = None
+    embedded_access_log: bool = False  # log the embedded core's own (internal) requests too
     # The base URL clients reach the gateway at (no /mcp): the embedded core's out-of-band pages (connect_service)
     # are served on the gateway's own port and named from it. Unset: http://HOST:PORT as configured.
     public_url: str | None = None

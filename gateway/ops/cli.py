@@ -60,6 +60,8 @@ def parser() -> argparse.ArgumentParser:
     serve.add_argument("--upstream", default=None, help="2026-07-28 server URL (default: the embedded core)")
     serve.add_argument("--config", default=None, help="TOML config file (see config/gateway.example.toml)")
     serve.add_argument("--no-access-log", action="store_true", help="do not log every request (benchmarks)")
+    serve.add_argument("--log-level", choices=("debug", "info", "warning", "error"), default="info",
+                       help="the least severe log records shown (default info: the banner and every request)")
     serve.add_argument("--pid-file", default=None, help="write the process id here (for `reload --pid-file`)")
     serve.add_argument("--loop", choices=CHOICES, default="asyncio",
                        help="event loop; asyncio (the default) is what the tests run on; see docs/benchmarks.md")
@@ -218,7 +220,9 @@ def serve(args: argparse.Namespace) -> None:
     check_upstream(config.upstream_url, args.require_upstream, config.upstream_connect_timeout_seconds)
     app, config = served_app(args)
     access_log = None if args.no_access_log else logging.getLogger("aiohttp.access")
+    logging.getLogger().setLevel(args.log_level.upper())
     logging.getLogger("gateway").info("event loop: %s", install(args.loop))
+    logging.getLogger("gateway").info("%s", banner(config))
     install_log_filter(config.connections.log_repeat_interval_seconds)
     try:
         run_capped(app, config, access_log=access_log)  # web.run_app, with max_client_connections
@@ -239,6 +243,16 @@ def _remove_pid_file(pid_file: str | None) -> None:
     with contextlib.suppress(OSError):
         if path.read_text().strip() == str(os.getpid()):
             path.unlink()
+
+
+def banner(config: GatewayConfig) -> str:
+    """One line saying what this process serves: where, in front of what, and where it keeps its records."""
+    upstream = config.upstream_url or "the embedded core"
+    usage = config.usage.db or "memory" if config.usage.enabled else "off"
+    dashboard = "enabled" if os.environ.get(config.usage.admin_token_env) else \
+        f"disabled (set {config.usage.admin_token_env})"
+    return (f"serving legacy MCP at {config.public_base() or f'http://{config.host}:{config.port}'}/mcp; "
+            f"upstream: {upstream}; usage database: {usage}; /migration {dashboard}")
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -9,6 +9,7 @@ operator must make sure the same holds.
 
 from __future__ import annotations
 
+import logging
 import tempfile
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager
@@ -36,7 +37,10 @@ async def embedded_core(config: GatewayConfig) -> AsyncIterator[str | None]:
     from modern_server.app import create_app as create_core
 
     with state_dir(config) as folder:
-        runner = web.AppRunner(create_core(embedded_settings(config, folder)))
+        # The gateway's access log is the one that matters; the core's internal requests are logged only when
+        # asked for, under their own logger.
+        access = logging.getLogger("modern_server.access") if config.embedded_access_log else None
+        runner = web.AppRunner(create_core(embedded_settings(config, folder)), access_log=access)
         await runner.setup()
         try:
             site = web.TCPSite(runner, "127.0.0.1", 0)

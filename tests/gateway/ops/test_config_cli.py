@@ -154,3 +154,15 @@ def test_serve_store_flag_overrides_only_the_files_url(tmp_path) -> None:
     path.write_text('[gateway.store]\nurl = "mysql://x"\n')
     with pytest.raises(ConfigError, match=r"gateway.store.url"):
         load_config(path)
+
+
+def test_the_banner_says_where_what_and_where_records_go(monkeypatch) -> None:
+    from gateway.ops.cli import banner
+
+    monkeypatch.delenv("GATEWAY_ADMIN_TOKEN", raising=False)
+    line = banner(load_config(port=8808, usage={"db": "/var/gw/usage.sqlite3"}))
+    assert line == ("serving legacy MCP at http://127.0.0.1:8808/mcp; upstream: the embedded core; "
+                    "usage database: /var/gw/usage.sqlite3; /migration disabled (set GATEWAY_ADMIN_TOKEN)")
+    monkeypatch.setenv("GATEWAY_ADMIN_TOKEN", "t")
+    assert "upstream: http://u/mcp" in banner(load_config(upstream_url="http://u/mcp", port=1))
+    assert banner(load_config(port=1)).endswith("/migration enabled")
