@@ -31,7 +31,7 @@ from gateway.session.listen import ListenHub
 from gateway.session.runtime import Gateway, PinState, log
 from gateway.session.store import SessionStore, StoreUnavailable
 from gateway.session.streams import Tap, json_response
-from gateway.telemetry.usage import observe_response, stamp_arrival
+from gateway.telemetry.usage import UsageObserver
 from gateway.upstream.client import UpstreamClient, UpstreamSizes
 from gateway.upstream.embedded import needs_embedded_core
 
@@ -54,8 +54,8 @@ async def error_middleware(request: web.Request, handler: Any) -> web.StreamResp
 
 
 async def handle_mcp(request: web.Request) -> web.StreamResponse:
-    stamp_arrival(request)
     gw = request.app[GATEWAY]
+    gw.observer.arrived(request)
     headers = request.headers  # case-insensitive already: the adapters read it as a plain mapping
     body = await read_body(request, gw) if request.method == "POST" else b""
     if isinstance(body, web.Response):
@@ -70,7 +70,7 @@ async def handle_mcp(request: web.Request) -> web.StreamResponse:
         verdict.session.last_seen_ms = gw.clock()
         await gw.store.touch_session(verdict.session.session_id, verdict.session.last_seen_ms)
     answer = await _HANDLERS[verdict.kind](request, gw, verdict)
-    observe_response(request, gw, verdict, answer)  # migration accounting; never raises
+    gw.observer.answered(request, verdict, answer)  # migration accounting; never raises
     return answer
 
 
@@ -158,6 +158,7 @@ def create_app(config: GatewayConfig, *, store: SessionStore | None = None, tap:
             gateway = Gateway(config, session_store, upstream, tap, upstreams=named,
                               pins=PinState.from_config(config, dict(os.environ)))
             gateway.hub = ListenHub(gateway)
+            gateway.observer = UsageObserver(gateway)  # migration accounting watches the traffic
             app[GATEWAY] = gateway
             if core_url is not None:
                 app[CORE_URL] = core_url

@@ -15,7 +15,6 @@ from adapters.sse import PRIMING_SEQ
 from gateway.http.legacy import answer_locally, forward, on_notification, on_response, write_post
 from gateway.session.runtime import Gateway, log
 from gateway.session.streams import OutStream, json_response
-from gateway.telemetry.usage import observe_response
 
 
 async def on_batch(request: web.Request, gw: Gateway, acc: Accepted) -> web.StreamResponse:
@@ -45,7 +44,7 @@ async def _batch_part(request: web.Request, gw: Gateway, element: Accepted | Rej
     if element.kind is Kind.REQUEST:
         answer: Any = await answer_locally(request, gw, element)
         if answer is not None:  # counted here: a forwarded one is counted by its exchange's observer
-            observe_response(request, gw, element, answer, bridged=False)
+            gw.observer.answered(request, element, answer, bridged=False)
         else:
             assert element.session is not None
             answer = await forward(request, gw, element.session, element.message)

@@ -17,7 +17,6 @@ from gateway.http.subscriptions import on_subscribe
 from gateway.session.exchange import Exchange
 from gateway.session.runtime import Gateway, log, new_id, random_id
 from gateway.session.streams import OutStream, StreamMode, json_response, write_stream
-from gateway.telemetry.usage import exchange_observer
 
 
 async def on_request(request: web.Request, gw: Gateway, acc: Accepted) -> web.StreamResponse:
@@ -71,7 +70,7 @@ async def forward(request: web.Request, gw: Gateway, session: SessionRecord,
     limits = peer_limits(gw.config.limits.to_limits(), gw.peer_of(session))
     ctx = BridgeContext(limits, session.client_capabilities, random_id, cached_roots=session.cached_roots)
     exchange = Exchange(runtime, record, ctx, request.headers.get("Authorization"), session)
-    exchange.observer = exchange_observer(request, gw, session, message)  # usage accounting
+    exchange.observer = gw.observer.exchange(request, session, message)
     runtime.exchanges[ident] = exchange
     if exchange.can_begin_inline(session):
         finish = await exchange.begin()

@@ -26,6 +26,7 @@ from adapters.errors import INTERNAL_ERROR, ErrorValue, store_unavailable
 from adapters.records import PendingRound, SessionRecord
 from adapters.results import progress_advances, request_notification, response
 from adapters.upstream import UnencodableHeader, build_request, needs_header_refresh, x_mcp_header_map
+from gateway.session.observer import ExchangeWatcher
 from gateway.session.runtime import SessionRuntime, log, new_id, session_view
 from gateway.session.store import StoreUnavailable
 from gateway.session.streams import OutStream
@@ -38,7 +39,7 @@ _INTERNAL = ErrorValue(INTERNAL_ERROR, "internal gateway error")  # a gateway bu
 
 
 class Exchange:
-    observer: Any = None  # gateway.telemetry.usage.ExchangeObserver: sees every action batch (usage accounting)
+    observer: ExchangeWatcher | None = None  # sees every action batch and the end (gateway.session.observer)
 
     def __init__(self, runtime: SessionRuntime, record: PendingRound, ctx: B.BridgeContext,
                  authorization: str | None, session: SessionRecord | None = None) -> None:

@@ -22,6 +22,7 @@ from adapters.peers import Peer, peer_from_record
 from adapters.records import SessionRecord
 from adapters.upstream import SessionView
 from gateway.config.settings import GatewayConfig
+from gateway.session.observer import Observer, Unobserved
 from gateway.session.store import SessionStore
 from gateway.session.streams import OutStream, Tap
 from gateway.upstream.client import UpstreamClient
@@ -167,6 +168,7 @@ class Gateway:
     pins: PinState = field(default_factory=PinState)
     today: Callable[[], str] = today_iso  # ISO date, injected by tests (sunsets)
     hub: Any = None  # gateway.session.listen.ListenHub, set by the app
+    observer: Observer = field(default_factory=Unobserved)  # who watches the traffic (the app: telemetry)
 
     def __post_init__(self) -> None:
         self.policy = self.config.policy(self.pins.tokens)

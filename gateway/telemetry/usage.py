@@ -464,3 +464,21 @@ def serve_defaults(config: Any, db: str | None) -> Any:
     if usage is None:
         return config
     return config.model_copy(update={"usage": usage.model_copy(update={"db": db or usage.db or DEFAULT_DB})})
+
+
+class UsageObserver:
+    """Usage accounting as the gateway's :class:`gateway.session.observer.Observer`: what the handlers used to
+    call one by one (the arrival stamp, plain answers, bridged exchanges) behind the one interface."""
+
+    def __init__(self, gw: Any) -> None:
+        self.gw = gw
+
+    def arrived(self, request: web.Request) -> None:
+        stamp_arrival(request)
+
+    def answered(self, request: web.Request, acc: Any, answer: web.StreamResponse,
+                 bridged: bool | None = None) -> None:
+        observe_response(request, self.gw, acc, answer, bridged)
+
+    def exchange(self, request: web.Request, session: Any, message: dict[str, Any]) -> Any:
+        return exchange_observer(request, self.gw, session, message)

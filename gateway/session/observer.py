@@ -1,0 +1,48 @@
+"""The one interface through which the shell's traffic is watched (migration telemetry, and any other watcher).
+
+Handlers make no telemetry calls of their own: they tell the gateway's :class:`Observer` that a request arrived,
+that it was answered, or that a bridge exchange starts (whose watcher then sees every action batch of the
+bridge machine and the exchange's end). :class:`Unobserved` is the default: nothing is watched, nothing costs.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+from aiohttp import web
+
+from adapters.bridge import Action
+from adapters.classify import Accepted
+from adapters.records import PendingRound, SessionRecord
+
+
+class ExchangeWatcher(Protocol):
+    def __call__(self, record: PendingRound, actions: list[Action]) -> None: ...
+    def done(self) -> None: ...
+
+
+class Observer(Protocol):
+    def arrived(self, request: web.Request) -> None:
+        """The request's first moment at the endpoint (for its latency)."""
+
+    def answered(self, request: web.Request, acc: Accepted, answer: web.StreamResponse,
+                 bridged: bool | None = None) -> None:
+        """An accepted request was answered. ``bridged``: whether an exchange already watches it (by default,
+        whether one was made for this HTTP request). Must never raise."""
+
+    def exchange(self, request: web.Request, session: SessionRecord,
+                 message: dict[str, Any]) -> ExchangeWatcher | None:
+        """The watcher of a request about to be bridged, or None."""
+
+
+class Unobserved:
+    def arrived(self, request: web.Request) -> None:
+        return None
+
+    def answered(self, request: web.Request, acc: Accepted, answer: web.StreamResponse,
+                 bridged: bool | None = None) -> None:
+        return None
+
+    def exchange(self, request: web.Request, session: SessionRecord,
+                 message: dict[str, Any]) -> ExchangeWatcher | None:
+        return None
