@@ -1,9 +1,9 @@
 """``python -m gateway check``, the shell half: plays a scripted 2025-11-25 client through an in-process gateway
 against a 2026-07-28 server, tool by tool.
 
-Owns the I/O: the direct 2026 probe of the upstream (``server/discover``, ``tools/list``), the gateway served on
-an ephemeral loopback port (usage recording off: a check is not traffic), and a small raw HTTP/SSE legacy client
-that answers every live request with the canned answers of :mod:`adapters.check`, which also judges what it saw.
+Owns the I/O of a check: the direct 2026 probe of the upstream (``server/discover``, ``tools/list``), then the
+legacy session of :mod:`gateway.ops.legacy_client` through an in-process gateway, answering every live request
+with the canned answers of :mod:`adapters.check`, which also judges what it saw.
 """
 
 from __future__ import annotations
@@ -14,27 +14,17 @@ import json
 import os
 import sys
 import tomllib
-from collections.abc import AsyncIterator, Mapping, Sequence
-from contextlib import asynccontextmanager
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import aiohttp
-from aiohttp import web
 
 from adapters import check as C
 from adapters.capabilities import client_caps_to_modern
 from adapters.upstream import SessionView, build_request
-from gateway.config.settings import load_config
-from gateway.http.app import create_app
-
-ACCEPT = "application/json, text/event-stream"
-MAX_PAGES = 100  # a server whose cursors never end must not hold the check forever
-
-
-class Unusable(Exception):
-    """The server cannot be checked (unreachable, or not 2026-07-28): exit 2 with this message."""
+from gateway.ops.legacy_client import ACCEPT, MAX_PAGES, LegacyClient, Rounds, Unusable, served_gateway
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,125 +108,6 @@ def _auth(opts: Options) -> dict[str, str]:
     return {"Authorization": opts.authorization} if opts.authorization else {}
 
 
-# --- the in-process gateway ---------------------------------------------------------------------------------
-@dataclass
-class Rounds:
-    """Counts the upstream ``tools/call`` requests the gateway sends (its tap): one per MRTR round."""
-
-    count: int = 0
-
-    def __call__(self, direction: str, message: Any) -> None:
-        if direction == "upstream" and isinstance(message, Mapping) and message.get("method") == "tools/call":
-            self.count += 1
-
-
-@asynccontextmanager
-async def served_gateway(upstream: str, tap: Rounds) -> AsyncIterator[str]:
-    """The gateway for ``upstream`` on 127.0.0.1:<ephemeral>; yields its /mcp URL."""
-    config = load_config(upstream_url=upstream, port=0, usage={"enabled": False})
-    runner = web.AppRunner(create_app(config, tap=tap), access_log=None)
-    await runner.setup()
-    try:
-        site = web.TCPSite(runner, "127.0.0.1", 0)
-        await site.start()
-        host, port = runner.addresses[0][:2]
-        yield f"http://{host}:{port}/mcp"
-    finally:
-        await runner.cleanup()
-
-
-# --- the scripted 2025-11-25 client -------------------------------------------------------------------------
-class LegacyClient:
-    """One 2025-11-25 session over raw HTTP/SSE (2025-11-25 basic/transports §Streamable HTTP)."""
-
-    def __init__(self, http: aiohttp.ClientSession, url: str, opts: Options) -> None:
-        self.http, self.url, self.opts = http, url, opts
-        self.session_id, self.next_id = "", 0
-
-    def _headers(self) -> dict[str, str]:
-        headers = {"Accept": ACCEPT, "Content-Type": "application/json", **_auth(self.opts)}
-        if self.session_id:
-            headers.update({"Mcp-Session-Id": self.session_id, "MCP-Protocol-Version": C.LEGACY})
-        return headers
-
-    async def _send(self, message: Mapping[str, Any]) -> None:
-        async with self.http.post(self.url, data=json.dumps(message), headers=self._headers()) as resp:
-            await resp.read()
-
-    async def initialize(self) -> dict[str, Any]:
-        params = {"protocolVersion": C.LEGACY, "capabilities": C.CLIENT_CAPABILITIES, "clientInfo": C.CLIENT_INFO}
-        message = await self.request("initialize", params)
-        if "result" not in message:
-            raise Unusable(f"the gateway refused initialize: {message.get('error')}")
-        await self._send({"jsonrpc": "2.0", "method": "notifications/initialized"})
-        return message["result"]
-
-    async def list_all(self, method: str, key: str) -> list[dict[str, Any]]:
-        items: list[dict[str, Any]] = []
-        cursor = None
-        for _page in range(MAX_PAGES):
-            message = await self.request(method, {"cursor": cursor} if cursor else {})
-            result = message.get("result") or {}
-            items.extend(result.get(key) or [])
-            if not (cursor := result.get("nextCursor")):
-                break
-        return items
-
-    async def request(self, method: str, params: Mapping[str, Any],
-                      inputs: list[C.InputKind] | None = None) -> dict[str, Any]:
-        """The response to one request; ``inputs`` collects the input kinds the gateway asked for on its way
-        (filled as they come, so a caller that gives up still knows them)."""
-        self.next_id += 1
-        body = {"jsonrpc": "2.0", "id": self.next_id, "method": method, "params": dict(params)}
-        inputs = [] if inputs is None else inputs
-        async with self.http.post(self.url, data=json.dumps(body), headers=self._headers()) as resp:
-            if resp.headers.get("Mcp-Session-Id"):
-                self.session_id = resp.headers["Mcp-Session-Id"]
-            if resp.content_type != "text/event-stream":
-                return json.loads(await resp.read())
-            async for message in _events(resp):
-                if message.get("id") == self.next_id and ("result" in message or "error" in message):
-                    return message
-                if "method" in message and "id" in message:
-                    await self._answer(message, inputs)
-        raise ConnectionError(f"the stream for {method} ended without a response")
-
-    async def _answer(self, message: Mapping[str, Any], inputs: list[C.InputKind]) -> None:
-        method, params = message["method"], message.get("params") or {}
-        kind = C.input_kind(method, params)
-        if kind is not None and kind not in inputs:
-            inputs.append(kind)
-        result = C.canned_answer(method, params, self.opts.roots)
-        reply: dict[str, Any] = {"jsonrpc": "2.0", "id": message["id"]}
-        reply.update({"result": result} if result is not None or method == "ping" else
-                     {"error": {"code": -32601, "message": f"the check does not answer {method}"}})
-        if method == "ping":
-            reply["result"] = {}
-        await self._send(reply)
-
-    async def cancel(self, reason: str) -> None:
-        params = {"requestId": self.next_id, "reason": reason}
-        await self._send({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": params})
-
-    async def close(self) -> None:
-        if self.session_id:
-            async with self.http.delete(self.url, headers=self._headers()) as resp:
-                await resp.read()
-
-
-async def _events(resp: aiohttp.ClientResponse) -> AsyncIterator[dict[str, Any]]:
-    """The JSON-RPC messages of an SSE body; priming events (an id and no data) are skipped."""
-    data: list[str] = []
-    async for raw in resp.content:
-        line = raw.decode("utf-8").rstrip("\r\n")
-        if line.startswith("data:"):
-            data.append(line[5:].lstrip(" "))
-        elif not line and data:
-            payload, data = "\n".join(data), []
-            if payload.strip():
-                yield json.loads(payload)
-
-
 # --- the run ------------------------------------------------------------------------------------------------
 @dataclass(frozen=True, slots=True)
 class Outcome:
@@ -252,13 +123,17 @@ async def run_check(opts: Options) -> Outcome:
         verdict, upstream_tools = await probe(http, opts)
         rounds = Rounds()
         async with served_gateway(opts.upstream, rounds) as url:
-            client = LegacyClient(http, url, opts)
+            client = LegacyClient(http, url, _canned(opts), opts.authorization)
             try:
                 notes, legacy_tools = await _session_checks(client)
-                reports = await _tool_reports(client, rounds, upstream_tools, legacy_tools)
+                reports = await _tool_reports(client, opts, rounds, upstream_tools, legacy_tools)
             finally:
                 await client.close()
     return Outcome(verdict, reports, notes)
+
+
+def _canned(opts: Options) -> Callable[[str, Mapping[str, Any]], dict[str, Any] | None]:
+    return lambda method, params: C.canned_answer(method, params, opts.roots)
 
 
 async def _session_checks(client: LegacyClient) -> tuple[tuple[str, ...], list[dict[str, Any]]]:
@@ -278,11 +153,12 @@ async def _session_checks(client: LegacyClient) -> tuple[tuple[str, ...], list[d
     return tuple(notes), tools
 
 
-async def _tool_reports(client: LegacyClient, rounds: Rounds, upstream_tools: Sequence[Mapping[str, Any]],
+async def _tool_reports(client: LegacyClient, opts: Options, rounds: Rounds,
+                        upstream_tools: Sequence[Mapping[str, Any]],
                         legacy_tools: Sequence[Mapping[str, Any]]) -> tuple[C.ToolReport, ...]:
     listed = C.listing_problems(upstream_tools, legacy_tools)
     by_name: dict[Any, Mapping[str, Any]] = {t.get("name"): t for t in upstream_tools}  # names as listed: unchecked
-    names = list(client.opts.tools) or list(by_name)
+    names = list(opts.tools) or list(by_name)
     reports = []
     for name in names:
         problems = listed.get(name, ())
@@ -291,14 +167,14 @@ async def _tool_reports(client: LegacyClient, rounds: Rounds, upstream_tools: Se
         elif any(p.kind is C.ProblemKind.DROPPED for p in problems):
             reports.append(C.dropped_report(name, problems))
         else:
-            reports.append(await _call_one(client, rounds, by_name[name], problems))
+            reports.append(await _call_one(client, opts, rounds, by_name[name], problems))
     return tuple(reports)
 
 
-async def _call_one(client: LegacyClient, rounds: Rounds, tool: Mapping[str, Any],
+async def _call_one(client: LegacyClient, opts: Options, rounds: Rounds, tool: Mapping[str, Any],
                     listed: tuple[C.Problem, ...]) -> C.ToolReport:
     name = tool["name"]
-    arguments = client.opts.arguments.get(name)
+    arguments = opts.arguments.get(name)
     if arguments is None:
         arguments = C.synthesize_arguments(tool.get("inputSchema"))
     if isinstance(arguments, C.Skip):
@@ -306,7 +182,7 @@ async def _call_one(client: LegacyClient, rounds: Rounds, tool: Mapping[str, Any
     rounds.count = 0
     inputs: list[C.InputKind] = []
     try:
-        async with asyncio.timeout(client.opts.timeout):
+        async with asyncio.timeout(opts.timeout):
             message = await client.request("tools/call", {"name": name, "arguments": arguments}, inputs)
     except TimeoutError:
         await client.cancel("python -m gateway check: no answer in time")

@@ -1,4 +1,4 @@
-"""The command line: ``python -m gateway serve | check-config FILE | reload --pid PID | report | check``.
+"""The command line: ``python -m gateway serve | check-config FILE | reload --pid PID | report | check | replay``.
 
 ``serve [--host 127.0.0.1] [--port 8808] [--upstream URL] [--config FILE] [--pid-file F] [--store URL]
 [--require-upstream] [--workspace DIR]`` runs the gateway (with the embedded core unless ``--upstream`` is
@@ -7,6 +7,7 @@ gateway.ops.probe); with ``--config`` it reloads that file on SIGHUP.
 ``check-config FILE`` validates a file without serving (exit 2 and the key path on failure).
 ``reload --pid PID | --pid-file F`` asks a running gateway to re-read its file.
 ``check --upstream URL`` plays a 2025-11-25 client through an in-process gateway, tool by tool (gateway.ops.check).
+``replay FILE... --upstream URL`` replays scenario files of legacy client steps the same way (gateway.ops.replay).
 """
 
 from __future__ import annotations
@@ -31,6 +32,8 @@ from gateway.ops.check import run as run_check
 from gateway.ops.connections import run as run_capped
 from gateway.ops.logs import install as install_log_filter
 from gateway.ops.loops import CHOICES, install, tune_gc
+from gateway.ops.replay import add_arguments as add_replay_arguments
+from gateway.ops.replay import run as run_replay
 from gateway.telemetry.report import add_arguments as add_report_arguments
 from gateway.telemetry.report import run as run_report
 from gateway.telemetry.usage import serve_defaults as usage_serve_defaults
@@ -90,6 +93,7 @@ def parser() -> argparse.ArgumentParser:
                              "gateway would refuse it")
     add_report_arguments(commands.add_parser("report", help="the migration report from the usage store"))
     add_check_arguments(commands.add_parser("check", help="play a 2025-11-25 client through the gateway, tool by tool"))
+    add_replay_arguments(commands.add_parser("replay", help="replay scenario files of 2025-11-25 client steps"))
     return root
 
 
@@ -262,6 +266,8 @@ def main(argv: list[str] | None = None) -> None:
         raise SystemExit(check_config(args.file))
     if args.command == "check":
         raise SystemExit(run_check(args))
+    if args.command == "replay":
+        raise SystemExit(run_replay(args))
     if args.command == "report":
         raise SystemExit(run_report(args))
     if args.command == "reload":

@@ -13,7 +13,8 @@ import pytest
 from gateway.ops import cli
 
 ROOT = Path(__file__).resolve().parents[3]
-TEST_ONLY = {"mcp", "jsonschema", "hypothesis", "pytest", "pytest_aiohttp"}  # the [test] extra's imports
+TEST_ONLY = {"mcp", "jsonschema", "hypothesis", "pytest", "pytest_aiohttp", "pytest_asyncio"}  # the [test] extra's
+PLUGIN = "gateway/ops/testing.py"  # the pytest plugin: only pytest loads it, so it may import pytest
 
 
 def test_pyproject_declares_the_console_script() -> None:
@@ -45,7 +46,21 @@ def test_the_shipped_packages_import_nothing_from_the_test_extra() -> None:
     offenders = []
     for package in ("gateway", "adapters", "modern_server"):
         for path in (ROOT / package).rglob("*.py"):
+            if path.relative_to(ROOT).as_posix() == PLUGIN:
+                continue
             for node in ast.walk(ast.parse(path.read_text())):
                 offenders += [f"{path.relative_to(ROOT)}: {n}" for n in imported(node) if n.split(".")[0] in TEST_ONLY]
     assert not offenders
 
+
+
+def test_pyproject_declares_the_pytest_plugin_under_its_module_name() -> None:
+    plugins = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["entry-points"]["pytest11"]
+    assert plugins == {"gateway.ops.testing": "gateway.ops.testing"}
+
+
+def test_nothing_shipped_imports_the_pytest_plugin() -> None:
+    users = [str(path.relative_to(ROOT)) for package in ("gateway", "adapters", "modern_server")
+             for path in (ROOT / package).rglob("*.py") if path.relative_to(ROOT).as_posix() != PLUGIN
+             for node in ast.walk(ast.parse(path.read_text())) if "gateway.ops.testing" in imported(node)]
+    assert not users
