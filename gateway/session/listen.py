@@ -110,6 +110,9 @@ class Listener:
     async def _open(self, wanted: dict[str, Any], view: SessionView) -> tuple[asyncio.Task | None, ErrorValue | None]:
         """A new listen once acknowledged, or the error; a listen that is not taken is cancelled."""
         acked: asyncio.Future = asyncio.get_running_loop().create_future()
+        # The refusal may come after whoever waited is gone (the session ended while the listen opened): the
+        # future's exception is then nobody's, and is read here so it is not reported as never retrieved.
+        acked.add_done_callback(lambda done: done.cancelled() or done.exception())
         task = self.spawn(self._run(wanted, view, acked))
         try:
             ack = await asyncio.wait_for(asyncio.shield(acked), ACK_TIMEOUT_SECONDS)

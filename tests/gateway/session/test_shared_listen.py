@@ -266,3 +266,30 @@ async def test_a_listen_refused_behind_a_get_stream_is_told_on_that_stream(legac
     assert message["method"] == "notifications/message" and message["params"]["level"] == "warning"
     assert message["params"]["data"]["error"] == {"code": -32001, "message": "no"}
     stream.close()
+
+
+async def test_a_listen_refused_after_its_session_ended_reports_nothing_unretrieved(legacy, upstream) -> None:
+    """DELETE while the GET stream's listen is still opening; the upstream then refuses the listen. The refusal
+    had nobody left to read it, and asyncio reported 'Future exception was never retrieved' (found through the
+    stdio door, whose client closes right after initializing)."""
+    import gc
+
+    async def refuse_late(body, request):
+        await asyncio.sleep(0.2)
+        return ("error", {"code": -32601, "message": "nope"}, 404)
+    upstream.script["subscriptions/listen"] = refuse_late
+    await legacy.initialize()
+    reported: list[dict] = []
+    loop = asyncio.get_running_loop()
+    previous = loop.get_exception_handler()
+    loop.set_exception_handler(lambda _loop, context: reported.append(context))
+    try:
+        stream = await legacy.client.get("/mcp", headers=legacy.headers(Accept="text/event-stream"))
+        await legacy.next_event(stream)  # the stream is open; its listen is being opened
+        assert (await legacy.client.delete("/mcp", headers=legacy.headers())).status == 204
+        for _ in range(40):  # the refusal arrives, then the future is collected
+            await asyncio.sleep(0.02)
+            gc.collect()
+    finally:
+        loop.set_exception_handler(previous)
+    assert [c.get("message") for c in reported] == []
