@@ -93,6 +93,11 @@ def parser() -> argparse.ArgumentParser:
                              "gateway would refuse it")
     add_report_arguments(commands.add_parser("report", help="the migration report from the usage store"))
     add_check_arguments(commands.add_parser("check", help="play a 2025-11-25 client through the gateway, tool by tool"))
+    stdio = commands.add_parser("stdio", help="serve one legacy session on stdin/stdout (for desktop clients)")
+    stdio.add_argument("--upstream", default=None, help="2026-07-28 server URL (default: the embedded core)")
+    stdio.add_argument("--config", default=None, help="TOML config file (see config/gateway.example.toml)")
+    stdio.add_argument("--token-env", default=None, metavar="VAR",
+                       help="the environment variable holding the bearer token for the upstream (never a flag)")
     add_replay_arguments(commands.add_parser("replay", help="replay scenario files of 2025-11-25 client steps"))
     return root
 
@@ -249,6 +254,23 @@ def _remove_pid_file(pid_file: str | None) -> None:
             path.unlink()
 
 
+def run_stdio(args: argparse.Namespace) -> int:
+    """``stdio``: stdout carries only JSON-RPC, so every log line goes to stderr (logging's default stream)."""
+    from gateway.ops.stdio import serve_stdio
+
+    token = os.environ.get(args.token_env) if args.token_env else None
+    if args.token_env and not token:
+        print(f"gateway stdio: the environment variable {args.token_env} is not set", file=sys.stderr)
+        return 2
+    try:
+        config = load_config(args.config, upstream_url=args.upstream)
+    except ConfigError as exc:
+        print(f"gateway stdio: {exc}", file=sys.stderr)
+        return 2
+    asyncio.run(serve_stdio(config, f"Bearer {token}" if token else None))
+    return 0
+
+
 def banner(config: GatewayConfig) -> str:
     """One line saying what this process serves: where, in front of what, and where it keeps its records."""
     upstream = config.upstream_url or "the embedded core"
@@ -266,6 +288,8 @@ def main(argv: list[str] | None = None) -> None:
         raise SystemExit(check_config(args.file))
     if args.command == "check":
         raise SystemExit(run_check(args))
+    if args.command == "stdio":
+        raise SystemExit(run_stdio(args))
     if args.command == "replay":
         raise SystemExit(run_replay(args))
     if args.command == "report":

@@ -1,0 +1,101 @@
+"""The stdio door, driven by the official Python SDK's stdio client in legacy mode: it launches
+``python -m gateway stdio`` (embedded core) and runs the bridged flows with live sampling, elicitation and
+roots over stdin/stdout; closing stdin ends the session."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import mcp_types as types
+from mcp import Client
+from mcp.client.stdio import StdioServerParameters
+
+from tests.gateway.http.test_e2e_sdk import elicitation_answering, roots, sampling
+
+ROOT = Path(__file__).resolve().parents[3]
+
+
+def door(tmp_path: Path, *args: str) -> StdioServerParameters:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    return StdioServerParameters(command=sys.executable, args=["-m", "gateway", "stdio", *args], env=env,
+                                 cwd=str(tmp_path))
+
+
+def client(tmp_path: Path, **callbacks: object) -> Client:
+    return Client(door(tmp_path), mode="legacy", sampling_callback=sampling, list_roots_callback=roots,
+                  **callbacks)  # type: ignore[arg-type]
+
+
+async def test_bridged_flows_over_stdio(tmp_path: Path) -> None:
+    confirm = elicitation_answering(content=lambda params: {
+        "note_id": params.requested_schema["properties"]["note_id"]["enum"][0], "confirm": True})
+    async with client(tmp_path, elicitation_callback=confirm) as session:
+        summary = await session.call_tool("summarize_repo", {})
+        scan = await session.call_tool("workspace_scan", {})
+        deleted = await session.call_tool("notes_delete", {"workspaceUri": "file:///work/notes",
+                                                           "title": "Roadmap"})
+    assert not summary.is_error and "parser" in summary.content[0].text
+    assert scan.structured_content["scanned"] == ["file:///work/notes"]
+    assert not deleted.is_error and len(confirm.seen) == 1
+
+
+async def test_a_prompt_that_elicits_over_stdio(tmp_path: Path) -> None:
+    tone = elicitation_answering(content={"tone": "formal"})
+    async with client(tmp_path, elicitation_callback=tone) as session:
+        prompt = await session.get_prompt("draft_note", {"topic": "release"})
+    assert len(tone.seen) == 1 and isinstance(prompt.messages[0].content, types.TextContent)
+
+
+async def test_closing_stdin_ends_the_session_and_closes_the_upstream_request(tmp_path: Path) -> None:
+    import asyncio
+    import json
+
+    from aiohttp import web
+
+    from tests.gateway.conftest import DISCOVER
+
+    closed = asyncio.Event()
+
+    async def upstream(request: web.Request) -> web.StreamResponse:
+        body = await request.json()
+        if body["method"] == "server/discover":
+            return web.json_response({"jsonrpc": "2.0", "id": body["id"], "result": DISCOVER})
+        if body["method"] == "tools/call":  # never answered: only its close (the 2026 cancel) ends it
+            while request.transport is not None and not request.transport.is_closing():
+                await asyncio.sleep(0.02)
+            closed.set()
+            return web.Response()
+        return web.json_response({"jsonrpc": "2.0", "id": body["id"], "error": {"code": -32601, "message": "no"}},
+                                 status=404)
+    app = web.Application()
+    app.router.add_post("/mcp", upstream)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", 0).start()
+    url = f"http://127.0.0.1:{runner.addresses[0][1]}/mcp"
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "gateway", "stdio", "--upstream", url, cwd=str(tmp_path),
+        env={**os.environ, "PYTHONPATH": str(ROOT)}, stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.DEVNULL)
+    assert proc.stdin is not None and proc.stdout is not None
+
+    def send(message: dict[str, object]) -> None:
+        assert proc.stdin is not None
+        proc.stdin.write(json.dumps(message).encode() + b"\n")
+    try:
+        send({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+            "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "raw", "version": "1"}}})
+        assert json.loads(await proc.stdout.readline())["result"]["protocolVersion"] == "2025-11-25"
+        send({"jsonrpc": "2.0", "method": "notifications/initialized"})
+        send({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "t", "arguments": {}}})
+        send({"jsonrpc": "2.0", "id": 3, "method": "bogus"})  # answered while the call hangs
+        assert json.loads(await proc.stdout.readline())["error"]["code"] == -32601
+        proc.stdin.close()  # the desktop client is gone
+        await asyncio.wait_for(closed.wait(), 30)
+        assert await asyncio.wait_for(proc.wait(), 30) == 0
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+        await runner.cleanup()
