@@ -28,6 +28,7 @@ from gateway.http.sse import on_delete, on_open_stream, on_resume
 from gateway.http.telemetry import install_usage
 from gateway.session.backends import store_lifetime
 from gateway.session.listen import ListenHub
+from gateway.session.relay import relay_lifetime
 from gateway.session.runtime import Gateway, PinState, log
 from gateway.session.store import SessionStore, StoreUnavailable
 from gateway.session.streams import Tap, json_response
@@ -162,7 +163,8 @@ def create_app(config: GatewayConfig, *, store: SessionStore | None = None, tap:
             if core_url is not None:
                 app[CORE_URL] = core_url
             try:
-                yield
+                async with relay_lifetime(gateway):  # replicas on a shared store (docs/design.md §34)
+                    yield
             finally:
                 await gateway.close()
                 for client in (upstream, *named.values()):
