@@ -19,6 +19,7 @@ from gateway.config.settings import GatewayConfig
 from gateway.http.answers import rejection_response
 from gateway.http.batch import on_batch
 from gateway.http.handshake import on_initialize
+from gateway.http.health import add_health_routes
 from gateway.http.keys import CORE_URL, GATEWAY, PASSTHROUGHS
 from gateway.http.legacy import on_notification, on_request, on_response
 from gateway.http.modern import on_modern
@@ -174,6 +175,7 @@ def create_app(config: GatewayConfig, *, store: SessionStore | None = None, tap:
     app.cleanup_ctx.append(lifetime)
     app.on_shutdown.append(_end_sessions)
     app.router.add_route("*", "/mcp", handle_mcp)
+    add_health_routes(app)  # /healthz, /readyz for load balancers
     if needs_embedded_core(config):
         add_page_routes(app)  # its out-of-band pages, on the gateway's own address
     install_usage(app, config)  # /metrics, /migration, the usage store's lifetime
