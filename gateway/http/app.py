@@ -19,6 +19,7 @@ from gateway.config.settings import GatewayConfig
 from gateway.http.answers import rejection_response
 from gateway.http.batch import on_batch
 from gateway.http.handshake import on_initialize
+from gateway.http.health import add_health_routes
 from gateway.http.keys import CORE_URL, GATEWAY, PASSTHROUGHS
 from gateway.http.legacy import on_notification, on_request, on_response
 from gateway.http.modern import on_modern
@@ -28,6 +29,7 @@ from gateway.http.sse import on_delete, on_open_stream, on_resume
 from gateway.http.telemetry import install_usage
 from gateway.session.backends import store_lifetime
 from gateway.session.listen import ListenHub
+from gateway.session.relay import relay_lifetime
 from gateway.session.runtime import Gateway, PinState, log
 from gateway.session.store import SessionStore, StoreUnavailable
 from gateway.session.streams import Tap, json_response
@@ -163,7 +165,8 @@ def create_app(config: GatewayConfig, *, store: SessionStore | None = None, tap:
             if core_url is not None:
                 app[CORE_URL] = core_url
             try:
-                yield
+                async with relay_lifetime(gateway):  # replicas on a shared store (docs/design.md §34)
+                    yield
             finally:
                 await gateway.close()
                 for client in (upstream, *named.values()):
@@ -173,6 +176,7 @@ def create_app(config: GatewayConfig, *, store: SessionStore | None = None, tap:
     app.cleanup_ctx.append(lifetime)
     app.on_shutdown.append(_end_sessions)
     app.router.add_route("*", "/mcp", handle_mcp)
+    add_health_routes(app)  # /healthz, /readyz for load balancers
     if needs_embedded_core(config):
         add_page_routes(app)  # its out-of-band pages, on the gateway's own address
     install_usage(app, config)  # /metrics, /migration, the usage store's lifetime

@@ -98,6 +98,8 @@ async def on_notification(request: web.Request, gw: Gateway, acc: Accepted) -> w
         exchange = gw.runtime(session.session_id).exchanges.get(cancel.request_id) if cancel else None
         if exchange is not None and cancel is not None:
             exchange.cancel(cancel.reason)
+        elif cancel is not None and gw.relay is not None:  # maybe bridged by another replica (design.md §34)
+            await gw.relay.cancel(session.session_id, cancel.request_id, acc.message)
     elif route == "roots_changed":
         session.cached_roots = None  # nothing goes upstream (2026-07-28 removed it)
         await gw.store.put_session(session)
@@ -111,5 +113,7 @@ async def on_response(request: web.Request, gw: Gateway, acc: Accepted) -> web.S
     if exchange is not None:
         # Acted on first: the next round leaves before the 202, and uses the session record read for this POST.
         await exchange.answer(acc.message["id"], acc.message, acc.session)
+    elif gw.relay is not None:  # maybe asked by another replica's exchange (docs/design.md §34)
+        await gw.relay.answer(acc.session.session_id, acc.message)
     # Late or unknown answers are ignored (2025-11-25 basic/utilities §Cancellation: races).
     return web.Response(status=202)

@@ -24,6 +24,7 @@ from adapters import bridge as B
 from adapters.admission import roots_cacheable
 from adapters.errors import INTERNAL_ERROR, ErrorValue, store_unavailable
 from adapters.records import PendingRound, SessionRecord
+from adapters.relay import answer_key, request_key
 from adapters.results import progress_advances, request_notification, response
 from adapters.upstream import UnencodableHeader, build_request, needs_header_refresh, x_mcp_header_map
 from gateway.session.observer import ExchangeWatcher
@@ -56,6 +57,7 @@ class Exchange:
         self._inline: asyncio.Task | None = None  # the handler task while begin() waits on the upstream
         self._interrupted: Any = None  # the event that stopped that wait: Cancelled or the total timeout
         self._early: list[dict[str, Any]] = []  # notifications that arrived during begin()
+        self._owned: set[str] = set()  # ownership keys claimed in the store (docs/design.md §34)
         meta = record.params.get("_meta")
         self.progress_token = meta.get("progressToken") if isinstance(meta, dict) else None
 
@@ -127,7 +129,10 @@ class Exchange:
                 if self.record.waiting:  # what another process would need to continue it
                     await store.put_round(self.record)
                     self._saved = True
-                await self._perform(self.machine.handle(await self.events.get()))
+                event = await self.events.get()
+                await self._perform(self.machine.handle(event))
+                if isinstance(event, B.ClientAnswered):
+                    await self._release({k for k in [answer_key(event.gateway_id)] if k in self._owned})
                 self._session = None  # only the round an answer starts may use the record its handler read
                 self._settle()
         except Exception as exc:  # a failure must still answer the original request, not leave it hanging
@@ -143,6 +148,7 @@ class Exchange:
             if not self.stream.closed:
                 self.stream.finish()
             self._end()
+            await self._release(self._owned)
             if self._saved:
                 await self._forget_round()
 
@@ -170,9 +176,35 @@ class Exchange:
         if self.observer is not None:
             self.observer(self.record, actions)
 
+    async def _claim(self, actions: list[Any]) -> None:
+        """Before the client is asked: record this replica as the owner of every id it is asked under and of the
+        request, so a replica that gets its answer or cancel can pass it on here (docs/design.md §34). For as
+        long as the client may take to answer; each round renews the request's claim."""
+        asks = {answer_key(a.message["id"]) for a in actions if isinstance(a, B.SendToClient) and "id" in a.message}
+        keys = {key for key in asks if key is not None}
+        if not keys:
+            return
+        keys.add(request_key(self.record.session_id, self.record.downstream_id))
+        gateway = self.runtime.gateway
+        await gateway.store.claim_owner(keys, gateway.replica, self.machine.ctx.limits.client_answer_timeout_seconds)
+        self._owned |= keys
+
+    async def _release(self, keys: set[str]) -> None:
+        """Drop ownership records no longer needed (answered, or the exchange ended); a failure only leaves them
+        to their TTL (a relayed answer then finds nothing awaiting it and is ignored, as a late one is)."""
+        keys = set(keys)  # a copy: it may be self._owned itself
+        if not keys:
+            return
+        self._owned -= keys
+        try:
+            await self.runtime.gateway.store.release_owner(keys)
+        except StoreUnavailable as exc:
+            log.warning("request %r: ownership records stay until they expire: %s", self.record.downstream_id, exc)
+
     async def _perform(self, actions: list[Any]) -> None:
         assert self.stream is not None
         self._observe(actions)
+        await self._claim(actions)
         for action in actions:
             if isinstance(action, B.CallUpstream):
                 self._upstream = self.runtime.spawn(self._call_upstream(action.extra, self._session))

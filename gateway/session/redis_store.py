@@ -10,7 +10,10 @@ read back with ``ENCODED_DEPTH``. Keys, all under a configurable prefix (``[gate
   ``last_seen_ms`` is kept beside the record (as ``InMemoryStore`` keeps it beside the text): a touch writes a
   score, never the record, and :meth:`RedisStore.last_seen` is one ``ZMSCORE`` for any number of ids;
 - ``p:P``: a sorted set of ``P``'s sessions, scored the same way (for the per-principal bound);
-- ``r:B``: a hash, ``r`` = the round's JSON text, ``s`` = its session; ``rs:S``: the set of ``S``'s rounds.
+- ``r:B``: a hash, ``r`` = the round's JSON text, ``s`` = its session; ``rs:S``: the set of ``S``'s rounds;
+- ``oa:G`` and ``oq:S:D`` (``adapters.relay``): the replica that owns the exchange which asked the client under
+  gateway id ``G``, or which bridges ``S``'s request ``D``: plain strings with the client answer timeout as TTL
+  (docs/design.md §34). The relay's channels are ``relay:<replica>`` and ``relay-all`` under the same prefix.
 
 Expiry: every one of these keys gets a TTL of ``session_idle_seconds`` with each write, renewed by
 :meth:`RedisStore.touch_session` (and for ``keep`` by :meth:`RedisStore.expire_sessions`), so nothing is kept
@@ -158,6 +161,10 @@ class RedisStore:
     def key(self, kind: str, name: str = "") -> str:
         return f"{self.prefix}{kind}{name}"
 
+    def failures(self) -> Any:
+        """A context in which every Redis failure is :class:`StoreUnavailable` (the relay's pub/sub uses it)."""
+        return _unavailable()
+
     async def ping(self) -> None:
         async with _unavailable():
             await self.redis.ping()
@@ -242,6 +249,28 @@ class RedisStore:
         async with _unavailable():
             texts = await self._rounds_of(args=[self.prefix, session_id])
         return [PendingRound.from_dict(loads(text, ENCODED_DEPTH)) for text in texts]
+
+    async def claim_owner(self, keys: Collection[str], replica: str, ttl_seconds: float) -> None:
+        ttl = max(1, int(ttl_seconds * 1000))
+        async with _unavailable(), self.redis.pipeline(transaction=False) as pipe:
+            for key in keys:
+                pipe.set(self.key(key), replica, px=ttl)
+            await pipe.execute()
+
+    async def owner_of(self, key: str) -> str | None:
+        async with _unavailable():
+            owner = await self.redis.get(self.key(key))
+        return owner.decode() if isinstance(owner, bytes) else owner
+
+    async def release_owner(self, keys: Collection[str]) -> None:
+        if keys:
+            async with _unavailable():
+                await self.redis.delete(*(self.key(key) for key in keys))
+
+    async def publish(self, channel: str, data: bytes) -> int:
+        """Publish on a relay channel (``gateway.session.relay``): how many subscribers got it."""
+        async with _unavailable():
+            return int(await self.redis.publish(channel, data))
 
 
 def _dump(record: Any) -> bytes:

@@ -14,7 +14,7 @@ import secrets
 import time
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from adapters.capabilities import client_caps_to_modern
 from adapters.errors import ErrorValue, shutting_down
@@ -155,6 +155,19 @@ class PinState:
         return cls(peers, default, config.pins.token_table(env), config.pins.canary_seed)
 
 
+class Relay(Protocol):
+    """How a replica passes on what belongs to an exchange held by another replica (``gateway.session.relay``;
+    none on the in-memory store, where every exchange is local)."""
+
+    async def answer(self, session_id: str, message: dict[str, Any]) -> None: ...
+    async def cancel(self, session_id: str, request_id: str | int, message: dict[str, Any]) -> None: ...
+    async def ended(self, session_id: str) -> None: ...
+
+
+def replica_id() -> str:
+    return secrets.token_hex(6)
+
+
 @dataclass
 class Gateway:
     config: GatewayConfig
@@ -169,6 +182,8 @@ class Gateway:
     today: Callable[[], str] = today_iso  # ISO date, injected by tests (sunsets)
     hub: Any = None  # gateway.session.listen.ListenHub, set by the app
     observer: Observer = field(default_factory=Unobserved)  # who watches the traffic (the app: telemetry)
+    replica: str = field(default_factory=replica_id)  # this process's name among replicas on one store (§34)
+    relay: Relay | None = None  # set for the app's lifetime on a shared store (gateway.session.backends)
 
     def __post_init__(self) -> None:
         self.policy = self.config.policy(self.pins.tokens)
@@ -193,8 +208,16 @@ class Gateway:
             runtime.peer = peer_from_record(record.pins)
         return runtime.peer
 
-    async def end_session(self, session_id: str) -> None:
+    async def end_session(self, session_id: str, *, announce: bool = True) -> None:
+        """Delete the session and end its runtime here; ``announce`` (a DELETE) tells the other replicas to end
+        theirs too (an expired session's runtimes are swept by each replica itself)."""
         await self.store.delete_session(session_id)
+        await self.end_runtime(session_id)
+        if announce and self.relay is not None:
+            await self.relay.ended(session_id)
+
+    async def end_runtime(self, session_id: str) -> None:
+        """End this process's streams, exchanges and listen of a session (its record is already gone)."""
         runtime = self.runtimes.pop(session_id, None)
         if runtime is not None:
             await runtime.close()
@@ -223,7 +246,7 @@ class Gateway:
             runtime = self.runtimes.get(session_id)  # re-read after each wait on the store:
             if runtime is None or runtime.exchanges:  # a DELETE ended it meanwhile, or a request is in flight
                 continue
-            await self.end_session(session_id)
+            await self.end_session(session_id, announce=False)
             ended.add(session_id)
         return len(ended)
 

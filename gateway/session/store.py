@@ -8,6 +8,7 @@ may never have had more than its record (an initialize, then nothing).
 
 from __future__ import annotations
 
+import time
 from collections.abc import Collection
 from typing import Any, Protocol
 
@@ -50,6 +51,14 @@ class SessionStore(Protocol):
         gateway also ends a local runtime whose record is gone."""
         ...
 
+    # Ownership of exchanges, for replicas on one store (docs/design.md §34; keys from adapters.relay).
+    async def claim_owner(self, keys: Collection[str], replica: str, ttl_seconds: float) -> None:
+        """Record ``replica`` as the owner of each key for ``ttl_seconds`` (a new claim renews it)."""
+        ...
+
+    async def owner_of(self, key: str) -> str | None: ...
+    async def release_owner(self, keys: Collection[str]) -> None: ...
+
 
 def _dump(record: Any) -> bytes:
     # A copy of the exact size: orjson's bytes keep the capacity of the buffer they were written into (4-8 KiB),
@@ -74,6 +83,8 @@ class InMemoryStore:
         # For count_sessions: each live session's principal, and the live sessions of each principal.
         self._principal: dict[str, str] = {}
         self._per_principal: dict[str, int] = {}
+        # Ownership: in one process every exchange is local, so these only keep the contract (a TTL included).
+        self._owners: dict[str, tuple[str, float]] = {}  # key -> (replica, monotonic deadline)
 
     async def get_session(self, session_id: str) -> SessionRecord | None:
         data = self._sessions.get(session_id)
@@ -141,3 +152,19 @@ class InMemoryStore:
     async def rounds_of(self, session_id: str) -> list[PendingRound]:
         return [PendingRound.from_dict(loads(data, ENCODED_DEPTH)) for owner, data in self._rounds.values()
                 if owner == session_id]
+
+    async def claim_owner(self, keys: Collection[str], replica: str, ttl_seconds: float) -> None:
+        deadline = time.monotonic() + ttl_seconds
+        for key in keys:
+            self._owners[key] = (replica, deadline)
+
+    async def owner_of(self, key: str) -> str | None:
+        entry = self._owners.get(key)
+        if entry is None or entry[1] <= time.monotonic():
+            self._owners.pop(key, None)
+            return None
+        return entry[0]
+
+    async def release_owner(self, keys: Collection[str]) -> None:
+        for key in keys:
+            self._owners.pop(key, None)

@@ -1,0 +1,100 @@
+"""The pure parts of the replica relay (docs/design.md §34): the ownership keys, what a relayed message is, and
+where a client's message for an exchange this replica does not hold goes.
+
+Several gateway replicas on one shared store serve the same legacy sessions without sticky routing, but an
+exchange (the task running one bridged request) lives in the replica that got the request. The replica that asks
+the client records itself as the owner of each id it asks under (:func:`answer_key`) and of the request being
+bridged (:func:`request_key`); another replica that gets the client's answer or cancel for it looks the owner up
+and passes the message on (:func:`route`). The shell (``gateway.session.relay``) does the I/O.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any
+
+from adapters.jsonwire import ENCODED_DEPTH, dumps, loads
+
+__all__ = ["Drop", "DropReason", "RelayKind", "RelayTo", "Relayed", "answer_key", "broadcast_channel", "relay_channel",
+           "request_key", "route"]
+
+
+
+class RelayKind(StrEnum):
+    ANSWER = "answer"  # a client's answer to a request the owner's exchange sent it
+    CANCEL = "cancel"  # a client's notifications/cancelled for a request the owner is bridging
+    END = "end"  # a session ended (DELETE) on some replica: every replica ends its runtime for it
+
+
+@dataclass(frozen=True, slots=True)
+class Relayed:
+    """One message between replicas: its kind, the session, and the client's JSON-RPC message (none for END)."""
+
+    kind: RelayKind
+    session_id: str
+    message: Mapping[str, Any] | None = None
+
+    def encode(self) -> bytes:
+        return dumps({"k": self.kind.value, "s": self.session_id, "m": self.message})
+
+    @staticmethod
+    def decode(data: bytes | str) -> Relayed | None:
+        """The message, or None for anything that is not one (a foreign publisher on the channel)."""
+        try:
+            raw = loads(data, ENCODED_DEPTH)  # a client message (MAX_DEPTH) in an envelope
+            kind = RelayKind(raw["k"])
+            session, message = raw.get("s"), raw.get("m")
+        except (ValueError, KeyError, TypeError, AttributeError):
+            return None
+        if not isinstance(session, str):
+            return None
+        if not isinstance(message, dict) and not (kind is RelayKind.END and message is None):
+            return None
+        return Relayed(kind, session, message)
+
+
+def answer_key(gateway_id: Any) -> str | None:
+    """The ownership key of a request the gateway sent the client; None for an id the gateway never mints (the
+    gateway's ids are strings: ``gateway.session.runtime.random_id``)."""
+    return f"oa:{gateway_id}" if isinstance(gateway_id, str) else None
+
+
+def request_key(session_id: str, downstream_id: str | int) -> str:
+    """The ownership key of a client request being bridged; the id as JSON, so ``1`` and ``"1"`` differ."""
+    return f"oq:{session_id}:{dumps(downstream_id).decode()}"
+
+
+def relay_channel(prefix: str, replica: str) -> str:
+    return f"{prefix}relay:{replica}"
+
+
+def broadcast_channel(prefix: str) -> str:
+    return f"{prefix}relay-all"  # replica ids are hex, so this never names a replica's channel
+
+
+class DropReason(StrEnum):
+    NO_OWNER = "no_owner"  # never asked, already answered, or its owner's record expired
+    OWNED_HERE = "owned_here"  # this replica owns it but no longer holds it: answered or ended meanwhile
+
+
+@dataclass(frozen=True, slots=True)
+class RelayTo:
+    owner: str
+
+
+@dataclass(frozen=True, slots=True)
+class Drop:
+    reason: DropReason
+
+
+def route(owner: str | None, me: str) -> RelayTo | Drop:
+    """Where a message for an exchange this replica does not hold goes (the caller found it not held here).
+    Dropping is what a single gateway does with a late or unknown answer (2025-11-25 basic/utilities
+    §Cancellation: a late answer or cancel is a race the receiver ignores)."""
+    if owner is None:
+        return Drop(DropReason.NO_OWNER)
+    if owner == me:
+        return Drop(DropReason.OWNED_HERE)
+    return RelayTo(owner)

@@ -1,0 +1,143 @@
+"""The replica relay on Redis pub/sub (docs/design.md §34): passes a client's answer or cancel to the replica
+whose exchange it is for, and a session's end to every replica.
+
+Each replica subscribes to its own channel (``<prefix>relay:<replica>``) and to the broadcast one
+(``<prefix>relay-all``); :func:`relay_lifetime` runs the subscriber for the app's lifetime, only on a store that
+can publish (:class:`~gateway.session.redis_store.RedisStore`). What a message is and where it goes are
+``adapters.relay``'s decisions; this module only looks owners up, publishes and delivers. A publish that fails
+raises :class:`~gateway.session.store.StoreUnavailable` like any store call (the client gets 503).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+from adapters import local
+from adapters import relay as R
+from gateway.session.runtime import Gateway
+from gateway.session.store import StoreUnavailable
+
+log = logging.getLogger("gateway")
+RESUBSCRIBE_SECONDS = 1.0  # after Redis failed: how soon the subscriber tries again
+
+
+class RedisRelay:
+    """One replica's end of the relay: :meth:`answer`/:meth:`cancel`/:meth:`ended` send, :meth:`run` receives."""
+
+    def __init__(self, gateway: Gateway, store: Any) -> None:
+        self.gateway, self.store = gateway, store  # store: a RedisStore (publish, redis, prefix)
+        self.own = R.relay_channel(store.prefix, gateway.replica)
+        self.everyone = R.broadcast_channel(store.prefix)
+
+    async def answer(self, session_id: str, message: dict[str, Any]) -> None:
+        key = R.answer_key(message.get("id"))
+        if key is not None:
+            await self._pass_on(key, R.Relayed(R.RelayKind.ANSWER, session_id, message))
+
+    async def cancel(self, session_id: str, request_id: str | int, message: dict[str, Any]) -> None:
+        await self._pass_on(R.request_key(session_id, request_id), R.Relayed(R.RelayKind.CANCEL, session_id, message))
+
+    async def ended(self, session_id: str) -> None:
+        await self.store.publish(self.everyone, R.Relayed(R.RelayKind.END, session_id).encode())
+
+    async def _pass_on(self, key: str, relayed: R.Relayed) -> None:
+        decision = R.route(await self.store.owner_of(key), self.gateway.replica)
+        if isinstance(decision, R.Drop):
+            return
+        assert isinstance(decision, R.RelayTo)
+        if not await self.store.publish(R.relay_channel(self.store.prefix, decision.owner), relayed.encode()):
+            # Its owner is not listening (it stopped or lost Redis): the exchange ends by its own timeout.
+            log.warning("session %s: replica %s does not listen; a client's %s is lost", relayed.session_id,
+                        decision.owner, relayed.kind.value)
+
+    async def subscribe(self) -> Any:
+        """A PubSub on both channels (raises StoreUnavailable while Redis is down)."""
+        pubsub = self.store.redis.pubsub(ignore_subscribe_messages=True)
+        try:
+            async with self.store.failures():
+                await pubsub.subscribe(self.own, self.everyone)
+        except BaseException:
+            await pubsub.aclose()
+            raise
+        return pubsub
+
+    async def run(self, pubsub: Any) -> None:
+        """Deliver every message until cancelled; while Redis is down, subscribe again every second (messages
+        published meanwhile are lost: pub/sub keeps nothing)."""
+        try:
+            while True:
+                try:
+                    pubsub = pubsub or await self.subscribe()
+                    await self._listen(pubsub)
+                except StoreUnavailable as exc:
+                    log.warning("relay %s: %s; subscribing again", self.own, exc)
+                    await _close(pubsub)
+                    pubsub = None
+                    await asyncio.sleep(RESUBSCRIBE_SECONDS)
+        finally:
+            await _close(pubsub)
+
+    async def _listen(self, pubsub: Any) -> None:
+        async with self.store.failures():
+            async for item in pubsub.listen():
+                try:
+                    await self.deliver(item.get("data"))
+                except Exception:  # a bug in one delivery must not stop the relay
+                    log.exception("relay %s: a delivery failed", self.own)
+
+    async def deliver(self, data: Any) -> None:
+        """What another replica passed on, performed here as the replica that got it from the client would."""
+        relayed = R.Relayed.decode(data) if isinstance(data, bytes | str) else None
+        if relayed is None:
+            return
+        if relayed.kind is R.RelayKind.END:
+            await self.gateway.end_runtime(relayed.session_id)
+            return
+        runtime, message = self.gateway.runtimes.get(relayed.session_id), relayed.message or {}
+        if runtime is None:
+            return
+        if relayed.kind is R.RelayKind.ANSWER:
+            ident = message.get("id")
+            exchange = runtime.awaiting.pop(ident, None) if isinstance(ident, str) else None
+            if exchange is not None:  # not awaited: late, or answered twice (ignored, as on one replica)
+                exchange.answer(ident, dict(message))
+            return
+        cancel = local.cancel_request(message.get("params"))
+        exchange = runtime.exchanges.get(cancel.request_id) if cancel is not None else None
+        if exchange is not None and cancel is not None:
+            exchange.cancel(cancel.reason)
+
+
+async def _close(pubsub: Any) -> None:
+    if pubsub is not None:
+        with contextlib.suppress(Exception):
+            await pubsub.aclose()
+
+
+@asynccontextmanager
+async def relay_lifetime(gateway: Gateway) -> AsyncIterator[None]:
+    """The relay for the app's lifetime when the store is shared (it can publish), else nothing. Subscribed
+    before the app serves, so a replica can be reached once it answers; a Redis down at start is retried."""
+    if not hasattr(gateway.store, "publish"):
+        yield
+        return
+    relay = RedisRelay(gateway, gateway.store)
+    try:
+        pubsub = await relay.subscribe()
+    except StoreUnavailable as exc:
+        log.warning("relay %s: %s; subscribing again later", relay.own, exc)
+        pubsub = None
+    task = asyncio.get_running_loop().create_task(relay.run(pubsub))
+    gateway.relay = relay
+    try:
+        yield
+    finally:
+        gateway.relay = None
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task

@@ -1,0 +1,132 @@
+"""Replicas on one Redis (docs/design.md §34): two gateway apps, each on its own port with its own RedisStore
+under one key prefix, serve one legacy session. A client's answer, cancel or DELETE sent to the replica that
+does not hold the exchange reaches the one that does. Redis is found as in ``test_redis_store``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+
+pytest.importorskip("redis")
+from redis.asyncio import Redis
+
+from gateway.http.app import GATEWAY
+from tests.gateway.conftest import CAPS, Legacy, text
+from tests.gateway.http.test_bridge_shell import SAMPLED, SAMPLING, two_rounds
+from tests.gateway.session import test_redis_store as redis_tests
+
+redis_url, prefix, until = redis_tests.redis_url, redis_tests.prefix, redis_tests.until  # its fixtures, shared
+
+
+async def within(step: Any) -> Any:
+    """A bound on a wait that only the relay can end (a broken relay fails the test instead of hanging it)."""
+    return await asyncio.wait_for(step, 30)
+
+
+async def replicas(make_gateway: Any, redis_url: str, prefix: str) -> tuple[Legacy, Legacy]:
+    """A client initialized on replica A, and the same session's client on replica B."""
+    store = {"url": redis_url, "prefix": prefix}
+    a, b = Legacy(await make_gateway(store=store)), Legacy(await make_gateway(store=store))
+    assert a.client.app[GATEWAY].replica != b.client.app[GATEWAY].replica
+    await a.initialize(CAPS)
+    b.session_id = a.session_id
+    return a, b
+
+
+async def owner_keys(redis_url: str, prefix: str) -> dict[str, str]:
+    client = Redis.from_url(redis_url)
+    try:
+        keys = [k async for k in client.scan_iter(match=f"{prefix}o*")]
+        return {k.decode()[len(prefix):]: (await client.get(k)).decode() for k in keys}
+    finally:
+        await client.aclose()
+
+
+async def test_answers_posted_to_another_replica_reach_the_exchange(make_gateway, upstream, redis_url,
+                                                                    prefix) -> None:
+    upstream.script["tools/call"] = two_rounds
+    a, b = await replicas(make_gateway, redis_url, prefix)
+    resp = await a.post("tools/call", {"name": "t", "arguments": {}})
+    await within(a.next_event(resp))  # priming
+    _, first = await within(a.next_event(resp))
+    _, second = await within(a.next_event(resp))
+    owners = await owner_keys(redis_url, prefix)
+    owner = a.client.app[GATEWAY].replica
+    assert owners == {f"oa:{first['id']}": owner, f"oa:{second['id']}": owner,
+                      f"oq:{a.session_id}:{a.next_id}": owner}
+    assert await b.answer(first["id"], SAMPLED) == 202
+    assert await b.answer(second["id"], SAMPLED) == 202
+    _, third = await within(a.next_event(resp))
+    assert await b.answer(third["id"], SAMPLED) == 202
+    _, final = await within(a.next_event(resp))
+    assert final["id"] == a.next_id and final["result"]["content"][0]["text"] == "bridged"
+    assert upstream.calls("tools/call")[1]["params"]["inputResponses"] == {"a": SAMPLED, "b": SAMPLED}
+
+    async def released() -> bool:
+        return await owner_keys(redis_url, prefix) == {}
+    await until(released)  # answered and ended: no ownership record is left
+
+
+async def test_a_cancel_posted_to_another_replica_stops_the_request(make_gateway, upstream, redis_url,
+                                                                    prefix) -> None:
+    closed = asyncio.Event()
+
+    async def hang(request):
+        try:  # until the gateway hangs up (the server may cancel this handler when it notices)
+            while request.transport is not None and not request.transport.is_closing():
+                await asyncio.sleep(0.01)
+        finally:
+            closed.set()
+
+    def script(body, request):
+        if body["params"].get("requestState") is None:
+            return {"resultType": "input_required", "inputRequests": {"a": SAMPLING}, "requestState": "s1"}
+        return [lambda: hang(request)]  # the second round stays in flight
+    upstream.script["tools/call"] = script
+    a, b = await replicas(make_gateway, redis_url, prefix)
+    resp = await a.post("tools/call", {"name": "t", "arguments": {}})
+    await within(a.next_event(resp))
+    _, asked = await within(a.next_event(resp))
+    assert await b.answer(asked["id"], SAMPLED) == 202
+    await until(lambda: _true(len(upstream.calls("tools/call")) == 2))
+    assert await b.notify("notifications/cancelled", {"requestId": a.next_id, "reason": "no"}) == 202
+    await within(closed.wait())  # the upstream saw its request closed (the 2026 cancel)
+    assert [m for m in await within(a.events(resp)) if m.get("id") == a.next_id] == []  # and no response came
+
+
+async def _true(value: bool) -> bool:
+    return value
+
+
+async def test_a_delete_on_another_replica_ends_the_session_everywhere(make_gateway, upstream, redis_url,
+                                                                      prefix) -> None:
+    upstream.script["tools/call"] = two_rounds
+    upstream.script["tools/list"] = lambda body, req: {"resultType": "complete", "tools": []}
+    a, b = await replicas(make_gateway, redis_url, prefix)
+    listening = await a.client.get("/mcp", headers={**a.headers(), "Accept": "text/event-stream"})
+    assert listening.status == 200
+    resp = await a.post("tools/call", {"name": "t", "arguments": {}})
+    await within(a.next_event(resp))
+    await within(a.next_event(resp))  # the client is asked: the exchange waits on A
+    deleted = await b.client.delete("/mcp", headers=b.headers())
+    assert deleted.status == 204
+    await within(a.events(listening))  # A's standalone stream ends
+    assert [m for m in await within(a.events(resp)) if "result" in m] == []  # the request ends without a result
+    assert (await a.post("tools/list", {})).status == 404
+    assert a.session_id not in a.client.app[GATEWAY].runtimes
+
+    async def released() -> bool:
+        return await owner_keys(redis_url, prefix) == {}
+    await until(released)
+
+
+async def test_the_in_memory_store_has_no_relay(legacy, upstream) -> None:
+    upstream.script["tools/call"] = lambda body, req: text("plain")
+    gateway = legacy.client.app[GATEWAY]
+    assert gateway.relay is None
+    await legacy.initialize()
+    assert (await legacy.call("tools/call", {"name": "t", "arguments": {}}))["result"]["content"][0]["text"] == "plain"
+    assert await legacy.answer("g-unknown", SAMPLED) == 202  # an unknown answer is ignored, as before
