@@ -5,6 +5,7 @@ gateway (with the embedded core unless ``--upstream`` is given, on the in-memory
 names a Redis); with ``--config`` it reloads that file on SIGHUP.
 ``check-config FILE`` validates a file without serving (exit 2 and the key path on failure).
 ``reload --pid PID | --pid-file F`` asks a running gateway to re-read its file.
+``trace FILE [--request ID] [--html OUT]`` summarizes a ``serve --trace FILE`` trace per legacy request.
 ``check --upstream URL`` plays a 2025-11-25 client through an in-process gateway, tool by tool (gateway.ops.check).
 """
 
@@ -21,12 +22,15 @@ from aiohttp import web
 from pydantic import ValidationError
 
 from gateway.config.settings import ConfigError, GatewayConfig, StoreConfig, load_config
-from gateway.http.app import create_app
 from gateway.ops.check import add_arguments as add_check_arguments
 from gateway.ops.check import run as run_check
 from gateway.ops.connections import run as run_capped
 from gateway.ops.logs import install as install_log_filter
 from gateway.ops.loops import CHOICES, install, tune_gc
+from gateway.ops.trace import add_arguments as add_trace_arguments
+from gateway.ops.trace import add_serve_arguments as add_serve_trace_arguments
+from gateway.ops.trace import run as run_trace
+from gateway.ops.trace import traced_app, with_trace
 from gateway.telemetry.report import add_arguments as add_report_arguments
 from gateway.telemetry.report import run as run_report
 from gateway.telemetry.usage import serve_defaults as usage_serve_defaults
@@ -52,6 +56,7 @@ def parser() -> argparse.ArgumentParser:
                             "(overrides [gateway.store].url)")
     serve.add_argument("--usage-db", default=None,
                        help="usage store (default [gateway.usage].db, else gateway-usage.sqlite3)")
+    add_serve_trace_arguments(serve)
     check = commands.add_parser("check-config", help="validate a configuration file without serving")
     check.add_argument("file")
     reload = commands.add_parser("reload", help="make a running gateway re-read its configuration file")
@@ -60,6 +65,7 @@ def parser() -> argparse.ArgumentParser:
     target.add_argument("--pid-file")
     add_report_arguments(commands.add_parser("report", help="the migration report from the usage store"))
     add_check_arguments(commands.add_parser("check", help="play a 2025-11-25 client through the gateway, tool by tool"))
+    add_trace_arguments(commands.add_parser("trace", help="summarize a translation trace per legacy request"))
     return root
 
 
@@ -92,8 +98,8 @@ def served_app(args: argparse.Namespace) -> tuple[web.Application, GatewayConfig
     except ConfigError as exc:
         raise SystemExit(f"gateway: {exc}") from None
     config = usage_serve_defaults(config, args.usage_db)  # serve keeps usage history by default
-    config = with_store(config, args.store)
-    app = create_app(config)
+    config = with_trace(with_store(config, args.store), args.trace, args.trace_content)
+    app = traced_app(config)  # create_app, with the trace as its tap when one is configured
     if args.config:
         install_sighup(app, args.config, **overrides)
     if args.pid_file:
@@ -133,6 +139,8 @@ def main(argv: list[str] | None = None) -> None:
         raise SystemExit(run_check(args))
     if args.command == "report":
         raise SystemExit(run_report(args))
+    if args.command == "trace":
+        raise SystemExit(run_trace(args))
     if args.command == "reload":
         raise SystemExit(send_reload(args.pid, args.pid_file))
     serve(args)

@@ -3,9 +3,12 @@ under one correlation id, redacted unless content is asked for; the file rotates
 
 from __future__ import annotations
 
+import itertools
 import json
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 from gateway.config.settings import load_config
 from gateway.http.app import create_app
@@ -51,12 +54,13 @@ async def test_a_bridged_call_is_traced_under_one_correlation_id(upstream, aioht
     assert [r["round"] for r in mine if r["dir"] == "gateway->upstream"] == [0, 1, 2]
     assert [r.get("resultType") for r in mine if r["dir"] == "upstream->gateway"] == \
         ["input_required", "input_required", "complete"]
-    assert all(r["t_ms"] <= s["t_ms"] for r, s in zip(mine, mine[1:], strict=False))
+    assert all(r["t_ms"] <= s["t_ms"] for r, s in itertools.pairwise(mine))
     assert {r["session"] for r in mine} == {mine[0]["session"]} and mine[0]["corr"].startswith(mine[0]["session"])
     text = json.dumps(records)
     assert SECRET not in text and "s1\\u00e9" not in text and "s1\u00e9" not in text  # arguments, requestState
     call = mine[0]["message"]["params"]
-    assert call["name"] == "t" and set(call["arguments"]) == {"len", "sha256"} and len(call["arguments"]["sha256"]) == 12
+    assert call["name"] == "t" and set(call["arguments"]) == {"len", "sha256"}
+    assert len(call["arguments"]["sha256"]) == 12
 
 
 async def test_content_is_kept_when_asked_for(upstream, aiohttp_client, tmp_path: Path) -> None:
@@ -97,3 +101,58 @@ def test_the_file_rotates_at_max_bytes(tmp_path: Path) -> None:
 def test_a_tap_without_every_kind_sees_only_its_two_kinds() -> None:
     from adapters.trace import every_kind
     assert every_kind(Tracer.__new__(Tracer)) and not every_kind(lambda kind, message: None)
+
+
+async def test_the_cli_summarizes_and_draws_a_request(upstream, aiohttp_client, tmp_path: Path, capsys) -> None:
+    from gateway.ops.cli import main
+
+    records = await bridged_call(upstream, aiohttp_client, Tracer(tmp_path / "t.jsonl", max_bytes=1 << 20))
+    mine = of_call(records)
+    out = tmp_path / "trace.html"
+    with pytest.raises(SystemExit) as done:
+        main(["trace", str(tmp_path / "t.jsonl"), "--request", mine[0]["corr"], "--html", str(out)])
+    assert done.value.code == 0
+    text = capsys.readouterr().out
+    assert text.startswith(f"== {mine[0]['corr']}  tools/call  {len(mine)} messages, 3 round(s)")
+    assert text.count("\n") == len(mine) + 1 and "-> upstream" in text and "!!" not in text
+    page = out.read_text()
+    section = page.split(f'data-corr="{mine[0]["corr"]}"')[1]
+    assert page.count('<section class="request') == 1 and section.count('<g class="arrow') == len(mine)
+    assert section.count('<g class="round">') == 3 and "<script" not in page and "http" not in page.split("<svg")[0]
+
+
+def test_errors_are_marked_in_the_summary_and_red_in_the_page() -> None:
+    from adapters.trace import Seen, TapKind, trace_record
+    from adapters.trace_view import group, html_page, summary
+
+    seen = Seen("s", 7, 0, 1.0)
+    records = [trace_record(TapKind.CLIENT, {"jsonrpc": "2.0", "id": 7, "method": "tools/call"}, seen, content=False),
+               trace_record(TapKind.FAILED, {"code": -32603, "message": "timeout"}, seen, content=False),
+               trace_record(TapKind.DOWNSTREAM, {"jsonrpc": "2.0", "id": 7, "error": {"code": -32603, "message":
+                                                 "timeout"}}, seen, content=False)]
+    requests = group(records, "7")
+    assert [r.corr for r in requests] == ["s/7"] and requests[0].failed
+    text = summary(requests)
+    assert "FAILED" in text and text.count("!!") == 2 and "ERROR -32603: timeout" in text
+    assert html_page(requests).count('<g class="arrow error">') == 2
+
+
+async def test_serve_trace_writes_the_file_the_flags_name(aiohttp_client, tmp_path: Path) -> None:
+    """``serve --trace FILE --trace-content`` over the file's ``[gateway.trace]``: the trace is the app's tap and
+    its last records are written when the app stops."""
+    from gateway.ops.cli import parser, served_app
+
+    pytest.importorskip("modern_server.app")
+    config_file = tmp_path / "g.toml"
+    config_file.write_text("[gateway.trace]\nmax_bytes = 4096\n")
+    trace = tmp_path / "t.jsonl"
+    args = parser().parse_args(["serve", "--config", str(config_file), "--trace", str(trace), "--trace-content",
+                                "--gc-gen0", "0", "--usage-db", str(tmp_path / "usage.sqlite3")])
+    app, config = served_app(args)
+    assert (config.trace.file, config.trace.max_bytes, config.trace.content) == (str(trace), 4096, True)
+    legacy = Legacy(await aiohttp_client(app))
+    await legacy.initialize()
+    await legacy.client.close()  # the app's cleanup closes the trace
+    records = [json.loads(line) for line in trace.read_text().splitlines()]
+    assert [r["dir"] for r in records if r["method"] == "initialize"] == ["client->gateway"]
+    assert records[0]["message"]["params"]["clientInfo"]  # content kept: --trace-content
