@@ -105,6 +105,8 @@ def trace_record(kind: TapKind, message: Any, seen: Seen, *, content: bool) -> d
     }
     if isinstance(error, dict):
         record["error"] = {"code": error.get("code"), "message": error.get("message")}
+        if failed and "data" in error:  # the gateway's own cause (data.upstream "timeout", ...): not content
+            record["error"]["data"] = error["data"]
     result = msg.get("result")
     if isinstance(result, dict) and isinstance(result.get("resultType"), str):
         record["resultType"] = result["resultType"]  # a kind, not content: shows the MRTR rounds

@@ -127,9 +127,11 @@ def test_errors_are_marked_in_the_summary_and_red_in_the_page() -> None:
 
     seen = Seen("s", 7, 0, 1.0)
     records = [trace_record(TapKind.CLIENT, {"jsonrpc": "2.0", "id": 7, "method": "tools/call"}, seen, content=False),
-               trace_record(TapKind.FAILED, {"code": -32603, "message": "timeout"}, seen, content=False),
+               trace_record(TapKind.FAILED, {"code": -32603, "message": "timeout", "data": {"upstream": "timeout"}},
+                            seen, content=False),
                trace_record(TapKind.DOWNSTREAM, {"jsonrpc": "2.0", "id": 7, "error": {"code": -32603, "message":
                                                  "timeout"}}, seen, content=False)]
+    assert records[1]["error"]["data"] == {"upstream": "timeout"} and "message" not in records[1]
     requests = group(records, "7")
     assert [r.corr for r in requests] == ["s/7"] and requests[0].failed
     text = summary(requests)
