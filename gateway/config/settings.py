@@ -89,6 +89,14 @@ class StoreConfig(_Frozen):
         return url
 
 
+class TraceConfig(_Frozen):
+    """``[gateway.trace]``: translation traces (gateway.telemetry.trace). No ``file``: off, and free."""
+
+    file: str | None = None  # JSON Lines; `serve --trace FILE` overrides it
+    max_bytes: int = Field(100 << 20, ge=1024)  # past this the file moves to FILE.1 (one old file kept)
+    content: bool = False  # keep arguments, sampling/elicitation content, results and requestState
+
+
 class GatewayConfig(_Frozen):
     host: str = "127.0.0.1"
     port: int = Field(8808, ge=0, le=65535)
@@ -134,6 +142,7 @@ class GatewayConfig(_Frozen):
     connections: ConnectionsConfig = ConnectionsConfig()  # [gateway.connections]
     usage: UsageConfig = UsageConfig()  # [gateway.usage]: the migration-progress store
     store: StoreConfig = StoreConfig()  # [gateway.store]: the session store
+    trace: TraceConfig = TraceConfig()  # [gateway.trace]: translation traces
     pins: PinsConfig = PinsConfig()  # the file's top-level [[peers]], [default_peer], [upstreams.*], [[tokens]]
 
     def policy(self, tokens: dict[str, str] | None = None) -> Policy:

@@ -27,6 +27,7 @@ from gateway.http.pages import add_page_routes
 from gateway.http.passthrough import Passthroughs
 from gateway.http.sse import on_delete, on_open_stream, on_resume
 from gateway.http.telemetry import install_usage
+from gateway.http.tracing import trace_answer, trace_request
 from gateway.session.backends import store_lifetime
 from gateway.session.listen import ListenHub
 from gateway.session.relay import relay_lifetime
@@ -71,7 +72,11 @@ async def handle_mcp(request: web.Request) -> web.StreamResponse:
     if verdict.session is not None:
         verdict.session.last_seen_ms = gw.clock()
         await gw.store.touch_session(verdict.session.session_id, verdict.session.last_seen_ms)
+    if gw.trace is not None:
+        trace_request(gw, verdict)
     answer = await _HANDLERS[verdict.kind](request, gw, verdict)
+    if gw.trace is not None:
+        trace_answer(gw, answer)
     gw.observer.answered(request, verdict, answer)  # migration accounting; never raises
     return answer
 

@@ -6,6 +6,7 @@ given, on the in-memory session store unless ``--store`` names a Redis; an upstr
 gateway.ops.probe); with ``--config`` it reloads that file on SIGHUP.
 ``check-config FILE`` validates a file without serving (exit 2 and the key path on failure).
 ``reload --pid PID | --pid-file F`` asks a running gateway to re-read its file.
+``trace FILE [--request ID] [--html OUT]`` summarizes a ``serve --trace FILE`` trace per legacy request.
 ``check --upstream URL`` plays a 2025-11-25 client through an in-process gateway, tool by tool (gateway.ops.check).
 ``replay FILE... --upstream URL`` replays scenario files of legacy client steps the same way (gateway.ops.replay).
 """
@@ -26,7 +27,6 @@ from aiohttp import web
 from pydantic import ValidationError
 
 from gateway.config.settings import ConfigError, GatewayConfig, StoreConfig, load_config
-from gateway.http.app import create_app
 from gateway.ops.check import add_arguments as add_check_arguments
 from gateway.ops.check import run as run_check
 from gateway.ops.connections import run as run_capped
@@ -34,6 +34,10 @@ from gateway.ops.logs import install as install_log_filter
 from gateway.ops.loops import CHOICES, install, tune_gc
 from gateway.ops.replay import add_arguments as add_replay_arguments
 from gateway.ops.replay import run as run_replay
+from gateway.ops.trace import add_arguments as add_trace_arguments
+from gateway.ops.trace import add_serve_arguments as add_serve_trace_arguments
+from gateway.ops.trace import run as run_trace
+from gateway.ops.trace import traced_app, with_trace
 from gateway.telemetry.report import add_arguments as add_report_arguments
 from gateway.telemetry.report import run as run_report
 from gateway.telemetry.usage import serve_defaults as usage_serve_defaults
@@ -82,6 +86,7 @@ def parser() -> argparse.ArgumentParser:
     serve.add_argument("--require-upstream", action="store_true",
                        help="exit non-zero when the start-up probe finds no 2026-07-28 server at the upstream "
                             "(default: log what it found and serve anyway; the upstream may come up later)")
+    add_serve_trace_arguments(serve)
     check = commands.add_parser("check-config", help="validate a configuration file without serving")
     check.add_argument("file")
     reload = commands.add_parser("reload", help="make a running gateway re-read its configuration file")
@@ -99,6 +104,7 @@ def parser() -> argparse.ArgumentParser:
     stdio.add_argument("--token-env", default=None, metavar="VAR",
                        help="the environment variable holding the bearer token for the upstream (never a flag)")
     add_replay_arguments(commands.add_parser("replay", help="replay scenario files of 2025-11-25 client steps"))
+    add_trace_arguments(commands.add_parser("trace", help="summarize a translation trace per legacy request"))
     return root
 
 
@@ -182,8 +188,8 @@ def served_app(args: argparse.Namespace) -> tuple[web.Application, GatewayConfig
     config = usage_serve_defaults(configured(args), args.usage_db)  # serve keeps usage history by default
     if config.embedded_workspace is None:  # serve's demo: the user's own folder is a workspace of the core
         config = config.model_copy(update={"embedded_workspace": os.getcwd()})
-    config = with_store(config, args.store)
-    app = create_app(config)
+    config = with_trace(with_store(config, args.store), args.trace, args.trace_content)
+    app = traced_app(config)  # create_app, with the trace as its tap when one is configured
     if args.config:
         install_sighup(app, args.config, **overrides)
     if args.pid_file:
@@ -294,6 +300,8 @@ def main(argv: list[str] | None = None) -> None:
         raise SystemExit(run_replay(args))
     if args.command == "report":
         raise SystemExit(run_report(args))
+    if args.command == "trace":
+        raise SystemExit(run_trace(args))
     if args.command == "reload":
         raise SystemExit(send_reload(args.pid, args.pid_file, args.config))
     serve(args)

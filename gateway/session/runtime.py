@@ -20,6 +20,7 @@ from adapters.capabilities import client_caps_to_modern
 from adapters.errors import ErrorValue, shutting_down
 from adapters.peers import Peer, peer_from_record
 from adapters.records import SessionRecord
+from adapters.trace import every_kind
 from adapters.upstream import SessionView
 from gateway.config.settings import GatewayConfig
 from gateway.session.observer import Observer, Unobserved
@@ -187,6 +188,9 @@ class Gateway:
 
     def __post_init__(self) -> None:
         self.policy = self.config.policy(self.pins.tokens)
+        # The tap again when it is a trace (adapters.trace.every_kind): the handler traces client messages
+        # only then, so without a trace the request path pays one None check.
+        self.trace: Tap | None = self.tap if every_kind(self.tap) else None
         self._last_sweep_ms = -(10**18)
 
     def set_pins(self, config: GatewayConfig, pins: PinState) -> None:

@@ -17,6 +17,7 @@ from aiohttp import web
 
 from adapters.jsonwire import dumps
 from adapters.sse import KEEPALIVE, PRIMING_SEQ, Event, ReplayBuffer, encode_event, event_id
+from adapters.trace import TapKind
 
 Tap = Callable[[str, Any], None]
 # Response headers: a mapping, or (name, value) pairs where a name repeats (one WWW-Authenticate per challenge).
@@ -57,7 +58,7 @@ class OutStream:
             return
         self.buffer.append(message)
         if self._tap is not None:
-            self._tap("downstream", message)
+            self._tap(TapKind.DOWNSTREAM, message)
         self._notify()
 
     def finish(self, message: Any | None = None) -> None:

@@ -22,6 +22,7 @@ from adapters.errors import ErrorValue, token_refused, upstream_failure
 from adapters.jsonwire import dumps, loads
 from adapters.probe import ProbeAnswer, http_failure
 from adapters.sse import EventTooLarge, SseDecoder
+from adapters.trace import TapKind, every_kind
 from adapters.upstream import UpstreamCall
 from gateway.upstream.h1 import BrokenResponse, H1Pool, PoolBusy, TooLarge, Unreachable
 from gateway.upstream.transport import Response, Transport
@@ -60,6 +61,8 @@ class UpstreamClient:
             stream_limit=max_stream_connections, max_head_bytes=sizes.header_bytes, max_body_bytes=sizes.response_bytes)
         self._max_event = sizes.sse_event_bytes
         self._tap = tap
+        # A trace also sees every answer (adapters.trace.every_kind); None keeps the answer path free of it.
+        self._answers = tap if every_kind(tap) else None
         # gateway.config.pins: "forward" (shared audience), "gateway" (our own credential) or "none".
         self._auth, self._credential = auth, credential
 
@@ -84,15 +87,30 @@ class UpstreamClient:
             raise UpstreamFailure(upstream_failure("stream_broken", str(exc))) from exc
 
     async def call(self, call: UpstreamCall, on_notification: Notify) -> Answer:
-        """The request's answer (its result or its JSON-RPC error); notifications go to the callback.
+        """The request's answer (its result or its JSON-RPC error); notifications go to the callback."""
+        if self._answers is None:
+            return await self._call(call, on_notification)
+        try:
+            return await self._call(call, self._seen(on_notification))
+        except UpstreamFailure as failure:  # what a trace shows as the reason the request failed
+            self._answers(TapKind.FAILED, failure.error.to_wire())
+            raise
 
-        A JSON answer is read here directly, not through :meth:`messages`: an async generator left suspended
-        after its one message is only closed by the loop's finalizer task, which would hold the connection
-        back from the pool until then (and cost a task per request)."""
+    def _seen(self, on_notification: Notify) -> Notify:
+        def seen(message: dict[str, Any]) -> None:
+            assert self._answers is not None
+            self._answers(TapKind.ANSWER, message)
+            on_notification(message)
+        return seen
+
+    async def _call(self, call: UpstreamCall, on_notification: Notify) -> Answer:
+        """:meth:`call`. A JSON answer is read here directly, not through :meth:`messages`: an async generator
+        left suspended after its one message is only closed by the loop's finalizer task, which would hold the
+        connection back from the pool until then (and cost a task per request)."""
         async with FAILURES, await self.open(call) as resp:
             if not _is_stream(resp):
                 message = await _json_message(resp)
-                answer = _answer(call, message, on_notification)
+                answer = self._answer(call, message, on_notification)
                 if answer is not None:
                     return answer
                 if "id" in message:  # another request's answer: this connection is out of step, never reused
@@ -101,15 +119,22 @@ class UpstreamClient:
                         "invalid_response", f"the answer was for another request (id {message['id']!r})"))
             else:
                 async for message in _sse_messages(resp, self._max_event):
-                    answer = _answer(call, message, on_notification)
+                    answer = self._answer(call, message, on_notification)
                     if answer is not None:
                         return answer
         raise UpstreamFailure(upstream_failure("stream_broken", "the upstream stream ended without a response"))
 
+    def _answer(self, call: UpstreamCall, message: dict[str, Any], on_notification: Notify) -> Answer | None:
+        """:func:`_answer`, and a trace sees the message when it is the answer (notifications: :meth:`_seen`)."""
+        answer = _answer(call, message, on_notification)
+        if answer is not None and self._answers is not None:
+            self._answers(TapKind.ANSWER, message)
+        return answer
+
     async def open(self, call: UpstreamCall) -> Response:
         """POST one request; the response once its head arrived (a 5xx is already a failure here)."""
         if self._tap is not None:
-            self._tap("upstream", call.body)
+            self._tap(TapKind.UPSTREAM, call.body)
         resp = await self.post(dumps(call.body), call.headers)
         if resp.status >= 500:
             resp.release()
@@ -139,9 +164,14 @@ class UpstreamClient:
         async with FAILURES, await self.open(call) as resp:
             if _is_stream(resp):
                 async for message in _sse_messages(resp, self._max_event):
+                    if self._answers is not None:
+                        self._answers(TapKind.ANSWER, message)
                     yield message
             else:
-                yield await _json_message(resp)
+                message = await _json_message(resp)
+                if self._answers is not None:
+                    self._answers(TapKind.ANSWER, message)
+                yield message
 
 
 class _Failures:

@@ -1,0 +1,160 @@
+"""Translation traces (``serve --trace``): a bridged call through the gateway writes every message of both sides
+under one correlation id, redacted unless content is asked for; the file rotates at ``max_bytes``."""
+
+from __future__ import annotations
+
+import itertools
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gateway.config.settings import load_config
+from gateway.http.app import create_app
+from gateway.telemetry.trace import Tracer
+from tests.gateway.conftest import Legacy
+from tests.gateway.http.test_bridge_shell import SAMPLED, two_rounds
+
+SECRET = "hunter2-argument"
+
+
+async def bridged_call(upstream: Any, aiohttp_client: Any, tracer: Tracer) -> list[dict[str, Any]]:
+    """A tools/call bridged over two input rounds (three upstream calls); the trace's records."""
+    upstream.script["tools/call"] = two_rounds
+    legacy = Legacy(await aiohttp_client(create_app(load_config(upstream_url=upstream.url), tap=tracer)))
+    await legacy.initialize()
+    resp = await legacy.post("tools/call", {"name": "t", "arguments": {"secret": SECRET}})
+    await legacy.next_event(resp)  # priming
+    for asked in (2, 1):  # two_rounds asks for two samplings, then one
+        asks = [(await legacy.next_event(resp))[1] for _ in range(asked)]
+        for ask in asks:
+            assert ask is not None and await legacy.answer(ask["id"], SAMPLED) == 202
+    _, final = await legacy.next_event(resp)
+    assert final is not None and final["result"]["content"][0]["text"] == "bridged"
+    await legacy.client.close()
+    tracer.close()
+    return [json.loads(line) for line in tracer.path.read_text().splitlines()]
+
+
+def of_call(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The records of the (only) legacy tools/call."""
+    corr = next(r["corr"] for r in records if r["method"] == "tools/call" and r["dir"] == "client->gateway")
+    return [r for r in records if r["corr"] == corr]
+
+
+async def test_a_bridged_call_is_traced_under_one_correlation_id(upstream, aiohttp_client, tmp_path: Path) -> None:
+    records = await bridged_call(upstream, aiohttp_client, Tracer(tmp_path / "t.jsonl", max_bytes=1 << 20))
+    mine = of_call(records)
+    dirs = [r["dir"] for r in mine]
+    # in, 3 upstream calls and their answers, 3 sampling requests, 3 client answers, the final response
+    assert dirs.count("client->gateway") == 4 and dirs.count("gateway->client") == 4
+    assert dirs.count("gateway->upstream") == 3 and dirs.count("upstream->gateway") == 3
+    assert dirs[:2] == ["client->gateway", "gateway->upstream"] and dirs[-1] == "gateway->client"
+    assert [r["round"] for r in mine if r["dir"] == "gateway->upstream"] == [0, 1, 2]
+    assert [r.get("resultType") for r in mine if r["dir"] == "upstream->gateway"] == \
+        ["input_required", "input_required", "complete"]
+    assert all(r["t_ms"] <= s["t_ms"] for r, s in itertools.pairwise(mine))
+    assert {r["session"] for r in mine} == {mine[0]["session"]} and mine[0]["corr"].startswith(mine[0]["session"])
+    text = json.dumps(records)
+    assert SECRET not in text and "s1\\u00e9" not in text and "s1\u00e9" not in text  # arguments, requestState
+    call = mine[0]["message"]["params"]
+    assert call["name"] == "t" and set(call["arguments"]) == {"len", "sha256"}
+    assert len(call["arguments"]["sha256"]) == 12
+
+
+async def test_content_is_kept_when_asked_for(upstream, aiohttp_client, tmp_path: Path) -> None:
+    tracer = Tracer(tmp_path / "t.jsonl", max_bytes=1 << 20, content=True)
+    mine = of_call(await bridged_call(upstream, aiohttp_client, tracer))
+    assert mine[0]["message"]["params"]["arguments"] == {"secret": SECRET}
+    states = [r["message"]["params"].get("requestState") for r in mine if r["dir"] == "gateway->upstream"]
+    assert states == [None, "s1\u00e9", "s2"]
+
+
+async def test_an_upstream_failure_is_traced_as_the_reason(upstream, aiohttp_client, tmp_path: Path) -> None:
+    tracer = Tracer(tmp_path / "t.jsonl", max_bytes=1 << 20)
+    upstream.script["tools/call"] = lambda body, headers: ("error", {"code": -32602, "message": "bad tool"})
+    legacy = Legacy(await aiohttp_client(create_app(load_config(upstream_url=upstream.url), tap=tracer)))
+    await legacy.initialize()
+    answer = await legacy.call("tools/call", {"name": "t", "arguments": {}})
+    assert answer["error"]["code"] == -32602
+    await legacy.client.close()
+    tracer.close()
+    mine = of_call([json.loads(line) for line in tracer.path.read_text().splitlines()])
+    assert [r["dir"] for r in mine] == ["client->gateway", "gateway->upstream", "upstream->gateway",
+                                        "gateway->client"]
+    assert mine[2]["error"]["code"] == -32602 and mine[3]["error"]["code"] == -32602
+
+
+def test_the_file_rotates_at_max_bytes(tmp_path: Path) -> None:
+    path = tmp_path / "t.jsonl"
+    tracer = Tracer(path, max_bytes=1024)
+    for n in range(40):
+        tracer("client", {"jsonrpc": "2.0", "id": n, "method": "tools/call", "params": {"name": "t"}})
+    tracer.close()
+    rotated = path.with_name("t.jsonl.1")
+    assert rotated.exists() and path.stat().st_size <= 1024 and rotated.stat().st_size <= 1024
+    ids = [json.loads(line)["id"] for f in (rotated, path) for line in f.read_text().splitlines()]
+    assert ids == sorted(ids) and ids[-1] == 39
+
+
+def test_a_tap_without_every_kind_sees_only_its_two_kinds() -> None:
+    from adapters.trace import every_kind
+    assert every_kind(Tracer.__new__(Tracer)) and not every_kind(lambda kind, message: None)
+
+
+async def test_the_cli_summarizes_and_draws_a_request(upstream, aiohttp_client, tmp_path: Path, capsys) -> None:
+    from gateway.ops.cli import main
+
+    records = await bridged_call(upstream, aiohttp_client, Tracer(tmp_path / "t.jsonl", max_bytes=1 << 20))
+    mine = of_call(records)
+    out = tmp_path / "trace.html"
+    with pytest.raises(SystemExit) as done:
+        main(["trace", str(tmp_path / "t.jsonl"), "--request", mine[0]["corr"], "--html", str(out)])
+    assert done.value.code == 0
+    text = capsys.readouterr().out
+    assert text.startswith(f"== {mine[0]['corr']}  tools/call  {len(mine)} messages, 3 round(s)")
+    assert text.count("\n") == len(mine) + 1 and "-> upstream" in text and "!!" not in text
+    page = out.read_text()
+    section = page.split(f'data-corr="{mine[0]["corr"]}"')[1]
+    assert page.count('<section class="request') == 1 and section.count('<g class="arrow') == len(mine)
+    assert section.count('<g class="round">') == 3 and "<script" not in page and "http" not in page.split("<svg")[0]
+
+
+def test_errors_are_marked_in_the_summary_and_red_in_the_page() -> None:
+    from adapters.trace import Seen, TapKind, trace_record
+    from adapters.trace_view import group, html_page, summary
+
+    seen = Seen("s", 7, 0, 1.0)
+    records = [trace_record(TapKind.CLIENT, {"jsonrpc": "2.0", "id": 7, "method": "tools/call"}, seen, content=False),
+               trace_record(TapKind.FAILED, {"code": -32603, "message": "timeout", "data": {"upstream": "timeout"}},
+                            seen, content=False),
+               trace_record(TapKind.DOWNSTREAM, {"jsonrpc": "2.0", "id": 7, "error": {"code": -32603, "message":
+                                                 "timeout"}}, seen, content=False)]
+    assert records[1]["error"]["data"] == {"upstream": "timeout"} and "message" not in records[1]
+    requests = group(records, "7")
+    assert [r.corr for r in requests] == ["s/7"] and requests[0].failed
+    text = summary(requests)
+    assert "FAILED" in text and text.count("!!") == 2 and "ERROR -32603: timeout" in text
+    assert html_page(requests).count('<g class="arrow error">') == 2
+
+
+async def test_serve_trace_writes_the_file_the_flags_name(aiohttp_client, tmp_path: Path) -> None:
+    """``serve --trace FILE --trace-content`` over the file's ``[gateway.trace]``: the trace is the app's tap and
+    its last records are written when the app stops."""
+    from gateway.ops.cli import parser, served_app
+
+    pytest.importorskip("modern_server.app")
+    config_file = tmp_path / "g.toml"
+    config_file.write_text("[gateway.trace]\nmax_bytes = 4096\n")
+    trace = tmp_path / "t.jsonl"
+    args = parser().parse_args(["serve", "--config", str(config_file), "--trace", str(trace), "--trace-content",
+                                "--gc-gen0", "0", "--usage-db", str(tmp_path / "usage.sqlite3")])
+    app, config = served_app(args)
+    assert (config.trace.file, config.trace.max_bytes, config.trace.content) == (str(trace), 4096, True)
+    legacy = Legacy(await aiohttp_client(app))
+    await legacy.initialize()
+    await legacy.client.close()  # the app's cleanup closes the trace
+    records = [json.loads(line) for line in trace.read_text().splitlines()]
+    assert [r["dir"] for r in records if r["method"] == "initialize"] == ["client->gateway"]
+    assert records[0]["message"]["params"]["clientInfo"]  # content kept: --trace-content
