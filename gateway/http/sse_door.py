@@ -1,0 +1,122 @@
+"""The HTTP+SSE door (2024-11-05 basic/transports §HTTP with SSE), on the same server as ``/mcp``.
+
+``GET /sse`` opens a stream whose first event, ``endpoint``, names the session's POST URL
+(``/messages?session_id=…``); each POST there is answered 202 and every response, request and notification
+of the session goes on the stream. The door decides nothing: its stream's messages pass through a
+:class:`gateway.http.door.DoorClient` to this server's own ``/mcp`` endpoint (docs/design.md §35), so the
+Origin/Host checks, principal binding, limits, pins and the bridge are the endpoint's. The door itself checks
+only what is its own: the stream's Origin/Host (the same policy), and that a POST carries the credential its
+stream was opened with (another caller gets 404, as on ``/mcp``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import secrets
+
+import aiohttp
+from aiohttp import web
+
+from adapters.classify import check_origin_host, principal_of
+from adapters.errors import reject
+from adapters.jsonwire import loads
+from gateway.http.answers import rejection_response
+from gateway.http.door import DoorClient
+from gateway.http.keys import GATEWAY
+
+KEEPALIVE_SECONDS = 15.0
+
+
+class _Stream:
+    """One ``GET /sse``: its door client, and the events waiting to be written on its stream."""
+
+    def __init__(self, principal: str) -> None:
+        self.principal = principal
+        self.events: asyncio.Queue[bytes | None] = asyncio.Queue()
+        self.door: DoorClient | None = None
+
+    def write(self, data: bytes) -> None:  # DoorClient's ``out``: one message per call
+        self.events.put_nowait(data.rstrip(b"\n"))
+
+    def flush(self) -> None:
+        return None
+
+
+STREAMS = web.AppKey("sse_door_streams", dict)
+
+
+def _own_endpoint(request: web.Request) -> tuple[str, str]:
+    """This server's /mcp, reached on the address the request came in on, with a loopback Host for the check."""
+    sockname = request.transport.get_extra_info("sockname") if request.transport else None
+    address, port = (sockname[0], sockname[1]) if sockname else ("127.0.0.1", 80)
+    host = f"[{address}]" if ":" in address else address
+    return f"http://{host}:{port}/mcp", f"localhost:{port}"
+
+
+async def open_stream(request: web.Request) -> web.StreamResponse:
+    gw = request.app[GATEWAY]
+    refused = check_origin_host(request.headers, gw.policy)
+    if refused is not None:
+        return rejection_response(refused)
+    authorization = request.headers.get("Authorization")
+    stream, stream_id = _Stream(principal_of(authorization, gw.policy.tokens)), secrets.token_urlsafe(24)
+    endpoint, host = _own_endpoint(request)
+    response = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
+    await response.prepare(request)
+    async with aiohttp.ClientSession() as http:
+        stream.door = DoorClient(http, authorization, stream, endpoint, host)
+        request.app[STREAMS][stream_id] = stream
+        try:
+            await response.write(f"event: endpoint\ndata: /messages?session_id={stream_id}\n\n".encode())
+            await _pump(stream, response)
+        except (ConnectionResetError, asyncio.CancelledError):
+            pass  # the client went away: its session ends below
+        finally:
+            request.app[STREAMS].pop(stream_id, None)
+            await stream.door.close()
+    return response
+
+
+async def _pump(stream: _Stream, response: web.StreamResponse) -> None:
+    while True:
+        try:
+            data = await asyncio.wait_for(stream.events.get(), KEEPALIVE_SECONDS)
+        except TimeoutError:
+            await response.write(b": keep-alive\n\n")
+            continue
+        if data is None:  # the server is shutting down
+            return
+        await response.write(b"event: message\ndata: " + data + b"\n\n")
+
+
+async def post_message(request: web.Request) -> web.StreamResponse:
+    gw = request.app[GATEWAY]
+    refused = check_origin_host(request.headers, gw.policy)
+    if refused is not None:
+        return rejection_response(refused)
+    stream = request.app[STREAMS].get(request.query.get("session_id", ""))
+    principal = principal_of(request.headers.get("Authorization"), gw.policy.tokens)
+    if stream is None or stream.door is None or stream.principal != principal:
+        return rejection_response(reject("unknown_session", "no such HTTP+SSE session"))
+    body = await request.read()
+    try:
+        loads(body)
+    except ValueError:
+        return rejection_response(reject("parse_error", "the body is not valid JSON"))
+    await stream.door.handle_line(body)  # initialize is answered on the stream before this 202
+    return web.Response(status=202)
+
+
+async def _end_streams(app: web.Application) -> None:
+    for stream in list(app[STREAMS].values()):
+        stream.events.put_nowait(None)
+
+
+def add_sse_door(app: web.Application) -> None:
+    app[STREAMS] = {}
+    app.router.add_get("/sse", open_stream)
+    app.router.add_post("/messages", post_message)
+    app.on_shutdown.append(_end_streams)
+
+
+__all__ = ["add_sse_door", "open_stream", "post_message"]
