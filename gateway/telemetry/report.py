@@ -12,9 +12,11 @@ from __future__ import annotations
 import argparse
 import json
 import re
+import sqlite3
 import sys
 import time
 from collections.abc import Callable, Mapping
+from pathlib import Path
 from typing import Any, TextIO
 
 from adapters.usage import DAY_MS, day_number, iso_day
@@ -116,13 +118,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
-    from pathlib import Path
-
-
     if not Path(args.db).exists():
         print(f"no usage store at {args.db} (serve writes it; see [gateway.usage].db)", file=sys.stderr)
         return 2
-    db = UsageDb(args.db)
+    try:
+        db = UsageDb(args.db)
+    except sqlite3.DatabaseError as exc:  # a file that is not a usage store: said in one line, no traceback
+        print(f"{args.db} is not a usage store: {exc}", file=sys.stderr)
+        return 2
     try:
         today = args.today or iso_day(int(time.time() * 1000) // DAY_MS)
         report = build_report(db, parse_since(args.since), today, config_sunsets(args.config), stderr_progress())

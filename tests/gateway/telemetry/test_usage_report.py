@@ -179,3 +179,13 @@ def test_serve_then_report_from_the_command_line(tmp_path) -> None:
                           capture_output=True, text=True, timeout=60)
     (peer,) = json.loads(done.stdout)["peers"]
     assert peer["clients"][0]["client"] == "cli-test" and peer["revisions"] == {"2025-06-18": 1}
+
+
+def test_report_on_a_file_that_is_not_a_usage_store_says_so_in_one_line(tmp_path, capsys) -> None:
+    from gateway.telemetry.report import main
+
+    bogus = tmp_path / "notes.txt"
+    bogus.write_text("not a database at all, just text that is long enough to not be empty" * 20)
+    assert main(["--db", str(bogus)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "is not a usage store" in err
