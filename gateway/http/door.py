@@ -80,7 +80,7 @@ class DoorClient:
             if isinstance(message, dict) and message.get("method") == "initialize":
                 self.remember_session(resp)
             if resp.content_type == "text/event-stream":
-                async for event in _sse_messages(resp):
+                async for event in sse_messages(resp):
                     self.write(event)
             elif resp.content_type == "application/json":
                 answer = await resp.json(loads=loads)
@@ -99,7 +99,7 @@ class DoorClient:
         headers = {**self.headers(), "Accept": "text/event-stream"}
         with contextlib.suppress(aiohttp.ClientError):
             async with self.http.get(self.endpoint, headers=headers) as resp:
-                async for event in _sse_messages(resp):
+                async for event in sse_messages(resp):
                     self.write(event)
 
     async def close(self) -> None:
@@ -113,7 +113,8 @@ class DoorClient:
         await asyncio.gather(*self.tasks, return_exceptions=True)
 
 
-async def _sse_messages(resp: aiohttp.ClientResponse) -> AsyncIterator[Any]:
+async def sse_messages(resp: aiohttp.ClientResponse) -> AsyncIterator[Any]:
+    """The JSON-RPC messages of an SSE body, as a client reads them; priming events (no data) are skipped."""
     data: list[str] = []
     async for raw in resp.content:
         line = raw.decode("utf-8").rstrip("\r\n")
@@ -121,7 +122,7 @@ async def _sse_messages(resp: aiohttp.ClientResponse) -> AsyncIterator[Any]:
             data.append(line[5:].lstrip(" "))
         elif not line and data:
             text, data = "\n".join(data), []
-            if text:
+            if text.strip():
                 yield json.loads(text)
 
 

@@ -21,6 +21,7 @@ from aiohttp import web
 from adapters import check as C
 from gateway.config.settings import load_config
 from gateway.http.app import create_app
+from gateway.http.door import sse_messages
 
 ACCEPT = "application/json, text/event-stream"
 MAX_PAGES = 100  # a server whose cursors never end must not hold a client forever
@@ -157,12 +158,5 @@ class LegacyClient:
 
 async def events(resp: aiohttp.ClientResponse) -> AsyncIterator[dict[str, Any]]:
     """The JSON-RPC messages of an SSE body; priming events (an id and no data) are skipped."""
-    data: list[str] = []
-    async for raw in resp.content:
-        line = raw.decode("utf-8").rstrip("\r\n")
-        if line.startswith("data:"):
-            data.append(line[5:].lstrip(" "))
-        elif not line and data:
-            payload, data = "\n".join(data), []
-            if payload.strip():
-                yield json.loads(payload)
+    async for message in sse_messages(resp):
+        yield message
