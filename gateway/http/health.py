@@ -35,8 +35,12 @@ class UpstreamCheck:
 UPSTREAM_CHECK = web.AppKey("upstream_check", UpstreamCheck)
 
 
-async def on_healthz(_request: web.Request) -> web.Response:
-    return _answer(liveness())
+async def on_healthz(request: web.Request) -> web.Response:
+    answer = _answer(liveness())
+    gw = request.app.get(GATEWAY)
+    if gw is not None:  # which process answered: workers share a port (gateway.ops.workers)
+        answer.headers["X-Gateway-Replica"] = gw.replica
+    return answer
 
 
 async def on_readyz(request: web.Request) -> web.Response:

@@ -67,6 +67,9 @@ def parser() -> argparse.ArgumentParser:
     serve.add_argument("--upstream", default=None, help="2026-07-28 server URL (default: the embedded core)")
     serve.add_argument("--config", default=None, help="TOML config file (see config/gateway.example.toml)")
     serve.add_argument("--no-access-log", action="store_true", help="do not log every request (benchmarks)")
+    serve.add_argument("--workers", type=int, default=1, metavar="N",
+                       help="N processes on one port (SO_REUSEPORT); needs a shared --store (default 1)")
+    serve.add_argument("--reuse-port", action="store_true", help=argparse.SUPPRESS)  # set for each worker
     serve.add_argument("--log-level", choices=("debug", "info", "warning", "error"), default="info",
                        help="the least severe log records shown (default info: the banner and every request)")
     serve.add_argument("--pid-file", default=None, help="write the process id here (for `reload --pid-file`)")
@@ -232,6 +235,13 @@ def check_upstream(url: str | None, required: bool, timeout: float) -> None:
 
 def serve(args: argparse.Namespace) -> None:
     config = configured(args)
+    if args.workers > 1:
+        from gateway.ops.workers import refusal, supervise
+
+        problem = refusal(with_store(config, args.store), args.workers)
+        if problem is not None:
+            raise SystemExit(f"gateway: {problem}")
+        raise SystemExit(supervise(args.serve_argv, args.workers))
     check_upstream(config.upstream_url, args.require_upstream, config.upstream_connect_timeout_seconds)
     app, config = served_app(args)
     access_log = None if args.no_access_log else logging.getLogger("aiohttp.access")
@@ -240,7 +250,7 @@ def serve(args: argparse.Namespace) -> None:
     logging.getLogger("gateway").info("%s", banner(config))
     install_log_filter(config.connections.log_repeat_interval_seconds)
     try:
-        run_capped(app, config, access_log=access_log)  # web.run_app, with max_client_connections
+        run_capped(app, config, access_log=access_log, reuse_port=args.reuse_port)  # run_app, with the cap
     except OSError as exc:
         if exc.errno not in _LISTEN_ERRORS:
             raise
@@ -289,6 +299,7 @@ def banner(config: GatewayConfig) -> str:
 
 def main(argv: list[str] | None = None) -> None:
     args = parser().parse_args(argv)
+    args.serve_argv = (sys.argv[1:] if argv is None else argv)[1:]  # what a worker is started with
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     if args.command == "check-config":
         raise SystemExit(check_config(args.file))

@@ -111,12 +111,14 @@ class CappedRunner(web.AppRunner):
         return None if inner is None else self.cap.factory(inner)
 
 
-async def serve_forever(app: web.Application, host: str, port: int, limit: int, **runner_args: Any) -> None:
-    """What ``web.run_app`` does (SIGINT/SIGTERM end it gracefully: see :func:`run`), with the cap."""
+async def serve_forever(app: web.Application, host: str, port: int, limit: int, reuse_port: bool = False,
+                        **runner_args: Any) -> None:
+    """What ``web.run_app`` does (SIGINT/SIGTERM end it gracefully: see :func:`run`), with the cap;
+    ``reuse_port``: one of several workers on the same port (gateway.ops.workers)."""
     runner = CappedRunner(app, ConnectionCap(limit), handle_signals=True, **runner_args)
     await runner.setup()
     try:
-        site = web.TCPSite(runner, host, port)
+        site = web.TCPSite(runner, host, port, reuse_port=reuse_port or None)
         await site.start()
         print(f"======== Running on {site.name} (max_client_connections {limit}) ========", flush=True)
         await asyncio.Event().wait()
@@ -124,8 +126,8 @@ async def serve_forever(app: web.Application, host: str, port: int, limit: int, 
         await runner.cleanup()
 
 
-def run(app: web.Application, config: GatewayConfig, **runner_args: Any) -> None:
+def run(app: web.Application, config: GatewayConfig, reuse_port: bool = False, **runner_args: Any) -> None:
     try:
-        asyncio.run(serve_forever(app, config.host, config.port, client_cap(config), **runner_args))
+        asyncio.run(serve_forever(app, config.host, config.port, client_cap(config), reuse_port, **runner_args))
     except (web.GracefulExit, KeyboardInterrupt):  # the signal's exit: cleanup already ran as the task ended
         pass
