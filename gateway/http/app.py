@@ -29,6 +29,7 @@ from gateway.http.sse import on_delete, on_open_stream, on_resume
 from gateway.http.sse_door import add_sse_door
 from gateway.http.telemetry import install_usage
 from gateway.http.tracing import trace_answer, trace_request
+from gateway.http.ws_door import add_ws_door
 from gateway.session.backends import store_lifetime
 from gateway.session.listen import ListenHub
 from gateway.session.relay import relay_lifetime
@@ -183,6 +184,7 @@ def create_app(config: GatewayConfig, *, store: SessionStore | None = None, tap:
     app.on_shutdown.append(_end_sessions)
     app.router.add_route("*", "/mcp", handle_mcp)
     add_sse_door(app)  # HTTP+SSE (2024-11-05): GET /sse, POST /messages, through /mcp
+    add_ws_door(app)  # WebSocket: /ws, subprotocol mcp, through /mcp
     add_health_routes(app)  # /healthz, /readyz for load balancers
     if needs_embedded_core(config):
         add_page_routes(app)  # its out-of-band pages, on the gateway's own address

@@ -45,7 +45,7 @@ class _Stream:
 STREAMS = web.AppKey("sse_door_streams", dict)
 
 
-def _own_endpoint(request: web.Request) -> tuple[str, str]:
+def own_endpoint(request: web.Request) -> tuple[str, str]:
     """This server's /mcp, reached on the address the request came in on, with a loopback Host for the check."""
     sockname = request.transport.get_extra_info("sockname") if request.transport else None
     address, port = (sockname[0], sockname[1]) if sockname else ("127.0.0.1", 80)
@@ -60,7 +60,7 @@ async def open_stream(request: web.Request) -> web.StreamResponse:
         return rejection_response(refused)
     authorization = request.headers.get("Authorization")
     stream, stream_id = _Stream(principal_of(authorization, gw.policy.tokens)), secrets.token_urlsafe(24)
-    endpoint, host = _own_endpoint(request)
+    endpoint, host = own_endpoint(request)
     response = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
     await response.prepare(request)
     async with aiohttp.ClientSession() as http:
