@@ -29,7 +29,7 @@ from bench.procs import Child, scratch_usage_db
 from bench.targets import missed, print_verdicts, verdicts
 
 Op = Callable[[], Awaitable[Any]]
-SCENARIOS = ("direct", "forwarder", "passthrough", "translated", "mrtr_direct", "bridged")
+SCENARIOS = ("direct", "forwarder", "passthrough", "translated", "mrtr_direct", "mrtr_forwarder", "bridged")
 
 
 @dataclass
@@ -91,8 +91,8 @@ def makers(http: aiohttp.ClientSession, core: Child, gw: Child, fwd: Child) -> d
     async def modern(url: str) -> Op:
         return ModernClient(http, url).echo
 
-    async def mrtr_direct() -> Op:
-        return ModernClient(http, core.url).summarize
+    async def mrtr(url: str) -> Op:  # a 2026-07-28 client doing summarize_repo's two rounds itself
+        return ModernClient(http, url).summarize
 
     async def legacy(tool: str, arguments: dict[str, Any]) -> Op:
         client = LegacyClient(http, gw.url)
@@ -108,7 +108,9 @@ def makers(http: aiohttp.ClientSession, core: Child, gw: Child, fwd: Child) -> d
         "forwarder": lambda: modern(fwd.url),
         "passthrough": lambda: modern(gw.url),
         "translated": lambda: legacy("echo", {"text": "hi"}),
-        "mrtr_direct": mrtr_direct,
+        "mrtr_direct": lambda: mrtr(core.url),
+        # The same MRTR rounds through the bare forwarder: what a bridged call is measured against.
+        "mrtr_forwarder": lambda: mrtr(fwd.url),
         "bridged": lambda: legacy("summarize_repo", {"repo": "bench"}),
     }
 
@@ -149,12 +151,23 @@ def ratios(results: list[Stats], idle: list[dict[str, Any]]) -> dict[str, Any]:
             # (mrtr_direct) cost the core's MRTR work and the client's answers; the rest is the gateway's.
             "bridged_round_added_ms": round(((get("bridged") - get("translated"))
                                              - (get("mrtr_direct") - get("direct"))) / 2, 3),
+            "bridged/mrtr_forwarder": round(get("bridged") / get("mrtr_forwarder"), 3),
+            "bridged_round_cpu/translated_cpu": _round_cpu_ratio(at, conc),
             "gateway_cpu_us_per_translated": at[("translated", conc)].front_cpu_us_per_request,
             "gateway_cpu_us_per_passthrough": at[("passthrough", conc)].front_cpu_us_per_request,
             "forwarder_cpu_us": at[("forwarder", conc)].front_cpu_us_per_request,
         }
     out["idle"] = idle
     return out
+
+
+def _round_cpu_ratio(at: dict[tuple[str, int], Stats], conc: int) -> float | None:
+    """The gateway's CPU per bridged round over its CPU per translated call: summarize_repo is the call plus two
+    rounds, so one round costs (bridged - translated) / 2."""
+    bridged, translated = (at[(name, conc)].front_cpu_us_per_request for name in ("bridged", "translated"))
+    if bridged is None or not translated:
+        return None
+    return round((bridged - translated) / 2 / translated, 3)
 
 
 def machine(args: argparse.Namespace, hops: list[float]) -> dict[str, Any]:
@@ -195,7 +208,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             make = makers(http, core, gw, fwd)
             for conc in args.concurrency:
                 ops = {name: [await make[name]() for _ in range(conc)] for name in SCENARIOS}
-                front = {"direct": core, "mrtr_direct": core, "forwarder": fwd}
+                front = {"direct": core, "mrtr_direct": core, "forwarder": fwd, "mrtr_forwarder": fwd}
                 results.extend(await interleaved(ops, conc, args, {n: front.get(n, gw) for n in SCENARIOS}))
             hops.append(await hop_rtt_us(echo.port))  # before the idle sessions' memory is taken
             idle = [await idle_sessions(http, gw, n) for n in args.idle]

@@ -9,9 +9,9 @@ from bench.targets import missed, verdicts
 
 
 def _ratios(**c1: float) -> dict[str, Any]:
-    base = {"passthrough/forwarder": 1.0, "translated/forwarder": 1.2, "bridged_round_added_ms": 0.9,
-            "gateway_cpu_us_per_translated": 390.0}
-    return {"c1": {**base, **c1}, "c32": {**base, "gateway_cpu_us_per_translated": 300.0},
+    base = {"passthrough/forwarder": 1.0, "translated/forwarder": 1.1, "bridged_round_added_ms": 0.9,
+            "bridged/mrtr_forwarder": 1.05, "bridged_round_cpu/translated_cpu": 1.0}
+    return {"c1": {**base, **c1}, "c32": {**base, "bridged_round_cpu/translated_cpu": 0.9},
             "idle": [{"sessions": 10000, "kib_per_session": 23.1, "held": 10000}]}
 
 
@@ -21,20 +21,23 @@ def _by_name(ratios: dict[str, Any]) -> dict[str, dict[str, Any]]:
 
 def test_every_target_is_met_at_its_limit_and_missed_just_above_it() -> None:
     assert missed(verdicts(_ratios())) == []
-    at_limit = _ratios(**{"passthrough/forwarder": 1.10, "translated/forwarder": 1.25,
-                          "bridged_round_added_ms": 1.0, "gateway_cpu_us_per_translated": 400.0})
+    at_limit = _ratios(**{"passthrough/forwarder": 1.10, "translated/forwarder": 1.15,
+                          "bridged_round_added_ms": 1.0, "bridged/mrtr_forwarder": 1.10,
+                          "bridged_round_cpu/translated_cpu": 1.10})
     assert missed(verdicts(at_limit)) == []
     for key, over, name in [("passthrough/forwarder", 1.11, "passthrough/forwarder median, c=1"),
-                            ("translated/forwarder", 1.26, "translated/forwarder median, c=1"),
+                            ("translated/forwarder", 1.16, "translated/forwarder median, c=1"),
                             ("bridged_round_added_ms", 1.01, "bridged round added ms, c=1"),
-                            ("gateway_cpu_us_per_translated", 401.0, "gateway CPU us per translated request, c=1")]:
+                            ("bridged/mrtr_forwarder", 1.11, "bridged/mrtr_forwarder median, c=1"),
+                            ("bridged_round_cpu/translated_cpu", 1.11,
+                             "gateway CPU per bridged round / per translated call, c=1")]:
         assert missed(verdicts(_ratios(**{key: over}))) == [name]
 
 
-def test_cpu_is_judged_at_every_concurrency_measured() -> None:
+def test_the_bridged_ratios_are_judged_at_every_concurrency_measured() -> None:
     ratios = _ratios()
-    ratios["c32"]["gateway_cpu_us_per_translated"] = 650.0
-    assert missed(verdicts(ratios)) == ["gateway CPU us per translated request, c=32"]
+    ratios["c32"]["bridged/mrtr_forwarder"] = 1.3
+    assert missed(verdicts(ratios)) == ["bridged/mrtr_forwarder median, c=32"]
 
 
 def test_idle_memory_and_sessions_held() -> None:
@@ -52,6 +55,6 @@ def test_a_target_not_measured_is_neither_met_nor_missed() -> None:
     rows = _by_name(ratios)
     assert rows["translated/forwarder median, c=1"]["met"] is None
     assert rows["bridged round added ms, c=1"]["value"] is None
-    assert "gateway CPU us per translated request, c=1" not in rows
-    assert rows["gateway CPU us per translated request, c=32"]["met"] is True
+    assert "bridged/mrtr_forwarder median, c=1" not in rows
+    assert rows["bridged/mrtr_forwarder median, c=32"]["met"] is True
     assert missed(verdicts(ratios)) == []
