@@ -6,9 +6,13 @@ the fake upstream receives against the 2026-07-28 schema (when ``../shared/spec`
 
 from __future__ import annotations
 
+import asyncio
 import json
+import os
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -18,6 +22,8 @@ from gateway.config.settings import load_config
 from gateway.http.app import create_app
 from tests import schema
 
+ROOT = Path(__file__).resolve().parents[2]  # the checkout: subprocesses import the gateway from here
+
 MODERN = "2026-07-28"
 DISCOVER = {"resultType": "complete", "supportedVersions": [MODERN], "ttlMs": 60_000, "cacheScope": "public",
             "capabilities": {"tools": {"listChanged": True}, "resources": {"subscribe": True, "listChanged": True},
@@ -25,6 +31,25 @@ DISCOVER = {"resultType": "complete", "supportedVersions": [MODERN], "ttlMs": 60
             "instructions": "fake upstream", "_meta": {"io.modelcontextprotocol/serverInfo":
                                                         {"name": "fake", "version": "1"}}}
 CAPS = {"sampling": {}, "elicitation": {"form": {}, "url": {}}, "roots": {"listChanged": True}}
+
+
+async def hang_until_closed(request: web.Request, closed: asyncio.Event) -> None:
+    """An upstream answer that never comes: wait until the gateway hangs up on ``request`` (the 2026 cancel), then
+    set ``closed`` (also when the server cancels this handler on noticing the hang-up)."""
+    try:
+        while request.transport is not None and not request.transport.is_closing():
+            await asyncio.sleep(0.01)
+    finally:
+        closed.set()
+
+
+async def gateway_cli(tmp_path: Path, *args: str) -> tuple[int, str, str]:
+    """``python -m gateway ARGS`` in a subprocess run in ``tmp_path``: (exit status, stdout, stderr)."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    proc = await asyncio.create_subprocess_exec(sys.executable, "-m", "gateway", *args, cwd=tmp_path, env=env,
+                                                stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+    out, err = await proc.communicate()
+    return proc.returncode or 0, out.decode(), err.decode()
 
 
 def text(value: str) -> dict[str, Any]:

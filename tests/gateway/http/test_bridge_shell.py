@@ -9,7 +9,7 @@ from typing import Any
 from gateway.config.settings import load_config
 from gateway.http.app import GATEWAY, create_app
 from gateway.session.store import InMemoryStore, StoreUnavailable
-from tests.gateway.conftest import Legacy, text
+from tests.gateway.conftest import Legacy, hang_until_closed, text
 
 
 async def two_requests_sent(legacy: Legacy):
@@ -122,13 +122,7 @@ async def test_cancellation_mid_bridge_stops_everything(legacy, upstream) -> Non
 async def test_cancellation_closes_the_in_flight_upstream_request(legacy, upstream) -> None:
     closed = asyncio.Event()
 
-    async def hang(request):
-        try:  # until the gateway hangs up (the server may cancel this handler when it notices)
-            while request.transport is not None and not request.transport.is_closing():
-                await asyncio.sleep(0.01)
-        finally:
-            closed.set()
-    upstream.script["tools/call"] = lambda b, r: [lambda: hang(r)]
+    upstream.script["tools/call"] = lambda b, r: [lambda: hang_until_closed(r, closed)]
     await legacy.initialize()
     post = asyncio.ensure_future(legacy.post("tools/call", {"name": "t", "arguments": {}}))
     while not upstream.calls("tools/call"):

@@ -3,11 +3,8 @@ nothing listening. The CLI runs as a subprocess (exit codes, output) while the t
 
 from __future__ import annotations
 
-import asyncio
 import json
-import os
 import socket
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -17,17 +14,13 @@ from adapters.check import ProblemKind, Status
 from gateway.ops.check import Options, run_check
 from modern_server.app import create_app as create_core
 from modern_server.config import CoreConfig
+from tests.gateway.conftest import gateway_cli
 
 ROOT = Path(__file__).resolve().parents[3]
 
 
 async def cli(tmp_path: Path, *args: str) -> tuple[int, str, str]:
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    proc = await asyncio.create_subprocess_exec(sys.executable, "-m", "gateway", "check", *args, cwd=tmp_path,
-                                                env=env, stdout=asyncio.subprocess.PIPE,
-                                                stderr=asyncio.subprocess.PIPE)
-    out, err = await proc.communicate()
-    return proc.returncode or 0, out.decode(), err.decode()
+    return await gateway_cli(tmp_path, "check", *args)
 
 
 async def test_reference_core_every_tool_ok_or_skipped(aiohttp_server, tmp_path) -> None:

@@ -3,11 +3,8 @@ fresh core, and the CLI's exit codes (1 for an unmet expectation, 2 for a bad fi
 
 from __future__ import annotations
 
-import asyncio
 import json
-import os
 import socket
-import sys
 from pathlib import Path
 
 import pytest
@@ -15,18 +12,14 @@ import pytest
 from gateway.ops.replay import load, replay
 from modern_server.app import create_app as create_core
 from modern_server.config import CoreConfig
+from tests.gateway.conftest import gateway_cli
 
 ROOT = Path(__file__).resolve().parents[3]
 SCENARIOS = sorted((ROOT / "config" / "scenarios").glob("*.toml"))
 
 
 async def cli(tmp_path: Path, *args: str) -> tuple[int, str, str]:
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    proc = await asyncio.create_subprocess_exec(sys.executable, "-m", "gateway", "replay", *args, cwd=tmp_path,
-                                                env=env, stdout=asyncio.subprocess.PIPE,
-                                                stderr=asyncio.subprocess.PIPE)
-    out, err = await proc.communicate()
-    return proc.returncode or 0, out.decode(), err.decode()
+    return await gateway_cli(tmp_path, "replay", *args)
 
 
 def test_a_scenario_ships_for_every_tool_of_the_core() -> None:

@@ -14,7 +14,7 @@ pytest.importorskip("redis")
 from redis.asyncio import Redis
 
 from gateway.http.app import GATEWAY
-from tests.gateway.conftest import CAPS, Legacy, text
+from tests.gateway.conftest import CAPS, Legacy, hang_until_closed, text
 from tests.gateway.http.test_bridge_shell import SAMPLED, SAMPLING, two_rounds
 from tests.gateway.session import test_redis_store as redis_tests
 
@@ -74,17 +74,11 @@ async def test_a_cancel_posted_to_another_replica_stops_the_request(make_gateway
                                                                     prefix) -> None:
     closed = asyncio.Event()
 
-    async def hang(request):
-        try:  # until the gateway hangs up (the server may cancel this handler when it notices)
-            while request.transport is not None and not request.transport.is_closing():
-                await asyncio.sleep(0.01)
-        finally:
-            closed.set()
 
     def script(body, request):
         if body["params"].get("requestState") is None:
             return {"resultType": "input_required", "inputRequests": {"a": SAMPLING}, "requestState": "s1"}
-        return [lambda: hang(request)]  # the second round stays in flight
+        return [lambda: hang_until_closed(request, closed)]  # the second round stays in flight
     upstream.script["tools/call"] = script
     a, b = await replicas(make_gateway, redis_url, prefix)
     resp = await a.post("tools/call", {"name": "t", "arguments": {}})
