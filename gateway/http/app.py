@@ -13,19 +13,16 @@ from typing import Any
 
 from aiohttp import web
 
-from adapters.classify import SINGLE_HEADERS, HttpView, Kind, classify, request_id
+from adapters.classify import SINGLE_HEADERS, HttpView, classify, request_id
 from adapters.errors import ErrorValue, Rejection, reject, store_unavailable
 from gateway.config.settings import GatewayConfig
+from gateway.http import perform
 from gateway.http.answers import rejection_response
-from gateway.http.batch import on_batch
-from gateway.http.handshake import on_initialize
 from gateway.http.health import add_health_routes
 from gateway.http.keys import CORE_URL, GATEWAY, PASSTHROUGHS
-from gateway.http.legacy import on_notification, on_request, on_response
-from gateway.http.modern import on_modern
+from gateway.http.legacy import write_post
 from gateway.http.pages import add_page_routes
 from gateway.http.passthrough import Passthroughs
-from gateway.http.sse import on_delete, on_open_stream, on_resume
 from gateway.http.sse_door import add_sse_door
 from gateway.http.telemetry import install_usage
 from gateway.http.tracing import trace_answer, trace_request
@@ -35,7 +32,7 @@ from gateway.session.listen import ListenHub
 from gateway.session.relay import relay_lifetime
 from gateway.session.runtime import Gateway, PinState, log
 from gateway.session.store import SessionStore, StoreUnavailable
-from gateway.session.streams import Tap, json_response
+from gateway.session.streams import OutStream, Tap, json_response
 from gateway.telemetry.usage import UsageObserver
 from gateway.upstream.client import UpstreamClient, UpstreamSizes
 from gateway.upstream.embedded import needs_embedded_core
@@ -76,7 +73,9 @@ async def handle_mcp(request: web.Request) -> web.StreamResponse:
         await gw.store.touch_session(verdict.session.session_id, verdict.session.last_seen_ms)
     if gw.trace is not None:
         trace_request(gw, verdict)
-    answer = await _HANDLERS[verdict.kind](request, gw, verdict)
+    answer = await perform.answer(request, gw, verdict)  # adapters.session decides, the shell performs
+    if isinstance(answer, OutStream):  # a bridge exchange's stream: the POST's answer is its SSE
+        answer = await write_post(request, gw, answer)
     if gw.trace is not None:
         trace_answer(gw, answer)
     gw.observer.answered(request, verdict, answer)  # migration accounting; never raises
@@ -111,18 +110,6 @@ async def _end_sessions(app: web.Application) -> None:
     if GATEWAY in app:
         await app[GATEWAY].close()
 
-
-_HANDLERS = {
-    Kind.INITIALIZE: on_initialize,
-    Kind.REQUEST: on_request,
-    Kind.NOTIFICATION: on_notification,
-    Kind.RESPONSE: on_response,
-    Kind.MODERN: on_modern,
-    Kind.OPEN_STREAM: on_open_stream,
-    Kind.RESUME: on_resume,
-    Kind.DELETE: on_delete,
-    Kind.BATCH: on_batch,
-}
 
 
 def named_upstreams(config: GatewayConfig, core_url: str | None, tap: Tap | None) -> dict[str, UpstreamClient]:

@@ -4,25 +4,29 @@ JSON array, or one SSE stream once any element streams."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from aiohttp import web
 
-from adapters.classify import Accepted, Kind, batch_status
+from adapters.classify import Accepted, batch_status
 from adapters.errors import Rejection
 from adapters.jsonwire import ENCODED_DEPTH, loads
 from adapters.sse import PRIMING_SEQ
-from gateway.http.legacy import answer_locally, forward, on_notification, on_response, write_post
+from gateway.http.legacy import write_post
 from gateway.session.runtime import Gateway, log
 from gateway.session.streams import OutStream, json_response
 
+# One element's answer, as if it were posted alone (``gateway.http.perform`` runs the session core on it).
+Run = Callable[[Accepted], Awaitable[web.StreamResponse | OutStream]]
 
-async def on_batch(request: web.Request, gw: Gateway, acc: Accepted) -> web.StreamResponse:
+
+async def on_batch(request: web.Request, gw: Gateway, acc: Accepted, run: Run) -> web.StreamResponse:
     """A 2025-03-26 JSON-RPC batch (``adapters.classify._classify_batch``): every element goes its own way at
     once, as if posted alone. The answers come as one JSON array, or as one SSE stream as soon as any element
     streams (a bridged request asks the client on it); notifications and client responses alone get 202 (2025-03-26
     transports §Sending Messages)."""
-    parts = await asyncio.gather(*[_batch_part(request, gw, element) for element in acc.batch])
+    parts = await asyncio.gather(*[_batch_part(element, run) for element in acc.batch])
     streams = [p for p in parts if isinstance(p, OutStream)]
     answers = [p for p in parts if isinstance(p, dict)]
     if not streams:
@@ -37,20 +41,11 @@ async def on_batch(request: web.Request, gw: Gateway, acc: Accepted) -> web.Stre
     return await write_post(request, gw, merged)
 
 
-async def _batch_part(request: web.Request, gw: Gateway, element: Accepted | Rejection) -> Any:
+async def _batch_part(element: Accepted | Rejection, run: Run) -> Any:
     """One element's answer: a message, the stream of its exchange, or None (a notification or response)."""
     if isinstance(element, Rejection):
         return element.body()  # JSON-RPC 2.0 §6: a bad element is answered alone, the rest still run
-    if element.kind is Kind.REQUEST:
-        answer: Any = await answer_locally(request, gw, element)
-        if answer is not None:  # counted here: a forwarded one is counted by its exchange's observer
-            gw.observer.answered(request, element, answer, bridged=False)
-        else:
-            assert element.session is not None
-            answer = await forward(request, gw, element.session, element.message)
-    else:  # a batch holds nothing else (adapters.classify)
-        handler = on_notification if element.kind is Kind.NOTIFICATION else on_response
-        answer = await handler(request, gw, element)
+    answer = await run(element)
     if isinstance(answer, OutStream):
         return answer
     # The gateway's own answer: it may nest a value read at MAX_DEPTH a few levels deeper (adapters.jsonwire).

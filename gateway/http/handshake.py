@@ -8,24 +8,16 @@ from typing import Any
 
 from aiohttp import web
 
-from adapters import local
-from adapters.admission import SessionCounts, admit_session, initialize_size_error
+from adapters.admission import SessionCounts, admit_session
 from adapters.bridge import UpstreamError
 from adapters.capabilities import client_caps_to_modern
 from adapters.classify import Accepted
 from adapters.errors import ErrorValue, translate_upstream_error
 from adapters.handshake import build_initialize_result, cache_policy, check_discover, discover_cache_keys
-from adapters.peers import (
-    admit_initialize,
-    legacy_answer_version,
-    mask_capabilities,
-    match_peer,
-    peer_record,
-    pick_upstream,
-    with_notice,
-)
+from adapters.peers import peer_record, pick_upstream, with_notice
 from adapters.records import SessionRecord
 from adapters.results import Invalid, classify_result, response
+from adapters.session import OpenSession
 from adapters.upstream import SessionView, build_discover
 from gateway.http.answers import error_answer, rejection_response
 from gateway.session.runtime import Gateway, log, new_id
@@ -77,29 +69,21 @@ def _cache_discover(cache: dict[str, tuple[int, dict[str, Any]]], key: str, entr
     cache[key] = entry
 
 
-async def on_initialize(request: web.Request, gw: Gateway, acc: Accepted) -> web.StreamResponse:
-    message, params = acc.message, acc.message.get("params") or {}
-    info = params.get("clientInfo") or {}
-    peer = match_peer(gw.pins.peers, gw.pins.default, acc.principal, info)
-    version = legacy_answer_version(peer, params.get("protocolVersion"))
-    problem = (local.check_request("initialize", version, params) or admit_initialize(peer, version, gw.today())
-               or initialize_size_error(params.get("capabilities"), params.get("clientInfo"),
-                                        gw.config.sessions.session_limits))
-    if problem is not None:
-        if problem.log:
-            log.warning("initialize refused: %s", problem.log)
-        return json_response(response(message["id"], error=problem))
-    caps = mask_capabilities(params.get("capabilities") or {}, peer)  # the peer's bridge policy (per-peer pins)
+async def open_session(request: web.Request, gw: Gateway, acc: Accepted, opening: OpenSession) -> web.Response:
+    """``initialize`` passed the core's checks (``adapters.session``): discover the peer's upstream, admit the
+    session against the live counts, keep its record and answer with its id."""
+    message, peer, version = acc.message, opening.peer, opening.version
     session_id = secrets.token_urlsafe(32)
     upstream = pick_upstream(peer, session_id, gw.pins.seed)
-    view = SessionView(client_caps_to_modern(caps), info, None, request.headers.get("Authorization"))
+    view = SessionView(client_caps_to_modern(opening.capabilities), opening.client_info, None,
+                       request.headers.get("Authorization"))
     found = await discover(gw, acc.principal, view, upstream)
     if isinstance(found, ErrorValue):
         if found.log:
             log.warning("initialize: %s", found.log)
         return error_answer(message["id"], found)
     now = gw.clock()
-    record = SessionRecord(session_id, acc.principal, version, dict(caps), dict(info), now, now,
+    record = SessionRecord(session_id, acc.principal, version, opening.capabilities, opening.client_info, now, now,
                            server_capabilities=dict(found.get("capabilities") or {}), pins=peer_record(peer),
                            upstream=upstream)
     await gw.sweep_expired()  # each new session pays for ending the expired ones: no timer task needed

@@ -9,8 +9,6 @@ from aiohttp import web
 
 from adapters.classify import Accepted
 from adapters.errors import passthrough_ended, refusal
-from adapters.peers import admit_modern, match_peer
-from adapters.protocol import CLIENT_INFO_META_KEY, MODERN_VERSION, PROTOCOL_VERSION_META_KEY
 from gateway.http.answers import rejection_response
 from gateway.http.keys import PASSTHROUGHS
 from gateway.http.passthrough import Relay
@@ -22,19 +20,15 @@ MODERN_HEADERS = ("accept", "content-type", "mcp-protocol-version", "mcp-method"
                    "traceparent", "tracestate", "baggage")
 
 
-async def on_modern(request: web.Request, gw: Gateway, acc: Accepted) -> web.StreamResponse:
-    """A 2026-07-28 request is passed through as is and streamed back (no session, no translation)."""
-    meta = (acc.message.get("params") or {}).get("_meta") or {}
-    peer = match_peer(gw.pins.peers, gw.pins.default, acc.principal, meta.get(CLIENT_INFO_META_KEY))
-    refused = admit_modern(peer, str(meta.get(PROTOCOL_VERSION_META_KEY, MODERN_VERSION)))
-    if refused is not None:  # a legacy-pinned peer's probe: steer it to initialize (adapters.peers)
-        return rejection_response(refusal("pinned_to_legacy", refused, acc.message.get("id")))
+async def on_modern(request: web.Request, gw: Gateway, acc: Accepted, upstream: str) -> web.StreamResponse:
+    """A 2026-07-28 request is passed through as is to ``upstream`` and streamed back (no session, no
+    translation; ``adapters.session`` admitted it)."""
     headers = {k: v for k, v in request.headers.items()
                if k.lower() in MODERN_HEADERS or k.lower().startswith("mcp-param-")}
     relay, ident = request.app[PASSTHROUGHS].relay(request), acc.message.get("id")
     # A hang-up (the 2026 cancel: 2026-07-28 basic/patterns §Cancellation) or shutdown ends it: the upstream is closed.
     with relay:
-        return await _pass_through(request, relay, gw.upstream_for(peer.upstream), headers, ident)
+        return await _pass_through(request, relay, gw.upstream_for(upstream), headers, ident)
     return relay.response or rejection_response(refusal("passthrough_ended", passthrough_ended(), ident))
 
 

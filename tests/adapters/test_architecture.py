@@ -55,3 +55,28 @@ def test_adapter_functions_stay_small(path: Path) -> None:
     long = [f"{n.name} ({n.end_lineno - n.lineno + 1} lines)" for n in ast.walk(tree)
             if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.end_lineno - n.lineno + 1 > 45]
     assert not long, long
+
+
+# The decisions about one message on a legacy session are made in adapters.session alone (docs/design.md §37):
+# the shell may not call them itself, or the order of the checks would live in two places.
+SESSION_DECISIONS = {"decide", "route_request", "route_notification", "cancel_request", "admit", "admit_initialize",
+                     "admit_modern", "sunset_passed", "legacy_answer_version", "initialize_size_error"}
+
+
+def decision_calls(path: Path) -> set[str]:
+    tree = ast.parse(path.read_text(), filename=str(path))
+    names = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call):
+            func = node.func
+            names.add(func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", ""))
+    return names & SESSION_DECISIONS
+
+
+@pytest.mark.parametrize("path", sorted((ROOT / "gateway" / "http").glob("*.py")), ids=lambda p: p.name)
+def test_the_endpoint_leaves_session_decisions_to_the_core(path: Path) -> None:
+    assert not decision_calls(path), f"{path.name} decides {sorted(decision_calls(path))} itself"
+
+
+def test_the_decision_check_can_see_a_decision() -> None:
+    assert decision_calls(ROOT / "adapters" / "session.py") >= {"decide", "admit", "admit_modern", "sunset_passed"}

@@ -1,0 +1,245 @@
+"""The legacy session core: what one classified message on the MCP endpoint becomes, as actions.
+
+``handle(accepted, context) -> tuple[Action, ...]`` is the one entry the shell calls after
+``adapters.classify``: it owns the order of every protocol decision about a message (the handshake's checks,
+a peer's sunset, the gateway's own answers, duplicate ids, notifications, the client's answers) and says what to
+do, never doing it. The shell performs the actions in order (``gateway.http.perform``); everything it needs to
+decide is in :class:`Context`, injected (today's date, the peer, the limits, the ids in flight), so this module
+is tested without a loop, a store or a clock, like ``adapters.bridge``.
+
+The kinds whose whole handling is I/O (a stream to open or resume, a session to end, a batch to fan out, a modern
+request to pass through) become one action each: the decision there was ``adapters.classify``'s.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any, assert_never
+
+from adapters import local
+from adapters.admission import SessionLimits, initialize_size_error
+from adapters.bridge import BridgeLimits, admit
+from adapters.classify import Accepted, Kind
+from adapters.errors import ErrorValue, Rejection, refusal
+from adapters.peers import (
+    Peer,
+    admit_initialize,
+    admit_modern,
+    legacy_answer_version,
+    mask_capabilities,
+    match_peer,
+    peer_limits,
+    sunset_error,
+    sunset_passed,
+)
+from adapters.protocol import CLIENT_INFO_META_KEY, MODERN_VERSION, PROTOCOL_VERSION_META_KEY
+from adapters.results import response
+
+
+@dataclass(frozen=True, slots=True)
+class Context:
+    """What the shell knows that a decision needs. ``peer`` is the session's (None before one exists);
+    ``in_flight`` holds the ids of the session's requests being bridged now."""
+
+    today: str
+    limits: BridgeLimits
+    session_limits: SessionLimits
+    peer: Peer | None = None
+    peers: Sequence[Peer] = ()
+    default_peer: Peer | None = None
+    in_flight: Collection[Any] = ()
+
+
+# --- actions -----------------------------------------------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class Reply:
+    """Answer with this JSON-RPC message at once (HTTP 200)."""
+
+    message: dict[str, Any]
+    log: str | None = None  # an operator's warning to write beside it
+
+
+@dataclass(frozen=True, slots=True)
+class Acknowledge:
+    """HTTP 202: a notification or a client's answer was taken."""
+
+
+class SessionChange(Enum):
+    """What the session record keeps of a message (the shell writes the record back once)."""
+
+    LOG_LEVEL = "log_level"  # logging/setLevel (2025-11-25 server/utilities/logging)
+    INITIALIZED = "initialized"  # notifications/initialized
+    ROOTS_STALE = "roots_stale"  # notifications/roots/list_changed drops the cached roots
+
+
+@dataclass(frozen=True, slots=True)
+class UpdateSession:
+    change: SessionChange
+    value: Any = None
+
+
+@dataclass(frozen=True, slots=True)
+class OpenSession:
+    """``initialize`` passed every check: discover the peer's upstream, keep a record, answer."""
+
+    peer: Peer
+    version: str
+    capabilities: dict[str, Any]  # masked by the peer's bridge policy
+    client_info: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class ChangeSubscription:
+    ident: Any
+    params: Mapping[str, Any]
+    subscribe: bool
+
+
+@dataclass(frozen=True, slots=True)
+class Forward:
+    """Send the request upstream through a bridge exchange bounded by ``limits`` (the peer's)."""
+
+    ident: Any
+    limits: BridgeLimits
+
+
+@dataclass(frozen=True, slots=True)
+class Cancel:
+    """Stop the session's request ``request_id`` wherever it runs (2025-11-25 basic/utilities/cancellation)."""
+
+    request_id: str | int
+    reason: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class Deliver:
+    """A client's answer to a request the gateway asked: to the exchange waiting for it, wherever it runs."""
+
+    message: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class Stream:
+    """Open the standalone ``GET`` stream, resume one (``Last-Event-ID``), or end the session (``DELETE``): the
+    stream-level kinds, performed by the shell as they are."""
+
+    kind: Kind
+
+
+@dataclass(frozen=True, slots=True)
+class FanOut:
+    """A 2025-03-26 batch: each element goes through :func:`handle` on its own, all at once."""
+
+    elements: tuple[Any, ...] = field(default=())
+
+
+@dataclass(frozen=True, slots=True)
+class PassThrough:
+    """A 2026-07-28 request of a peer allowed to send one: forwarded as it is to the peer's ``upstream``."""
+
+    upstream: str
+
+
+@dataclass(frozen=True, slots=True)
+class Refuse:
+    """An HTTP-level refusal (its status from ``adapters.errors.REJECTIONS``) rather than a JSON-RPC answer."""
+
+    rejection: Rejection
+
+
+Action = (Reply | Acknowledge | UpdateSession | OpenSession | ChangeSubscription | Forward | Cancel | Deliver
+          | Stream | FanOut | PassThrough | Refuse)
+
+
+# --- the entry ---------------------------------------------------------------------------------------------
+def handle(accepted: Accepted, context: Context) -> tuple[Action, ...]:
+    """The actions for one accepted message, in the order the shell performs them."""
+    kind = accepted.kind
+    match kind:
+        case Kind.REQUEST:
+            return _request(accepted, context)
+        case Kind.NOTIFICATION:
+            return (*_notification(accepted.message), Acknowledge())
+        case Kind.RESPONSE:
+            return Deliver(accepted.message), Acknowledge()
+        case Kind.INITIALIZE:
+            return (_initialize(accepted, context),)
+        case Kind.OPEN_STREAM | Kind.RESUME | Kind.DELETE:
+            return (Stream(kind),)
+        case Kind.BATCH:
+            return (FanOut(accepted.batch),)
+        case Kind.MODERN:
+            return (_modern(accepted, context),)
+        case _:
+            assert_never(kind)
+
+
+def _reply(ident: Any, result: dict[str, Any] | None = None, error: ErrorValue | None = None) -> Reply:
+    return Reply(response(ident, result) if error is None else response(ident, error=error))
+
+
+def _request(accepted: Accepted, context: Context) -> tuple[Action, ...]:
+    """A request on a live session: refused past its peer's sunset (a session opened before the sunset does not
+    outlive it), answered here (``adapters.local.decide``), or forwarded once its id is admitted."""
+    message, session, peer = accepted.message, accepted.session, context.peer
+    assert session is not None and peer is not None, "a request on a session has its record and peer"
+    ident, version = message["id"], session.protocol_version
+    if sunset_passed(peer, context.today):
+        return (_reply(ident, error=sunset_error(peer, version)),)
+    match local.decide(message["method"], message.get("params") or {}, version):
+        case local.Reply(result, error):
+            return (_reply(ident, result, error),)
+        case local.SetLevel(level):
+            return UpdateSession(SessionChange.LOG_LEVEL, level), _reply(ident, {})
+        case local.ChangeSubscription(params, subscribe):
+            return (ChangeSubscription(ident, params, subscribe),)
+        case local.Forward():
+            refused = admit(context.in_flight, ident, context.limits)
+            if refused is not None:
+                return (_reply(ident, error=refused),)
+            return (Forward(ident, peer_limits(context.limits, peer)),)
+
+
+def _notification(message: dict[str, Any]) -> tuple[Action, ...]:
+    route = local.route_notification(message["method"])
+    if route == "initialized":
+        return (UpdateSession(SessionChange.INITIALIZED, True),)
+    if route == "roots_changed":  # nothing goes upstream (2026-07-28 removed it)
+        return (UpdateSession(SessionChange.ROOTS_STALE),)
+    if route == "cancelled":  # one naming no valid request id is ignored (adapters.local.cancel_request)
+        cancel = local.cancel_request(message.get("params"))
+        return (Cancel(cancel.request_id, cancel.reason),) if cancel is not None else ()
+    return ()
+
+
+def _initialize(accepted: Accepted, context: Context) -> Reply | OpenSession:
+    """The handshake's checks, in order: the peer and the version it may answer (2025-11-25 basic/lifecycle
+    §Version Negotiation), the request against that revision, the peer's pins and sunset, the sizes kept."""
+    message = accepted.message
+    params = message.get("params") or {}
+    info = params.get("clientInfo") or {}
+    assert context.default_peer is not None, "initialize is decided with the configured peers"
+    peer = match_peer(context.peers, context.default_peer, accepted.principal, info)
+    version = legacy_answer_version(peer, params.get("protocolVersion"))
+    problem = (local.check_request("initialize", version, params) or admit_initialize(peer, version, context.today)
+               or initialize_size_error(params.get("capabilities"), params.get("clientInfo"),
+                                        context.session_limits))
+    if problem is not None:  # the operator sees why a client could not connect
+        return Reply(response(message["id"], error=problem), problem.log)
+    caps = mask_capabilities(params.get("capabilities") or {}, peer)  # the peer's bridge policy (per-peer pins)
+    return OpenSession(peer, version, dict(caps), dict(info))
+
+
+def _modern(accepted: Accepted, context: Context) -> PassThrough | Refuse:
+    """A 2026-07-28 request names its client in ``_meta`` (2026-07-28 basic §_meta): its peer's pins say whether
+    it may send one (a legacy-pinned peer's probe is steered to ``initialize``) and which upstream serves it."""
+    params = accepted.message.get("params")
+    meta = (params.get("_meta") if isinstance(params, Mapping) else None) or {}
+    assert context.default_peer is not None, "a modern request is decided with the configured peers"
+    peer = match_peer(context.peers, context.default_peer, accepted.principal, meta.get(CLIENT_INFO_META_KEY))
+    refused = admit_modern(peer, str(meta.get(PROTOCOL_VERSION_META_KEY, MODERN_VERSION)))
+    if refused is not None:
+        return Refuse(refusal("pinned_to_legacy", refused, accepted.message.get("id")))
+    return PassThrough(peer.upstream)

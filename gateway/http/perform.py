@@ -1,0 +1,122 @@
+"""The shell's half of the session core: the :class:`adapters.session.Context` a decision needs, and performing
+the actions ``adapters.session.handle`` returns for one message, in order. The answer is the last action's (a
+response, or a bridge exchange's stream for the caller to write); no protocol decision is made here."""
+
+from __future__ import annotations
+
+from typing import assert_never
+
+from aiohttp import web
+
+from adapters.classify import Accepted, Kind
+from adapters.session import (
+    Acknowledge,
+    Action,
+    Cancel,
+    ChangeSubscription,
+    Context,
+    Deliver,
+    FanOut,
+    Forward,
+    OpenSession,
+    PassThrough,
+    Refuse,
+    Reply,
+    Stream,
+    UpdateSession,
+    handle,
+)
+from gateway.http.answers import rejection_response
+from gateway.http.batch import on_batch
+from gateway.http.handshake import open_session
+from gateway.http.legacy import cancel, deliver, forward, update_session
+from gateway.http.modern import on_modern
+from gateway.http.sse import on_delete, on_open_stream, on_resume
+from gateway.http.subscriptions import on_subscribe
+from gateway.session.runtime import Gateway, log
+from gateway.session.streams import OutStream, json_response
+
+Answer = web.StreamResponse | OutStream
+_ACCEPTED = 202
+
+
+def context(gw: Gateway, acc: Accepted) -> Context:
+    session, limits = acc.session, gw.config.limits.bridge_limits
+    if session is None:  # initialize or a modern request: decided with the configured peers
+        return Context(gw.today(), limits, gw.config.sessions.session_limits, peers=gw.pins.peers,
+                       default_peer=gw.pins.default)
+    if acc.kind is not Kind.REQUEST:  # no peer or runtime is looked up (made) for what does not need one
+        return Context(gw.today(), limits, gw.config.sessions.session_limits)
+    return Context(gw.today(), limits, gw.config.sessions.session_limits, gw.peer_of(session),
+                   in_flight=gw.runtime(session.session_id).exchanges.keys())
+
+
+async def perform(request: web.Request, gw: Gateway, acc: Accepted, actions: tuple[Action, ...]) -> Answer:
+    answer: Answer | None = None
+    for action in actions:
+        answer = await _perform(request, gw, acc, action) or answer
+    assert answer is not None, "every message's actions end with an answer"
+    return answer
+
+
+async def _perform(request: web.Request, gw: Gateway, acc: Accepted, action: Action) -> Answer | None:
+    session = acc.session
+    match action:
+        case Reply(message, warning):
+            if warning:
+                log.warning("%s refused: %s", acc.message.get("method"), warning)
+            return json_response(message)
+        case Acknowledge():
+            return web.Response(status=_ACCEPTED)
+        case UpdateSession():
+            assert session is not None
+            await update_session(gw, session, action)
+        case OpenSession():
+            return await open_session(request, gw, acc, action)
+        case ChangeSubscription(ident, params, subscribe):
+            assert session is not None
+            return await on_subscribe(request, gw, session, ident, dict(params), subscribe)
+        case Forward(_, limits):
+            assert session is not None
+            return await forward(request, gw, session, acc.message, limits)
+        case Cancel(request_id, reason):
+            assert session is not None
+            await cancel(gw, session, request_id, reason, acc.message)
+        case Deliver(message):
+            assert session is not None
+            await deliver(gw, session, message)
+        case Stream(kind):
+            return await _stream(request, gw, acc, kind)
+        case FanOut():
+            return await on_batch(request, gw, acc, lambda element: _element(request, gw, element))
+        case PassThrough(upstream):
+            return await on_modern(request, gw, acc, upstream)
+        case Refuse(rejection):
+            return rejection_response(rejection)
+        case _:
+            assert_never(action)
+    return None
+
+
+async def answer(request: web.Request, gw: Gateway, acc: Accepted) -> Answer:
+    """The answer to one accepted message: the session core's actions, performed."""
+    return await perform(request, gw, acc, handle(acc, context(gw, acc)))
+
+
+async def _element(request: web.Request, gw: Gateway, element: Accepted) -> Answer:
+    """A batch element, as if posted alone. A request answered here is counted here; a forwarded one is
+    counted by its exchange's observer."""
+    actions = handle(element, context(gw, element))
+    result = await perform(request, gw, element, actions)
+    if element.kind is Kind.REQUEST and not any(isinstance(a, Forward) for a in actions):
+        assert isinstance(result, web.StreamResponse), "an answer given here is never a stream"
+        gw.observer.answered(request, element, result, bridged=False)
+    return result
+
+
+async def _stream(request: web.Request, gw: Gateway, acc: Accepted, kind: Kind) -> web.StreamResponse:
+    if kind is Kind.OPEN_STREAM:
+        return await on_open_stream(request, gw, acc)
+    if kind is Kind.RESUME:
+        return await on_resume(request, gw, acc)
+    return await on_delete(request, gw, acc)
