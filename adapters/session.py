@@ -13,10 +13,10 @@ request to pass through) become one action each: the decision there was ``adapte
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Any, assert_never
+from typing import Any, Final, NamedTuple
 
 from adapters import local
 from adapters.admission import SessionLimits, initialize_size_error
@@ -38,10 +38,10 @@ from adapters.protocol import CLIENT_INFO_META_KEY, MODERN_VERSION, PROTOCOL_VER
 from adapters.results import response
 
 
-@dataclass(frozen=True, slots=True)
-class Context:
+class Context(NamedTuple):
     """What the shell knows that a decision needs. ``peer`` is the session's (None before one exists);
-    ``in_flight`` holds the ids of the session's requests being bridged now."""
+    ``in_flight`` holds the ids of the session's requests being bridged now. A named tuple: one is made for every
+    message, and it costs a fraction of a frozen dataclass."""
 
     today: str
     limits: BridgeLimits
@@ -156,24 +156,7 @@ Action = (Reply | Acknowledge | UpdateSession | OpenSession | ChangeSubscription
 # --- the entry ---------------------------------------------------------------------------------------------
 def handle(accepted: Accepted, context: Context) -> tuple[Action, ...]:
     """The actions for one accepted message, in the order the shell performs them."""
-    kind = accepted.kind
-    match kind:
-        case Kind.REQUEST:
-            return _request(accepted, context)
-        case Kind.NOTIFICATION:
-            return (*_notification(accepted.message), Acknowledge())
-        case Kind.RESPONSE:
-            return Deliver(accepted.message), Acknowledge()
-        case Kind.INITIALIZE:
-            return (_initialize(accepted, context),)
-        case Kind.OPEN_STREAM | Kind.RESUME | Kind.DELETE:
-            return (Stream(kind),)
-        case Kind.BATCH:
-            return (FanOut(accepted.batch),)
-        case Kind.MODERN:
-            return (_modern(accepted, context),)
-        case _:
-            assert_never(kind)
+    return _BY_KIND[accepted.kind](accepted, context)
 
 
 def _reply(ident: Any, result: dict[str, Any] | None = None, error: ErrorValue | None = None) -> Reply:
@@ -236,10 +219,38 @@ def _modern(accepted: Accepted, context: Context) -> PassThrough | Refuse:
     """A 2026-07-28 request names its client in ``_meta`` (2026-07-28 basic §_meta): its peer's pins say whether
     it may send one (a legacy-pinned peer's probe is steered to ``initialize``) and which upstream serves it."""
     params = accepted.message.get("params")
-    meta = (params.get("_meta") if isinstance(params, Mapping) else None) or {}
+    meta = (params.get("_meta") if isinstance(params, dict) else None) or {}  # decoded JSON: a dict or nothing
     assert context.default_peer is not None, "a modern request is decided with the configured peers"
     peer = match_peer(context.peers, context.default_peer, accepted.principal, meta.get(CLIENT_INFO_META_KEY))
     refused = admit_modern(peer, str(meta.get(PROTOCOL_VERSION_META_KEY, MODERN_VERSION)))
     if refused is not None:
         return Refuse(refusal("pinned_to_legacy", refused, accepted.message.get("id")))
     return PassThrough(peer.upstream)
+
+
+def _notified(accepted: Accepted, context: Context) -> tuple[Action, ...]:
+    return (*_notification(accepted.message), ACKNOWLEDGE)
+
+
+def _answered(accepted: Accepted, context: Context) -> tuple[Action, ...]:
+    return Deliver(accepted.message), ACKNOWLEDGE
+
+
+def _stream(accepted: Accepted, context: Context) -> tuple[Action, ...]:
+    return (_STREAMS[accepted.kind],)
+
+
+ACKNOWLEDGE: Final = Acknowledge()
+_STREAMS: Final = {kind: Stream(kind) for kind in (Kind.OPEN_STREAM, Kind.RESUME, Kind.DELETE)}
+# The table of what each kind becomes (h11-style: the machine is a table, and a test checks it covers every Kind).
+_BY_KIND: Final[Mapping[Kind, Callable[[Accepted, Context], tuple[Action, ...]]]] = {
+    Kind.REQUEST: _request,
+    Kind.NOTIFICATION: _notified,
+    Kind.RESPONSE: _answered,
+    Kind.INITIALIZE: lambda accepted, context: (_initialize(accepted, context),),
+    Kind.OPEN_STREAM: _stream,
+    Kind.RESUME: _stream,
+    Kind.DELETE: _stream,
+    Kind.BATCH: lambda accepted, context: (FanOut(accepted.batch),),
+    Kind.MODERN: lambda accepted, context: (_modern(accepted, context),),
+}

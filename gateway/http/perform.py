@@ -4,6 +4,7 @@ response, or a bridge exchange's stream for the caller to write); no protocol de
 
 from __future__ import annotations
 
+from collections.abc import Awaitable
 from typing import assert_never
 
 from aiohttp import web
@@ -41,17 +42,24 @@ _ACCEPTED = 202
 
 
 def context(gw: Gateway, acc: Accepted) -> Context:
-    session, limits = acc.session, gw.config.limits.bridge_limits
+    session, limits, today = acc.session, gw.config.limits.bridge_limits, gw.today()
     if session is None:  # initialize or a modern request: decided with the configured peers
-        return Context(gw.today(), limits, gw.config.sessions.session_limits, peers=gw.pins.peers,
-                       default_peer=gw.pins.default)
+        return Context(today, limits, gw.config.sessions.session_limits, None, gw.pins.peers, gw.pins.default)
     if acc.kind is not Kind.REQUEST:  # no peer or runtime is looked up (made) for what does not need one
-        return Context(gw.today(), limits, gw.config.sessions.session_limits)
-    return Context(gw.today(), limits, gw.config.sessions.session_limits, gw.peer_of(session),
-                   in_flight=gw.runtime(session.session_id).exchanges.keys())
+        return Context(today, limits, gw.config.sessions.session_limits)
+    return Context(today, limits, gw.config.sessions.session_limits, gw.peer_of(session), (), None,
+                   gw.runtime(session.session_id).exchanges.keys())
 
 
-async def perform(request: web.Request, gw: Gateway, acc: Accepted, actions: tuple[Action, ...]) -> Answer:
+def perform(request: web.Request, gw: Gateway, acc: Accepted, actions: tuple[Action, ...]) -> Awaitable[Answer]:
+    """The actions performed in order; the answer is the last answering one's. Most messages have one action:
+    its performer's coroutine is returned as it is, so the common path pays for no extra coroutine."""
+    if len(actions) == 1:
+        return _perform(request, gw, acc, actions[0])  # type: ignore[return-value]  # one action answers
+    return _perform_all(request, gw, acc, actions)
+
+
+async def _perform_all(request: web.Request, gw: Gateway, acc: Accepted, actions: tuple[Action, ...]) -> Answer:
     answer: Answer | None = None
     for action in actions:
         answer = await _perform(request, gw, acc, action) or answer
@@ -61,36 +69,36 @@ async def perform(request: web.Request, gw: Gateway, acc: Accepted, actions: tup
 
 async def _perform(request: web.Request, gw: Gateway, acc: Accepted, action: Action) -> Answer | None:
     session = acc.session
-    match action:
+    match action:  # the most frequent first: a class pattern is an isinstance check, tried in order
+        case Forward(_, limits):
+            assert session is not None
+            return await forward(request, gw, session, acc.message, limits)
+        case PassThrough(upstream):
+            return await on_modern(request, gw, acc, upstream)
         case Reply(message, warning):
             if warning:
                 log.warning("%s refused: %s", acc.message.get("method"), warning)
             return json_response(message)
         case Acknowledge():
             return web.Response(status=_ACCEPTED)
+        case Deliver(message):
+            assert session is not None
+            await deliver(gw, session, message)
         case UpdateSession():
             assert session is not None
             await update_session(gw, session, action)
+        case Cancel(request_id, reason):
+            assert session is not None
+            await cancel(gw, session, request_id, reason, acc.message)
         case OpenSession():
             return await open_session(request, gw, acc, action)
         case ChangeSubscription(ident, params, subscribe):
             assert session is not None
             return await on_subscribe(request, gw, session, ident, dict(params), subscribe)
-        case Forward(_, limits):
-            assert session is not None
-            return await forward(request, gw, session, acc.message, limits)
-        case Cancel(request_id, reason):
-            assert session is not None
-            await cancel(gw, session, request_id, reason, acc.message)
-        case Deliver(message):
-            assert session is not None
-            await deliver(gw, session, message)
         case Stream(kind):
             return await _stream(request, gw, acc, kind)
         case FanOut():
             return await on_batch(request, gw, acc, lambda element: _element(request, gw, element))
-        case PassThrough(upstream):
-            return await on_modern(request, gw, acc, upstream)
         case Refuse(rejection):
             return rejection_response(rejection)
         case _:
@@ -98,9 +106,9 @@ async def _perform(request: web.Request, gw: Gateway, acc: Accepted, action: Act
     return None
 
 
-async def answer(request: web.Request, gw: Gateway, acc: Accepted) -> Answer:
+def answer(request: web.Request, gw: Gateway, acc: Accepted) -> Awaitable[Answer]:
     """The answer to one accepted message: the session core's actions, performed."""
-    return await perform(request, gw, acc, handle(acc, context(gw, acc)))
+    return perform(request, gw, acc, handle(acc, context(gw, acc)))
 
 
 async def _element(request: web.Request, gw: Gateway, element: Accepted) -> Answer:

@@ -222,3 +222,7 @@ def test_actions_are_frozen_values() -> None:
     with pytest.raises(dataclasses.FrozenInstanceError):
         S.Cancel(1, None).request_id = 2  # type: ignore[misc]
     assert hash(S.Stream(Kind.DELETE)) == hash(S.Stream(Kind.DELETE))
+
+
+def test_the_kind_table_covers_every_kind() -> None:
+    assert set(S._BY_KIND) == set(Kind)
