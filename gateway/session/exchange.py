@@ -180,6 +180,8 @@ class Exchange:
         """Before the client is asked: record this replica as the owner of every id it is asked under and of the
         request, so a replica that gets its answer or cancel can pass it on here (docs/design.md §34). For as
         long as the client may take to answer; each round renews the request's claim."""
+        if self.runtime.gateway.relay is None:  # one process holds every exchange: nobody asks who owns one
+            return
         asks = {answer_key(a.message["id"]) for a in actions if isinstance(a, B.SendToClient) and "id" in a.message}
         keys = {key for key in asks if key is not None}
         if not keys:

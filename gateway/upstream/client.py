@@ -182,6 +182,8 @@ class _Failures:
         return None
 
     async def __aexit__(self, kind: Any, exc: BaseException | None, _tb: Any) -> None:
+        if exc is None:  # every answer that arrived: nothing to map
+            return
         if isinstance(exc, (TooLarge, EventTooLarge)):  # before BrokenResponse: TooLarge is one
             raise UpstreamFailure(upstream_failure("too_large", str(exc))) from exc
         if isinstance(exc, PoolBusy):  # the upstream may be fine: the gateway's own connection limit is full
