@@ -14,12 +14,13 @@ import os
 import queue
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from adapters.jsonwire import dumps
-from adapters.trace import Seen, TapKind, trace_record
+from adapters.trace import Seen, TapKind, every_kind, trace_record
 
 
 @dataclass
@@ -92,6 +93,22 @@ class Tracer:
                     return
         finally:
             writer.close()
+
+
+class Tee:
+    """A trace and another tap (``check``'s round counter) as one tap: the trace sees every kind, the other
+    tap only the two original ones (adapters.trace.every_kind)."""
+
+    every_kind = True
+
+    def __init__(self, tracer: Tracer, other: Callable[[str, Any], None]) -> None:
+        self.tracer, self.other = tracer, other
+        self.other_every_kind = every_kind(other)
+
+    def __call__(self, kind: str, message: Any) -> None:
+        self.tracer(kind, message)
+        if self.other_every_kind or kind in (TapKind.UPSTREAM, TapKind.DOWNSTREAM):
+            self.other(kind, message)
 
 
 class _RotatingFile:
