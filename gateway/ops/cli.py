@@ -36,8 +36,8 @@ from gateway.ops.replay import add_arguments as add_replay_arguments
 from gateway.ops.replay import run as run_replay
 from gateway.ops.trace import add_arguments as add_trace_arguments
 from gateway.ops.trace import add_serve_arguments as add_serve_trace_arguments
+from gateway.ops.trace import otel_exporting, traced_app, with_otel, with_trace
 from gateway.ops.trace import run as run_trace
-from gateway.ops.trace import traced_app, with_trace
 from gateway.telemetry.report import add_arguments as add_report_arguments
 from gateway.telemetry.report import run as run_report
 from gateway.telemetry.usage import serve_defaults as usage_serve_defaults
@@ -191,8 +191,11 @@ def served_app(args: argparse.Namespace) -> tuple[web.Application, GatewayConfig
     config = usage_serve_defaults(configured(args), args.usage_db)  # serve keeps usage history by default
     if config.embedded_workspace is None:  # serve's demo: the user's own folder is a workspace of the core
         config = config.model_copy(update={"embedded_workspace": os.getcwd()})
-    config = with_trace(with_store(config, args.store), args.trace, args.trace_content)
+    config = with_otel(with_trace(with_store(config, args.store), args.trace, args.trace_content), args.otel)
     app = traced_app(config)  # create_app, with the trace as its tap when one is configured
+    exporting = otel_exporting(app, config)
+    if exporting is not None:
+        logging.getLogger("gateway").info("OpenTelemetry spans: exported over OTLP to %s", exporting)
     if args.config:
         install_sighup(app, args.config, **overrides)
     if args.pid_file:

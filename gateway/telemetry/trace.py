@@ -32,7 +32,9 @@ class Scope:
     request: Any
     runtimes: Any = None
     round: int | None = None
-    sent: set[str] = field(default_factory=set)  # responses already traced from a stream (by encoded id)
+    sent: set[str] = field(default_factory=set)
+    traced: bool = True  # the peer's choices ([peers.trace] over [gateway.trace])
+    content: bool | None = None  # None: the trace's own  # responses already traced from a stream (by encoded id)
 
     def current_round(self) -> int | None:
         runtime = self.runtimes.get(self.session) if self.runtimes is not None and self.session else None
@@ -68,11 +70,14 @@ class Tracer:
     def __call__(self, kind: str, message: Any) -> None:
         scope = SCOPE.get()
         if scope is not None:
+            if not scope.traced:
+                return
             scope.note(kind, message)
+        content = self.content if scope is None or scope.content is None else scope.content
         seen = Seen(scope.session if scope else None, scope.request if scope else None,
                     scope.current_round() if scope else None, time.monotonic() * 1000)
         for one in message if isinstance(message, list) else [message]:  # a batch: one record per message
-            record = trace_record(TapKind(kind), one, seen, content=self.content)
+            record = trace_record(TapKind(kind), one, seen, content=content)
             self._queue.put(dumps(record) + b"\n")
 
     def close(self) -> None:
