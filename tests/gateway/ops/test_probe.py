@@ -172,7 +172,7 @@ async def test_require_upstream_fails_when_a_named_upstream_is_unreachable(tmp_p
     text = err.decode()
     assert proc.returncode != 0 and "Traceback" not in text
     assert f"upstream 'gone' ({gone}): not reachable" in text and "(--require-upstream)" in text
-    assert "'good'" not in text.splitlines()[-1]  # only what failed is blamed
+    assert good not in text.splitlines()[-1]  # only what failed is blamed
 
 
 async def test_a_named_upstream_with_the_gateways_credential_is_probed_with_it(aiohttp_server) -> None:
