@@ -70,7 +70,8 @@ def traced_app(config: GatewayConfig) -> web.Application:
     last records are written when the app shuts down."""
     if config.trace.file is None:
         return create_app(config)
-    tracer = Tracer(config.trace.file, max_bytes=config.trace.max_bytes, content=config.trace.content)
+    tracer = Tracer(config.trace.file, max_bytes=config.trace.max_bytes, content=config.trace.content,
+                    enabled=config.trace.enabled)
     app = create_app(config, tap=tracer)
 
     async def close(_app: web.Application) -> None:

@@ -61,17 +61,18 @@ class Tracer:
 
     every_kind = True  # adapters.trace.every_kind: this tap wants client messages and upstream answers too
 
-    def __init__(self, path: str | Path, *, max_bytes: int, content: bool = False) -> None:
+    def __init__(self, path: str | Path, *, max_bytes: int, content: bool = False, enabled: bool = True) -> None:
         self.path, self.max_bytes, self.content = Path(path), max_bytes, content
+        self.enabled = enabled  # for messages outside any request's scope (the peers' choices are in the scope)
         self._queue: queue.SimpleQueue[bytes | None] = queue.SimpleQueue()
         self._thread = threading.Thread(target=self._drain, name="gateway-trace", daemon=True)
         self._thread.start()
 
     def __call__(self, kind: str, message: Any) -> None:
         scope = SCOPE.get()
+        if not (self.enabled if scope is None else scope.traced):
+            return
         if scope is not None:
-            if not scope.traced:
-                return
             scope.note(kind, message)
         content = self.content if scope is None or scope.content is None else scope.content
         seen = Seen(scope.session if scope else None, scope.request if scope else None,
