@@ -198,13 +198,18 @@ def check_modern_meta(message: Mapping[str, Any]) -> Rejection | None:
     return None
 
 
+def session_expired(session: SessionRecord, now_ms: int, idle_ms: int) -> bool:
+    """Idle for longer than the limit: its id answers 404 from now on, and its client can reach none of its work."""
+    return now_ms - session.last_seen_ms > idle_ms
+
+
 def check_session(view: HttpView, session: SessionRecord | None, principal: str,
                   policy: Policy, now_ms: int, ident: Any = None) -> Rejection | None:
     """The session checks, refusing with ``ident`` (the request's id, when a body was read)."""
     if "mcp-session-id" not in view.headers:
         return reject("missing_session", "Mcp-Session-Id header is required", ident)
     # Another principal's session is reported exactly like an unknown one: 404, nothing leaked.
-    if session is None or session.principal != principal or now_ms - session.last_seen_ms > policy.session_idle_ms:
+    if session is None or session.principal != principal or session_expired(session, now_ms, policy.session_idle_ms):
         return reject("unknown_session", "session not found", ident)
     version = view.headers.get("mcp-protocol-version")
     if version is not None and (version not in LEGACY_VERSIONS or version != session.protocol_version):

@@ -50,6 +50,8 @@ class Peer:
     max_rounds: int | None = None
     answer_timeout_seconds: float | None = None
     extra: Mapping[str, Any] = field(default_factory=dict)
+    trace: bool | None = None  # translation traces and spans for this peer (None: the gateway's [gateway.trace])
+    trace_content: bool | None = None  # with content (None: the gateway's)
 
     @property
     def legacy(self) -> tuple[str, ...]:
@@ -156,7 +158,8 @@ def peer_record(peer: Peer) -> dict[str, Any]:
     return {"name": peer.name, "revisions": list(peer.revisions), "sunset": peer.sunset,
             "deprecation_notice": peer.deprecation_notice, "upstream": peer.upstream,
             "input_kinds": list(peer.input_kinds), "max_rounds": peer.max_rounds,
-            "answer_timeout_seconds": peer.answer_timeout_seconds}
+            "answer_timeout_seconds": peer.answer_timeout_seconds, "trace": peer.trace,
+            "trace_content": peer.trace_content}
 
 
 def peer_from_record(data: Mapping[str, Any]) -> Peer:
@@ -165,7 +168,25 @@ def peer_from_record(data: Mapping[str, Any]) -> Peer:
     return Peer(data["name"], tuple(data["revisions"]), sunset=data.get("sunset"),
                 deprecation_notice=data.get("deprecation_notice"),
                 upstream=data.get("upstream", "default"), input_kinds=tuple(data.get("input_kinds", INPUT_KINDS)),
-                max_rounds=data.get("max_rounds"), answer_timeout_seconds=data.get("answer_timeout_seconds"))
+                max_rounds=data.get("max_rounds"), answer_timeout_seconds=data.get("answer_timeout_seconds"),
+                trace=data.get("trace"), trace_content=data.get("trace_content"))
+
+
+def client_info_of(initialize: bool, params: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    """The clientInfo a session-less request reports: the handshake's own (2025-11-25 basic/lifecycle), or a
+    2026-07-28 request's ``_meta`` entry (2026-07-28 basic §_meta)."""
+    meta = params.get("_meta")
+    info = params.get("clientInfo") if initialize else (
+        meta.get("io.modelcontextprotocol/clientInfo") if isinstance(meta, Mapping) else None)
+    return info if isinstance(info, Mapping) else None
+
+
+def trace_policy(peer: Peer | None, enabled: bool, content: bool) -> tuple[bool, bool]:
+    """(traced, with content) for a peer's requests: its own ``[peers.trace]`` choices over the gateway's."""
+    if peer is None:
+        return enabled, content
+    return (enabled if peer.trace is None else peer.trace,
+            content if peer.trace_content is None else peer.trace_content)
 
 
 def mask_capabilities(caps: Mapping[str, Any], peer: Peer) -> dict[str, Any]:

@@ -61,6 +61,14 @@ class BridgePolicyConfig(_Frozen):
     answer_timeout_seconds: float | None = Field(None, gt=0)
 
 
+class PeerTraceConfig(_Frozen):
+    """``[peers.trace]``: this peer's translation traces and OpenTelemetry spans; unset keys follow
+    ``[gateway.trace]``."""
+
+    enabled: bool | None = None
+    content: bool | None = None
+
+
 class PeerConfig(_Frozen):
     name: str = Field(pattern=r"^[A-Za-z0-9_.-]{1,64}$")
     principals: tuple[str, ...] = ()
@@ -73,6 +81,7 @@ class PeerConfig(_Frozen):
     upstream: str = "default"
     canary: dict[str, int] = Field(default_factory=dict)
     bridge: BridgePolicyConfig = BridgePolicyConfig()
+    trace: PeerTraceConfig = PeerTraceConfig()
 
     @model_validator(mode="after")
     def _sane(self) -> PeerConfig:
@@ -87,7 +96,8 @@ class PeerConfig(_Frozen):
         return Peer(self.name, tuple(self.revisions), tuple(self.principals), self.client_name, self.client_version,
                     self.sunset.isoformat() if self.sunset else None, self.deprecation_notice, self.upstream,
                     tuple(self.canary.items()),
-                    tuple(bridge.input_kinds), bridge.max_rounds, bridge.answer_timeout_seconds)
+                    tuple(bridge.input_kinds), bridge.max_rounds, bridge.answer_timeout_seconds,
+                    trace=self.trace.enabled, trace_content=self.trace.content)
 
 
 class TokenConfig(_Frozen):

@@ -95,6 +95,14 @@ class TraceConfig(_Frozen):
     file: str | None = None  # JSON Lines; `serve --trace FILE` overrides it
     max_bytes: int = Field(100 << 20, ge=1024)  # past this the file moves to FILE.1 (one old file kept)
     content: bool = False  # keep arguments, sampling/elicitation content, results and requestState
+    enabled: bool = True  # trace every peer's requests (a peer's [peers.trace] enabled overrides it)
+
+
+class OtelConfig(_Frozen):
+    """``[gateway.otel]``: OpenTelemetry spans (gateway.telemetry.otel; the ``otel`` extra). Where they go is set
+    by the standard ``OTEL_*`` environment variables; which peers and whether with content, by the trace keys."""
+
+    enabled: bool = False  # `serve --otel` sets it
 
 
 class GatewayConfig(_Frozen):
@@ -143,6 +151,7 @@ class GatewayConfig(_Frozen):
     usage: UsageConfig = UsageConfig()  # [gateway.usage]: the migration-progress store
     store: StoreConfig = StoreConfig()  # [gateway.store]: the session store
     trace: TraceConfig = TraceConfig()  # [gateway.trace]: translation traces
+    otel: OtelConfig = OtelConfig()  # [gateway.otel]: OpenTelemetry spans
     pins: PinsConfig = PinsConfig()  # the file's top-level [[peers]], [default_peer], [upstreams.*], [[tokens]]
 
     def policy(self, tokens: dict[str, str] | None = None) -> Policy:

@@ -29,6 +29,7 @@ from gateway.http.tracing import trace_answer, trace_request
 from gateway.http.ws_door import add_ws_door
 from gateway.session.backends import store_lifetime
 from gateway.session.listen import ListenHub
+from gateway.session.observer import Observer, Observers
 from gateway.session.relay import relay_lifetime
 from gateway.session.runtime import Gateway, PinState, log
 from gateway.session.store import SessionStore, StoreUnavailable
@@ -127,6 +128,17 @@ def named_upstreams(config: GatewayConfig, core_url: str | None, tap: Tap | None
     return clients
 
 
+def watchers(gateway: Gateway) -> Observer:
+    """Who watches the traffic: migration accounting, and OpenTelemetry spans when ``[gateway.otel]`` is on (the
+    optional ``otel`` extra is imported only then)."""
+    usage = UsageObserver(gateway)
+    if not gateway.config.otel.enabled:
+        return usage
+    from gateway.telemetry.otel import OtelObserver
+
+    return Observers(usage, OtelObserver(gateway))
+
+
 def upstream_sizes(config: GatewayConfig) -> UpstreamSizes:
     """The gateway-wide bounds on upstream answers (named upstreams use them too)."""
     return UpstreamSizes(config.max_upstream_response_bytes, config.max_sse_event_bytes,
@@ -154,7 +166,7 @@ def create_app(config: GatewayConfig, *, store: SessionStore | None = None, tap:
             gateway = Gateway(config, session_store, upstream, tap, upstreams=named,
                               pins=PinState.from_config(config, dict(os.environ)))
             gateway.hub = ListenHub(gateway)
-            gateway.observer = UsageObserver(gateway)  # migration accounting watches the traffic
+            gateway.observer = watchers(gateway)
             app[GATEWAY] = gateway
             if core_url is not None:
                 app[CORE_URL] = core_url

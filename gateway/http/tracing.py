@@ -14,6 +14,7 @@ from aiohttp import web
 
 from adapters.classify import Accepted, Kind
 from adapters.jsonwire import loads
+from adapters.peers import trace_policy
 from adapters.trace import TapKind
 from gateway.session.runtime import Gateway
 from gateway.telemetry.trace import SCOPE, Scope
@@ -27,7 +28,12 @@ def trace_request(gw: Gateway, acc: Accepted) -> None:
     session = acc.session.session_id if acc.session is not None else None
     if acc.kind is Kind.INITIALIZE:  # no session id yet: one of its own, so two handshakes never share a key
         session = f"initialize-{next(_handshakes)}"
-    SCOPE.set(Scope(session, _legacy_request(gw, session, acc), gw.runtimes))
+    peer = gw.request_peer(acc)  # its [peers.trace] over [gateway.trace]; content unset: the trace's own
+    traced = trace_policy(peer, gw.config.trace.enabled, False)[0]
+    SCOPE.set(Scope(session, _legacy_request(gw, session, acc), gw.runtimes, traced=traced,
+                    content=peer.trace_content))
+    if not traced:  # this peer's traffic is not traced ([peers.trace] enabled = false)
+        return
     if acc.kind is Kind.BATCH:
         for element in acc.batch:
             if isinstance(element, Accepted):

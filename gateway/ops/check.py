@@ -24,6 +24,7 @@ import aiohttp
 from adapters import check as C
 from adapters.capabilities import client_caps_to_modern
 from adapters.upstream import SessionView, build_request
+from gateway.config.settings import TraceConfig
 from gateway.ops.legacy_client import ACCEPT, MAX_PAGES, LegacyClient, Rounds, Unusable, served_gateway
 
 
@@ -35,6 +36,7 @@ class Options:
     arguments: Mapping[str, Any] = field(default_factory=dict)
     roots: tuple[str, ...] = ()
     timeout: float = 60.0
+    trace: TraceConfig | None = None  # --trace FILE [--trace-content]: the run's translation trace
 
     @property
     def authorization(self) -> str | None:
@@ -122,7 +124,7 @@ async def run_check(opts: Options) -> Outcome:
     async with aiohttp.ClientSession(timeout=timeout) as http:
         verdict, upstream_tools = await probe(http, opts)
         rounds = Rounds()
-        async with served_gateway(opts.upstream, rounds) as url:
+        async with served_gateway(opts.upstream, rounds, opts.trace) as url:
             client = LegacyClient(http, url, _canned(opts), opts.authorization)
             try:
                 notes, legacy_tools = await _session_checks(client)
@@ -200,6 +202,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--roots", help="comma-separated root URIs for roots/list (default: the current directory)")
     parser.add_argument("--timeout", type=float, default=60.0, help="seconds per tool call (default 60)")
     parser.add_argument("--json", action="store_true", help="print one JSON document instead of a table")
+    parser.add_argument("--trace", metavar="FILE", help="write the run's translation trace here (JSON Lines, as "
+                        "`serve --trace`; `python -m gateway trace FILE` renders it)")
+    parser.add_argument("--trace-content", action="store_true",
+                        help="keep arguments, sampling/elicitation content and results in the trace")
 
 
 def options(args: argparse.Namespace) -> Options:
@@ -209,7 +215,18 @@ def options(args: argparse.Namespace) -> Options:
         if not token:
             raise Unusable(f"environment variable {args.token_env} is not set")
     roots = _split(args.roots) or (Path.cwd().resolve().as_uri(),)
-    return Options(args.upstream, token, _split(args.tools), load_arguments(args.args), roots, args.timeout)
+    trace = TraceConfig(file=_writable(args.trace), content=args.trace_content) if args.trace else None
+    return Options(args.upstream, token, _split(args.tools), load_arguments(args.args), roots, args.timeout, trace)
+
+
+def _writable(path: str) -> str:
+    """``--trace FILE``, refused before the run when it cannot be written (the trace's writer is a thread)."""
+    try:
+        with open(path, "ab"):
+            pass
+    except OSError as exc:
+        raise Unusable(f"--trace {path}: {exc.strerror or exc}") from None
+    return path
 
 
 def _split(value: str | None) -> tuple[str, ...]:

@@ -36,8 +36,8 @@ from gateway.ops.replay import add_arguments as add_replay_arguments
 from gateway.ops.replay import run as run_replay
 from gateway.ops.trace import add_arguments as add_trace_arguments
 from gateway.ops.trace import add_serve_arguments as add_serve_trace_arguments
+from gateway.ops.trace import otel_exporting, traced_app, with_otel, with_trace
 from gateway.ops.trace import run as run_trace
-from gateway.ops.trace import traced_app, with_trace
 from gateway.telemetry.report import add_arguments as add_report_arguments
 from gateway.telemetry.report import run as run_report
 from gateway.telemetry.usage import serve_defaults as usage_serve_defaults
@@ -87,8 +87,9 @@ def parser() -> argparse.ArgumentParser:
                        help="a folder the embedded core lets anonymous clients scan (default: the current "
                             "directory; [gateway] embedded_workspace)")
     serve.add_argument("--require-upstream", action="store_true",
-                       help="exit non-zero when the start-up probe finds no 2026-07-28 server at the upstream "
-                            "(default: log what it found and serve anyway; the upstream may come up later)")
+                       help="exit non-zero when the start-up probe finds no 2026-07-28 server at the upstream or "
+                            "at any named upstream (default: log what it found and serve anyway; an upstream may "
+                            "come up later)")
     add_serve_trace_arguments(serve)
     check = commands.add_parser("check-config", help="validate a configuration file without serving")
     check.add_argument("file")
@@ -191,8 +192,11 @@ def served_app(args: argparse.Namespace) -> tuple[web.Application, GatewayConfig
     config = usage_serve_defaults(configured(args), args.usage_db)  # serve keeps usage history by default
     if config.embedded_workspace is None:  # serve's demo: the user's own folder is a workspace of the core
         config = config.model_copy(update={"embedded_workspace": os.getcwd()})
-    config = with_trace(with_store(config, args.store), args.trace, args.trace_content)
+    config = with_otel(with_trace(with_store(config, args.store), args.trace, args.trace_content), args.otel)
     app = traced_app(config)  # create_app, with the trace as its tap when one is configured
+    exporting = otel_exporting(app, config)
+    if exporting is not None:
+        logging.getLogger("gateway").info("OpenTelemetry spans: exported over OTLP to %s", exporting)
     if args.config:
         install_sighup(app, args.config, **overrides)
     if args.pid_file:
@@ -215,22 +219,24 @@ def with_store(config: GatewayConfig, url: str | None) -> GatewayConfig:
     return config.model_copy(update={"store": store})
 
 
-def check_upstream(url: str | None, required: bool, timeout: float) -> None:
-    """The start-up probe (gateway.ops.probe): one line saying what is at the upstream URL; with ``required``,
-    anything but a 2026-07-28 server ends start-up with that line."""
-    if url is None:
-        return  # the embedded core: nothing to probe
+def check_upstream(config: GatewayConfig, required: bool) -> None:
+    """The start-up probe (gateway.ops.probe): one line per upstream (the default one and each named one) saying
+    what is there; with ``required``, any that is not a 2026-07-28 server ends start-up with its line."""
     from adapters.probe import UpstreamKind
-    from gateway.ops.probe import probe, startup_line
+    from gateway.ops.probe import probe_all, targets
 
-    verdict = asyncio.run(probe(url, seconds=min(timeout, 5.0)))
-    line = startup_line(url, verdict)
-    if verdict.kind is UpstreamKind.MODERN:
-        logging.getLogger("gateway").info("%s", line)
-    elif required:
-        raise SystemExit(f"gateway: {line} (--require-upstream)")
-    else:
-        logging.getLogger("gateway").warning("%s; serving anyway", line)
+    found = targets(config, os.environ)
+    if not found:
+        return  # only the embedded core: nothing to probe
+    verdicts = asyncio.run(probe_all(found, min(config.upstream_connect_timeout_seconds, 5.0)))
+    failed = [target.line(verdict) for target, verdict in verdicts if verdict.kind is not UpstreamKind.MODERN]
+    if required and failed:
+        raise SystemExit(f"gateway: {'; '.join(failed)} (--require-upstream)")
+    for target, verdict in verdicts:
+        if verdict.kind is UpstreamKind.MODERN:
+            logging.getLogger("gateway").info("%s", target.line(verdict))
+        else:
+            logging.getLogger("gateway").warning("%s; serving anyway", target.line(verdict))
 
 
 def serve(args: argparse.Namespace) -> None:
@@ -242,7 +248,7 @@ def serve(args: argparse.Namespace) -> None:
         if problem is not None:
             raise SystemExit(f"gateway: {problem}")
         raise SystemExit(supervise(args.serve_argv, args.workers))
-    check_upstream(config.upstream_url, args.require_upstream, config.upstream_connect_timeout_seconds)
+    check_upstream(config, args.require_upstream)
     app, config = served_app(args)
     access_log = None if args.no_access_log else logging.getLogger("aiohttp.access")
     logging.getLogger().setLevel(args.log_level.upper())

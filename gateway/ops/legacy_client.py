@@ -19,9 +19,10 @@ import aiohttp
 from aiohttp import web
 
 from adapters import check as C
-from gateway.config.settings import load_config
+from gateway.config.settings import TraceConfig, load_config
 from gateway.http.app import create_app
 from gateway.http.door import sse_messages
+from gateway.telemetry.trace import Tee, Tracer
 
 ACCEPT = "application/json, text/event-stream"
 MAX_PAGES = 100  # a server whose cursors never end must not hold a client forever
@@ -56,11 +57,14 @@ class Rounds:
 
 
 @asynccontextmanager
-async def served_gateway(upstream: str, tap: Rounds) -> AsyncIterator[str]:
+async def served_gateway(upstream: str, tap: Rounds, trace: TraceConfig | None = None) -> AsyncIterator[str]:
     """The gateway for ``upstream`` on 127.0.0.1:<ephemeral>; yields its /mcp URL. Usage recording is off: a
-    check, a replay or a test is not traffic."""
+    check, a replay or a test is not traffic. With ``trace`` (a file), the run's translation trace is written
+    there, as ``serve --trace`` writes it."""
     config = load_config(upstream_url=upstream, port=0, usage={"enabled": False})
-    runner = web.AppRunner(create_app(config, tap=tap), access_log=None)
+    tracer = None if trace is None or trace.file is None else Tracer(trace.file, max_bytes=trace.max_bytes,
+                                                                      content=trace.content)
+    runner = web.AppRunner(create_app(config, tap=tap if tracer is None else Tee(tracer, tap)), access_log=None)
     await runner.setup()
     try:
         site = web.TCPSite(runner, "127.0.0.1", 0)
@@ -69,6 +73,8 @@ async def served_gateway(upstream: str, tap: Rounds) -> AsyncIterator[str]:
         yield f"http://{host}:{port}/mcp"
     finally:
         await runner.cleanup()
+        if tracer is not None:
+            tracer.close()  # after the app's end: its last answers are traced
 
 
 # --- the 2025-11-25 client ----------------------------------------------------------------------------------

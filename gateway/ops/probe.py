@@ -1,12 +1,16 @@
-"""The start-up probe of the upstream (``serve``): one ``server/discover``, and a 2025 ``initialize`` when that
-answer is not conclusive, sent once with aiohttp's client; ``adapters.probe`` judges the answers.
+"""The start-up probe of the upstreams (``serve``: the default one and every named one): one ``server/discover``
+each, and a 2025 ``initialize`` when that answer is not conclusive, sent once with aiohttp's client;
+``adapters.probe`` judges the answers.
 
 It runs once, before the gateway listens, so its own short timeout bounds how long start-up can wait.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
+from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import aiohttp
@@ -14,6 +18,7 @@ import aiohttp
 from adapters.jsonwire import dumps
 from adapters.probe import ProbeAnswer, Verdict, judge, judge_http, needs_initialize
 from adapters.upstream import SessionView, build_discover
+from gateway.config.settings import GatewayConfig
 
 log = logging.getLogger("gateway")
 _MAX_BODY = 64 << 10  # enough for any discover or initialize answer; a probe never reads a whole page
@@ -29,15 +34,50 @@ _INITIALIZE = {
 _INITIALIZE_HEADERS = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
 
 
-async def probe(url: str, seconds: float = 5.0) -> Verdict:
+@dataclass(frozen=True, slots=True)
+class Target:
+    """An upstream ``serve`` probes: the default one (``--upstream``) or a named one (``[upstreams.NAME]``), with
+    the gateway's own credential when that upstream is configured to get it (``auth = "gateway"``)."""
+
+    name: str | None  # None: the default upstream
+    url: str
+    authorization: str | None = None
+
+    def line(self, verdict: Verdict) -> str:
+        """The one line ``serve`` logs for it (and ``--require-upstream`` exits with)."""
+        if self.name is None:
+            return startup_line(self.url, verdict)
+        return f"upstream {self.name!r} ({self.url}): {verdict.message}"
+
+
+def targets(config: GatewayConfig, env: Mapping[str, str]) -> list[Target]:
+    """Every upstream a request may go to, except the embedded core (it runs in this process)."""
+    found = [Target(None, config.upstream_url)] if config.upstream_url else []
+    for name, upstream in config.pins.upstreams.items():
+        if upstream.url == "embedded":
+            continue
+        credential = env.get(upstream.token_env or "") if upstream.auth == "gateway" else None
+        found.append(Target(name, upstream.url, f"Bearer {credential}" if credential else None))
+    return found
+
+
+async def probe_all(found: list[Target], seconds: float) -> list[tuple[Target, Verdict]]:
+    """Each target's verdict, probed at once (start-up waits for the slowest, not for their sum)."""
+    verdicts = await asyncio.gather(*(probe(t.url, seconds, t.authorization) for t in found))
+    return list(zip(found, verdicts, strict=True))
+
+
+async def probe(url: str, seconds: float = 5.0, authorization: str | None = None) -> Verdict:
     """What is at ``url``; never raises for the upstream's sake (every failure is a verdict)."""
     call = build_discover(_PROBE_ID, SessionView(capabilities={}))
+    headers = {**call.headers, "Authorization": authorization} if authorization else call.headers
     limit = aiohttp.ClientTimeout(total=seconds)
     async with aiohttp.ClientSession(timeout=limit) as http:
-        discover = await _post(http, url, call.body, call.headers)
+        discover = await _post(http, url, call.body, headers)
         if not needs_initialize(judge_http(discover)):
             return judge(discover)
-        return judge(discover, await _post(http, url, _INITIALIZE, _INITIALIZE_HEADERS))
+        second = {**_INITIALIZE_HEADERS, "Authorization": authorization} if authorization else _INITIALIZE_HEADERS
+        return judge(discover, await _post(http, url, _INITIALIZE, second))
 
 
 async def _post(http: aiohttp.ClientSession, url: str, body: dict[str, Any], headers: dict[str, str]) -> ProbeAnswer:

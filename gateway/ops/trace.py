@@ -1,4 +1,5 @@
-"""``serve --trace FILE [--trace-content]`` (attaching a :class:`~gateway.telemetry.trace.Tracer` to the app) and
+"""``serve --trace FILE [--trace-content]`` (attaching a :class:`~gateway.telemetry.trace.Tracer` to the app),
+``serve --otel`` (the OpenTelemetry SDK's provider and OTLP exporter, for gateway.telemetry.otel's spans) and
 ``python -m gateway trace FILE [--request ID] [--html OUT]`` (reading one back: adapters.trace_view)."""
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from typing import Any
 from aiohttp import web
 
 from adapters.trace_view import group, html_page, summary
-from gateway.config.settings import GatewayConfig, TraceConfig
+from gateway.config.settings import GatewayConfig, OtelConfig, TraceConfig
 from gateway.http.app import create_app
 from gateway.telemetry.trace import Tracer
 
@@ -22,6 +23,35 @@ def add_serve_arguments(serve: argparse.ArgumentParser) -> None:
                        help="write a translation trace (JSON Lines) here (overrides [gateway.trace].file)")
     serve.add_argument("--trace-content", action="store_true",
                        help="keep arguments, sampling/elicitation content and results in the trace")
+    serve.add_argument("--otel", action="store_true",
+                       help="export OpenTelemetry spans over OTLP, set up by the OTEL_* environment variables "
+                            "(needs the otel extra; overrides [gateway.otel].enabled)")
+
+
+def with_otel(config: GatewayConfig, flag: bool) -> GatewayConfig:
+    """``--otel`` over the file's ``[gateway.otel] enabled``."""
+    if not flag:
+        return config
+    return config.model_copy(update={"otel": OtelConfig(enabled=True)})
+
+
+def otel_exporting(app: web.Application, config: GatewayConfig) -> str | None:
+    """With spans on: the SDK's provider and OTLP exporter installed (flushed when the app ends); where spans go.
+    Without the ``otel`` extra, start-up ends with the one line saying what to install."""
+    if not config.otel.enabled:
+        return None
+    try:
+        from gateway.telemetry.otel import install_provider, shutdown_provider
+
+        target = install_provider()
+    except ImportError as exc:
+        raise SystemExit(f"gateway: OpenTelemetry spans need the otel extra "
+                         f"(pip install 'mcp-legacy-gateway[otel]'): {exc}") from None
+
+    async def flush(_app: web.Application) -> None:
+        shutdown_provider()
+    app.on_cleanup.append(flush)
+    return target
 
 
 def with_trace(config: GatewayConfig, file: str | None, content: bool) -> GatewayConfig:
@@ -40,7 +70,8 @@ def traced_app(config: GatewayConfig) -> web.Application:
     last records are written when the app shuts down."""
     if config.trace.file is None:
         return create_app(config)
-    tracer = Tracer(config.trace.file, max_bytes=config.trace.max_bytes, content=config.trace.content)
+    tracer = Tracer(config.trace.file, max_bytes=config.trace.max_bytes, content=config.trace.content,
+                    enabled=config.trace.enabled)
     app = create_app(config, tap=tracer)
 
     async def close(_app: web.Application) -> None:

@@ -22,6 +22,7 @@ from typing import Any, cast
 
 from adapters import bridge as B
 from adapters.admission import roots_cacheable
+from adapters.classify import session_expired
 from adapters.errors import INTERNAL_ERROR, ErrorValue, store_unavailable
 from adapters.records import PendingRound, SessionRecord
 from adapters.relay import answer_key, request_key
@@ -37,6 +38,10 @@ REFRESH_PAGE_CAP = 20
 _SILENT = (B.Finish, B.AbortUpstream)  # after begin() there is no upstream task left to abort
 _TOTAL_TIMEOUT = B.TimerFired(B.Timer.TOTAL, 0)
 _INTERNAL = ErrorValue(INTERNAL_ERROR, "internal gateway error")  # a gateway bug: nothing more for the client
+
+
+def _backs_off(actions: list[Any]) -> bool:
+    return any(isinstance(a, B.ArmTimer) and a.name is B.Timer.BACKOFF for a in actions)
 
 
 class Exchange:
@@ -184,9 +189,12 @@ class Exchange:
             return
         asks = {answer_key(a.message["id"]) for a in actions if isinstance(a, B.SendToClient) and "id" in a.message}
         keys = {key for key in asks if key is not None}
-        if not keys:
+        request = request_key(self.record.session_id, self.record.downstream_id)
+        if not keys and not (request in self._owned and _backs_off(actions)):
             return
-        keys.add(request_key(self.record.session_id, self.record.downstream_id))
+        # A waiting round renews the request's claim too: a cancel reaching another replica long after the
+        # client's last answer (the user still on the out-of-band page) must still find this exchange.
+        keys.add(request)
         gateway = self.runtime.gateway
         await gateway.store.claim_owner(keys, gateway.replica, self.machine.ctx.limits.client_answer_timeout_seconds)
         self._owned |= keys
@@ -251,6 +259,11 @@ class Exchange:
         rec, self._session = self.record, None
         if session is None:
             session = await self.runtime.gateway.store.get_session(rec.session_id)
+            if session is not None and self._expired(session):
+                # A retry no client action started (a waiting round's backoff) on a session idle past the limit:
+                # its client is gone and can reach none of this (its next request gets 404), so polling the
+                # upstream for it would only go on until the total limit.
+                return B.Cancelled("session expired")
         if session is None:
             return B.Cancelled("session ended")
         answer = await self._send(session, extra)
@@ -264,6 +277,10 @@ class Exchange:
         if isinstance(answer, B.UpstreamResult) and rec.method == "tools/list":
             self._learn_header_maps(answer.result)
         return answer
+
+    def _expired(self, session: SessionRecord) -> bool:
+        gateway = self.runtime.gateway
+        return session_expired(session, gateway.clock(), gateway.policy.session_idle_ms)
 
     async def _send(self, session: Any, extra: dict[str, Any]) -> Answer:
         rec = self.record

@@ -46,3 +46,41 @@ class Unobserved:
     def exchange(self, request: web.Request, session: SessionRecord,
                  message: dict[str, Any]) -> ExchangeWatcher | None:
         return None
+
+
+class Watchers:
+    """Several exchange watchers as one (each sees every batch; a failing one never stops the others)."""
+
+    def __init__(self, watchers: list[ExchangeWatcher]) -> None:
+        self.watchers = watchers
+
+    def __call__(self, record: PendingRound, actions: list[Action]) -> None:
+        for watcher in self.watchers:
+            watcher(record, actions)
+
+    def done(self) -> None:
+        for watcher in self.watchers:
+            watcher.done()
+
+
+class Observers:
+    """Several observers as one, in order (usage accounting, then OpenTelemetry spans)."""
+
+    def __init__(self, *observers: Observer) -> None:
+        self.observers = observers
+
+    def arrived(self, request: web.Request) -> None:
+        for observer in self.observers:
+            observer.arrived(request)
+
+    def answered(self, request: web.Request, acc: Accepted, answer: web.StreamResponse,
+                 bridged: bool | None = None) -> None:
+        for observer in self.observers:
+            observer.answered(request, acc, answer, bridged)
+
+    def exchange(self, request: web.Request, session: SessionRecord,
+                 message: dict[str, Any]) -> ExchangeWatcher | None:
+        watchers = [w for o in self.observers if (w := o.exchange(request, session, message)) is not None]
+        if len(watchers) < 2:
+            return watchers[0] if watchers else None
+        return Watchers(watchers)

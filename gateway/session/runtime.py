@@ -17,8 +17,9 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from adapters.capabilities import client_caps_to_modern
+from adapters.classify import Accepted, Kind
 from adapters.errors import ErrorValue, shutting_down
-from adapters.peers import Peer, peer_from_record
+from adapters.peers import Peer, client_info_of, match_peer, peer_from_record
 from adapters.records import SessionRecord
 from adapters.trace import every_kind
 from adapters.upstream import SessionView
@@ -205,6 +206,15 @@ class Gateway:
         if session_id not in self.runtimes:
             self.runtimes[session_id] = SessionRuntime(session_id, self)
         return self.runtimes[session_id]
+
+    def request_peer(self, acc: Accepted) -> Peer:
+        """The peer a request is served for: its session's pinned one, else (a handshake, a 2026 request) the one
+        its principal and clientInfo match now. Reads only: no runtime is made for it."""
+        if acc.session is not None:
+            return peer_from_record(acc.session.pins)
+        params = acc.message.get("params")
+        info = client_info_of(acc.kind is Kind.INITIALIZE, params if isinstance(params, dict) else {})
+        return match_peer(self.pins.peers, self.pins.default, acc.principal, info)
 
     def peer_of(self, record: SessionRecord) -> Peer:
         runtime = self.runtime(record.session_id)

@@ -14,12 +14,13 @@ import os
 import queue
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from adapters.jsonwire import dumps
-from adapters.trace import Seen, TapKind, trace_record
+from adapters.trace import Seen, TapKind, every_kind, trace_record
 
 
 @dataclass
@@ -31,7 +32,9 @@ class Scope:
     request: Any
     runtimes: Any = None
     round: int | None = None
-    sent: set[str] = field(default_factory=set)  # responses already traced from a stream (by encoded id)
+    sent: set[str] = field(default_factory=set)
+    traced: bool = True  # the peer's choices ([peers.trace] over [gateway.trace])
+    content: bool | None = None  # None: the trace's own  # responses already traced from a stream (by encoded id)
 
     def current_round(self) -> int | None:
         runtime = self.runtimes.get(self.session) if self.runtimes is not None and self.session else None
@@ -58,20 +61,24 @@ class Tracer:
 
     every_kind = True  # adapters.trace.every_kind: this tap wants client messages and upstream answers too
 
-    def __init__(self, path: str | Path, *, max_bytes: int, content: bool = False) -> None:
+    def __init__(self, path: str | Path, *, max_bytes: int, content: bool = False, enabled: bool = True) -> None:
         self.path, self.max_bytes, self.content = Path(path), max_bytes, content
+        self.enabled = enabled  # for messages outside any request's scope (the peers' choices are in the scope)
         self._queue: queue.SimpleQueue[bytes | None] = queue.SimpleQueue()
         self._thread = threading.Thread(target=self._drain, name="gateway-trace", daemon=True)
         self._thread.start()
 
     def __call__(self, kind: str, message: Any) -> None:
         scope = SCOPE.get()
+        if not (self.enabled if scope is None else scope.traced):
+            return
         if scope is not None:
             scope.note(kind, message)
+        content = self.content if scope is None or scope.content is None else scope.content
         seen = Seen(scope.session if scope else None, scope.request if scope else None,
                     scope.current_round() if scope else None, time.monotonic() * 1000)
         for one in message if isinstance(message, list) else [message]:  # a batch: one record per message
-            record = trace_record(TapKind(kind), one, seen, content=self.content)
+            record = trace_record(TapKind(kind), one, seen, content=content)
             self._queue.put(dumps(record) + b"\n")
 
     def close(self) -> None:
@@ -92,6 +99,22 @@ class Tracer:
                     return
         finally:
             writer.close()
+
+
+class Tee:
+    """A trace and another tap (``check``'s round counter) as one tap: the trace sees every kind, the other
+    tap only the two original ones (adapters.trace.every_kind)."""
+
+    every_kind = True
+
+    def __init__(self, tracer: Tracer, other: Callable[[str, Any], None]) -> None:
+        self.tracer, self.other = tracer, other
+        self.other_every_kind = every_kind(other)
+
+    def __call__(self, kind: str, message: Any) -> None:
+        self.tracer(kind, message)
+        if self.other_every_kind or kind in (TapKind.UPSTREAM, TapKind.DOWNSTREAM):
+            self.other(kind, message)
 
 
 class _RotatingFile:

@@ -13,6 +13,7 @@ its subscriber: it takes a slot of the pool's stream limit, never one of the req
 
 from __future__ import annotations
 
+import contextvars
 from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Any
@@ -28,6 +29,10 @@ from gateway.upstream.h1 import BrokenResponse, H1Pool, PoolBusy, TooLarge, Unre
 from gateway.upstream.transport import Response, Transport
 
 Notify = Callable[[dict[str, Any]], None]
+# Headers that describe where a call is made from, for the calls made in this context: a span's W3C traceparent
+# (gateway.telemetry.otel sets it for an upstream round; the round's task inherits it). None: nothing to add.
+CALL_HEADERS: contextvars.ContextVar[Callable[[], dict[str, str]] | None] = contextvars.ContextVar(
+    "upstream_call_headers", default=None)
 Answer = UpstreamResult | UpstreamError  # what the upstream answered a request: the bridge's own events
 
 
@@ -80,6 +85,9 @@ class UpstreamClient:
 
     async def post(self, body: bytes, headers: dict[str, str]) -> Response:
         """One POST with this upstream's authorization rules; failures as :class:`UpstreamFailure`."""
+        extra = CALL_HEADERS.get()
+        if extra is not None:
+            headers = {**headers, **extra()}
         try:
             async with FAILURES:
                 return await self.pool.post(body, self.authorize(headers), stream=_is_listen(headers))

@@ -96,3 +96,13 @@ def test_canary_split_is_stable_and_proportional():
 def test_bridge_policy_input_kinds(method, params, refused):
     peer = Peer("p", input_kinds=("elicitation.form", "roots"))
     assert allowed_input_kind(peer, method, params) == refused
+
+
+def test_a_peers_trace_choices_override_the_gateways() -> None:
+    from adapters.peers import Peer, peer_from_record, peer_record, trace_policy
+
+    assert trace_policy(None, True, False) == (True, False)
+    assert trace_policy(Peer("p"), False, True) == (False, True)  # unset: the gateway's
+    debug = Peer("debug", trace=True, trace_content=True)
+    assert trace_policy(debug, False, False) == (True, True)
+    assert trace_policy(peer_from_record(peer_record(debug)), False, False) == (True, True)  # kept by sessions

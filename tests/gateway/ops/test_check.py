@@ -132,3 +132,29 @@ async def test_nothing_listening_exits_2(tmp_path) -> None:
 async def test_an_unset_token_variable_exits_2(tmp_path) -> None:
     code, _out, err = await cli(tmp_path, "--upstream", "http://127.0.0.1:9/mcp", "--token-env", "NO_SUCH_VAR_X")
     assert code == 2 and "NO_SUCH_VAR_X is not set" in err
+
+
+async def test_check_trace_is_the_serve_trace_and_renders(aiohttp_server, tmp_path) -> None:
+    core = await aiohttp_server(create_core(CoreConfig(database=str(tmp_path / "core.sqlite3"))))
+    trace, page = tmp_path / "check.jsonl", tmp_path / "check.html"
+    code, _out, _err = await cli(tmp_path, "--upstream", str(core.make_url("/mcp")), "--tools", "workspace_scan",
+                                 "--timeout", "5", "--trace", str(trace))
+    assert code == 0
+    records = [json.loads(line) for line in trace.read_text().splitlines()]
+    (corr,) = {r["corr"] for r in records if r["method"] == "tools/call" and r["dir"] == "client->gateway"}
+    mine = [r for r in records if r["corr"] == corr]
+    # Both sides of the bridged call: the client's call, the upstream rounds, the live roots/list and its answer.
+    assert {r["dir"] for r in mine} == {"client->gateway", "gateway->upstream", "upstream->gateway",
+                                        "gateway->client"}
+    assert [r["round"] for r in mine if r["dir"] == "gateway->upstream"] == [0, 1]
+    assert any(r["method"] == "roots/list" for r in mine)
+    call = next(r for r in mine if r["dir"] == "client->gateway" and r["method"] == "tools/call")
+    assert set(call["message"]["params"]["arguments"]) == {"len", "sha256"}  # redacted by default
+    code, out, _err = await gateway_cli(tmp_path, "trace", str(trace), "--request", corr, "--html", str(page))
+    assert code == 0 and corr in out and "<svg" in page.read_text()
+
+
+async def test_check_trace_to_an_unwritable_file_exits_2(tmp_path) -> None:
+    code, _out, err = await cli(tmp_path, "--upstream", "http://127.0.0.1:9/mcp", "--trace",
+                                str(tmp_path / "no-such-dir" / "t.jsonl"))
+    assert code == 2 and "--trace" in err and "No such file" in err

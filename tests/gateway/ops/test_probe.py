@@ -121,3 +121,77 @@ async def test_without_require_upstream_it_logs_one_line_and_serves(tmp_path) ->
     finally:
         proc.terminate()
         await proc.wait()
+
+
+NAMED = """[upstreams.good]
+url = "{good}"
+
+[upstreams.gone]
+url = "{gone}"
+
+[upstreams.core]
+url = "embedded"
+"""
+
+
+async def _named_config(tmp_path: Path, aiohttp_server) -> tuple[Path, str, str]:
+    from modern_server.app import create_app as create_core
+
+    good = str((await aiohttp_server(create_core())).make_url("/mcp"))
+    gone = closed_port_url()
+    path = tmp_path / "named.toml"
+    path.write_text(NAMED.format(good=good, gone=gone))
+    return path, good, gone
+
+
+async def test_named_upstreams_are_probed_and_reported_by_name(tmp_path, aiohttp_server) -> None:
+    config, good, gone = await _named_config(tmp_path, aiohttp_server)
+    proc = await run_serve(tmp_path, "--config", str(config))
+    try:
+        assert proc.stderr is not None
+        seen: list[str] = []
+        while not any("serving legacy MCP" in line for line in seen):  # the banner: probing is over
+            line = (await proc.stderr.readline()).decode()
+            assert line, "".join(seen)
+            seen.append(line)
+        named = [line for line in seen if "upstream '" in line]
+        assert len(named) == 2  # the embedded one runs in the process: nothing to probe
+        assert any(f"upstream 'good' ({good}): a 2026-07-28 server: mcp-reference-core" in line for line in named)
+        assert any(f"upstream 'gone' ({gone}): not reachable" in line and "serving anyway" in line
+                   for line in named)
+        assert proc.returncode is None
+    finally:
+        proc.terminate()
+        await proc.wait()
+
+
+async def test_require_upstream_fails_when_a_named_upstream_is_unreachable(tmp_path, aiohttp_server) -> None:
+    config, good, gone = await _named_config(tmp_path, aiohttp_server)
+    proc = await run_serve(tmp_path, "--config", str(config), "--require-upstream")
+    _, err = await proc.communicate()
+    text = err.decode()
+    assert proc.returncode != 0 and "Traceback" not in text
+    assert f"upstream 'gone' ({gone}): not reachable" in text and "(--require-upstream)" in text
+    assert good not in text.splitlines()[-1]  # only what failed is blamed
+
+
+async def test_a_named_upstream_with_the_gateways_credential_is_probed_with_it(aiohttp_server) -> None:
+    from gateway.config.settings import load_config
+    from gateway.ops.probe import probe_all, targets
+
+    async def guarded(request: web.Request) -> web.Response:
+        if request.headers.get("Authorization") != "Bearer s3cret":
+            return web.Response(status=401, headers={"WWW-Authenticate": "Bearer"})
+        body = await request.json()
+        return web.json_response({"jsonrpc": "2.0", "id": body["id"], "result": {
+            "resultType": "complete", "supportedVersions": ["2026-07-28"], "capabilities": {},
+            "_meta": {"io.modelcontextprotocol/serverInfo": {"name": "guarded", "version": "2"}}}})
+
+    url = await serve_app(aiohttp_server, guarded)
+    config = load_config(upstream_url=url, pins={"upstreams": {"private": {
+        "url": url, "auth": "gateway", "token_env": "PRIVATE_TOKEN"}}})
+    found = targets(config, {"PRIVATE_TOKEN": "s3cret"})
+    assert [(t.name, t.authorization) for t in found] == [(None, None), ("private", "Bearer s3cret")]
+    default, private = await probe_all(found, 5.0)
+    assert default[1].kind is UpstreamKind.UNCLEAR  # the default upstream gets clients' tokens, not ours
+    assert private[1].kind is UpstreamKind.MODERN and "guarded 2" in private[1].message

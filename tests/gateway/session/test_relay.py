@@ -124,3 +124,39 @@ async def test_the_in_memory_store_has_no_relay(legacy, upstream) -> None:
     await legacy.initialize()
     assert (await legacy.call("tools/call", {"name": "t", "arguments": {}}))["result"]["content"][0]["text"] == "plain"
     assert await legacy.answer("g-unknown", SAMPLED) == 202  # an unknown answer is ignored, as before
+
+
+URL_ASK = {"method": "elicitation/create", "params": {"mode": "url", "url": "https://auth.example/connect/1",
+                                                      "message": "Open this page to connect."}}
+
+
+def _waits_for_the_page(body: dict[str, Any], request: Any) -> dict[str, Any]:
+    """connect_service's shape: one URL elicitation, then requestState-only rounds for as long as it is polled."""
+    if body["params"].get("requestState") is None:
+        return {"resultType": "input_required", "inputRequests": {"u": URL_ASK}, "requestState": "w"}
+    return {"resultType": "input_required", "requestState": "w"}
+
+
+async def test_a_cancel_on_another_replica_stops_a_round_waiting_past_its_claim(make_gateway, upstream, redis_url,
+                                                                                prefix) -> None:
+    """Waiting rounds keep renewing the request's ownership record: a cancel reaching the other replica long
+    after the client's last answer (here: past client_answer_timeout_seconds, the record's lifetime) still
+    reaches the exchange, which stops polling."""
+    upstream.script["tools/call"] = _waits_for_the_page
+    store = {"url": redis_url, "prefix": prefix}
+    limits = {"client_answer_timeout_seconds": 0.3, "state_only_backoff_seconds": 0.01,
+              "state_only_backoff_max_seconds": 0.02}
+    a, b = Legacy(await make_gateway(store=store, limits=limits)), Legacy(await make_gateway(store=store))
+    await a.initialize(CAPS)
+    b.session_id = a.session_id
+    resp = await a.post("tools/call", {"name": "t", "arguments": {}})
+    await within(a.next_event(resp))
+    _, asked = await within(a.next_event(resp))
+    assert await b.answer(asked["id"], {"action": "accept"}) == 202
+    await asyncio.sleep(0.6)  # twice the claim's lifetime, polling all along
+    assert len(upstream.calls("tools/call")) > 5
+    assert await b.notify("notifications/cancelled", {"requestId": a.next_id, "reason": "gone"}) == 202
+    await until(lambda: _true(not a.client.app[GATEWAY].runtimes[a.session_id].exchanges))
+    polled = len(upstream.calls("tools/call"))
+    await asyncio.sleep(0.2)
+    assert len(upstream.calls("tools/call")) == polled

@@ -158,3 +158,60 @@ async def test_serve_trace_writes_the_file_the_flags_name(aiohttp_client, tmp_pa
     records = [json.loads(line) for line in trace.read_text().splitlines()]
     assert [r["dir"] for r in records if r["method"] == "initialize"] == ["client->gateway"]
     assert records[0]["message"]["params"]["clientInfo"]  # content kept: --trace-content
+
+
+PEER_TRACE = """[gateway.trace]
+enabled = false
+
+[[peers]]
+name = "debug"
+client_name = "{client}"
+[peers.trace]
+enabled = true
+content = true
+"""
+
+
+async def _traced_by_peer(upstream: Any, aiohttp_client: Any, tmp_path: Path, client: str) -> list[dict[str, Any]]:
+    """A bridged call by the Legacy client (clientInfo name "raw") under a config tracing only peer ``client``."""
+    config_file = tmp_path / "peers.toml"
+    config_file.write_text(PEER_TRACE.format(client=client))
+    tracer = Tracer(tmp_path / f"{client}.jsonl", max_bytes=1 << 20)  # content off for the gateway as a whole
+    upstream.script["tools/call"] = two_rounds
+    app = create_app(load_config(config_file, upstream_url=upstream.url), tap=tracer)
+    legacy = Legacy(await aiohttp_client(app))
+    await legacy.initialize()
+    resp = await legacy.post("tools/call", {"name": "t", "arguments": {"secret": SECRET}})
+    for message in await _answering(legacy, resp):
+        assert "error" not in message
+    await legacy.client.close()
+    tracer.close()
+    return [json.loads(line) for line in tracer.path.read_text().splitlines()]
+
+
+async def _answering(legacy: Legacy, resp: Any) -> list[dict[str, Any]]:
+    """Read the call's stream to its end, answering every sampling request."""
+    seen = []
+    while True:
+        eid, message = await legacy.next_event(resp)
+        if message is None:
+            if eid is None:
+                return seen
+            continue  # the priming event
+        seen.append(message)
+        if message.get("method") == "sampling/createMessage":
+            assert await legacy.answer(message["id"], SAMPLED) == 202
+        elif "method" not in message:
+            return seen
+
+
+async def test_a_peer_can_be_traced_with_content_while_the_rest_is_not(upstream, aiohttp_client, tmp_path) -> None:
+    records = await _traced_by_peer(upstream, aiohttp_client, tmp_path, "raw")
+    mine = of_call(records)
+    assert mine[0]["message"]["params"]["arguments"] == {"secret": SECRET}  # the peer's content = true
+    assert [r["dir"] for r in records if r["method"] == "initialize"] == ["client->gateway"]
+    assert len([r for r in mine if r["dir"] == "gateway->upstream"]) == 3
+
+
+async def test_other_peers_are_not_traced_when_the_gateway_default_is_off(upstream, aiohttp_client, tmp_path) -> None:
+    assert await _traced_by_peer(upstream, aiohttp_client, tmp_path, "someone-else") == []

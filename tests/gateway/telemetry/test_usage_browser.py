@@ -62,9 +62,12 @@ class Cdp:
         return message["result"]
 
     async def wait_for(self, method: str) -> dict[str, Any]:
+        return await self.wait_for_any(method)
+
+    async def wait_for_any(self, *methods: str) -> dict[str, Any]:
         while True:
             event = await asyncio.wait_for(self.events.get(), 30)
-            if event["method"] == method:
+            if event["method"] in methods:
                 return event
 
 
