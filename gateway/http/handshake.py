@@ -81,7 +81,8 @@ async def on_initialize(request: web.Request, gw: Gateway, acc: Accepted) -> web
     message, params = acc.message, acc.message.get("params") or {}
     info = params.get("clientInfo") or {}
     peer = match_peer(gw.pins.peers, gw.pins.default, acc.principal, info)
-    version = legacy_answer_version(peer, params.get("protocolVersion"))
+    offered = gw.offered_versions(request.headers)  # the client's door: 2024-11-05 on HTTP+SSE, stdio, WebSocket
+    version = legacy_answer_version(peer, params.get("protocolVersion"), offered)
     problem = (local.check_request("initialize", version, params) or admit_initialize(peer, version, gw.today())
                or initialize_size_error(params.get("capabilities"), params.get("clientInfo"),
                                         gw.config.sessions.session_limits))
@@ -110,5 +111,5 @@ async def on_initialize(request: web.Request, gw: Gateway, acc: Accepted) -> web
         log.warning("initialize refused: %s", full.error.message)
         return rejection_response(full)
     await gw.store.put_session(record)
-    result = with_notice(build_initialize_result(found, version, gw.config.features()), peer, gw.today())
+    result = with_notice(build_initialize_result(found, version, gw.config.features(), (version,)), peer, gw.today())
     return json_response(response(message["id"], result), headers={"Mcp-Session-Id": record.session_id})

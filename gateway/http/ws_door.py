@@ -16,6 +16,7 @@ import aiohttp
 from aiohttp import web
 
 from adapters.classify import check_origin_host
+from adapters.doors import Transport
 from gateway.http.answers import rejection_response
 from gateway.http.door import DoorClient
 from gateway.http.keys import GATEWAY
@@ -38,14 +39,16 @@ class _Frames:
 
 
 async def open_socket(request: web.Request) -> web.StreamResponse:
-    refused = check_origin_host(request.headers, request.app[GATEWAY].policy)
+    gw = request.app[GATEWAY]
+    refused = check_origin_host(request.headers, gw.policy)
     if refused is not None:
         return rejection_response(refused)
     ws = web.WebSocketResponse(protocols=(SUBPROTOCOL,))
     await ws.prepare(request)
     frames, endpoint = _Frames(), own_endpoint(request)
     async with aiohttp.ClientSession() as http:
-        door = DoorClient(http, request.headers.get("Authorization"), frames, *endpoint)
+        door = DoorClient(http, request.headers.get("Authorization"), frames, *endpoint,
+                          door=gw.door_headers(Transport.WEBSOCKET))
         sender = asyncio.get_running_loop().create_task(_send(ws, frames))
         try:
             await _receive(ws, door)
