@@ -74,7 +74,7 @@ async def open_stream(request: web.Request) -> web.StreamResponse:
             pass  # the client went away: its session ends below
         finally:
             request.app[STREAMS].pop(stream_id, None)
-            await stream.door.close()
+            await asyncio.shield(stream.door.close())  # a second cancellation must not stop the ending halfway
     return response
 
 

@@ -53,10 +53,16 @@ async def open_socket(request: web.Request) -> web.StreamResponse:
         try:
             await _receive(ws, door)
         finally:
-            await door.close()
-            frames.queue.put_nowait(None)
-            await sender
+            # aiohttp cancels a WebSocket handler whose connection was lost, maybe while it ends the session:
+            # the ending is shielded, so the session is deleted and every door task ends all the same.
+            await asyncio.shield(_end(door, frames, sender))
     return ws
+
+
+async def _end(door: DoorClient, frames: _Frames, sender: asyncio.Task[None]) -> None:
+    await door.close()
+    frames.queue.put_nowait(None)
+    await sender
 
 
 async def _receive(ws: web.WebSocketResponse, door: DoorClient) -> None:
