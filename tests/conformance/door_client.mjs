@@ -1,17 +1,28 @@
-// The official TypeScript SDK's StdioClientTransport (a real third-party client) launching the gateway's stdio
-// door, `python -m gateway stdio` (docs/design.md §35), as a desktop client launches its servers: a tool call with
-// two live sampling rounds, a prompt that elicits, and a plain tool call, all over stdin/stdout. Exits non-zero
-// on the first broken expectation. Usage: node stdio_client.mjs PYTHON WORKDIR [gateway stdio arguments...]
+// The official TypeScript SDK's client transports (real third-party clients) on the gateway's other doors
+// (docs/design.md §35): StdioClientTransport launching `python -m gateway stdio`, as a desktop client launches its
+// servers; SSEClientTransport on the HTTP+SSE door (/sse); WebSocketClientTransport on /ws (subprotocol mcp).
+// Each runs a tool call with two live sampling rounds, a prompt that elicits and a plain tool call. Exits non-zero
+// on the first broken expectation.
+// Usage: node door_client.mjs stdio PYTHON WORKDIR [gateway stdio arguments...]
+//        node door_client.mjs sse http://HOST:PORT/sse
+//        node door_client.mjs ws ws://HOST:PORT/ws
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
+import { SSEClientTransport } from '@modelcontextprotocol/sdk/client/sse.js';
 import { StdioClientTransport } from '@modelcontextprotocol/sdk/client/stdio.js';
+import { WebSocketClientTransport } from '@modelcontextprotocol/sdk/client/websocket.js';
 import { CreateMessageRequestSchema, ElicitRequestSchema } from '@modelcontextprotocol/sdk/types.js';
 
-const [python, cwd, ...doorArgs] = process.argv.slice(2);
-const transport = new StdioClientTransport({
-  command: python, args: ['-m', 'gateway', 'stdio', ...doorArgs], cwd, env: { ...process.env }, stderr: 'inherit' });
+const [door, target, cwd, ...doorArgs] = process.argv.slice(2);
+const transport = {
+  stdio: () => new StdioClientTransport({
+    command: target, args: ['-m', 'gateway', 'stdio', ...doorArgs], cwd, env: { ...process.env }, stderr: 'inherit' }),
+  sse: () => new SSEClientTransport(new URL(target)),
+  ws: () => new WebSocketClientTransport(new URL(target)),
+}[door]();
 let negotiated;
-transport.setProtocolVersion = (version) => { negotiated = version; }; // the SDK tells its transport, if it listens
-const client = new Client({ name: 'ts-sdk-stdio', version: '1.0.0' },
+const told = transport.setProtocolVersion?.bind(transport);
+transport.setProtocolVersion = (version) => { negotiated = version; told?.(version); }; // the SDK tells its transport
+const client = new Client({ name: `ts-sdk-${door}`, version: '1.0.0' },
   { capabilities: { sampling: {}, elicitation: { form: {} } } });
 
 let sampled = 0;
@@ -20,7 +31,7 @@ client.setRequestHandler(CreateMessageRequestSchema, async (request) => {
   sampled += 1;
   const prompt = request.params.messages[0].content.text;
   const text = prompt.includes('JSON array') ? JSON.stringify(prompt.split('\n').slice(1, 4)) : 'A parser and a gateway.';
-  return { role: 'assistant', content: { type: 'text', text }, model: 'ts-sdk-stdio', stopReason: 'endTurn' };
+  return { role: 'assistant', content: { type: 'text', text }, model: `ts-sdk-${door}`, stopReason: 'endTurn' };
 });
 client.setRequestHandler(ElicitRequestSchema, async (request) => {
   elicited += 1;
@@ -35,10 +46,10 @@ function check(ok, what) {
 
 async function main() {
   await client.connect(transport);
-  check(negotiated === '2025-11-25', 'the session negotiates 2025-11-25 over stdio');
+  check(negotiated === '2025-11-25', `the session negotiates 2025-11-25 over ${door}`);
   const summary = await client.callTool({ name: 'summarize_repo', arguments: {} });
   check(!summary.isError && summary.content[0].text.includes('parser'), 'summarize_repo answers after live sampling');
-  check(sampled === 2, 'the bridge asked for sampling twice, live on stdout');
+  check(sampled === 2, 'the bridge asked for sampling twice, live on the door');
   const prompt = await client.getPrompt({ name: 'draft_note', arguments: { topic: 'release' } });
   check(elicited === 1 && prompt.messages.length > 0, 'draft_note answers after one live elicitation');
   const echo = await client.callTool({ name: 'echo', arguments: { text: 'from node' } });
