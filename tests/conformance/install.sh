@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The pinned Node tools of tests/conformance (package-lock.json): the conformance suites, a Node >= 22 binary and
-# the official TypeScript SDK, which run.sh and the TypeScript SDK tests of the pytest suite use
-# (tests/gateway/ts_sdk.py: the doors driven by the SDK). npm ci once per lock-file content: the stamp makes a second run a no-op.
+# the official TypeScript SDK, used by run.sh and by the pytest suite's door tests (tests/gateway/ts_sdk.py).
+# npm ci once per lock-file content: the stamp makes a second run a no-op.
 set -euo pipefail
 HERE="$(cd "$(dirname "$0")" && pwd)"
 STAMP="$HERE/node_modules/.installed-lock-sha256"
