@@ -20,7 +20,7 @@ from adapters.errors import Rejection, reject
 from adapters.jsonwire import TooDeep, loads
 from adapters.protocol import (
     BATCH_VERSIONS,
-    LEGACY_VERSIONS,
+    HANDSHAKE_VERSIONS,
     MAX_BATCH,
     MODERN_VERSION,
     PROTOCOL_VERSION_META_KEY,
@@ -212,7 +212,7 @@ def check_session(view: HttpView, session: SessionRecord | None, principal: str,
     if session is None or session.principal != principal or session_expired(session, now_ms, policy.session_idle_ms):
         return reject("unknown_session", "session not found", ident)
     version = view.headers.get("mcp-protocol-version")
-    if version is not None and (version not in LEGACY_VERSIONS or version != session.protocol_version):
+    if version is not None and (version not in HANDSHAKE_VERSIONS or version != session.protocol_version):
         return reject("bad_protocol_version", f"unsupported MCP-Protocol-Version {version!r}", ident)
     return None
 

@@ -10,7 +10,7 @@ from typing import Any
 
 from adapters.capabilities import BridgedFeatures, server_caps_to_legacy
 from adapters.errors import ErrorValue, upstream_failure
-from adapters.protocol import MODERN_VERSION, SERVER_INFO_META_KEY, negotiate_version
+from adapters.protocol import LEGACY_VERSIONS, MODERN_VERSION, SERVER_INFO_META_KEY, negotiate_version
 
 # serverInfo is required in 2025 (2025-11-25 schema InitializeResult); when the upstream reports none we say who we are.
 SYNTHETIC_SERVER_INFO = {"name": "mcp-legacy-gateway", "version": "0.1.0"}
@@ -37,10 +37,11 @@ def check_discover(discover: Any) -> ErrorValue | None:
     return None
 
 
-def build_initialize_result(discover: Mapping[str, Any], requested_version: Any,
-                            features: BridgedFeatures) -> dict[str, Any]:
+def build_initialize_result(discover: Mapping[str, Any], requested_version: Any, features: BridgedFeatures,
+                            offered: tuple[str, ...] = LEGACY_VERSIONS) -> dict[str, Any]:
+    """``offered``: the revisions the client's door negotiates (adapters.doors.offered_versions)."""
     result: dict[str, Any] = {
-        "protocolVersion": negotiate_version(requested_version),
+        "protocolVersion": negotiate_version(requested_version, offered),
         "capabilities": server_caps_to_legacy(discover.get("capabilities"), features),
         "serverInfo": server_info_of(discover),
     }

@@ -28,7 +28,7 @@ from typing import Any
 
 from adapters.bridge import BridgeLimits
 from adapters.errors import ErrorValue
-from adapters.protocol import LEGACY_VERSIONS, MODERN_VERSION
+from adapters.protocol import HANDSHAKE_VERSIONS, LEGACY_VERSIONS, MODERN_VERSION
 
 INVALID_PARAMS, UNSUPPORTED = -32602, -32022
 INPUT_KINDS = ("sampling", "elicitation.form", "elicitation.url", "roots")
@@ -38,7 +38,7 @@ DEPRECATION_META_KEY = "dev.legacy-gateway/deprecation"
 @dataclass(frozen=True, slots=True)
 class Peer:
     name: str
-    revisions: tuple[str, ...] = (*LEGACY_VERSIONS, MODERN_VERSION)
+    revisions: tuple[str, ...] = (*HANDSHAKE_VERSIONS, MODERN_VERSION)
     principals: tuple[str, ...] = ()
     client_name: str | None = None  # glob, matched against clientInfo.name
     client_version: str | None = None  # glob, matched against clientInfo.version
@@ -55,7 +55,7 @@ class Peer:
 
     @property
     def legacy(self) -> tuple[str, ...]:
-        return tuple(r for r in self.revisions if r in LEGACY_VERSIONS)
+        return tuple(r for r in self.revisions if r in HANDSHAKE_VERSIONS)
 
     @property
     def modern(self) -> bool:
@@ -106,11 +106,13 @@ def admit_initialize(peer: Peer, negotiated: str, today: str) -> ErrorValue | No
     return None
 
 
-def legacy_answer_version(peer: Peer, requested: Any) -> str:
-    """The legacy version to answer within this peer's pins (2025-11-25 basic/lifecycle: echo, else our latest)."""
-    if isinstance(requested, str) and requested in peer.legacy:
+def legacy_answer_version(peer: Peer, requested: Any, offered: tuple[str, ...] = HANDSHAKE_VERSIONS) -> str:
+    """The legacy version to answer within this peer's pins and the revisions its door ``offered``
+    (2025-11-25 basic/lifecycle: echo, else our latest)."""
+    allowed = tuple(r for r in peer.legacy if r in offered)
+    if isinstance(requested, str) and requested in allowed:
         return requested
-    return peer.legacy[0] if peer.legacy else LEGACY_VERSIONS[0]
+    return allowed[0] if allowed else peer.legacy[0] if peer.legacy else LEGACY_VERSIONS[0]
 
 
 def admit_modern(peer: Peer, requested: str) -> ErrorValue | None:

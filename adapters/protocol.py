@@ -25,9 +25,13 @@ __all__ = [
 ]
 
 MODERN_VERSION: Final = "2026-07-28"
-# The legacy revisions the gateway speaks downstream, newest first. 2024-11-05 is the HTTP+SSE
-# transport era and out of scope (2026-07-28 §Deprecated).
+# The legacy revisions the gateway speaks on Streamable HTTP, newest first.
 LEGACY_VERSIONS: Final[tuple[str, ...]] = ("2025-11-25", "2025-06-18", "2025-03-26")
+# The HTTP+SSE transport's revision (2024-11-05 basic/transports): negotiated on the doors whose transport it
+# defined, not on /mcp unless configured (adapters.doors.offered_versions).
+SSE_ERA_VERSION: Final = "2024-11-05"
+# Every revision reachable through the initialize handshake.
+HANDSHAKE_VERSIONS: Final[tuple[str, ...]] = (*LEGACY_VERSIONS, SSE_ERA_VERSION)
 LATEST_LEGACY: Final = LEGACY_VERSIONS[0]
 # 2025-11-25 basic/transports §Protocol Version Header: a missing header means 2025-03-26 when not otherwise known.
 DEFAULT_HEADER_VERSION: Final = "2025-03-26"
@@ -58,12 +62,13 @@ def is_request_id(value: object) -> bool:
     return isinstance(value, str) or (isinstance(value, int) and not isinstance(value, bool))
 
 
-def negotiate_version(requested: object) -> str:
-    """Echo the client's version when we speak it, else offer the latest legacy one (2025-11-25 basic/lifecycle)."""
-    if isinstance(requested, str) and requested in LEGACY_VERSIONS:
+def negotiate_version(requested: object, offered: tuple[str, ...] = LEGACY_VERSIONS) -> str:
+    """Echo the client's version when we speak it (among ``offered``, the door's), else offer the latest legacy
+    one (2025-11-25 basic/lifecycle)."""
+    if isinstance(requested, str) and requested in offered:
         return requested
     return LATEST_LEGACY
 
 
 def is_legacy_version(value: object) -> bool:
-    return isinstance(value, str) and value in LEGACY_VERSIONS
+    return isinstance(value, str) and value in HANDSHAKE_VERSIONS

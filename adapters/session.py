@@ -34,13 +34,14 @@ from adapters.peers import (
     sunset_error,
     sunset_passed,
 )
-from adapters.protocol import CLIENT_INFO_META_KEY, MODERN_VERSION, PROTOCOL_VERSION_META_KEY
+from adapters.protocol import CLIENT_INFO_META_KEY, LEGACY_VERSIONS, MODERN_VERSION, PROTOCOL_VERSION_META_KEY
 from adapters.results import response
 
 
 class Context(NamedTuple):
     """What the shell knows that a decision needs. ``peer`` is the session's (None before one exists);
-    ``in_flight`` holds the ids of the session's requests being bridged now. A named tuple: one is made for every
+    ``in_flight`` holds the ids of the session's requests being bridged now; ``offered``, the revisions the door
+    a handshake came through may negotiate (``adapters.doors``). A named tuple: one is made for every
     message, and it costs a fraction of a frozen dataclass."""
 
     today: str
@@ -50,6 +51,7 @@ class Context(NamedTuple):
     peers: Sequence[Peer] = ()
     default_peer: Peer | None = None
     in_flight: Collection[Any] = ()
+    offered: tuple[str, ...] = LEGACY_VERSIONS  # the handshake revisions the client's door offers (/mcp: these)
 
 
 # --- actions -----------------------------------------------------------------------------------------------
@@ -205,7 +207,7 @@ def _initialize(accepted: Accepted, context: Context) -> Reply | OpenSession:
     info = params.get("clientInfo") or {}
     assert context.default_peer is not None, "initialize is decided with the configured peers"
     peer = match_peer(context.peers, context.default_peer, accepted.principal, info)
-    version = legacy_answer_version(peer, params.get("protocolVersion"))
+    version = legacy_answer_version(peer, params.get("protocolVersion"), context.offered)
     problem = (local.check_request("initialize", version, params) or admit_initialize(peer, version, context.today)
                or initialize_size_error(params.get("capabilities"), params.get("clientInfo"),
                                         context.session_limits))

@@ -1,9 +1,10 @@
 """Migration-progress accounting, the pure half: what one request says about a client's migration.
 
 Owns: the :class:`UsageRecord` built from facts the shell already knows about a finished request (never its
-content: only labels, counts and an outcome), deprecated-feature detection (2026-07-28 changelog, §Deprecated), failure
-causes, label folding with a cardinality bound, the aggregation key, and the report (legacy share over time,
-features still in use, failures by cause, days until the peer's sunset and until 2027-07-28, a verdict).
+content: only labels, counts, an outcome and the transport it came through), deprecated-feature detection
+(2026-07-28 changelog, §Deprecated), failure causes, label folding with a cardinality bound, the aggregation
+key, and the report (legacy share over time, features still in use, failures by cause, days until the peer's
+sunset and until 2027-07-28, a verdict).
 
 No clock: ``today`` and timestamps are injected. Dates are ISO strings (``YYYY-MM-DD``) turned into day numbers
 with integer civil-calendar arithmetic, because ``datetime`` is off limits here (sans-IO rule, like a clock).
@@ -18,7 +19,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
-LEGACY_REVISIONS = ("2025-11-25", "2025-06-18", "2025-03-26")
+from adapters.doors import Transport
+
+LEGACY_REVISIONS = ("2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05")
 MODERN_REVISION = "2026-07-28"
 # 2026-07-28 §Deprecated: the deprecated features may be removed in the first revision on or after this date.
 REMOVAL_DATE = "2027-07-28"
@@ -26,13 +29,14 @@ DEFAULT_PEER = "default"
 OTHER = "other"
 
 # The order is the verdict's order: what the client must change first comes first.
-FEATURES = ("legacy handshake", "sampling", "roots", "elicitation url ids", "includeContext",
+FEATURES = ("legacy handshake", "HTTP+SSE transport", "sampling", "roots", "elicitation url ids", "includeContext",
             "logging/setLevel", "resources/subscribe", "ping")
 INPUT_KINDS = ("sampling", "elicitation.form", "elicitation.url", "roots")
 # Causes that count as *translation failures* in the report (the gateway could not carry the request over).
 FAILURE_CAUSES = ("missing capability", "round cap", "client timeout", "upstream error", "sunset refusal",
                   "client refused", "gateway limit")
 OUTCOMES = ("ok", "error", "cancelled")
+TRANSPORTS = tuple(t.value for t in Transport)  # the door a request came through (adapters.doors)
 KNOWN_METHODS = frozenset({
     "initialize", "ping", "logging/setLevel", "resources/subscribe", "resources/unsubscribe", "server/discover",
     "tools/list", "tools/call", "prompts/list", "prompts/get", "resources/list", "resources/read",
@@ -61,6 +65,7 @@ class UsageRecord:
     outcome: str = "ok"
     cause: str = ""
     sunset: str | None = None
+    transport: str = Transport.STREAMABLE_HTTP.value
 
 
 # --- labels ---------------------------------------------------------------------------------------------
@@ -129,6 +134,10 @@ def fold_revision(revision: Any) -> str:
     return revision if revision in LEGACY_REVISIONS or revision == MODERN_REVISION else OTHER
 
 
+def fold_transport(transport: Any) -> str:
+    return transport if transport in TRANSPORTS else OTHER
+
+
 # --- deprecated features --------------------------------------------------------------------------------
 _LEGACY_EXTRA = {"ping": ("legacy handshake", "ping"), "logging/setLevel": ("legacy handshake", "logging/setLevel"),
                  "resources/subscribe": ("legacy handshake", "resources/subscribe"),
@@ -141,6 +150,12 @@ def legacy_request_features(method: Any) -> tuple[str, ...]:
 
     Every legacy request rides on the handshake session, so each one counts ``legacy handshake``."""
     return _LEGACY_EXTRA.get(method, ("legacy handshake",)) if isinstance(method, str) else ("legacy handshake",)
+
+
+def transport_features(transport: Any) -> tuple[str, ...]:
+    """The HTTP+SSE transport is deprecated (2025-03-26 basic/transports; formally so in 2026-07-28
+    §Deprecated): every request through that door counts it, whatever revision its session speaks."""
+    return ("HTTP+SSE transport",) if transport == Transport.HTTP_SSE.value else ()
 
 
 def modern_request_features(params: Any) -> tuple[str, ...]:
@@ -250,6 +265,7 @@ class Facts(NamedTuple):
     features: tuple[str, ...] = ()
     outcome: str = "ok"  # from outcome_of(final message): the message itself is never kept
     cause: str = ""
+    transport: str = Transport.STREAMABLE_HTTP.value
 
 
 def build_record(folder: LabelFolder, facts: Facts) -> UsageRecord:
@@ -263,18 +279,19 @@ def build_record(folder: LabelFolder, facts: Facts) -> UsageRecord:
     return UsageRecord(facts.ts_ms, folder.peer(facts.peer), client, version, facts.era,
                        fold_revision(facts.revision), fold_method(facts.method), facts.translated, facts.rounds,
                        tuple(k for k in INPUT_KINDS if k in facts.inputs) if facts.inputs else (),
-                       ordered(facts.features), facts.outcome, facts.cause, facts.sunset)
+                       ordered(facts.features + transport_features(facts.transport)), facts.outcome, facts.cause,
+                       facts.sunset, fold_transport(facts.transport))
 
 
 KEY_FIELDS = ("bucket", "peer", "client", "client_version", "era", "revision", "method", "translated", "inputs",
-              "features", "outcome", "cause")
+              "features", "outcome", "cause", "transport")
 
 
 def rollup_key(record: UsageRecord, bucket_ms: int = HOUR_MS) -> tuple[Any, ...]:
     """The aggregation key (hourly bucket + every label); the value is ``[count, rounds]``."""
     return (record.ts_ms - record.ts_ms % bucket_ms, record.peer, record.client, record.client_version,
             record.era, record.revision, record.method, int(record.translated), ",".join(record.inputs),
-            ",".join(record.features), record.outcome, record.cause)
+            ",".join(record.features), record.outcome, record.cause, record.transport)
 
 
 def add_to_rollup(rollup: dict[tuple[Any, ...], list[int]], record: UsageRecord, count: int = 1) -> None:

@@ -1,13 +1,14 @@
 """The migration report, pure: aggregated usage rows in, per-peer and per-client findings out.
 
 Owns: folding stored rollup rows (``adapters.usage.KEY_FIELDS`` + count + rounds) into groups, the legacy share
-per day, deprecated features still in use, translation failures by cause, days until the peer's sunset and
-until 2027-07-28 (2026-07-28 §Deprecated), and the verdict. The shell feeds rows one at a time (so it can show progress
-over a large store) and injects ``today``.
+per day, requests per transport (the door they came through), deprecated features still in use, translation
+failures by cause, days until the peer's sunset and until 2027-07-28 (2026-07-28 §Deprecated), and the verdict.
+The shell feeds rows one at a time (so it can show progress over a large store) and injects ``today``.
 
 Verdict rule: a group is *ready to cut over* when no deprecated feature (``adapters.usage.FEATURES``) was used
 in the window; otherwise it is *blocked by* those features, in FEATURES order. ``legacy handshake`` is one of
-them, so any legacy traffic blocks until the client moves to 2026-07-28; a modern client that still answers
+them, so any legacy traffic blocks until the client moves to 2026-07-28 (and ``HTTP+SSE transport`` until it
+leaves that door); a modern client that still answers
 sampling or roots through MRTR is blocked by those (deprecated, removable from 2027-07-28).
 """
 
@@ -17,7 +18,17 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from adapters.usage import DAY_MS, FAILURE_CAUSES, FEATURES, INPUT_KINDS, REMOVAL_DATE, day_number, days_until, iso_day
+from adapters.usage import (
+    DAY_MS,
+    FAILURE_CAUSES,
+    FEATURES,
+    INPUT_KINDS,
+    REMOVAL_DATE,
+    TRANSPORTS,
+    day_number,
+    days_until,
+    iso_day,
+)
 
 
 @dataclass
@@ -36,6 +47,7 @@ class Tally:
     inputs: dict[str, int] = field(default_factory=dict)
     failures: dict[str, int] = field(default_factory=dict)
     revisions: dict[str, int] = field(default_factory=dict)
+    transports: dict[str, int] = field(default_factory=dict)
 
     def add(self, row: Mapping[str, Any]) -> None:
         n, legacy = int(row["count"]), row["era"] == "legacy"
@@ -49,6 +61,7 @@ class Tally:
         day = self.days.setdefault(int(row["bucket"]) // DAY_MS, [0, 0])
         day[0 if legacy else 1] += n
         _bump(self.revisions, row["revision"], n)
+        _bump(self.transports, row.get("transport") or TRANSPORTS[0], n)
         for name in _split(row["features"]):
             _bump(self.features, name, n)
         for name in _split(row["inputs"]):
@@ -107,6 +120,7 @@ def summarize(tally: Tally, first_day: int, last_day: int) -> dict[str, Any]:
         "translated": tally.translated, "mrtr_rounds": tally.rounds, "errors": tally.errors,
         "cancelled": tally.cancelled, "versions": sorted(tally.versions),
         "revisions": dict(sorted(tally.revisions.items())),
+        "transports": {t: tally.transports[t] for t in (*TRANSPORTS, "other") if t in tally.transports},
         "features": {f: tally.features[f] for f in FEATURES if f in tally.features},
         "inputs": {k: tally.inputs[k] for k in INPUT_KINDS if k in tally.inputs},
         "failures": {c: tally.failures[c] for c in FAILURE_CAUSES if c in tally.failures},

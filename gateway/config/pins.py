@@ -22,9 +22,9 @@ from typing import Literal, cast
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from adapters.peers import INPUT_KINDS, Peer
-from adapters.protocol import LEGACY_VERSIONS, MODERN_VERSION
+from adapters.protocol import HANDSHAKE_VERSIONS, MODERN_VERSION
 
-Revision = Literal["2025-03-26", "2025-06-18", "2025-11-25", "2026-07-28"]
+Revision = Literal["2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25", "2026-07-28"]
 InputKind = Literal["sampling", "elicitation.form", "elicitation.url", "roots"]
 
 
@@ -75,7 +75,7 @@ class PeerConfig(_Frozen):
     client_name: str | None = None
     client_version: str | None = None
     # Every revision: exactly the values of Revision.
-    revisions: tuple[Revision, ...] = cast(tuple[Revision, ...], (*LEGACY_VERSIONS, MODERN_VERSION))
+    revisions: tuple[Revision, ...] = cast(tuple[Revision, ...], (*HANDSHAKE_VERSIONS, MODERN_VERSION))
     sunset: date | None = None
     deprecation_notice: str | None = None
     upstream: str = "default"

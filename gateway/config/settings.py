@@ -145,6 +145,9 @@ class GatewayConfig(_Frozen):
     max_upstream_header_bytes: int = Field(64 << 10, ge=1024)
     bridge_list_changed: bool = True
     bridge_subscriptions: bool = True
+    # 2024-11-05 clients are served on the doors of that revision's transports (HTTP+SSE, stdio) and WebSocket;
+    # /mcp (Streamable HTTP, from 2025-03-26) negotiates it only when this is true (docs/design.md §43).
+    streamable_http_2024_11_05: bool = False
     limits: LimitsConfig = LimitsConfig()
     sessions: SessionsConfig = SessionsConfig()  # [gateway.sessions]
     connections: ConnectionsConfig = ConnectionsConfig()  # [gateway.connections]

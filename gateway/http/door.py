@@ -34,15 +34,16 @@ class DoorClient:
     """Moves one client's messages between stdin/stdout and the in-process endpoint."""
 
     def __init__(self, http: aiohttp.ClientSession, authorization: str | None, out: Out,
-                 endpoint: str = ENDPOINT, host: str | None = None) -> None:
+                 endpoint: str = ENDPOINT, host: str | None = None, door: dict[str, str] | None = None) -> None:
         self.http, self.authorization, self.out, self.endpoint = http, authorization, out, endpoint
         self.host = host  # the Host the endpoint's rebinding check sees (a loopback name) when not the URL's
+        self.door = door or {}  # names this door's transport to the endpoint (Gateway.door_headers)
         self.session_id: str | None = None
         self.version: str | None = None
         self.tasks: set[asyncio.Task[None]] = set()
 
     def headers(self) -> dict[str, str]:
-        out = {"Accept": _ACCEPT, "Content-Type": "application/json"}
+        out = {"Accept": _ACCEPT, "Content-Type": "application/json", **self.door}
         if self.session_id:
             out["Mcp-Session-Id"] = self.session_id
         if self.version:

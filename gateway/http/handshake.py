@@ -94,5 +94,5 @@ async def open_session(request: web.Request, gw: Gateway, acc: Accepted, opening
         log.warning("initialize refused: %s", full.error.message)
         return rejection_response(full)
     await gw.store.put_session(record)
-    result = with_notice(build_initialize_result(found, version, gw.config.features()), peer, gw.today())
+    result = with_notice(build_initialize_result(found, version, gw.config.features(), (version,)), peer, gw.today())
     return json_response(response(message["id"], result), headers={"Mcp-Session-Id": record.session_id})

@@ -5,7 +5,7 @@ response, or a bridge exchange's stream for the caller to write); no protocol de
 from __future__ import annotations
 
 from collections.abc import Awaitable
-from typing import assert_never
+from typing import Any, assert_never
 
 from aiohttp import web
 
@@ -41,10 +41,12 @@ Answer = web.StreamResponse | OutStream
 _ACCEPTED = 202
 
 
-def context(gw: Gateway, acc: Accepted) -> Context:
+def context(gw: Gateway, acc: Accepted, headers: Any) -> Context:
     session, limits, today = acc.session, gw.config.limits.bridge_limits, gw.today()
     if session is None:  # initialize or a modern request: decided with the configured peers
-        return Context(today, limits, gw.config.sessions.session_limits, None, gw.pins.peers, gw.pins.default)
+        offered = gw.offered_versions(headers)  # the client's door: 2024-11-05 on HTTP+SSE, stdio, WebSocket
+        return Context(today, limits, gw.config.sessions.session_limits, None, gw.pins.peers, gw.pins.default,
+                       (), offered)
     if acc.kind is not Kind.REQUEST:  # no peer or runtime is looked up (made) for what does not need one
         return Context(today, limits, gw.config.sessions.session_limits)
     return Context(today, limits, gw.config.sessions.session_limits, gw.peer_of(session), (), None,
@@ -108,13 +110,13 @@ async def _perform(request: web.Request, gw: Gateway, acc: Accepted, action: Act
 
 def answer(request: web.Request, gw: Gateway, acc: Accepted) -> Awaitable[Answer]:
     """The answer to one accepted message: the session core's actions, performed."""
-    return perform(request, gw, acc, handle(acc, context(gw, acc)))
+    return perform(request, gw, acc, handle(acc, context(gw, acc, request.headers)))
 
 
 async def _element(request: web.Request, gw: Gateway, element: Accepted) -> Answer:
     """A batch element, as if posted alone. A request answered here is counted here; a forwarded one is
     counted by its exchange's observer."""
-    actions = handle(element, context(gw, element))
+    actions = handle(element, context(gw, element, request.headers))
     result = await perform(request, gw, element, actions)
     if element.kind is Kind.REQUEST and not any(isinstance(a, Forward) for a in actions):
         assert isinstance(result, web.StreamResponse), "an answer given here is never a stream"

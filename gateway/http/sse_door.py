@@ -18,6 +18,7 @@ import aiohttp
 from aiohttp import web
 
 from adapters.classify import check_origin_host, principal_of
+from adapters.doors import Transport
 from adapters.errors import reject
 from adapters.jsonwire import loads
 from gateway.http.answers import rejection_response
@@ -64,7 +65,7 @@ async def open_stream(request: web.Request) -> web.StreamResponse:
     response = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
     await response.prepare(request)
     async with aiohttp.ClientSession() as http:
-        stream.door = DoorClient(http, authorization, stream, endpoint, host)
+        stream.door = DoorClient(http, authorization, stream, endpoint, host, gw.door_headers(Transport.HTTP_SSE))
         request.app[STREAMS][stream_id] = stream
         try:
             await response.write(f"event: endpoint\ndata: /messages?session_id={stream_id}\n\n".encode())
@@ -73,7 +74,7 @@ async def open_stream(request: web.Request) -> web.StreamResponse:
             pass  # the client went away: its session ends below
         finally:
             request.app[STREAMS].pop(stream_id, None)
-            await stream.door.close()
+            await asyncio.shield(stream.door.close())  # a second cancellation must not stop the ending halfway
     return response
 
 

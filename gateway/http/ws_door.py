@@ -16,6 +16,7 @@ import aiohttp
 from aiohttp import web
 
 from adapters.classify import check_origin_host
+from adapters.doors import Transport
 from gateway.http.answers import rejection_response
 from gateway.http.door import DoorClient
 from gateway.http.keys import GATEWAY
@@ -38,22 +39,30 @@ class _Frames:
 
 
 async def open_socket(request: web.Request) -> web.StreamResponse:
-    refused = check_origin_host(request.headers, request.app[GATEWAY].policy)
+    gw = request.app[GATEWAY]
+    refused = check_origin_host(request.headers, gw.policy)
     if refused is not None:
         return rejection_response(refused)
     ws = web.WebSocketResponse(protocols=(SUBPROTOCOL,))
     await ws.prepare(request)
     frames, endpoint = _Frames(), own_endpoint(request)
     async with aiohttp.ClientSession() as http:
-        door = DoorClient(http, request.headers.get("Authorization"), frames, *endpoint)
+        door = DoorClient(http, request.headers.get("Authorization"), frames, *endpoint,
+                          door=gw.door_headers(Transport.WEBSOCKET))
         sender = asyncio.get_running_loop().create_task(_send(ws, frames))
         try:
             await _receive(ws, door)
         finally:
-            await door.close()
-            frames.queue.put_nowait(None)
-            await sender
+            # aiohttp cancels a WebSocket handler whose connection was lost, maybe while it ends the session:
+            # the ending is shielded, so the session is deleted and every door task ends all the same.
+            await asyncio.shield(_end(door, frames, sender))
     return ws
+
+
+async def _end(door: DoorClient, frames: _Frames, sender: asyncio.Task[None]) -> None:
+    await door.close()
+    frames.queue.put_nowait(None)
+    await sender
 
 
 async def _receive(ws: web.WebSocketResponse, door: DoorClient) -> None:

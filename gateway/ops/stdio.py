@@ -20,9 +20,11 @@ from collections.abc import AsyncIterator
 import aiohttp
 from aiohttp import web
 
+from adapters.doors import Transport
 from gateway.config.settings import GatewayConfig
 from gateway.http.app import create_app
 from gateway.http.door import DoorClient
+from gateway.http.keys import GATEWAY
 
 
 async def _stdin_lines() -> AsyncIterator[bytes]:
@@ -42,7 +44,8 @@ async def serve_stdio(config: GatewayConfig, authorization: str | None) -> None:
             path = f"{folder}/gateway.sock"
             await web.UnixSite(runner, path).start()
             async with aiohttp.ClientSession(connector=aiohttp.UnixConnector(path=path)) as http:
-                door = DoorClient(http, authorization, sys.stdout.buffer)
+                door = DoorClient(http, authorization, sys.stdout.buffer,
+                                  door=runner.app[GATEWAY].door_headers(Transport.STDIO))
                 try:
                     async for line in _stdin_lines():
                         await door.handle_line(line)

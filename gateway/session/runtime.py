@@ -18,6 +18,7 @@ from typing import Any, Protocol
 
 from adapters.capabilities import client_caps_to_modern
 from adapters.classify import Accepted, Kind
+from adapters.doors import DOOR_HEADER, Transport, door_header, offered_versions, transport_of
 from adapters.errors import ErrorValue, shutting_down
 from adapters.peers import Peer, client_info_of, match_peer, peer_from_record
 from adapters.records import SessionRecord
@@ -186,6 +187,8 @@ class Gateway:
     observer: Observer = field(default_factory=Unobserved)  # who watches the traffic (the app: telemetry)
     replica: str = field(default_factory=replica_id)  # this process's name among replicas on one store (§34)
     relay: Relay | None = None  # set for the app's lifetime on a shared store (gateway.session.backends)
+    # The secret by which this process's own doors (stdio, HTTP+SSE, WebSocket) name their transport to /mcp.
+    door_key: str = field(default_factory=lambda: secrets.token_urlsafe(32))
 
     def __post_init__(self) -> None:
         self.policy = self.config.policy(self.pins.tokens)
@@ -198,6 +201,17 @@ class Gateway:
         """A reload: new sessions use the new pins; live sessions keep the snapshot in their records."""
         self.config, self.pins = config, pins
         self.policy = config.policy(pins.tokens)
+
+    def door_headers(self, transport: Transport) -> dict[str, str]:
+        """What a door adds to each request it makes to this gateway's /mcp."""
+        return {DOOR_HEADER: door_header(transport, self.door_key)}
+
+    def transport(self, headers: Any) -> Transport:
+        """The door a request to /mcp came through (Streamable HTTP unless one of ours says otherwise)."""
+        return transport_of(headers.get(DOOR_HEADER), self.door_key)
+
+    def offered_versions(self, headers: Any) -> tuple[str, ...]:
+        return offered_versions(self.transport(headers), self.config.streamable_http_2024_11_05)
 
     def upstream_for(self, name: str) -> UpstreamClient:
         return self.upstreams.get(name, self.upstream)

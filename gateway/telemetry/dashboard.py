@@ -79,12 +79,14 @@ def _peer_section(peer: dict[str, Any]) -> str:
     klass = "ready" if peer["verdict"] == "ready to cut over" else "blocked"
     sunset = (f'{peer["sunset"]} ({peer["days_until_sunset"]} days)' if peer["sunset"] else "none set")
     failures = ", ".join(f"{k}: {v}" for k, v in peer["failures"].items()) or "none"
+    transports = ", ".join(f"{k}: {v}" for k, v in peer.get("transports", {}).items()) or "none"
     return (f'<section class="peer" data-peer="{escape(peer["peer"])}" data-requests="{peer["requests"]}" '
             f'data-legacy="{peer["legacy"]}" data-verdict="{escape(peer["verdict"])}">'
             f'<h2>Peer {escape(peer["peer"])}</h2>'
             f'<p class="verdict {klass}">{escape(peer["verdict"])}</p>'
             f'<p>{peer["requests"]} requests, {peer["legacy_share"]:.0%} legacy; sunset: {escape(sunset)}; '
-            f'translation failures: <span class="failures">{escape(failures)}</span></p>'
+            f'translation failures: <span class="failures">{escape(failures)}</span>; '
+            f'transports: <span class="transports">{escape(transports)}</span></p>'
             f'<div class="legend"><span><i class="sw" style="background:{LEGACY_COLOR}"></i>legacy</span>'
             f'<span><i class="sw" style="background:{MODERN_COLOR}"></i>modern</span></div>'
             f'{share_chart(peer["peer"], peer["series"])}<h3>Deprecated features still in use</h3>'

@@ -26,8 +26,10 @@ class Metrics:
         self.registry = r = CollectorRegistry()
         # Label values, (id(family), *label values), or an era: each key kind is used by one method.
         self._children: dict[tuple[object, ...] | str, Any] = {}
-        self.requests = Counter("mcp_gateway_requests", "Requests by peer, client, era, revision, method, outcome",
-                                ["peer", "client", "era", "revision", "method", "translated", "outcome"], registry=r)
+        self.requests = Counter("mcp_gateway_requests",
+                                "Requests by peer, client, era, revision, method, outcome, transport (the door)",
+                                ["peer", "client", "era", "revision", "method", "translated", "outcome", "transport"],
+                                registry=r)
         self.features = Counter("mcp_gateway_deprecated_feature_uses", "Requests that used a deprecated feature",
                                 ["peer", "client", "feature"], registry=r)
         self.inputs = Counter("mcp_gateway_bridged_inputs", "Requests whose MRTR rounds bridged an input kind",
@@ -51,7 +53,7 @@ class Metrics:
     def observe(self, record: UsageRecord, count: int = 1) -> None:
         """``count`` requests that all look like ``record`` (the recorder drains identical facts at once)."""
         key = (record.peer, record.client, record.era, record.revision, record.method,
-               "true" if record.translated else "false", record.outcome)
+               "true" if record.translated else "false", record.outcome, record.transport)
         child = self._children.get(key)
         if child is None:  # label lookups cost more than the increment; the key set is bounded (folded labels)
             child = self._children[key] = self.requests.labels(*key)

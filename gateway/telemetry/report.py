@@ -80,6 +80,7 @@ def render_table(report: dict[str, Any]) -> str:
         for row in [dict(peer, client="(all)"), *peer["clients"]]:
             lines.append(f"{peer['peer']:<14} {row['client'][:24]:<24} {row['requests']:>8} "
                          f"{row['legacy_share']:>7.0%} {sunset:>18}  {row['verdict']}")
+        lines.append(f"  transports: {_pairs(peer['transports'])}")
         lines.append(f"  deprecated features: {_pairs(peer['features'])}")
         lines.append(f"  translation failures: {_pairs(peer['failures'])}")
         lines.append(f"  legacy share by day: {_share_line(peer['series'])}")

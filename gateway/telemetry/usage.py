@@ -23,6 +23,7 @@ from typing import Any
 from aiohttp import web
 
 from adapters import bridge as B
+from adapters.doors import Transport
 from adapters.jsonwire import ENCODED_DEPTH, loads
 from adapters.usage import (
     DAY_MS,
@@ -48,18 +49,39 @@ log = logging.getLogger("gateway.telemetry.usage")
 
 # --- SQLite -----------------------------------------------------------------------------------------------
 _KEY_COLUMNS = ", ".join(KEY_FIELDS)
-_SCHEMA = f"""
-CREATE TABLE IF NOT EXISTS usage (
+_USAGE_TABLE = f"""CREATE TABLE IF NOT EXISTS usage (
   bucket INTEGER NOT NULL, peer TEXT NOT NULL, client TEXT NOT NULL, client_version TEXT NOT NULL,
   era TEXT NOT NULL, revision TEXT NOT NULL, method TEXT NOT NULL, translated INTEGER NOT NULL,
   inputs TEXT NOT NULL, features TEXT NOT NULL, outcome TEXT NOT NULL, cause TEXT NOT NULL,
-  count INTEGER NOT NULL, rounds INTEGER NOT NULL, PRIMARY KEY ({_KEY_COLUMNS}));
+  transport TEXT NOT NULL DEFAULT 'streamable_http',
+  count INTEGER NOT NULL, rounds INTEGER NOT NULL, PRIMARY KEY ({_KEY_COLUMNS}))"""
+_SCHEMA = f"""{_USAGE_TABLE};
 CREATE INDEX IF NOT EXISTS usage_bucket ON usage (bucket);
 CREATE TABLE IF NOT EXISTS peers (peer TEXT PRIMARY KEY, sunset TEXT, seen_ms INTEGER NOT NULL);
 """
 _UPSERT = (f"INSERT INTO usage ({_KEY_COLUMNS}, count, rounds) VALUES ({', '.join('?' * (len(KEY_FIELDS) + 2))}) "
            f"ON CONFLICT ({_KEY_COLUMNS}) DO UPDATE SET count = count + excluded.count, "
            "rounds = rounds + excluded.rounds")
+
+
+def _add_transport_column(conn: sqlite3.Connection) -> None:
+    """A store written before the transport label: its rows came through /mcp. The column is part of the
+    primary key, which SQLite cannot alter, so the rows move to a table of the new shape, in one transaction."""
+    columns = {row[1] for row in conn.execute("PRAGMA table_info(usage)")}
+    if not columns or "transport" in columns:
+        return
+    old = ", ".join(c for c in (*KEY_FIELDS, "count", "rounds") if c != "transport")
+    conn.execute("BEGIN")
+    try:
+        conn.execute("ALTER TABLE usage RENAME TO usage_before_transport")
+        conn.execute("DROP INDEX IF EXISTS usage_bucket")
+        conn.execute(_USAGE_TABLE)
+        conn.execute(f"INSERT INTO usage ({old}) SELECT {old} FROM usage_before_transport")
+        conn.execute("DROP TABLE usage_before_transport")
+        conn.commit()
+    except sqlite3.Error:
+        conn.rollback()
+        raise
 
 
 class UsageDb:
@@ -71,6 +93,7 @@ class UsageDb:
         self.conn = sqlite3.connect(self.path, check_same_thread=False, timeout=10)
         if self.path != ":memory:":
             self.conn.execute("PRAGMA journal_mode=WAL")  # `report` can read while `serve` writes
+        _add_transport_column(self.conn)
         self.conn.executescript(_SCHEMA)
         self.lock = threading.Lock()  # the flush thread and a report thread may overlap
 
@@ -308,21 +331,27 @@ def _record_plain(recorder: UsageRecorder, request: web.Request, gw: Any, acc: A
     features = legacy_request_features(method) if legacy else modern_request_features(params)
     era = "legacy" if legacy else "modern"
     recorder.note(facts_of(recorder.clock_ms(), era, _revision(acc, message), method, False, info, peer, sunset,
-                           features=features, outcome=outcome_of(message)))
+                           features=features, outcome=outcome_of(message), transport=_transport(gw, request)))
     if recorder.metrics is not None and _STARTED in request:
         recorder.metrics.request_seconds(era, time.perf_counter() - request[_STARTED])
 
 
+def _transport(gw: Any, request: web.Request) -> str:
+    """The door the request came through (``Gateway.transport``); Streamable HTTP for a gateway without doors."""
+    reader = getattr(gw, "transport", None)
+    return str(reader(request.headers)) if reader is not None else Transport.STREAMABLE_HTTP.value
+
+
 def facts_of(now_ms: int, era: str, revision: Any, method: Any, translated: bool, info: Any, peer: Any,
              sunset: Any, rounds: int = 0, inputs: tuple[str, ...] = (), features: tuple[str, ...] = (),
-             outcome: tuple[str, str] = ("ok", "")) -> Facts:
+             outcome: tuple[str, str] = ("ok", ""), transport: str = Transport.STREAMABLE_HTTP.value) -> Facts:
     """Hashable facts: the hour bucket, folded method and revision, plain-string client labels."""
     info = info if isinstance(info, dict) else {}
     name, version = info.get("name"), info.get("version")
     return Facts(now_ms - now_ms % HOUR_MS, era, fold_revision(revision), fold_method(method), translated,
                  (name if isinstance(name, str) else None, version if isinstance(version, str) else None),
                  peer if isinstance(peer, str) else None, sunset if isinstance(sunset, str) else None,
-                 rounds, inputs, features, *outcome)
+                 rounds, inputs, features, *outcome, transport)
 
 
 def stamp_arrival(request: web.Request) -> None:
@@ -454,7 +483,8 @@ def exchange_observer(request: web.Request, gw: Any, session: Any, message: dict
     info, peer, sunset = request_identity(gw, session, "request", session.principal, message.get("params"))
     facts = {"now_ms": recorder.clock_ms(), "era": "legacy", "revision": session.protocol_version,
              "method": message.get("method"), "translated": True, "info": info, "peer": peer,
-             "sunset": sunset, "features": legacy_request_features(message.get("method"))}
+             "sunset": sunset, "features": legacy_request_features(message.get("method")),
+             "transport": _transport(gw, request)}
     return ExchangeObserver(recorder, facts, request.get(_STARTED, time.perf_counter()))
 
 

@@ -14,7 +14,7 @@ from adapters.bridge import BridgeLimits
 from adapters.classify import Accepted, Kind
 from adapters.errors import GATEWAY_LIMIT_EXCEEDED, INVALID_PARAMS, INVALID_REQUEST, METHOD_NOT_FOUND
 from adapters.peers import Peer
-from adapters.protocol import LATEST_LEGACY, MODERN_VERSION
+from adapters.protocol import LATEST_LEGACY, LEGACY_VERSIONS, MODERN_VERSION, SSE_ERA_VERSION
 from adapters.records import SessionRecord
 
 TODAY = "2026-12-04"
@@ -142,7 +142,7 @@ def initialize(version="2025-06-18", capabilities=CAPS, info=INFO, principal="an
 
 
 def before_session(*peers: Peer, limits: SessionLimits = SESSION_LIMITS) -> S.Context:
-    return S.Context(TODAY, LIMITS, limits, peers=peers, default_peer=PEER)
+    return S.Context(TODAY, LIMITS, limits, peers=peers, default_peer=PEER, offered=LEGACY_VERSIONS)
 
 
 def test_initialize_opens_a_session_at_the_requested_revision_or_our_latest() -> None:
@@ -226,3 +226,12 @@ def test_actions_are_frozen_values() -> None:
 
 def test_the_kind_table_covers_every_kind() -> None:
     assert set(S._BY_KIND) == set(Kind)
+
+
+def test_initialize_negotiates_only_what_the_clients_door_offers() -> None:
+    door = S.Context(TODAY, LIMITS, SESSION_LIMITS, peers=(), default_peer=PEER,
+                     offered=(*LEGACY_VERSIONS, SSE_ERA_VERSION))
+    (opening,) = S.handle(initialize(SSE_ERA_VERSION), door)
+    assert isinstance(opening, S.OpenSession) and opening.version == SSE_ERA_VERSION
+    (opening,) = S.handle(initialize(SSE_ERA_VERSION), before_session())  # /mcp: offered the latest instead
+    assert isinstance(opening, S.OpenSession) and opening.version == LATEST_LEGACY

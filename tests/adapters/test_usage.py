@@ -184,3 +184,34 @@ def test_verdict_order_follows_features() -> None:
     assert verdict({}) == "ready to cut over"
     assert verdict({f: 1 for f in reversed(FEATURES)}) == "blocked by: " + ", ".join(FEATURES)
     assert verdict({"ping": 0}) == "ready to cut over"
+
+
+def test_the_transport_is_a_label_and_http_sse_a_deprecated_feature() -> None:
+    folder = LabelFolder()
+    through_sse = build_record(folder, Facts(0, "legacy", "2024-11-05", "tools/call", True,
+                                             features=("legacy handshake", "sampling"), transport="http_sse"))
+    assert through_sse.transport == "http_sse" and through_sse.revision == "2024-11-05"
+    assert through_sse.features == ("legacy handshake", "HTTP+SSE transport", "sampling")
+    for transport in ("stdio", "websocket", "streamable_http"):
+        record = build_record(folder, Facts(0, "legacy", "2025-11-25", "tools/list", False,
+                                            features=("legacy handshake",), transport=transport))
+        assert record.transport == transport and record.features == ("legacy handshake",)
+    assert build_record(folder, Facts(0, "legacy", "2025-11-25", "ping", False, transport="pigeon")).transport == OTHER
+    assert build_record(folder, Facts(0, "modern", "2026-07-28", "tools/list", False)).transport == "streamable_http"
+    assert rollup_key(through_sse)[KEY_FIELDS.index("transport")] == "http_sse"
+
+
+def test_the_report_counts_transports_and_blocks_on_http_sse() -> None:
+    builder = ReportBuilder()
+    base = {"bucket": 0, "peer": "default", "client_version": "1", "era": "legacy", "revision": "2025-11-25",
+            "method": "tools/call", "translated": 1, "inputs": "", "outcome": "ok", "cause": "", "rounds": 0}
+    builder.add({**base, "client": "old", "features": "legacy handshake,HTTP+SSE transport", "transport": "http_sse",
+                 "count": 3})
+    builder.add({**base, "client": "desk", "features": "legacy handshake", "transport": "stdio", "count": 2})
+    peer = builder.finish(TODAY, 30, {})["peers"][0]
+    assert peer["transports"] == {"http_sse": 3, "stdio": 2}
+    assert peer["features"]["HTTP+SSE transport"] == 3
+    old, desk = peer["clients"][1], peer["clients"][0]
+    assert (old["client"], desk["client"]) == ("old", "desk")
+    assert old["verdict"] == "blocked by: legacy handshake, HTTP+SSE transport"
+    assert desk["verdict"] == "blocked by: legacy handshake"

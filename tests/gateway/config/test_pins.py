@@ -123,7 +123,7 @@ async def sampling(context, params):
     ('[[peers]]\nname = "a"\nsunset = "2027-02-30"\n', "peers.0.sunset", "date"),
     ('[[peers]]\nname = "a"\n[[peers]]\nname = "a"\n', "(top level)", "duplicate peer name(s): a"),
     ('[[peers]]\nname = "a"\nupstream = "nowhere"\n', "(top level)", "unknown upstream(s): nowhere"),
-    ('[[peers]]\nname = "a"\nrevisions = ["2024-11-05"]\n', "peers.0.revisions.0", "Input should be"),
+    ('[[peers]]\nname = "a"\nrevisions = ["2023-01-01"]\n', "peers.0.revisions.0", "Input should be"),
     ('[[peers]]\nname = "a"\ncanary = { default = 80, x = 30 }\n', "peers.0", "at most 100"),
     ('[upstreams.x]\nurl = "https://elsewhere.example/mcp"\nauth = "forward"\n', "upstreams.x", "shares_audience"),
     ('[upstreams.x]\nurl = "https://elsewhere.example/mcp"\nauth = "gateway"\n', "upstreams.x", "token_env"),

@@ -78,3 +78,17 @@ async def test_bad_frames_and_a_foreign_origin(gateway_port: int) -> None:
                                       origin="http://evil.example"):
             pass
     assert refused.value.response.status_code == 403
+
+
+async def test_a_2024_11_05_client_keeps_its_revision_on_the_socket(gateway_port: int) -> None:
+    old = {**INIT, "params": {**INIT["params"], "protocolVersion": "2024-11-05"}}  # type: ignore[dict-item]
+    async with websockets.connect(f"ws://127.0.0.1:{gateway_port}/ws", subprotocols=["mcp"]) as ws:
+        await ws.send(json.dumps(old))
+        assert (await _next(ws))["result"]["protocolVersion"] == "2024-11-05"
+        await ws.send(json.dumps({"jsonrpc": "2.0", "method": "notifications/initialized"}))
+        await ws.send(json.dumps({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+                                  "params": {"name": "echo", "arguments": {"text": "old"}}}))
+        answer = await _next(ws)
+        while answer.get("id") != 2:
+            answer = await _next(ws)
+    assert answer["result"]["content"][0]["text"] == "old"

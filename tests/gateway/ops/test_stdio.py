@@ -99,3 +99,32 @@ async def test_closing_stdin_ends_the_session_and_closes_the_upstream_request(tm
         if proc.returncode is None:
             proc.kill()
         await runner.cleanup()
+
+
+async def test_a_2024_11_05_client_keeps_its_revision_over_stdio(tmp_path: Path) -> None:
+    import asyncio
+    import json
+
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "gateway", "stdio", cwd=str(tmp_path), env={**os.environ, "PYTHONPATH": str(ROOT)},
+        stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.DEVNULL)
+    assert proc.stdin is not None and proc.stdout is not None
+    lines = [{"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2024-11-05", "capabilities": {}, "clientInfo": {"name": "old-desktop", "version": "1"}}},
+             {"jsonrpc": "2.0", "method": "notifications/initialized"},
+             {"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+              "params": {"name": "echo", "arguments": {"text": "hi"}}}]
+    try:
+        proc.stdin.write(json.dumps(lines[0]).encode() + b"\n")
+        init = json.loads(await asyncio.wait_for(proc.stdout.readline(), 60))
+        proc.stdin.write(b"".join(json.dumps(m).encode() + b"\n" for m in lines[1:]))
+        answer = json.loads(await asyncio.wait_for(proc.stdout.readline(), 60))
+        while answer.get("id") != 2:  # anything not tied to the call (a notification) comes first
+            answer = json.loads(await asyncio.wait_for(proc.stdout.readline(), 60))
+        proc.stdin.close()
+        assert await asyncio.wait_for(proc.wait(), 30) == 0
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+    assert init["result"]["protocolVersion"] == "2024-11-05"
+    assert answer["id"] == 2 and answer["result"]["content"][0]["text"] == "hi"

@@ -19,7 +19,8 @@ def records(client: Any) -> list[dict[str, Any]]:
     recorder = client.server.app[USAGE]
     recorder.drain()
     return [dict(zip(("bucket", "peer", "client", "client_version", "era", "revision", "method", "translated",
-                      "inputs", "features", "outcome", "cause"), key, strict=True), count=value[0], rounds=value[1])
+                      "inputs", "features", "outcome", "cause", "transport"), key, strict=True),
+                 count=value[0], rounds=value[1])
             for key, value in recorder.rollup.items()]
 
 
