@@ -7,24 +7,18 @@ from __future__ import annotations
 import base64
 import json
 import os
-import shutil
-import subprocess
 from collections import Counter
 from pathlib import Path
 from typing import Any
 
-import pytest
-import websockets
-
 from gateway.config.settings import load_config
 from gateway.http.app import create_app
 from gateway.telemetry.trace import Tracer
+from tests.gateway.browser import chromium_page, needs_chromium
 from tests.gateway.conftest import Legacy, gateway_cli
 from tests.gateway.http.test_bridge_shell import SAMPLED, two_rounds
-from tests.gateway.telemetry.test_usage_browser import CHROMIUM, FLAGS, Cdp, devtools_url
 
-pytestmark = pytest.mark.skipif(not Path(CHROMIUM).exists(),
-                                reason=f"{CHROMIUM} is absent (apt-get install -y chromium; .ci/run does it)")
+pytestmark = needs_chromium
 
 READ_DIAGRAMS = """JSON.stringify({
   scripts: document.scripts.length,
@@ -58,36 +52,21 @@ async def _traced(upstream: Any, aiohttp_client: Any, path: Path) -> None:
     tracer.close()
 
 
-async def _drawn(page: Path, profile: Path) -> tuple[dict[str, Any], list[str], bytes]:
+async def _drawn(page_file: Path, profile: Path) -> tuple[dict[str, Any], list[str], bytes]:
     """What Chromium drew (read back from the DOM), every URL the page requested, and a screenshot."""
-    proc = subprocess.Popen([CHROMIUM, *FLAGS, f"--user-data-dir={profile}", "about:blank"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        async with websockets.connect(await devtools_url(profile, proc), max_size=None) as ws:
-            cdp = Cdp(ws)
-            target = await cdp.send("Target.createTarget", url="about:blank")
-            attached = await cdp.send("Target.attachToTarget", targetId=target["targetId"], flatten=True)
-            cdp.session = attached["sessionId"]
-            await cdp.send("Network.enable")
-            await cdp.send("Page.enable")
-            await cdp.send("Page.navigate", url=page.as_uri())
-            requested = []
-            while True:
-                event = await cdp.wait_for_any("Network.requestWillBeSent", "Page.loadEventFired")
-                if event["method"] == "Page.loadEventFired":
-                    break
-                requested.append(event["params"]["request"]["url"])
-            drawn = json.loads((await cdp.send("Runtime.evaluate", expression=READ_DIAGRAMS,
-                                               returnByValue=True))["result"]["value"])
-            shot = await cdp.send("Page.captureScreenshot", format="png", captureBeyondViewport=True)
-            cdp.reader.cancel()
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-        shutil.rmtree(profile, ignore_errors=True)
+    async with chromium_page(profile) as cdp:
+        await cdp.send("Network.enable")
+        await cdp.send("Page.enable")
+        await cdp.send("Page.navigate", url=page_file.as_uri())
+        requested = []
+        while True:
+            event = await cdp.wait_for_any("Network.requestWillBeSent", "Page.loadEventFired")
+            if event["method"] == "Page.loadEventFired":
+                break
+            requested.append(event["params"]["request"]["url"])
+        drawn = json.loads((await cdp.send("Runtime.evaluate", expression=READ_DIAGRAMS,
+                                           returnByValue=True))["result"]["value"])
+        shot = await cdp.send("Page.captureScreenshot", format="png", captureBeyondViewport=True)
     return drawn, requested, base64.b64decode(shot["data"])
 
 

@@ -5,81 +5,22 @@ in the test's temporary directory, or under ``ARTIFACTS_DIR`` when set (its path
 
 from __future__ import annotations
 
-import asyncio
 import base64
-import itertools
 import json
 import os
-import shutil
-import subprocess
 from pathlib import Path
-from typing import Any
 
 import pytest
-import websockets
 from mcp import Client
 from mcp.shared.exceptions import MCPError
 
 from gateway.config.settings import load_config
 from gateway.http.app import create_app
+from tests.gateway.browser import chromium_page, needs_chromium
 from tests.gateway.telemetry.test_usage_e2e import info, legacy_script, modern_script
 
-CHROMIUM = "/usr/bin/chromium"
 ROOT = Path(__file__).resolve().parents[3]
-pytestmark = pytest.mark.skipif(not Path(CHROMIUM).exists(),
-                                reason=f"{CHROMIUM} is absent (apt-get install -y chromium; .ci/run does it)")
-FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-         "--disable-background-networking", "--disable-component-update", "--disable-sync",
-         "--remote-debugging-port=0", "--window-size=1100,1400"]
-
-
-class Cdp:
-    """The smallest DevTools-protocol client: commands by id, events into a queue, one flattened page session."""
-
-    def __init__(self, ws: Any) -> None:
-        self.ws, self.ids, self.pending, self.events = ws, itertools.count(1), {}, asyncio.Queue()
-        self.reader = asyncio.get_running_loop().create_task(self._read())
-        self.session: str | None = None
-
-    async def _read(self) -> None:
-        async for raw in self.ws:
-            message = json.loads(raw)
-            future = self.pending.pop(message.get("id"), None)
-            if future is not None:
-                future.set_result(message)
-            elif "method" in message:
-                self.events.put_nowait(message)
-
-    async def send(self, method: str, **params: Any) -> dict[str, Any]:
-        ident = next(self.ids)
-        body: dict[str, Any] = {"id": ident, "method": method, "params": params}
-        if self.session and not method.startswith("Target."):
-            body["sessionId"] = self.session
-        self.pending[ident] = future = asyncio.get_running_loop().create_future()
-        await self.ws.send(json.dumps(body))
-        message = await asyncio.wait_for(future, 30)
-        assert "error" not in message, message
-        return message["result"]
-
-    async def wait_for(self, method: str) -> dict[str, Any]:
-        return await self.wait_for_any(method)
-
-    async def wait_for_any(self, *methods: str) -> dict[str, Any]:
-        while True:
-            event = await asyncio.wait_for(self.events.get(), 30)
-            if event["method"] in methods:
-                return event
-
-
-async def devtools_url(profile: Path, proc: subprocess.Popen) -> str:
-    marker = profile / "DevToolsActivePort"
-    for _ in range(300):
-        if marker.exists() and len(marker.read_text().splitlines()) >= 2:
-            port, path = marker.read_text().splitlines()[:2]
-            return f"ws://127.0.0.1:{port}{path}"
-        assert proc.poll() is None, "chromium exited early"
-        await asyncio.sleep(0.1)
-    raise AssertionError("chromium did not open its DevTools port")
+pytestmark = needs_chromium
 
 
 READ_CHARTS = """JSON.stringify({
@@ -108,35 +49,19 @@ async def test_the_dashboard_renders_the_right_numbers(aiohttp_server, tmp_path,
     async with Client(str(server.make_url("/mcp")), mode="legacy", client_info=info("no-sampling")) as client:
         with pytest.raises(MCPError):  # declared no sampling: a "missing capability" failure
             await client.call_tool("summarize_repo", {"repo": "demo"})
-    profile = tmp_path / "profile"
-    proc = subprocess.Popen([CHROMIUM, *FLAGS, f"--user-data-dir={profile}", "about:blank"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        async with websockets.connect(await devtools_url(profile, proc), max_size=None) as ws:
-            cdp = Cdp(ws)
-            target = await cdp.send("Target.createTarget", url="about:blank")
-            attached = await cdp.send("Target.attachToTarget", targetId=target["targetId"], flatten=True)
-            cdp.session = attached["sessionId"]
-            await cdp.send("Page.enable")
-            await cdp.send("Page.navigate", url=str(server.make_url("/migration?token=t0ken-for-browser")))
-            await cdp.wait_for("Page.loadEventFired")
-            location = await cdp.send("Runtime.evaluate", expression="location.href", returnByValue=True)
-            drawn = json.loads((await cdp.send("Runtime.evaluate", expression=READ_CHARTS,
-                                               returnByValue=True))["result"]["value"])
-            shot = await cdp.send("Page.captureScreenshot", format="png", captureBeyondViewport=True)
-            cdp.reader.cancel()
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+    async with chromium_page(tmp_path / "profile") as cdp:
+        await cdp.send("Page.enable")
+        await cdp.send("Page.navigate", url=str(server.make_url("/migration?token=t0ken-for-browser")))
+        await cdp.wait_for("Page.loadEventFired")
+        location = await cdp.send("Runtime.evaluate", expression="location.href", returnByValue=True)
+        drawn = json.loads((await cdp.send("Runtime.evaluate", expression=READ_CHARTS,
+                                           returnByValue=True))["result"]["value"])
+        shot = await cdp.send("Page.captureScreenshot", format="png", captureBeyondViewport=True)
     artifacts = Path(os.environ.get("ARTIFACTS_DIR") or tmp_path)  # never the checkout
     artifacts.mkdir(parents=True, exist_ok=True)
     artifact = artifacts / "migration-dashboard.png"
     artifact.write_bytes(base64.b64decode(shot["data"]))
     print(f"\nscreenshot artifact: {artifact}")
-    shutil.rmtree(profile, ignore_errors=True)
 
     assert "token" not in location["result"]["value"]  # exchanged for the cookie and redirected away
     (peer,) = drawn["peers"]
