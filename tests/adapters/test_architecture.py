@@ -57,7 +57,7 @@ def test_adapter_functions_stay_small(path: Path) -> None:
     assert not long, long
 
 
-# The decisions about one message on a legacy session are made in adapters.session alone (docs/design.md §37):
+# The decisions about one message on a legacy session are made in adapters.session alone (docs/design.md §45):
 # the shell may not call them itself, or the order of the checks would live in two places.
 SESSION_DECISIONS = {"decide", "route_request", "route_notification", "cancel_request", "admit", "admit_initialize",
                      "admit_modern", "sunset_passed", "legacy_answer_version", "initialize_size_error"}
