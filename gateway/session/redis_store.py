@@ -11,6 +11,10 @@ read back with ``ENCODED_DEPTH``. Keys, all under a configurable prefix (``[gate
   score, never the record, and :meth:`RedisStore.last_seen` is one ``ZMSCORE`` for any number of ids;
 - ``p:P``: a sorted set of ``P``'s sessions, scored the same way (for the per-principal bound);
 - ``r:B``: a hash, ``r`` = the round's JSON text, ``s`` = its session; ``rs:S``: the set of ``S``'s rounds;
+- ``e:S:N``: the copy of ``S``'s downstream SSE stream ``N`` (docs/design.md §37), a Redis Stream whose entry
+  ids carry the event numbers: ``<seq>-0`` an event (field ``m``, the message's JSON text), ``0-1`` "opened
+  with nothing evicted", ``<seq>-2`` "ended after event seq". Trimmed on each append to the last
+  ``replay_buffer_events`` events (``MINID``, exact); ``es:S``: the set of ``S``'s stream names;
 - ``oa:G`` and ``oq:S:D`` (``adapters.relay``): the replica that owns the exchange which asked the client under
   gateway id ``G``, or which bridges ``S``'s request ``D``: plain strings with the client answer timeout as TTL
   (docs/design.md §34). The relay's channels are ``relay:<replica>`` and ``relay-all`` under the same prefix.
@@ -43,9 +47,9 @@ in each sorted set: about 1.6 KB per idle session.
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator, Callable, Collection
+from collections.abc import AsyncIterator, Callable, Collection, Sequence
 from contextlib import asynccontextmanager
-from typing import Any, Final
+from typing import Any, ClassVar, Final
 
 from redis.asyncio import Redis
 from redis.asyncio.retry import Retry
@@ -54,15 +58,25 @@ from redis.exceptions import RedisError
 
 from adapters.jsonwire import ENCODED_DEPTH, dumps, loads
 from adapters.records import PendingRound, SessionRecord
+from adapters.sse import PRIMING_SEQ, Event, StoredEvents, resumable
 from gateway.session.store import StoreUnavailable
+
+# The longest a follow_events call blocks in Redis: its connection's read timeout is this plus the store's.
+FOLLOW_WAIT_MAX_SECONDS: Final = 10.0
+OPENED, ENDED = 1, 2  # the sub-id of a stream copy's marker entries (an event's is 0)
 
 # Helpers shared by the scripts (ARGV[1] is always the prefix). Scripts only read and write keys of that prefix.
 _LUA_COMMON: Final = """
 local P = ARGV[1]
-local function renew(sid, ttl)  -- the TTL of a session's record, its round set and its rounds; 0 if gone
+local function renew(sid, ttl)  -- the TTL of a session's record, rounds and stream copies; 0 if gone
   if redis.call('PEXPIRE', P .. 's:' .. sid, ttl) == 0 then return 0 end
   if redis.call('PEXPIRE', P .. 'rs:' .. sid, ttl) == 1 then
     for _, bid in ipairs(redis.call('SMEMBERS', P .. 'rs:' .. sid)) do redis.call('PEXPIRE', P .. 'r:' .. bid, ttl) end
+  end
+  if redis.call('PEXPIRE', P .. 'es:' .. sid, ttl) == 1 then
+    for _, name in ipairs(redis.call('SMEMBERS', P .. 'es:' .. sid)) do
+      redis.call('PEXPIRE', P .. 'e:' .. sid .. ':' .. name, ttl)
+    end
   end
   return 1
 end
@@ -75,7 +89,10 @@ local function drop(sid)
   if principal then redis.call('ZREM', P .. 'p:' .. principal, sid) end
   redis.call('ZREM', P .. 'seen', sid)
   for _, bid in ipairs(redis.call('SMEMBERS', P .. 'rs:' .. sid)) do redis.call('DEL', P .. 'r:' .. bid) end
-  redis.call('DEL', P .. 's:' .. sid, P .. 'rs:' .. sid)
+  for _, name in ipairs(redis.call('SMEMBERS', P .. 'es:' .. sid)) do
+    redis.call('DEL', P .. 'e:' .. sid .. ':' .. name)
+  end
+  redis.call('DEL', P .. 's:' .. sid, P .. 'rs:' .. sid, P .. 'es:' .. sid)
 end
 """
 
@@ -157,6 +174,10 @@ class RedisStore:
         script = self.redis.register_script
         self._put, self._touch, self._delete = script(_PUT_SESSION), script(_TOUCH), script(_DELETE)
         self._expire, self._rounds_of, self._delete_round = script(_EXPIRE), script(_ROUNDS_OF), script(_DELETE_ROUND)
+        # Blocking reads (follow_events) on their own connections, whose read timeout allows for the block.
+        self._follower = Redis.from_url(url, socket_connect_timeout=timeout_seconds,
+                                        socket_timeout=FOLLOW_WAIT_MAX_SECONDS + timeout_seconds,
+                                        retry=Retry(NoBackoff(), 1))
 
     def key(self, kind: str, name: str = "") -> str:
         return f"{self.prefix}{kind}{name}"
@@ -165,12 +186,14 @@ class RedisStore:
         """A context in which every Redis failure is :class:`StoreUnavailable` (the relay's pub/sub uses it)."""
         return _unavailable()
 
+
     async def ping(self) -> None:
         async with _unavailable():
             await self.redis.ping()
 
     async def close(self) -> None:
         await self.redis.aclose()
+        await self._follower.aclose()
 
     async def get_session(self, session_id: str) -> SessionRecord | None:
         async with _unavailable(), self.redis.pipeline(transaction=False) as pipe:
@@ -267,6 +290,63 @@ class RedisStore:
             async with _unavailable():
                 await self.redis.delete(*(self.key(key) for key in keys))
 
+    shares_streams: ClassVar[bool] = True
+
+    def stream_key(self, session_id: str, stream: str) -> str:
+        return self.key("e:", f"{session_id}:{stream}")
+
+    async def append_events(self, session_id: str, stream: str, events: Sequence[Event], *, capacity: int,
+                            opening: bool = False, ended_after: int | None = None) -> None:
+        key, names = self.stream_key(session_id, stream), self.key("es:", session_id)
+        async with _unavailable(), self.redis.pipeline(transaction=True) as pipe:
+            if opening and (not events or events[0].seq == PRIMING_SEQ + 1):
+                pipe.xadd(key, {"o": b""}, id=f"0-{OPENED}")  # nothing evicted: resumable from the priming event
+            for event in events:
+                oldest = event.seq - capacity + 1  # MINID, exact: the last ``capacity`` events, as ReplayBuffer
+                pipe.xadd(key, {"m": dumps(event.message)}, id=f"{event.seq}-0", nomkstream=not opening,
+                          minid=f"{oldest}-0" if oldest > PRIMING_SEQ + 1 else None, approximate=False)
+            if ended_after is not None:
+                pipe.xadd(key, {"e": b""}, id=f"{ended_after}-{ENDED}", nomkstream=True)
+            if opening:
+                pipe.sadd(names, stream)
+                pipe.pexpire(names, self._ttl_ms)
+            pipe.pexpire(key, self._ttl_ms)
+            await pipe.execute()
+
+    async def read_events(self, session_id: str, stream: str, after: int) -> StoredEvents | None:
+        key = self.stream_key(session_id, stream)
+        async with _unavailable(), self.redis.pipeline(transaction=True) as pipe:
+            pipe.xrange(key, "-", "+", count=1)
+            pipe.xrevrange(key, "+", "-", count=1)
+            pipe.xrange(key, f"({after}-0", "+")
+            first, last, entries = await pipe.execute()
+        if not first or not last:
+            return None
+        seq, sub = _entry_id(first[0][0])
+        oldest = PRIMING_SEQ + 1 if sub == OPENED else seq + (sub == ENDED)
+        if not resumable(after, oldest, _entry_id(last[0][0])[0] + 1):
+            return None
+        return _stored(entries)
+
+    async def follow_events(self, session_id: str, stream: str, after: int, wait_seconds: float) -> StoredEvents | None:
+        key = self.stream_key(session_id, stream)
+        block = max(1, int(min(wait_seconds, FOLLOW_WAIT_MAX_SECONDS) * 1000))
+        async with _unavailable():
+            reply: Any = await self._follower.xread({key: f"{after}-0"}, block=block)  # RESP2: [[key, entries]]
+            if not reply:
+                return StoredEvents((), False) if await self.redis.exists(key) else None
+        entries = reply[0][1]
+        seq, sub = _entry_id(entries[0][0])
+        if sub == 0 and seq > after + 1:  # evicted past the follower's position before it read them
+            return None
+        return _stored(entries)
+
+    async def drop_stream(self, session_id: str, stream: str) -> None:
+        async with _unavailable(), self.redis.pipeline(transaction=True) as pipe:
+            pipe.delete(self.stream_key(session_id, stream))
+            pipe.srem(self.key("es:", session_id), stream)
+            await pipe.execute()
+
     async def publish(self, channel: str, data: bytes) -> int:
         """Publish on a relay channel (``gateway.session.relay``): how many subscribers got it."""
         async with _unavailable():
@@ -275,3 +355,20 @@ class RedisStore:
 
 def _dump(record: Any) -> bytes:
     return dumps(record.to_dict())
+
+
+def _entry_id(raw: bytes | str) -> tuple[int, int]:
+    """(seq, sub-id) of a stream copy's entry id, minted by :meth:`RedisStore.append_events`."""
+    text = raw.decode() if isinstance(raw, bytes) else raw
+    seq, _, sub = text.partition("-")
+    return int(seq), int(sub)
+
+
+def _stored(entries: list[Any]) -> StoredEvents:
+    events, ended = [], False
+    for raw, fields in entries:
+        seq, sub = _entry_id(raw)
+        if sub == 0:
+            events.append(Event(seq, loads(fields[b"m"], ENCODED_DEPTH)))
+        ended = ended or sub == ENDED
+    return StoredEvents(tuple(events), ended)
