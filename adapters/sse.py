@@ -59,6 +59,9 @@ class Event:
 
 
 PRIMING_SEQ = 0  # the priming event's seq: "nothing seen yet"; stored events start at 1
+# Finished request streams of a session that stay resumable (the most recent ones): a client resumes a stream
+# right after it broke, not hours later, and what a session holds stays bounded (in a process or a shared store).
+FINISHED_STREAMS_KEPT = 16
 
 
 def resumable(seq: int, oldest: int, next_seq: int) -> bool:

@@ -20,6 +20,7 @@ from adapters.capabilities import client_caps_to_modern
 from adapters.errors import ErrorValue, shutting_down
 from adapters.peers import Peer, peer_from_record
 from adapters.records import SessionRecord
+from adapters.sse import FINISHED_STREAMS_KEPT
 from adapters.trace import every_kind
 from adapters.upstream import SessionView
 from gateway.config.settings import GatewayConfig
@@ -30,7 +31,7 @@ from gateway.session.streams import OutStream, Tap
 from gateway.upstream.client import UpstreamClient
 
 log = logging.getLogger("gateway")
-KEEP_FINISHED_STREAMS = 16
+KEEP_FINISHED_STREAMS = FINISHED_STREAMS_KEPT
 
 
 _PROCESS_TAG = secrets.token_hex(6)

@@ -16,7 +16,7 @@ from typing import Any, ClassVar, Protocol
 
 from adapters.jsonwire import ENCODED_DEPTH, dumps, loads
 from adapters.records import PendingRound, SessionRecord
-from adapters.sse import PRIMING_SEQ, Event, StoredEvents, resumable
+from adapters.sse import FINISHED_STREAMS_KEPT, PRIMING_SEQ, Event, StoredEvents, resumable
 
 
 class StoreUnavailable(Exception):
@@ -119,6 +119,7 @@ class InMemoryStore:
         self._owners: dict[str, tuple[str, float]] = {}  # key -> (replica, monotonic deadline)
         # Stream copies: never made by a gateway on this store (shares_streams), kept for the contract only.
         self._copies: dict[tuple[str, str], _Copy] = {}
+        self._ended = 0  # copies ended so far: their order, for keeping the last FINISHED_STREAMS_KEPT
 
     async def get_session(self, session_id: str) -> SessionRecord | None:
         data = self._sessions.get(session_id)
@@ -220,8 +221,16 @@ class InMemoryStore:
             copy.events.append((event.seq, dumps(event.message)))
         if events:
             copy.next = events[-1].seq + 1
-        copy.ended = copy.ended or ended_after is not None
+        if ended_after is not None and not copy.ended:
+            copy.ended, self._ended = True, self._ended + 1
+            copy.order = self._ended
+            self._keep_finished(session_id)
         copy.wake()
+
+    def _keep_finished(self, session_id: str) -> None:
+        ended = sorted((c.order, k) for k, c in self._copies.items() if k[0] == session_id and c.ended)
+        for _, key in ended[:max(0, len(ended) - FINISHED_STREAMS_KEPT)]:
+            self._copies.pop(key).wake()
 
     async def read_events(self, session_id: str, stream: str, after: int) -> StoredEvents | None:
         copy = self._copies.get((session_id, stream))
@@ -253,7 +262,7 @@ class _Copy:
 
     def __init__(self, capacity: int, first: int) -> None:
         self.events: deque[tuple[int, bytes]] = deque(maxlen=max(1, capacity))
-        self.next, self.ended = first, False
+        self.next, self.ended, self.order = first, False, 0
         self._woken: asyncio.Event | None = None
 
     def oldest(self) -> int:

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 pytest.importorskip("redis")
-from adapters.sse import Event, StoredEvents
+from adapters.sse import FINISHED_STREAMS_KEPT, Event, StoredEvents
 from gateway.http.app import GATEWAY
 from gateway.session.redis_store import RedisStore
 from tests.gateway.conftest import CAPS, Legacy
@@ -94,10 +94,28 @@ async def test_a_dropped_copy_and_a_deleted_session_leave_nothing_to_resume(stor
 
 async def test_a_copy_is_not_made_for_a_session_that_is_gone(store) -> None:
     await store.append_events("gone", "x", events((1, "a")), capacity=8, opening=True)
-    if isinstance(store, RedisStore):  # Redis keeps it only until the session's idle time: no record to join
-        assert await store.redis.pttl(store.stream_key("gone", "x")) > 0
-    else:
-        assert await store.read_events("gone", "x", 0) is None
+    assert await store.read_events("gone", "x", 0) is None
+
+
+async def test_only_the_last_finished_streams_of_a_session_are_kept(store) -> None:
+    await open_session(store)
+    for n in range(FINISHED_STREAMS_KEPT + 1):
+        await store.append_events("s1", f"x{n}", events((1, n)), capacity=8, opening=True, ended_after=1)
+    await store.append_events("s1", "open", events((1, "a")), capacity=8, opening=True)  # not ended: kept
+    assert await store.read_events("s1", "x0", 0) is None
+    assert await store.read_events("s1", "x1", 0) == StoredEvents(tuple(events((1, 1))), True)
+    assert await store.read_events("s1", "open", 1) == StoredEvents((), False)
+
+
+async def test_an_opened_copy_follows_its_first_event(store) -> None:
+    await open_session(store)
+    await store.append_events("s1", "x", [], capacity=8, opening=True)
+    assert await store.follow_events("s1", "x", 0, 0.05) == StoredEvents((), False)
+    waiting = asyncio.ensure_future(store.follow_events("s1", "x", 0, 5))
+    await asyncio.sleep(0.1)
+    await store.append_events("s1", "x", events((1, "a")), capacity=8)
+    assert await asyncio.wait_for(waiting, 10) == StoredEvents(tuple(events((1, "a"))), False)
+    assert await store.read_events("s1", "x", 0) == StoredEvents(tuple(events((1, "a"))), False)
 
 
 async def test_the_copy_expires_and_is_renewed_with_its_session(redis_url, prefix) -> None:
