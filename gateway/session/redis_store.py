@@ -44,7 +44,8 @@ timeout_seconds``, and a command is retried once at once (a pooled connection Re
 Memory (Redis 7.0.15, ``MEMORY USAGE``, measured with 200 idle sessions of a 2025-11-25 client declaring
 sampling, elicitation and roots, opened on the embedded core): 1,296 bytes for ``s:S`` (a 938-byte record text;
 the hash costs about 250 bytes over a plain string, the price of touching without parsing), plus about 140 bytes
-in each sorted set: about 1.6 KB per idle session.
+in each sorted set: about 1.6 KB per idle session; its open GET stream adds about 150 bytes (its member in
+``es:S``; the Redis Stream is made with the stream's first event).
 """
 
 from __future__ import annotations
