@@ -213,6 +213,22 @@ class BridgeMachine:
         self.record.phase = Phase.UPSTREAM
         return [ArmTimer(Timer.TOTAL, self.ctx.limits.total_timeout_seconds, 0), CallUpstream({})]
 
+    def resume(self, elapsed_seconds: float) -> list[Action]:
+        """Continue the stored round in a replica that took it over (docs/design.md §40): its timers again (the
+        total limit counts from the request's arrival, ``elapsed_seconds`` ago; the client gets a full answer
+        wait), and a round that was in flight upstream or backing off is sent again with the stored
+        ``inputResponses`` and ``requestState`` (adapters.takeover.repeats says what that may repeat)."""
+        rec, limits = self.record, self.ctx.limits
+        if self.done:
+            return []
+        left = limits.total_timeout_seconds - elapsed_seconds
+        if left <= 0:
+            return self._finish_error(E.limit_error("total_timeout_seconds", limits.total_timeout_seconds))
+        total = ArmTimer(Timer.TOTAL, left, 0)
+        if rec.phase is Phase.AWAITING_CLIENT:
+            return [total, ArmTimer(Timer.CLIENT_ANSWER, limits.client_answer_timeout_seconds, rec.round)]
+        return [total, *self._retry()]
+
     def handle(self, event: Event) -> list[Action]:
         if self.done:
             return []  # late answers and stale timers after the end are ignored (2026-07-28 §Cancellation)

@@ -66,9 +66,11 @@ class ReplayBuffer:
     (its event was evicted) or names an event never sent: resuming then would silently lose messages, so the
     shell refuses instead."""
 
-    def __init__(self, capacity: int) -> None:
+    def __init__(self, capacity: int, after: int = PRIMING_SEQ) -> None:
+        """``after``: the last seq another replica wrote on this stream before this buffer continues it (a
+        takeover, docs/design.md §40); a resume from before it gets everything kept here."""
         self._events: deque[Event] = deque(maxlen=max(1, capacity))
-        self._next = PRIMING_SEQ + 1
+        self._next = self._first = after + 1
 
     def append(self, message: Any | None) -> Event:
         event = Event(self._next, message)
@@ -87,7 +89,7 @@ class ReplayBuffer:
         if seq < PRIMING_SEQ or seq >= self._next:
             return None
         oldest = self._events[0].seq if self._events else self._next
-        if seq < oldest - 1:
+        if seq < oldest - 1 and oldest != self._first:  # evicted (a continued stream's gap is not: nothing kept it)
             return None
         return [e for e in self._events if e.seq > seq]
 

@@ -78,6 +78,9 @@ class StoreConfig(_Frozen):
     url: str | None = None
     prefix: str = Field("mcpgw:", min_length=1)  # every key the gateway writes starts with it
     timeout_seconds: float = Field(2.0, gt=0)  # connect and command timeout: a failure is a 503 this soon
+    # A saved round's lease (docs/design.md §40): a dead replica's rounds are taken over this long after its
+    # last renewal at most; renewed every third of it.
+    lease_seconds: float = Field(10.0, ge=0.3)
 
     @field_validator("url")
     @classmethod

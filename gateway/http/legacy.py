@@ -8,14 +8,15 @@ from typing import Any
 from aiohttp import web
 
 from adapters import local
-from adapters.bridge import BridgeContext, admit
+from adapters.bridge import admit
 from adapters.classify import Accepted
-from adapters.peers import peer_limits, sunset_error, sunset_passed
+from adapters.peers import sunset_error, sunset_passed
 from adapters.records import PendingRound, SessionRecord
 from adapters.results import response
 from gateway.http.subscriptions import on_subscribe
-from gateway.session.exchange import Exchange
-from gateway.session.runtime import Gateway, log, new_id, random_id
+from gateway.session import takeover
+from gateway.session.exchange import Exchange, bridge_context
+from gateway.session.runtime import Gateway, log, new_id
 from gateway.session.streams import OutStream, StreamMode, json_response, write_stream
 
 
@@ -66,10 +67,10 @@ async def forward(request: web.Request, gw: Gateway, session: SessionRecord,
     refused = admit(runtime.exchanges.keys(), ident, gw.config.limits.to_limits())
     if refused is not None:
         return json_response(response(ident, error=refused))
-    record = PendingRound(new_id("b"), session.session_id, ident, message["method"], message.get("params") or {})
-    limits = peer_limits(gw.config.limits.to_limits(), gw.peer_of(session))
-    ctx = BridgeContext(limits, session.client_capabilities, random_id, cached_roots=session.cached_roots)
-    exchange = Exchange(runtime, record, ctx, request.headers.get("Authorization"), session)
+    record = PendingRound(new_id("b"), session.session_id, ident, message["method"], message.get("params") or {},
+                          started_ms=gw.clock())
+    exchange = Exchange(runtime, record, bridge_context(runtime, session), request.headers.get("Authorization"),
+                        session)
     exchange.observer = gw.observer.exchange(request, session, message)
     runtime.exchanges[ident] = exchange
     if exchange.can_begin_inline(session):
@@ -98,8 +99,8 @@ async def on_notification(request: web.Request, gw: Gateway, acc: Accepted) -> w
         exchange = gw.runtime(session.session_id).exchanges.get(cancel.request_id) if cancel else None
         if exchange is not None and cancel is not None:
             exchange.cancel(cancel.reason)
-        elif cancel is not None and gw.relay is not None:  # maybe bridged by another replica (design.md §34)
-            await gw.relay.cancel(session.session_id, cancel.request_id, acc.message)
+        elif cancel is not None and gw.relay is not None:  # maybe run by another replica (design.md §34, §41)
+            await takeover.cancel(gw, session, cancel.request_id, acc.message)
     elif route == "roots_changed":
         session.cached_roots = None  # nothing goes upstream (2026-07-28 removed it)
         await gw.store.put_session(session)
@@ -113,7 +114,7 @@ async def on_response(request: web.Request, gw: Gateway, acc: Accepted) -> web.S
     if exchange is not None:
         # Acted on first: the next round leaves before the 202, and uses the session record read for this POST.
         await exchange.answer(acc.message["id"], acc.message, acc.session)
-    elif gw.relay is not None:  # maybe asked by another replica's exchange (docs/design.md §34)
-        await gw.relay.answer(acc.session.session_id, acc.message)
+    elif gw.relay is not None:  # maybe asked by another replica's exchange, alive (§34) or not (§40)
+        await takeover.answer(gw, acc.session, acc.message, request.headers.get("Authorization"))
     # Late or unknown answers are ignored (2025-11-25 basic/utilities §Cancellation: races).
     return web.Response(status=202)

@@ -23,12 +23,13 @@ from typing import Any, cast
 from adapters import bridge as B
 from adapters.admission import roots_cacheable
 from adapters.errors import INTERNAL_ERROR, ErrorValue, store_unavailable
+from adapters.peers import peer_limits
 from adapters.records import PendingRound, SessionRecord
 from adapters.relay import answer_key, request_key
 from adapters.results import progress_advances, request_notification, response
 from adapters.upstream import UnencodableHeader, build_request, needs_header_refresh, x_mcp_header_map
 from gateway.session.observer import ExchangeWatcher
-from gateway.session.runtime import SessionRuntime, log, new_id, session_view
+from gateway.session.runtime import SessionRuntime, log, new_id, random_id, session_view
 from gateway.session.store import StoreUnavailable
 from gateway.session.streams import OutStream
 from gateway.upstream.client import Answer, UpstreamFailure
@@ -37,6 +38,13 @@ REFRESH_PAGE_CAP = 20
 _SILENT = (B.Finish, B.AbortUpstream)  # after begin() there is no upstream task left to abort
 _TOTAL_TIMEOUT = B.TimerFired(B.Timer.TOTAL, 0)
 _INTERNAL = ErrorValue(INTERNAL_ERROR, "internal gateway error")  # a gateway bug: nothing more for the client
+
+
+def bridge_context(runtime: SessionRuntime, session: SessionRecord) -> B.BridgeContext:
+    """The bridge's context for a request of ``session``: the configured limits under its peer's pins."""
+    gateway = runtime.gateway
+    limits = peer_limits(gateway.config.limits.to_limits(), gateway.peer_of(session))
+    return B.BridgeContext(limits, session.client_capabilities, random_id, cached_roots=session.cached_roots)
 
 
 class Exchange:
@@ -58,12 +66,19 @@ class Exchange:
         self._interrupted: Any = None  # the event that stopped that wait: Cancelled or the total timeout
         self._early: list[dict[str, Any]] = []  # notifications that arrived during begin()
         self._owned: set[str] = set()  # ownership keys claimed in the store (docs/design.md §34)
+        self._task: asyncio.Task | None = None  # run(), once spawned
+        self._handed_over = False  # stopped to let another replica continue the saved round (§40, §42)
         meta = record.params.get("_meta")
         self.progress_token = meta.get("progressToken") if isinstance(meta, dict) else None
 
     @property
     def record(self) -> PendingRound:
         return self.machine.record
+
+    @property
+    def saved(self) -> bool:
+        """Whether the round is in the store, where another replica can continue it."""
+        return self._saved
 
     def can_begin_inline(self, session: SessionRecord) -> bool:
         """Only when the upstream has nothing to stream meanwhile: progress needs a token and request logs a
@@ -117,8 +132,34 @@ class Exchange:
         self.stream = self.runtime.new_stream()
         for message in self._early:
             self.stream.push(message)
-        self.runtime.spawn(self.run(first))
+        self._task = self.runtime.spawn(self.run(first))
         return self.stream
+
+    async def take_over(self, stream: OutStream, elapsed_seconds: float) -> None:
+        """Continue a round another replica saved, whose lease this replica just won (docs/design.md §40): on
+        ``stream`` (the request's stream, continued here), from the stored record."""
+        rec, gateway = self.record, self.runtime.gateway
+        self.stream, self._saved = stream, True
+        self.runtime.exchanges[rec.downstream_id] = self
+        gateway.leases[rec.bridge_id] = self
+        for gid in rec.outstanding:
+            self.runtime.awaiting[gid] = self
+        # The ids the client is still to answer, and the request, now route here (docs/design.md §34).
+        keys = {k for k in map(answer_key, rec.outstanding) if k is not None}
+        keys.add(request_key(rec.session_id, rec.downstream_id))
+        await gateway.store.claim_owner(keys, gateway.replica, self.machine.ctx.limits.client_answer_timeout_seconds)
+        self._owned |= keys
+        self._task = self.runtime.spawn(self.run(self.machine.resume(elapsed_seconds)))
+
+    def hand_over(self, *, lost: bool = False) -> None:
+        """Stop without answering, leaving the saved round to another replica (shutdown, or ``lost``: its lease
+        was taken, and the ownership records are the new holder's): the client's stream ends, and its
+        reconnection with Last-Event-ID reaches the replica that continues."""
+        self._handed_over = True
+        if lost:
+            self._owned = set()
+        if self._task is not None:
+            self._task.cancel()
 
     async def run(self, first: list[Any] | None) -> None:
         store = self.runtime.gateway.store
@@ -126,15 +167,13 @@ class Exchange:
         try:
             await self._perform(self.machine.start() if first is None else first)
             while not self.machine.done:
-                if self.record.waiting:  # what another process would need to continue it
-                    await store.put_round(self.record)
-                    self._saved = True
+                await self._save(store)
+                self._settle()  # an answer is acknowledged once it is saved: a replica taking over has it
                 event = await self.events.get()
                 await self._perform(self.machine.handle(event))
                 if isinstance(event, B.ClientAnswered):
                     await self._release({k for k in [answer_key(event.gateway_id)] if k in self._owned})
                 self._session = None  # only the round an answer starts may use the record its handler read
-                self._settle()
         except Exception as exc:  # a failure must still answer the original request, not leave it hanging
             self.stream.finish(response(self.record.downstream_id, error=self._failure(exc)))
         finally:
@@ -152,6 +191,21 @@ class Exchange:
             if self._saved:
                 await self._forget_round()
 
+    async def _save(self, store: Any) -> None:
+        """Save the record once the round waits (what another process needs to continue it), and after every
+        step from then on, so a replica taking over continues from the last one (docs/design.md §40). The
+        first save takes the round's lease, renewed while this replica lives (gateway.session.takeover)."""
+        rec, gateway = self.record, self.runtime.gateway
+        if not (self._saved or rec.waiting):
+            return
+        assert self.stream is not None
+        if not self._saved and gateway.relay is not None:  # only replicas on a shared store take rounds over
+            await store.hold_lease(rec.bridge_id, gateway.replica, gateway.config.store.lease_seconds)
+            gateway.leases[rec.bridge_id] = self
+        rec.stream, rec.stream_seq = self.stream.name, self.stream.buffer.next_seq - 1
+        await store.put_round(rec)
+        self._saved = True
+
     def _failure(self, exc: Exception) -> ErrorValue:
         """What the client is told when the exchange itself fails: the store's unavailability (a dependency,
         said as such), or a gateway bug (logged with its traceback)."""
@@ -162,8 +216,14 @@ class Exchange:
         return _INTERNAL
 
     async def _forget_round(self) -> None:
+        """The round ended here: its record goes, and its lease (or, handed over, only the lease)."""
+        gateway, bridge_id = self.runtime.gateway, self.record.bridge_id
+        held = gateway.leases.pop(bridge_id, None) is self
         try:
-            await self.runtime.gateway.store.delete_round(self.record.bridge_id)
+            if not self._handed_over:
+                await gateway.store.delete_round(bridge_id)
+            if held:
+                await gateway.store.drop_leases([bridge_id], gateway.replica)
         except StoreUnavailable as exc:  # the round's keys expire with the session's idle time anyway
             log.warning("request %r: its round record stays until it expires: %s", self.record.downstream_id, exc)
 

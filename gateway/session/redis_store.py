@@ -13,7 +13,9 @@ read back with ``ENCODED_DEPTH``. Keys, all under a configurable prefix (``[gate
 - ``r:B``: a hash, ``r`` = the round's JSON text, ``s`` = its session; ``rs:S``: the set of ``S``'s rounds;
 - ``oa:G`` and ``oq:S:D`` (``adapters.relay``): the replica that owns the exchange which asked the client under
   gateway id ``G``, or which bridges ``S``'s request ``D``: plain strings with the client answer timeout as TTL
-  (docs/design.md §34). The relay's channels are ``relay:<replica>`` and ``relay-all`` under the same prefix.
+  (docs/design.md §34). The relay's channels are ``relay:<replica>`` and ``relay-all`` under the same prefix;
+- ``ol:B``: the lease on round ``B`` (docs/design.md §40): the holding replica, with the lease time as TTL,
+  renewed while it lives; claimed with ``SET NX`` only while ``r:B`` exists, so one replica takes a round over.
 
 Expiry: every one of these keys gets a TTL of ``session_idle_seconds`` with each write, renewed by
 :meth:`RedisStore.touch_session` (and for ``keep`` by :meth:`RedisStore.expire_sessions`), so nothing is kept
@@ -54,6 +56,7 @@ from redis.exceptions import RedisError
 
 from adapters.jsonwire import ENCODED_DEPTH, dumps, loads
 from adapters.records import PendingRound, SessionRecord
+from adapters.takeover import Lease
 from gateway.session.store import StoreUnavailable
 
 # Helpers shared by the scripts (ARGV[1] is always the prefix). Scripts only read and write keys of that prefix.
@@ -130,6 +133,33 @@ end
 return out
 """
 
+# ARGV: prefix, bridge id, replica, ttl ms -> 1 when this replica now holds the lease (the round exists, and
+# nobody held it).
+_TAKE_LEASE: Final = _LUA_COMMON + """
+if redis.call('EXISTS', P .. 'r:' .. ARGV[2]) == 0 then return 0 end
+if redis.call('SET', P .. 'ol:' .. ARGV[2], ARGV[3], 'NX', 'PX', ARGV[4]) then return 1 end
+return 0
+"""
+
+# ARGV: prefix, replica, ttl ms, bridge ids... -> the ids whose lease the replica no longer holds.
+_RENEW_LEASES: Final = _LUA_COMMON + """
+local lost = {}
+for i = 4, #ARGV do
+  local key = P .. 'ol:' .. ARGV[i]
+  if redis.call('GET', key) == ARGV[2] then redis.call('PEXPIRE', key, ARGV[3]) else lost[#lost + 1] = ARGV[i] end
+end
+return lost
+"""
+
+# ARGV: prefix, replica, bridge ids...: delete the leases the replica holds (never another's).
+_DROP_LEASES: Final = _LUA_COMMON + """
+for i = 3, #ARGV do
+  local key = P .. 'ol:' .. ARGV[i]
+  if redis.call('GET', key) == ARGV[2] then redis.call('DEL', key) end
+end
+return 1
+"""
+
 
 def wall_ms() -> int:
     return int(time.time() * 1000)
@@ -157,6 +187,7 @@ class RedisStore:
         script = self.redis.register_script
         self._put, self._touch, self._delete = script(_PUT_SESSION), script(_TOUCH), script(_DELETE)
         self._expire, self._rounds_of, self._delete_round = script(_EXPIRE), script(_ROUNDS_OF), script(_DELETE_ROUND)
+        self._take, self._renew, self._drop_leases = script(_TAKE_LEASE), script(_RENEW_LEASES), script(_DROP_LEASES)
 
     def key(self, kind: str, name: str = "") -> str:
         return f"{self.prefix}{kind}{name}"
@@ -267,6 +298,42 @@ class RedisStore:
             async with _unavailable():
                 await self.redis.delete(*(self.key(key) for key in keys))
 
+    async def hold_lease(self, bridge_id: str, replica: str, ttl_seconds: float) -> None:
+        async with _unavailable():
+            await self.redis.set(self.key("ol:", bridge_id), replica, px=_ms(ttl_seconds))
+
+    async def take_lease(self, bridge_id: str, replica: str, ttl_seconds: float) -> bool:
+        async with _unavailable():
+            return bool(await self._take(args=[self.prefix, bridge_id, replica, _ms(ttl_seconds)]))
+
+    async def lease_of(self, bridge_id: str) -> Lease:
+        key = self.key("ol:", bridge_id)
+        async with _unavailable(), self.redis.pipeline(transaction=True) as pipe:
+            pipe.get(key)
+            pipe.pttl(key)
+            holder, left = await pipe.execute()
+        if holder is None:
+            return Lease(None)
+        return Lease(holder.decode() if isinstance(holder, bytes) else holder, max(0, int(left)))
+
+    async def renew_leases(self, bridge_ids: Collection[str], replica: str, ttl_seconds: float) -> list[str]:
+        if not bridge_ids:
+            return []
+        async with _unavailable():
+            lost = await self._renew(args=[self.prefix, replica, _ms(ttl_seconds), *bridge_ids])
+        return [b.decode() if isinstance(b, bytes) else b for b in lost]
+
+    async def drop_leases(self, bridge_ids: Collection[str], replica: str) -> None:
+        if bridge_ids:
+            async with _unavailable():
+                await self._drop_leases(args=[self.prefix, replica, *bridge_ids])
+
+    async def listening(self, channel: str) -> bool:
+        """Whether some replica is subscribed to ``channel`` (a replica that died, or lost Redis, is not)."""
+        async with _unavailable():
+            counts = await self.redis.pubsub_numsub(channel)
+        return bool(counts and int(counts[0][1]) > 0)
+
     async def publish(self, channel: str, data: bytes) -> int:
         """Publish on a relay channel (``gateway.session.relay``): how many subscribers got it."""
         async with _unavailable():
@@ -275,3 +342,7 @@ class RedisStore:
 
 def _dump(record: Any) -> bytes:
     return dumps(record.to_dict())
+
+
+def _ms(seconds: float) -> int:
+    return max(1, int(seconds * 1000))

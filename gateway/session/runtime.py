@@ -104,19 +104,32 @@ class SessionRuntime:
         for name in finished[:max(0, len(finished) - KEEP_FINISHED_STREAMS)]:
             del self.streams[name]
 
+    def continue_stream(self, name: str, after: int) -> OutStream:
+        """The request stream ``name`` another replica wrote up to event ``after``, continued here (a takeover,
+        docs/design.md §40)."""
+        stream = self.streams.get(name)
+        if stream is None or stream.closed:
+            self._prune_streams()
+            stream = self.streams[name] = OutStream(name, self.gateway.config.replay_buffer_events, self.gateway.tap,
+                                                    after)
+        return stream
+
     def standalone_stream(self) -> OutStream:
         if self.standalone is None:
             self.standalone = self.new_stream()
         return self.standalone
 
-    async def close(self, error: ErrorValue | None = None) -> None:
+    async def close(self, error: ErrorValue | None = None, *, hand_over: bool = False) -> None:
         """End the session's work: its requests in flight are cancelled (DELETE, expiry), or answered with
-        ``error`` (shutdown: the client stops waiting instead of hanging on a stream that just closes)."""
+        ``error`` (shutdown: the client stops waiting instead of hanging on a stream that just closes), or, with
+        ``hand_over`` (shutdown on a shared store), a saved round is left to another replica (docs/design.md §42)."""
         if self.gateway.hub is not None:
             self.gateway.hub.leave(self)
         for exchange in list(self.exchanges.values()):
             # One still in its first round runs in a handler, not a task here: both reach it.
-            if error is not None:
+            if hand_over and exchange.saved:
+                exchange.hand_over()
+            elif error is not None:
                 exchange.abort(error)
             else:
                 exchange.cancel("session ended")
@@ -160,9 +173,10 @@ class Relay(Protocol):
     """How a replica passes on what belongs to an exchange held by another replica (``gateway.session.relay``;
     none on the in-memory store, where every exchange is local)."""
 
-    async def answer(self, session_id: str, message: dict[str, Any]) -> None: ...
-    async def cancel(self, session_id: str, request_id: str | int, message: dict[str, Any]) -> None: ...
+    async def answer(self, session_id: str, message: dict[str, Any]) -> bool: ...
+    async def cancel(self, session_id: str, request_id: str | int, message: dict[str, Any]) -> bool: ...
     async def ended(self, session_id: str) -> None: ...
+    async def listens(self, replica: str) -> bool: ...
 
 
 def replica_id() -> str:
@@ -185,6 +199,8 @@ class Gateway:
     observer: Observer = field(default_factory=Unobserved)  # who watches the traffic (the app: telemetry)
     replica: str = field(default_factory=replica_id)  # this process's name among replicas on one store (§34)
     relay: Relay | None = None  # set for the app's lifetime on a shared store (gateway.session.backends)
+    leases: dict[str, Any] = field(default_factory=dict)  # bridge id -> Exchange: the saved rounds run here (§40)
+    taking: dict[str, asyncio.Future[None]] = field(default_factory=dict)  # bridge id -> a takeover under way here
 
     def __post_init__(self) -> None:
         self.policy = self.config.policy(self.pins.tokens)
@@ -258,7 +274,7 @@ class Gateway:
         """Shutdown: every session's requests in flight are answered with the shutdown error."""
         for session_id in list(self.runtimes):
             runtime = self.runtimes.pop(session_id)
-            await runtime.close(shutting_down())
+            await runtime.close(shutting_down(), hand_over=self.relay is not None)
         if self.hub is not None:
             await self.hub.close()
 

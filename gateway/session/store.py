@@ -14,6 +14,7 @@ from typing import Any, Protocol
 
 from adapters.jsonwire import ENCODED_DEPTH, dumps, loads
 from adapters.records import PendingRound, SessionRecord
+from adapters.takeover import Lease
 
 
 class StoreUnavailable(Exception):
@@ -59,6 +60,26 @@ class SessionStore(Protocol):
     async def owner_of(self, key: str) -> str | None: ...
     async def release_owner(self, keys: Collection[str]) -> None: ...
 
+    # Leases on saved rounds, for takeover after a replica dies (docs/design.md §40).
+    async def hold_lease(self, bridge_id: str, replica: str, ttl_seconds: float) -> None:
+        """Take the lease of a round this replica just created (nobody else can know it yet)."""
+        ...
+
+    async def take_lease(self, bridge_id: str, replica: str, ttl_seconds: float) -> bool:
+        """Claim the lease of a stored round nobody holds; atomic, so of replicas racing for it exactly one
+        wins. False when it is held, or the round is gone."""
+        ...
+
+    async def lease_of(self, bridge_id: str) -> Lease: ...
+
+    async def renew_leases(self, bridge_ids: Collection[str], replica: str, ttl_seconds: float) -> list[str]:
+        """Renew the leases ``replica`` still holds; the ids of those it lost (they lapsed and were taken)."""
+        ...
+
+    async def drop_leases(self, bridge_ids: Collection[str], replica: str) -> None:
+        """Release the leases ``replica`` holds (a round that ended, or a handover at shutdown)."""
+        ...
+
 
 def _dump(record: Any) -> bytes:
     # A copy of the exact size: orjson's bytes keep the capacity of the buffer they were written into (4-8 KiB),
@@ -85,6 +106,7 @@ class InMemoryStore:
         self._per_principal: dict[str, int] = {}
         # Ownership: in one process every exchange is local, so these only keep the contract (a TTL included).
         self._owners: dict[str, tuple[str, float]] = {}  # key -> (replica, monotonic deadline)
+        self._leases: dict[str, tuple[str, float]] = {}  # bridge id -> (replica, monotonic deadline)
 
     async def get_session(self, session_id: str) -> SessionRecord | None:
         data = self._sessions.get(session_id)
@@ -168,3 +190,41 @@ class InMemoryStore:
     async def release_owner(self, keys: Collection[str]) -> None:
         for key in keys:
             self._owners.pop(key, None)
+
+    def _holder(self, bridge_id: str) -> tuple[str, float] | None:
+        entry = self._leases.get(bridge_id)
+        if entry is not None and entry[1] <= time.monotonic():
+            del self._leases[bridge_id]
+            return None
+        return entry
+
+    async def hold_lease(self, bridge_id: str, replica: str, ttl_seconds: float) -> None:
+        self._leases[bridge_id] = (replica, time.monotonic() + ttl_seconds)
+
+    async def take_lease(self, bridge_id: str, replica: str, ttl_seconds: float) -> bool:
+        if bridge_id not in self._rounds or self._holder(bridge_id) is not None:
+            return False
+        await self.hold_lease(bridge_id, replica, ttl_seconds)
+        return True
+
+    async def lease_of(self, bridge_id: str) -> Lease:
+        entry = self._holder(bridge_id)
+        if entry is None:
+            return Lease(None)
+        return Lease(entry[0], int((entry[1] - time.monotonic()) * 1000))
+
+    async def renew_leases(self, bridge_ids: Collection[str], replica: str, ttl_seconds: float) -> list[str]:
+        lost = []
+        for bridge_id in bridge_ids:
+            entry = self._holder(bridge_id)
+            if entry is None or entry[0] != replica:
+                lost.append(bridge_id)
+            else:
+                await self.hold_lease(bridge_id, replica, ttl_seconds)
+        return lost
+
+    async def drop_leases(self, bridge_ids: Collection[str], replica: str) -> None:
+        for bridge_id in bridge_ids:
+            entry = self._holder(bridge_id)
+            if entry is not None and entry[0] == replica:
+                del self._leases[bridge_id]

@@ -31,9 +31,9 @@ class StreamGone(Exception):
 class OutStream:
     __slots__ = ("_tap", "_wake", "_writer", "buffer", "closed", "name", "status")
 
-    def __init__(self, name: str, capacity: int, tap: Tap | None = None) -> None:
+    def __init__(self, name: str, capacity: int, tap: Tap | None = None, after: int = PRIMING_SEQ) -> None:
         self.name = name
-        self.buffer = ReplayBuffer(capacity)
+        self.buffer = ReplayBuffer(capacity, after)  # after: where a stream taken over from another replica goes on
         self.closed = False
         # The HTTP status and headers of the answer when it is still a lone JSON response (an upstream's refusal
         # of the client's token, adapters.errors.AuthChallenge); an SSE answer is 200 whatever it carries.

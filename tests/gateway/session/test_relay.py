@@ -36,10 +36,11 @@ async def replicas(make_gateway: Any, redis_url: str, prefix: str) -> tuple[Lega
     return a, b
 
 
-async def owner_keys(redis_url: str, prefix: str) -> dict[str, str]:
+async def owner_keys(redis_url: str, prefix: str, kinds: str = "aq") -> dict[str, str]:
+    """The ownership records (``oa:``, ``oq:``; ``kinds="l"``: the round leases of docs/design.md §40)."""
     client = Redis.from_url(redis_url)
     try:
-        keys = [k async for k in client.scan_iter(match=f"{prefix}o*")]
+        keys = [k async for k in client.scan_iter(match=f"{prefix}o[{kinds}]:*")]
         return {k.decode()[len(prefix):]: (await client.get(k)).decode() for k in keys}
     finally:
         await client.aclose()
@@ -66,8 +67,8 @@ async def test_answers_posted_to_another_replica_reach_the_exchange(make_gateway
     assert upstream.calls("tools/call")[1]["params"]["inputResponses"] == {"a": SAMPLED, "b": SAMPLED}
 
     async def released() -> bool:
-        return await owner_keys(redis_url, prefix) == {}
-    await until(released)  # answered and ended: no ownership record is left
+        return await owner_keys(redis_url, prefix, "aql") == {}
+    await until(released)  # answered and ended: no ownership record or lease is left
 
 
 async def test_a_cancel_posted_to_another_replica_stops_the_request(make_gateway, upstream, redis_url,
