@@ -38,6 +38,7 @@ REFRESH_PAGE_CAP = 20
 _SILENT = (B.Finish, B.AbortUpstream)  # after begin() there is no upstream task left to abort
 _TOTAL_TIMEOUT = B.TimerFired(B.Timer.TOTAL, 0)
 _INTERNAL = ErrorValue(INTERNAL_ERROR, "internal gateway error")  # a gateway bug: nothing more for the client
+_HAND_OVER = object()  # the event that stops an exchange without an answer (Exchange.hand_over)
 
 
 def bridge_context(runtime: SessionRuntime, session: SessionRecord) -> B.BridgeContext:
@@ -151,25 +152,26 @@ class Exchange:
         self._owned |= keys
         self._task = self.runtime.spawn(self.run(self.machine.resume(elapsed_seconds)))
 
-    def hand_over(self, *, lost: bool = False) -> None:
+    def hand_over(self, *, lost: bool = False) -> asyncio.Task | None:
         """Stop without answering, leaving the saved round to another replica (shutdown, or ``lost``: its lease
-        was taken, and the ownership records are the new holder's): the client's stream ends, and its
-        reconnection with Last-Event-ID reaches the replica that continues."""
+        was taken, and the ownership records are the new holder's): once the step under way is saved, the
+        lease is released and the client's stream ends; its reconnection with Last-Event-ID reaches the replica
+        that continues. The exchange's task, which ends by itself."""
         self._handed_over = True
         if lost:
             self._owned = set()
-        if self._task is not None:
-            self._task.cancel()
+        self.events.put_nowait(_HAND_OVER)
+        return self._task
 
     async def run(self, first: list[Any] | None) -> None:
-        store = self.runtime.gateway.store
         assert self.stream is not None
         try:
             await self._perform(self.machine.start() if first is None else first)
             while not self.machine.done:
-                await self._save(store)
-                self._settle()  # an answer is acknowledged once it is saved: a replica taking over has it
+                self._settle()  # an answer is acknowledged once its step is saved: a replica taking over has it
                 event = await self.events.get()
+                if event is _HAND_OVER:
+                    break
                 await self._perform(self.machine.handle(event))
                 if isinstance(event, B.ClientAnswered):
                     await self._release({k for k in [answer_key(event.gateway_id)] if k in self._owned})
@@ -184,27 +186,33 @@ class Exchange:
                 self._upstream.cancel()
             for gid in [g for g, ex in self.runtime.awaiting.items() if ex is self]:
                 del self.runtime.awaiting[gid]
+            if self._handed_over:  # let go before the stream ends: the client's reconnection finds no holder
+                await self._release(self._owned)
+                await self._forget_round()
             if not self.stream.closed:
                 self.stream.finish()
             self._end()
             await self._release(self._owned)
-            if self._saved:
+            if self._saved and not self._handed_over:
                 await self._forget_round()
 
-    async def _save(self, store: Any) -> None:
+    async def _save(self, actions: list[Any]) -> None:
         """Save the record once the round waits (what another process needs to continue it), and after every
-        step from then on, so a replica taking over continues from the last one (docs/design.md §40). The
-        first save takes the round's lease, renewed while this replica lives (gateway.session.takeover)."""
+        step from then on, before the step's messages reach the client (so nothing the client can answer is
+        missing from the store), so a replica taking over continues from the last one (docs/design.md §40).
+        The first save takes the round's lease, renewed while this replica lives (gateway.session.takeover)."""
         rec, gateway = self.record, self.runtime.gateway
-        if not (self._saved or rec.waiting):
+        if self.machine.done or not (self._saved or rec.waiting):
             return
+        store = gateway.store
         assert self.stream is not None
-        if not self._saved and gateway.relay is not None:  # only replicas on a shared store take rounds over
+        first, self._saved = not self._saved, True  # saved from now on: a shutdown hands it over
+        if first and gateway.relay is not None:  # only replicas on a shared store take rounds over
             await store.hold_lease(rec.bridge_id, gateway.replica, gateway.config.store.lease_seconds)
             gateway.leases[rec.bridge_id] = self
-        rec.stream, rec.stream_seq = self.stream.name, self.stream.buffer.next_seq - 1
+        sends = sum(isinstance(a, B.SendToClient) for a in actions)  # the step's events, numbered as they will be
+        rec.stream, rec.stream_seq = self.stream.name, self.stream.buffer.next_seq - 1 + sends
         await store.put_round(rec)
-        self._saved = True
 
     def _failure(self, exc: Exception) -> ErrorValue:
         """What the client is told when the exchange itself fails: the store's unavailability (a dependency,
@@ -265,6 +273,7 @@ class Exchange:
         assert self.stream is not None
         self._observe(actions)
         await self._claim(actions)
+        await self._save(actions)
         for action in actions:
             if isinstance(action, B.CallUpstream):
                 self._upstream = self.runtime.spawn(self._call_upstream(action.extra, self._session))

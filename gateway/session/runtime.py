@@ -125,16 +125,18 @@ class SessionRuntime:
         ``hand_over`` (shutdown on a shared store), a saved round is left to another replica (docs/design.md §42)."""
         if self.gateway.hub is not None:
             self.gateway.hub.leave(self)
+        handed = set()
         for exchange in list(self.exchanges.values()):
             # One still in its first round runs in a handler, not a task here: both reach it.
             if hand_over and exchange.saved:
-                exchange.hand_over()
+                handed.add(exchange.hand_over())  # it ends by itself, its lease released, once its step is saved
             elif error is not None:
                 exchange.abort(error)
             else:
                 exchange.cancel("session ended")
         for task in list(self.tasks):
-            task.cancel()
+            if task not in handed:
+                task.cancel()
         await asyncio.gather(*self.tasks, return_exceptions=True)
         for stream in self.streams.values():
             stream.finish()
@@ -272,9 +274,12 @@ class Gateway:
 
     async def close(self) -> None:
         """Shutdown: every session's requests in flight are answered with the shutdown error."""
+        hand_over = self.relay is not None
+        if hand_over and self.leases:
+            log.warning("shutting down: %d saved rounds handed over to the other replicas", len(self.leases))
         for session_id in list(self.runtimes):
             runtime = self.runtimes.pop(session_id)
-            await runtime.close(shutting_down(), hand_over=self.relay is not None)
+            await runtime.close(shutting_down(), hand_over=hand_over)
         if self.hub is not None:
             await self.hub.close()
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import signal
 import sqlite3
 from pathlib import Path
 from typing import Any
@@ -48,13 +49,25 @@ class Stack:
 
 @pytest.fixture
 async def stack(aiohttp_server, tmp_path, redis_url, prefix):
+    async for built in make_stack(aiohttp_server, tmp_path, redis_url, prefix, LEASE):
+        yield built
+
+
+@pytest.fixture
+async def long_lease_stack(aiohttp_server, tmp_path, redis_url, prefix):
+    """Leases that would outlast the test: a round moves only if its replica releases it."""
+    async for built in make_stack(aiohttp_server, tmp_path, redis_url, prefix, 600.0):
+        yield built
+
+
+async def make_stack(aiohttp_server: Any, tmp_path: Path, redis_url: str, prefix: str, lease: float) -> Any:
     db = tmp_path / "core.db"
     core = await aiohttp_server(core_app.create_app(core_config.CoreConfig(database=str(db))))
     holder = HoldingUpstream(str(core.make_url("/mcp")), hold=_confirmation)
     upstream = await aiohttp_server(holder.app())
     url = str(upstream.make_url("/mcp"))
-    a = replica(tmp_path, "a", url, redis_url, prefix, LEASE)
-    b = replica(tmp_path, "b", url, redis_url, prefix, LEASE)
+    a = replica(tmp_path, "a", url, redis_url, prefix, lease)
+    b = replica(tmp_path, "b", url, redis_url, prefix, lease)
     front = Front([a.port, b.port])
     try:
         await a.listening()
@@ -124,3 +137,25 @@ async def test_a_confirmed_deletion_happens_once_when_its_replica_dies(stack: St
     assert stack.standups() == before - 1  # deleted once, never twice
     confirmations = stack.upstream.calls("notes_delete")[1:]
     assert len(confirmations) == 2 and confirmations[0]["params"] == confirmations[1]["params"]  # byte for byte
+
+
+async def test_sigterm_hands_the_round_over_at_once(long_lease_stack: Stack) -> None:
+    """SIGTERM while the client answers: A refuses new connections, releases the round's lease and exits; B
+    continues the round at once (its lease would otherwise hold it for the whole test)."""
+    stack, stopped = long_lease_stack, []
+
+    async def sampling(context, params: types.CreateMessageRequestParams):
+        if not stopped:
+            stack.a.proc.send_signal(signal.SIGTERM)
+            stopped.append(await asyncio.to_thread(stack.a.proc.wait, 60))  # it exits (within its deadline)
+        prompt = params.messages[0].content.text
+        answer = json.dumps(prompt.splitlines()[1:4]) if "JSON array" in prompt else "A small repository."
+        return types.CreateMessageResult(role="assistant", content=types.TextContent(type="text", text=answer),
+                                         model="test-model", stop_reason="endTurn")
+    async with Client(stack.url, mode="legacy", sampling_callback=sampling) as client:
+        result = await within(client.call_tool("summarize_repo", {"repo": "demo"}))
+    assert stopped == [0] and not result.is_error
+    assert result.structured_content["files"] == ["README.md", "pyproject.toml", "src/app/__init__.py"]
+    rounds = stack.upstream.calls("summarize_repo")
+    assert [sorted(b["params"].get("inputResponses", {})) for b in rounds] == [[], ["pick_files"], ["summary"]]
+    assert "handed over" in stack.a.stderr()
