@@ -125,3 +125,22 @@ async def test_the_in_memory_store_has_no_relay(legacy, upstream) -> None:
     await legacy.initialize()
     assert (await legacy.call("tools/call", {"name": "t", "arguments": {}}))["result"]["content"][0]["text"] == "plain"
     assert await legacy.answer("g-unknown", SAMPLED) == 202  # an unknown answer is ignored, as before
+
+
+async def test_a_cancel_on_another_replica_stops_a_plain_request_answered_inline(make_gateway, upstream, redis_url,
+                                                                                 prefix) -> None:
+    """docs/design.md §41: a plain request runs inline on A and claims nothing in the store; a cancel reaching B
+    finds no owner and goes to every replica, and A stops it (the upstream request is closed, no answer)."""
+    closed = asyncio.Event()
+    upstream.script["tools/call"] = lambda body, request: [lambda: hang_until_closed(request, closed)]
+    a, b = await replicas(make_gateway, redis_url, prefix)
+    posted = asyncio.ensure_future(a.post("tools/call", {"name": "t", "arguments": {}}))
+    await until(lambda: _true(len(upstream.calls("tools/call")) == 1))
+    exchanges = a.client.app[GATEWAY].runtime(a.session_id).exchanges
+    assert list(exchanges) == [a.next_id] and not exchanges[a.next_id].saved  # inline, nothing stored
+    assert await owner_keys(redis_url, prefix, "aql") == {}
+    assert await b.notify("notifications/cancelled", {"requestId": a.next_id, "reason": "no"}) == 202
+    await within(closed.wait())  # A closed its upstream request (the 2026 cancel)
+    answer = await within(posted)
+    assert answer.status == 202 and await answer.read() == b""  # cancelled: nothing is sent for it
+    assert a.next_id not in exchanges and "result" in await a.call("ping")  # its id is free; the session goes on
