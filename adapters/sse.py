@@ -59,6 +59,26 @@ class Event:
 
 
 PRIMING_SEQ = 0  # the priming event's seq: "nothing seen yet"; stored events start at 1
+# Finished request streams of a session that stay resumable (the most recent ones): a client resumes a stream
+# right after it broke, not hours later, and what a session holds stays bounded (in a process or a shared store).
+FINISHED_STREAMS_KEPT = 16
+
+
+def resumable(seq: int, oldest: int, next_seq: int) -> bool:
+    """Whether a stream whose oldest kept event is ``oldest`` (``next_seq`` when none is kept) and whose next
+    event will be ``next_seq`` can resume after ``seq`` without losing a message: the position was sent (the
+    priming one included) and nothing after it was evicted. The one rule for a process's own buffer and a shared
+    store's copy, so a resume is refused the same way on every replica."""
+    return PRIMING_SEQ <= seq < next_seq and seq >= oldest - 1
+
+
+@dataclass(frozen=True, slots=True)
+class StoredEvents:
+    """What a shared store holds of a stream after a position: its later events in order and whether the stream
+    ended (its final message was written) with the last of them."""
+
+    events: tuple[Event, ...]
+    ended: bool
 
 
 class ReplayBuffer:
@@ -66,11 +86,11 @@ class ReplayBuffer:
     (its event was evicted) or names an event never sent: resuming then would silently lose messages, so the
     shell refuses instead."""
 
-    def __init__(self, capacity: int, after: int = PRIMING_SEQ) -> None:
-        """``after``: the last seq another replica wrote on this stream before this buffer continues it (a
-        takeover, docs/design.md §40); a resume from before it gets everything kept here."""
+    def __init__(self, capacity: int, first_seq: int = PRIMING_SEQ + 1) -> None:
+        """``first_seq``: the seq the first appended event gets (a copy of another replica's stream starts where
+        the copy does)."""
         self._events: deque[Event] = deque(maxlen=max(1, capacity))
-        self._next = self._first = after + 1
+        self._next = first_seq
 
     def append(self, message: Any | None) -> Event:
         event = Event(self._next, message)
@@ -82,14 +102,20 @@ class ReplayBuffer:
     def next_seq(self) -> int:
         return self._next
 
+    @property
+    def oldest(self) -> int:
+        """The oldest kept event's seq (``next_seq`` when none is kept)."""
+        return self._events[0].seq if self._events else self._next
+
+    @property
+    def capacity(self) -> int:
+        return self._events.maxlen or 1
+
     def __len__(self) -> int:
         return len(self._events)
 
     def after(self, seq: int) -> list[Event] | None:
-        if seq < PRIMING_SEQ or seq >= self._next:
-            return None
-        oldest = self._events[0].seq if self._events else self._next
-        if seq < oldest - 1 and oldest != self._first:  # evicted (a continued stream's gap is not: nothing kept it)
+        if not resumable(seq, self._events[0].seq if self._events else self._next, self._next):
             return None
         return [e for e in self._events if e.seq > seq]
 

@@ -26,6 +26,7 @@ import aiohttp
 from bench.clients import LegacyClient, ModernClient
 from bench.echo import hop_rtt_us
 from bench.procs import Child, scratch_usage_db
+from bench.redis_side import REDIS_SCENARIOS, WORKERS_SCENARIO, RedisGateways, idle_bytes, redis_ratios, resolve_url
 from bench.targets import missed, print_verdicts, verdicts
 
 Op = Callable[[], Awaitable[Any]]
@@ -87,15 +88,16 @@ async def interleaved(ops: dict[str, list[Op]], conc: int, args: argparse.Namesp
     return [_summary(name, conc, lat[name], seconds, cpu[name]) for name in ops]
 
 
-def makers(http: aiohttp.ClientSession, core: Child, gw: Child, fwd: Child) -> dict[str, Callable[[], Awaitable[Op]]]:
+def makers(http: aiohttp.ClientSession, core: Child, gw: Child, fwd: Child,
+           redis: RedisGateways | None = None) -> dict[str, Callable[[], Awaitable[Op]]]:
     async def modern(url: str) -> Op:
         return ModernClient(http, url).echo
 
     async def mrtr(url: str) -> Op:  # a 2026-07-28 client doing summarize_repo's two rounds itself
         return ModernClient(http, url).summarize
 
-    async def legacy(tool: str, arguments: dict[str, Any]) -> Op:
-        client = LegacyClient(http, gw.url)
+    async def legacy(tool: str, arguments: dict[str, Any], url: str = gw.url) -> Op:
+        client = LegacyClient(http, url)
         await client.start()
 
         async def op() -> None:
@@ -103,7 +105,7 @@ def makers(http: aiohttp.ClientSession, core: Child, gw: Child, fwd: Child) -> d
                 raise RuntimeError(f"{tool} through the gateway failed")
         return op
 
-    return {
+    made: dict[str, Callable[[], Awaitable[Op]]] = {
         "direct": lambda: modern(core.url),
         "forwarder": lambda: modern(fwd.url),
         "passthrough": lambda: modern(gw.url),
@@ -113,6 +115,11 @@ def makers(http: aiohttp.ClientSession, core: Child, gw: Child, fwd: Child) -> d
         "mrtr_forwarder": lambda: mrtr(fwd.url),
         "bridged": lambda: legacy("summarize_repo", {"repo": "bench"}),
     }
+    if redis is not None:  # the same on the Redis store, and with two workers on it
+        made["translated_redis"] = lambda: legacy("echo", {"text": "hi"}, redis.one.url)
+        made["bridged_redis"] = lambda: legacy("summarize_repo", {"repo": "bench"}, redis.one.url)
+        made[WORKERS_SCENARIO] = lambda: legacy("echo", {"text": "hi"}, redis.two.url)
+    return made
 
 
 async def idle_sessions(http: aiohttp.ClientSession, gw: Child, count: int) -> dict[str, Any]:
@@ -134,7 +141,8 @@ async def idle_sessions(http: aiohttp.ClientSession, gw: Child, count: int) -> d
             "kib_per_session": round((after - before) / count / 1024, 2), "held": held}
 
 
-def ratios(results: list[Stats], idle: list[dict[str, Any]]) -> dict[str, Any]:
+def ratios(results: list[Stats], idle: list[dict[str, Any]],
+           redis_idle: list[dict[str, Any]] | None = None) -> dict[str, Any]:
     at = {(r.scenario, r.concurrency): r for r in results}
     out: dict[str, Any] = {}
     for conc in sorted({r.concurrency for r in results}):
@@ -156,8 +164,9 @@ def ratios(results: list[Stats], idle: list[dict[str, Any]]) -> dict[str, Any]:
             "gateway_cpu_us_per_translated": at[("translated", conc)].front_cpu_us_per_request,
             "gateway_cpu_us_per_passthrough": at[("passthrough", conc)].front_cpu_us_per_request,
             "forwarder_cpu_us": at[("forwarder", conc)].front_cpu_us_per_request,
-        }
+        } | redis_ratios(at, conc)
     out["idle"] = idle
+    out["redis_idle"] = redis_idle or []
     return out
 
 
@@ -201,21 +210,31 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                            *loop, "--gc-gen0", str(args.gc_gen0), "--usage-db", scratch_usage_db()])
     fwd = Child("forwarder", ["-m", "bench.forwarder", "--port", "{port}", "--upstream", core.url, *loop])
     echo = Child("echo", ["-m", "bench.echo", "--port", "{port}", *loop])
+    redis_url = resolve_url(args.redis)
+    redis = RedisGateways(redis_url, core.url, [*loop, "--gc-gen0", str(args.gc_gen0)]) if redis_url else None
     results: list[Stats] = []
     try:
         hops = [await hop_rtt_us(echo.port)]
         async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as http:
-            make = makers(http, core, gw, fwd)
+            make = makers(http, core, gw, fwd, redis)
+            front = {"direct": core, "mrtr_direct": core, "forwarder": fwd, "mrtr_forwarder": fwd}
+            if redis is not None:
+                front |= dict.fromkeys(REDIS_SCENARIOS, redis.one) | {WORKERS_SCENARIO: redis.two}
             for conc in args.concurrency:
-                ops = {name: [await make[name]() for _ in range(conc)] for name in SCENARIOS}
-                front = {"direct": core, "mrtr_direct": core, "forwarder": fwd, "mrtr_forwarder": fwd}
-                results.extend(await interleaved(ops, conc, args, {n: front.get(n, gw) for n in SCENARIOS}))
+                ops = {name: [await make[name]() for _ in range(conc)] for name in make}
+                results.extend(await interleaved(ops, conc, args, {n: front.get(n, gw) for n in make}))
             hops.append(await hop_rtt_us(echo.port))  # before the idle sessions' memory is taken
             idle = [await idle_sessions(http, gw, n) for n in args.idle]
+            redis_idle = [await idle_bytes(http, redis, args.redis_idle)] if redis and args.redis_idle else []
     finally:
         for child in (echo, fwd, gw, core):
             child.stop()
-    summary, host = ratios(results, idle), machine(args, hops)
+        if redis is not None:
+            redis.stop()
+    summary, host = ratios(results, idle, redis_idle), machine(args, hops)
+    host["redis"] = redis_url
+    if redis is not None:
+        host["redis_prefix"] = redis.prefix  # its keys are deleted at the end
     print("machine: " + ", ".join(f"{k} {v}" for k, v in host.items()))
     print_table(results, summary)
     judged = verdicts(summary)
@@ -234,6 +253,10 @@ def main() -> None:
     parser.add_argument("--loop", choices=("auto", "asyncio", "uvloop"), default="asyncio",
                         help="event loop of the core, the gateway and the forwarder")
     parser.add_argument("--gc-gen0", type=int, default=10_000, help="the gateway's --gc-gen0 (0: Python's defaults)")
+    parser.add_argument("--redis", default=None, metavar="URL",
+                        help="also run on the Redis store (default: REDIS_URL, else redis://127.0.0.1:6379/0 when "
+                             "it answers; '' leaves it out)")
+    parser.add_argument("--redis-idle", type=int, default=200, help="idle sessions for the bytes held in Redis")
     parser.add_argument("--check", action="store_true", help="exit with status 1 when a measured target is missed")
     args = parser.parse_args()
     _soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)

@@ -29,6 +29,23 @@ def scratch_usage_db() -> str:
     return os.path.join(folder, "usage.sqlite3")
 
 
+def _cpu_seconds(pid: int) -> float:
+    try:
+        with open(f"/proc/{pid}/stat") as handle:
+            fields = handle.read().rsplit(")", 1)[1].split()
+    except OSError:  # a child that just ended
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / TICKS  # utime + stime
+
+
+def _children(pid: int) -> list[int]:
+    try:
+        with open(f"/proc/{pid}/task/{pid}/children") as handle:
+            return [int(child) for child in handle.read().split()]
+    except OSError:
+        return []
+
+
 class Child:
     def __init__(self, name: str, args: list[str], tree: str | None = None) -> None:
         """``tree``: run the module from that checkout of the project instead of this one (A/B runs)."""
@@ -57,9 +74,8 @@ class Child:
         raise RuntimeError(f"{self.name} did not start listening")
 
     def cpu_seconds(self) -> float:
-        with open(f"/proc/{self.proc.pid}/stat") as handle:
-            fields = handle.read().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / TICKS  # utime + stime
+        """CPU of the process and of its live children (``serve --workers N``: the workers)."""
+        return sum(_cpu_seconds(pid) for pid in (self.proc.pid, *_children(self.proc.pid)))
 
     def rss_bytes(self) -> int:
         with open(f"/proc/{self.proc.pid}/status") as handle:

@@ -53,12 +53,35 @@ def targets_for(ratios: dict[str, Any]) -> list[Target]:
         out.append(Target(f"bridged/mrtr_forwarder median, c={conc}", 1.10, _at(conc, "bridged/mrtr_forwarder")))
         out.append(Target(f"gateway CPU per bridged round / per translated call, c={conc}", 1.10,
                           _at(conc, "bridged_round_cpu/translated_cpu")))
+    out += _redis_targets(ratios)
     for index, idle in enumerate(ratios.get("idle") or []):
         count = idle["sessions"]
         out.append(Target(f"KiB per idle session, {count} sessions", 24.0,
                           _idle(index, "kib_per_session")))
         out.append(Target(f"idle sessions whose GET stream stayed open, of {count}", float(count),
                           _idle(index, "held"), at_most=False))
+    return out
+
+
+def _redis_idle(index: int) -> Reader:
+    return lambda ratios: ratios["redis_idle"][index].get("bytes_per_session")
+
+
+def _redis_targets(ratios: dict[str, Any]) -> list[Target]:
+    """The Redis store against the in-memory one in the same run (when it ran on Redis): latency at c=1, the
+    gateway's CPU per request at every concurrency, bytes held in Redis per idle session. Two workers against
+    one is reported, not judged: on a 2-core host shared with the client and the upstream it measures the host."""
+    measured = [int(key[1:]) for key in ratios if key.startswith("c") and key[1:].isdigit()]
+    if not any("translated redis/memory p50" in ratios[f"c{conc}"] for conc in measured):
+        return []
+    out = [Target(f"{name} redis/memory median, c=1", 1.15, _at(1, f"{name} redis/memory p50"))
+           for name in ("translated", "bridged")]
+    for conc in sorted(measured):
+        out += [Target(f"{name} redis/memory gateway CPU per request, c={conc}", 1.15,
+                       _at(conc, f"{name} redis/memory cpu")) for name in ("translated", "bridged")]
+    for index, idle in enumerate(ratios.get("redis_idle") or []):
+        out.append(Target(f"bytes in Redis per idle session, {idle['sessions']} sessions", 4096.0,
+                          _redis_idle(index)))
     return out
 
 

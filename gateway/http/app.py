@@ -187,7 +187,8 @@ def create_app(config: GatewayConfig, *, store: SessionStore | None = None, tap:
     app.router.add_route("*", "/mcp", handle_mcp)
     add_sse_door(app)  # HTTP+SSE (2024-11-05): GET /sse, POST /messages, through /mcp
     add_ws_door(app)  # WebSocket: /ws, subprotocol mcp, through /mcp
-    add_health_routes(app)  # /healthz, /readyz for load balancers
+    # /healthz, /readyz for load balancers; on a shared store every answer names its replica
+    add_health_routes(app, replicated=config.store.url is not None or bool(store and store.shares_streams))
     if needs_embedded_core(config):
         add_page_routes(app)  # its out-of-band pages, on the gateway's own address
     install_usage(app, config)  # /metrics, /migration, the usage store's lifetime

@@ -95,7 +95,17 @@ def _answer(verdict: Readiness) -> web.Response:
     return web.json_response(verdict.body, status=verdict.status, headers={"Cache-Control": "no-store"})
 
 
-def add_health_routes(app: web.Application) -> None:
+def add_health_routes(app: web.Application, *, replicated: bool = False) -> None:
+    """``replicated`` (a shared store): every answer also names the replica that gave it (``X-Gateway-Replica``),
+    so an operator, or a test behind a load balancer, can tell where each request of a session went."""
     app[UPSTREAM_CHECK] = UpstreamCheck()
     app.router.add_get("/healthz", on_healthz)
     app.router.add_get("/readyz", on_readyz)
+    if replicated:
+        app.on_response_prepare.append(_name_replica)
+
+
+async def _name_replica(request: web.Request, response: web.StreamResponse) -> None:
+    gw = request.app.get(GATEWAY)
+    if gw is not None:
+        response.headers["X-Gateway-Replica"] = gw.replica

@@ -35,11 +35,31 @@ async def on_resume(request: web.Request, gw: Gateway, acc: Accepted) -> web.Str
         # A stream another replica wrote: its round continues here if that replica stopped (docs/design.md §40).
         await takeover.resume(gw, acc.session, parsed[0], parsed[1], request.headers.get("Authorization"))
         stream = runtime.streams.get(parsed[0])
+    if stream is None and parsed is not None and gw.store.shares_streams:
+        return await resume_elsewhere(request, gw, runtime, *parsed)
     if stream is None or parsed is None or stream.buffer.after(parsed[1]) is None:
-        # Not a 404: that would tell the client its whole session is gone.
-        return rejection_response(reject("invalid_request", "Last-Event-ID names no resumable stream position"))
+        return _unresumable()
     return await write_stream(request, stream, mode=StreamMode.RESUME, after=parsed[1], retry_ms=gw.config.sse_retry_ms,
                               keepalive=gw.config.sse_keepalive_seconds)
+
+
+async def resume_elsewhere(request: web.Request, gw: Gateway, runtime: SessionRuntime, name: str,
+                           after: int) -> web.StreamResponse:
+    """A stream another replica writes (or wrote): replayed from the shared store's copy and followed there
+    until it ends (docs/design.md §37)."""
+    stream = await runtime.follow(name, after)
+    if stream is None:
+        return _unresumable()
+    try:
+        return await write_stream(request, stream, mode=StreamMode.RESUME, after=after,
+                                  retry_ms=gw.config.sse_retry_ms, keepalive=gw.config.sse_keepalive_seconds)
+    finally:
+        runtime.unfollow(name)
+
+
+def _unresumable() -> web.StreamResponse:
+    # Not a 404: that would tell the client its whole session is gone.
+    return rejection_response(reject("invalid_request", "Last-Event-ID names no resumable stream position"))
 
 
 async def on_delete(request: web.Request, gw: Gateway, acc: Accepted) -> web.StreamResponse:

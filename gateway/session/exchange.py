@@ -136,9 +136,10 @@ class Exchange:
         self._task = self.runtime.spawn(self.run(first))
         return self.stream
 
-    async def take_over(self, stream: OutStream, elapsed_seconds: float) -> None:
+    async def take_over(self, stream: OutStream, elapsed_seconds: float, unsent: set[str]) -> None:
         """Continue a round another replica saved, whose lease this replica just won (docs/design.md §40): on
-        ``stream`` (the request's stream, continued here), from the stored record."""
+        ``stream`` (the request's stream, continued here), from the stored record; ``unsent``: the outstanding
+        requests the client never received, asked again."""
         rec, gateway = self.record, self.runtime.gateway
         self.stream, self._saved = stream, True
         self.runtime.exchanges[rec.downstream_id] = self
@@ -150,7 +151,7 @@ class Exchange:
         keys.add(request_key(rec.session_id, rec.downstream_id))
         await gateway.store.claim_owner(keys, gateway.replica, self.machine.ctx.limits.client_answer_timeout_seconds)
         self._owned |= keys
-        self._task = self.runtime.spawn(self.run(self.machine.resume(elapsed_seconds)))
+        self._task = self.runtime.spawn(self.run(self.machine.resume(elapsed_seconds, unsent)))
 
     def hand_over(self, *, lost: bool = False) -> asyncio.Task | None:
         """Stop without answering, leaving the saved round to another replica (shutdown, or ``lost``: its lease

@@ -11,6 +11,13 @@ read back with ``ENCODED_DEPTH``. Keys, all under a configurable prefix (``[gate
   score, never the record, and :meth:`RedisStore.last_seen` is one ``ZMSCORE`` for any number of ids;
 - ``p:P``: a sorted set of ``P``'s sessions, scored the same way (for the per-principal bound);
 - ``r:B``: a hash, ``r`` = the round's JSON text, ``s`` = its session; ``rs:S``: the set of ``S``'s rounds;
+- ``e:S:N``: the copy of ``S``'s downstream SSE stream ``N`` (docs/design.md §37), a Redis Stream whose entry
+  ids carry the event numbers: ``<seq>-0`` an event (field ``m``, the message's JSON text), ``0-1`` "nothing
+  evicted", ``<seq>-2`` "ended after event seq". Trimmed on each append to the last ``replay_buffer_events``
+  events (``MINID``, exact). Made with the stream's first event: a Redis Stream costs about 4.8 KB however
+  small, so a stream with nothing sent yet (an idle session's GET stream) is only its member in ``es:S``;
+- ``es:S``: a sorted set of ``S``'s copied streams, score 0 while open, else the time it ended (ms); only the
+  last ``FINISHED_STREAMS_KEPT`` ended ones are kept, as a replica keeps its own;
 - ``oa:G`` and ``oq:S:D`` (``adapters.relay``): the replica that owns the exchange which asked the client under
   gateway id ``G``, or which bridges ``S``'s request ``D``: plain strings with the client answer timeout as TTL
   (docs/design.md §34). The relay's channels are ``relay:<replica>`` and ``relay-all`` under the same prefix;
@@ -39,15 +46,16 @@ timeout_seconds``, and a command is retried once at once (a pooled connection Re
 Memory (Redis 7.0.15, ``MEMORY USAGE``, measured with 200 idle sessions of a 2025-11-25 client declaring
 sampling, elicitation and roots, opened on the embedded core): 1,296 bytes for ``s:S`` (a 938-byte record text;
 the hash costs about 250 bytes over a plain string, the price of touching without parsing), plus about 140 bytes
-in each sorted set: about 1.6 KB per idle session.
+in each sorted set: about 1.6 KB per idle session; its open GET stream adds about 150 bytes (its member in
+``es:S``; the Redis Stream is made with the stream's first event).
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator, Callable, Collection
+from collections.abc import AsyncIterator, Callable, Collection, Sequence
 from contextlib import asynccontextmanager
-from typing import Any, Final
+from typing import Any, ClassVar, Final
 
 from redis.asyncio import Redis
 from redis.asyncio.retry import Retry
@@ -56,16 +64,26 @@ from redis.exceptions import RedisError
 
 from adapters.jsonwire import ENCODED_DEPTH, dumps, loads
 from adapters.records import PendingRound, SessionRecord
+from adapters.sse import FINISHED_STREAMS_KEPT, PRIMING_SEQ, Event, StoredEvents, resumable
 from adapters.takeover import Lease
 from gateway.session.store import StoreUnavailable
+
+# The longest a follow_events call blocks in Redis: its connection's read timeout is this plus the store's.
+FOLLOW_WAIT_MAX_SECONDS: Final = 10.0
+OPENED, ENDED = 1, 2  # the sub-id of a stream copy's marker entries (an event's is 0), as _APPEND writes them
 
 # Helpers shared by the scripts (ARGV[1] is always the prefix). Scripts only read and write keys of that prefix.
 _LUA_COMMON: Final = """
 local P = ARGV[1]
-local function renew(sid, ttl)  -- the TTL of a session's record, its round set and its rounds; 0 if gone
+local function renew(sid, ttl)  -- the TTL of a session's record, rounds and stream copies; 0 if gone
   if redis.call('PEXPIRE', P .. 's:' .. sid, ttl) == 0 then return 0 end
   if redis.call('PEXPIRE', P .. 'rs:' .. sid, ttl) == 1 then
     for _, bid in ipairs(redis.call('SMEMBERS', P .. 'rs:' .. sid)) do redis.call('PEXPIRE', P .. 'r:' .. bid, ttl) end
+  end
+  if redis.call('PEXPIRE', P .. 'es:' .. sid, ttl) == 1 then
+    for _, name in ipairs(redis.call('ZRANGE', P .. 'es:' .. sid, 0, -1)) do
+      redis.call('PEXPIRE', P .. 'e:' .. sid .. ':' .. name, ttl)
+    end
   end
   return 1
 end
@@ -78,7 +96,10 @@ local function drop(sid)
   if principal then redis.call('ZREM', P .. 'p:' .. principal, sid) end
   redis.call('ZREM', P .. 'seen', sid)
   for _, bid in ipairs(redis.call('SMEMBERS', P .. 'rs:' .. sid)) do redis.call('DEL', P .. 'r:' .. bid) end
-  redis.call('DEL', P .. 's:' .. sid, P .. 'rs:' .. sid)
+  for _, name in ipairs(redis.call('ZRANGE', P .. 'es:' .. sid, 0, -1)) do
+    redis.call('DEL', P .. 'e:' .. sid .. ':' .. name)
+  end
+  redis.call('DEL', P .. 's:' .. sid, P .. 'rs:' .. sid, P .. 'es:' .. sid)
 end
 """
 
@@ -161,6 +182,43 @@ return 1
 """
 
 
+# ARGV: prefix, session id, stream, capacity, opening (0/1), ended after (-1: not ended), now ms, ttl ms, kept
+# finished, then seq and text of each event. -> 0 when nothing was written (no such copy, or no session).
+_APPEND: Final = _LUA_COMMON + """
+local sid, name, capacity = ARGV[2], ARGV[3], tonumber(ARGV[4])
+local key, names = P .. 'e:' .. sid .. ':' .. name, P .. 'es:' .. sid
+if ARGV[5] == '1' then
+  if redis.call('EXISTS', P .. 's:' .. sid) == 0 then return 0 end
+  redis.call('ZADD', names, 'NX', 0, name)
+elseif not redis.call('ZSCORE', names, name) then
+  return 0
+end
+if #ARGV > 10 and ARGV[10] == '1' and redis.call('EXISTS', key) == 0 then
+  redis.call('XADD', key, '0-1', 'o', '')  -- made with event 1: nothing was evicted
+end
+for i = 10, #ARGV, 2 do
+  local oldest = tonumber(ARGV[i]) - capacity + 1  -- exact: the last capacity events, as ReplayBuffer keeps
+  if oldest > 1 then
+    redis.call('XADD', key, 'MINID', '=', oldest .. '-0', ARGV[i] .. '-0', 'm', ARGV[i + 1])
+  else
+    redis.call('XADD', key, ARGV[i] .. '-0', 'm', ARGV[i + 1])
+  end
+end
+if ARGV[6] ~= '-1' then
+  if redis.call('EXISTS', key) == 1 then redis.call('XADD', key, ARGV[6] .. '-2', 'e', '') end
+  redis.call('ZADD', names, 'XX', ARGV[7], name)
+  local ended = redis.call('ZRANGEBYSCORE', names, '(0', '+inf')
+  for i = 1, #ended - tonumber(ARGV[9]) do
+    redis.call('DEL', P .. 'e:' .. sid .. ':' .. ended[i])
+    redis.call('ZREM', names, ended[i])
+  end
+end
+redis.call('PEXPIRE', key, ARGV[8])
+redis.call('PEXPIRE', names, ARGV[8])
+return 1
+"""
+
+
 def wall_ms() -> int:
     return int(time.time() * 1000)
 
@@ -188,6 +246,11 @@ class RedisStore:
         self._put, self._touch, self._delete = script(_PUT_SESSION), script(_TOUCH), script(_DELETE)
         self._expire, self._rounds_of, self._delete_round = script(_EXPIRE), script(_ROUNDS_OF), script(_DELETE_ROUND)
         self._take, self._renew, self._drop_leases = script(_TAKE_LEASE), script(_RENEW_LEASES), script(_DROP_LEASES)
+        self._append = script(_APPEND)
+        # Blocking reads (follow_events) on their own connections, whose read timeout allows for the block.
+        self._follower = Redis.from_url(url, socket_connect_timeout=timeout_seconds,
+                                        socket_timeout=FOLLOW_WAIT_MAX_SECONDS + timeout_seconds,
+                                        retry=Retry(NoBackoff(), 1))
 
     def key(self, kind: str, name: str = "") -> str:
         return f"{self.prefix}{kind}{name}"
@@ -196,12 +259,14 @@ class RedisStore:
         """A context in which every Redis failure is :class:`StoreUnavailable` (the relay's pub/sub uses it)."""
         return _unavailable()
 
+
     async def ping(self) -> None:
         async with _unavailable():
             await self.redis.ping()
 
     async def close(self) -> None:
         await self.redis.aclose()
+        await self._follower.aclose()
 
     async def get_session(self, session_id: str) -> SessionRecord | None:
         async with _unavailable(), self.redis.pipeline(transaction=False) as pipe:
@@ -333,6 +398,59 @@ class RedisStore:
         async with _unavailable():
             counts = await self.redis.pubsub_numsub(channel)
         return bool(counts and int(counts[0][1]) > 0)
+    shares_streams: ClassVar[bool] = True
+
+    def stream_key(self, session_id: str, stream: str) -> str:
+        return self.key("e:", f"{session_id}:{stream}")
+
+    async def append_events(self, session_id: str, stream: str, events: Sequence[Event], *, capacity: int,
+                            opening: bool = False, ended_after: int | None = None) -> None:
+        args: list[str | bytes | int] = [self.prefix, session_id, stream, capacity, int(opening),
+                                         -1 if ended_after is None else ended_after, self._clock(), self._ttl_ms,
+                                         FINISHED_STREAMS_KEPT]
+        for event in events:
+            args += [event.seq, dumps(event.message)]
+        async with _unavailable():
+            await self._append(args=args)
+
+    async def read_events(self, session_id: str, stream: str, after: int) -> StoredEvents | None:
+        key = self.stream_key(session_id, stream)
+        async with _unavailable(), self.redis.pipeline(transaction=True) as pipe:
+            pipe.zscore(self.key("es:", session_id), stream)
+            pipe.xrange(key, "-", "+", count=1)
+            pipe.xrevrange(key, "+", "-", count=1)
+            pipe.xrange(key, f"({after}-0", "+")
+            state, first, last, entries = await pipe.execute()
+        if state is None:
+            return None
+        if not first:  # nothing sent yet: only the priming position exists
+            return StoredEvents((), bool(state)) if after == PRIMING_SEQ else None
+        seq, sub = _entry_id(first[0][0])
+        oldest = PRIMING_SEQ + 1 if sub == OPENED else seq
+        if not resumable(after, oldest, _entry_id(last[0][0])[0] + 1):
+            return None
+        return _stored(entries)
+
+    async def follow_events(self, session_id: str, stream: str, after: int, wait_seconds: float) -> StoredEvents | None:
+        key = self.stream_key(session_id, stream)
+        block = max(1, int(min(wait_seconds, FOLLOW_WAIT_MAX_SECONDS) * 1000))
+        async with _unavailable():
+            reply: Any = await self._follower.xread({key: f"{after}-0"}, block=block)  # RESP2: [[key, entries]]
+            if not reply:
+                state = await self.redis.zscore(self.key("es:", session_id), stream)
+                return None if state is None else StoredEvents((), bool(state) and after == PRIMING_SEQ
+                                                               and not await self.redis.exists(key))
+        entries = reply[0][1]
+        seq, sub = _entry_id(entries[0][0])
+        if sub == 0 and seq > after + 1:  # evicted past the follower's position before it read them
+            return None
+        return _stored(entries)
+
+    async def drop_stream(self, session_id: str, stream: str) -> None:
+        async with _unavailable(), self.redis.pipeline(transaction=True) as pipe:
+            pipe.delete(self.stream_key(session_id, stream))
+            pipe.zrem(self.key("es:", session_id), stream)
+            await pipe.execute()
 
     async def publish(self, channel: str, data: bytes) -> int:
         """Publish on a relay channel (``gateway.session.relay``): how many subscribers got it."""
@@ -346,3 +464,20 @@ def _dump(record: Any) -> bytes:
 
 def _ms(seconds: float) -> int:
     return max(1, int(seconds * 1000))
+
+
+def _entry_id(raw: bytes | str) -> tuple[int, int]:
+    """(seq, sub-id) of a stream copy's entry id, minted by :meth:`RedisStore.append_events`."""
+    text = raw.decode() if isinstance(raw, bytes) else raw
+    seq, _, sub = text.partition("-")
+    return int(seq), int(sub)
+
+
+def _stored(entries: list[Any]) -> StoredEvents:
+    events, ended = [], False
+    for raw, fields in entries:
+        seq, sub = _entry_id(raw)
+        if sub == 0:
+            events.append(Event(seq, loads(fields[b"m"], ENCODED_DEPTH)))
+        ended = ended or sub == ENDED
+    return StoredEvents(tuple(events), ended)

@@ -20,16 +20,18 @@ from adapters.capabilities import client_caps_to_modern
 from adapters.errors import ErrorValue, shutting_down
 from adapters.peers import Peer, peer_from_record
 from adapters.records import SessionRecord
+from adapters.sse import FINISHED_STREAMS_KEPT
 from adapters.trace import every_kind
 from adapters.upstream import SessionView
 from gateway.config.settings import GatewayConfig
 from gateway.session.observer import Observer, Unobserved
+from gateway.session.replay import Follower, Mirror, follow, open_follower
 from gateway.session.store import SessionStore
 from gateway.session.streams import OutStream, Tap
 from gateway.upstream.client import UpstreamClient
 
 log = logging.getLogger("gateway")
-KEEP_FINISHED_STREAMS = 16
+KEEP_FINISHED_STREAMS = FINISHED_STREAMS_KEPT
 
 
 _PROCESS_TAG = secrets.token_hex(6)
@@ -56,6 +58,7 @@ class SessionRuntime:
         "__dict__",
         "awaiting",
         "exchanges",
+        "followers",
         "gateway",
         "header_maps",
         "hub_key",
@@ -73,6 +76,7 @@ class SessionRuntime:
         self.exchanges: dict[Any, Any] = {}  # downstream request id -> Exchange
         self.awaiting: dict[str, Any] = {}  # gateway request id -> Exchange waiting for the client's answer
         self.streams: dict[str, OutStream] = {}
+        self.followers: dict[str, Follower] = {}  # another replica's streams resumed here (design.md §37)
         self.standalone: OutStream | None = None
         self.listen: Any = None  # this session's own Listener (when it has resource subscriptions)
         self.hub_key: Any = None  # the shared listen it is a member of (gateway.session.listen.ListenHub)
@@ -94,8 +98,39 @@ class SessionRuntime:
     def new_stream(self) -> OutStream:
         self._prune_streams()
         stream = OutStream(secrets.token_hex(6), self.gateway.config.replay_buffer_events, self.gateway.tap)
+        if self.gateway.store.shares_streams:
+            stream.mirror = Mirror(stream, self.gateway.store, self.session_id, self.spawn)
         self.streams[stream.name] = stream
         return stream
+
+    async def follow(self, name: str, after: int) -> OutStream | None:
+        """Another replica's stream ``name`` from ``after`` on, for one more request resuming it here (give it
+        back with :meth:`unfollow`); None when the store cannot resume it there."""
+        follower = self.followers.get(name)
+        if follower is None:
+            gateway = self.gateway
+            made = await open_follower(gateway.store, self.session_id, name, after, gateway.config.replay_buffer_events)
+            follower = self.followers.setdefault(name, made) if made is not None else None  # another resume won
+            if follower is None:
+                return None
+            if follower is made and not made.stream.closed:
+                made.task = self.spawn(follow(gateway.store, self.session_id, made,
+                                              gateway.config.sse_keepalive_seconds))
+        elif follower.stream.buffer.after(after) is None:
+            return None
+        follower.users += 1
+        return follower.stream
+
+    def unfollow(self, name: str) -> None:
+        """A resuming request ended: the last one stops following (a later resume starts again from the store)."""
+        follower = self.followers.get(name)
+        if follower is None:
+            return
+        follower.users -= 1
+        if follower.users <= 0:
+            del self.followers[name]
+            if follower.task is not None:
+                follower.task.cancel()
 
     def _prune_streams(self) -> None:
         """Finished request streams stay resumable, but only the most recent ones: memory per session is bounded
@@ -103,16 +138,6 @@ class SessionRuntime:
         finished = [name for name, s in self.streams.items() if s.closed and s is not self.standalone]
         for name in finished[:max(0, len(finished) - KEEP_FINISHED_STREAMS)]:
             del self.streams[name]
-
-    def continue_stream(self, name: str, after: int) -> OutStream:
-        """The request stream ``name`` another replica wrote up to event ``after``, continued here (a takeover,
-        docs/design.md §40)."""
-        stream = self.streams.get(name)
-        if stream is None or stream.closed:
-            self._prune_streams()
-            stream = self.streams[name] = OutStream(name, self.gateway.config.replay_buffer_events, self.gateway.tap,
-                                                    after)
-        return stream
 
     def standalone_stream(self) -> OutStream:
         if self.standalone is None:
@@ -139,7 +164,11 @@ class SessionRuntime:
                 task.cancel()
         await asyncio.gather(*self.tasks, return_exceptions=True)
         for stream in self.streams.values():
+            if isinstance(stream.mirror, Mirror):
+                stream.mirror.stop()
             stream.finish()
+        for follower in self.followers.values():
+            follower.stream.finish()
 
 
 SWEEP_FRACTION = 0.1  # of session_idle_seconds: how often expired sessions are swept

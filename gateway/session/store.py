@@ -8,12 +8,15 @@ may never have had more than its record (an initialize, then nothing).
 
 from __future__ import annotations
 
+import asyncio
 import time
-from collections.abc import Collection
-from typing import Any, Protocol
+from collections import deque
+from collections.abc import Collection, Sequence
+from typing import Any, ClassVar, Protocol
 
 from adapters.jsonwire import ENCODED_DEPTH, dumps, loads
 from adapters.records import PendingRound, SessionRecord
+from adapters.sse import FINISHED_STREAMS_KEPT, PRIMING_SEQ, Event, StoredEvents, resumable
 from adapters.takeover import Lease
 
 
@@ -80,6 +83,35 @@ class SessionStore(Protocol):
         """Release the leases ``replica`` holds (a round that ended, or a handover at shutdown)."""
         ...
 
+    # SSE replay across replicas (docs/design.md §37): a copy of each downstream stream a client may resume, kept
+    # with the session (expiring and deleted with it), capped like the process's own buffer.
+    shares_streams: ClassVar[bool]
+    """Whether streams are copied here at all: True for a store replicas share, False for the in-process one
+    (where the stream's own buffer is the only one and nothing is copied)."""
+
+    async def append_events(self, session_id: str, stream: str, events: Sequence[Event], *, capacity: int,
+                            opening: bool = False, ended_after: int | None = None) -> None:
+        """Add ``events`` (consecutive, after those already kept) to the copy of ``stream``, keeping the last
+        ``capacity``. ``opening``: the copy's first append, which creates it (with no events: an open stream
+        with nothing sent yet); a later append to a copy that is gone (deleted, expired) is dropped.
+        ``ended_after``: the stream ended with event ``ended_after`` (its final message, or the last one sent
+        when it ended without one)."""
+        ...
+
+    async def read_events(self, session_id: str, stream: str, after: int) -> StoredEvents | None:
+        """The kept events of ``stream`` after ``after``, or None when the copy does not exist or cannot resume
+        there (``adapters.sse.resumable``: evicted, or never sent)."""
+        ...
+
+    async def follow_events(self, session_id: str, stream: str, after: int, wait_seconds: float) -> StoredEvents | None:
+        """Like :meth:`read_events` once something follows ``after``, waiting up to ``wait_seconds`` for it (then
+        nothing, not ended); None when the copy is gone or evicted past ``after``."""
+        ...
+
+    async def drop_stream(self, session_id: str, stream: str) -> None:
+        """Forget the copy (its writer could not keep it whole): resuming it elsewhere is then refused."""
+        ...
+
 
 def _dump(record: Any) -> bytes:
     # A copy of the exact size: orjson's bytes keep the capacity of the buffer they were written into (4-8 KiB),
@@ -107,6 +139,9 @@ class InMemoryStore:
         # Ownership: in one process every exchange is local, so these only keep the contract (a TTL included).
         self._owners: dict[str, tuple[str, float]] = {}  # key -> (replica, monotonic deadline)
         self._leases: dict[str, tuple[str, float]] = {}  # bridge id -> (replica, monotonic deadline)
+        # Stream copies: never made by a gateway on this store (shares_streams), kept for the contract only.
+        self._copies: dict[tuple[str, str], _Copy] = {}
+        self._ended = 0  # copies ended so far: their order, for keeping the last FINISHED_STREAMS_KEPT
 
     async def get_session(self, session_id: str) -> SessionRecord | None:
         data = self._sessions.get(session_id)
@@ -160,6 +195,9 @@ class InMemoryStore:
                     del self._per_principal[principal]
         for bridge_id in [b for b, (owner, _) in self._rounds.items() if owner in session_ids]:
             del self._rounds[bridge_id]
+        if self._copies:
+            for key in [k for k in self._copies if k[0] in session_ids]:
+                self._copies.pop(key).wake()
 
     async def put_round(self, record: PendingRound) -> None:
         self._rounds[record.bridge_id] = (record.session_id, _dump(record))
@@ -228,3 +266,77 @@ class InMemoryStore:
             entry = self._holder(bridge_id)
             if entry is not None and entry[0] == replica:
                 del self._leases[bridge_id]
+    shares_streams: ClassVar[bool] = False  # one process: a stream's own buffer is its only copy
+
+    async def append_events(self, session_id: str, stream: str, events: Sequence[Event], *, capacity: int,
+                            opening: bool = False, ended_after: int | None = None) -> None:
+        copy = self._copies.get((session_id, stream))
+        if copy is None and opening and session_id in self._sessions:
+            first = events[0].seq if events else PRIMING_SEQ + 1
+            copy = self._copies[(session_id, stream)] = _Copy(capacity, first)
+        if copy is None:
+            return
+        for event in events:
+            copy.events.append((event.seq, dumps(event.message)))
+        if events:
+            copy.next = events[-1].seq + 1
+        if ended_after is not None and not copy.ended:
+            copy.ended, self._ended = True, self._ended + 1
+            copy.order = self._ended
+            self._keep_finished(session_id)
+        copy.wake()
+
+    def _keep_finished(self, session_id: str) -> None:
+        ended = sorted((c.order, k) for k, c in self._copies.items() if k[0] == session_id and c.ended)
+        for _, key in ended[:max(0, len(ended) - FINISHED_STREAMS_KEPT)]:
+            self._copies.pop(key).wake()
+
+    async def read_events(self, session_id: str, stream: str, after: int) -> StoredEvents | None:
+        copy = self._copies.get((session_id, stream))
+        if copy is None or not resumable(after, copy.oldest(), copy.next):
+            return None
+        return copy.after(after)
+
+    async def follow_events(self, session_id: str, stream: str, after: int, wait_seconds: float) -> StoredEvents | None:
+        copy = self._copies.get((session_id, stream))
+        if copy is not None and copy.next == after + 1 and not copy.ended:
+            woken = copy.waiter()
+            try:
+                await asyncio.wait_for(woken.wait(), wait_seconds)
+            except TimeoutError:
+                return StoredEvents((), False)
+            copy = self._copies.get((session_id, stream))
+        if copy is None or after < copy.oldest() - 1:
+            return None
+        return copy.after(after)
+
+    async def drop_stream(self, session_id: str, stream: str) -> None:
+        copy = self._copies.pop((session_id, stream), None)
+        if copy is not None:
+            copy.wake()
+
+
+class _Copy:
+    """InMemoryStore's copy of one stream: (seq, message text) pairs, as a shared store holds them."""
+
+    def __init__(self, capacity: int, first: int) -> None:
+        self.events: deque[tuple[int, bytes]] = deque(maxlen=max(1, capacity))
+        self.next, self.ended, self.order = first, False, 0
+        self._woken: asyncio.Event | None = None
+
+    def oldest(self) -> int:
+        return self.events[0][0] if self.events else self.next
+
+    def after(self, seq: int) -> StoredEvents:
+        kept = tuple(Event(s, loads(text, ENCODED_DEPTH)) for s, text in self.events if s > seq)
+        return StoredEvents(kept, self.ended)
+
+    def waiter(self) -> asyncio.Event:
+        if self._woken is None:
+            self._woken = asyncio.Event()
+        return self._woken
+
+    def wake(self) -> None:
+        if self._woken is not None:
+            self._woken.set()
+            self._woken = None

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from enum import Enum
-from typing import Any
+from typing import Any, Protocol
 
 from aiohttp import web
 
@@ -28,13 +28,23 @@ class StreamGone(Exception):
     """The requested events were evicted from the replay buffer (or never existed)."""
 
 
-class OutStream:
-    __slots__ = ("_tap", "_wake", "_writer", "buffer", "closed", "name", "status")
+class Mirror(Protocol):
+    """Where a stream's events are copied for other replicas (``gateway.session.replay.Mirror``)."""
 
-    def __init__(self, name: str, capacity: int, tap: Tap | None = None, after: int = PRIMING_SEQ) -> None:
+    async def start(self) -> None: ...
+    def kick(self) -> None: ...
+    def durable(self, items: list[Event]) -> list[Event]: ...
+
+
+class OutStream:
+    __slots__ = ("_tap", "_wake", "_writer", "buffer", "closed", "mirror", "name", "status")
+
+    def __init__(self, name: str, capacity: int, tap: Tap | None = None, first_seq: int = PRIMING_SEQ + 1) -> None:
         self.name = name
-        self.buffer = ReplayBuffer(capacity, after)  # after: where a stream taken over from another replica goes on
+        self.buffer = ReplayBuffer(capacity, first_seq)
         self.closed = False
+        # The copy for other replicas (a shared store only): an event goes out once the copy holds it.
+        self.mirror: Mirror | None = None
         # The HTTP status and headers of the answer when it is still a lone JSON response (an upstream's refusal
         # of the client's token, adapters.errors.AuthChallenge); an SSE answer is 200 whatever it carries.
         self.status: tuple[int, tuple[tuple[str, str], ...]] = (200, ())
@@ -53,12 +63,25 @@ class OutStream:
         self._wake.set()
         self._wake = asyncio.Event()
 
+    def preload(self, events: Iterable[Event]) -> None:
+        """Events another replica wrote on this stream, kept here for resumption (a takeover, docs/design.md §40):
+        not traced or copied again. They must start at the stream's next seq and follow each other."""
+        for event in events:
+            assert event.seq == self.buffer.next_seq, "a stream is preloaded with consecutive events"
+            self.buffer.append(event.message)
+
+    def wake(self) -> None:
+        """Wake the writer (the mirror copied more: it may send it)."""
+        self._notify()
+
     def push(self, message: Any) -> None:
         if self.closed:
             return
         self.buffer.append(message)
         if self._tap is not None:
             self._tap(TapKind.DOWNSTREAM, message)
+        if self.mirror is not None:
+            self.mirror.kick()
         self._notify()
 
     def finish(self, message: Any | None = None) -> None:
@@ -66,6 +89,8 @@ class OutStream:
         if message is not None:
             self.push(message)
         self.closed = True
+        if self.mirror is not None:
+            self.mirror.kick()
         self._notify()
 
     async def wait_first(self) -> None:
@@ -83,6 +108,8 @@ class OutStream:
             items = self.buffer.after(seq)
             if items is None:
                 raise StreamGone(self.name)
+            if items and self.mirror is not None:
+                items = self.mirror.durable(items)
             if items:
                 seq = items[-1].seq
             if items or first:
@@ -143,6 +170,8 @@ async def write_stream(request: web.Request, stream: OutStream, *, mode: StreamM
             return web.Response(status=202, headers=headers)  # cancelled before anything was sent
     elif mode is StreamMode.GET:
         after = stream.buffer.next_seq - 1
+    if stream.mirror is not None:
+        await stream.mirror.start()  # SSE is resumable: on a shared store, from any replica
     response = EventStreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache",
                                           "X-Accel-Buffering": "no", **(headers or {})})
     await response.prepare(request)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import secrets
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import Any
@@ -19,8 +20,10 @@ from adapters import local
 from adapters import relay as R
 from adapters import takeover as T
 from adapters.records import PendingRound, Phase, SessionRecord
+from adapters.sse import PRIMING_SEQ
 from gateway.session.exchange import Exchange, bridge_context
-from gateway.session.runtime import Gateway, log
+from gateway.session.replay import Mirror
+from gateway.session.runtime import Gateway, SessionRuntime, log
 from gateway.session.store import StoreUnavailable
 from gateway.session.streams import OutStream
 
@@ -153,13 +156,38 @@ async def take_over(gw: Gateway, record: PendingRound, session: SessionRecord, a
 async def _run_here(gw: Gateway, record: PendingRound, session: SessionRecord, authorization: str | None,
                     after: int) -> None:
     runtime = gw.runtime(session.session_id)
-    stream: OutStream = (runtime.continue_stream(record.stream, max(after, record.stream_seq)) if record.stream
-                         else runtime.new_stream())
+    stream, sent = await _continued_stream(gw, runtime, record, after)
     exchange = Exchange(runtime, record, bridge_context(runtime, session), authorization, session)
     log.warning("session %s: request %r taken over from a replica that stopped (round %d, %s; repeated upstream: "
                 "%s)", session.session_id, record.downstream_id, record.round, record.phase.value,
                 T.repeats(record).value)
-    await exchange.take_over(stream, max(0, gw.clock() - record.started_ms) / 1000)
+    unsent = set(record.outstanding) - sent if sent is not None else set()
+    await exchange.take_over(stream, max(0, gw.clock() - record.started_ms) / 1000, unsent)
+
+
+async def _continued_stream(gw: Gateway, runtime: SessionRuntime, record: PendingRound,
+                            after: int) -> tuple[OutStream, set[str] | None]:
+    """The round's stream, continued here: with every event the store's copy holds (so a resumption from any of
+    them works here too, and new events go on with the next number into the same copy), and the ids of the
+    requests the client was sent (the copy has every event the client could have seen: docs/design.md §37).
+    Without a readable copy (evicted, or never made) it goes on after the last event the record or the client's
+    ``Last-Event-ID`` names, and what the client saw is unknown (None)."""
+    name, capacity = record.stream or secrets.token_hex(6), gw.config.replay_buffer_events
+    stored = await gw.store.read_events(record.session_id, name, PRIMING_SEQ) if gw.store.shares_streams else None
+    if stored is None:
+        stream = OutStream(name, capacity, gw.tap, first_seq=max(after, record.stream_seq) + 1)
+        if gw.store.shares_streams:
+            stream.mirror = Mirror(stream, gw.store, record.session_id, runtime.spawn)
+        runtime.streams[name] = stream
+        return stream, None
+    events = stored.events
+    stream = OutStream(name, capacity, gw.tap, first_seq=events[0].seq if events else PRIMING_SEQ + 1)
+    stream.preload(events)  # not traced again: the trace has them from the replica that wrote them
+    mirror = stream.mirror = Mirror(stream, gw.store, record.session_id, runtime.spawn)
+    mirror.continuing(events[-1].seq if events else PRIMING_SEQ)
+    runtime.streams[name] = stream
+    return stream, {e.message["id"] for e in events if isinstance(e.message, dict) and "method" in e.message
+                    and isinstance(e.message.get("id"), str)}
 
 
 async def renew_forever(gw: Gateway) -> None:

@@ -8,7 +8,7 @@ import pytest
 
 from adapters import local
 from adapters.capabilities import BridgedFeatures
-from adapters.sse import ReplayBuffer, SseDecoder, encode_event, event_id, parse_event_id
+from adapters.sse import ReplayBuffer, SseDecoder, encode_event, event_id, parse_event_id, resumable
 from adapters.subscriptions import apply_subscribe, legacy_notification, listen_filter, subscribe_uri
 from tests import schema
 
@@ -36,6 +36,22 @@ def test_replay_buffer_is_bounded_and_refuses_lost_positions(after, expected) ->
         buffer.append({"n": n})
     got = buffer.after(after)
     assert (None if got is None else [e.seq for e in got]) == expected
+
+
+@pytest.mark.parametrize("seq,oldest,next_seq,ok", [
+    (0, 1, 1, True),  # opened, nothing sent: the priming position
+    (0, 1, 4, True), (3, 1, 4, True), (4, 1, 4, False),  # never sent
+    (1, 3, 6, False), (2, 3, 6, True),  # event 2 evicted: resuming after 1 would lose it; after 2 loses nothing
+    (-1, 1, 4, False),
+])
+def test_one_rule_says_which_positions_resume(seq, oldest, next_seq, ok) -> None:
+    assert resumable(seq, oldest, next_seq) is ok
+
+
+def test_a_copy_of_another_stream_numbers_on_from_where_it_starts() -> None:
+    buffer = ReplayBuffer(4, first_seq=7)
+    assert buffer.after(6) == [] and buffer.after(5) is None and buffer.oldest == 7 and buffer.capacity == 4
+    assert buffer.append({"a": 1}).seq == 7
 
 
 def test_fresh_buffer_replays_everything_after_the_priming_event() -> None:

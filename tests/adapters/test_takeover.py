@@ -7,7 +7,6 @@ from adapters import bridge as B
 from adapters import takeover as T
 from adapters.records import PendingRound, Phase
 from adapters.relay import RelayTo
-from adapters.sse import ReplayBuffer
 
 SAMPLING = {"method": "sampling/createMessage", "params": {"messages": [], "maxTokens": 5}}
 
@@ -93,11 +92,10 @@ def test_resume_past_the_total_limit_ends_the_request() -> None:
     assert B.BridgeMachine(m.record, m.ctx).resume(0) == []  # ended: nothing more
 
 
-def test_a_continued_stream_numbers_on_and_serves_a_resume_from_before_it() -> None:
-    buffer = ReplayBuffer(3, after=5)
-    assert buffer.next_seq == 6 and buffer.after(5) == [] and buffer.after(2) == []
-    buffer.append({"n": 6})
-    assert [e.seq for e in buffer.after(0)] == [6] and buffer.after(6) == [] and buffer.after(7) is None
-    for n in (7, 8, 9):
-        buffer.append({"n": n})
-    assert buffer.after(5) is None and [e.seq for e in buffer.after(6)] == [7, 8, 9]  # evicted: refused again
+def test_resume_asks_again_only_what_the_client_never_received() -> None:
+    m = asked(machine(client_answer_timeout_seconds=30))
+    again = B.BridgeMachine(PendingRound.from_dict(m.record.to_dict()), m.ctx)
+    actions = again.resume(1.0, unsent={"g1"})
+    asks = [a.message for a in actions if isinstance(a, B.SendToClient)]
+    assert asks == [{"jsonrpc": "2.0", "id": "g1", "method": "sampling/createMessage", "params": SAMPLING["params"]}]
+    assert again.record.outstanding == {"g0": "a", "g1": "b"}  # the same ids: an answer to either still counts

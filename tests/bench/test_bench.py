@@ -4,6 +4,7 @@ No timing is asserted here (targets are judged from the benchmark's own output, 
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -19,8 +20,8 @@ ROOT = Path(__file__).resolve().parents[2]  # `python -m bench` runs from the ch
 def test_the_benchmark_runs_every_scenario_and_reports_its_ratios(tmp_path: Path) -> None:
     out = tmp_path / "bench.json"
     run = subprocess.run([sys.executable, "-m", "bench", "--duration", "0.4", "--warmup", "0.1",
-                          "--slice", "0.2", "--concurrency", "1,2", "--idle", "20", "--json", str(out), "--check"],
-                         capture_output=True, text=True, cwd=ROOT, timeout=120)
+                          "--slice", "0.2", "--concurrency", "1,2", "--idle", "20", "--json", str(out), "--check",
+                          "--redis", ""], capture_output=True, text=True, cwd=ROOT, timeout=120)
     report = json.loads(out.read_text())
     # --check: the exit status says whether a target was missed in this run (which, is up to the machine).
     missed = [row["target"] for row in report["targets"] if row["met"] is False]
@@ -47,6 +48,50 @@ def test_the_benchmark_runs_every_scenario_and_reports_its_ratios(tmp_path: Path
     assert host["cores"] >= 1 and host["python"] == ".".join(map(str, sys.version_info[:3])) and host["cpu"]
     assert f"python {host['python']}" in run.stdout
     assert len(host["hop_rtt_us"]) == 2 and all(rtt > 0 for rtt in host["hop_rtt_us"])  # before and after
+
+
+def _redis_answers(url: str) -> bool:
+    try:
+        import redis
+
+        return bool(redis.Redis.from_url(url, socket_connect_timeout=0.5, socket_timeout=0.5).ping())
+    except Exception:
+        return False
+
+
+REDIS_URL = os.environ.get("REDIS_URL") or "redis://127.0.0.1:6379/0"
+
+
+@pytest.mark.skipif(not _redis_answers(REDIS_URL), reason=f"no Redis at {REDIS_URL}")
+def test_the_redis_store_runs_beside_memory_in_the_same_run(tmp_path: Path) -> None:
+    out = tmp_path / "bench.json"
+    run = subprocess.run([sys.executable, "-m", "bench", "--duration", "0.4", "--warmup", "0.1", "--slice", "0.2",
+                          "--concurrency", "1,2", "--idle", "", "--redis-idle", "20", "--redis", REDIS_URL,
+                          "--json", str(out)], capture_output=True, text=True, cwd=ROOT, timeout=180)
+    assert run.returncode == 0, run.stderr[-2000:]
+    report = json.loads(out.read_text())
+    seen = {(r["scenario"], r["concurrency"]) for r in report["results"] if r["requests"] > 0}
+    assert {(name, conc) for name in ("translated_redis", "bridged_redis", "translated_workers2")
+            for conc in (1, 2)} <= seen
+    assert all(r["front_cpu_us_per_request"] > 0 for r in report["results"])  # the workers' CPU is counted too
+    for conc in ("c1", "c2"):
+        ratios = report["ratios"][conc]
+        assert all(ratios[key] > 0 for key in ("translated redis/memory p50", "bridged redis/memory p50",
+                                                "translated redis/memory cpu", "bridged redis/memory cpu",
+                                                "translated workers2/workers1 throughput"))
+    (idle,) = report["ratios"]["redis_idle"]
+    assert idle["sessions"] == 20 and idle["bytes_per_session"] > 0
+    judged = {row["target"] for row in report["targets"]}
+    assert {"translated redis/memory median, c=1", "bridged redis/memory gateway CPU per request, c=2",
+            "bytes in Redis per idle session, 20 sessions"} <= judged
+    assert report["machine"]["redis"] == REDIS_URL
+    import redis
+
+    client = redis.Redis.from_url(REDIS_URL)  # the run deleted its keys (a prefix of its own)
+    try:
+        assert not list(client.scan_iter(match=report["machine"]["redis_prefix"] + "*", count=1000))
+    finally:
+        client.close()
 
 
 @pytest.mark.skipif(shutil.which("valgrind") is None, reason="valgrind is not installed")

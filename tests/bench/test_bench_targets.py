@@ -58,3 +58,17 @@ def test_a_target_not_measured_is_neither_met_nor_missed() -> None:
     assert "bridged/mrtr_forwarder median, c=1" not in rows
     assert rows["bridged/mrtr_forwarder median, c=32"]["met"] is True
     assert missed(verdicts(ratios)) == []
+
+
+def test_the_redis_targets_are_judged_when_it_ran_on_redis() -> None:
+    ratios = _ratios()
+    assert not any("redis" in row["target"].lower() for row in verdicts(ratios))  # not run: not reported
+    on_redis = {"translated redis/memory p50": 1.15, "bridged redis/memory p50": 1.1,
+                "translated redis/memory cpu": 1.0, "bridged redis/memory cpu": 1.1,
+                "translated workers2/workers1 throughput": 0.8}
+    ratios["c1"] |= on_redis
+    ratios["c32"] |= on_redis | {"bridged redis/memory cpu": 1.16}
+    ratios["redis_idle"] = [{"sessions": 200, "bytes_per_session": 4097}]
+    assert missed(verdicts(ratios)) == ["bridged redis/memory gateway CPU per request, c=32",
+                                       "bytes in Redis per idle session, 200 sessions"]
+    assert not any("workers" in row["target"] for row in verdicts(ratios))  # reported, not judged

@@ -1,0 +1,173 @@
+"""SSE replay across replicas (docs/design.md §37): a replica's own streams are copied to the shared store
+(:class:`Mirror`), and a ``GET`` + ``Last-Event-ID`` for a stream another replica writes is served from that copy
+and follows it (:class:`Follower`).
+
+Only on a store that shares streams (``SessionStore.shares_streams``); on the in-process store a stream's own
+buffer is the only copy and nothing here runs. A mirror starts when a stream is first written as SSE (a lone
+JSON answer is never resumable, so it is never copied), and an event goes to the client only once the copy
+holds it: a client that saw an event can resume after it on any replica (2025-11-25 basic/transports
+§Resumability).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable, Coroutine
+from enum import Enum
+from typing import Any
+
+from adapters.sse import PRIMING_SEQ, Event
+from gateway.session.store import SessionStore, StoreUnavailable
+from gateway.session.streams import OutStream
+
+log = logging.getLogger("gateway")
+Spawn = Callable[[Coroutine[Any, Any, Any]], asyncio.Task]
+
+
+class MirrorState(Enum):
+    IDLE = "idle"  # not written as SSE yet: nothing copied
+    COPYING = "copying"  # every event is copied before it is sent
+    LOCAL = "local"  # the copy failed or the session's runtime ended: events go out uncopied
+
+
+class Mirror:
+    """Copies one stream's events to the store in order, one append at a time (events pushed meanwhile go in
+    the next one), and says which events the store holds (:meth:`durable`)."""
+
+    __slots__ = ("_ended", "_opened", "_session_id", "_spawn", "_store", "_task", "kept", "state", "stream")
+
+    def __init__(self, stream: OutStream, store: SessionStore, session_id: str, spawn: Spawn) -> None:
+        self.stream, self._store, self._session_id, self._spawn = stream, store, session_id, spawn
+        self.state = MirrorState.IDLE
+        self.kept = PRIMING_SEQ  # the last event the store holds
+        self._ended = False  # the store knows the stream ended
+        self._task: asyncio.Task | None = None
+        self._opened: asyncio.Future[None] | None = None
+
+    async def start(self) -> None:
+        """Copy from now on; returns once the copy exists (or could not be made), so an id the client is about
+        to see (the priming event's included) can be resumed elsewhere."""
+        if self.state is MirrorState.IDLE:
+            self.state = MirrorState.COPYING
+            self._opened = asyncio.get_running_loop().create_future()
+            self.kick()
+        if self._opened is not None and self.state is MirrorState.COPYING:
+            await asyncio.shield(self._opened)
+
+    def continuing(self, kept: int) -> None:
+        """Append to the copy another replica made of this stream, which holds up to event ``kept`` (a takeover,
+        docs/design.md §40)."""
+        self.state, self.kept = MirrorState.COPYING, kept
+        self._opened = asyncio.get_running_loop().create_future()
+        self._opened.set_result(None)
+
+    def kick(self) -> None:
+        """Something was pushed, or the stream ended: copy it (unless a copy is already under way)."""
+        if self.state is MirrorState.COPYING and (self._task is None or self._task.done()):
+            self._task = self._spawn(self._copy())
+
+    def durable(self, items: list[Event]) -> list[Event]:
+        """The prefix of ``items`` the store holds (all of them when not copying)."""
+        if self.state is not MirrorState.COPYING or items[-1].seq <= self.kept:
+            return items
+        return [e for e in items if e.seq <= self.kept]
+
+    def stop(self) -> None:
+        """The session's runtime ends here: no more copies; writers send what they have."""
+        self._go_local()
+
+    async def _copy(self) -> None:
+        stream, opening = self.stream, not self._opened_done()
+        if opening:  # from the oldest event still buffered (all of them, unless it waited long for a writer)
+            self.kept = max(self.kept, stream.buffer.oldest - 1)
+        try:
+            while self.state is MirrorState.COPYING:
+                events = stream.buffer.after(self.kept)
+                if events is None:  # evicted before it was copied: the copy would have a hole
+                    raise _Hole
+                end = stream.closed and not self._ended
+                if not events and not end and not opening:
+                    return
+                last = events[-1].seq if events else stream.buffer.next_seq - 1
+                await self._store.append_events(self._session_id, stream.name, events,
+                                                capacity=stream.buffer.capacity, opening=opening,
+                                                ended_after=last if end else None)
+                self.kept, self._ended, opening = last, self._ended or end, False
+                self._open_done()
+                stream.wake()
+        except (StoreUnavailable, _Hole) as exc:
+            log.warning("stream %s: its copy in the store is dropped (%s); it resumes on this replica only",
+                        stream.name, exc or "events evicted before they were copied")
+            self._go_local()
+            await self._drop()
+
+    async def _drop(self) -> None:
+        try:
+            await self._store.drop_stream(self._session_id, self.stream.name)
+        except StoreUnavailable:  # it expires with the session; a follower of it elsewhere ends then
+            pass
+
+    def _go_local(self) -> None:
+        self.state = MirrorState.LOCAL
+        self._open_done()
+        self.stream.wake()
+
+    def _opened_done(self) -> bool:
+        return self._opened is not None and self._opened.done()
+
+    def _open_done(self) -> None:
+        if self._opened is not None and not self._opened.done():
+            self._opened.set_result(None)
+
+
+class _Hole(Exception):
+    pass
+
+
+class Follower:
+    """A local copy of another replica's stream for the ``GET`` requests resuming it here: filled from the store
+    from the resumed position on, then fed by a task that follows the store's copy until the stream ends, the
+    copy is gone, or no request here resumes it any more."""
+
+    __slots__ = ("stream", "task", "users")
+
+    def __init__(self, stream: OutStream) -> None:
+        self.stream, self.users = stream, 0
+        self.task: asyncio.Task | None = None
+
+
+async def open_follower(store: SessionStore, session_id: str, name: str, after: int, capacity: int) -> Follower | None:
+    """A follower of ``name`` from ``after`` on, or None when the store cannot resume it there."""
+    stored = await store.read_events(session_id, name, after)
+    if stored is None:
+        return None
+    follower = Follower(OutStream(name, capacity, first_seq=after + 1))
+    _copy_in(follower.stream, stored.events)
+    if stored.ended:
+        follower.stream.finish()
+    return follower
+
+
+async def follow(store: SessionStore, session_id: str, follower: Follower, wait_seconds: float) -> None:
+    """Feed ``follower`` from the store until its stream ends; it is finished whatever happens, so a resumed
+    request never hangs on a copy that stopped (the client resumes again, and is told why)."""
+    stream = follower.stream
+    try:
+        while not stream.closed:
+            got = await store.follow_events(session_id, stream.name, stream.buffer.next_seq - 1, wait_seconds)
+            if got is None or not _copy_in(stream, got.events) or got.ended:
+                return
+    except StoreUnavailable as exc:
+        log.warning("stream %s: following its copy failed: %s", stream.name, exc)
+    finally:
+        stream.finish()
+
+
+def _copy_in(stream: OutStream, events: tuple[Event, ...]) -> bool:
+    """Push ``events`` in order; False at a hole (events evicted before they were read here)."""
+    for event in events:
+        if event.seq != stream.buffer.next_seq:
+            return False
+        stream.push(event.message)
+    return True

@@ -1,0 +1,240 @@
+"""SSE replay across replicas (docs/design.md §37): the stream-copy contract of both stores, then two gateway apps
+on real ports sharing a real Redis, where a stream written by replica A is resumed through replica B.
+Redis is found as in ``test_redis_store``."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+
+pytest.importorskip("redis")
+from adapters.sse import FINISHED_STREAMS_KEPT, Event, StoredEvents
+from gateway.http.app import GATEWAY
+from gateway.session.redis_store import RedisStore
+from tests.gateway.conftest import CAPS, Legacy
+from tests.gateway.http.test_bridge_shell import SAMPLED, SAMPLING, two_rounds
+from tests.gateway.session import test_redis_store as redis_tests
+
+redis_url, prefix, store, private_redis = (redis_tests.redis_url, redis_tests.prefix, redis_tests.store,
+                                           redis_tests.private_redis)  # its fixtures, shared
+NOW = redis_tests.NOW
+
+
+def events(*pairs: tuple[int, Any]) -> list[Event]:
+    return [Event(seq, message) for seq, message in pairs]
+
+
+async def open_session(store: Any, session_id: str = "s1") -> None:
+    await store.put_session(redis_tests.record(session_id, "p", NOW))
+
+
+# The contract, on both stores --------------------------------------------------------------------------------
+
+
+async def test_a_copy_replays_what_follows_a_position_and_says_when_it_ended(store) -> None:
+    await open_session(store)
+    await store.append_events("s1", "x", events((1, {"n": 1})), capacity=8, opening=True)
+    await store.append_events("s1", "x", events((2, {"n": 2})), capacity=8)
+    assert await store.read_events("s1", "x", 0) == StoredEvents(tuple(events((1, {"n": 1}), (2, {"n": 2}))), False)
+    assert await store.read_events("s1", "x", 2) == StoredEvents((), False)
+    assert await store.read_events("s1", "x", 3) is None  # never sent
+    assert await store.read_events("s1", "y", 0) is None  # no such stream
+    assert await store.read_events("s2", "x", 0) is None  # another session's
+    await store.append_events("s1", "x", events((3, {"n": 3})), capacity=8, ended_after=3)
+    assert await store.read_events("s1", "x", 1) == StoredEvents(tuple(events((2, {"n": 2}), (3, {"n": 3}))), True)
+
+
+async def test_an_opened_copy_with_nothing_sent_resumes_from_the_priming_event(store) -> None:
+    await open_session(store)
+    await store.append_events("s1", "x", [], capacity=8, opening=True)
+    assert await store.read_events("s1", "x", 0) == StoredEvents((), False)
+    await store.append_events("s1", "x", [], capacity=8, ended_after=0)  # ended with nothing sent
+    assert await store.read_events("s1", "x", 0) == StoredEvents((), True)
+
+
+async def test_a_copy_keeps_the_last_capacity_events_as_a_replay_buffer_does(store) -> None:
+    await open_session(store)
+    await store.append_events("s1", "x", events(*[(n, n) for n in range(1, 6)]), capacity=3, opening=True)
+    assert await store.read_events("s1", "x", 1) is None  # event 2 was evicted: resuming after 1 would lose it
+    assert await store.read_events("s1", "x", 2) == StoredEvents(tuple(events((3, 3), (4, 4), (5, 5))), False)
+    assert await store.follow_events("s1", "x", 0, 0.01) is None  # a follower that fell behind the window
+
+
+async def test_a_copy_that_starts_after_evicted_events_refuses_positions_before_it(store) -> None:
+    await open_session(store)
+    await store.append_events("s1", "x", events((4, 4), (5, 5)), capacity=3, opening=True)
+    assert await store.read_events("s1", "x", 2) is None
+    assert await store.read_events("s1", "x", 3) == StoredEvents(tuple(events((4, 4), (5, 5))), False)
+
+
+async def test_follow_waits_for_the_next_events(store) -> None:
+    await open_session(store)
+    await store.append_events("s1", "x", events((1, "a")), capacity=8, opening=True)
+    assert await store.follow_events("s1", "x", 1, 0.05) == StoredEvents((), False)  # nothing within the wait
+    waiting = asyncio.ensure_future(store.follow_events("s1", "x", 1, 5))
+    await asyncio.sleep(0.1)
+    await store.append_events("s1", "x", events((2, "b")), capacity=8, ended_after=2)
+    assert await asyncio.wait_for(waiting, 10) == StoredEvents(tuple(events((2, "b"))), True)
+
+
+async def test_a_dropped_copy_and_a_deleted_session_leave_nothing_to_resume(store) -> None:
+    await open_session(store)
+    await store.append_events("s1", "x", events((1, "a")), capacity=8, opening=True)
+    await store.append_events("s1", "y", events((1, "a")), capacity=8, opening=True)
+    await store.drop_stream("s1", "x")
+    assert await store.read_events("s1", "x", 0) is None
+    await store.append_events("s1", "x", events((2, "b")), capacity=8)  # a late append does not revive it
+    assert await store.read_events("s1", "x", 1) is None
+    await store.delete_session("s1")
+    assert await store.read_events("s1", "y", 0) is None
+    assert await store.follow_events("s1", "y", 1, 0.05) is None
+
+
+async def test_a_copy_is_not_made_for_a_session_that_is_gone(store) -> None:
+    await store.append_events("gone", "x", events((1, "a")), capacity=8, opening=True)
+    assert await store.read_events("gone", "x", 0) is None
+
+
+async def test_only_the_last_finished_streams_of_a_session_are_kept(store) -> None:
+    await open_session(store)
+    for n in range(FINISHED_STREAMS_KEPT + 1):
+        await store.append_events("s1", f"x{n}", events((1, n)), capacity=8, opening=True, ended_after=1)
+    await store.append_events("s1", "open", events((1, "a")), capacity=8, opening=True)  # not ended: kept
+    assert await store.read_events("s1", "x0", 0) is None
+    assert await store.read_events("s1", "x1", 0) == StoredEvents(tuple(events((1, 1))), True)
+    assert await store.read_events("s1", "open", 1) == StoredEvents((), False)
+
+
+async def test_an_opened_copy_follows_its_first_event(store) -> None:
+    await open_session(store)
+    await store.append_events("s1", "x", [], capacity=8, opening=True)
+    assert await store.follow_events("s1", "x", 0, 0.05) == StoredEvents((), False)
+    waiting = asyncio.ensure_future(store.follow_events("s1", "x", 0, 5))
+    await asyncio.sleep(0.1)
+    await store.append_events("s1", "x", events((1, "a")), capacity=8)
+    assert await asyncio.wait_for(waiting, 10) == StoredEvents(tuple(events((1, "a"))), False)
+    assert await store.read_events("s1", "x", 0) == StoredEvents(tuple(events((1, "a"))), False)
+
+
+async def test_the_copy_expires_and_is_renewed_with_its_session(redis_url, prefix) -> None:
+    store = RedisStore(redis_url, idle_seconds=60, prefix=prefix)
+    try:
+        await open_session(store)
+        await store.append_events("s1", "x", events((1, "a")), capacity=8, opening=True)
+        key, names = store.stream_key("s1", "x"), store.key("es:", "s1")
+        assert 0 < await store.redis.pttl(key) <= 60_000
+        await store.redis.pexpire(key, 5_000)
+        await store.redis.pexpire(names, 5_000)
+        await store.touch_session("s1", NOW + 1)
+        assert await store.redis.pttl(key) > 5_000 and await store.redis.pttl(names) > 5_000
+    finally:
+        await store.close()
+
+
+# Two replicas on one Redis ------------------------------------------------------------------------------------
+
+
+async def within(step: Any) -> Any:
+    return await asyncio.wait_for(step, 30)
+
+
+async def replicas(make_gateway: Any, url: str, name: str, store_timeout: float = 2.0,
+                   **config: Any) -> tuple[Legacy, Legacy]:
+    """A client initialized on replica A, and the same session's client on replica B (each its own port)."""
+    settings = {"url": url, "prefix": name, "timeout_seconds": store_timeout}
+    a = Legacy(await make_gateway(store=settings, **config))
+    b = Legacy(await make_gateway(store=settings, **config))
+    assert a.client.app[GATEWAY].replica != b.client.app[GATEWAY].replica
+    assert a.client.port != b.client.port
+    await a.initialize(CAPS)
+    b.session_id = a.session_id
+    return a, b
+
+
+async def resume(client: Legacy, last_event_id: str) -> Any:
+    return await client.client.get("/mcp", headers={**client.headers(), "Accept": "text/event-stream",
+                                                    "Last-Event-ID": last_event_id})
+
+
+def one_round(body: dict[str, Any], request: Any) -> dict[str, Any]:
+    if body["params"].get("requestState") is None:
+        return {"resultType": "input_required", "inputRequests": {"a": SAMPLING}, "requestState": "s1"}
+    assert body["params"]["inputResponses"] == {"a": SAMPLED}
+    return redis_tests_text("sampled on A, answered through B")
+
+
+def redis_tests_text(value: str) -> dict[str, Any]:
+    return {"resultType": "complete", "content": [{"type": "text", "text": value}]}
+
+
+async def test_a_stream_dropped_on_a_resumes_on_b_and_follows_to_the_result(make_gateway, upstream, redis_url,
+                                                                           prefix) -> None:
+    upstream.script["tools/call"] = one_round
+    a, b = await replicas(make_gateway, redis_url, prefix)
+    post = await a.post("tools/call", {"name": "t", "arguments": {}})
+    priming, _ = await within(a.next_event(post))
+    post.close()  # the client's connection to A breaks before it read the sampling request
+    resumed = await resume(b, priming)
+    assert resumed.status == 200 and resumed.headers["Content-Type"] == "text/event-stream"
+    eid, asked = await within(b.next_event(resumed))
+    assert asked["method"] == "sampling/createMessage" and eid.rpartition(".")[0] == priming.rpartition(".")[0]
+    assert await b.answer(asked["id"], SAMPLED) == 202  # relayed to A, whose exchange goes on (§34)
+    _, final = await within(b.next_event(resumed))
+    assert final["id"] == a.next_id and final["result"]["content"][0]["text"] == "sampled on A, answered through B"
+    assert await within(b.events(resumed)) == []  # the stream ended: B's resumed response ends with it
+    assert b.client.app[GATEWAY].runtime(b.session_id).followers == {}  # and B follows nothing any more
+
+    again = await resume(b, priming)  # a finished stream replays to its end and closes, on any replica
+    assert [m.get("method") or m["id"] for m in await within(b.events(again))] == ["sampling/createMessage", a.next_id]
+
+
+async def test_a_position_evicted_on_the_writer_is_refused_the_same_on_every_replica(make_gateway, upstream,
+                                                                                     redis_url, prefix) -> None:
+    upstream.script["tools/call"] = two_rounds
+    a, b = await replicas(make_gateway, redis_url, prefix, replay_buffer_events=2)
+    post = await a.post("tools/call", {"name": "t", "arguments": {}})
+    priming, _ = await within(a.next_event(post))
+    first, asked_a = await within(a.next_event(post))
+    _, asked_b = await within(a.next_event(post))
+    assert await a.answer(asked_a["id"], SAMPLED) == 202 and await a.answer(asked_b["id"], SAMPLED) == 202
+    await within(a.next_event(post))  # the second round's request evicted the first event (capacity 2)
+    refusals = [await resume(client, priming) for client in (a, b)]
+    assert [r.status for r in refusals] == [400, 400]
+    bodies = [await r.json() for r in refusals]
+    assert bodies[0] == bodies[1] and "Last-Event-ID" in bodies[0]["error"]["message"]
+    kept = await resume(b, first)  # right after the evicted event: nothing is lost, so it resumes
+    assert kept.status == 200
+    _, second = await within(b.next_event(kept))
+    assert second["id"] == asked_b["id"]
+    kept.close()
+    post.close()
+
+
+async def test_a_resume_on_b_while_redis_is_down_is_store_unavailable(make_gateway, upstream, private_redis,
+                                                                      prefix) -> None:
+    upstream.script["tools/call"] = one_round
+    a, b = await replicas(make_gateway, private_redis.url, prefix, store_timeout=0.5)
+    post = await a.post("tools/call", {"name": "t", "arguments": {}})
+    priming, _ = await within(a.next_event(post))
+    post.close()
+    private_redis.stop()
+    refused = await resume(b, priming)
+    assert refused.status == 503
+    assert (await refused.json())["error"]["data"]["store"] == "unavailable"
+    private_redis.start()  # back, but empty (it persists nothing): the gateway answers again, the session is gone
+    assert (await resume(b, priming)).status == 404
+
+
+async def test_the_in_memory_store_copies_nothing(legacy, upstream) -> None:
+    upstream.script["tools/call"] = one_round
+    await legacy.initialize(CAPS)
+    post = await legacy.post("tools/call", {"name": "t", "arguments": {}})
+    await legacy.next_event(post)
+    _, asked = await legacy.next_event(post)
+    runtime = legacy.client.app[GATEWAY].runtime(legacy.session_id)
+    assert [s.mirror for s in runtime.streams.values()] == [None]
+    assert await legacy.answer(asked["id"], SAMPLED) == 202
+    assert (await legacy.events(post))[-1]["result"]["content"][0]["text"] == "sampled on A, answered through B"
+
