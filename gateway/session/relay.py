@@ -117,6 +117,8 @@ class RedisRelay:
         if relayed.kind is R.RelayKind.END:
             await self.gateway.end_runtime(relayed.session_id)
             return
+        if self.gateway.taking:  # a round being taken over here is relayed to as soon as its lease is won:
+            await asyncio.wait(list(self.gateway.taking.values()))  # deliver once its exchange runs (design §40)
         runtime, message = self.gateway.runtimes.get(relayed.session_id), relayed.message or {}
         if runtime is None:
             return

@@ -13,12 +13,14 @@ import sqlite3
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import mcp_types as types
 import pytest
 from mcp import Client
 from mcp.shared.exceptions import MCPError
 
 from tests.faults.replicas import Front, HoldingUpstream, replica
+from tests.gateway.conftest import Legacy
 from tests.gateway.session import test_redis_store as redis_tests
 
 pytest.importorskip("redis")
@@ -159,3 +161,57 @@ async def test_sigterm_hands_the_round_over_at_once(long_lease_stack: Stack) -> 
     rounds = stack.upstream.calls("summarize_repo")
     assert [sorted(b["params"].get("inputResponses", {})) for b in rounds] == [[], ["pick_files"], ["summary"]]
     assert "handed over" in stack.a.stderr()
+
+
+@pytest.fixture
+async def three(aiohttp_server, tmp_path, redis_url, prefix):
+    """Three replicas on one Redis and the core, for a raw client that picks the replica of every request."""
+    core = await aiohttp_server(core_app.create_app(core_config.CoreConfig(database=str(tmp_path / "core.db"))))
+    holder = HoldingUpstream(str(core.make_url("/mcp")))
+    upstream = await aiohttp_server(holder.app())
+    procs = [replica(tmp_path, name, str(upstream.make_url("/mcp")), redis_url, prefix, LEASE) for name in "abc"]
+    sessions = [aiohttp.ClientSession(base_url=f"http://127.0.0.1:{p.port}") for p in procs]
+    try:
+        for proc in procs:
+            await proc.listening()
+        yield holder, procs, [Legacy(session) for session in sessions]
+    finally:
+        for session in sessions:
+            await session.close()
+        for proc in procs:
+            proc.stop()
+        for proc in procs:
+            assert "Traceback" not in proc.stderr(), proc.stderr()[-3000:]
+
+
+def sampled(request: dict[str, Any]) -> dict[str, Any]:
+    prompt = request["params"]["messages"][0]["content"]["text"]
+    text = json.dumps(prompt.splitlines()[1:4]) if "JSON array" in prompt else "A small repository."
+    return {"role": "assistant", "content": {"type": "text", "text": text}, "model": "m", "stopReason": "endTurn"}
+
+
+async def test_a_stream_resumed_on_a_third_replica_after_its_writer_was_killed(three) -> None:
+    """The client's stream was on A when A was killed; it answers through B and resumes on C: C replays the
+    store's copy of the stream, which the replica that took the round over goes on writing."""
+    upstream, (a, b, c), (on_a, on_b, on_c) = three
+    await on_a.initialize({"sampling": {}})
+    on_b.session_id = on_c.session_id = on_a.session_id
+    resp = await on_a.post("tools/call", {"name": "summarize_repo", "arguments": {"repo": "demo"}})
+    await within(on_a.next_event(resp))  # priming
+    seen, first = await within(on_a.next_event(resp))
+    assert first["method"] == "sampling/createMessage"
+    a.proc.kill()
+    a.proc.wait()
+    assert await within(on_b.answer(first["id"], sampled(first))) == 202
+    stream = await within(on_c.client.get("/mcp", headers={**on_c.headers(), "Accept": "text/event-stream",
+                                                           "Last-Event-ID": seen}))
+    assert stream.status == 200
+    _, second = await within(on_c.next_event(stream))
+    assert second["method"] == "sampling/createMessage" and second["id"] != first["id"]
+    assert await within(on_c.answer(second["id"], sampled(second))) == 202
+    _, final = await within(on_c.next_event(stream))
+    assert final["id"] == on_a.next_id and not final["result"].get("isError")
+    assert final["result"]["structuredContent"]["files"] == ["README.md", "pyproject.toml", "src/app/__init__.py"]
+    rounds = upstream.calls("summarize_repo")
+    assert [sorted(r["params"].get("inputResponses", {})) for r in rounds] == [[], ["pick_files"], ["summary"]]
+    assert "taken over" in b.stderr() + c.stderr()
