@@ -203,17 +203,17 @@ class Exchange:
         missing from the store), so a replica taking over continues from the last one (docs/design.md §40).
         The first save takes the round's lease, renewed while this replica lives (gateway.session.takeover)."""
         rec, gateway = self.record, self.runtime.gateway
-        if self.machine.done or not (self._saved or rec.waiting):
-            return
-        store = gateway.store
+        shared = gateway.relay is not None  # only replicas on a shared store take rounds over
+        if self.machine.done or not (rec.waiting or (self._saved and shared)):
+            return  # (one process saves only waiting rounds: nobody else could continue the others)
         assert self.stream is not None
         first, self._saved = not self._saved, True  # saved from now on: a shutdown hands it over
-        if first and gateway.relay is not None:  # only replicas on a shared store take rounds over
-            await store.hold_lease(rec.bridge_id, gateway.replica, gateway.config.store.lease_seconds)
+        lease = (gateway.replica, gateway.config.store.lease_seconds) if first and shared else None
+        if lease is not None:
             gateway.leases[rec.bridge_id] = self
         sends = sum(isinstance(a, B.SendToClient) for a in actions)  # the step's events, numbered as they will be
         rec.stream, rec.stream_seq = self.stream.name, self.stream.buffer.next_seq - 1 + sends
-        await store.put_round(rec)
+        await gateway.store.put_round(rec, lease)
 
     def _failure(self, exc: Exception) -> ErrorValue:
         """What the client is told when the exchange itself fails: the store's unavailability (a dependency,

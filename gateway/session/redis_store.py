@@ -323,13 +323,15 @@ class RedisStore:
             gone = await self._expire(args=[self.prefix, seen_before_ms, self._ttl_ms, *keep])
         return [sid.decode() for sid in gone]
 
-    async def put_round(self, record: PendingRound) -> None:
+    async def put_round(self, record: PendingRound, lease: tuple[str, float] | None = None) -> None:
         key, owned = self.key("r:", record.bridge_id), self.key("rs:", record.session_id)
         async with _unavailable(), self.redis.pipeline(transaction=True) as pipe:
             pipe.hset(key, mapping={"r": _dump(record), "s": record.session_id})
             pipe.pexpire(key, self._ttl_ms)
             pipe.sadd(owned, record.bridge_id)
             pipe.pexpire(owned, self._ttl_ms)
+            if lease is not None:
+                pipe.set(self.key("ol:", record.bridge_id), lease[0], px=_ms(lease[1]))
             await pipe.execute()
 
     async def get_round(self, bridge_id: str) -> PendingRound | None:
@@ -362,10 +364,6 @@ class RedisStore:
         if keys:
             async with _unavailable():
                 await self.redis.delete(*(self.key(key) for key in keys))
-
-    async def hold_lease(self, bridge_id: str, replica: str, ttl_seconds: float) -> None:
-        async with _unavailable():
-            await self.redis.set(self.key("ol:", bridge_id), replica, px=_ms(ttl_seconds))
 
     async def take_lease(self, bridge_id: str, replica: str, ttl_seconds: float) -> bool:
         async with _unavailable():

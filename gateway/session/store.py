@@ -43,7 +43,11 @@ class SessionStore(Protocol):
         (a shared store: one round trip for all of them, e.g. one MGET or one SELECT ... IN)."""
         ...
 
-    async def put_round(self, record: PendingRound) -> None: ...
+    async def put_round(self, record: PendingRound, lease: tuple[str, float] | None = None) -> None:
+        """Save a round; ``lease`` (replica, seconds): its first save, which takes the round's lease in the same
+        step (docs/design.md §40), so no replica ever sees the round without its holder."""
+        ...
+
     async def get_round(self, bridge_id: str) -> PendingRound | None: ...
     async def delete_round(self, bridge_id: str) -> None: ...
     async def rounds_of(self, session_id: str) -> list[PendingRound]: ...
@@ -64,10 +68,6 @@ class SessionStore(Protocol):
     async def release_owner(self, keys: Collection[str]) -> None: ...
 
     # Leases on saved rounds, for takeover after a replica dies (docs/design.md §40).
-    async def hold_lease(self, bridge_id: str, replica: str, ttl_seconds: float) -> None:
-        """Take the lease of a round this replica just created (nobody else can know it yet)."""
-        ...
-
     async def take_lease(self, bridge_id: str, replica: str, ttl_seconds: float) -> bool:
         """Claim the lease of a stored round nobody holds; atomic, so of replicas racing for it exactly one
         wins. False when it is held, or the round is gone."""
@@ -199,8 +199,10 @@ class InMemoryStore:
             for key in [k for k in self._copies if k[0] in session_ids]:
                 self._copies.pop(key).wake()
 
-    async def put_round(self, record: PendingRound) -> None:
+    async def put_round(self, record: PendingRound, lease: tuple[str, float] | None = None) -> None:
         self._rounds[record.bridge_id] = (record.session_id, _dump(record))
+        if lease is not None:
+            self._hold(record.bridge_id, *lease)
 
     async def get_round(self, bridge_id: str) -> PendingRound | None:
         entry = self._rounds.get(bridge_id)
@@ -236,13 +238,13 @@ class InMemoryStore:
             return None
         return entry
 
-    async def hold_lease(self, bridge_id: str, replica: str, ttl_seconds: float) -> None:
+    def _hold(self, bridge_id: str, replica: str, ttl_seconds: float) -> None:
         self._leases[bridge_id] = (replica, time.monotonic() + ttl_seconds)
 
     async def take_lease(self, bridge_id: str, replica: str, ttl_seconds: float) -> bool:
         if bridge_id not in self._rounds or self._holder(bridge_id) is not None:
             return False
-        await self.hold_lease(bridge_id, replica, ttl_seconds)
+        self._hold(bridge_id, replica, ttl_seconds)
         return True
 
     async def lease_of(self, bridge_id: str) -> Lease:
@@ -258,7 +260,7 @@ class InMemoryStore:
             if entry is None or entry[0] != replica:
                 lost.append(bridge_id)
             else:
-                await self.hold_lease(bridge_id, replica, ttl_seconds)
+                self._hold(bridge_id, replica, ttl_seconds)
         return lost
 
     async def drop_leases(self, bridge_ids: Collection[str], replica: str) -> None:

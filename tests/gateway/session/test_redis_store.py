@@ -214,8 +214,7 @@ async def test_leases(store) -> None:
     """docs/design.md §40: one holder per round, renewed while it lives; a lapsed lease is claimed by exactly one
     of the replicas racing for it, and only while the round exists."""
     await store.put_session(record("s1"))
-    await store.put_round(pending("b1", "s1"))
-    await store.hold_lease("b1", "A", 0.3)
+    await store.put_round(pending("b1", "s1"), ("A", 0.3))  # its first save takes the lease with it
     assert (await store.lease_of("b1")).holder == "A" and 0 < (await store.lease_of("b1")).remaining_ms <= 300
     assert not await store.take_lease("b1", "B", 5)  # held
     assert await store.renew_leases(["b1", "b-never"], "A", 0.3) == ["b-never"]
