@@ -197,10 +197,10 @@ class Exchange:
             if self._saved and not self._handed_over:
                 await self._forget_round()
 
-    async def _save(self, actions: list[Any]) -> None:
-        """Save the record once the round waits (what another process needs to continue it), and after every
-        step from then on, before the step's messages reach the client (so nothing the client can answer is
-        missing from the store), so a replica taking over continues from the last one (docs/design.md §40).
+    async def _save(self, sends: int) -> None:
+        """Save the record once the round waits (what another process needs to continue it), and on a shared
+        store after every step from then on, so a replica taking over continues from the last one; a step that
+        asks the client is saved before the client can see it (docs/design.md §40).
         The first save takes the round's lease, renewed while this replica lives (gateway.session.takeover)."""
         rec, gateway = self.record, self.runtime.gateway
         shared = gateway.relay is not None  # only replicas on a shared store take rounds over
@@ -211,7 +211,7 @@ class Exchange:
         lease = (gateway.replica, gateway.config.store.lease_seconds) if first and shared else None
         if lease is not None:
             gateway.leases[rec.bridge_id] = self
-        sends = sum(isinstance(a, B.SendToClient) for a in actions)  # the step's events, numbered as they will be
+        # The last event of the step, numbered as it will be once its ``sends`` messages are pushed.
         rec.stream, rec.stream_seq = self.stream.name, self.stream.buffer.next_seq - 1 + sends
         await gateway.store.put_round(rec, lease)
 
@@ -274,7 +274,9 @@ class Exchange:
         assert self.stream is not None
         self._observe(actions)
         await self._claim(actions)
-        await self._save(actions)
+        sends = sum(isinstance(a, B.SendToClient) for a in actions)
+        if sends:  # saved before the client can see what it is asked (a replica taking over must find it)
+            await self._save(sends)
         for action in actions:
             if isinstance(action, B.CallUpstream):
                 self._upstream = self.runtime.spawn(self._call_upstream(action.extra, self._session))
@@ -296,6 +298,8 @@ class Exchange:
                 if action.challenge is not None:
                     self.stream.status = action.challenge.answer()
                 self.stream.finish(action.message)
+        if not sends:  # after the upstream round left: saved before the step is acknowledged, off its path
+            await self._save(0)
 
     async def _call_upstream(self, extra: dict[str, Any], session: SessionRecord | None) -> None:
         self.events.put_nowait(await self._upstream_event(extra, session))
