@@ -57,7 +57,7 @@ from collections.abc import AsyncIterator, Callable, Collection, Sequence
 from contextlib import asynccontextmanager
 from typing import Any, ClassVar, Final
 
-from redis.asyncio import Redis
+from redis.asyncio import BlockingConnectionPool, Redis
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 from redis.exceptions import RedisError
@@ -70,6 +70,8 @@ from gateway.session.store import StoreUnavailable
 
 # The longest a follow_events call blocks in Redis: its connection's read timeout is this plus the store's.
 FOLLOW_WAIT_MAX_SECONDS: Final = 10.0
+MAX_CONNECTIONS: Final = 100  # commands in flight at once, per process (more wait for a free connection)
+MAX_FOLLOWED: Final = 1000  # streams followed at once from another replica, per process
 OPENED, ENDED = 1, 2  # the sub-id of a stream copy's marker entries (an event's is 0), as _APPEND writes them
 
 # Helpers shared by the scripts (ARGV[1] is always the prefix). Scripts only read and write keys of that prefix.
@@ -240,15 +242,19 @@ class RedisStore:
         self.prefix = prefix
         self._ttl_ms = max(1, int(idle_seconds * 1000))
         self._clock = clock  # the gateway's clock: scores are its last_seen_ms values
-        self.redis = Redis.from_url(url, socket_connect_timeout=timeout_seconds, socket_timeout=timeout_seconds,
-                                    retry=Retry(NoBackoff(), 1))
+        # A burst of requests waits (up to the timeout) for one of MAX_CONNECTIONS instead of failing at once
+        # ("Too many connections": 100 concurrent initializes were 503s).
+        self.redis = Redis.from_pool(BlockingConnectionPool.from_url(
+            url, max_connections=MAX_CONNECTIONS, timeout=timeout_seconds, socket_connect_timeout=timeout_seconds,
+            socket_timeout=timeout_seconds, retry=Retry(NoBackoff(), 1)))
         script = self.redis.register_script
         self._put, self._touch, self._delete = script(_PUT_SESSION), script(_TOUCH), script(_DELETE)
         self._expire, self._rounds_of, self._delete_round = script(_EXPIRE), script(_ROUNDS_OF), script(_DELETE_ROUND)
         self._take, self._renew, self._drop_leases = script(_TAKE_LEASE), script(_RENEW_LEASES), script(_DROP_LEASES)
         self._append = script(_APPEND)
         # Blocking reads (follow_events) on their own connections, whose read timeout allows for the block.
-        self._follower = Redis.from_url(url, socket_connect_timeout=timeout_seconds,
+        # Each stream followed here holds one of these while it blocks.
+        self._follower = Redis.from_url(url, socket_connect_timeout=timeout_seconds, max_connections=MAX_FOLLOWED,
                                         socket_timeout=FOLLOW_WAIT_MAX_SECONDS + timeout_seconds,
                                         retry=Retry(NoBackoff(), 1))
 

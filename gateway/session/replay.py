@@ -101,6 +101,10 @@ class Mirror:
                         stream.name, exc or "events evicted before they were copied")
             self._go_local()
             await self._drop()
+        except Exception:  # a bug must not hold the stream's events back: they go out uncopied
+            log.exception("stream %s: copying it failed; it resumes on this replica only", stream.name)
+            self._go_local()
+            await self._drop()
 
     async def _drop(self) -> None:
         try:

@@ -164,7 +164,7 @@ class SessionRuntime:
                 task.cancel()
         await asyncio.gather(*self.tasks, return_exceptions=True)
         for stream in self.streams.values():
-            if isinstance(stream.mirror, Mirror):
+            if stream.mirror is not None:
                 stream.mirror.stop()
             stream.finish()
         for follower in self.followers.values():

