@@ -16,6 +16,7 @@ import pytest
 pytest.importorskip("redis")
 
 from adapters.sse import parse_event_id
+from gateway.http.app import GATEWAY
 from tests.gateway.conftest import CAPS, Legacy, hang_until_closed, text
 from tests.gateway.http.test_bridge_shell import SAMPLED, SAMPLING, two_rounds
 from tests.gateway.session import test_redis_store as redis_tests
@@ -113,3 +114,25 @@ async def until_closed(client: Legacy, resp: Any) -> list[dict[str, Any]]:
 
 async def _true(value: bool) -> bool:
     return value
+
+
+async def test_a_cancel_for_a_stopped_replicas_round_ends_it_without_sending_it_again(make_gateway, upstream,
+                                                                                     redis_url, prefix) -> None:
+    upstream.script["tools/call"] = two_rounds
+    a, b = await replicas(make_gateway, redis_url, prefix)
+    resp = await a.post("tools/call", {"name": "t", "arguments": {}})
+    await within(a.next_event(resp))
+    await within(a.next_event(resp))
+    await within(a.next_event(resp))  # both requests of the first round asked: the round is saved
+    await a.client.server.close()  # handed over
+    await within(until_closed(a, resp))
+    store = b.client.app[GATEWAY].store
+    assert len(await store.rounds_of(a.session_id)) == 1
+    assert await b.notify("notifications/cancelled", {"requestId": a.next_id, "reason": "stop"}) == 202
+
+    async def ended() -> bool:
+        return await store.rounds_of(a.session_id) == []
+    await until(ended)  # claimed and ended by B
+    assert len(upstream.calls("tools/call")) == 1  # nothing was sent upstream again
+    assert await owner_keys(redis_url, prefix, "aql") == {}
+    assert b.client.app[GATEWAY].runtime(a.session_id).exchanges == {}
