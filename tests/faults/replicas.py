@@ -56,6 +56,8 @@ class Front:
                 await asyncio.gather(_pump(reader, up_writer), _pump(up_reader, writer))
                 return
             writer.close()
+        except asyncio.CancelledError:  # closed by the test: asyncio would log a cancelled connection callback
+            writer.close()
         finally:
             self._tasks.discard(asyncio.current_task())  # type: ignore[arg-type]
 
