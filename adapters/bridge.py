@@ -213,6 +213,35 @@ class BridgeMachine:
         self.record.phase = Phase.UPSTREAM
         return [ArmTimer(Timer.TOTAL, self.ctx.limits.total_timeout_seconds, 0), CallUpstream({})]
 
+    def resume(self, elapsed_seconds: float, unsent: Collection[str] = ()) -> list[Action]:
+        """Continue the stored round in a replica that took it over (docs/design.md §40): its timers again (the
+        total limit counts from the request's arrival, ``elapsed_seconds`` ago; the client gets a full answer
+        wait), and a round that was in flight upstream or backing off is sent again with the stored
+        ``inputResponses`` and ``requestState`` (adapters.takeover.repeats says what that may repeat).
+        ``unsent``: gateway ids of outstanding requests the client never received (they are not in the stream's
+        stored copy): asked again, the same message under the same id."""
+        rec, limits = self.record, self.ctx.limits
+        if self.done:
+            return []
+        left = limits.total_timeout_seconds - elapsed_seconds
+        if left <= 0:
+            return self._finish_error(E.limit_error("total_timeout_seconds", limits.total_timeout_seconds))
+        total = ArmTimer(Timer.TOTAL, left, 0)
+        if rec.phase is Phase.AWAITING_CLIENT:
+            asks: list[Action] = [SendToClient(self._ask_message(gid)) for gid in rec.outstanding if gid in unsent]
+            return [*asks, total, ArmTimer(Timer.CLIENT_ANSWER, limits.client_answer_timeout_seconds, rec.round)]
+        return [total, *self._retry()]
+
+    def _ask_message(self, gateway_id: str) -> dict[str, Any]:
+        """The request the client was sent under ``gateway_id`` (as :meth:`_ask` built it)."""
+        rec = self.record
+        key = rec.outstanding[gateway_id]
+        entry = rec.input_requests[key]
+        params = dict(entry.get("params") or {})
+        if key in rec.minted_ids:
+            params["elicitationId"] = rec.minted_ids[key]
+        return {"jsonrpc": "2.0", "id": gateway_id, "method": entry["method"], "params": params}
+
     def handle(self, event: Event) -> list[Action]:
         if self.done:
             return []  # late answers and stale timers after the end are ignored (2026-07-28 §Cancellation)
@@ -296,7 +325,7 @@ class BridgeMachine:
             params["elicitationId"] = rec.minted_ids[key] = self.ctx.new_id()  # 2025 requires it
         gateway_id = self.ctx.new_id()
         rec.outstanding[gateway_id] = key
-        return [SendToClient({"jsonrpc": "2.0", "id": gateway_id, "method": entry["method"], "params": params})]
+        return [SendToClient(self._ask_message(gateway_id))]
 
     def _backoff_or_retry(self, immediate: bool) -> list[Action]:
         """A waiting round retries after a backoff that doubles up to a cap (docs/design.md §8); the cap keeps

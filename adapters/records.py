@@ -102,6 +102,12 @@ class PendingRound:
     state_only_rounds: int = 0
     url_elicitations: dict[str, str] = field(default_factory=dict)  # elicitationId -> url (accepted)
     minted_ids: dict[str, str] = field(default_factory=dict)  # input key -> elicitationId (this round)
+    # For a replica taking the round over (docs/design.md §40): when the request arrived (the gateway's wall
+    # clock, ms: the total limit still counts from there), the name of the request's SSE stream and the
+    # sequence number of the last event written on it when the record was saved.
+    started_ms: int = 0
+    stream: str | None = None
+    stream_seq: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         return _to_dict(self)

@@ -78,6 +78,9 @@ class StoreConfig(_Frozen):
     url: str | None = None
     prefix: str = Field("mcpgw:", min_length=1)  # every key the gateway writes starts with it
     timeout_seconds: float = Field(2.0, gt=0)  # connect and command timeout: a failure is a 503 this soon
+    # A saved round's lease (docs/design.md §40): a dead replica's rounds are taken over this long after its
+    # last renewal at most; renewed every third of it.
+    lease_seconds: float = Field(10.0, ge=0.3)
 
     @field_validator("url")
     @classmethod
@@ -131,6 +134,9 @@ class GatewayConfig(_Frozen):
     allowed_hosts: tuple[str, ...] = LOOPBACK_HOSTS
     allowed_origins: tuple[str, ...] = ()
     session_idle_seconds: float = Field(3600.0, gt=0)
+    # SIGTERM/SIGINT: how long open requests may take to end once new connections are refused and saved rounds
+    # are handed over (docs/design.md §42); then the process exits.
+    shutdown_timeout_seconds: float = Field(10.0, ge=0)
     replay_buffer_events: int = Field(256, ge=1)
     sse_retry_ms: int = Field(1000, ge=0)
     sse_keepalive_seconds: float = Field(15.0, gt=0)

@@ -34,6 +34,7 @@ from gateway.session.relay import relay_lifetime
 from gateway.session.runtime import Gateway, PinState, log
 from gateway.session.store import SessionStore, StoreUnavailable
 from gateway.session.streams import OutStream, Tap, json_response
+from gateway.session.takeover import lease_lifetime
 from gateway.telemetry.usage import UsageObserver
 from gateway.upstream.client import UpstreamClient, UpstreamSizes
 from gateway.upstream.embedded import needs_embedded_core
@@ -171,7 +172,8 @@ def create_app(config: GatewayConfig, *, store: SessionStore | None = None, tap:
             if core_url is not None:
                 app[CORE_URL] = core_url
             try:
-                async with relay_lifetime(gateway):  # replicas on a shared store (docs/design.md §34)
+                # Replicas on a shared store: the relay (docs/design.md §34) and round leases (§40).
+                async with relay_lifetime(gateway), lease_lifetime(gateway):
                     yield
             finally:
                 await gateway.close()

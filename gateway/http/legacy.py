@@ -8,11 +8,12 @@ from typing import Any
 
 from aiohttp import web
 
-from adapters.bridge import BridgeContext, BridgeLimits
+from adapters.bridge import BridgeLimits
 from adapters.records import PendingRound, SessionRecord
 from adapters.session import SessionChange, UpdateSession
-from gateway.session.exchange import Exchange
-from gateway.session.runtime import Gateway, log, new_id, random_id
+from gateway.session import takeover
+from gateway.session.exchange import Exchange, bridge_context
+from gateway.session.runtime import Gateway, log, new_id
 from gateway.session.streams import OutStream, StreamMode, json_response, write_stream
 
 
@@ -38,9 +39,10 @@ async def forward(request: web.Request, gw: Gateway, session: SessionRecord, mes
     stream or task is made), else the exchange's stream (not written yet)."""
     runtime = gw.runtime(session.session_id)
     ident = message["id"]
-    record = PendingRound(new_id("b"), session.session_id, ident, message["method"], message.get("params") or {})
-    ctx = BridgeContext(limits, session.client_capabilities, random_id, cached_roots=session.cached_roots)
-    exchange = Exchange(runtime, record, ctx, request.headers.get("Authorization"), session)
+    record = PendingRound(new_id("b"), session.session_id, ident, message["method"], message.get("params") or {},
+                          started_ms=gw.clock())
+    exchange = Exchange(runtime, record, bridge_context(runtime, session, limits), request.headers.get("Authorization"),
+                        session)
     exchange.observer = gw.observer.exchange(request, session, message)
     runtime.exchanges[ident] = exchange
     if exchange.can_begin_inline(session):
@@ -61,15 +63,15 @@ async def cancel(gw: Gateway, session: SessionRecord, request_id: str | int, rea
     exchange = gw.runtime(session.session_id).exchanges.get(request_id)
     if exchange is not None:
         exchange.cancel(reason)
-    elif gw.relay is not None:  # maybe bridged by another replica (docs/design.md §34)
-        await gw.relay.cancel(session.session_id, request_id, message)
+    elif gw.relay is not None:  # maybe run by another replica (docs/design.md §34, §41)
+        await takeover.cancel(gw, session, request_id, message)
 
 
-async def deliver(gw: Gateway, session: SessionRecord, message: dict[str, Any]) -> None:
+async def deliver(gw: Gateway, session: SessionRecord, message: dict[str, Any], authorization: str | None) -> None:
     exchange = gw.runtime(session.session_id).awaiting.pop(message["id"], None)
     if exchange is not None:
         # Acted on first: the next round leaves before the 202, and uses the session record read for this POST.
         await exchange.answer(message["id"], message, session)
-    elif gw.relay is not None:  # maybe asked by another replica's exchange (docs/design.md §34)
-        await gw.relay.answer(session.session_id, message)
+    elif gw.relay is not None:  # maybe asked by another replica's exchange, alive (§34) or not (§40)
+        await takeover.answer(gw, session, message, authorization)
     # Late or unknown answers are ignored (2025-11-25 basic/utilities §Cancellation: races).

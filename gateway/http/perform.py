@@ -85,7 +85,7 @@ async def _perform(request: web.Request, gw: Gateway, acc: Accepted, action: Act
             return web.Response(status=_ACCEPTED)
         case Deliver(message):
             assert session is not None
-            await deliver(gw, session, message)
+            await deliver(gw, session, message, request.headers.get("Authorization"))
         case UpdateSession():
             assert session is not None
             await update_session(gw, session, action)

@@ -9,6 +9,7 @@ from adapters.errors import reject
 from adapters.sse import parse_event_id
 from gateway.http.answers import rejection_response
 from gateway.http.subscriptions import listen_in_background
+from gateway.session import takeover
 from gateway.session.runtime import Gateway, SessionRuntime
 from gateway.session.streams import StreamMode, write_stream
 
@@ -30,6 +31,10 @@ async def on_resume(request: web.Request, gw: Gateway, acc: Accepted) -> web.Str
     runtime: SessionRuntime = gw.runtime(acc.session.session_id)
     parsed = parse_event_id(acc.last_event_id)
     stream = runtime.streams.get(parsed[0]) if parsed else None
+    if stream is None and parsed is not None and gw.relay is not None:
+        # A stream another replica wrote: its round continues here if that replica stopped (docs/design.md §40).
+        await takeover.resume(gw, acc.session, parsed[0], parsed[1], request.headers.get("Authorization"))
+        stream = runtime.streams.get(parsed[0])
     if stream is None and parsed is not None and gw.store.shares_streams:
         return await resume_elsewhere(request, gw, runtime, *parsed)
     if stream is None or parsed is None or stream.buffer.after(parsed[1]) is None:

@@ -256,7 +256,8 @@ def serve(args: argparse.Namespace) -> None:
     logging.getLogger("gateway").info("%s", banner(config))
     install_log_filter(config.connections.log_repeat_interval_seconds)
     try:
-        run_capped(app, config, access_log=access_log, reuse_port=args.reuse_port)  # run_app, with the cap
+        run_capped(app, config, access_log=access_log, reuse_port=args.reuse_port,  # run_app, with the cap
+                   shutdown_timeout=config.shutdown_timeout_seconds)
     except OSError as exc:
         if exc.errno not in _LISTEN_ERRORS:
             raise

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import resource
+import signal
 from collections.abc import Callable
 from typing import Any, cast
 
@@ -113,17 +114,25 @@ class CappedRunner(web.AppRunner):
 
 async def serve_forever(app: web.Application, host: str, port: int, limit: int, reuse_port: bool = False,
                         **runner_args: Any) -> None:
-    """What ``web.run_app`` does (SIGINT/SIGTERM end it gracefully: see :func:`run`), with the cap;
-    ``reuse_port``: one of several workers on the same port (gateway.ops.workers)."""
-    runner = CappedRunner(app, ConnectionCap(limit), handle_signals=True, **runner_args)
+    """What ``web.run_app`` does, with the cap; ``reuse_port``: one of several workers on the same port
+    (gateway.ops.workers). SIGINT/SIGTERM end it gracefully: the site stops accepting, then the app shuts down
+    while every other task still runs (docs/design.md §42: exchanges hand their rounds over as they end). The
+    signal only sets an event: aiohttp's own handler raises out of the loop, and ``asyncio.run`` would then
+    cancel every task at once, before the app's shutdown could reach them."""
+    runner = CappedRunner(app, ConnectionCap(limit), handle_signals=False, **runner_args)
     await runner.setup()
+    stop, loop = asyncio.Event(), asyncio.get_running_loop()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(signum, stop.set)
     try:
         site = web.TCPSite(runner, host, port, reuse_port=reuse_port or None)
         await site.start()
         print(f"======== Running on {site.name} (max_client_connections {limit}) ========", flush=True)
-        await asyncio.Event().wait()
+        await stop.wait()
     finally:
         await runner.cleanup()
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            loop.remove_signal_handler(signum)
 
 
 def run(app: web.Application, config: GatewayConfig, reuse_port: bool = False, **runner_args: Any) -> None:

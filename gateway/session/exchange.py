@@ -24,12 +24,13 @@ from adapters import bridge as B
 from adapters.admission import roots_cacheable
 from adapters.classify import session_expired
 from adapters.errors import INTERNAL_ERROR, ErrorValue, store_unavailable
+from adapters.peers import peer_limits
 from adapters.records import PendingRound, SessionRecord
 from adapters.relay import answer_key, request_key
 from adapters.results import progress_advances, request_notification, response
 from adapters.upstream import UnencodableHeader, build_request, needs_header_refresh, x_mcp_header_map
 from gateway.session.observer import ExchangeWatcher
-from gateway.session.runtime import SessionRuntime, log, new_id, session_view
+from gateway.session.runtime import SessionRuntime, log, new_id, random_id, session_view
 from gateway.session.store import StoreUnavailable
 from gateway.session.streams import OutStream
 from gateway.upstream.client import Answer, UpstreamFailure
@@ -38,6 +39,17 @@ REFRESH_PAGE_CAP = 20
 _SILENT = (B.Finish, B.AbortUpstream)  # after begin() there is no upstream task left to abort
 _TOTAL_TIMEOUT = B.TimerFired(B.Timer.TOTAL, 0)
 _INTERNAL = ErrorValue(INTERNAL_ERROR, "internal gateway error")  # a gateway bug: nothing more for the client
+_HAND_OVER = object()  # the event that stops an exchange without an answer (Exchange.hand_over)
+
+
+def bridge_context(runtime: SessionRuntime, session: SessionRecord,
+                   limits: B.BridgeLimits | None = None) -> B.BridgeContext:
+    """The bridge's context for a request of ``session``: ``limits`` (the session core's ``Forward`` carries
+    them), else the configured limits under its peer's pins (a round taken over from another replica)."""
+    if limits is None:
+        gateway = runtime.gateway
+        limits = peer_limits(gateway.config.limits.to_limits(), gateway.peer_of(session))
+    return B.BridgeContext(limits, session.client_capabilities, random_id, cached_roots=session.cached_roots)
 
 
 def _backs_off(actions: list[Any]) -> bool:
@@ -63,12 +75,19 @@ class Exchange:
         self._interrupted: Any = None  # the event that stopped that wait: Cancelled or the total timeout
         self._early: list[dict[str, Any]] = []  # notifications that arrived during begin()
         self._owned: set[str] = set()  # ownership keys claimed in the store (docs/design.md §34)
+        self._task: asyncio.Task | None = None  # run(), once spawned
+        self._handed_over = False  # stopped to let another replica continue the saved round (§40, §42)
         meta = record.params.get("_meta")
         self.progress_token = meta.get("progressToken") if isinstance(meta, dict) else None
 
     @property
     def record(self) -> PendingRound:
         return self.machine.record
+
+    @property
+    def saved(self) -> bool:
+        """Whether the round is in the store, where another replica can continue it."""
+        return self._saved
 
     def can_begin_inline(self, session: SessionRecord) -> bool:
         """Only when the upstream has nothing to stream meanwhile: progress needs a token and request logs a
@@ -122,24 +141,50 @@ class Exchange:
         self.stream = self.runtime.new_stream()
         for message in self._early:
             self.stream.push(message)
-        self.runtime.spawn(self.run(first))
+        self._task = self.runtime.spawn(self.run(first))
         return self.stream
 
+    async def take_over(self, stream: OutStream, elapsed_seconds: float, unsent: set[str]) -> None:
+        """Continue a round another replica saved, whose lease this replica just won (docs/design.md §40): on
+        ``stream`` (the request's stream, continued here), from the stored record; ``unsent``: the outstanding
+        requests the client never received, asked again."""
+        rec, gateway = self.record, self.runtime.gateway
+        self.stream, self._saved = stream, True
+        self.runtime.exchanges[rec.downstream_id] = self
+        gateway.leases[rec.bridge_id] = self
+        for gid in rec.outstanding:
+            self.runtime.awaiting[gid] = self
+        # The ids the client is still to answer, and the request, now route here (docs/design.md §34).
+        keys = {k for k in map(answer_key, rec.outstanding) if k is not None}
+        keys.add(request_key(rec.session_id, rec.downstream_id))
+        await gateway.store.claim_owner(keys, gateway.replica, self.machine.ctx.limits.client_answer_timeout_seconds)
+        self._owned |= keys
+        self._task = self.runtime.spawn(self.run(self.machine.resume(elapsed_seconds, unsent)))
+
+    def hand_over(self, *, lost: bool = False) -> asyncio.Task | None:
+        """Stop without answering, leaving the saved round to another replica (shutdown, or ``lost``: its lease
+        was taken, and the ownership records are the new holder's): once the step under way is saved, the
+        lease is released and the client's stream ends; its reconnection with Last-Event-ID reaches the replica
+        that continues. The exchange's task, which ends by itself."""
+        self._handed_over = True
+        if lost:
+            self._owned = set()
+        self.events.put_nowait(_HAND_OVER)
+        return self._task
+
     async def run(self, first: list[Any] | None) -> None:
-        store = self.runtime.gateway.store
         assert self.stream is not None
         try:
             await self._perform(self.machine.start() if first is None else first)
             while not self.machine.done:
-                if self.record.waiting:  # what another process would need to continue it
-                    await store.put_round(self.record)
-                    self._saved = True
+                self._settle()  # an answer is acknowledged once its step is saved: a replica taking over has it
                 event = await self.events.get()
+                if event is _HAND_OVER:
+                    break
                 await self._perform(self.machine.handle(event))
                 if isinstance(event, B.ClientAnswered):
                     await self._release({k for k in [answer_key(event.gateway_id)] if k in self._owned})
                 self._session = None  # only the round an answer starts may use the record its handler read
-                self._settle()
         except Exception as exc:  # a failure must still answer the original request, not leave it hanging
             self.stream.finish(response(self.record.downstream_id, error=self._failure(exc)))
         finally:
@@ -150,12 +195,33 @@ class Exchange:
                 self._upstream.cancel()
             for gid in [g for g, ex in self.runtime.awaiting.items() if ex is self]:
                 del self.runtime.awaiting[gid]
+            if self._handed_over:  # let go before the stream ends: the client's reconnection finds no holder
+                await self._release(self._owned)
+                await self._forget_round()
             if not self.stream.closed:
                 self.stream.finish()
             self._end()
             await self._release(self._owned)
-            if self._saved:
+            if self._saved and not self._handed_over:
                 await self._forget_round()
+
+    async def _save(self, sends: int) -> None:
+        """Save the record once the round waits (what another process needs to continue it), and on a shared
+        store after every step from then on, so a replica taking over continues from the last one; a step that
+        asks the client is saved before the client can see it (docs/design.md §40).
+        The first save takes the round's lease, renewed while this replica lives (gateway.session.takeover)."""
+        rec, gateway = self.record, self.runtime.gateway
+        shared = gateway.relay is not None  # only replicas on a shared store take rounds over
+        if self.machine.done or not (rec.waiting or (self._saved and shared)):
+            return  # (one process saves only waiting rounds: nobody else could continue the others)
+        assert self.stream is not None
+        first, self._saved = not self._saved, True  # saved from now on: a shutdown hands it over
+        lease = (gateway.replica, gateway.config.store.lease_seconds) if first and shared else None
+        if lease is not None:
+            gateway.leases[rec.bridge_id] = self
+        # The last event of the step, numbered as it will be once its ``sends`` messages are pushed.
+        rec.stream, rec.stream_seq = self.stream.name, self.stream.buffer.next_seq - 1 + sends
+        await gateway.store.put_round(rec, lease)
 
     def _failure(self, exc: Exception) -> ErrorValue:
         """What the client is told when the exchange itself fails: the store's unavailability (a dependency,
@@ -167,8 +233,14 @@ class Exchange:
         return _INTERNAL
 
     async def _forget_round(self) -> None:
+        """The round ended here: its record goes, and its lease (or, handed over, only the lease)."""
+        gateway, bridge_id = self.runtime.gateway, self.record.bridge_id
+        held = gateway.leases.pop(bridge_id, None) is self
         try:
-            await self.runtime.gateway.store.delete_round(self.record.bridge_id)
+            if not self._handed_over:
+                await gateway.store.delete_round(bridge_id)
+            if held:
+                await gateway.store.drop_leases([bridge_id], gateway.replica)
         except StoreUnavailable as exc:  # the round's keys expire with the session's idle time anyway
             log.warning("request %r: its round record stays until it expires: %s", self.record.downstream_id, exc)
 
@@ -215,6 +287,9 @@ class Exchange:
         assert self.stream is not None
         self._observe(actions)
         await self._claim(actions)
+        sends = sum(isinstance(a, B.SendToClient) for a in actions)
+        if sends:  # saved before the client can see what it is asked (a replica taking over must find it)
+            await self._save(sends)
         for action in actions:
             if isinstance(action, B.CallUpstream):
                 self._upstream = self.runtime.spawn(self._call_upstream(action.extra, self._session))
@@ -236,6 +311,8 @@ class Exchange:
                 if action.challenge is not None:
                     self.stream.status = action.challenge.answer()
                 self.stream.finish(action.message)
+        if not sends:  # after the upstream round left: saved before the step is acknowledged, off its path
+            await self._save(0)
 
     async def _call_upstream(self, extra: dict[str, Any], session: SessionRecord | None) -> None:
         self.events.put_nowait(await self._upstream_event(extra, session))

@@ -20,7 +20,9 @@ read back with ``ENCODED_DEPTH``. Keys, all under a configurable prefix (``[gate
   last ``FINISHED_STREAMS_KEPT`` ended ones are kept, as a replica keeps its own;
 - ``oa:G`` and ``oq:S:D`` (``adapters.relay``): the replica that owns the exchange which asked the client under
   gateway id ``G``, or which bridges ``S``'s request ``D``: plain strings with the client answer timeout as TTL
-  (docs/design.md §34). The relay's channels are ``relay:<replica>`` and ``relay-all`` under the same prefix.
+  (docs/design.md §34). The relay's channels are ``relay:<replica>`` and ``relay-all`` under the same prefix;
+- ``ol:B``: the lease on round ``B`` (docs/design.md §40): the holding replica, with the lease time as TTL,
+  renewed while it lives; claimed with ``SET NX`` only while ``r:B`` exists, so one replica takes a round over.
 
 Expiry: every one of these keys gets a TTL of ``session_idle_seconds`` with each write, renewed by
 :meth:`RedisStore.touch_session` (and for ``keep`` by :meth:`RedisStore.expire_sessions`), so nothing is kept
@@ -63,6 +65,7 @@ from redis.exceptions import RedisError
 from adapters.jsonwire import ENCODED_DEPTH, dumps, loads
 from adapters.records import PendingRound, SessionRecord
 from adapters.sse import FINISHED_STREAMS_KEPT, PRIMING_SEQ, Event, StoredEvents, resumable
+from adapters.takeover import Lease
 from gateway.session.store import StoreUnavailable
 
 # The longest a follow_events call blocks in Redis: its connection's read timeout is this plus the store's.
@@ -153,6 +156,33 @@ end
 return out
 """
 
+# ARGV: prefix, bridge id, replica, ttl ms -> 1 when this replica now holds the lease (the round exists, and
+# nobody held it).
+_TAKE_LEASE: Final = _LUA_COMMON + """
+if redis.call('EXISTS', P .. 'r:' .. ARGV[2]) == 0 then return 0 end
+if redis.call('SET', P .. 'ol:' .. ARGV[2], ARGV[3], 'NX', 'PX', ARGV[4]) then return 1 end
+return 0
+"""
+
+# ARGV: prefix, replica, ttl ms, bridge ids... -> the ids whose lease the replica no longer holds.
+_RENEW_LEASES: Final = _LUA_COMMON + """
+local lost = {}
+for i = 4, #ARGV do
+  local key = P .. 'ol:' .. ARGV[i]
+  if redis.call('GET', key) == ARGV[2] then redis.call('PEXPIRE', key, ARGV[3]) else lost[#lost + 1] = ARGV[i] end
+end
+return lost
+"""
+
+# ARGV: prefix, replica, bridge ids...: delete the leases the replica holds (never another's).
+_DROP_LEASES: Final = _LUA_COMMON + """
+for i = 3, #ARGV do
+  local key = P .. 'ol:' .. ARGV[i]
+  if redis.call('GET', key) == ARGV[2] then redis.call('DEL', key) end
+end
+return 1
+"""
+
 
 # ARGV: prefix, session id, stream, capacity, opening (0/1), ended after (-1: not ended), now ms, ttl ms, kept
 # finished, then seq and text of each event. -> 0 when nothing was written (no such copy, or no session).
@@ -220,6 +250,7 @@ class RedisStore:
         script = self.redis.register_script
         self._put, self._touch, self._delete = script(_PUT_SESSION), script(_TOUCH), script(_DELETE)
         self._expire, self._rounds_of, self._delete_round = script(_EXPIRE), script(_ROUNDS_OF), script(_DELETE_ROUND)
+        self._take, self._renew, self._drop_leases = script(_TAKE_LEASE), script(_RENEW_LEASES), script(_DROP_LEASES)
         self._append = script(_APPEND)
         # Blocking reads (follow_events) on their own connections, whose read timeout allows for the block.
         # Each stream followed here holds one of these while it blocks.
@@ -298,13 +329,15 @@ class RedisStore:
             gone = await self._expire(args=[self.prefix, seen_before_ms, self._ttl_ms, *keep])
         return [sid.decode() for sid in gone]
 
-    async def put_round(self, record: PendingRound) -> None:
+    async def put_round(self, record: PendingRound, lease: tuple[str, float] | None = None) -> None:
         key, owned = self.key("r:", record.bridge_id), self.key("rs:", record.session_id)
         async with _unavailable(), self.redis.pipeline(transaction=True) as pipe:
             pipe.hset(key, mapping={"r": _dump(record), "s": record.session_id})
             pipe.pexpire(key, self._ttl_ms)
             pipe.sadd(owned, record.bridge_id)
             pipe.pexpire(owned, self._ttl_ms)
+            if lease is not None:
+                pipe.set(self.key("ol:", record.bridge_id), lease[0], px=_ms(lease[1]))
             await pipe.execute()
 
     async def get_round(self, bridge_id: str) -> PendingRound | None:
@@ -338,6 +371,37 @@ class RedisStore:
             async with _unavailable():
                 await self.redis.delete(*(self.key(key) for key in keys))
 
+    async def take_lease(self, bridge_id: str, replica: str, ttl_seconds: float) -> bool:
+        async with _unavailable():
+            return bool(await self._take(args=[self.prefix, bridge_id, replica, _ms(ttl_seconds)]))
+
+    async def lease_of(self, bridge_id: str) -> Lease:
+        key = self.key("ol:", bridge_id)
+        async with _unavailable(), self.redis.pipeline(transaction=True) as pipe:
+            pipe.get(key)
+            pipe.pttl(key)
+            holder, left = await pipe.execute()
+        if holder is None:
+            return Lease(None)
+        return Lease(holder.decode() if isinstance(holder, bytes) else holder, max(0, int(left)))
+
+    async def renew_leases(self, bridge_ids: Collection[str], replica: str, ttl_seconds: float) -> list[str]:
+        if not bridge_ids:
+            return []
+        async with _unavailable():
+            lost = await self._renew(args=[self.prefix, replica, _ms(ttl_seconds), *bridge_ids])
+        return [b.decode() if isinstance(b, bytes) else b for b in lost]
+
+    async def drop_leases(self, bridge_ids: Collection[str], replica: str) -> None:
+        if bridge_ids:
+            async with _unavailable():
+                await self._drop_leases(args=[self.prefix, replica, *bridge_ids])
+
+    async def listening(self, channel: str) -> bool:
+        """Whether some replica is subscribed to ``channel`` (a replica that died, or lost Redis, is not)."""
+        async with _unavailable():
+            counts = await self.redis.pubsub_numsub(channel)
+        return bool(counts and int(counts[0][1]) > 0)
     shares_streams: ClassVar[bool] = True
 
     def stream_key(self, session_id: str, stream: str) -> str:
@@ -400,6 +464,10 @@ class RedisStore:
 
 def _dump(record: Any) -> bytes:
     return dumps(record.to_dict())
+
+
+def _ms(seconds: float) -> int:
+    return max(1, int(seconds * 1000))
 
 
 def _entry_id(raw: bytes | str) -> tuple[int, int]:

@@ -34,26 +34,45 @@ class RedisRelay:
         self.own = R.relay_channel(store.prefix, gateway.replica)
         self.everyone = R.broadcast_channel(store.prefix)
 
-    async def answer(self, session_id: str, message: dict[str, Any]) -> None:
+    async def answer(self, session_id: str, message: dict[str, Any]) -> bool:
+        """Pass a client's answer to the replica whose exchange asked for it; False when no listening replica
+        owns it (then maybe a takeover: gateway.session.takeover)."""
         key = R.answer_key(message.get("id"))
-        if key is not None:
-            await self._pass_on(key, R.Relayed(R.RelayKind.ANSWER, session_id, message))
+        return key is not None and await self._pass_on(key, R.Relayed(R.RelayKind.ANSWER, session_id, message))
 
-    async def cancel(self, session_id: str, request_id: str | int, message: dict[str, Any]) -> None:
-        await self._pass_on(R.request_key(session_id, request_id), R.Relayed(R.RelayKind.CANCEL, session_id, message))
+    async def cancel(self, session_id: str, request_id: str | int, message: dict[str, Any]) -> bool:
+        """Pass a cancel to the replica bridging the request. A request that claimed no owner may be a plain
+        one answered inline (``Exchange.begin`` claims nothing, to keep the store off every request's path):
+        the cancel goes to every replica, and the one running it stops it (docs/design.md §41)."""
+        relayed = R.Relayed(R.RelayKind.CANCEL, session_id, message)
+        owner = await self.store.owner_of(R.request_key(session_id, request_id))
+        if owner is None:
+            await self.store.publish(self.everyone, relayed.encode())
+            return False
+        return await self._pass_on(R.request_key(session_id, request_id), relayed, owner)
+
+    async def listens(self, replica: str) -> bool:
+        """Whether ``replica`` is subscribed to its channel (one that died, or lost Redis, is not)."""
+        return bool(await self.store.listening(R.relay_channel(self.store.prefix, replica)))
+
+    async def send(self, replica: str, relayed: R.Relayed) -> bool:
+        return bool(await self.store.publish(R.relay_channel(self.store.prefix, replica), relayed.encode()))
 
     async def ended(self, session_id: str) -> None:
         await self.store.publish(self.everyone, R.Relayed(R.RelayKind.END, session_id).encode())
 
-    async def _pass_on(self, key: str, relayed: R.Relayed) -> None:
-        decision = R.route(await self.store.owner_of(key), self.gateway.replica)
+    async def _pass_on(self, key: str, relayed: R.Relayed, owner: str | None = None) -> bool:
+        """Publish to the key's owner: True when a replica received it. Its owner not listening (it stopped, or
+        lost Redis) is where a takeover may begin (docs/design.md §40)."""
+        decision = R.route(owner or await self.store.owner_of(key), self.gateway.replica)
         if isinstance(decision, R.Drop):
-            return
+            return False
         assert isinstance(decision, R.RelayTo)
-        if not await self.store.publish(R.relay_channel(self.store.prefix, decision.owner), relayed.encode()):
-            # Its owner is not listening (it stopped or lost Redis): the exchange ends by its own timeout.
-            log.warning("session %s: replica %s does not listen; a client's %s is lost", relayed.session_id,
-                        decision.owner, relayed.kind.value)
+        if await self.send(decision.owner, relayed):
+            return True
+        log.info("session %s: replica %s does not listen for a client's %s", relayed.session_id, decision.owner,
+                 relayed.kind.value)
+        return False
 
     async def subscribe(self) -> Any:
         """A PubSub on both channels (raises StoreUnavailable while Redis is down)."""
@@ -98,6 +117,8 @@ class RedisRelay:
         if relayed.kind is R.RelayKind.END:
             await self.gateway.end_runtime(relayed.session_id)
             return
+        if self.gateway.taking:  # a round being taken over here is relayed to as soon as its lease is won:
+            await asyncio.wait(list(self.gateway.taking.values()))  # deliver once its exchange runs (design §40)
         runtime, message = self.gateway.runtimes.get(relayed.session_id), relayed.message or {}
         if runtime is None:
             return

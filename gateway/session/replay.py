@@ -55,6 +55,13 @@ class Mirror:
         if self._opened is not None and self.state is MirrorState.COPYING:
             await asyncio.shield(self._opened)
 
+    def continuing(self, kept: int) -> None:
+        """Append to the copy another replica made of this stream, which holds up to event ``kept`` (a takeover,
+        docs/design.md §40)."""
+        self.state, self.kept = MirrorState.COPYING, kept
+        self._opened = asyncio.get_running_loop().create_future()
+        self._opened.set_result(None)
+
     def kick(self) -> None:
         """Something was pushed, or the stream ended: copy it (unless a copy is already under way)."""
         if self.state is MirrorState.COPYING and (self._task is None or self._task.done()):

@@ -146,19 +146,24 @@ class SessionRuntime:
             self.standalone = self.new_stream()
         return self.standalone
 
-    async def close(self, error: ErrorValue | None = None) -> None:
+    async def close(self, error: ErrorValue | None = None, *, hand_over: bool = False) -> None:
         """End the session's work: its requests in flight are cancelled (DELETE, expiry), or answered with
-        ``error`` (shutdown: the client stops waiting instead of hanging on a stream that just closes)."""
+        ``error`` (shutdown: the client stops waiting instead of hanging on a stream that just closes), or, with
+        ``hand_over`` (shutdown on a shared store), a saved round is left to another replica (docs/design.md §42)."""
         if self.gateway.hub is not None:
             self.gateway.hub.leave(self)
+        handed = set()
         for exchange in list(self.exchanges.values()):
             # One still in its first round runs in a handler, not a task here: both reach it.
-            if error is not None:
+            if hand_over and exchange.saved:
+                handed.add(exchange.hand_over())  # it ends by itself, its lease released, once its step is saved
+            elif error is not None:
                 exchange.abort(error)
             else:
                 exchange.cancel("session ended")
         for task in list(self.tasks):
-            task.cancel()
+            if task not in handed:
+                task.cancel()
         await asyncio.gather(*self.tasks, return_exceptions=True)
         for stream in self.streams.values():
             if stream.mirror is not None:
@@ -201,9 +206,10 @@ class Relay(Protocol):
     """How a replica passes on what belongs to an exchange held by another replica (``gateway.session.relay``;
     none on the in-memory store, where every exchange is local)."""
 
-    async def answer(self, session_id: str, message: dict[str, Any]) -> None: ...
-    async def cancel(self, session_id: str, request_id: str | int, message: dict[str, Any]) -> None: ...
+    async def answer(self, session_id: str, message: dict[str, Any]) -> bool: ...
+    async def cancel(self, session_id: str, request_id: str | int, message: dict[str, Any]) -> bool: ...
     async def ended(self, session_id: str) -> None: ...
+    async def listens(self, replica: str) -> bool: ...
 
 
 def replica_id() -> str:
@@ -228,6 +234,8 @@ class Gateway:
     relay: Relay | None = None  # set for the app's lifetime on a shared store (gateway.session.backends)
     # The secret by which this process's own doors (stdio, HTTP+SSE, WebSocket) name their transport to /mcp.
     door_key: str = field(default_factory=lambda: secrets.token_urlsafe(32))
+    leases: dict[str, Any] = field(default_factory=dict)  # bridge id -> Exchange: the saved rounds run here (§40)
+    taking: dict[str, asyncio.Future[None]] = field(default_factory=dict)  # bridge id -> a takeover under way here
 
     def __post_init__(self) -> None:
         self.policy = self.config.policy(self.pins.tokens)
@@ -319,9 +327,12 @@ class Gateway:
 
     async def close(self) -> None:
         """Shutdown: every session's requests in flight are answered with the shutdown error."""
+        hand_over = self.relay is not None
+        if hand_over and self.leases:
+            log.warning("shutting down: %d saved rounds handed over to the other replicas", len(self.leases))
         for session_id in list(self.runtimes):
             runtime = self.runtimes.pop(session_id)
-            await runtime.close(shutting_down())
+            await runtime.close(shutting_down(), hand_over=hand_over)
         if self.hub is not None:
             await self.hub.close()
 

@@ -17,6 +17,7 @@ from typing import Any, ClassVar, Protocol
 from adapters.jsonwire import ENCODED_DEPTH, dumps, loads
 from adapters.records import PendingRound, SessionRecord
 from adapters.sse import FINISHED_STREAMS_KEPT, PRIMING_SEQ, Event, StoredEvents, resumable
+from adapters.takeover import Lease
 
 
 class StoreUnavailable(Exception):
@@ -42,7 +43,11 @@ class SessionStore(Protocol):
         (a shared store: one round trip for all of them, e.g. one MGET or one SELECT ... IN)."""
         ...
 
-    async def put_round(self, record: PendingRound) -> None: ...
+    async def put_round(self, record: PendingRound, lease: tuple[str, float] | None = None) -> None:
+        """Save a round; ``lease`` (replica, seconds): its first save, which takes the round's lease in the same
+        step (docs/design.md §40), so no replica ever sees the round without its holder."""
+        ...
+
     async def get_round(self, bridge_id: str) -> PendingRound | None: ...
     async def delete_round(self, bridge_id: str) -> None: ...
     async def rounds_of(self, session_id: str) -> list[PendingRound]: ...
@@ -61,6 +66,22 @@ class SessionStore(Protocol):
 
     async def owner_of(self, key: str) -> str | None: ...
     async def release_owner(self, keys: Collection[str]) -> None: ...
+
+    # Leases on saved rounds, for takeover after a replica dies (docs/design.md §40).
+    async def take_lease(self, bridge_id: str, replica: str, ttl_seconds: float) -> bool:
+        """Claim the lease of a stored round nobody holds; atomic, so of replicas racing for it exactly one
+        wins. False when it is held, or the round is gone."""
+        ...
+
+    async def lease_of(self, bridge_id: str) -> Lease: ...
+
+    async def renew_leases(self, bridge_ids: Collection[str], replica: str, ttl_seconds: float) -> list[str]:
+        """Renew the leases ``replica`` still holds; the ids of those it lost (they lapsed and were taken)."""
+        ...
+
+    async def drop_leases(self, bridge_ids: Collection[str], replica: str) -> None:
+        """Release the leases ``replica`` holds (a round that ended, or a handover at shutdown)."""
+        ...
 
     # SSE replay across replicas (docs/design.md §37): a copy of each downstream stream a client may resume, kept
     # with the session (expiring and deleted with it), capped like the process's own buffer.
@@ -117,6 +138,7 @@ class InMemoryStore:
         self._per_principal: dict[str, int] = {}
         # Ownership: in one process every exchange is local, so these only keep the contract (a TTL included).
         self._owners: dict[str, tuple[str, float]] = {}  # key -> (replica, monotonic deadline)
+        self._leases: dict[str, tuple[str, float]] = {}  # bridge id -> (replica, monotonic deadline)
         # Stream copies: never made by a gateway on this store (shares_streams), kept for the contract only.
         self._copies: dict[tuple[str, str], _Copy] = {}
         self._ended = 0  # copies ended so far: their order, for keeping the last FINISHED_STREAMS_KEPT
@@ -177,8 +199,10 @@ class InMemoryStore:
             for key in [k for k in self._copies if k[0] in session_ids]:
                 self._copies.pop(key).wake()
 
-    async def put_round(self, record: PendingRound) -> None:
+    async def put_round(self, record: PendingRound, lease: tuple[str, float] | None = None) -> None:
         self._rounds[record.bridge_id] = (record.session_id, _dump(record))
+        if lease is not None:
+            self._hold(record.bridge_id, *lease)
 
     async def get_round(self, bridge_id: str) -> PendingRound | None:
         entry = self._rounds.get(bridge_id)
@@ -207,6 +231,43 @@ class InMemoryStore:
         for key in keys:
             self._owners.pop(key, None)
 
+    def _holder(self, bridge_id: str) -> tuple[str, float] | None:
+        entry = self._leases.get(bridge_id)
+        if entry is not None and entry[1] <= time.monotonic():
+            del self._leases[bridge_id]
+            return None
+        return entry
+
+    def _hold(self, bridge_id: str, replica: str, ttl_seconds: float) -> None:
+        self._leases[bridge_id] = (replica, time.monotonic() + ttl_seconds)
+
+    async def take_lease(self, bridge_id: str, replica: str, ttl_seconds: float) -> bool:
+        if bridge_id not in self._rounds or self._holder(bridge_id) is not None:
+            return False
+        self._hold(bridge_id, replica, ttl_seconds)
+        return True
+
+    async def lease_of(self, bridge_id: str) -> Lease:
+        entry = self._holder(bridge_id)
+        if entry is None:
+            return Lease(None)
+        return Lease(entry[0], int((entry[1] - time.monotonic()) * 1000))
+
+    async def renew_leases(self, bridge_ids: Collection[str], replica: str, ttl_seconds: float) -> list[str]:
+        lost = []
+        for bridge_id in bridge_ids:
+            entry = self._holder(bridge_id)
+            if entry is None or entry[0] != replica:
+                lost.append(bridge_id)
+            else:
+                self._hold(bridge_id, replica, ttl_seconds)
+        return lost
+
+    async def drop_leases(self, bridge_ids: Collection[str], replica: str) -> None:
+        for bridge_id in bridge_ids:
+            entry = self._holder(bridge_id)
+            if entry is not None and entry[0] == replica:
+                del self._leases[bridge_id]
     shares_streams: ClassVar[bool] = False  # one process: a stream's own buffer is its only copy
 
     async def append_events(self, session_id: str, stream: str, events: Sequence[Event], *, capacity: int,

@@ -64,6 +64,13 @@ class OutStream:
         self._wake.set()
         self._wake = asyncio.Event()
 
+    def preload(self, events: Iterable[Event]) -> None:
+        """Events another replica wrote on this stream, kept here for resumption (a takeover, docs/design.md §40):
+        not traced or copied again. They must start at the stream's next seq and follow each other."""
+        for event in events:
+            assert event.seq == self.buffer.next_seq, "a stream is preloaded with consecutive events"
+            self.buffer.append(event.message)
+
     def wake(self) -> None:
         """Wake the writer (the mirror copied more: it may send it)."""
         self._notify()

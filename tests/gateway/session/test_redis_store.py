@@ -24,6 +24,7 @@ redis = pytest.importorskip("redis")
 from redis.asyncio import Redis  # noqa: E402
 
 from adapters.records import PendingRound, SessionRecord  # noqa: E402
+from adapters.takeover import Lease  # noqa: E402
 from gateway.http.app import GATEWAY  # noqa: E402
 from gateway.session.redis_store import RedisStore, wall_ms  # noqa: E402
 from gateway.session.store import InMemoryStore, StoreUnavailable  # noqa: E402
@@ -207,6 +208,28 @@ async def test_rounds(store) -> None:
     assert [r.bridge_id for r in await store.rounds_of("s1")] == ["b2"]
     await store.delete_session("s1")
     assert await store.get_round("b2") is None and await store.rounds_of("s1") == []
+
+
+async def test_leases(store) -> None:
+    """docs/design.md §40: one holder per round, renewed while it lives; a lapsed lease is claimed by exactly one
+    of the replicas racing for it, and only while the round exists."""
+    await store.put_session(record("s1"))
+    await store.put_round(pending("b1", "s1"), ("A", 0.3))  # its first save takes the lease with it
+    assert (await store.lease_of("b1")).holder == "A" and 0 < (await store.lease_of("b1")).remaining_ms <= 300
+    assert not await store.take_lease("b1", "B", 5)  # held
+    assert await store.renew_leases(["b1", "b-never"], "A", 0.3) == ["b-never"]
+    assert await store.renew_leases(["b1"], "B", 5) == ["b1"]  # not B's
+    await store.drop_leases(["b1"], "B")  # not B's: stays
+    assert (await store.lease_of("b1")).holder == "A"
+    await asyncio.sleep(0.4)  # A stopped renewing: its lease lapses by itself
+    assert await store.lease_of("b1") == Lease(None)
+    won = await asyncio.gather(*(store.take_lease("b1", name, 5) for name in ("B", "C", "D")))
+    assert sorted(won) == [False, False, True]
+    winner = ("B", "C", "D")[won.index(True)]
+    assert (await store.lease_of("b1")).holder == winner and await store.renew_leases(["b1"], "A", 5) == ["b1"]
+    await store.drop_leases(["b1"], winner)
+    assert await store.lease_of("b1") == Lease(None)
+    assert not await store.take_lease("b-gone", "B", 5)  # no round, no lease
 
 
 # --- Redis only ---------------------------------------------------------------------------------------------------

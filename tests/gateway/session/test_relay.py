@@ -36,10 +36,11 @@ async def replicas(make_gateway: Any, redis_url: str, prefix: str) -> tuple[Lega
     return a, b
 
 
-async def owner_keys(redis_url: str, prefix: str) -> dict[str, str]:
+async def owner_keys(redis_url: str, prefix: str, kinds: str = "aq") -> dict[str, str]:
+    """The ownership records (``oa:``, ``oq:``; ``kinds="l"``: the round leases of docs/design.md §40)."""
     client = Redis.from_url(redis_url)
     try:
-        keys = [k async for k in client.scan_iter(match=f"{prefix}o*")]
+        keys = [k async for k in client.scan_iter(match=f"{prefix}o[{kinds}]:*")]
         return {k.decode()[len(prefix):]: (await client.get(k)).decode() for k in keys}
     finally:
         await client.aclose()
@@ -66,8 +67,8 @@ async def test_answers_posted_to_another_replica_reach_the_exchange(make_gateway
     assert upstream.calls("tools/call")[1]["params"]["inputResponses"] == {"a": SAMPLED, "b": SAMPLED}
 
     async def released() -> bool:
-        return await owner_keys(redis_url, prefix) == {}
-    await until(released)  # answered and ended: no ownership record is left
+        return await owner_keys(redis_url, prefix, "aql") == {}
+    await until(released)  # answered and ended: no ownership record or lease is left
 
 
 async def test_a_cancel_posted_to_another_replica_stops_the_request(make_gateway, upstream, redis_url,
@@ -160,3 +161,22 @@ async def test_a_cancel_on_another_replica_stops_a_round_waiting_past_its_claim(
     polled = len(upstream.calls("tools/call"))
     await asyncio.sleep(0.2)
     assert len(upstream.calls("tools/call")) == polled
+
+
+async def test_a_cancel_on_another_replica_stops_a_plain_request_answered_inline(make_gateway, upstream, redis_url,
+                                                                                 prefix) -> None:
+    """docs/design.md §41: a plain request runs inline on A and claims nothing in the store; a cancel reaching B
+    finds no owner and goes to every replica, and A stops it (the upstream request is closed, no answer)."""
+    closed = asyncio.Event()
+    upstream.script["tools/call"] = lambda body, request: [lambda: hang_until_closed(request, closed)]
+    a, b = await replicas(make_gateway, redis_url, prefix)
+    posted = asyncio.ensure_future(a.post("tools/call", {"name": "t", "arguments": {}}))
+    await until(lambda: _true(len(upstream.calls("tools/call")) == 1))
+    exchanges = a.client.app[GATEWAY].runtime(a.session_id).exchanges
+    assert list(exchanges) == [a.next_id] and not exchanges[a.next_id].saved  # inline, nothing stored
+    assert await owner_keys(redis_url, prefix, "aql") == {}
+    assert await b.notify("notifications/cancelled", {"requestId": a.next_id, "reason": "no"}) == 202
+    await within(closed.wait())  # A closed its upstream request (the 2026 cancel)
+    answer = await within(posted)
+    assert answer.status == 202 and await answer.read() == b""  # cancelled: nothing is sent for it
+    assert a.next_id not in exchanges and "result" in await a.call("ping")  # its id is free; the session goes on

@@ -1,0 +1,114 @@
+"""The pure rules of taking over a dead replica's bridged rounds (docs/design.md §40): which stored round a client's
+message is for, who continues it, and what continuing it may send upstream a second time.
+
+A replica that saves a round (``adapters.records.PendingRound``) holds a *lease* on it: an ownership record with a
+short TTL that it renews while it lives. When a client's answer, cancel or stream resumption reaches a replica that
+does not run the round, :func:`decide` says what to do from the lease as the store reports it: pass the message
+to the live holder, wait for a dead holder's lease to lapse, or claim the round (atomically in the store, so one
+replica wins) and continue it from its record (``adapters.bridge.BridgeMachine.resume``). The shell
+(``gateway.session.takeover``) does the I/O.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from enum import StrEnum
+
+from adapters.records import PendingRound, Phase
+from adapters.relay import RelayTo
+
+__all__ = ["LAPSE_MARGIN_SECONDS", "HeldHere", "Lease", "NoRound", "Repeat", "TakeOver", "WaitFor", "decide",
+           "renew_interval", "repeats", "round_for_answer", "round_for_request", "round_for_stream"]
+
+# A wait for a lease to lapse ends this much after the store's remaining time, so the claim does not race the
+# expiry itself (Redis expires a key within a millisecond of its deadline).
+LAPSE_MARGIN_SECONDS = 0.05
+
+
+@dataclass(frozen=True, slots=True)
+class Lease:
+    """A stored round's lease as the store reports it: its holder (None once it lapsed or was released) and how
+    long it has left."""
+
+    holder: str | None
+    remaining_ms: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class TakeOver:
+    """Nobody holds the round: claim it, and continue it here once the claim is won."""
+
+
+@dataclass(frozen=True, slots=True)
+class HeldHere:
+    """This replica holds the lease: the round runs here (or is being taken over here right now)."""
+
+
+@dataclass(frozen=True, slots=True)
+class WaitFor:
+    """The holder does not listen (it died, or lost the store) but its lease has not lapsed: ask again then."""
+
+    seconds: float
+
+
+@dataclass(frozen=True, slots=True)
+class NoRound:
+    """No stored round is waiting for this message: answered, ended, or never asked (a late message, dropped
+    as one gateway drops it: 2025-11-25 basic/utilities §Cancellation)."""
+
+
+Decision = TakeOver | HeldHere | WaitFor | NoRound | RelayTo
+
+
+def decide(lease: Lease | None, me: str, holder_listens: bool) -> Decision:
+    """What a replica does with a client's message for a round it does not run: ``lease`` is None when no stored
+    round is waiting for the message; ``holder_listens`` whether the holder is subscribed to its relay channel."""
+    if lease is None:
+        return NoRound()
+    if lease.holder is None:
+        return TakeOver()
+    if lease.holder == me:
+        return HeldHere()
+    if holder_listens:
+        return RelayTo(lease.holder)
+    return WaitFor(max(0, lease.remaining_ms) / 1000 + LAPSE_MARGIN_SECONDS)
+
+
+def renew_interval(lease_seconds: float) -> float:
+    """How often a replica renews its leases: three chances before one lapses, so one slow store call or a
+    loop stall shorter than two intervals does not hand a live round over."""
+    return lease_seconds / 3
+
+
+class Repeat(StrEnum):
+    """What continuing a round from its record may send upstream that the upstream already saw."""
+
+    NOTHING = "nothing"  # the client was being asked: the next upstream call carries answers not yet sent
+    WAITING_RETRY = "waiting_retry"  # a waiting round's retry (requestState only): re-sending it is what a backoff does
+    ROUND = "round"  # the round in flight: its inputResponses and requestState may already have been acted on
+
+
+def repeats(record: PendingRound) -> Repeat:
+    if record.phase is Phase.AWAITING_CLIENT:
+        return Repeat.NOTHING
+    if record.phase is Phase.BACKOFF:
+        return Repeat.WAITING_RETRY
+    return Repeat.ROUND
+
+
+def round_for_answer(rounds: Iterable[PendingRound], gateway_id: object) -> PendingRound | None:
+    """The stored round still waiting for the client's answer under ``gateway_id``."""
+    return next((r for r in rounds if r.phase is Phase.AWAITING_CLIENT and isinstance(gateway_id, str)
+                 and gateway_id in r.outstanding), None)
+
+
+def round_for_request(rounds: Iterable[PendingRound], request_id: str | int) -> PendingRound | None:
+    """The stored round bridging the client's request ``request_id`` (``1`` and ``"1"`` are different ids)."""
+    return next((r for r in rounds if r.phase is not Phase.DONE and type(r.downstream_id) is type(request_id)
+                 and r.downstream_id == request_id), None)
+
+
+def round_for_stream(rounds: Iterable[PendingRound], stream: str) -> PendingRound | None:
+    """The stored round writing on the SSE stream named ``stream`` (a ``Last-Event-ID`` names it)."""
+    return next((r for r in rounds if r.phase is not Phase.DONE and r.stream == stream), None)

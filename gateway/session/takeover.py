@@ -1,0 +1,224 @@
+"""Taking over a dead replica's bridged rounds (docs/design.md §40): this replica's leases, renewed while it lives,
+and the continuation of a stored round whose holder's lease lapsed, when a client's answer, cancel or stream
+resumption for it reaches this replica.
+
+The rules (which round, who continues it, what it repeats upstream) are ``adapters.takeover``'s; this module looks
+rounds and leases up in the store, claims, and rebuilds the round's :class:`~gateway.session.exchange.Exchange`
+from its record. Only replicas on a shared store take rounds over (``Gateway.relay`` is set).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import secrets
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from typing import Any
+
+from adapters import local
+from adapters import relay as R
+from adapters import takeover as T
+from adapters.records import PendingRound, Phase, SessionRecord
+from adapters.sse import PRIMING_SEQ
+from gateway.session.exchange import Exchange, bridge_context
+from gateway.session.replay import Mirror
+from gateway.session.runtime import Gateway, SessionRuntime, log
+from gateway.session.store import StoreUnavailable
+from gateway.session.streams import OutStream
+
+Pick = Callable[[list[PendingRound]], PendingRound | None]
+MAX_WAITS = 4  # lease lapses waited for one message: a holder that keeps renewing without listening is alive
+
+
+async def answer(gw: Gateway, session: SessionRecord, message: dict[str, Any], authorization: str | None) -> None:
+    """A client's answer that no exchange here awaits: relayed to its live owner, or, when the round's holder is
+    gone, given to the round once this replica has taken it over (waiting for the lease in the background)."""
+    assert gw.relay is not None
+    if await gw.relay.answer(session.session_id, message):
+        return
+    gid = message["id"]
+
+    async def act(_record: PendingRound) -> None:
+        exchange = gw.runtime(session.session_id).awaiting.pop(gid, None)
+        if exchange is not None:
+            await exchange.answer(gid, message, session)
+    await _continue(gw, session, authorization, lambda rounds: T.round_for_answer(rounds, gid),
+                    R.Relayed(R.RelayKind.ANSWER, session.session_id, message), act, background=True)
+
+
+async def cancel(gw: Gateway, session: SessionRecord, request_id: str | int, message: dict[str, Any]) -> None:
+    """A cancel for a request no exchange here runs: relayed to its owner (or to every replica, for a plain
+    request answered inline, docs/design.md §41); a saved round whose holder is gone is claimed and ended
+    without being continued (nothing is sent upstream for it again)."""
+    assert gw.relay is not None
+    if await gw.relay.cancel(session.session_id, request_id, message):
+        return
+    reason = (local.cancel_request(message.get("params")) or local.CancelRequest(request_id, None)).reason
+
+    async def act(record: PendingRound) -> None:
+        exchange = gw.runtime(session.session_id).exchanges.get(record.downstream_id)
+        if exchange is not None:
+            exchange.cancel(reason)
+    await _continue(gw, session, None, lambda rounds: T.round_for_request(rounds, request_id),
+                    R.Relayed(R.RelayKind.CANCEL, session.session_id, message), act, background=True, end=True)
+
+
+async def resume(gw: Gateway, session: SessionRecord, stream: str, seq: int, authorization: str | None) -> None:
+    """A ``Last-Event-ID`` naming a stream no exchange here writes: when the round writing it lost its holder,
+    take it over (waiting for the lease to lapse), so the stream goes on here from ``seq``."""
+    async def act(_record: PendingRound) -> None:
+        return None
+    await _continue(gw, session, authorization, lambda rounds: T.round_for_stream(rounds, stream), None, act,
+                    background=False, after=seq)
+
+
+async def _continue(gw: Gateway, session: SessionRecord, authorization: str | None, pick: Pick,
+                    relayed: R.Relayed | None, act: Callable[[PendingRound], Any], *, background: bool,
+                    end: bool = False, after: int = 0) -> None:
+    """Find the stored round ``pick`` chooses and do what :func:`adapters.takeover.decide` says, until the message
+    is delivered (``act`` on the exchange here, or relayed) or there is nothing to deliver it to."""
+    for _ in range(MAX_WAITS + 1):
+        record = pick(await gw.store.rounds_of(session.session_id))
+        decision = await _decide(gw, record)
+        match decision:
+            case T.NoRound():
+                return
+            case R.RelayTo(owner):
+                if relayed is not None:
+                    await gw.relay.send(owner, relayed)  # type: ignore[union-attr]
+                return
+            case T.HeldHere():
+                assert record is not None
+                claim = gw.taking.get(record.bridge_id)
+                if claim is not None:  # being taken over here by another message: deliver once it runs
+                    await claim
+                await act(record)
+                return
+            case T.WaitFor(seconds):
+                if background:  # the client's POST is acknowledged now; the answer waits for the lease here
+                    gw.runtime(session.session_id).spawn(_later(gw, session, authorization, pick, relayed, act,
+                                                                seconds, end))
+                    return
+                await asyncio.sleep(seconds)
+            case T.TakeOver():
+                assert record is not None
+                if await take_over(gw, record, session, authorization, after=after, end=end):
+                    await act(record)
+                    return
+
+
+async def _later(gw: Gateway, session: SessionRecord, authorization: str | None, pick: Pick,
+                 relayed: R.Relayed | None, act: Callable[[PendingRound], Any], seconds: float, end: bool) -> None:
+    await asyncio.sleep(seconds)
+    try:
+        await _continue(gw, session, authorization, pick, relayed, act, background=False, end=end)
+    except StoreUnavailable as exc:
+        log.warning("session %s: a takeover could not be completed: %s", session.session_id, exc)
+
+
+async def _decide(gw: Gateway, record: PendingRound | None) -> T.Decision:
+    if record is None:
+        return T.decide(None, gw.replica, False)
+    lease = await gw.store.lease_of(record.bridge_id)
+    other = lease.holder is not None and lease.holder != gw.replica
+    listens = other and gw.relay is not None and await gw.relay.listens(lease.holder or "")
+    return T.decide(lease, gw.replica, bool(listens))
+
+
+async def take_over(gw: Gateway, record: PendingRound, session: SessionRecord, authorization: str | None, *,
+                    after: int = 0, end: bool = False) -> bool:
+    """Claim ``record``'s lease and continue the round here from the stored record (``end``: end it instead, a
+    cancelled request); False when another replica won the claim or the round is gone."""
+    bridge_id = record.bridge_id
+    claim = gw.taking.get(bridge_id)
+    if claim is not None:
+        await claim
+        return bridge_id in gw.leases
+    claim = gw.taking[bridge_id] = asyncio.get_running_loop().create_future()
+    try:
+        if not await gw.store.take_lease(bridge_id, gw.replica, gw.config.store.lease_seconds):
+            return False
+        fresh = await gw.store.get_round(bridge_id)  # the holder's last save before it died
+        if fresh is None or fresh.phase is Phase.DONE or end:
+            await gw.store.delete_round(bridge_id)
+            await gw.store.drop_leases([bridge_id], gw.replica)
+            log.warning("session %s: request %r of a replica that stopped is ended here", session.session_id,
+                        record.downstream_id)
+            return False
+        await _run_here(gw, fresh, session, authorization, after)
+        return True
+    finally:
+        del gw.taking[bridge_id]
+        claim.set_result(None)
+
+
+async def _run_here(gw: Gateway, record: PendingRound, session: SessionRecord, authorization: str | None,
+                    after: int) -> None:
+    runtime = gw.runtime(session.session_id)
+    stream, sent = await _continued_stream(gw, runtime, record, after)
+    exchange = Exchange(runtime, record, bridge_context(runtime, session), authorization, session)
+    log.warning("session %s: request %r taken over from a replica that stopped (round %d, %s; repeated upstream: "
+                "%s)", session.session_id, record.downstream_id, record.round, record.phase.value,
+                T.repeats(record).value)
+    unsent = set(record.outstanding) - sent if sent is not None else set()
+    await exchange.take_over(stream, max(0, gw.clock() - record.started_ms) / 1000, unsent)
+
+
+async def _continued_stream(gw: Gateway, runtime: SessionRuntime, record: PendingRound,
+                            after: int) -> tuple[OutStream, set[str] | None]:
+    """The round's stream, continued here: with every event the store's copy holds (so a resumption from any of
+    them works here too, and new events go on with the next number into the same copy), and the ids of the
+    requests the client was sent (the copy has every event the client could have seen: docs/design.md §37).
+    Without a readable copy (evicted, or never made) it goes on after the last event the record or the client's
+    ``Last-Event-ID`` names, and what the client saw is unknown (None)."""
+    name, capacity = record.stream or secrets.token_hex(6), gw.config.replay_buffer_events
+    stored = await gw.store.read_events(record.session_id, name, PRIMING_SEQ) if gw.store.shares_streams else None
+    if stored is None:
+        stream = OutStream(name, capacity, gw.tap, first_seq=max(after, record.stream_seq) + 1)
+        if gw.store.shares_streams:
+            stream.mirror = Mirror(stream, gw.store, record.session_id, runtime.spawn)
+        runtime.streams[name] = stream
+        return stream, None
+    events = stored.events
+    stream = OutStream(name, capacity, gw.tap, first_seq=events[0].seq if events else PRIMING_SEQ + 1)
+    stream.preload(events)  # not traced again: the trace has them from the replica that wrote them
+    mirror = stream.mirror = Mirror(stream, gw.store, record.session_id, runtime.spawn)
+    mirror.continuing(events[-1].seq if events else PRIMING_SEQ)
+    runtime.streams[name] = stream
+    return stream, {e.message["id"] for e in events if isinstance(e.message, dict) and "method" in e.message
+                    and isinstance(e.message.get("id"), str)}
+
+
+async def renew_forever(gw: Gateway) -> None:
+    """Renew every lease this replica holds, every third of the lease time. A lease found lost (this replica
+    stalled past it and another took the round over) stops the local exchange: the round is the other's now."""
+    lease = gw.config.store.lease_seconds
+    while True:
+        await asyncio.sleep(T.renew_interval(lease))
+        try:
+            lost = await gw.store.renew_leases(list(gw.leases), gw.replica, lease)
+        except StoreUnavailable as exc:
+            log.warning("leases of replica %s not renewed: %s", gw.replica, exc)
+            continue
+        for bridge_id in lost:
+            exchange = gw.leases.pop(bridge_id, None)
+            if exchange is not None:
+                log.warning("replica %s lost the lease of round %s; another replica continues it", gw.replica,
+                            bridge_id)
+                exchange.hand_over(lost=True)
+
+
+@asynccontextmanager
+async def lease_lifetime(gw: Gateway) -> AsyncIterator[None]:
+    """Lease renewal for the app's lifetime, on a shared store only (where the relay runs)."""
+    if gw.relay is None:
+        yield
+        return
+    task = asyncio.get_running_loop().create_task(renew_forever(gw))
+    try:
+        yield
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task

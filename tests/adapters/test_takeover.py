@@ -1,0 +1,101 @@
+"""The takeover rules (docs/design.md §40): who continues a stored round, which round a message is for, what a
+continued round sends upstream again, and where a continued stream's numbering goes on."""
+
+from __future__ import annotations
+
+from adapters import bridge as B
+from adapters import takeover as T
+from adapters.records import PendingRound, Phase
+from adapters.relay import RelayTo
+
+SAMPLING = {"method": "sampling/createMessage", "params": {"messages": [], "maxTokens": 5}}
+
+
+def machine(**limits: float) -> B.BridgeMachine:
+    record = PendingRound("b1", "s1", 7, "tools/call", {"name": "t", "arguments": {}})
+    ids = iter(f"g{n}" for n in range(100))
+    return B.BridgeMachine(record, B.BridgeContext(B.BridgeLimits(**limits), {"sampling": {}}, lambda: next(ids)))
+
+
+def asked(m: B.BridgeMachine) -> B.BridgeMachine:
+    """A machine whose upstream asked two inputs: the client is being asked (as the record is stored)."""
+    m.start()
+    m.handle(B.UpstreamResult({"resultType": "input_required", "requestState": "opaque-state",
+                               "inputRequests": {"a": SAMPLING, "b": SAMPLING}}))
+    return m
+
+
+def test_decide() -> None:
+    assert T.decide(None, "me", False) == T.NoRound()
+    assert T.decide(T.Lease(None), "me", False) == T.TakeOver()
+    assert T.decide(T.Lease("me", 900), "me", False) == T.HeldHere()
+    assert T.decide(T.Lease("other", 900), "me", True) == RelayTo("other")
+    # A holder that does not listen (killed, or cut off from the store) is waited for until its lease lapses.
+    assert T.decide(T.Lease("other", 900), "me", False) == T.WaitFor(0.9 + T.LAPSE_MARGIN_SECONDS)
+    assert T.decide(T.Lease("other", -5), "me", False) == T.WaitFor(T.LAPSE_MARGIN_SECONDS)
+    assert T.renew_interval(9.0) == 3.0
+
+
+def test_which_round_a_message_is_for() -> None:
+    waiting = asked(machine()).record
+    waiting.stream = "s9"
+    other = PendingRound("b2", "s1", "7", "tools/call", {}, phase=Phase.UPSTREAM, stream="s8")
+    rounds = [other, waiting]
+    assert T.round_for_answer(rounds, "g0") is waiting and T.round_for_answer(rounds, "g9") is None
+    assert T.round_for_answer(rounds, 0) is None  # the gateway's ids are strings
+    assert T.round_for_request(rounds, 7) is waiting and T.round_for_request(rounds, "7") is other
+    assert T.round_for_request(rounds, 8) is None
+    assert T.round_for_stream(rounds, "s8") is other and T.round_for_stream(rounds, "nope") is None
+    other.phase = Phase.DONE
+    assert T.round_for_stream(rounds, "s8") is None and T.round_for_request(rounds, "7") is None
+
+
+def test_what_a_continued_round_repeats_upstream() -> None:
+    m = asked(machine())
+    assert T.repeats(m.record) is T.Repeat.NOTHING
+    m.handle(B.ClientAnswered("g0", {"role": "assistant"}))
+    m.handle(B.ClientAnswered("g1", {"role": "assistant"}))
+    assert m.record.phase is Phase.UPSTREAM and T.repeats(m.record) is T.Repeat.ROUND
+    m.record.phase = Phase.BACKOFF
+    assert T.repeats(m.record) is T.Repeat.WAITING_RETRY
+
+
+def test_resume_waiting_for_the_client_rearms_its_timers_and_sends_nothing() -> None:
+    m = asked(machine(total_timeout_seconds=100, client_answer_timeout_seconds=30))
+    m.handle(B.ClientAnswered("g0", {"role": "assistant"}))  # one of two answered before the crash
+    stored = PendingRound.from_dict(m.record.to_dict())
+    again = B.BridgeMachine(stored, m.ctx)
+    assert again.resume(40.0) == [B.ArmTimer(B.Timer.TOTAL, 60.0, 0), B.ArmTimer(B.Timer.CLIENT_ANSWER, 30, 1)]
+    actions = again.handle(B.ClientAnswered("g1", {"role": "assistant", "n": 2}))
+    call = next(a for a in actions if isinstance(a, B.CallUpstream))
+    assert call.extra == {"inputResponses": {"a": {"role": "assistant"}, "b": {"role": "assistant", "n": 2}},
+                          "requestState": "opaque-state"}
+
+
+def test_resume_in_flight_or_backing_off_sends_the_stored_round_again_byte_for_byte() -> None:
+    m = asked(machine())
+    m.handle(B.ClientAnswered("g0", {"role": "assistant"}))
+    sent = m.handle(B.ClientAnswered("g1", {"role": "assistant"}))
+    first = next(a for a in sent if isinstance(a, B.CallUpstream))
+    again = B.BridgeMachine(PendingRound.from_dict(m.record.to_dict()), m.ctx)
+    resumed = again.resume(1.0)
+    assert resumed[1] == first and resumed[1].extra["requestState"] == "opaque-state"
+    backing = B.BridgeMachine(PendingRound.from_dict({**m.record.to_dict(), "phase": "backoff"}), m.ctx)
+    assert isinstance(backing.resume(1.0)[1], B.CallUpstream) and backing.record.phase is Phase.UPSTREAM
+
+
+def test_resume_past_the_total_limit_ends_the_request() -> None:
+    m = asked(machine(total_timeout_seconds=10))
+    actions = B.BridgeMachine(m.record, m.ctx).resume(10.5)
+    assert len(actions) == 1 and isinstance(actions[0], B.Finish)
+    assert actions[0].message["error"]["data"] == {"limit": "total_timeout_seconds", "value": 10}
+    assert B.BridgeMachine(m.record, m.ctx).resume(0) == []  # ended: nothing more
+
+
+def test_resume_asks_again_only_what_the_client_never_received() -> None:
+    m = asked(machine(client_answer_timeout_seconds=30))
+    again = B.BridgeMachine(PendingRound.from_dict(m.record.to_dict()), m.ctx)
+    actions = again.resume(1.0, unsent={"g1"})
+    asks = [a.message for a in actions if isinstance(a, B.SendToClient)]
+    assert asks == [{"jsonrpc": "2.0", "id": "g1", "method": "sampling/createMessage", "params": SAMPLING["params"]}]
+    assert again.record.outstanding == {"g0": "a", "g1": "b"}  # the same ids: an answer to either still counts

@@ -1,0 +1,217 @@
+"""Crash tests with real processes (docs/design.md §40): two ``python -m gateway serve`` replicas on one real Redis
+behind a failover front, the reference core upstream, and the official ``mcp`` SDK as the legacy client. Replica A
+is killed with SIGKILL in the middle of a bridged call; the client, reaching replica B from then on, still gets
+its answer exactly once, and another session is not disturbed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import signal
+import sqlite3
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import mcp_types as types
+import pytest
+from mcp import Client
+from mcp.shared.exceptions import MCPError
+
+from tests.faults.replicas import Front, HoldingUpstream, replica
+from tests.gateway.conftest import Legacy
+from tests.gateway.session import test_redis_store as redis_tests
+
+pytest.importorskip("redis")
+core_app = pytest.importorskip("modern_server.app")
+core_config = pytest.importorskip("modern_server.config")
+
+redis_url, prefix = redis_tests.redis_url, redis_tests.prefix  # its fixtures, shared
+LEASE = 1.0
+
+
+async def within(step: Any, seconds: float = 60) -> Any:
+    return await asyncio.wait_for(step, seconds)
+
+
+class Stack:
+    def __init__(self, upstream: HoldingUpstream, a: Any, b: Any, front: Front, url: str, db: Path) -> None:
+        self.upstream, self.a, self.b, self.front, self.url, self.db = upstream, a, b, front, url, db
+
+    def kill_a(self) -> None:
+        """SIGKILL: no shutdown, no handover; its leases must lapse."""
+        self.a.proc.kill()
+        self.a.proc.wait()
+
+    def standups(self) -> int:
+        with sqlite3.connect(self.db) as db:
+            return db.execute("SELECT COUNT(*) FROM notes WHERE title = 'Standup'").fetchone()[0]
+
+
+@pytest.fixture
+async def stack(aiohttp_server, tmp_path, redis_url, prefix):
+    async for built in make_stack(aiohttp_server, tmp_path, redis_url, prefix, LEASE):
+        yield built
+
+
+@pytest.fixture
+async def long_lease_stack(aiohttp_server, tmp_path, redis_url, prefix):
+    """Leases that would outlast the test: a round moves only if its replica releases it."""
+    async for built in make_stack(aiohttp_server, tmp_path, redis_url, prefix, 600.0):
+        yield built
+
+
+async def make_stack(aiohttp_server: Any, tmp_path: Path, redis_url: str, prefix: str, lease: float) -> Any:
+    db = tmp_path / "core.db"
+    core = await aiohttp_server(core_app.create_app(core_config.CoreConfig(database=str(db))))
+    holder = HoldingUpstream(str(core.make_url("/mcp")), hold=_confirmation)
+    upstream = await aiohttp_server(holder.app())
+    url = str(upstream.make_url("/mcp"))
+    a = replica(tmp_path, "a", url, redis_url, prefix, lease)
+    b = replica(tmp_path, "b", url, redis_url, prefix, lease)
+    front = Front([a.port, b.port])
+    try:
+        await a.listening()
+        await b.listening()
+        yield Stack(holder, a, b, front, await front.start(), db)
+    finally:
+        await front.close()
+        for proc in (a, b):
+            proc.stop()
+        for proc in (a, b):
+            assert "Traceback" not in proc.stderr(), proc.stderr()[-3000:]
+
+
+def _confirmation(body: dict[str, Any]) -> bool:
+    """The notes_delete retry carrying the user's confirmation."""
+    params = body.get("params") or {}
+    return params.get("name") == "notes_delete" and "delete_choice" in (params.get("inputResponses") or {})
+
+
+def sampling_killing(stack: Stack, killed: list[bool]) -> Any:
+    async def sampling(context, params: types.CreateMessageRequestParams):
+        prompt = params.messages[0].content.text
+        if not killed:  # the client is answering the first round: its replica dies now
+            stack.kill_a()
+            killed.append(True)
+        answer = json.dumps(prompt.splitlines()[1:4]) if "JSON array" in prompt else "A small repository."
+        return types.CreateMessageResult(role="assistant", content=types.TextContent(type="text", text=answer),
+                                         model="test-model", stop_reason="endTurn")
+    return sampling
+
+
+async def confirm_first(context, params):
+    choice = params.requested_schema["properties"]["note_id"]["enum"][0]
+    return types.ElicitResult(action="accept", content={"note_id": choice, "confirm": True})
+
+
+async def test_a_replica_killed_while_the_client_answers(stack: Stack) -> None:
+    killed: list[bool] = []
+    async with Client(stack.url, mode="legacy") as bystander:  # another session, idle on A when it dies
+        async with Client(stack.url, mode="legacy", sampling_callback=sampling_killing(stack, killed)) as client:
+            result = await within(client.call_tool("summarize_repo", {"repo": "demo"}))
+        assert killed and not stack.a.alive() and stack.b.alive()
+        assert not result.is_error
+        assert result.structured_content["files"] == ["README.md", "pyproject.toml", "src/app/__init__.py"]
+        # Every round reached the core exactly once: the one A was asking the client about repeats nothing.
+        rounds = stack.upstream.calls("summarize_repo")
+        assert [sorted(b["params"].get("inputResponses", {})) for b in rounds] == [[], ["pick_files"], ["summary"]]
+        echoed = await within(bystander.call_tool("echo", {"text": "still here"}))
+        assert echoed.content[0].text == "still here"
+    assert stack.front.used[1] > 0  # B served the rest
+
+
+async def test_a_confirmed_deletion_happens_once_when_its_replica_dies(stack: Stack) -> None:
+    """A dies after the core deleted the note and before the client heard: B, taking the round over from the
+    client's resumed stream, sends the same confirmation again, which the core refuses as already used."""
+    before = stack.standups()
+    async with Client(stack.url, mode="legacy", elicitation_callback=confirm_first) as client:
+        call = asyncio.ensure_future(client.call_tool("notes_delete", {"workspaceUri": "file:///work/notes",
+                                                                       "title": "Standup"}))
+        await within(stack.upstream.held.wait())  # the core deleted the note; A never got its answer
+        assert b"Deleted" in stack.upstream.answers[0]
+        stack.kill_a()
+        with pytest.raises(MCPError) as refused:
+            await within(call)
+        assert refused.value.error.code == -32602 and "already used" in refused.value.error.message
+        assert (await within(client.call_tool("echo", {"text": "after"}))).content[0].text == "after"
+    assert stack.standups() == before - 1  # deleted once, never twice
+    confirmations = stack.upstream.calls("notes_delete")[1:]
+    assert len(confirmations) == 2 and confirmations[0]["params"] == confirmations[1]["params"]  # byte for byte
+
+
+async def test_sigterm_hands_the_round_over_at_once(long_lease_stack: Stack) -> None:
+    """SIGTERM while the client answers: A refuses new connections, releases the round's lease and exits; B
+    continues the round at once (its lease would otherwise hold it for the whole test)."""
+    stack, stopped = long_lease_stack, []
+
+    async def sampling(context, params: types.CreateMessageRequestParams):
+        if not stopped:
+            stack.a.proc.send_signal(signal.SIGTERM)
+            stopped.append(await asyncio.to_thread(stack.a.proc.wait, 60))  # it exits (within its deadline)
+        prompt = params.messages[0].content.text
+        answer = json.dumps(prompt.splitlines()[1:4]) if "JSON array" in prompt else "A small repository."
+        return types.CreateMessageResult(role="assistant", content=types.TextContent(type="text", text=answer),
+                                         model="test-model", stop_reason="endTurn")
+    async with Client(stack.url, mode="legacy", sampling_callback=sampling) as client:
+        result = await within(client.call_tool("summarize_repo", {"repo": "demo"}))
+    assert stopped == [0] and not result.is_error
+    assert result.structured_content["files"] == ["README.md", "pyproject.toml", "src/app/__init__.py"]
+    rounds = stack.upstream.calls("summarize_repo")
+    assert [sorted(b["params"].get("inputResponses", {})) for b in rounds] == [[], ["pick_files"], ["summary"]]
+    assert "handed over" in stack.a.stderr()
+
+
+@pytest.fixture
+async def three(aiohttp_server, tmp_path, redis_url, prefix):
+    """Three replicas on one Redis and the core, for a raw client that picks the replica of every request."""
+    core = await aiohttp_server(core_app.create_app(core_config.CoreConfig(database=str(tmp_path / "core.db"))))
+    holder = HoldingUpstream(str(core.make_url("/mcp")))
+    upstream = await aiohttp_server(holder.app())
+    procs = [replica(tmp_path, name, str(upstream.make_url("/mcp")), redis_url, prefix, LEASE) for name in "abc"]
+    sessions = [aiohttp.ClientSession(base_url=f"http://127.0.0.1:{p.port}") for p in procs]
+    try:
+        for proc in procs:
+            await proc.listening()
+        yield holder, procs, [Legacy(session) for session in sessions]
+    finally:
+        for session in sessions:
+            await session.close()
+        for proc in procs:
+            proc.stop()
+        for proc in procs:
+            assert "Traceback" not in proc.stderr(), proc.stderr()[-3000:]
+
+
+def sampled(request: dict[str, Any]) -> dict[str, Any]:
+    prompt = request["params"]["messages"][0]["content"]["text"]
+    text = json.dumps(prompt.splitlines()[1:4]) if "JSON array" in prompt else "A small repository."
+    return {"role": "assistant", "content": {"type": "text", "text": text}, "model": "m", "stopReason": "endTurn"}
+
+
+async def test_a_stream_resumed_on_a_third_replica_after_its_writer_was_killed(three) -> None:
+    """The client's stream was on A when A was killed; it answers through B and resumes on C: C replays the
+    store's copy of the stream, which the replica that took the round over goes on writing."""
+    upstream, (a, b, c), (on_a, on_b, on_c) = three
+    await on_a.initialize({"sampling": {}})
+    on_b.session_id = on_c.session_id = on_a.session_id
+    resp = await on_a.post("tools/call", {"name": "summarize_repo", "arguments": {"repo": "demo"}})
+    await within(on_a.next_event(resp))  # priming
+    seen, first = await within(on_a.next_event(resp))
+    assert first["method"] == "sampling/createMessage"
+    a.proc.kill()
+    a.proc.wait()
+    assert await within(on_b.answer(first["id"], sampled(first))) == 202
+    stream = await within(on_c.client.get("/mcp", headers={**on_c.headers(), "Accept": "text/event-stream",
+                                                           "Last-Event-ID": seen}))
+    assert stream.status == 200
+    _, second = await within(on_c.next_event(stream))
+    assert second["method"] == "sampling/createMessage" and second["id"] != first["id"]
+    assert await within(on_c.answer(second["id"], sampled(second))) == 202
+    _, final = await within(on_c.next_event(stream))
+    assert final["id"] == on_a.next_id and not final["result"].get("isError")
+    assert final["result"]["structuredContent"]["files"] == ["README.md", "pyproject.toml", "src/app/__init__.py"]
+    rounds = upstream.calls("summarize_repo")
+    assert [sorted(r["params"].get("inputResponses", {})) for r in rounds] == [[], ["pick_files"], ["summary"]]
+    assert "taken over" in b.stderr() + c.stderr()

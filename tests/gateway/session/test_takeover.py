@@ -1,0 +1,138 @@
+"""Takeover of another replica's bridged rounds (docs/design.md §40-§42), two gateway apps on one real Redis.
+
+A replica that shuts down hands its saved rounds over (its leases released): the other continues a round from its
+stored record as soon as the client's next answer or stream resumption reaches it. Killed processes (leases that
+must lapse) are in ``tests/faults/test_takeover_procs.py``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import aiohttp
+import pytest
+
+pytest.importorskip("redis")
+
+from adapters.sse import parse_event_id
+from gateway.http.app import GATEWAY
+from tests.gateway.conftest import CAPS, Legacy, hang_until_closed, text
+from tests.gateway.http.test_bridge_shell import SAMPLED, SAMPLING, two_rounds
+from tests.gateway.session import test_redis_store as redis_tests
+from tests.gateway.session.test_relay import owner_keys, within
+
+redis_url, prefix, until = redis_tests.redis_url, redis_tests.prefix, redis_tests.until  # its fixtures, shared
+
+
+async def replicas(make_gateway: Any, redis_url: str, prefix: str, **config: Any) -> tuple[Legacy, Legacy]:
+    store = {"url": redis_url, "prefix": prefix, "lease_seconds": 5.0}
+    a = Legacy(await make_gateway(store=store, **config))
+    b = Legacy(await make_gateway(store=store, **config))
+    await a.initialize(CAPS)
+    b.session_id = a.session_id
+    return a, b
+
+
+async def resume(client: Legacy, last_event_id: str) -> Any:
+    return await client.client.get("/mcp", headers={**client.headers(), "Accept": "text/event-stream",
+                                                    "Last-Event-ID": last_event_id})
+
+
+async def test_a_replica_that_shuts_down_hands_its_round_over(make_gateway, upstream, redis_url, prefix) -> None:
+    upstream.script["tools/call"] = two_rounds
+    a, b = await replicas(make_gateway, redis_url, prefix)
+    resp = await a.post("tools/call", {"name": "t", "arguments": {"x": [1, 2]}})
+    await within(a.next_event(resp))  # priming
+    _, first = await within(a.next_event(resp))
+    last, second = await within(a.next_event(resp))
+    assert (await owner_keys(redis_url, prefix, "l")) != {}  # the round's lease, held by A
+    assert await a.answer(first["id"], SAMPLED) == 202  # saved before acknowledged: B will have it
+    await a.client.server.close()  # shutdown on a shared store: hands the round over instead of failing it
+    assert [m for m in await within(until_closed(a, resp)) if "result" in m or "error" in m] == []
+    assert await owner_keys(redis_url, prefix, "l") == {}  # released at once: no lease to wait for
+
+    assert await within(b.answer(second["id"], SAMPLED)) == 202  # B takes the round over and acts on it
+    await until(lambda: _true(len(upstream.calls("tools/call")) == 2))
+    calls = upstream.calls("tools/call")
+    assert calls[1]["params"]["inputResponses"] == {"a": SAMPLED, "b": SAMPLED}
+    assert calls[1]["params"]["requestState"] == "s1\u00e9"  # byte for byte
+    stream = await within(resume(b, last))
+    assert stream.status == 200
+    eid, third = await within(b.next_event(stream))
+    assert third["method"] == "sampling/createMessage" and parse_event_id(eid)[0] == parse_event_id(last)[0]
+    assert await b.answer(third["id"], SAMPLED) == 202
+    _, final = await within(b.next_event(stream))
+    assert final["id"] == a.next_id and final["result"]["content"][0]["text"] == "bridged"
+    assert len(upstream.calls("tools/call")) == 3
+
+    async def released() -> bool:
+        return await owner_keys(redis_url, prefix, "aql") == {}
+    await until(released)
+
+
+async def test_a_resumption_takes_a_handed_over_round_on(make_gateway, upstream, redis_url, prefix) -> None:
+    """The round was in flight upstream when its replica stopped: the client's Last-Event-ID on the other
+    replica continues it, and the upstream sees the same round again (what a takeover may repeat)."""
+    closed = asyncio.Event()
+
+    async def slow_then_done(body, request):
+        if body["params"].get("requestState") is None:
+            return {"resultType": "input_required", "inputRequests": {"a": SAMPLING}, "requestState": "s1"}
+        if len(upstream.calls("tools/call")) == 2:  # the round in flight when A stops: never answered
+            return [lambda: hang_until_closed(request, closed)]
+        return text("continued")
+    upstream.script["tools/call"] = slow_then_done
+    a, b = await replicas(make_gateway, redis_url, prefix)
+    resp = await a.post("tools/call", {"name": "t", "arguments": {}})
+    await within(a.next_event(resp))
+    last, asked = await within(a.next_event(resp))
+    assert await a.answer(asked["id"], SAMPLED) == 202
+    await until(lambda: _true(len(upstream.calls("tools/call")) == 2))
+    await a.client.server.close()
+    await within(closed.wait())  # A's upstream request closed as it stopped
+    stream = await within(resume(b, last))
+    _, final = await within(b.next_event(stream))
+    assert final["result"]["content"][0]["text"] == "continued"
+    calls = upstream.calls("tools/call")
+    assert len(calls) == 3 and calls[2]["params"] == calls[1]["params"]  # the same round, sent again
+
+
+async def until_closed(client: Legacy, resp: Any) -> list[dict[str, Any]]:
+    """The stream's messages until it ends, cleanly or with its connection."""
+    out: list[dict[str, Any]] = []
+    try:
+        while True:
+            eid, message = await client.next_event(resp)
+            if eid is None and message is None:
+                return out
+            if message is not None:
+                out.append(message)
+    except aiohttp.ClientConnectionError:
+        return out
+
+
+async def _true(value: bool) -> bool:
+    return value
+
+
+async def test_a_cancel_for_a_stopped_replicas_round_ends_it_without_sending_it_again(make_gateway, upstream,
+                                                                                     redis_url, prefix) -> None:
+    upstream.script["tools/call"] = two_rounds
+    a, b = await replicas(make_gateway, redis_url, prefix)
+    resp = await a.post("tools/call", {"name": "t", "arguments": {}})
+    await within(a.next_event(resp))
+    await within(a.next_event(resp))
+    await within(a.next_event(resp))  # both requests of the first round asked: the round is saved
+    await a.client.server.close()  # handed over
+    await within(until_closed(a, resp))
+    store = b.client.app[GATEWAY].store
+    assert len(await store.rounds_of(a.session_id)) == 1
+    assert await b.notify("notifications/cancelled", {"requestId": a.next_id, "reason": "stop"}) == 202
+
+    async def ended() -> bool:
+        return await store.rounds_of(a.session_id) == []
+    await until(ended)  # claimed and ended by B
+    assert len(upstream.calls("tools/call")) == 1  # nothing was sent upstream again
+    assert await owner_keys(redis_url, prefix, "aql") == {}
+    assert b.client.app[GATEWAY].runtime(a.session_id).exchanges == {}
