@@ -13,7 +13,7 @@ import hashlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any
+from typing import Any, Final
 from urllib.parse import urlsplit
 
 from adapters.errors import Rejection, reject
@@ -201,6 +201,17 @@ def check_modern_meta(message: Mapping[str, Any]) -> Rejection | None:
 def session_expired(session: SessionRecord, now_ms: int, idle_ms: int) -> bool:
     """Idle for longer than the limit: its id answers 404 from now on, and its client can reach none of its work."""
     return now_ms - session.last_seen_ms > idle_ms
+
+
+# How stale a session's last-seen time may be before a request writes it again: 1% of the idle limit, at most
+# a second. Expiry is then up to that much early, and a burst of requests (or an MRTR round's answers) writes the
+# store once instead of once per request (on a shared store, one round trip of each request's two).
+TOUCH_EVERY_MS_MAX: Final = 1000
+
+
+def touch_due(session: SessionRecord, now_ms: int, idle_ms: int) -> bool:
+    """Whether a request at ``now_ms`` should write the session's last-seen time."""
+    return now_ms - session.last_seen_ms >= min(TOUCH_EVERY_MS_MAX, idle_ms // 100)
 
 
 def check_session(view: HttpView, session: SessionRecord | None, principal: str,

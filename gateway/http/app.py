@@ -13,7 +13,7 @@ from typing import Any
 
 from aiohttp import web
 
-from adapters.classify import SINGLE_HEADERS, HttpView, classify, request_id
+from adapters.classify import SINGLE_HEADERS, HttpView, classify, request_id, touch_due
 from adapters.errors import ErrorValue, Rejection, reject, store_unavailable
 from gateway.config.settings import GatewayConfig
 from gateway.http import perform
@@ -67,12 +67,13 @@ async def handle_mcp(request: web.Request) -> web.StreamResponse:
     session_id = headers.get("mcp-session-id")
     session = await gw.store.get_session(session_id) if session_id else None
     repeated = frozenset(n for n in SINGLE_HEADERS if len(headers.getall(n, ())) > 1)
-    verdict = classify(HttpView(request.method, headers, body, repeated), session, gw.policy, gw.clock())
+    now = gw.clock()
+    verdict = classify(HttpView(request.method, headers, body, repeated), session, gw.policy, now)
     if isinstance(verdict, Rejection):
         return rejection_response(verdict)
-    if verdict.session is not None:
-        verdict.session.last_seen_ms = gw.clock()
-        await gw.store.touch_session(verdict.session.session_id, verdict.session.last_seen_ms)
+    if verdict.session is not None and touch_due(verdict.session, now, gw.policy.session_idle_ms):
+        verdict.session.last_seen_ms = now
+        await gw.store.touch_session(verdict.session.session_id, now)
     if gw.trace is not None:
         trace_request(gw, verdict)
     answer = await perform.answer(request, gw, verdict)  # adapters.session decides, the shell performs

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from adapters.classify import Accepted, HttpView, Policy, classify, principal_of
+from adapters.classify import Accepted, HttpView, Policy, classify, principal_of, touch_due
 from adapters.errors import Rejection
 from adapters.records import SessionRecord
 
@@ -211,3 +211,11 @@ def test_a_batch_answered_as_json_has_the_status_of_what_it_held() -> None:
     assert batch_status((note,), 0) == 202
     assert batch_status((request, bad), 2) == 200
     assert batch_status((note, bad), 1) == 400
+
+
+def test_a_session_is_touched_again_once_its_last_seen_time_is_a_percent_of_the_idle_limit_old() -> None:
+    session = SessionRecord("s", "anonymous", "2025-11-25", {}, {}, 0, 10_000)
+    assert not touch_due(session, 10_999, 3_600_000)  # at most a second stale
+    assert touch_due(session, 11_000, 3_600_000)
+    assert not touch_due(session, 10_599, 60_000) and touch_due(session, 10_600, 60_000)  # 1% of a minute
+    assert touch_due(session, 10_000, 0)  # no idle limit to spare: every request writes
