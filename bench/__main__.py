@@ -30,7 +30,8 @@ from bench.redis_side import REDIS_SCENARIOS, WORKERS_SCENARIO, RedisGateways, i
 from bench.targets import missed, print_verdicts, verdicts
 
 Op = Callable[[], Awaitable[Any]]
-SCENARIOS = ("direct", "forwarder", "passthrough", "translated", "mrtr_direct", "mrtr_forwarder", "bridged")
+SCENARIOS = ("direct", "forwarder", "passthrough", "translated", "mrtr_direct", "mrtr_forwarder", "bridged",
+             "mrtr_forwarder_one", "bridged_one")
 
 
 @dataclass
@@ -96,6 +97,18 @@ def makers(http: aiohttp.ClientSession, core: Child, gw: Child, fwd: Child,
     async def mrtr(url: str) -> Op:  # a 2026-07-28 client doing summarize_repo's two rounds itself
         return ModernClient(http, url).summarize
 
+    async def one_round(url: str) -> Op:
+        return ModernClient(http, url).draft
+
+    async def legacy_prompt(name: str, arguments: dict[str, Any]) -> Op:
+        client = LegacyClient(http, gw.url)
+        await client.start()
+
+        async def op() -> None:
+            if not await client.prompt(name, arguments):
+                raise RuntimeError(f"prompts/get {name} through the gateway failed")
+        return op
+
     async def legacy(tool: str, arguments: dict[str, Any], url: str = gw.url) -> Op:
         client = LegacyClient(http, url)
         await client.start()
@@ -114,6 +127,9 @@ def makers(http: aiohttp.ClientSession, core: Child, gw: Child, fwd: Child,
         # The same MRTR rounds through the bare forwarder: what a bridged call is measured against.
         "mrtr_forwarder": lambda: mrtr(fwd.url),
         "bridged": lambda: legacy("summarize_repo", {"repo": "bench"}),
+        # One round: draft_note's form elicitation, done by a 2026 client through the forwarder, and bridged.
+        "mrtr_forwarder_one": lambda: one_round(fwd.url),
+        "bridged_one": lambda: legacy_prompt("draft_note", {"topic": "bench"}),
     }
     if redis is not None:  # the same on the Redis store, and with two workers on it
         made["translated_redis"] = lambda: legacy("echo", {"text": "hi"}, redis.one.url)
@@ -160,6 +176,7 @@ def ratios(results: list[Stats], idle: list[dict[str, Any]],
             "bridged_round_added_ms": round(((get("bridged") - get("translated"))
                                              - (get("mrtr_direct") - get("direct"))) / 2, 3),
             "bridged/mrtr_forwarder": round(get("bridged") / get("mrtr_forwarder"), 3),
+            "bridged_one/mrtr_forwarder_one": round(get("bridged_one") / get("mrtr_forwarder_one"), 3),
             "bridged_round_cpu/translated_cpu": _round_cpu_ratio(at, conc),
             "gateway_cpu_us_per_translated": at[("translated", conc)].front_cpu_us_per_request,
             "gateway_cpu_us_per_passthrough": at[("passthrough", conc)].front_cpu_us_per_request,
@@ -195,11 +212,11 @@ def machine(args: argparse.Namespace, hops: list[float]) -> dict[str, Any]:
 
 
 def print_table(results: list[Stats], summary: dict[str, Any]) -> None:
-    print(f"{'scenario':<12}{'conc':>5}{'requests':>10}{'p50 ms':>10}{'p99 ms':>10}{'req/s':>10}"
+    print(f"{'scenario':<19}{'conc':>5}{'requests':>10}{'p50 ms':>10}{'p99 ms':>10}{'req/s':>10}"
           f"{'front CPU us/req':>18}")
     for r in results:
         cpu = "" if r.front_cpu_us_per_request is None else f"{r.front_cpu_us_per_request:.0f}"
-        print(f"{r.scenario:<12}{r.concurrency:>5}{r.requests:>10}{r.p50_ms:>10.3f}{r.p99_ms:>10.3f}{r.rps:>10.1f}{cpu:>18}")
+        print(f"{r.scenario:<19}{r.concurrency:>5}{r.requests:>10}{r.p50_ms:>10.3f}{r.p99_ms:>10.3f}{r.rps:>10.1f}{cpu:>18}")
     print(json.dumps(summary, indent=2))
 
 
@@ -217,7 +234,8 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         hops = [await hop_rtt_us(echo.port)]
         async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as http:
             make = makers(http, core, gw, fwd, redis)
-            front = {"direct": core, "mrtr_direct": core, "forwarder": fwd, "mrtr_forwarder": fwd}
+            front = {"direct": core, "mrtr_direct": core, "forwarder": fwd, "mrtr_forwarder": fwd,
+                     "mrtr_forwarder_one": fwd}
             if redis is not None:
                 front |= dict.fromkeys(REDIS_SCENARIOS, redis.one) | {WORKERS_SCENARIO: redis.two}
             for conc in args.concurrency:

@@ -18,9 +18,12 @@ ACCEPT = "application/json, text/event-stream"
 PICK = json.dumps(["README.md", "src/app/core.py", "docs/architecture.md"])
 
 
+TONE = {"action": "accept", "content": {"tone": "terse"}}  # the one round of draft_note, answered at once
+
+
 def _meta() -> dict[str, Any]:
     return {"io.modelcontextprotocol/protocolVersion": MODERN,
-            "io.modelcontextprotocol/clientCapabilities": {"sampling": {}},
+            "io.modelcontextprotocol/clientCapabilities": {"sampling": {}, "elicitation": {"form": {}}},
             "io.modelcontextprotocol/clientInfo": {"name": "bench-modern", "version": "1"}}
 
 
@@ -28,11 +31,11 @@ class ModernClient:
     def __init__(self, http: aiohttp.ClientSession, url: str) -> None:
         self.http, self.url, self.next_id = http, url, 0
 
-    async def _call(self, name: str, params: dict[str, Any]) -> bytes:
+    async def _call(self, name: str, params: dict[str, Any], method: str = "tools/call") -> bytes:
         self.next_id += 1
-        body = {"jsonrpc": "2.0", "id": self.next_id, "method": "tools/call", "params": {**params, "_meta": _meta()}}
+        body = {"jsonrpc": "2.0", "id": self.next_id, "method": method, "params": {**params, "_meta": _meta()}}
         headers = {"Accept": ACCEPT, "Content-Type": "application/json", "MCP-Protocol-Version": MODERN,
-                   "Mcp-Method": "tools/call", "Mcp-Name": name}
+                   "Mcp-Method": method, "Mcp-Name": name}
         async with self.http.post(self.url, data=json.dumps(body), headers=headers) as resp:
             answer = await resp.read()
         if resp.status != 200 or b'"result"' not in answer:
@@ -59,6 +62,19 @@ class ModernClient:
         raise RuntimeError("summarize_repo did not complete in 10 rounds")
 
 
+    async def draft(self) -> None:
+        """``prompts/get draft_note``: one MRTR round (a form elicitation for the tone), done by this client."""
+        params: dict[str, Any] = {"name": "draft_note", "arguments": {"topic": "bench"}}
+        result = json.loads(await self._call("draft_note", params, "prompts/get"))["result"]
+        if result.get("resultType") != "input_required":
+            raise RuntimeError(f"draft_note asked nothing: {result}")
+        params |= {"inputResponses": {key: TONE for key in result["inputRequests"]},
+                   "requestState": result["requestState"]}
+        result = json.loads(await self._call("draft_note", params, "prompts/get"))["result"]
+        if "messages" not in result:
+            raise RuntimeError(f"draft_note failed: {result}")
+
+
 def _sample_answer(params: dict[str, Any]) -> dict[str, Any]:
     prompt = params["messages"][0]["content"]["text"]
     text = PICK if "JSON array" in prompt else "A summary."
@@ -82,7 +98,7 @@ class LegacyClient:
 
     async def start(self) -> None:
         init = {"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
-            "protocolVersion": LEGACY, "capabilities": {"sampling": {}},
+            "protocolVersion": LEGACY, "capabilities": {"sampling": {}, "elicitation": {}},
             "clientInfo": {"name": "bench-legacy", "version": "1"}}}
         async with await self._post(init) as resp:
             await resp.read()
@@ -104,6 +120,19 @@ class LegacyClient:
             final = await self._drain(resp, ident)
             return "result" in final and not final["result"].get("isError")
 
+    async def prompt(self, name: str, arguments: dict[str, Any]) -> bool:
+        """``prompts/get``: True when it returned messages (through the gateway, draft_note's round is a live
+        ``elicitation/create``, answered at once on the way)."""
+        self.next_id += 1
+        ident = self.next_id
+        message = {"jsonrpc": "2.0", "id": ident, "method": "prompts/get",
+                   "params": {"name": name, "arguments": arguments}}
+        async with await self._post(message) as resp:
+            if resp.content_type == "application/json":
+                return resp.status == 200 and b'"messages"' in await resp.read()
+            final = await self._drain(resp, ident)
+            return "messages" in (final.get("result") or {})
+
     async def _drain(self, resp: aiohttp.ClientResponse, ident: int,
                      sample: Callable[[dict[str, Any]], dict[str, Any]] | None = None) -> dict[str, Any]:
         """The response to ``ident``, answering each sampling request with ``sample(params)`` on the way (the
@@ -120,9 +149,10 @@ class LegacyClient:
                 message = json.loads(payload)
                 if message.get("id") == ident and ("result" in message or "error" in message):
                     return message
-                if message.get("method") == "sampling/createMessage":
-                    answer = {"jsonrpc": "2.0", "id": message["id"], "result": sample(message["params"])}
-                    async with await self._post(answer) as posted:
+                method = message.get("method")
+                if method in ("sampling/createMessage", "elicitation/create"):
+                    result = sample(message["params"]) if method == "sampling/createMessage" else TONE
+                    async with await self._post({"jsonrpc": "2.0", "id": message["id"], "result": result}) as posted:
                         await posted.read()
         raise RuntimeError("the SSE stream ended without a response")
 

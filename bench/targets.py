@@ -51,6 +51,8 @@ def targets_for(ratios: dict[str, Any]) -> list[Target]:
         # A bridged call against the same MRTR rounds through the bare forwarder, and a round's CPU against a
         # plain call's: ratios measured in one run (an absolute CPU budget says nothing on another machine).
         out.append(Target(f"bridged/mrtr_forwarder median, c={conc}", 1.10, _at(conc, "bridged/mrtr_forwarder")))
+        out.append(Target(f"bridged_one/mrtr_forwarder_one median, c={conc}", 1.10,
+                          _at(conc, "bridged_one/mrtr_forwarder_one")))
         out.append(Target(f"gateway CPU per bridged round / per translated call, c={conc}", 1.10,
                           _at(conc, "bridged_round_cpu/translated_cpu")))
     out += _redis_targets(ratios)

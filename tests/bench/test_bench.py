@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-SCENARIOS = {"direct", "forwarder", "passthrough", "translated", "mrtr_direct", "mrtr_forwarder", "bridged"}
+SCENARIOS = {"direct", "forwarder", "passthrough", "translated", "mrtr_direct", "mrtr_forwarder", "bridged",
+             "mrtr_forwarder_one", "bridged_one"}
 
 ROOT = Path(__file__).resolve().parents[2]  # `python -m bench` runs from the checkout
 
@@ -33,11 +34,13 @@ def test_the_benchmark_runs_every_scenario_and_reports_its_ratios(tmp_path: Path
     for conc in ("c1", "c2"):
         ratios = report["ratios"][conc]
         assert {"translated/forwarder", "passthrough/forwarder", "bridged_round_added_ms", "bridged/mrtr_forwarder",
-                "bridged_round_cpu/translated_cpu", "gateway_cpu_us_per_translated", "forwarder_cpu_us"} <= set(ratios)
+                "bridged_one/mrtr_forwarder_one", "bridged_round_cpu/translated_cpu", "gateway_cpu_us_per_translated",
+                "forwarder_cpu_us"} <= set(ratios)
     idle = report["ratios"]["idle"]
     assert idle[0]["sessions"] == 20 and idle[0]["rss_after_mib"] > 0 and idle[0]["held"] == 20
     judged = {row["target"]: row for row in report["targets"]}
     assert {"bridged/mrtr_forwarder median, c=1", "bridged/mrtr_forwarder median, c=2",
+            "bridged_one/mrtr_forwarder_one median, c=1", "bridged_one/mrtr_forwarder_one median, c=2",
             "gateway CPU per bridged round / per translated call, c=2",
             "bridged round added ms, c=1", "KiB per idle session, 20 sessions"} <= set(judged)
     assert all(row["met"] == (row["value"] <= row["limit"] if row["at_most"] else row["value"] >= row["limit"])
