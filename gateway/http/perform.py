@@ -55,7 +55,8 @@ def context(gw: Gateway, acc: Accepted, headers: Any) -> Context:
 
 def perform(request: web.Request, gw: Gateway, acc: Accepted, actions: tuple[Action, ...]) -> Awaitable[Answer]:
     """The actions performed in order; the answer is the last answering one's. Most messages have one action:
-    its performer's coroutine is returned as it is, so the common path pays for no extra coroutine."""
+    its performer's own coroutine is returned, so no frame of ours stays alive under a long-lived answer (a GET
+    stream is held for as long as its session: every frame held costs each idle session)."""
     if len(actions) == 1:
         return _perform(request, gw, acc, actions[0])  # type: ignore[return-value]  # one action answers
     return _perform_all(request, gw, acc, actions)
@@ -69,43 +70,47 @@ async def _perform_all(request: web.Request, gw: Gateway, acc: Accepted, actions
     return answer
 
 
-async def _perform(request: web.Request, gw: Gateway, acc: Accepted, action: Action) -> Answer | None:
+async def _now(answer: web.StreamResponse) -> web.StreamResponse:
+    return answer
+
+
+def _perform(request: web.Request, gw: Gateway, acc: Accepted, action: Action) -> Awaitable[Answer | None]:
+    """One action's performer, not awaited here: the caller awaits what it returns."""
     session = acc.session
     match action:  # the most frequent first: a class pattern is an isinstance check, tried in order
         case Forward(_, limits):
             assert session is not None
-            return await forward(request, gw, session, acc.message, limits)
+            return forward(request, gw, session, acc.message, limits)
         case PassThrough(upstream):
-            return await on_modern(request, gw, acc, upstream)
+            return on_modern(request, gw, acc, upstream)
         case Reply(message, warning):
             if warning:
                 log.warning("%s refused: %s", acc.message.get("method"), warning)
-            return json_response(message)
+            return _now(json_response(message))
         case Acknowledge():
-            return web.Response(status=_ACCEPTED)
+            return _now(web.Response(status=_ACCEPTED))
         case Deliver(message):
             assert session is not None
-            await deliver(gw, session, message, request.headers.get("Authorization"))
+            return deliver(gw, session, message, request.headers.get("Authorization"))
         case UpdateSession():
             assert session is not None
-            await update_session(gw, session, action)
+            return update_session(gw, session, action)
         case Cancel(request_id, reason):
             assert session is not None
-            await cancel(gw, session, request_id, reason, acc.message)
+            return cancel(gw, session, request_id, reason, acc.message)
         case OpenSession():
-            return await open_session(request, gw, acc, action)
+            return open_session(request, gw, acc, action)
         case ChangeSubscription(ident, params, subscribe):
             assert session is not None
-            return await on_subscribe(request, gw, session, ident, dict(params), subscribe)
+            return on_subscribe(request, gw, session, ident, dict(params), subscribe)
         case Stream(kind):
-            return await _stream(request, gw, acc, kind)
+            return _STREAMS[kind](request, gw, acc)
         case FanOut():
-            return await on_batch(request, gw, acc, lambda element: _element(request, gw, element))
+            return on_batch(request, gw, acc, lambda element: _element(request, gw, element))
         case Refuse(rejection):
-            return rejection_response(rejection)
+            return _now(rejection_response(rejection))
         case _:
             assert_never(action)
-    return None
 
 
 def answer(request: web.Request, gw: Gateway, acc: Accepted) -> Awaitable[Answer]:
@@ -124,9 +129,4 @@ async def _element(request: web.Request, gw: Gateway, element: Accepted) -> Answ
     return result
 
 
-async def _stream(request: web.Request, gw: Gateway, acc: Accepted, kind: Kind) -> web.StreamResponse:
-    if kind is Kind.OPEN_STREAM:
-        return await on_open_stream(request, gw, acc)
-    if kind is Kind.RESUME:
-        return await on_resume(request, gw, acc)
-    return await on_delete(request, gw, acc)
+_STREAMS = {Kind.OPEN_STREAM: on_open_stream, Kind.RESUME: on_resume, Kind.DELETE: on_delete}
