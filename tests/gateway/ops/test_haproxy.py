@@ -1,6 +1,7 @@
 """Three gateway processes on one Redis behind a real HAProxy in plain round robin (``config/haproxy.example.cfg``
-with the ports changed): the official ``mcp`` SDK in legacy mode runs every bridged flow through the balancer
-while consecutive HTTP requests of its session land on different replicas (``X-Gateway-Replica``).
+with the ports changed): the official ``mcp`` SDK in legacy mode, and the official TypeScript SDK's client
+(``tests/conformance/replica_client.mjs``), run every bridged flow through the balancer while consecutive HTTP
+requests of a session land on different replicas (``X-Gateway-Replica``).
 
 The processes (the reference core as the shared upstream, three ``python -m gateway serve --store redis://…``
 and ``haproxy``) start once for the module; every file they write is in a temporary directory, and their Redis
@@ -373,18 +374,41 @@ def _node() -> str | None:
     return str(pinned) if pinned.exists() else shutil.which("node")
 
 
+TS_FLOWS = {
+    "sampling": {"isError": False, "files": ["README.md", "pyproject.toml", "src/app/__init__.py"],
+                 "summarized": True, "rounds": 2},
+    "form": {"declined": "Declined: nothing was deleted.",
+             "accepted": "Deleted 'Roadmap' (file:///work/notes/roadmap.md).", "asked": ["form", "form"]},
+    "url": {"text": "Connected calendar.", "asked": ["url"], "completed": 1},
+    "roots": {"scanned": ["file:///work/notes"], "asked": 1},
+    "cancel": {"outcome": "MCP error -32001: the user stopped it", "stopped": True, "rounds": 1,
+               "echo": "still here"},
+    "resume": {"isError": False, "summarized": True, "rounds": 2, "dropped": True, "resumedFrom": ["the last id"]},
+}
+
+
 @pytest.mark.skipif(not (CONFORMANCE / "node_modules" / "@modelcontextprotocol" / "sdk").exists() or _node() is None,
                     reason="the TypeScript SDK is not installed (npm ci in tests/conformance, as run.sh does)")
-def test_the_typescript_sdk_bridges_two_sampling_rounds_through_the_balancer(cluster) -> None:
+def test_the_typescript_sdk_runs_every_bridged_flow_through_the_balancer(cluster) -> None:
+    """One session of the official TypeScript SDK runs sampling, form and URL elicitation, roots, a cancel and a
+    resume through the balancer (``tests/conformance/replica_client.mjs``): every flow ends as on one gateway,
+    and each HTTP request landed on another replica than the one before."""
     run = subprocess.run([_node() or "node", str(CONFORMANCE / "replica_client.mjs"), cluster.url],
                          capture_output=True, text=True, timeout=60, cwd=CONFORMANCE)
     assert run.returncode == 0, run.stderr[-2000:]
-    lines = [json.loads(line) for line in run.stdout.splitlines() if line.startswith("{")]
-    (result,) = [line["result"] for line in lines if "result" in line]
-    assert not result.get("isError") and result["structuredContent"]["summary"], result
-    requests = [line for line in lines if line.get("replica")]
-    replicas = [line["replica"] for line in requests]
+    summary = json.loads(run.stdout.splitlines()[-1])
+    assert summary["flows"] == TS_FLOWS, (summary["flows"], run.stderr[-2000:])
+    requests = [r for r in summary["requests"] if r["replica"]]  # answered (a stream reopened at close may not be)
+    replicas = [r["replica"] for r in requests]
     assert len(set(replicas)) == REPLICAS and all(a != b for a, b in pairwise(replicas)), requests
-    answers = [line["replica"] for line in requests if line["request"] == "POST answer"]
-    call = next(line["replica"] for line in requests if line["request"] == "POST tools/call")
-    assert len(answers) == 2 and any(a != call for a in answers)  # relayed to the replica running the call
+
+    def of(flow: str, request: str) -> list[str]:
+        return [r["replica"] for r in requests if r["flow"] == flow and r["request"] == request]
+    (call,) = of("sampling", "POST tools/call")
+    answers = of("sampling", "POST answer")
+    assert len(answers) == 2 and call not in answers  # relayed to the replica running the call
+    (cancel,) = of("cancel", "POST notifications/cancelled")
+    assert cancel != of("cancel", "POST tools/call")[0]  # relayed to the replica running it, which stopped it
+    (writer,) = of("resume", "POST tools/call")
+    (resume,) = [r["replica"] for r in requests if r.get("resumes") == "the call"]
+    assert resume != writer  # the dropped stream was resumed through another replica than the one writing it
