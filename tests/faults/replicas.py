@@ -15,6 +15,7 @@ import aiohttp
 from aiohttp import web
 
 from tests.faults.procs import Proc
+from tests.proxy import pump
 
 
 def replica(tmp: Path, name: str, upstream_url: str, redis_url: str, prefix: str, lease_seconds: float = 1.0,
@@ -53,7 +54,7 @@ class Front:
                 except OSError:
                     continue
                 self.used[index] += 1
-                await asyncio.gather(_pump(reader, up_writer), _pump(up_reader, writer))
+                await asyncio.gather(pump(reader, up_writer), pump(up_reader, writer))
                 return
             writer.close()
         except asyncio.CancelledError:  # closed by the test: asyncio would log a cancelled connection callback
@@ -66,17 +67,6 @@ class Front:
         for task in list(self._tasks):
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
-
-
-async def _pump(src: asyncio.StreamReader, dst: asyncio.StreamWriter) -> None:
-    try:
-        while data := await src.read(65536):
-            dst.write(data)
-            await dst.drain()
-    except (ConnectionError, asyncio.CancelledError):
-        pass
-    finally:
-        dst.close()
 
 
 class HoldingUpstream:

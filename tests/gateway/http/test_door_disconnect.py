@@ -110,6 +110,15 @@ async def test_a_client_gone_mid_round_leaves_nothing_behind(door: Any, upstream
                     "the hanging call reached the upstream")
         assert await gw.store.count_sessions("anonymous") == (2, 2)
     # The client is gone without answering: its door ends the session, which ends both requests.
+    await left_nothing_behind(client, upstream, other, closed, baseline)
+
+
+async def left_nothing_behind(client: Any, upstream: FakeUpstream, other: Legacy, closed: asyncio.Event,
+                              baseline: set[asyncio.Task[Any]]) -> None:
+    """After a door's client vanished mid-round (``script``'s ``ask`` waiting for its sampling answer, ``hang``
+    upstream): the hanging upstream request is closed, the session's runtime, record and door stream are gone,
+    no task it started still runs, ``ask`` was never retried without its answer, and ``other`` still works."""
+    gw = client.server.app[GATEWAY]
     await asyncio.wait_for(closed.wait(), 10)
     await until(lambda: set(gw.runtimes) <= {other.session_id}, "the gone session's runtime ended")
 
@@ -117,6 +126,7 @@ async def test_a_client_gone_mid_round_leaves_nothing_behind(door: Any, upstream
         return await gw.store.count_sessions("anonymous") == (1, 1)
     await until(one_session_left, "the gone session's record was deleted")
     assert not client.server.app[STREAMS]
+
     def left() -> set[asyncio.Task[Any]]:
         """New tasks still running, less the fake upstream's idle keep-alive connections (the gateway's pool
         keeps them for reuse: they are not the gone client's)."""

@@ -28,9 +28,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from gateway.config.settings import load_config
 from gateway.http.app import GATEWAY, create_app
-from gateway.http.sse_door import STREAMS
 from tests.gateway.conftest import FakeUpstream, Legacy
-from tests.gateway.http.test_door_disconnect import _server_of, script, until
+from tests.gateway.http.test_door_disconnect import left_nothing_behind, script, until
 
 SDK1 = "1.30.0"
 CLIENT = Path(__file__).with_name("sdk1_client.py")
@@ -213,20 +212,4 @@ async def test_a_1x_client_killed_mid_round_leaves_nothing_behind(door: str, sdk
                     "the hanging call reached the upstream")
         assert await gw.store.count_sessions("anonymous") == (2, 2)
         proc.kill()  # gone without answering: its door ends the session, which ends both requests
-    await asyncio.wait_for(closed.wait(), 10)
-    await until(lambda: set(gw.runtimes) <= {other.session_id}, "the gone session's runtime ended")
-
-    async def one_session_left() -> bool:
-        return await gw.store.count_sessions("anonymous") == (1, 1)
-    await until(one_session_left, "the gone session's record was deleted")
-    assert not client.server.app[STREAMS]
-
-    def left() -> set[asyncio.Task[Any]]:
-        """New tasks still running, less the fake upstream's idle keep-alive connections."""
-        new = set(asyncio.all_tasks()) - baseline - {asyncio.current_task()}
-        return {t for t in new if _server_of(t) is not upstream.server.runner.server}
-    await until(lambda: not left(), "every task the gone client started ended", left)
-    asks = [b for b in upstream.calls("tools/call") if b["params"]["name"] == "ask"]
-    assert len(asks) == 1 and "inputResponses" not in asks[0]["params"]  # never retried without its answer
-    answer = await other.call("tools/call", {"name": "echo", "arguments": {}})
-    assert answer["result"]["content"][0]["text"] == "still here"
+    await left_nothing_behind(client, upstream, other, closed, baseline)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import Callable
 from typing import Any
 
 import aiohttp
@@ -22,6 +23,7 @@ from mcp.shared.exceptions import MCPError
 from gateway.config.settings import load_config
 from gateway.http.app import GATEWAY, create_app
 from tests import schema
+from tests.proxy import pump
 
 core_app = pytest.importorskip("modern_server.app")
 core_config = pytest.importorskip("modern_server.config")
@@ -66,22 +68,18 @@ class DroppingProxy:
         return self.server.sockets[0].getsockname()[1]
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await self._pipe(reader, writer, self._count_resume, None)
+
+    def _count_resume(self, data: bytes) -> None:
+        self.resumes += b"last-event-id" in data.lower()
+
+    async def _pipe(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                    up: Callable[[bytes], None] | None, down: Callable[[bytes], None] | None) -> None:
+        """Both directions of one connection through the proxy, ``up`` and ``down`` reading what passes."""
         up_reader, up_writer = await asyncio.open_connection("127.0.0.1", self.target_port)
         pair = (writer, up_writer)
         self.pairs.add(pair)
-
-        async def pump(src: asyncio.StreamReader, dst: asyncio.StreamWriter, sniff: bool) -> None:
-            try:
-                while data := await src.read(65536):
-                    if sniff and b"last-event-id" in data.lower():
-                        self.resumes += 1
-                    dst.write(data)
-                    await dst.drain()
-            except (ConnectionError, asyncio.CancelledError):
-                pass
-            finally:
-                dst.close()
-        await asyncio.gather(pump(reader, up_writer, True), pump(up_reader, writer, False))
+        await asyncio.gather(pump(reader, up_writer, up), pump(up_reader, writer, down), return_exceptions=True)
         self.pairs.discard(pair)
 
     def drop(self) -> None:

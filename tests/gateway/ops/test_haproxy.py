@@ -297,6 +297,7 @@ class WatchingProxy(DroppingProxy):
         replica = [""]
 
         def sniff_up(data: bytes) -> None:
+            self._count_resume(data)
             pending.extend(m.decode() for m in re.findall(rb"(?i)last-event-id: ([0-9a-f]+)\.", data))
 
         def sniff_down(data: bytes) -> None:
@@ -308,25 +309,6 @@ class WatchingProxy(DroppingProxy):
                 elif replica[0]:
                     self.writer.setdefault(found[2].decode(), replica[0])
         await self._pipe(reader, writer, sniff_up, sniff_down)
-
-    async def _pipe(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, up: Any, down: Any) -> None:
-        up_reader, up_writer = await asyncio.open_connection("127.0.0.1", self.target_port)
-        pair = (writer, up_writer)
-        self.pairs.add(pair)
-
-        async def pump(src: asyncio.StreamReader, dst: asyncio.StreamWriter, sniff: Any) -> None:
-            try:
-                while data := await src.read(65536):
-                    sniff(data)
-                    self.resumes += sniff is up and b"last-event-id" in data.lower()
-                    dst.write(data)
-                    await dst.drain()
-            except (ConnectionError, asyncio.CancelledError):
-                pass
-            finally:
-                dst.close()
-        await asyncio.gather(pump(reader, up_writer, up), pump(up_reader, writer, down), return_exceptions=True)
-        self.pairs.discard(pair)
 
     def elsewhere(self) -> list[tuple[str, str]]:
         """The resumes served by another replica than the stream's writer."""
