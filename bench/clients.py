@@ -109,29 +109,27 @@ class LegacyClient:
     async def call(self, name: str, arguments: dict[str, Any]) -> bool:
         """True when the call succeeded. A JSON answer is checked as ModernClient checks its own (read, then a
         byte search, not parsed), so both eras' scenarios pay the same client-side cost for the same answer."""
-        self.next_id += 1
-        ident = self.next_id
-        message = {"jsonrpc": "2.0", "id": ident, "method": "tools/call",
-                   "params": {"name": name, "arguments": arguments}}
-        async with await self._post(message) as resp:
-            if resp.content_type == "application/json":
-                answer = await resp.read()
-                return resp.status == 200 and b'"result"' in answer and b'"isError"' not in answer
-            final = await self._drain(resp, ident)
-            return "result" in final and not final["result"].get("isError")
+        return await self._request("tools/call", name, arguments, b'"result"',
+                                   lambda r: "result" in r and not r["result"].get("isError"))
 
     async def prompt(self, name: str, arguments: dict[str, Any]) -> bool:
         """``prompts/get``: True when it returned messages (through the gateway, draft_note's round is a live
         ``elicitation/create``, answered at once on the way)."""
+        return await self._request("prompts/get", name, arguments, b'"messages"',
+                                   lambda r: "messages" in (r.get("result") or {}))
+
+    async def _request(self, method: str, name: str, arguments: dict[str, Any], needle: bytes,
+                       succeeded: Callable[[dict[str, Any]], bool]) -> bool:
+        """One request by name; its JSON answer judged by a byte search for ``needle`` (and no ``isError``), its
+        SSE answer's final message by ``succeeded`` once every request on the way was answered."""
         self.next_id += 1
         ident = self.next_id
-        message = {"jsonrpc": "2.0", "id": ident, "method": "prompts/get",
-                   "params": {"name": name, "arguments": arguments}}
+        message = {"jsonrpc": "2.0", "id": ident, "method": method, "params": {"name": name, "arguments": arguments}}
         async with await self._post(message) as resp:
             if resp.content_type == "application/json":
-                return resp.status == 200 and b'"messages"' in await resp.read()
-            final = await self._drain(resp, ident)
-            return "messages" in (final.get("result") or {})
+                answer = await resp.read()
+                return resp.status == 200 and needle in answer and b'"isError"' not in answer
+            return succeeded(await self._drain(resp, ident))
 
     async def _drain(self, resp: aiohttp.ClientResponse, ident: int,
                      sample: Callable[[dict[str, Any]], dict[str, Any]] | None = None) -> dict[str, Any]:

@@ -185,11 +185,6 @@ async def replicas(make_gateway: Any, url: str, name: str, store_timeout: float 
     return a, b
 
 
-async def resume(client: Legacy, last_event_id: str) -> Any:
-    return await client.client.get("/mcp", headers={**client.headers(), "Accept": "text/event-stream",
-                                                    "Last-Event-ID": last_event_id})
-
-
 def one_round(body: dict[str, Any], request: Any) -> dict[str, Any]:
     if body["params"].get("requestState") is None:
         return {"resultType": "input_required", "inputRequests": {"a": SAMPLING}, "requestState": "s1"}
@@ -208,7 +203,7 @@ async def test_a_stream_dropped_on_a_resumes_on_b_and_follows_to_the_result(make
     post = await a.post("tools/call", {"name": "t", "arguments": {}})
     priming, _ = await within(a.next_event(post))
     post.close()  # the client's connection to A breaks before it read the sampling request
-    resumed = await resume(b, priming)
+    resumed = await b.resume(priming)
     assert resumed.status == 200 and resumed.headers["Content-Type"] == "text/event-stream"
     eid, asked = await within(b.next_event(resumed))
     assert asked["method"] == "sampling/createMessage" and eid.rpartition(".")[0] == priming.rpartition(".")[0]
@@ -218,7 +213,7 @@ async def test_a_stream_dropped_on_a_resumes_on_b_and_follows_to_the_result(make
     assert await within(b.events(resumed)) == []  # the stream ended: B's resumed response ends with it
     assert b.client.app[GATEWAY].runtime(b.session_id).followers == {}  # and B follows nothing any more
 
-    again = await resume(b, priming)  # a finished stream replays to its end and closes, on any replica
+    again = await b.resume(priming)  # a finished stream replays to its end and closes, on any replica
     assert [m.get("method") or m["id"] for m in await within(b.events(again))] == ["sampling/createMessage", a.next_id]
 
 
@@ -232,11 +227,11 @@ async def test_a_position_evicted_on_the_writer_is_refused_the_same_on_every_rep
     _, asked_b = await within(a.next_event(post))
     assert await a.answer(asked_a["id"], SAMPLED) == 202 and await a.answer(asked_b["id"], SAMPLED) == 202
     await within(a.next_event(post))  # the second round's request evicted the first event (capacity 2)
-    refusals = [await resume(client, priming) for client in (a, b)]
+    refusals = [await client.resume(priming) for client in (a, b)]
     assert [r.status for r in refusals] == [400, 400]
     bodies = [await r.json() for r in refusals]
     assert bodies[0] == bodies[1] and "Last-Event-ID" in bodies[0]["error"]["message"]
-    kept = await resume(b, first)  # right after the evicted event: nothing is lost, so it resumes
+    kept = await b.resume(first)  # right after the evicted event: nothing is lost, so it resumes
     assert kept.status == 200
     _, second = await within(b.next_event(kept))
     assert second["id"] == asked_b["id"]
@@ -252,11 +247,11 @@ async def test_a_resume_on_b_while_redis_is_down_is_store_unavailable(make_gatew
     priming, _ = await within(a.next_event(post))
     post.close()
     private_redis.stop()
-    refused = await resume(b, priming)
+    refused = await b.resume(priming)
     assert refused.status == 503
     assert (await refused.json())["error"]["data"]["store"] == "unavailable"
     private_redis.start()  # back, but empty (it persists nothing): the gateway answers again, the session is gone
-    assert (await resume(b, priming)).status == 404
+    assert (await b.resume(priming)).status == 404
 
 
 async def test_the_in_memory_store_copies_nothing(legacy, upstream) -> None:

@@ -34,11 +34,6 @@ async def replicas(make_gateway: Any, redis_url: str, prefix: str, **config: Any
     return a, b
 
 
-async def resume(client: Legacy, last_event_id: str) -> Any:
-    return await client.client.get("/mcp", headers={**client.headers(), "Accept": "text/event-stream",
-                                                    "Last-Event-ID": last_event_id})
-
-
 async def test_a_replica_that_shuts_down_hands_its_round_over(make_gateway, upstream, redis_url, prefix) -> None:
     upstream.script["tools/call"] = two_rounds
     a, b = await replicas(make_gateway, redis_url, prefix)
@@ -57,7 +52,7 @@ async def test_a_replica_that_shuts_down_hands_its_round_over(make_gateway, upst
     calls = upstream.calls("tools/call")
     assert calls[1]["params"]["inputResponses"] == {"a": SAMPLED, "b": SAMPLED}
     assert calls[1]["params"]["requestState"] == "s1\u00e9"  # byte for byte
-    stream = await within(resume(b, last))
+    stream = await within(b.resume(last))
     assert stream.status == 200
     eid, third = await within(b.next_event(stream))
     assert third["method"] == "sampling/createMessage" and parse_event_id(eid)[0] == parse_event_id(last)[0]
@@ -91,7 +86,7 @@ async def test_a_resumption_takes_a_handed_over_round_on(make_gateway, upstream,
     await until(lambda: _true(len(upstream.calls("tools/call")) == 2))
     await a.client.server.close()
     await within(closed.wait())  # A's upstream request closed as it stopped
-    stream = await within(resume(b, last))
+    stream = await within(b.resume(last))
     _, final = await within(b.next_event(stream))
     assert final["result"]["content"][0]["text"] == "continued"
     calls = upstream.calls("tools/call")
