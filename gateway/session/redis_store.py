@@ -39,9 +39,14 @@ Every multi-key change is one Lua script or one ``MULTI`` (atomic, one round tri
 a session. The scripts compute key names from the prefix, which standalone Redis allows (a cluster would need a
 hash tag in the prefix, e.g. ``{mcpgw}:``, to keep one gateway's keys in one slot).
 
+Connections: every command but the blocking reads of ``follow_events`` and the relay's pub/sub goes over one
+pipelined connection shared by the whole process (:class:`~gateway.session.redis_wire.RedisWire`, docs/design.md
+§49); those two keep redis-py connections of their own.
+
 Failure: any Redis error (refused, reset, timed out, out of memory, read-only replica) raises
 :class:`~gateway.session.store.StoreUnavailable`; connect and command timeouts are ``[gateway.store]
-timeout_seconds``, and a command is retried once at once (a pooled connection Redis closed on restart).
+timeout_seconds``. A command is never written twice (Redis may have run it); one whose connection had already
+closed before the write goes on a new one.
 
 Memory (Redis 7.0.15, ``MEMORY USAGE``, measured with 200 idle sessions of a 2025-11-25 client declaring
 sampling, elicitation and roots, opened on the embedded core): 1,296 bytes for ``s:S`` (a 938-byte record text;
@@ -66,6 +71,7 @@ from adapters.jsonwire import ENCODED_DEPTH, dumps, loads
 from adapters.records import PendingRound, SessionRecord
 from adapters.sse import FINISHED_STREAMS_KEPT, PRIMING_SEQ, Event, StoredEvents, resumable
 from adapters.takeover import Lease
+from gateway.session.redis_wire import Command, RedisWire, Script
 from gateway.session.store import StoreUnavailable
 
 # The longest a follow_events call blocks in Redis: its connection's read timeout is this plus the store's.
@@ -247,11 +253,12 @@ class RedisStore:
         self.redis = Redis.from_pool(BlockingConnectionPool.from_url(
             url, max_connections=MAX_CONNECTIONS, timeout=timeout_seconds, socket_connect_timeout=timeout_seconds,
             socket_timeout=timeout_seconds, retry=Retry(NoBackoff(), 1)))
-        script = self.redis.register_script
-        self._put, self._touch, self._delete = script(_PUT_SESSION), script(_TOUCH), script(_DELETE)
-        self._expire, self._rounds_of, self._delete_round = script(_EXPIRE), script(_ROUNDS_OF), script(_DELETE_ROUND)
-        self._take, self._renew, self._drop_leases = script(_TAKE_LEASE), script(_RENEW_LEASES), script(_DROP_LEASES)
-        self._append = script(_APPEND)
+        # Every command but the blocking reads and pub/sub: one pipelined connection (docs/design.md §49).
+        self.wire = RedisWire(url, timeout_seconds=timeout_seconds)
+        self._put, self._touch, self._delete = Script(_PUT_SESSION), Script(_TOUCH), Script(_DELETE)
+        self._expire, self._rounds_of, self._delete_round = Script(_EXPIRE), Script(_ROUNDS_OF), Script(_DELETE_ROUND)
+        self._take, self._renew, self._drop_leases = Script(_TAKE_LEASE), Script(_RENEW_LEASES), Script(_DROP_LEASES)
+        self._append = Script(_APPEND)
         # Blocking reads (follow_events) on their own connections, whose read timeout allows for the block.
         # Each stream followed here holds one of these while it blocks.
         self._follower = Redis.from_url(url, socket_connect_timeout=timeout_seconds, max_connections=MAX_FOLLOWED,
@@ -267,18 +274,16 @@ class RedisStore:
 
 
     async def ping(self) -> None:
-        async with _unavailable():
-            await self.redis.ping()
+        await self.wire.call("PING")
 
     async def close(self) -> None:
+        await self.wire.close()
         await self.redis.aclose()
         await self._follower.aclose()
 
     async def get_session(self, session_id: str) -> SessionRecord | None:
-        async with _unavailable(), self.redis.pipeline(transaction=False) as pipe:
-            pipe.hget(self.key("s:", session_id), "r")
-            pipe.zscore(self.key("seen"), session_id)
-            text, seen = await pipe.execute()
+        text, seen = await self.wire.pipeline([("HGET", self.key("s:", session_id), "r"),
+                                               ("ZSCORE", self.key("seen"), session_id)])
         if text is None:
             return None
         record = SessionRecord.from_dict(loads(text, ENCODED_DEPTH))
@@ -289,28 +294,22 @@ class RedisStore:
     async def put_session(self, record: SessionRecord) -> None:
         args: list[str | bytes | int] = [self.prefix, record.session_id, record.principal, _dump(record),
                                          record.last_seen_ms, self._ttl_ms]
-        async with _unavailable():
-            seen = await self._put(args=args)
+        seen = await self.wire.script(self._put, args)
         # A record read before a touch carries an older time: the caller sees the newer one, as with InMemoryStore.
         record.last_seen_ms = max(record.last_seen_ms, int(float(seen)))
 
     async def touch_session(self, session_id: str, last_seen_ms: int) -> None:
-        async with _unavailable():
-            await self._touch(args=[self.prefix, session_id, last_seen_ms, self._ttl_ms])
+        await self.wire.script(self._touch, [self.prefix, session_id, last_seen_ms, self._ttl_ms])
 
     async def delete_session(self, session_id: str) -> None:
-        async with _unavailable():
-            await self._delete(args=[self.prefix, session_id])
+        await self.wire.script(self._delete, [self.prefix, session_id])
 
     async def count_sessions(self, principal: str) -> tuple[int, int]:
         cutoff = f"({self._clock() - self._ttl_ms}"
         every, mine = self.key("seen"), self.key("p:", principal)
-        async with _unavailable(), self.redis.pipeline(transaction=True) as pipe:
-            pipe.zremrangebyscore(every, "-inf", cutoff)
-            pipe.zremrangebyscore(mine, "-inf", cutoff)
-            pipe.zcard(every)
-            pipe.zcard(mine)
-            *_, total, own = await pipe.execute()
+        *_, total, own = await self.wire.transaction([
+            ("ZREMRANGEBYSCORE", every, "-inf", cutoff), ("ZREMRANGEBYSCORE", mine, "-inf", cutoff),
+            ("ZCARD", every), ("ZCARD", mine)])
         return int(total), int(own)
 
     async def last_seen(self, session_ids: Collection[str]) -> dict[str, int]:
@@ -318,69 +317,52 @@ class RedisStore:
         if not ids:
             return {}
         every = self.key("seen")
-        async with _unavailable(), self.redis.pipeline(transaction=True) as pipe:
-            pipe.zremrangebyscore(every, "-inf", f"({self._clock() - self._ttl_ms}")
-            pipe.zmscore(every, ids)
-            _, scores = await pipe.execute()
+        _, scores = await self.wire.transaction([
+            ("ZREMRANGEBYSCORE", every, "-inf", f"({self._clock() - self._ttl_ms}"), ("ZMSCORE", every, *ids)])
         return {s: int(seen) for s, seen in zip(ids, scores, strict=True) if seen is not None}
 
     async def expire_sessions(self, seen_before_ms: float, keep: Collection[str] = ()) -> list[str]:
-        async with _unavailable():
-            gone = await self._expire(args=[self.prefix, seen_before_ms, self._ttl_ms, *keep])
+        gone = await self.wire.script(self._expire, [self.prefix, seen_before_ms, self._ttl_ms, *keep])
         return [sid.decode() for sid in gone]
 
     async def put_round(self, record: PendingRound, lease: tuple[str, float] | None = None) -> None:
         key, owned = self.key("r:", record.bridge_id), self.key("rs:", record.session_id)
-        async with _unavailable(), self.redis.pipeline(transaction=True) as pipe:
-            pipe.hset(key, mapping={"r": _dump(record), "s": record.session_id})
-            pipe.pexpire(key, self._ttl_ms)
-            pipe.sadd(owned, record.bridge_id)
-            pipe.pexpire(owned, self._ttl_ms)
-            if lease is not None:
-                pipe.set(self.key("ol:", record.bridge_id), lease[0], px=_ms(lease[1]))
-            await pipe.execute()
+        commands: list[Command] = [("HSET", key, "r", _dump(record), "s", record.session_id),
+                                   ("PEXPIRE", key, self._ttl_ms), ("SADD", owned, record.bridge_id),
+                                   ("PEXPIRE", owned, self._ttl_ms)]
+        if lease is not None:
+            commands.append(("SET", self.key("ol:", record.bridge_id), lease[0], "PX", _ms(lease[1])))
+        await self.wire.transaction(commands)
 
     async def get_round(self, bridge_id: str) -> PendingRound | None:
-        async with _unavailable():
-            text = await self.redis.hget(self.key("r:", bridge_id), "r")
+        text = await self.wire.call("HGET", self.key("r:", bridge_id), "r")
         return PendingRound.from_dict(loads(text, ENCODED_DEPTH)) if text is not None else None
 
     async def delete_round(self, bridge_id: str) -> None:
-        async with _unavailable():
-            await self._delete_round(args=[self.prefix, bridge_id])
+        await self.wire.script(self._delete_round, [self.prefix, bridge_id])
 
     async def rounds_of(self, session_id: str) -> list[PendingRound]:
-        async with _unavailable():
-            texts = await self._rounds_of(args=[self.prefix, session_id])
+        texts = await self.wire.script(self._rounds_of, [self.prefix, session_id])
         return [PendingRound.from_dict(loads(text, ENCODED_DEPTH)) for text in texts]
 
     async def claim_owner(self, keys: Collection[str], replica: str, ttl_seconds: float) -> None:
         ttl = max(1, int(ttl_seconds * 1000))
-        async with _unavailable(), self.redis.pipeline(transaction=False) as pipe:
-            for key in keys:
-                pipe.set(self.key(key), replica, px=ttl)
-            await pipe.execute()
+        await self.wire.pipeline([("SET", self.key(key), replica, "PX", ttl) for key in keys])
 
     async def owner_of(self, key: str) -> str | None:
-        async with _unavailable():
-            owner = await self.redis.get(self.key(key))
+        owner = await self.wire.call("GET", self.key(key))
         return owner.decode() if isinstance(owner, bytes) else owner
 
     async def release_owner(self, keys: Collection[str]) -> None:
         if keys:
-            async with _unavailable():
-                await self.redis.delete(*(self.key(key) for key in keys))
+            await self.wire.call("DEL", *(self.key(key) for key in keys))
 
     async def take_lease(self, bridge_id: str, replica: str, ttl_seconds: float) -> bool:
-        async with _unavailable():
-            return bool(await self._take(args=[self.prefix, bridge_id, replica, _ms(ttl_seconds)]))
+        return bool(await self.wire.script(self._take, [self.prefix, bridge_id, replica, _ms(ttl_seconds)]))
 
     async def lease_of(self, bridge_id: str) -> Lease:
         key = self.key("ol:", bridge_id)
-        async with _unavailable(), self.redis.pipeline(transaction=True) as pipe:
-            pipe.get(key)
-            pipe.pttl(key)
-            holder, left = await pipe.execute()
+        holder, left = await self.wire.transaction([("GET", key), ("PTTL", key)])
         if holder is None:
             return Lease(None)
         return Lease(holder.decode() if isinstance(holder, bytes) else holder, max(0, int(left)))
@@ -388,20 +370,17 @@ class RedisStore:
     async def renew_leases(self, bridge_ids: Collection[str], replica: str, ttl_seconds: float) -> list[str]:
         if not bridge_ids:
             return []
-        async with _unavailable():
-            lost = await self._renew(args=[self.prefix, replica, _ms(ttl_seconds), *bridge_ids])
+        lost = await self.wire.script(self._renew, [self.prefix, replica, _ms(ttl_seconds), *bridge_ids])
         return [b.decode() if isinstance(b, bytes) else b for b in lost]
 
     async def drop_leases(self, bridge_ids: Collection[str], replica: str) -> None:
         if bridge_ids:
-            async with _unavailable():
-                await self._drop_leases(args=[self.prefix, replica, *bridge_ids])
+            await self.wire.script(self._drop_leases, [self.prefix, replica, *bridge_ids])
 
     async def listening(self, channel: str) -> bool:
         """Whether some replica is subscribed to ``channel`` (a replica that died, or lost Redis, is not)."""
-        async with _unavailable():
-            counts = await self.redis.pubsub_numsub(channel)
-        return bool(counts and int(counts[0][1]) > 0)
+        counts = await self.wire.call("PUBSUB", "NUMSUB", channel)  # [channel, count]
+        return len(counts) == 2 and int(counts[1]) > 0
     shares_streams: ClassVar[bool] = True
 
     def stream_key(self, session_id: str, stream: str) -> str:
@@ -414,21 +393,17 @@ class RedisStore:
                                          FINISHED_STREAMS_KEPT]
         for event in events:
             args += [event.seq, dumps(event.message)]
-        async with _unavailable():
-            await self._append(args=args)
+        await self.wire.script(self._append, args)
 
     async def read_events(self, session_id: str, stream: str, after: int) -> StoredEvents | None:
         key = self.stream_key(session_id, stream)
-        async with _unavailable(), self.redis.pipeline(transaction=True) as pipe:
-            pipe.zscore(self.key("es:", session_id), stream)
-            pipe.xrange(key, "-", "+", count=1)
-            pipe.xrevrange(key, "+", "-", count=1)
-            pipe.xrange(key, f"({after}-0", "+")
-            state, first, last, entries = await pipe.execute()
+        state, first, last, entries = await self.wire.transaction([
+            ("ZSCORE", self.key("es:", session_id), stream), ("XRANGE", key, "-", "+", "COUNT", 1),
+            ("XREVRANGE", key, "+", "-", "COUNT", 1), ("XRANGE", key, f"({after}-0", "+")])
         if state is None:
             return None
         if not first:  # nothing sent yet: only the priming position exists
-            return StoredEvents((), bool(state)) if after == PRIMING_SEQ else None
+            return StoredEvents((), bool(float(state))) if after == PRIMING_SEQ else None
         seq, sub = _entry_id(first[0][0])
         oldest = PRIMING_SEQ + 1 if sub == OPENED else seq
         if not resumable(after, oldest, _entry_id(last[0][0])[0] + 1):
@@ -441,9 +416,9 @@ class RedisStore:
         async with _unavailable():
             reply: Any = await self._follower.xread({key: f"{after}-0"}, block=block)  # RESP2: [[key, entries]]
             if not reply:
-                state = await self.redis.zscore(self.key("es:", session_id), stream)
-                return None if state is None else StoredEvents((), bool(state) and after == PRIMING_SEQ
-                                                               and not await self.redis.exists(key))
+                state = await self.wire.call("ZSCORE", self.key("es:", session_id), stream)
+                return None if state is None else StoredEvents((), bool(float(state)) and after == PRIMING_SEQ
+                                                               and not await self.wire.call("EXISTS", key))
         entries = reply[0][1]
         seq, sub = _entry_id(entries[0][0])
         if sub == 0 and seq > after + 1:  # evicted past the follower's position before it read them
@@ -451,15 +426,12 @@ class RedisStore:
         return _stored(entries)
 
     async def drop_stream(self, session_id: str, stream: str) -> None:
-        async with _unavailable(), self.redis.pipeline(transaction=True) as pipe:
-            pipe.delete(self.stream_key(session_id, stream))
-            pipe.zrem(self.key("es:", session_id), stream)
-            await pipe.execute()
+        await self.wire.transaction([("DEL", self.stream_key(session_id, stream)),
+                                     ("ZREM", self.key("es:", session_id), stream)])
 
     async def publish(self, channel: str, data: bytes) -> int:
         """Publish on a relay channel (``gateway.session.relay``): how many subscribers got it."""
-        async with _unavailable():
-            return int(await self.redis.publish(channel, data))
+        return int(await self.wire.call("PUBLISH", channel, data))
 
 
 def _dump(record: Any) -> bytes:
@@ -482,6 +454,13 @@ def _stored(entries: list[Any]) -> StoredEvents:
     for raw, fields in entries:
         seq, sub = _entry_id(raw)
         if sub == 0:
-            events.append(Event(seq, loads(fields[b"m"], ENCODED_DEPTH)))
+            events.append(Event(seq, loads(_field(fields, b"m"), ENCODED_DEPTH)))
         ended = ended or sub == ENDED
     return StoredEvents(tuple(events), ended)
+
+
+def _field(fields: Any, name: bytes) -> Any:
+    """A stream entry's field: redis-py (``XREAD``) gives a dict, the wire (``XRANGE``) the flat RESP list."""
+    if isinstance(fields, dict):
+        return fields[name]
+    return fields[fields.index(name) + 1]

@@ -1,0 +1,156 @@
+"""The shared pipelined Redis connection (``gateway.session.redis_wire``) against a real Redis: replies reach
+their own callers however many tasks share the socket, transactions and scripts, every failure is
+``StoreUnavailable``, and the connection is made again after a timeout or a Redis restart.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import secrets
+from collections.abc import AsyncIterator
+
+import pytest
+
+from gateway.session.redis_wire import RedisWire, Script, Target
+from gateway.session.store import StoreUnavailable
+from tests.gateway.session.test_redis_store import private_redis, redis_url  # noqa: F401  (fixtures)
+
+pytest.importorskip("hiredis")
+
+
+@pytest.fixture
+async def wire(redis_url) -> AsyncIterator[RedisWire]:  # noqa: F811
+    conn = RedisWire(redis_url, timeout_seconds=2)
+    yield conn
+    await conn.close()
+
+
+@pytest.fixture
+def key() -> str:
+    return f"test-wire-{secrets.token_hex(6)}"
+
+
+def test_urls_parse_as_redis_py_reads_them() -> None:
+    assert Target.from_url("redis://127.0.0.1:6390/3") == Target(port=6390, db=3)
+    assert Target.from_url("redis://u:p%40ss@db.example:7000/0?db=2") == Target(
+        host="db.example", port=7000, db=2, username="u", password="p@ss")
+    assert Target.from_url("rediss://:secret@h") == Target(host="h", password="secret", tls=True)
+    assert Target.from_url("unix:///run/redis.sock?db=1") == Target(path="/run/redis.sock", db=1)
+    assert Target(password="x").handshake() == [("AUTH", "x")]
+    assert Target(username="u", password="x", db=4).handshake() == [("AUTH", "u", "x"), ("SELECT", 4)]
+    with pytest.raises(ValueError, match="not a Redis URL"):
+        Target.from_url("http://127.0.0.1:6379/0")
+    with pytest.raises(ValueError, match="not a Redis URL"):
+        Target.from_url("redis://127.0.0.1:6379/zero")
+
+
+async def test_many_tasks_share_one_socket_and_each_gets_its_own_reply(wire, key) -> None:
+    async def one(i: int) -> bytes:
+        await wire.call("SET", f"{key}:{i}", f"v{i}", "PX", 60_000)
+        return await wire.call("GET", f"{key}:{i}")
+
+    replies = await asyncio.gather(*(one(i) for i in range(200)))
+    assert replies == [f"v{i}".encode() for i in range(200)]
+    assert await wire.call("DEL", *(f"{key}:{i}" for i in range(200))) == 200
+
+
+async def test_a_transaction_is_atomic_and_in_one_piece(wire, key) -> None:
+    async def block(i: int) -> list[object]:
+        return await wire.transaction([("INCR", key), ("INCR", key), ("PEXPIRE", key, 60_000)])
+
+    results = await asyncio.gather(*(block(i) for i in range(50)))
+    # No other task's INCR fell between a block's two: each block saw two consecutive values, odd then even.
+    assert sorted(first for first, _second, _ttl in results) == list(range(1, 100, 2))
+    assert all(second == first + 1 for first, second, _ttl in results)
+    await wire.call("DEL", key)
+
+
+async def test_an_error_reply_is_store_unavailable_and_the_socket_stays_in_step(wire, key) -> None:
+    await wire.call("SET", key, "text", "PX", 60_000)
+    with pytest.raises(StoreUnavailable, match="WRONGTYPE"):
+        await wire.call("LPUSH", key, "x")
+    with pytest.raises(StoreUnavailable, match="EXECABORT|wrong number"):
+        await wire.transaction([("GET", key), ("SET", key)])
+    assert await wire.pipeline([("GET", key), ("EXISTS", key)]) == [b"text", 1]
+    await wire.call("DEL", key)
+
+
+async def test_a_script_unknown_to_redis_is_sent_once_in_full(wire, key) -> None:
+    script = Script(f"return {{ARGV[1], '{secrets.token_hex(8)}'}}")  # a text Redis never saw
+    first = await wire.script(script, ["a"])
+    assert first[0] == b"a"
+    assert await wire.call("SCRIPT", "EXISTS", script.sha) == [1]  # EVAL made it known for EVALSHA
+    assert await wire.script(script, ["b"]) == [b"b", first[1]]
+    with pytest.raises(StoreUnavailable):
+        await wire.script(Script("return redis.call('NOPE')"), [])
+
+
+async def test_the_database_of_the_url_is_the_one_used(redis_url, key) -> None:  # noqa: F811
+    base = redis_url.rsplit("/", 1)[0]
+    one, zero = RedisWire(f"{base}/1", timeout_seconds=2), RedisWire(f"{base}/0", timeout_seconds=2)
+    try:
+        await one.call("SET", key, "in-1", "PX", 60_000)
+        assert await zero.call("GET", key) is None
+        assert await one.call("GET", key) == b"in-1"
+    finally:
+        await one.call("DEL", key)
+        await one.close()
+        await zero.close()
+
+
+async def test_refused_credentials_are_store_unavailable(redis_url) -> None:  # noqa: F811
+    host_port = redis_url.split("//", 1)[1].rsplit("/", 1)[0]
+    wire = RedisWire(f"redis://:wrong-password@{host_port}/0", timeout_seconds=2)
+    with pytest.raises(StoreUnavailable, match="AUTH|password|WRONGPASS"):
+        await wire.call("PING")
+    await wire.close()
+
+
+async def silent_server() -> tuple[asyncio.Server, int, list[asyncio.StreamWriter]]:
+    """A loopback server that accepts and never answers: a Redis that stopped responding."""
+    held: list[asyncio.StreamWriter] = []
+
+    async def accept(_reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        held.append(writer)
+
+    server = await asyncio.start_server(accept, "127.0.0.1", 0)
+    return server, server.sockets[0].getsockname()[1], held
+
+
+async def test_no_reply_in_time_fails_every_waiter_and_the_next_call_connects_again() -> None:
+    server, port, held = await silent_server()
+    wire = RedisWire(f"redis://127.0.0.1:{port}/0", timeout_seconds=0.3)
+    try:
+        results = await asyncio.gather(*(wire.call("PING") for _ in range(5)), return_exceptions=True)
+        assert all(isinstance(r, StoreUnavailable) and "no reply within" in str(r) for r in results)
+        with pytest.raises(StoreUnavailable):
+            await wire.call("PING")
+        assert len(held) == 2  # the timed-out connection was dropped, not reused out of step
+    finally:
+        await wire.close()
+        for writer in held:
+            writer.close()
+        server.close()
+        await server.wait_closed()
+
+
+async def test_a_cancelled_caller_leaves_the_replies_in_step(wire, key) -> None:
+    await wire.call("SET", key, "kept", "PX", 60_000)
+    slow = asyncio.ensure_future(wire.call("BLPOP", f"{key}:never", 0.3))  # blocks Redis's reply to it
+    await asyncio.sleep(0.05)
+    slow.cancel()
+    assert await wire.call("GET", key) == b"kept"  # not the cancelled BLPOP's reply
+    await wire.call("DEL", key)
+
+
+async def test_unreachable_then_restarted_redis(private_redis) -> None:  # noqa: F811
+    wire = RedisWire(private_redis.url, timeout_seconds=0.5)
+    try:
+        assert await wire.call("PING") == b"PONG"
+        private_redis.stop()
+        with pytest.raises(StoreUnavailable):
+            await wire.call("PING")
+        private_redis.start()
+        assert await wire.call("PING") == b"PONG"  # a new connection, made by the call itself
+    finally:
+        await wire.close()
