@@ -69,7 +69,7 @@ async def test_an_error_reply_is_store_unavailable_and_the_socket_stays_in_step(
     await wire.call("SET", key, "text", "PX", 60_000)
     with pytest.raises(StoreUnavailable, match="WRONGTYPE"):
         await wire.call("LPUSH", key, "x")
-    with pytest.raises(StoreUnavailable, match="EXECABORT|wrong number"):
+    with pytest.raises(StoreUnavailable, match=r"EXECABORT|wrong number"):
         await wire.transaction([("GET", key), ("SET", key)])
     assert await wire.pipeline([("GET", key), ("EXISTS", key)]) == [b"text", 1]
     await wire.call("DEL", key)
@@ -101,7 +101,7 @@ async def test_the_database_of_the_url_is_the_one_used(redis_url, key) -> None: 
 async def test_refused_credentials_are_store_unavailable(redis_url) -> None:  # noqa: F811
     host_port = redis_url.split("//", 1)[1].rsplit("/", 1)[0]
     wire = RedisWire(f"redis://:wrong-password@{host_port}/0", timeout_seconds=2)
-    with pytest.raises(StoreUnavailable, match="AUTH|password|WRONGPASS"):
+    with pytest.raises(StoreUnavailable, match=r"AUTH|password|WRONGPASS"):
         await wire.call("PING")
     await wire.close()
 
