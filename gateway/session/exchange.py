@@ -31,7 +31,7 @@ from adapters.results import progress_advances, request_notification, response
 from adapters.upstream import UnencodableHeader, build_request, needs_header_refresh, x_mcp_header_map
 from gateway.session.observer import ExchangeWatcher
 from gateway.session.runtime import SessionRuntime, log, new_id, random_id, session_view
-from gateway.session.store import StoreUnavailable
+from gateway.session.store import Owners, StoreUnavailable
 from gateway.session.streams import OutStream
 from gateway.upstream.client import Answer, UpstreamFailure
 
@@ -75,6 +75,9 @@ class Exchange:
         self._interrupted: Any = None  # the event that stopped that wait: Cancelled or the total timeout
         self._early: list[dict[str, Any]] = []  # notifications that arrived during begin()
         self._owned: set[str] = set()  # ownership keys claimed in the store (docs/design.md §34)
+        # Ownership changes not written yet: they ride on the step's save (docs/design.md §50).
+        self._claims: set[str] = set()
+        self._releases: set[str] = set()  # a subset of _owned until written
         self._task: asyncio.Task | None = None  # run(), once spawned
         self._handed_over = False  # stopped to let another replica continue the saved round (§40, §42)
         meta = record.params.get("_meta")
@@ -181,9 +184,9 @@ class Exchange:
                 event = await self.events.get()
                 if event is _HAND_OVER:
                     break
+                if isinstance(event, B.ClientAnswered):  # its claim goes with the step's save, or at the end
+                    self._releases |= {k for k in [answer_key(event.gateway_id)] if k in self._owned}
                 await self._perform(self.machine.handle(event))
-                if isinstance(event, B.ClientAnswered):
-                    await self._release({k for k in [answer_key(event.gateway_id)] if k in self._owned})
                 self._session = None  # only the round an answer starts may use the record its handler read
         except Exception as exc:  # a failure must still answer the original request, not leave it hanging
             self.stream.finish(response(self.record.downstream_id, error=self._failure(exc)))
@@ -196,14 +199,12 @@ class Exchange:
             for gid in [g for g, ex in self.runtime.awaiting.items() if ex is self]:
                 del self.runtime.awaiting[gid]
             if self._handed_over:  # let go before the stream ends: the client's reconnection finds no holder
-                await self._release(self._owned)
-                await self._forget_round()
+                await self._end_round()
             if not self.stream.closed:
                 self.stream.finish()
             self._end()
-            await self._release(self._owned)
-            if self._saved and not self._handed_over:
-                await self._forget_round()
+            if not self._handed_over:  # after the answer is sent: off its path
+                await self._end_round()
 
     async def _save(self, sends: int) -> None:
         """Save the record once the round waits (what another process needs to continue it), and on a shared
@@ -213,7 +214,11 @@ class Exchange:
         rec, gateway = self.record, self.runtime.gateway
         shared = gateway.relay is not None  # only replicas on a shared store take rounds over
         if self.machine.done or not (rec.waiting or (self._saved and shared)):
-            return  # (one process saves only waiting rounds: nobody else could continue the others)
+            # (One process saves only waiting rounds: nobody else could continue the others.) Claims must still
+            # be written before the client is asked; releases wait for the next save or the end.
+            if self._claims and not self.machine.done:
+                await self._write_claims()
+            return
         assert self.stream is not None
         first, self._saved = not self._saved, True  # saved from now on: a shutdown hands it over
         lease = (gateway.replica, gateway.config.store.lease_seconds) if first and shared else None
@@ -221,7 +226,28 @@ class Exchange:
             gateway.leases[rec.bridge_id] = self
         # The last event of the step, numbered as it will be once its ``sends`` messages are pushed.
         rec.stream, rec.stream_seq = self.stream.name, self.stream.buffer.next_seq - 1 + sends
-        await gateway.store.put_round(rec, lease)
+        owners = self._owner_changes()
+        await gateway.store.put_round(rec, lease, owners)
+        self._written(owners)
+
+    def _owner_changes(self) -> Owners | None:
+        if not (self._claims or self._releases):
+            return None
+        gateway = self.runtime.gateway
+        return Owners(gateway.replica, self.machine.ctx.limits.client_answer_timeout_seconds,
+                      frozenset(self._claims), frozenset(self._releases))
+
+    def _written(self, owners: Owners | None) -> None:
+        if owners is not None:
+            self._owned = (self._owned | owners.claim) - owners.release
+            self._claims -= owners.claim
+            self._releases -= owners.release
+
+    async def _write_claims(self) -> None:
+        gateway, claims = self.runtime.gateway, frozenset(self._claims)
+        ttl = self.machine.ctx.limits.client_answer_timeout_seconds
+        await gateway.store.claim_owner(claims, gateway.replica, ttl)
+        self._written(Owners(gateway.replica, ttl, claims))
 
     def _failure(self, exc: Exception) -> ErrorValue:
         """What the client is told when the exchange itself fails: the store's unavailability (a dependency,
@@ -232,17 +258,22 @@ class Exchange:
         log.exception("exchange for request %r failed", self.record.downstream_id, exc_info=exc)
         return _INTERNAL
 
-    async def _forget_round(self) -> None:
-        """The round ended here: its record goes, and its lease (or, handed over, only the lease)."""
+    async def _end_round(self) -> None:
+        """The exchange ended (or handed its round over): in one store step its ownership records go, and its
+        round's record (kept for the next holder when handed over) and lease (docs/design.md §50). A failure
+        only leaves them to their TTL (a relayed answer then finds nothing awaiting it and is ignored, as a
+        late one is; the round's keys expire with the session's idle time)."""
         gateway, bridge_id = self.runtime.gateway, self.record.bridge_id
-        held = gateway.leases.pop(bridge_id, None) is self
+        if gateway.leases.get(bridge_id) is self:
+            del gateway.leases[bridge_id]
+        release, self._owned, self._claims, self._releases = self._owned, set(), set(), set()
+        if not (self._saved or release):
+            return
         try:
-            if not self._handed_over:
-                await gateway.store.delete_round(bridge_id)
-            if held:
-                await gateway.store.drop_leases([bridge_id], gateway.replica)
-        except StoreUnavailable as exc:  # the round's keys expire with the session's idle time anyway
-            log.warning("request %r: its round record stays until it expires: %s", self.record.downstream_id, exc)
+            await gateway.store.end_round(bridge_id, gateway.replica, release=release,
+                                          delete=self._saved and not self._handed_over)
+        except StoreUnavailable as exc:
+            log.warning("request %r: its round's records stay until they expire: %s", self.record.downstream_id, exc)
 
     def _end(self) -> None:
         self.runtime.exchanges.pop(self.record.downstream_id, None)
@@ -253,10 +284,11 @@ class Exchange:
         if self.observer is not None:
             self.observer(self.record, actions)
 
-    async def _claim(self, actions: list[Any]) -> None:
+    def _claim(self, actions: list[Any]) -> None:
         """Before the client is asked: record this replica as the owner of every id it is asked under and of the
         request, so a replica that gets its answer or cancel can pass it on here (docs/design.md §34). For as
-        long as the client may take to answer; each round renews the request's claim."""
+        long as the client may take to answer; each round renews the request's claim. Written with the step's
+        save, which precedes what the client sees (§50)."""
         if self.runtime.gateway.relay is None:  # one process holds every exchange: nobody asks who owns one
             return
         asks = {answer_key(a.message["id"]) for a in actions if isinstance(a, B.SendToClient) and "id" in a.message}
@@ -267,26 +299,13 @@ class Exchange:
         # A waiting round renews the request's claim too: a cancel reaching another replica long after the
         # client's last answer (the user still on the out-of-band page) must still find this exchange.
         keys.add(request)
-        gateway = self.runtime.gateway
-        await gateway.store.claim_owner(keys, gateway.replica, self.machine.ctx.limits.client_answer_timeout_seconds)
-        self._owned |= keys
-
-    async def _release(self, keys: set[str]) -> None:
-        """Drop ownership records no longer needed (answered, or the exchange ended); a failure only leaves them
-        to their TTL (a relayed answer then finds nothing awaiting it and is ignored, as a late one is)."""
-        keys = set(keys)  # a copy: it may be self._owned itself
-        if not keys:
-            return
-        self._owned -= keys
-        try:
-            await self.runtime.gateway.store.release_owner(keys)
-        except StoreUnavailable as exc:
-            log.warning("request %r: ownership records stay until they expire: %s", self.record.downstream_id, exc)
+        self._claims |= keys
+        self._releases -= keys
 
     async def _perform(self, actions: list[Any]) -> None:
         assert self.stream is not None
         self._observe(actions)
-        await self._claim(actions)
+        self._claim(actions)
         sends = sum(isinstance(a, B.SendToClient) for a in actions)
         if sends:  # saved before the client can see what it is asked (a replica taking over must find it)
             await self._save(sends)

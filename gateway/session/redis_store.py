@@ -72,7 +72,7 @@ from adapters.records import PendingRound, SessionRecord
 from adapters.sse import FINISHED_STREAMS_KEPT, PRIMING_SEQ, Event, StoredEvents, resumable
 from adapters.takeover import Lease
 from gateway.session.redis_wire import Command, RedisWire, Script
-from gateway.session.store import StoreUnavailable
+from gateway.session.store import Owners, StoreUnavailable
 
 # The longest a follow_events call blocks in Redis: its connection's read timeout is this plus the store's.
 FOLLOW_WAIT_MAX_SECONDS: Final = 10.0
@@ -149,6 +149,20 @@ _DELETE_ROUND: Final = _LUA_COMMON + """
 local sid = redis.call('HGET', P .. 'r:' .. ARGV[2], 's')
 if sid then redis.call('SREM', P .. 'rs:' .. sid, ARGV[2]) end
 redis.call('DEL', P .. 'r:' .. ARGV[2])
+return 1
+"""
+
+# ARGV: prefix, bridge id, replica, delete (0/1), ownership keys...: a round's end in one step (docs/design.md
+# §50): its record (when deleted), the lease the replica holds (never another's), its ownership records.
+_END_ROUND: Final = _LUA_COMMON + """
+local bid = ARGV[2]
+if ARGV[4] == '1' then
+  local sid = redis.call('HGET', P .. 'r:' .. bid, 's')
+  if sid then redis.call('SREM', P .. 'rs:' .. sid, bid) end
+  redis.call('DEL', P .. 'r:' .. bid)
+end
+if redis.call('GET', P .. 'ol:' .. bid) == ARGV[3] then redis.call('DEL', P .. 'ol:' .. bid) end
+for i = 5, #ARGV do redis.call('DEL', P .. ARGV[i]) end
 return 1
 """
 
@@ -258,7 +272,7 @@ class RedisStore:
         self._put, self._touch, self._delete = Script(_PUT_SESSION), Script(_TOUCH), Script(_DELETE)
         self._expire, self._rounds_of, self._delete_round = Script(_EXPIRE), Script(_ROUNDS_OF), Script(_DELETE_ROUND)
         self._take, self._renew, self._drop_leases = Script(_TAKE_LEASE), Script(_RENEW_LEASES), Script(_DROP_LEASES)
-        self._append = Script(_APPEND)
+        self._append, self._end_round = Script(_APPEND), Script(_END_ROUND)
         # Blocking reads (follow_events) on their own connections, whose read timeout allows for the block.
         # Each stream followed here holds one of these while it blocks.
         self._follower = Redis.from_url(url, socket_connect_timeout=timeout_seconds, max_connections=MAX_FOLLOWED,
@@ -325,14 +339,24 @@ class RedisStore:
         gone = await self.wire.script(self._expire, [self.prefix, seen_before_ms, self._ttl_ms, *keep])
         return [sid.decode() for sid in gone]
 
-    async def put_round(self, record: PendingRound, lease: tuple[str, float] | None = None) -> None:
+    async def put_round(self, record: PendingRound, lease: tuple[str, float] | None = None,
+                        owners: Owners | None = None) -> None:
         key, owned = self.key("r:", record.bridge_id), self.key("rs:", record.session_id)
         commands: list[Command] = [("HSET", key, "r", _dump(record), "s", record.session_id),
                                    ("PEXPIRE", key, self._ttl_ms), ("SADD", owned, record.bridge_id),
                                    ("PEXPIRE", owned, self._ttl_ms)]
         if lease is not None:
             commands.append(("SET", self.key("ol:", record.bridge_id), lease[0], "PX", _ms(lease[1])))
+        if owners is not None:  # the step's ownership changes ride on its save (docs/design.md §50)
+            ttl = _ms(owners.ttl_seconds)
+            commands += [("SET", self.key(k), owners.replica, "PX", ttl) for k in owners.claim]
+            if owners.release:
+                commands.append(("DEL", *(self.key(k) for k in owners.release)))
         await self.wire.transaction(commands)
+
+    async def end_round(self, bridge_id: str, replica: str, *, release: Collection[str] = (),
+                        delete: bool = True) -> None:
+        await self.wire.script(self._end_round, [self.prefix, bridge_id, replica, int(delete), *release])
 
     async def get_round(self, bridge_id: str) -> PendingRound | None:
         text = await self.wire.call("HGET", self.key("r:", bridge_id), "r")

@@ -12,6 +12,7 @@ import asyncio
 import time
 from collections import deque
 from collections.abc import Collection, Sequence
+from dataclasses import dataclass
 from typing import Any, ClassVar, Protocol
 
 from adapters.jsonwire import ENCODED_DEPTH, dumps, loads
@@ -24,6 +25,17 @@ class StoreUnavailable(Exception):
     """The session store could not be reached or did not answer in time (a shared store's network or server):
     the one exception every :class:`SessionStore` method raises for it, whatever the backend, so the shell maps
     it to one answer (``adapters.errors.REJECTIONS["store_unavailable"]``) instead of a 500."""
+
+
+@dataclass(frozen=True, slots=True)
+class Owners:
+    """Ownership records that change with a round's save, in the same store step (docs/design.md §34, §50):
+    ``claim`` recorded as ``replica``'s for ``ttl_seconds`` (a new claim renews it), ``release`` deleted."""
+
+    replica: str
+    ttl_seconds: float
+    claim: frozenset[str] = frozenset()
+    release: frozenset[str] = frozenset()
 
 
 class SessionStore(Protocol):
@@ -43,9 +55,18 @@ class SessionStore(Protocol):
         (a shared store: one round trip for all of them, e.g. one MGET or one SELECT ... IN)."""
         ...
 
-    async def put_round(self, record: PendingRound, lease: tuple[str, float] | None = None) -> None:
+    async def put_round(self, record: PendingRound, lease: tuple[str, float] | None = None,
+                        owners: Owners | None = None) -> None:
         """Save a round; ``lease`` (replica, seconds): its first save, which takes the round's lease in the same
-        step (docs/design.md §40), so no replica ever sees the round without its holder."""
+        step (docs/design.md §40), so no replica ever sees the round without its holder; ``owners``: the
+        ownership records the step claims and releases, written in that same step (one round trip)."""
+        ...
+
+    async def end_round(self, bridge_id: str, replica: str, *, release: Collection[str] = (),
+                        delete: bool = True) -> None:
+        """A round ended here, in one step: its record goes (``delete``; False: handed over, the record stays
+        for the replica that continues it), the lease ``replica`` holds on it (never another's), and the
+        ownership records ``release``."""
         ...
 
     async def get_round(self, bridge_id: str) -> PendingRound | None: ...
@@ -199,10 +220,21 @@ class InMemoryStore:
             for key in [k for k in self._copies if k[0] in session_ids]:
                 self._copies.pop(key).wake()
 
-    async def put_round(self, record: PendingRound, lease: tuple[str, float] | None = None) -> None:
+    async def put_round(self, record: PendingRound, lease: tuple[str, float] | None = None,
+                        owners: Owners | None = None) -> None:
         self._rounds[record.bridge_id] = (record.session_id, _dump(record))
         if lease is not None:
             self._hold(record.bridge_id, *lease)
+        if owners is not None:
+            await self.claim_owner(owners.claim, owners.replica, owners.ttl_seconds)
+            await self.release_owner(owners.release)
+
+    async def end_round(self, bridge_id: str, replica: str, *, release: Collection[str] = (),
+                        delete: bool = True) -> None:
+        if delete:
+            self._rounds.pop(bridge_id, None)
+        await self.drop_leases([bridge_id], replica)
+        await self.release_owner(release)
 
     async def get_round(self, bridge_id: str) -> PendingRound | None:
         entry = self._rounds.get(bridge_id)

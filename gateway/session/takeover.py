@@ -141,8 +141,7 @@ async def take_over(gw: Gateway, record: PendingRound, session: SessionRecord, a
             return False
         fresh = await gw.store.get_round(bridge_id)  # the holder's last save before it died
         if fresh is None or fresh.phase is Phase.DONE or end:
-            await gw.store.delete_round(bridge_id)
-            await gw.store.drop_leases([bridge_id], gw.replica)
+            await gw.store.end_round(bridge_id, gw.replica)
             log.warning("session %s: request %r of a replica that stopped is ended here", session.session_id,
                         record.downstream_id)
             return False

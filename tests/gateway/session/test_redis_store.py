@@ -27,7 +27,7 @@ from adapters.records import PendingRound, SessionRecord  # noqa: E402
 from adapters.takeover import Lease  # noqa: E402
 from gateway.http.app import GATEWAY  # noqa: E402
 from gateway.session.redis_store import RedisStore, wall_ms  # noqa: E402
-from gateway.session.store import InMemoryStore, StoreUnavailable  # noqa: E402
+from gateway.session.store import InMemoryStore, Owners, StoreUnavailable  # noqa: E402
 from tests.gateway.conftest import Legacy  # noqa: E402
 from tests.gateway.http.test_bridge_shell import SAMPLED, two_rounds  # noqa: E402
 
@@ -230,6 +230,28 @@ async def test_leases(store) -> None:
     await store.drop_leases(["b1"], winner)
     assert await store.lease_of("b1") == Lease(None)
     assert not await store.take_lease("b-gone", "B", 5)  # no round, no lease
+
+
+async def test_a_step_writes_its_ownership_with_its_save_and_a_round_ends_in_one_step(store) -> None:
+    """docs/design.md §50: the claims and releases of a step ride on its save; the end of a round drops its
+    record, its holder's lease (never another's) and its ownership records together; a handover keeps the record."""
+    await store.put_session(record("s1"))
+    await store.claim_owner(["oa:old"], "A", 5)
+    await store.put_round(pending("b1", "s1"), ("A", 5), Owners("A", 5, frozenset({"oa:g1", "oq:s1:1"}),
+                                                                 frozenset({"oa:old"})))
+    assert [await store.owner_of(k) for k in ("oa:g1", "oq:s1:1", "oa:old")] == ["A", "A", None]
+    await store.put_round(pending("b1", "s1"), owners=Owners("A", 5, release=frozenset({"oa:g1"})))
+    assert await store.owner_of("oa:g1") is None and (await store.lease_of("b1")).holder == "A"
+    await store.end_round("b1", "B", release=["oq:s1:1"], delete=False)  # a handover by B: A's lease stays
+    assert await store.get_round("b1") is not None and (await store.lease_of("b1")).holder == "A"
+    assert await store.owner_of("oq:s1:1") is None
+    await store.end_round("b1", "A", delete=False)
+    assert await store.get_round("b1") is not None and await store.lease_of("b1") == Lease(None)
+    assert await store.take_lease("b1", "C", 5)  # the kept record is for the next holder
+    await store.end_round("b1", "C")
+    assert await store.get_round("b1") is None and await store.rounds_of("s1") == []
+    assert await store.lease_of("b1") == Lease(None)
+    await store.end_round("b1", "C", release=["oa:never"])  # twice, or with nothing held, is harmless
 
 
 # --- Redis only ---------------------------------------------------------------------------------------------------
