@@ -200,6 +200,8 @@ class Exchange:
                 del self.runtime.awaiting[gid]
             if self._handed_over:  # let go before the stream ends: the client's reconnection finds no holder
                 await self._end_round()
+                if self.stream.mirror is not None:  # the copy goes on where the round continues
+                    self.stream.mirror.leave_open()
             if not self.stream.closed:
                 self.stream.finish()
             self._end()

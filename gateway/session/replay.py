@@ -41,7 +41,7 @@ class Mirror:
         self.stream, self._store, self._session_id, self._spawn = stream, store, session_id, spawn
         self.state = MirrorState.IDLE
         self.kept = PRIMING_SEQ  # the last event the store holds
-        self._ended = False  # the store knows the stream ended
+        self._ended = False  # no end is to be copied: the store has it, or the copy was left open (leave_open)
         self._task: asyncio.Task | None = None
         self._opened: asyncio.Future[None] | None = None
 
@@ -61,6 +61,12 @@ class Mirror:
         self.state, self.kept = MirrorState.COPYING, kept
         self._opened = asyncio.get_running_loop().create_future()
         self._opened.set_result(None)
+
+    def leave_open(self) -> None:
+        """The stream ends here but its copy does not: a round handed over (docs/design.md §40, §42) goes on in
+        the same copy on the replica that continues it, and an end written here would end every resumption of
+        it elsewhere. The events pushed before are still copied."""
+        self._ended = True
 
     def kick(self) -> None:
         """Something was pushed, or the stream ended: copy it (unless a copy is already under way)."""

@@ -131,3 +131,29 @@ async def test_a_cancel_for_a_stopped_replicas_round_ends_it_without_sending_it_
     assert len(upstream.calls("tools/call")) == 1  # nothing was sent upstream again
     assert await owner_keys(redis_url, prefix, "aql") == {}
     assert b.client.app[GATEWAY].runtime(a.session_id).exchanges == {}
+
+
+async def test_a_handed_over_stream_resumes_on_a_third_replica(make_gateway, upstream, redis_url, prefix) -> None:
+    """A handover leaves the store's copy of the stream open: the replica that continues the round goes on writing
+    it, so the client resuming on a third replica gets the rest, not an end the first replica wrote."""
+    upstream.script["tools/call"] = two_rounds
+    a, b = await replicas(make_gateway, redis_url, prefix)
+    c = Legacy(await make_gateway(store={"url": redis_url, "prefix": prefix, "lease_seconds": 5.0}))
+    c.session_id = a.session_id
+    resp = await a.post("tools/call", {"name": "t", "arguments": {"x": [1, 2]}})
+    await within(a.next_event(resp))  # priming
+    _, first = await within(a.next_event(resp))
+    last, second = await within(a.next_event(resp))
+    assert await a.answer(first["id"], SAMPLED) == 202
+    await a.client.server.close()  # hands the round over
+    assert [m for m in await within(until_closed(a, resp)) if "result" in m or "error" in m] == []
+    assert await within(b.answer(second["id"], SAMPLED)) == 202  # B takes the round over
+    await until(lambda: _true(len(upstream.calls("tools/call")) == 2))
+    stream = await within(c.resume(last))
+    assert stream.status == 200
+    _, third = await within(c.next_event(stream))
+    assert third["method"] == "sampling/createMessage"
+    assert await c.answer(third["id"], SAMPLED) == 202  # relayed to B, which holds the round
+    _, final = await within(c.next_event(stream))
+    assert final["id"] == a.next_id and final["result"]["content"][0]["text"] == "bridged"
+    assert len(upstream.calls("tools/call")) == 3
