@@ -42,6 +42,11 @@ _INTERNAL = ErrorValue(INTERNAL_ERROR, "internal gateway error")  # a gateway bu
 _HAND_OVER = object()  # the event that stops an exchange without an answer (Exchange.hand_over)
 
 
+class _LeaseLost(Exception):
+    """A fenced save found the round's lease lapsed or taken (this replica stalled past it, docs/design.md §50):
+    the round is another replica's, and this exchange stops as a lost handover does."""
+
+
 def bridge_context(runtime: SessionRuntime, session: SessionRecord,
                    limits: B.BridgeLimits | None = None) -> B.BridgeContext:
     """The bridge's context for a request of ``session``: ``limits`` (the session core's ``Forward`` carries
@@ -160,7 +165,8 @@ class Exchange:
         # The ids the client is still to answer, and the request, now route here (docs/design.md §34).
         keys = {k for k in map(answer_key, rec.outstanding) if k is not None}
         keys.add(request_key(rec.session_id, rec.downstream_id))
-        await gateway.store.claim_owner(keys, gateway.replica, self.machine.ctx.limits.client_answer_timeout_seconds)
+        await gateway.store.claim_owner(keys, gateway.replica, self.machine.ctx.limits.client_answer_timeout_seconds,
+                                        rec.bridge_id)
         self._owned |= keys
         self._task = self.runtime.spawn(self.run(self.machine.resume(elapsed_seconds, unsent)))
 
@@ -188,6 +194,10 @@ class Exchange:
                     self._releases |= {k for k in [answer_key(event.gateway_id)] if k in self._owned}
                 await self._perform(self.machine.handle(event))
                 self._session = None  # only the round an answer starts may use the record its handler read
+        except _LeaseLost:
+            log.warning("request %r: its round's lease was lost before a save; another replica continues it",
+                        self.record.downstream_id)
+            self._handed_over, self._owned = True, set()
         except Exception as exc:  # a failure must still answer the original request, not leave it hanging
             self.stream.finish(response(self.record.downstream_id, error=self._failure(exc)))
         finally:
@@ -229,7 +239,10 @@ class Exchange:
         # The last event of the step, numbered as it will be once its ``sends`` messages are pushed.
         rec.stream, rec.stream_seq = self.stream.name, self.stream.buffer.next_seq - 1 + sends
         owners = self._owner_changes()
-        await gateway.store.put_round(rec, lease, owners)
+        # Later saves are fenced: a replica that stalled past its lease must not overwrite the new holder's record.
+        holder = gateway.replica if shared and not first else None
+        if not await gateway.store.put_round(rec, lease, owners, holder=holder):
+            raise _LeaseLost
         self._written(owners)
 
     def _owner_changes(self) -> Owners | None:
@@ -248,7 +261,7 @@ class Exchange:
     async def _write_claims(self) -> None:
         gateway, claims = self.runtime.gateway, frozenset(self._claims)
         ttl = self.machine.ctx.limits.client_answer_timeout_seconds
-        await gateway.store.claim_owner(claims, gateway.replica, ttl)
+        await gateway.store.claim_owner(claims, gateway.replica, ttl, self.record.bridge_id)
         self._written(Owners(gateway.replica, ttl, claims))
 
     def _failure(self, exc: Exception) -> ErrorValue:

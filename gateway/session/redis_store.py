@@ -19,8 +19,10 @@ read back with ``ENCODED_DEPTH``. Keys, all under a configurable prefix (``[gate
 - ``es:S``: a sorted set of ``S``'s copied streams, score 0 while open, else the time it ended (ms); only the
   last ``FINISHED_STREAMS_KEPT`` ended ones are kept, as a replica keeps its own;
 - ``oa:G`` and ``oq:S:D`` (``adapters.relay``): the replica that owns the exchange which asked the client under
-  gateway id ``G``, or which bridges ``S``'s request ``D``: plain strings with the client answer timeout as TTL
-  (docs/design.md §34). The relay's channels are ``relay:<replica>`` and ``relay-all`` under the same prefix;
+  gateway id ``G``, or which bridges ``S``'s request ``D``, and that exchange's round: ``"<replica> <B>"``, with
+  the client answer timeout as TTL (docs/design.md §34). A record counts only while its replica holds ``ol:B``
+  (§50): one that stalled past its lease owns nothing, so answers are not relayed to it. The relay's channels
+  are ``relay:<replica>`` and ``relay-all`` under the same prefix;
 - ``ol:B``: the lease on round ``B`` (docs/design.md §40): the holding replica, with the lease time as TTL,
   renewed while it lives; claimed with ``SET NX`` only while ``r:B`` exists, so one replica takes a round over.
 
@@ -71,7 +73,7 @@ from adapters.jsonwire import ENCODED_DEPTH, dumps, loads
 from adapters.records import PendingRound, SessionRecord
 from adapters.sse import FINISHED_STREAMS_KEPT, PRIMING_SEQ, Event, StoredEvents, resumable
 from adapters.takeover import Lease
-from gateway.session.redis_wire import Command, RedisWire, Script
+from gateway.session.redis_wire import RedisWire, Script
 from gateway.session.store import Owners, StoreUnavailable
 
 # The longest a follow_events call blocks in Redis: its connection's read timeout is this plus the store's.
@@ -150,6 +152,36 @@ local sid = redis.call('HGET', P .. 'r:' .. ARGV[2], 's')
 if sid then redis.call('SREM', P .. 'rs:' .. sid, ARGV[2]) end
 redis.call('DEL', P .. 'r:' .. ARGV[2])
 return 1
+"""
+
+# ARGV: prefix, bridge id, session id, record text, ttl ms, lease mode ('take': the first save takes the lease;
+# 'check': saved only while the replica holds it; 'none'), replica, lease ms, claim count, claim ttl ms, claimed
+# keys..., released keys... -> 0 when not saved (the lease is another's or lapsed: docs/design.md §50).
+_SAVE_ROUND: Final = _LUA_COMMON + """
+local bid, sid, ttl, mode, replica = ARGV[2], ARGV[3], ARGV[5], ARGV[6], ARGV[7]
+local lease = P .. 'ol:' .. bid
+if mode == 'check' and redis.call('GET', lease) ~= replica then return 0 end
+local key, owned = P .. 'r:' .. bid, P .. 'rs:' .. sid
+redis.call('HSET', key, 'r', ARGV[4], 's', sid)
+redis.call('PEXPIRE', key, ttl)
+redis.call('SADD', owned, bid)
+redis.call('PEXPIRE', owned, ttl)
+if mode == 'take' then redis.call('SET', lease, replica, 'PX', ARGV[8]) end
+local claims = tonumber(ARGV[9])
+for i = 11, 10 + claims do redis.call('SET', P .. ARGV[i], replica .. ' ' .. bid, 'PX', ARGV[10]) end
+for i = 11 + claims, #ARGV do redis.call('DEL', P .. ARGV[i]) end
+return 1
+"""
+
+# ARGV: prefix, ownership key -> its replica while that replica holds the lease of the record's round, else nil
+# (docs/design.md §50: a replica that stalled past its lease owns nothing). A record naming no round is its own.
+_OWNER: Final = _LUA_COMMON + """
+local value = redis.call('GET', P .. ARGV[2])
+if not value then return false end
+local replica, bid = string.match(value, '^(%S+) (%S+)$')
+if not bid then return value end
+if redis.call('GET', P .. 'ol:' .. bid) ~= replica then return false end
+return replica
 """
 
 # ARGV: prefix, bridge id, replica, delete (0/1), ownership keys...: a round's end in one step (docs/design.md
@@ -272,7 +304,8 @@ class RedisStore:
         self._put, self._touch, self._delete = Script(_PUT_SESSION), Script(_TOUCH), Script(_DELETE)
         self._expire, self._rounds_of, self._delete_round = Script(_EXPIRE), Script(_ROUNDS_OF), Script(_DELETE_ROUND)
         self._take, self._renew, self._drop_leases = Script(_TAKE_LEASE), Script(_RENEW_LEASES), Script(_DROP_LEASES)
-        self._append, self._end_round = Script(_APPEND), Script(_END_ROUND)
+        self._append, self._save_round, self._end_round = Script(_APPEND), Script(_SAVE_ROUND), Script(_END_ROUND)
+        self._owner = Script(_OWNER)
         # Blocking reads (follow_events) on their own connections, whose read timeout allows for the block.
         # Each stream followed here holds one of these while it blocks.
         self._follower = Redis.from_url(url, socket_connect_timeout=timeout_seconds, max_connections=MAX_FOLLOWED,
@@ -340,19 +373,18 @@ class RedisStore:
         return [sid.decode() for sid in gone]
 
     async def put_round(self, record: PendingRound, lease: tuple[str, float] | None = None,
-                        owners: Owners | None = None) -> None:
-        key, owned = self.key("r:", record.bridge_id), self.key("rs:", record.session_id)
-        commands: list[Command] = [("HSET", key, "r", _dump(record), "s", record.session_id),
-                                   ("PEXPIRE", key, self._ttl_ms), ("SADD", owned, record.bridge_id),
-                                   ("PEXPIRE", owned, self._ttl_ms)]
+                        owners: Owners | None = None, *, holder: str | None = None) -> bool:
+        mode, replica, lease_ms = "none", holder or (owners.replica if owners else ""), 0
         if lease is not None:
-            commands.append(("SET", self.key("ol:", record.bridge_id), lease[0], "PX", _ms(lease[1])))
-        if owners is not None:  # the step's ownership changes ride on its save (docs/design.md §50)
-            ttl = _ms(owners.ttl_seconds)
-            commands += [("SET", self.key(k), owners.replica, "PX", ttl) for k in owners.claim]
-            if owners.release:
-                commands.append(("DEL", *(self.key(k) for k in owners.release)))
-        await self.wire.transaction(commands)
+            mode, replica, lease_ms = "take", lease[0], _ms(lease[1])
+        elif holder is not None:
+            mode = "check"
+        claims, releases = (sorted(owners.claim), sorted(owners.release)) if owners else ([], [])
+        ttl = _ms(owners.ttl_seconds) if owners else 0
+        saved = await self.wire.script(self._save_round, [
+            self.prefix, record.bridge_id, record.session_id, _dump(record), self._ttl_ms, mode, replica, lease_ms,
+            len(claims), ttl, *claims, *releases])
+        return bool(saved)
 
     async def end_round(self, bridge_id: str, replica: str, *, release: Collection[str] = (),
                         delete: bool = True) -> None:
@@ -369,12 +401,13 @@ class RedisStore:
         texts = await self.wire.script(self._rounds_of, [self.prefix, session_id])
         return [PendingRound.from_dict(loads(text, ENCODED_DEPTH)) for text in texts]
 
-    async def claim_owner(self, keys: Collection[str], replica: str, ttl_seconds: float) -> None:
-        ttl = max(1, int(ttl_seconds * 1000))
-        await self.wire.pipeline([("SET", self.key(key), replica, "PX", ttl) for key in keys])
+    async def claim_owner(self, keys: Collection[str], replica: str, ttl_seconds: float,
+                          bridge_id: str | None = None) -> None:
+        ttl, value = max(1, int(ttl_seconds * 1000)), f"{replica} {bridge_id}" if bridge_id else replica
+        await self.wire.pipeline([("SET", self.key(key), value, "PX", ttl) for key in keys])
 
     async def owner_of(self, key: str) -> str | None:
-        owner = await self.wire.call("GET", self.key(key))
+        owner = await self.wire.script(self._owner, [self.prefix, key])
         return owner.decode() if isinstance(owner, bytes) else owner
 
     async def release_owner(self, keys: Collection[str]) -> None:

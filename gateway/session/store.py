@@ -56,10 +56,12 @@ class SessionStore(Protocol):
         ...
 
     async def put_round(self, record: PendingRound, lease: tuple[str, float] | None = None,
-                        owners: Owners | None = None) -> None:
+                        owners: Owners | None = None, *, holder: str | None = None) -> bool:
         """Save a round; ``lease`` (replica, seconds): its first save, which takes the round's lease in the same
         step (docs/design.md §40), so no replica ever sees the round without its holder; ``owners``: the
-        ownership records the step claims and releases, written in that same step (one round trip)."""
+        ownership records the step claims and releases, written in that same step (one round trip);
+        ``holder``: save only while that replica holds the round's lease (a later save, fenced, §50). False
+        when not saved (the lease lapsed or is another's): nothing of the step was written."""
         ...
 
     async def end_round(self, bridge_id: str, replica: str, *, release: Collection[str] = (),
@@ -81,11 +83,17 @@ class SessionStore(Protocol):
         ...
 
     # Ownership of exchanges, for replicas on one store (docs/design.md §34; keys from adapters.relay).
-    async def claim_owner(self, keys: Collection[str], replica: str, ttl_seconds: float) -> None:
-        """Record ``replica`` as the owner of each key for ``ttl_seconds`` (a new claim renews it)."""
+    async def claim_owner(self, keys: Collection[str], replica: str, ttl_seconds: float,
+                          bridge_id: str | None = None) -> None:
+        """Record ``replica`` as the owner of each key for ``ttl_seconds`` (a new claim renews it); ``bridge_id``:
+        the round the claim is for, whose lease the claim then needs (:meth:`owner_of`). A round's save
+        (``put_round`` with ``owners``) claims for its own round."""
         ...
 
-    async def owner_of(self, key: str) -> str | None: ...
+    async def owner_of(self, key: str) -> str | None:
+        """The key's owner; None when unclaimed, or when the claim's round is no longer leased to the owner (it
+        stalled past its lease, docs/design.md §50): a message is then not relayed to it but taken over."""
+        ...
     async def release_owner(self, keys: Collection[str]) -> None: ...
 
     # Leases on saved rounds, for takeover after a replica dies (docs/design.md §40).
@@ -158,7 +166,7 @@ class InMemoryStore:
         self._principal: dict[str, str] = {}
         self._per_principal: dict[str, int] = {}
         # Ownership: in one process every exchange is local, so these only keep the contract (a TTL included).
-        self._owners: dict[str, tuple[str, float]] = {}  # key -> (replica, monotonic deadline)
+        self._owners: dict[str, tuple[str, float, str | None]] = {}  # key -> (replica, monotonic deadline, round)
         self._leases: dict[str, tuple[str, float]] = {}  # bridge id -> (replica, monotonic deadline)
         # Stream copies: never made by a gateway on this store (shares_streams), kept for the contract only.
         self._copies: dict[tuple[str, str], _Copy] = {}
@@ -221,13 +229,16 @@ class InMemoryStore:
                 self._copies.pop(key).wake()
 
     async def put_round(self, record: PendingRound, lease: tuple[str, float] | None = None,
-                        owners: Owners | None = None) -> None:
+                        owners: Owners | None = None, *, holder: str | None = None) -> bool:
+        if holder is not None and lease is None and (self._holder(record.bridge_id) or ("",))[0] != holder:
+            return False
         self._rounds[record.bridge_id] = (record.session_id, _dump(record))
         if lease is not None:
             self._hold(record.bridge_id, *lease)
         if owners is not None:
-            await self.claim_owner(owners.claim, owners.replica, owners.ttl_seconds)
+            await self.claim_owner(owners.claim, owners.replica, owners.ttl_seconds, record.bridge_id)
             await self.release_owner(owners.release)
+        return True
 
     async def end_round(self, bridge_id: str, replica: str, *, release: Collection[str] = (),
                         delete: bool = True) -> None:
@@ -247,17 +258,21 @@ class InMemoryStore:
         return [PendingRound.from_dict(loads(data, ENCODED_DEPTH)) for owner, data in self._rounds.values()
                 if owner == session_id]
 
-    async def claim_owner(self, keys: Collection[str], replica: str, ttl_seconds: float) -> None:
+    async def claim_owner(self, keys: Collection[str], replica: str, ttl_seconds: float,
+                          bridge_id: str | None = None) -> None:
         deadline = time.monotonic() + ttl_seconds
         for key in keys:
-            self._owners[key] = (replica, deadline)
+            self._owners[key] = (replica, deadline, bridge_id)
 
     async def owner_of(self, key: str) -> str | None:
         entry = self._owners.get(key)
         if entry is None or entry[1] <= time.monotonic():
             self._owners.pop(key, None)
             return None
-        return entry[0]
+        replica, _, bridge_id = entry
+        if bridge_id is not None and (self._holder(bridge_id) or ("",))[0] != replica:
+            return None
+        return replica
 
     async def release_owner(self, keys: Collection[str]) -> None:
         for key in keys:

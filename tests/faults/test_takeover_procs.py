@@ -22,6 +22,8 @@ from mcp.shared.exceptions import MCPError
 from tests.faults.replicas import Front, HoldingUpstream, replica
 from tests.gateway.conftest import Legacy
 from tests.gateway.session import test_redis_store as redis_tests
+from tests.gateway.session.test_relay import owner_keys
+from tests.gateway.session.test_takeover import until_closed
 
 pytest.importorskip("redis")
 core_app = pytest.importorskip("modern_server.app")
@@ -215,3 +217,46 @@ async def test_a_stream_resumed_on_a_third_replica_after_its_writer_was_killed(t
     rounds = upstream.calls("summarize_repo")
     assert [sorted(r["params"].get("inputResponses", {})) for r in rounds] == [[], ["pick_files"], ["summary"]]
     assert "taken over" in b.stderr() + c.stderr()
+
+
+async def test_a_replica_stalled_past_its_lease_gives_the_round_up(three, redis_url, prefix) -> None:
+    """A stops (SIGSTOP: a frozen VM, a stop-the-world pause) while its client is being asked, until its lease
+    lapses: B takes the round over on the client's answer and the client finishes it on C. A, resumed, finds
+    its lease lost and stops its exchange without a word: nothing answered twice, no round repeated upstream,
+    the copy of the stream left to the holder, and no record left behind."""
+    upstream, (a, b, _c), (on_a, on_b, on_c) = three
+    await on_a.initialize({"sampling": {}})
+    on_b.session_id = on_c.session_id = on_a.session_id
+    resp = await on_a.post("tools/call", {"name": "summarize_repo", "arguments": {"repo": "demo"}})
+    await within(on_a.next_event(resp))  # priming
+    seen, first = await within(on_a.next_event(resp))
+    a.proc.send_signal(signal.SIGSTOP)
+    try:
+        async def lapsed() -> bool:
+            return await owner_keys(redis_url, prefix, "l") == {}
+        await redis_tests.until(lapsed)  # A renews nothing while stopped
+        assert await within(on_b.answer(first["id"], sampled(first))) == 202  # B takes the round over
+        stream = await within(on_c.client.get("/mcp", headers={**on_c.headers(), "Accept": "text/event-stream",
+                                                               "Last-Event-ID": seen}))
+        _, second = await within(on_c.next_event(stream))
+        assert second["method"] == "sampling/createMessage"
+        assert await within(on_c.answer(second["id"], sampled(second))) == 202
+        _, final = await within(on_c.next_event(stream))
+        assert final["id"] == on_a.next_id and not final["result"].get("isError")
+    finally:
+        a.proc.send_signal(signal.SIGCONT)
+
+    async def gave_up() -> bool:
+        return "lost the lease" in a.stderr()
+    await redis_tests.until(gave_up)
+    assert "taken over" in b.stderr()
+    assert [m for m in await within(until_closed(on_a, resp)) if "result" in m or "error" in m] == []
+    assert a.alive()
+    rounds = upstream.calls("summarize_repo")
+    assert [sorted(r["params"].get("inputResponses", {})) for r in rounds] == [[], ["pick_files"], ["summary"]]
+
+    async def released() -> bool:
+        return await owner_keys(redis_url, prefix, "aql") == {}
+    await redis_tests.until(released)
+    echoed = await within(on_a.post("tools/call", {"name": "echo", "arguments": {"text": "A works"}}))
+    assert (await echoed.json())["result"]["content"][0]["text"] == "A works"  # A serves the session again

@@ -365,7 +365,7 @@ async def test_an_answer_is_acknowledged_only_after_the_next_round_left(upstream
 class _StoreFailingRounds(InMemoryStore):
     """A shared store that goes away while a bridged request waits for the client."""
 
-    async def put_round(self, record: Any, lease: Any = None, owners: Any = None) -> None:
+    async def put_round(self, record: Any, lease: Any = None, owners: Any = None, **_: Any) -> bool:
         raise StoreUnavailable("redis://127.0.0.1:1: connection refused")
 
     async def end_round(self, bridge_id: str, replica: str, **_: Any) -> None:

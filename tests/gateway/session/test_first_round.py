@@ -21,9 +21,9 @@ async def test_a_plain_request_makes_no_stream_no_task_and_saves_no_round(legacy
     gw, saved = legacy.client.app[GATEWAY], []
     real_put = gw.store.put_round
 
-    async def put_round(record, *args):
+    async def put_round(record, *args, **kwargs):
         saved.append(record)
-        await real_put(record, *args)
+        return await real_put(record, *args, **kwargs)
     gw.store.put_round = put_round
     for _ in range(3):
         resp = await legacy.post("tools/call", {"name": "echo", "arguments": {}})

@@ -240,13 +240,23 @@ async def test_a_step_writes_its_ownership_with_its_save_and_a_round_ends_in_one
     await store.put_round(pending("b1", "s1"), ("A", 5), Owners("A", 5, frozenset({"oa:g1", "oq:s1:1"}),
                                                                  frozenset({"oa:old"})))
     assert [await store.owner_of(k) for k in ("oa:g1", "oq:s1:1", "oa:old")] == ["A", "A", None]
-    await store.put_round(pending("b1", "s1"), owners=Owners("A", 5, release=frozenset({"oa:g1"})))
+    await store.claim_owner(["oa:g3"], "A", 5, "b1")
+    assert await store.owner_of("oa:g3") == "A"
+    assert await store.put_round(pending("b1", "s1"), owners=Owners("A", 5, release=frozenset({"oa:g1"})),
+                                 holder="A")
     assert await store.owner_of("oa:g1") is None and (await store.lease_of("b1")).holder == "A"
+    stale = pending("b1", "s1")
+    stale.answers = {"late": {}}
+    # Fenced: a save by a replica not holding the lease writes nothing of its step.
+    assert not await store.put_round(stale, owners=Owners("B", 5, frozenset({"oa:g2"})), holder="B")
+    assert (await store.get_round("b1")).answers == {} and await store.owner_of("oa:g2") is None
     await store.end_round("b1", "B", release=["oq:s1:1"], delete=False)  # a handover by B: A's lease stays
     assert await store.get_round("b1") is not None and (await store.lease_of("b1")).holder == "A"
     assert await store.owner_of("oq:s1:1") is None
     await store.end_round("b1", "A", delete=False)
     assert await store.get_round("b1") is not None and await store.lease_of("b1") == Lease(None)
+    assert not await store.put_round(pending("b1", "s1"), holder="A")  # its lease is gone: not A's to save
+    assert await store.owner_of("oa:g3") is None  # nor does A own its round's ids any more: not relayed to A
     assert await store.take_lease("b1", "C", 5)  # the kept record is for the next holder
     await store.end_round("b1", "C")
     assert await store.get_round("b1") is None and await store.rounds_of("s1") == []

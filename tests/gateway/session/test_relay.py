@@ -37,11 +37,12 @@ async def replicas(make_gateway: Any, redis_url: str, prefix: str) -> tuple[Lega
 
 
 async def owner_keys(redis_url: str, prefix: str, kinds: str = "aq") -> dict[str, str]:
-    """The ownership records (``oa:``, ``oq:``; ``kinds="l"``: the round leases of docs/design.md §40)."""
+    """The ownership records (``oa:``, ``oq:``; ``kinds="l"``: the round leases of docs/design.md §40), each with
+    the replica it names (an ownership record also names its round)."""
     client = Redis.from_url(redis_url)
     try:
         keys = [k async for k in client.scan_iter(match=f"{prefix}o[{kinds}]:*")]
-        return {k.decode()[len(prefix):]: (await client.get(k)).decode() for k in keys}
+        return {k.decode()[len(prefix):]: (await client.get(k)).decode().split(" ")[0] for k in keys}
     finally:
         await client.aclose()
 

@@ -157,3 +157,28 @@ async def test_a_handed_over_stream_resumes_on_a_third_replica(make_gateway, ups
     _, final = await within(c.next_event(stream))
     assert final["id"] == a.next_id and final["result"]["content"][0]["text"] == "bridged"
     assert len(upstream.calls("tools/call")) == 3
+
+
+async def test_a_save_after_the_lease_was_taken_writes_nothing_and_stops(make_gateway, upstream, redis_url,
+                                                                       prefix) -> None:
+    """docs/design.md §50: A's lease was taken while it stalled, before its renewal noticed: the save of the step
+    an answer starts is fenced by the lease, so A overwrites nothing of the new holder's and stops without
+    answering the request (the new holder does)."""
+    upstream.script["tools/call"] = two_rounds
+    a, _b = await replicas(make_gateway, redis_url, prefix)
+    resp = await a.post("tools/call", {"name": "t", "arguments": {"x": [1, 2]}})
+    await within(a.next_event(resp))  # priming
+    _, first = await within(a.next_event(resp))
+    await within(a.next_event(resp))
+    (lease_key,) = await owner_keys(redis_url, prefix, "l")
+    client = redis_tests.Redis.from_url(redis_url)
+    try:
+        await client.set(prefix + lease_key, "the-new-holder", px=60_000)  # as a takeover's SET NX would
+        before = await client.hget(prefix + "r:" + lease_key[3:], "r")
+        assert await a.answer(first["id"], SAMPLED) == 202
+        assert [m for m in await within(until_closed(a, resp)) if "result" in m or "error" in m] == []
+        assert await client.hget(prefix + "r:" + lease_key[3:], "r") == before  # the holder's record, untouched
+        assert await client.get(prefix + lease_key) == b"the-new-holder"
+    finally:
+        await client.delete(prefix + lease_key)
+        await client.aclose()
