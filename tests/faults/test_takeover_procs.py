@@ -192,16 +192,23 @@ def sampled(request: dict[str, Any]) -> dict[str, Any]:
     return {"role": "assistant", "content": {"type": "text", "text": text}, "model": "m", "stopReason": "endTurn"}
 
 
-async def test_a_stream_resumed_on_a_third_replica_after_its_writer_was_killed(three) -> None:
-    """The client's stream was on A when A was killed; it answers through B and resumes on C: C replays the
-    store's copy of the stream, which the replica that took the round over goes on writing."""
-    upstream, (a, b, c), (on_a, on_b, on_c) = three
+async def asked_on_a(on_a: Legacy, on_b: Legacy, on_c: Legacy) -> tuple[Any, str, dict[str, Any]]:
+    """One session on all three replicas, and a summarize_repo call on A up to its first live request: A's
+    stream, that event's id, and the request."""
     await on_a.initialize({"sampling": {}})
     on_b.session_id = on_c.session_id = on_a.session_id
     resp = await on_a.post("tools/call", {"name": "summarize_repo", "arguments": {"repo": "demo"}})
     await within(on_a.next_event(resp))  # priming
     seen, first = await within(on_a.next_event(resp))
     assert first["method"] == "sampling/createMessage"
+    return resp, seen, first
+
+
+async def test_a_stream_resumed_on_a_third_replica_after_its_writer_was_killed(three) -> None:
+    """The client's stream was on A when A was killed; it answers through B and resumes on C: C replays the
+    store's copy of the stream, which the replica that took the round over goes on writing."""
+    upstream, (a, b, c), (on_a, on_b, on_c) = three
+    _resp, seen, first = await asked_on_a(on_a, on_b, on_c)
     a.proc.kill()
     a.proc.wait()
     assert await within(on_b.answer(first["id"], sampled(first))) == 202
@@ -225,11 +232,7 @@ async def test_a_replica_stalled_past_its_lease_gives_the_round_up(three, redis_
     its lease lost and stops its exchange without a word: nothing answered twice, no round repeated upstream,
     the copy of the stream left to the holder, and no record left behind."""
     upstream, (a, b, _c), (on_a, on_b, on_c) = three
-    await on_a.initialize({"sampling": {}})
-    on_b.session_id = on_c.session_id = on_a.session_id
-    resp = await on_a.post("tools/call", {"name": "summarize_repo", "arguments": {"repo": "demo"}})
-    await within(on_a.next_event(resp))  # priming
-    seen, first = await within(on_a.next_event(resp))
+    resp, seen, first = await asked_on_a(on_a, on_b, on_c)
     a.proc.send_signal(signal.SIGSTOP)
     try:
         async def lapsed() -> bool:
