@@ -165,9 +165,8 @@ class Exchange:
         # The ids the client is still to answer, and the request, now route here (docs/design.md §34).
         keys = {k for k in map(answer_key, rec.outstanding) if k is not None}
         keys.add(request_key(rec.session_id, rec.downstream_id))
-        await gateway.store.claim_owner(keys, gateway.replica, self.machine.ctx.limits.client_answer_timeout_seconds,
-                                        rec.bridge_id)
-        self._owned |= keys
+        self._claims |= keys
+        await self._write_claims()
         self._task = self.runtime.spawn(self.run(self.machine.resume(elapsed_seconds, unsent)))
 
     def hand_over(self, *, lost: bool = False) -> asyncio.Task | None:
@@ -226,10 +225,9 @@ class Exchange:
         rec, gateway = self.record, self.runtime.gateway
         shared = gateway.relay is not None  # only replicas on a shared store take rounds over
         if self.machine.done or not (rec.waiting or (self._saved and shared)):
-            # (One process saves only waiting rounds: nobody else could continue the others.) Claims must still
-            # be written before the client is asked; releases wait for the next save or the end.
-            if self._claims and not self.machine.done:
-                await self._write_claims()
+            # (One process saves only waiting rounds: nobody else could continue the others.) A step that claims
+            # asks the client or backs off, so its round waits and is saved: no claim is left behind here.
+            assert not self._claims or self.machine.done
             return
         assert self.stream is not None
         first, self._saved = not self._saved, True  # saved from now on: a shutdown hands it over
@@ -245,12 +243,14 @@ class Exchange:
             raise _LeaseLost
         self._written(owners)
 
-    def _owner_changes(self) -> Owners | None:
-        if not (self._claims or self._releases):
+    def _owner_changes(self, releases: bool = True) -> Owners | None:
+        """What the next write claims and releases, for as long as the client may take to answer."""
+        release = frozenset(self._releases) if releases else frozenset()
+        if not (self._claims or release):
             return None
         gateway = self.runtime.gateway
         return Owners(gateway.replica, self.machine.ctx.limits.client_answer_timeout_seconds,
-                      frozenset(self._claims), frozenset(self._releases))
+                      frozenset(self._claims), release)
 
     def _written(self, owners: Owners | None) -> None:
         if owners is not None:
@@ -259,10 +259,12 @@ class Exchange:
             self._releases -= owners.release
 
     async def _write_claims(self) -> None:
-        gateway, claims = self.runtime.gateway, frozenset(self._claims)
-        ttl = self.machine.ctx.limits.client_answer_timeout_seconds
-        await gateway.store.claim_owner(claims, gateway.replica, ttl, self.record.bridge_id)
-        self._written(Owners(gateway.replica, ttl, claims))
+        """The pending claims on their own (a takeover, whose first step may save nothing)."""
+        owners = self._owner_changes(releases=False)
+        if owners is not None:
+            await self.runtime.gateway.store.claim_owner(owners.claim, owners.replica, owners.ttl_seconds,
+                                                         self.record.bridge_id)
+            self._written(owners)
 
     def _failure(self, exc: Exception) -> ErrorValue:
         """What the client is told when the exchange itself fails: the store's unavailability (a dependency,

@@ -146,14 +146,6 @@ end
 return gone
 """
 
-# ARGV: prefix, bridge id.
-_DELETE_ROUND: Final = _LUA_COMMON + """
-local sid = redis.call('HGET', P .. 'r:' .. ARGV[2], 's')
-if sid then redis.call('SREM', P .. 'rs:' .. sid, ARGV[2]) end
-redis.call('DEL', P .. 'r:' .. ARGV[2])
-return 1
-"""
-
 # ARGV: prefix, bridge id, session id, record text, ttl ms, lease mode ('take': the first save takes the lease;
 # 'check': saved only while the replica holds it; 'none'), replica, lease ms, claim count, claim ttl ms, claimed
 # keys..., released keys... -> 0 when not saved (the lease is another's or lapsed: docs/design.md §50).
@@ -174,13 +166,12 @@ return 1
 """
 
 # ARGV: prefix, ownership key -> its replica while that replica holds the lease of the record's round, else nil
-# (docs/design.md §50: a replica that stalled past its lease owns nothing). A record naming no round is its own.
+# (docs/design.md §50: a replica that stalled past its lease owns nothing).
 _OWNER: Final = _LUA_COMMON + """
 local value = redis.call('GET', P .. ARGV[2])
 if not value then return false end
 local replica, bid = string.match(value, '^(%S+) (%S+)$')
-if not bid then return value end
-if redis.call('GET', P .. 'ol:' .. bid) ~= replica then return false end
+if not bid or redis.call('GET', P .. 'ol:' .. bid) ~= replica then return false end
 return replica
 """
 
@@ -225,16 +216,6 @@ for i = 4, #ARGV do
 end
 return lost
 """
-
-# ARGV: prefix, replica, bridge ids...: delete the leases the replica holds (never another's).
-_DROP_LEASES: Final = _LUA_COMMON + """
-for i = 3, #ARGV do
-  local key = P .. 'ol:' .. ARGV[i]
-  if redis.call('GET', key) == ARGV[2] then redis.call('DEL', key) end
-end
-return 1
-"""
-
 
 # ARGV: prefix, session id, stream, capacity, opening (0/1), ended after (-1: not ended), now ms, ttl ms, kept
 # finished, then seq and text of each event. -> 0 when nothing was written (no such copy, or no session).
@@ -302,8 +283,8 @@ class RedisStore:
         # Every command but the blocking reads and pub/sub: one pipelined connection (docs/design.md §49).
         self.wire = RedisWire(url, timeout_seconds=timeout_seconds)
         self._put, self._touch, self._delete = Script(_PUT_SESSION), Script(_TOUCH), Script(_DELETE)
-        self._expire, self._rounds_of, self._delete_round = Script(_EXPIRE), Script(_ROUNDS_OF), Script(_DELETE_ROUND)
-        self._take, self._renew, self._drop_leases = Script(_TAKE_LEASE), Script(_RENEW_LEASES), Script(_DROP_LEASES)
+        self._expire, self._rounds_of = Script(_EXPIRE), Script(_ROUNDS_OF)
+        self._take, self._renew = Script(_TAKE_LEASE), Script(_RENEW_LEASES)
         self._append, self._save_round, self._end_round = Script(_APPEND), Script(_SAVE_ROUND), Script(_END_ROUND)
         self._owner = Script(_OWNER)
         # Blocking reads (follow_events) on their own connections, whose read timeout allows for the block.
@@ -374,11 +355,9 @@ class RedisStore:
 
     async def put_round(self, record: PendingRound, lease: tuple[str, float] | None = None,
                         owners: Owners | None = None, *, holder: str | None = None) -> bool:
-        mode, replica, lease_ms = "none", holder or (owners.replica if owners else ""), 0
-        if lease is not None:
-            mode, replica, lease_ms = "take", lease[0], _ms(lease[1])
-        elif holder is not None:
-            mode = "check"
+        mode = "take" if lease else "check" if holder else "none"
+        replica = lease[0] if lease else holder or (owners.replica if owners else "")
+        lease_ms = _ms(lease[1]) if lease else 0
         claims, releases = (sorted(owners.claim), sorted(owners.release)) if owners else ([], [])
         ttl = _ms(owners.ttl_seconds) if owners else 0
         saved = await self.wire.script(self._save_round, [
@@ -394,25 +373,17 @@ class RedisStore:
         text = await self.wire.call("HGET", self.key("r:", bridge_id), "r")
         return PendingRound.from_dict(loads(text, ENCODED_DEPTH)) if text is not None else None
 
-    async def delete_round(self, bridge_id: str) -> None:
-        await self.wire.script(self._delete_round, [self.prefix, bridge_id])
-
     async def rounds_of(self, session_id: str) -> list[PendingRound]:
         texts = await self.wire.script(self._rounds_of, [self.prefix, session_id])
         return [PendingRound.from_dict(loads(text, ENCODED_DEPTH)) for text in texts]
 
-    async def claim_owner(self, keys: Collection[str], replica: str, ttl_seconds: float,
-                          bridge_id: str | None = None) -> None:
-        ttl, value = max(1, int(ttl_seconds * 1000)), f"{replica} {bridge_id}" if bridge_id else replica
+    async def claim_owner(self, keys: Collection[str], replica: str, ttl_seconds: float, bridge_id: str) -> None:
+        ttl, value = _ms(ttl_seconds), f"{replica} {bridge_id}"
         await self.wire.pipeline([("SET", self.key(key), value, "PX", ttl) for key in keys])
 
     async def owner_of(self, key: str) -> str | None:
         owner = await self.wire.script(self._owner, [self.prefix, key])
         return owner.decode() if isinstance(owner, bytes) else owner
-
-    async def release_owner(self, keys: Collection[str]) -> None:
-        if keys:
-            await self.wire.call("DEL", *(self.key(key) for key in keys))
 
     async def take_lease(self, bridge_id: str, replica: str, ttl_seconds: float) -> bool:
         return bool(await self.wire.script(self._take, [self.prefix, bridge_id, replica, _ms(ttl_seconds)]))
@@ -429,10 +400,6 @@ class RedisStore:
             return []
         lost = await self.wire.script(self._renew, [self.prefix, replica, _ms(ttl_seconds), *bridge_ids])
         return [b.decode() if isinstance(b, bytes) else b for b in lost]
-
-    async def drop_leases(self, bridge_ids: Collection[str], replica: str) -> None:
-        if bridge_ids:
-            await self.wire.script(self._drop_leases, [self.prefix, replica, *bridge_ids])
 
     async def listening(self, channel: str) -> bool:
         """Whether some replica is subscribed to ``channel`` (a replica that died, or lost Redis, is not)."""

@@ -72,7 +72,6 @@ class SessionStore(Protocol):
         ...
 
     async def get_round(self, bridge_id: str) -> PendingRound | None: ...
-    async def delete_round(self, bridge_id: str) -> None: ...
     async def rounds_of(self, session_id: str) -> list[PendingRound]: ...
 
     async def expire_sessions(self, seen_before_ms: float, keep: Collection[str] = ()) -> list[str]:
@@ -83,18 +82,16 @@ class SessionStore(Protocol):
         ...
 
     # Ownership of exchanges, for replicas on one store (docs/design.md §34; keys from adapters.relay).
-    async def claim_owner(self, keys: Collection[str], replica: str, ttl_seconds: float,
-                          bridge_id: str | None = None) -> None:
-        """Record ``replica`` as the owner of each key for ``ttl_seconds`` (a new claim renews it); ``bridge_id``:
-        the round the claim is for, whose lease the claim then needs (:meth:`owner_of`). A round's save
-        (``put_round`` with ``owners``) claims for its own round."""
+    async def claim_owner(self, keys: Collection[str], replica: str, ttl_seconds: float, bridge_id: str) -> None:
+        """Record ``replica`` as the owner of each key for ``ttl_seconds`` (a new claim renews it), for round
+        ``bridge_id``, whose lease the claim then needs (:meth:`owner_of`). A round's save (``put_round`` with
+        ``owners``) claims for its own round."""
         ...
 
     async def owner_of(self, key: str) -> str | None:
         """The key's owner; None when unclaimed, or when the claim's round is no longer leased to the owner (it
         stalled past its lease, docs/design.md §50): a message is then not relayed to it but taken over."""
         ...
-    async def release_owner(self, keys: Collection[str]) -> None: ...
 
     # Leases on saved rounds, for takeover after a replica dies (docs/design.md §40).
     async def take_lease(self, bridge_id: str, replica: str, ttl_seconds: float) -> bool:
@@ -106,10 +103,6 @@ class SessionStore(Protocol):
 
     async def renew_leases(self, bridge_ids: Collection[str], replica: str, ttl_seconds: float) -> list[str]:
         """Renew the leases ``replica`` still holds; the ids of those it lost (they lapsed and were taken)."""
-        ...
-
-    async def drop_leases(self, bridge_ids: Collection[str], replica: str) -> None:
-        """Release the leases ``replica`` holds (a round that ended, or a handover at shutdown)."""
         ...
 
     # SSE replay across replicas (docs/design.md §37): a copy of each downstream stream a client may resume, kept
@@ -166,7 +159,7 @@ class InMemoryStore:
         self._principal: dict[str, str] = {}
         self._per_principal: dict[str, int] = {}
         # Ownership: in one process every exchange is local, so these only keep the contract (a TTL included).
-        self._owners: dict[str, tuple[str, float, str | None]] = {}  # key -> (replica, monotonic deadline, round)
+        self._owners: dict[str, tuple[str, float, str]] = {}  # key -> (replica, monotonic deadline, round)
         self._leases: dict[str, tuple[str, float]] = {}  # bridge id -> (replica, monotonic deadline)
         # Stream copies: never made by a gateway on this store (shares_streams), kept for the contract only.
         self._copies: dict[tuple[str, str], _Copy] = {}
@@ -230,36 +223,33 @@ class InMemoryStore:
 
     async def put_round(self, record: PendingRound, lease: tuple[str, float] | None = None,
                         owners: Owners | None = None, *, holder: str | None = None) -> bool:
-        if holder is not None and lease is None and (self._holder(record.bridge_id) or ("",))[0] != holder:
+        if holder is not None and lease is None and not self._holds(record.bridge_id, holder):
             return False
         self._rounds[record.bridge_id] = (record.session_id, _dump(record))
         if lease is not None:
             self._hold(record.bridge_id, *lease)
         if owners is not None:
             await self.claim_owner(owners.claim, owners.replica, owners.ttl_seconds, record.bridge_id)
-            await self.release_owner(owners.release)
+            self._release(owners.release)
         return True
 
     async def end_round(self, bridge_id: str, replica: str, *, release: Collection[str] = (),
                         delete: bool = True) -> None:
         if delete:
             self._rounds.pop(bridge_id, None)
-        await self.drop_leases([bridge_id], replica)
-        await self.release_owner(release)
+        if self._holds(bridge_id, replica):
+            del self._leases[bridge_id]
+        self._release(release)
 
     async def get_round(self, bridge_id: str) -> PendingRound | None:
         entry = self._rounds.get(bridge_id)
         return PendingRound.from_dict(loads(entry[1], ENCODED_DEPTH)) if entry is not None else None
 
-    async def delete_round(self, bridge_id: str) -> None:
-        self._rounds.pop(bridge_id, None)
-
     async def rounds_of(self, session_id: str) -> list[PendingRound]:
         return [PendingRound.from_dict(loads(data, ENCODED_DEPTH)) for owner, data in self._rounds.values()
                 if owner == session_id]
 
-    async def claim_owner(self, keys: Collection[str], replica: str, ttl_seconds: float,
-                          bridge_id: str | None = None) -> None:
+    async def claim_owner(self, keys: Collection[str], replica: str, ttl_seconds: float, bridge_id: str) -> None:
         deadline = time.monotonic() + ttl_seconds
         for key in keys:
             self._owners[key] = (replica, deadline, bridge_id)
@@ -270,11 +260,11 @@ class InMemoryStore:
             self._owners.pop(key, None)
             return None
         replica, _, bridge_id = entry
-        if bridge_id is not None and (self._holder(bridge_id) or ("",))[0] != replica:
+        if not self._holds(bridge_id, replica):
             return None
         return replica
 
-    async def release_owner(self, keys: Collection[str]) -> None:
+    def _release(self, keys: Collection[str]) -> None:
         for key in keys:
             self._owners.pop(key, None)
 
@@ -284,6 +274,10 @@ class InMemoryStore:
             del self._leases[bridge_id]
             return None
         return entry
+
+    def _holds(self, bridge_id: str, replica: str) -> bool:
+        entry = self._holder(bridge_id)
+        return entry is not None and entry[0] == replica
 
     def _hold(self, bridge_id: str, replica: str, ttl_seconds: float) -> None:
         self._leases[bridge_id] = (replica, time.monotonic() + ttl_seconds)
@@ -310,11 +304,6 @@ class InMemoryStore:
                 self._hold(bridge_id, replica, ttl_seconds)
         return lost
 
-    async def drop_leases(self, bridge_ids: Collection[str], replica: str) -> None:
-        for bridge_id in bridge_ids:
-            entry = self._holder(bridge_id)
-            if entry is not None and entry[0] == replica:
-                del self._leases[bridge_id]
     shares_streams: ClassVar[bool] = False  # one process: a stream's own buffer is its only copy
 
     async def append_events(self, session_id: str, stream: str, events: Sequence[Event], *, capacity: int,

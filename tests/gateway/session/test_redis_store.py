@@ -203,8 +203,8 @@ async def test_rounds(store) -> None:
     await store.put_round(second)  # saved again after a step
     assert await store.get_round("b2") == second and await store.get_round("zz") is None
     assert sorted(r.bridge_id for r in await store.rounds_of("s1")) == ["b1", "b2"]
-    await store.delete_round("b1")
-    await store.delete_round("b1")  # twice is harmless
+    await store.end_round("b1", "A")
+    await store.end_round("b1", "A")  # twice is harmless
     assert [r.bridge_id for r in await store.rounds_of("s1")] == ["b2"]
     await store.delete_session("s1")
     assert await store.get_round("b2") is None and await store.rounds_of("s1") == []
@@ -219,7 +219,7 @@ async def test_leases(store) -> None:
     assert not await store.take_lease("b1", "B", 5)  # held
     assert await store.renew_leases(["b1", "b-never"], "A", 0.3) == ["b-never"]
     assert await store.renew_leases(["b1"], "B", 5) == ["b1"]  # not B's
-    await store.drop_leases(["b1"], "B")  # not B's: stays
+    await store.end_round("b1", "B", delete=False)  # not B's: stays
     assert (await store.lease_of("b1")).holder == "A"
     await asyncio.sleep(0.4)  # A stopped renewing: its lease lapses by itself
     assert await store.lease_of("b1") == Lease(None)
@@ -227,7 +227,7 @@ async def test_leases(store) -> None:
     assert sorted(won) == [False, False, True]
     winner = ("B", "C", "D")[won.index(True)]
     assert (await store.lease_of("b1")).holder == winner and await store.renew_leases(["b1"], "A", 5) == ["b1"]
-    await store.drop_leases(["b1"], winner)
+    await store.end_round("b1", winner, delete=False)
     assert await store.lease_of("b1") == Lease(None)
     assert not await store.take_lease("b-gone", "B", 5)  # no round, no lease
 
@@ -236,7 +236,7 @@ async def test_a_step_writes_its_ownership_with_its_save_and_a_round_ends_in_one
     """docs/design.md §50: the claims and releases of a step ride on its save; the end of a round drops its
     record, its holder's lease (never another's) and its ownership records together; a handover keeps the record."""
     await store.put_session(record("s1"))
-    await store.claim_owner(["oa:old"], "A", 5)
+    await store.claim_owner(["oa:old"], "A", 5, "b1")  # A's once the save below takes b1's lease
     await store.put_round(pending("b1", "s1"), ("A", 5), Owners("A", 5, frozenset({"oa:g1", "oq:s1:1"}),
                                                                  frozenset({"oa:old"})))
     assert [await store.owner_of(k) for k in ("oa:g1", "oq:s1:1", "oa:old")] == ["A", "A", None]
@@ -322,7 +322,7 @@ async def every_method_fails(store: RedisStore) -> None:
     calls = [store.get_session("s"), store.put_session(record("s")), store.touch_session("s", NOW),
              store.delete_session("s"), store.count_sessions("alice"), store.last_seen(["s"]),
              store.expire_sessions(NOW), store.put_round(pending("b", "s")), store.get_round("b"),
-             store.delete_round("b"), store.rounds_of("s")]
+             store.end_round("b", "A"), store.rounds_of("s")]
     for call in calls:
         with pytest.raises(StoreUnavailable, match="session store"):
             await call
