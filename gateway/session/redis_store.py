@@ -358,7 +358,7 @@ class RedisStore:
         mode = "take" if lease else "check" if holder else "none"
         replica = lease[0] if lease else holder or (owners.replica if owners else "")
         lease_ms = _ms(lease[1]) if lease else 0
-        claims, releases = (sorted(owners.claim), sorted(owners.release)) if owners else ([], [])
+        claims, releases = (list(owners.claim), list(owners.release)) if owners else ([], [])
         ttl = _ms(owners.ttl_seconds) if owners else 0
         saved = await self.wire.script(self._save_round, [
             self.prefix, record.bridge_id, record.session_id, _dump(record), self._ttl_ms, mode, replica, lease_ms,
