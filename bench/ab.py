@@ -1,28 +1,37 @@
 """``python -m bench.ab --tree A=DIR --tree B=DIR [--scenario translated,bridged] [--concurrency 1,32]
-[--duration 8] [--slice 0.5]``: the same scenarios through two gateways built from two checkouts, side by side.
+[--duration 8] [--slice 0.5] [--redis URL]``: the same scenarios through two gateways built from two checkouts,
+side by side.
 
 One core serves both gateways, and their slices alternate (order reversed every round) as in the main benchmark,
 so the machine's drift (tens of percent here) slows both alike and the ratios B/A stay meaningful. Each gateway's
 CPU per request is read from ``/proc`` around its own slices. Make the checkouts with ``git worktree add DIR REV``.
+``--redis URL`` runs both gateways on that Redis store, each under a key prefix of its own that is deleted at the
+end (a change to the Redis path is measured the same way).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import os
+import secrets
+import tempfile
 from typing import Any
 
 import aiohttp
 
 from bench.__main__ import Stats, interleaved, makers
 from bench.procs import Child, scratch_usage_db
+from bench.redis_side import delete_keys
 
 
 async def run(args: argparse.Namespace) -> list[Stats]:
     core = Child("core", ["-m", "modern_server", "--port", "{port}", "--no-access-log"])
+    prefixes = {name: f"ab-{secrets.token_hex(4)}:" for name, _tree in args.tree}
     gateways = {name: Child(name, ["-m", "gateway", "serve", "--port", "{port}", "--upstream", core.url,
                                    "--no-access-log", "--gc-gen0", str(args.gc_gen0),
-                                   "--usage-db", scratch_usage_db()], tree=tree)
+                                   "--usage-db", scratch_usage_db(), *_store(args.redis, prefixes[name])],
+                            tree=tree)
                 for name, tree in args.tree}
     results: list[Stats] = []
     try:
@@ -39,7 +48,20 @@ async def run(args: argparse.Namespace) -> list[Stats]:
     finally:
         for child in (*gateways.values(), core):
             child.stop()
+        if args.redis:
+            for prefix in prefixes.values():
+                delete_keys(args.redis, prefix)
     return results
+
+
+def _store(url: str | None, prefix: str) -> list[str]:
+    """The serve options that put a gateway on ``url`` under ``prefix`` (none: the memory store)."""
+    if not url:
+        return []
+    config = os.path.join(tempfile.mkdtemp(prefix="gateway-ab-"), "store.toml")
+    with open(config, "w") as handle:
+        handle.write(f'[gateway.store]\nprefix = "{prefix}"\n')
+    return ["--store", url, "--config", config]
 
 
 def report(results: list[Stats], names: list[str]) -> None:
@@ -68,6 +90,7 @@ def main() -> None:
     parser.add_argument("--warmup", type=float, default=1.0)
     parser.add_argument("--slice", type=float, default=0.5)
     parser.add_argument("--gc-gen0", type=int, default=10_000)
+    parser.add_argument("--redis", default=None, help="run both gateways on this Redis store (redis://HOST:PORT/DB)")
     args = parser.parse_args()
     if len(args.tree) != 2:
         parser.error("give exactly two --tree NAME=DIR")

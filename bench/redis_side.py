@@ -60,10 +60,10 @@ class RedisGateways:
     def stop(self) -> None:
         for child in (self.one, self.two):
             child.stop()
-        _delete_keys(self.url, self.prefix)
+        delete_keys(self.url, self.prefix)
 
 
-def _delete_keys(url: str, prefix: str) -> None:
+def delete_keys(url: str, prefix: str) -> None:
     import redis as sync_redis
 
     client = sync_redis.Redis.from_url(url)
