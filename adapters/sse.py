@@ -114,6 +114,13 @@ class ReplayBuffer:
     def __len__(self) -> int:
         return len(self._events)
 
+    def drop_after(self, seq: int) -> None:
+        """Forget the events after ``seq``, which nobody was sent (a step whose store write failed: the shell's
+        ``Mirror.released``); the next event is ``seq + 1`` again."""
+        while self._events and self._events[-1].seq > seq:
+            self._events.pop()
+        self._next = min(self._next, seq + 1)
+
     def after(self, seq: int) -> list[Event] | None:
         if not resumable(seq, self._events[0].seq if self._events else self._next, self._next):
             return None

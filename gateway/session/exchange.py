@@ -32,13 +32,14 @@ from adapters.upstream import UnencodableHeader, build_request, needs_header_ref
 from gateway.session.observer import ExchangeWatcher
 from gateway.session.runtime import SessionRuntime, log, new_id, random_id, session_view
 from gateway.session.store import Owners, StoreUnavailable
-from gateway.session.streams import OutStream
+from gateway.session.streams import Mirror, OutStream
 from gateway.upstream.client import Answer, UpstreamFailure
 
 REFRESH_PAGE_CAP = 20
 _SILENT = (B.Finish, B.AbortUpstream)  # after begin() there is no upstream task left to abort
 _TOTAL_TIMEOUT = B.TimerFired(B.Timer.TOTAL, 0)
 _INTERNAL = ErrorValue(INTERNAL_ERROR, "internal gateway error")  # a gateway bug: nothing more for the client
+_CARRIED = (B.SendToClient, B.ArmTimer)  # the actions of a step whose events its save can carry
 _HAND_OVER = object()  # the event that stops an exchange without an answer (Exchange.hand_over)
 
 
@@ -217,19 +218,26 @@ class Exchange:
             if not self._handed_over:  # after the answer is sent: off its path
                 await self._end_round()
 
-    async def _save(self, sends: int) -> None:
-        """Save the record once the round waits (what another process needs to continue it), and on a shared
-        store after every step from then on, so a replica taking over continues from the last one; a step that
-        asks the client is saved before the client can see it (docs/design.md §40).
+    def _saves(self) -> bool:
+        """Whether this step saves the record: once the round waits (what another process needs to continue it),
+        and on a shared store after every step from then on, so a replica taking over continues from the last
+        one. (One process saves only waiting rounds: nobody else could continue the others.)"""
+        rec, shared = self.record, self.runtime.gateway.relay is not None
+        return not self.machine.done and (rec.waiting or (self._saved and shared))
+
+    async def _save(self, sends: int, mirror: Mirror | None = None) -> None:
+        """Save the record if :meth:`_saves`; a step that asks the client is saved before the client can see it
+        (docs/design.md §40): before its ``sends`` messages are pushed, or with them when ``mirror`` holds the
+        stream's copy, whose next append then rides on this save (§50).
         The first save takes the round's lease, renewed while this replica lives (gateway.session.takeover)."""
         rec, gateway = self.record, self.runtime.gateway
-        shared = gateway.relay is not None  # only replicas on a shared store take rounds over
-        if self.machine.done or not (rec.waiting or (self._saved and shared)):
-            # (One process saves only waiting rounds: nobody else could continue the others.) A step that claims
-            # asks the client or backs off, so its round waits and is saved: no claim is left behind here.
+        if not self._saves():
+            # A step that claims asks the client or backs off, so its round waits and is saved: no claim is left
+            # behind here.
             assert not self._claims or self.machine.done
             return
         assert self.stream is not None
+        shared = gateway.relay is not None
         first, self._saved = not self._saved, True  # saved from now on: a shutdown hands it over
         lease = (gateway.replica, gateway.config.store.lease_seconds) if first and shared else None
         if lease is not None:
@@ -239,7 +247,13 @@ class Exchange:
         owners = self._owner_changes()
         # Later saves are fenced: a replica that stalled past its lease must not overwrite the new holder's record.
         holder = gateway.replica if shared and not first else None
-        if not await gateway.store.put_round(rec, lease, owners, holder=holder):
+        copy, written = mirror.held_events() if mirror is not None else None, False
+        try:
+            written = await gateway.store.put_round(rec, lease, owners, holder=holder, copy=copy)
+        finally:
+            if mirror is not None:
+                mirror.released(copy, written)
+        if not written:
             raise _LeaseLost
         self._written(owners)
 
@@ -324,8 +338,9 @@ class Exchange:
         self._observe(actions)
         self._claim(actions)
         sends = sum(isinstance(a, B.SendToClient) for a in actions)
-        if sends:  # saved before the client can see what it is asked (a replica taking over must find it)
-            await self._save(sends)
+        mirror = self._carrier(actions) if sends else None
+        if sends and mirror is None:  # saved before the client can see what it is asked (a replica taking over
+            await self._save(sends)   # must find it)
         for action in actions:
             if isinstance(action, B.CallUpstream):
                 self._upstream = self.runtime.spawn(self._call_upstream(action.extra, self._session))
@@ -347,8 +362,19 @@ class Exchange:
                 if action.challenge is not None:
                     self.stream.status = action.challenge.answer()
                 self.stream.finish(action.message)
-        if not sends:  # after the upstream round left: saved before the step is acknowledged, off its path
+        if mirror is not None:  # pushed, held back until this save has written them too
+            await self._save(0, mirror)
+        elif not sends:  # after the upstream round left: saved before the step is acknowledged, off its path
             await self._save(0)
+
+    def _carrier(self, actions: list[Any]) -> Mirror | None:
+        """The stream's copy, held for this step's save to carry its events (docs/design.md §50), when the step
+        only sends and arms timers (nothing else may start before the save) and is saved at all."""
+        assert self.stream is not None
+        mirror = self.stream.mirror
+        if mirror is None or not self._saves() or not all(isinstance(a, _CARRIED) for a in actions):
+            return None
+        return mirror if mirror.hold() else None
 
     async def _call_upstream(self, extra: dict[str, Any], session: SessionRecord | None) -> None:
         self.events.put_nowait(await self._upstream_event(extra, session))

@@ -74,7 +74,7 @@ from adapters.records import PendingRound, SessionRecord
 from adapters.sse import FINISHED_STREAMS_KEPT, PRIMING_SEQ, Event, StoredEvents, resumable
 from adapters.takeover import Lease
 from gateway.session.redis_wire import RedisWire, Script
-from gateway.session.store import Owners, StoreUnavailable
+from gateway.session.store import Owners, StoreUnavailable, StreamAppend
 
 # The longest a follow_events call blocks in Redis: its connection's read timeout is this plus the store's.
 FOLLOW_WAIT_MAX_SECONDS: Final = 10.0
@@ -110,6 +110,41 @@ local function drop(sid)
     redis.call('DEL', P .. 'e:' .. sid .. ':' .. name)
   end
   redis.call('DEL', P .. 's:' .. sid, P .. 'rs:' .. sid, P .. 'es:' .. sid)
+end
+-- Events onto the copy of stream `name`: (seq, text) pairs in ARGV from index `at` to the end; `opening` ('1')
+-- makes the copy, `ended` (a seq; '-1': not ended) ends it, keeping the last `kept` finished copies.
+-- 0 when nothing was written (no such copy, or no session).
+local function append(sid, name, capacity, opening, ended, now, ttl, kept, at)
+  local key, names = P .. 'e:' .. sid .. ':' .. name, P .. 'es:' .. sid
+  if opening == '1' then
+    if redis.call('EXISTS', P .. 's:' .. sid) == 0 then return 0 end
+    redis.call('ZADD', names, 'NX', 0, name)
+  elseif not redis.call('ZSCORE', names, name) then
+    return 0
+  end
+  if #ARGV > at and ARGV[at] == '1' and redis.call('EXISTS', key) == 0 then
+    redis.call('XADD', key, '0-1', 'o', '')  -- made with event 1: nothing was evicted
+  end
+  for i = at, #ARGV, 2 do
+    local oldest = tonumber(ARGV[i]) - capacity + 1  -- exact: the last capacity events, as ReplayBuffer keeps
+    if oldest > 1 then
+      redis.call('XADD', key, 'MINID', '=', oldest .. '-0', ARGV[i] .. '-0', 'm', ARGV[i + 1])
+    else
+      redis.call('XADD', key, ARGV[i] .. '-0', 'm', ARGV[i + 1])
+    end
+  end
+  if ended ~= '-1' then
+    if redis.call('EXISTS', key) == 1 then redis.call('XADD', key, ended .. '-2', 'e', '') end
+    redis.call('ZADD', names, 'XX', now, name)
+    local finished = redis.call('ZRANGEBYSCORE', names, '(0', '+inf')
+    for i = 1, #finished - tonumber(kept) do
+      redis.call('DEL', P .. 'e:' .. sid .. ':' .. finished[i])
+      redis.call('ZREM', names, finished[i])
+    end
+  end
+  redis.call('PEXPIRE', key, ttl)
+  redis.call('PEXPIRE', names, ttl)
+  return 1
 end
 """
 
@@ -147,8 +182,10 @@ return gone
 """
 
 # ARGV: prefix, bridge id, session id, record text, ttl ms, lease mode ('take': the first save takes the lease;
-# 'check': saved only while the replica holds it; 'none'), replica, lease ms, claim count, claim ttl ms, claimed
-# keys..., released keys... -> 0 when not saved (the lease is another's or lapsed: docs/design.md §50).
+# 'check': saved only while the replica holds it; 'none'), replica, lease ms, claim count, claim ttl ms, release
+# count, claimed keys..., released keys..., then the stream copy the step's events go to ('' for none), its
+# capacity, opening (0/1), ttl ms, and the events' seq and text pairs -> 0 when not saved (the lease is another's
+# or lapsed: docs/design.md §50); the events are written only with the record.
 _SAVE_ROUND: Final = _LUA_COMMON + """
 local bid, sid, ttl, mode, replica = ARGV[2], ARGV[3], ARGV[5], ARGV[6], ARGV[7]
 local lease = P .. 'ol:' .. bid
@@ -159,9 +196,13 @@ redis.call('PEXPIRE', key, ttl)
 redis.call('SADD', owned, bid)
 redis.call('PEXPIRE', owned, ttl)
 if mode == 'take' then redis.call('SET', lease, replica, 'PX', ARGV[8]) end
-local claims = tonumber(ARGV[9])
-for i = 11, 10 + claims do redis.call('SET', P .. ARGV[i], replica .. ' ' .. bid, 'PX', ARGV[10]) end
-for i = 11 + claims, #ARGV do redis.call('DEL', P .. ARGV[i]) end
+local claims, releases = tonumber(ARGV[9]), tonumber(ARGV[11])
+for i = 12, 11 + claims do redis.call('SET', P .. ARGV[i], replica .. ' ' .. bid, 'PX', ARGV[10]) end
+for i = 12 + claims, 11 + claims + releases do redis.call('DEL', P .. ARGV[i]) end
+local at = 12 + claims + releases
+if ARGV[at] ~= '' then
+  append(sid, ARGV[at], tonumber(ARGV[at + 1]), ARGV[at + 2], '-1', 0, ARGV[at + 3], 0, at + 4)
+end
 return 1
 """
 
@@ -220,37 +261,7 @@ return lost
 # ARGV: prefix, session id, stream, capacity, opening (0/1), ended after (-1: not ended), now ms, ttl ms, kept
 # finished, then seq and text of each event. -> 0 when nothing was written (no such copy, or no session).
 _APPEND: Final = _LUA_COMMON + """
-local sid, name, capacity = ARGV[2], ARGV[3], tonumber(ARGV[4])
-local key, names = P .. 'e:' .. sid .. ':' .. name, P .. 'es:' .. sid
-if ARGV[5] == '1' then
-  if redis.call('EXISTS', P .. 's:' .. sid) == 0 then return 0 end
-  redis.call('ZADD', names, 'NX', 0, name)
-elseif not redis.call('ZSCORE', names, name) then
-  return 0
-end
-if #ARGV > 10 and ARGV[10] == '1' and redis.call('EXISTS', key) == 0 then
-  redis.call('XADD', key, '0-1', 'o', '')  -- made with event 1: nothing was evicted
-end
-for i = 10, #ARGV, 2 do
-  local oldest = tonumber(ARGV[i]) - capacity + 1  -- exact: the last capacity events, as ReplayBuffer keeps
-  if oldest > 1 then
-    redis.call('XADD', key, 'MINID', '=', oldest .. '-0', ARGV[i] .. '-0', 'm', ARGV[i + 1])
-  else
-    redis.call('XADD', key, ARGV[i] .. '-0', 'm', ARGV[i + 1])
-  end
-end
-if ARGV[6] ~= '-1' then
-  if redis.call('EXISTS', key) == 1 then redis.call('XADD', key, ARGV[6] .. '-2', 'e', '') end
-  redis.call('ZADD', names, 'XX', ARGV[7], name)
-  local ended = redis.call('ZRANGEBYSCORE', names, '(0', '+inf')
-  for i = 1, #ended - tonumber(ARGV[9]) do
-    redis.call('DEL', P .. 'e:' .. sid .. ':' .. ended[i])
-    redis.call('ZREM', names, ended[i])
-  end
-end
-redis.call('PEXPIRE', key, ARGV[8])
-redis.call('PEXPIRE', names, ARGV[8])
-return 1
+return append(ARGV[2], ARGV[3], tonumber(ARGV[4]), ARGV[5], ARGV[6], ARGV[7], ARGV[8], ARGV[9], 10)
 """
 
 
@@ -354,16 +365,23 @@ class RedisStore:
         return [sid.decode() for sid in gone]
 
     async def put_round(self, record: PendingRound, lease: tuple[str, float] | None = None,
-                        owners: Owners | None = None, *, holder: str | None = None) -> bool:
+                        owners: Owners | None = None, *, holder: str | None = None,
+                        copy: StreamAppend | None = None) -> bool:
         mode = "take" if lease else "check" if holder else "none"
         replica = lease[0] if lease else holder or (owners.replica if owners else "")
         lease_ms = _ms(lease[1]) if lease else 0
         claims, releases = (list(owners.claim), list(owners.release)) if owners else ([], [])
         ttl = _ms(owners.ttl_seconds) if owners else 0
-        saved = await self.wire.script(self._save_round, [
+        args: list[str | bytes | int] = [
             self.prefix, record.bridge_id, record.session_id, _dump(record), self._ttl_ms, mode, replica, lease_ms,
-            len(claims), ttl, *claims, *releases])
-        return bool(saved)
+            len(claims), ttl, len(releases), *claims, *releases]
+        if copy is None:
+            args.append("")
+        else:
+            args += [copy.stream, copy.capacity, int(copy.opening), self._ttl_ms]
+            for event in copy.events:
+                args += [event.seq, dumps(event.message)]
+        return bool(await self.wire.script(self._save_round, args))
 
     async def end_round(self, bridge_id: str, replica: str, *, release: Collection[str] = (),
                         delete: bool = True) -> None:

@@ -6,7 +6,8 @@ Only on a store that shares streams (``SessionStore.shares_streams``); on the in
 buffer is the only copy and nothing here runs. A mirror starts when a stream is first written as SSE (a lone
 JSON answer is never resumable, so it is never copied), and an event goes to the client only once the copy
 holds it: a client that saw an event can resume after it on any replica (2025-11-25 basic/transports
-§Resumability).
+§Resumability). A round's save may carry the copy's next append in its own store write (:meth:`Mirror.hold`,
+docs/design.md §50).
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from enum import Enum
 from typing import Any
 
 from adapters.sse import PRIMING_SEQ, Event
-from gateway.session.store import SessionStore, StoreUnavailable
+from gateway.session.store import SessionStore, StoreUnavailable, StreamAppend
 from gateway.session.streams import OutStream
 
 log = logging.getLogger("gateway")
@@ -35,7 +36,7 @@ class Mirror:
     """Copies one stream's events to the store in order, one append at a time (events pushed meanwhile go in
     the next one), and says which events the store holds (:meth:`durable`)."""
 
-    __slots__ = ("_ended", "_opened", "_session_id", "_spawn", "_store", "_task", "kept", "state", "stream")
+    __slots__ = ("_ended", "_held", "_opened", "_session_id", "_spawn", "_store", "_task", "kept", "state", "stream")
 
     def __init__(self, stream: OutStream, store: SessionStore, session_id: str, spawn: Spawn) -> None:
         self.stream, self._store, self._session_id, self._spawn = stream, store, session_id, spawn
@@ -44,6 +45,7 @@ class Mirror:
         self._ended = False  # no end is to be copied: the store has it, or the copy was left open (leave_open)
         self._task: asyncio.Task | None = None
         self._opened: asyncio.Future[None] | None = None
+        self._held = False  # the next append rides on another store write (hold): no copy of its own meanwhile
 
     async def start(self) -> None:
         """Copy from now on; returns once the copy exists (or could not be made), so an id the client is about
@@ -70,8 +72,43 @@ class Mirror:
 
     def kick(self) -> None:
         """Something was pushed, or the stream ended: copy it (unless a copy is already under way)."""
-        if self.state is MirrorState.COPYING and (self._task is None or self._task.done()):
+        if self.state is MirrorState.COPYING and not self._held and not self._copying():
             self._task = self._spawn(self._copy())
+
+    def hold(self) -> bool:
+        """Take the copy's next append for a store write of the caller's (a round's save, docs/design.md §50):
+        True when no append is under way; events pushed from now on wait, unsent, for :meth:`released`. A stream
+        not copied yet is opened by that write: a writer starting meanwhile waits for it as for a copy's."""
+        if self.state is MirrorState.LOCAL or self._held or self._copying():
+            return False
+        if self.state is MirrorState.IDLE:
+            self.state, self.kept = MirrorState.COPYING, max(self.kept, self.stream.buffer.oldest - 1)
+            self._opened = asyncio.get_running_loop().create_future()
+        self._held = True
+        return True
+
+    def held_events(self) -> StreamAppend | None:
+        """What the held append writes: the events not copied yet (None: some were evicted first, and the copy
+        is dropped once :meth:`released`)."""
+        events = self.stream.buffer.after(self.kept)
+        if events is None:
+            return None
+        return StreamAppend(self.stream.name, tuple(events), self.stream.buffer.capacity, not self._opened_done())
+
+    def released(self, copy: StreamAppend | None, written: bool) -> None:
+        """The holding write is done: ``written``, the copy holds ``copy`` and its events may go out; else the
+        write failed or was fenced, and those events, which nobody was sent, are forgotten (a replica that
+        continues the round writes its own). Anything pushed meanwhile is copied as usual."""
+        self._held = False
+        if not written:
+            self.stream.buffer.drop_after(self.kept)
+        elif copy is not None:
+            self.kept = copy.events[-1].seq if copy.events else self.kept
+            self._open_done()
+            self.stream.wake()
+        # Copies what came meanwhile (or opens a copy this write did not make); with events evicted before the
+        # copy had them, it finds the hole and drops the copy, and they go out uncopied.
+        self.kick()
 
     def durable(self, items: list[Event]) -> list[Event]:
         """The prefix of ``items`` the store holds (all of them when not copying)."""
@@ -122,6 +159,9 @@ class Mirror:
         self.state = MirrorState.LOCAL
         self._open_done()
         self.stream.wake()
+
+    def _copying(self) -> bool:
+        return self._task is not None and not self._task.done()
 
     def _opened_done(self) -> bool:
         return self._opened is not None and self._opened.done()

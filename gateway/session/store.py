@@ -38,6 +38,17 @@ class Owners:
     release: frozenset[str] = frozenset()
 
 
+@dataclass(frozen=True, slots=True)
+class StreamAppend:
+    """Events a round's save writes onto its stream's copy in the same store step (docs/design.md §50), as
+    :meth:`SessionStore.append_events` would (``opening``: the copy's first append, which makes it)."""
+
+    stream: str
+    events: tuple[Event, ...]
+    capacity: int
+    opening: bool = False
+
+
 class SessionStore(Protocol):
     async def get_session(self, session_id: str) -> SessionRecord | None: ...
     async def put_session(self, record: SessionRecord) -> None: ...
@@ -56,12 +67,14 @@ class SessionStore(Protocol):
         ...
 
     async def put_round(self, record: PendingRound, lease: tuple[str, float] | None = None,
-                        owners: Owners | None = None, *, holder: str | None = None) -> bool:
+                        owners: Owners | None = None, *, holder: str | None = None,
+                        copy: StreamAppend | None = None) -> bool:
         """Save a round; ``lease`` (replica, seconds): its first save, which takes the round's lease in the same
         step (docs/design.md §40), so no replica ever sees the round without its holder; ``owners``: the
-        ownership records the step claims and releases, written in that same step (one round trip);
-        ``holder``: save only while that replica holds the round's lease (a later save, fenced, §50). False
-        when not saved (the lease lapsed or is another's): nothing of the step was written."""
+        ownership records the step claims and releases, and ``copy``: the step's events for its stream's copy,
+        both written in that same step (one round trip); ``holder``: save only while that replica holds the
+        round's lease (a later save, fenced, §50). False when not saved (the lease lapsed or is another's):
+        nothing of the step was written."""
         ...
 
     async def end_round(self, bridge_id: str, replica: str, *, release: Collection[str] = (),
@@ -222,7 +235,8 @@ class InMemoryStore:
                 self._copies.pop(key).wake()
 
     async def put_round(self, record: PendingRound, lease: tuple[str, float] | None = None,
-                        owners: Owners | None = None, *, holder: str | None = None) -> bool:
+                        owners: Owners | None = None, *, holder: str | None = None,
+                        copy: StreamAppend | None = None) -> bool:
         if holder is not None and lease is None and not self._holds(record.bridge_id, holder):
             return False
         self._rounds[record.bridge_id] = (record.session_id, _dump(record))
@@ -231,6 +245,9 @@ class InMemoryStore:
         if owners is not None:
             await self.claim_owner(owners.claim, owners.replica, owners.ttl_seconds, record.bridge_id)
             self._release(owners.release)
+        if copy is not None:
+            await self.append_events(record.session_id, copy.stream, copy.events, capacity=copy.capacity,
+                                     opening=copy.opening)
         return True
 
     async def end_round(self, bridge_id: str, replica: str, *, release: Collection[str] = (),

@@ -54,6 +54,17 @@ def test_a_copy_of_another_stream_numbers_on_from_where_it_starts() -> None:
     assert buffer.append({"a": 1}).seq == 7
 
 
+def test_events_nobody_was_sent_are_forgotten_and_their_numbers_reused() -> None:
+    buffer = ReplayBuffer(8)
+    for n in range(4):
+        buffer.append({"n": n})
+    buffer.drop_after(2)
+    assert [e.seq for e in buffer.after(0)] == [1, 2] and buffer.next_seq == 3 and buffer.after(3) is None
+    assert buffer.append({"n": "again"}).seq == 3
+    buffer.drop_after(5)  # nothing after it: unchanged
+    assert buffer.next_seq == 4 and len(buffer) == 3
+
+
 def test_fresh_buffer_replays_everything_after_the_priming_event() -> None:
     buffer = ReplayBuffer(8)
     buffer.append({"a": 1})

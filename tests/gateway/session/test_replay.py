@@ -14,7 +14,7 @@ from adapters.sse import FINISHED_STREAMS_KEPT, Event, StoredEvents
 from gateway.http.app import GATEWAY
 from gateway.session.redis_store import RedisStore
 from gateway.session.replay import Mirror, MirrorState
-from gateway.session.store import StoreUnavailable
+from gateway.session.store import StoreUnavailable, StreamAppend
 from gateway.session.streams import OutStream
 from tests.gateway.conftest import CAPS, Legacy
 from tests.gateway.http.test_bridge_shell import SAMPLED, SAMPLING, two_rounds
@@ -121,6 +121,25 @@ async def test_an_opened_copy_follows_its_first_event(store) -> None:
     assert await store.read_events("s1", "x", 0) == StoredEvents(tuple(events((1, "a"))), False)
 
 
+async def test_a_save_writes_its_steps_events_onto_the_copy_and_a_fenced_one_writes_none(store) -> None:
+    """docs/design.md §50: a step's events ride on its round's save, the copy's opening included; a save by a
+    replica that does not hold the round's lease writes neither the record nor the events."""
+    await open_session(store)
+    first = StreamAppend("x", tuple(events((1, {"n": 1}))), capacity=8, opening=True)
+    assert await store.put_round(redis_tests.pending("b1", "s1"), ("A", 5), copy=first)
+    assert await store.read_events("s1", "x", 0) == StoredEvents(first.events, False)
+    later = StreamAppend("x", tuple(events((2, {"n": 2}), (3, {"n": 3}))), capacity=8)
+    assert await store.put_round(redis_tests.pending("b1", "s1"), holder="A", copy=later)
+    assert await store.read_events("s1", "x", 1) == StoredEvents(later.events, False)
+    fenced = StreamAppend("x", tuple(events((4, {"n": 4}))), capacity=8)
+    assert not await store.put_round(redis_tests.pending("b1", "s1"), holder="B", copy=fenced)
+    assert await store.read_events("s1", "x", 3) == StoredEvents((), False)
+    assert await store.read_events("s1", "x", 4) is None  # never written: not a position to resume from
+    # The copy goes on after a save's events as after an append's.
+    await store.append_events("s1", "x", events((4, {"n": 4})), capacity=8, ended_after=4)
+    assert await store.read_events("s1", "x", 3) == StoredEvents(tuple(events((4, {"n": 4}))), True)
+
+
 async def test_the_copy_expires_and_is_renewed_with_its_session(redis_url, prefix) -> None:
     store = RedisStore(redis_url, idle_seconds=60, prefix=prefix)
     try:
@@ -163,6 +182,46 @@ async def test_a_copy_that_fails_never_holds_the_stream_back(error: Exception) -
     stream.finish({"n": 2})
     assert [e.message for e in await asyncio.wait_for(batches.__anext__(), 5)] == [{"n": 2}]
     assert mirror.state is MirrorState.LOCAL and store.dropped == 1
+
+
+class RecordingStore:
+    """A store whose copies only record what they were given."""
+
+    shares_streams = True
+
+    def __init__(self) -> None:
+        self.appended: list[tuple[int, Any]] = []
+
+    async def append_events(self, session_id: str, stream: str, events: list[Event], **kwargs: Any) -> None:
+        self.appended += [(e.seq, e.message) for e in events]
+
+
+async def test_a_held_copy_sends_nothing_until_its_write_is_done_and_a_failed_one_forgets_the_events() -> None:
+    """docs/design.md §50: while a save holds the copy, the events pushed wait (a writer starting meanwhile waits
+    for the opening that save makes); written, they go out; not written, nobody ever gets them."""
+    store = RecordingStore()
+    stream = OutStream("s", 8)
+    stream.mirror = mirror = Mirror(stream, store, "s1", asyncio.ensure_future)  # type: ignore[arg-type]
+    assert mirror.hold() and not mirror.hold()  # one holder at a time
+    stream.push({"n": 1})
+    opened = asyncio.ensure_future(mirror.start())
+    await asyncio.sleep(0.01)
+    assert not opened.done() and store.appended == []  # no copy of its own meanwhile
+    copy = mirror.held_events()
+    assert copy is not None and copy.opening and [e.seq for e in copy.events] == [1]
+    mirror.released(copy, True)
+    await asyncio.wait_for(opened, 5)
+    batches = stream.batches_after(0, keepalive=60, writer=stream.claim())
+    assert [e.message for e in await asyncio.wait_for(batches.__anext__(), 5)] == [{"n": 1}]
+    assert mirror.hold()
+    stream.push({"n": 2})
+    fenced = mirror.held_events()
+    assert fenced is not None and not fenced.opening
+    mirror.released(fenced, False)
+    assert stream.buffer.next_seq == 2 and store.appended == []  # forgotten: its number is free again
+    stream.push({"n": 3})
+    assert [e.message for e in await asyncio.wait_for(batches.__anext__(), 5)] == [{"n": 3}]
+    assert store.appended == [(2, {"n": 3})]  # copied as usual once nothing holds the copy
 
 
 # Two replicas on one Redis ------------------------------------------------------------------------------------

@@ -182,3 +182,43 @@ async def test_a_save_after_the_lease_was_taken_writes_nothing_and_stops(make_ga
     finally:
         await client.delete(prefix + lease_key)
         await client.aclose()
+
+
+async def test_a_fenced_save_sends_and_copies_none_of_the_events_it_carried(make_gateway, upstream, redis_url,
+                                                                          prefix) -> None:
+    """docs/design.md §50: the next ask is pushed on the stream and held for the save that writes it into the
+    copy; when that save is fenced (A's lease was taken while the upstream worked) the ask is forgotten: neither
+    sent to the client nor written where another replica would resume the stream."""
+    gate = asyncio.Event()
+
+    async def slow_second_round(body: dict[str, Any], request: Any) -> Any:
+        if body["params"].get("requestState") is not None:
+            await gate.wait()
+        return two_rounds(body, request)
+
+    upstream.script["tools/call"] = slow_second_round
+    a, _b = await replicas(make_gateway, redis_url, prefix)
+    resp = await a.post("tools/call", {"name": "t", "arguments": {"x": [1, 2]}})
+    await within(a.next_event(resp))  # priming
+    _, first = await within(a.next_event(resp))
+    last, second = await within(a.next_event(resp))
+    assert await a.answer(first["id"], SAMPLED) == 202
+    assert await a.answer(second["id"], SAMPLED) == 202  # its step saved before this: the upstream now works
+    await until(lambda: _true(len(upstream.calls("tools/call")) == 2))
+    (lease_key,) = await owner_keys(redis_url, prefix, "l")
+    client = redis_tests.Redis.from_url(redis_url)
+    store = redis_tests.RedisStore(redis_url, idle_seconds=60, prefix=prefix)
+    try:
+        await client.set(prefix + lease_key, "the-new-holder", px=60_000)
+        gate.set()  # the second round's ask comes back to A, whose save of it is fenced
+        rest = await within(until_closed(a, resp))
+        assert rest == []  # not the ask, nor an answer: the new holder sends those
+        name, seq = parse_event_id(last)
+        copy = await store.read_events(a.session_id, name, seq)
+        assert copy is not None and copy.events == () and not copy.ended  # left open for the new holder
+        assert await store.read_events(a.session_id, name, seq + 1) is None  # the ask was never written
+    finally:
+        gate.set()
+        await client.delete(prefix + lease_key)
+        await client.aclose()
+        await store.close()
