@@ -86,6 +86,7 @@ class Exchange:
         self._releases: set[str] = set()  # a subset of _owned until written
         self._task: asyncio.Task | None = None  # run(), once spawned
         self._handed_over = False  # stopped to let another replica continue the saved round (§40, §42)
+        self._round_ended = False  # its store records are gone (or left to expire): _end_round ran
         meta = record.params.get("_meta")
         self.progress_token = meta.get("progressToken") if isinstance(meta, dict) else None
 
@@ -289,22 +290,43 @@ class Exchange:
         log.exception("exchange for request %r failed", self.record.downstream_id, exc_info=exc)
         return _INTERNAL
 
-    async def _end_round(self) -> None:
+    async def _finish(self, message: dict[str, Any] | None) -> None:
+        """The request's answer ends the stream. A saved round on a shared store ends with it, in one store step
+        that also copies the answer (docs/design.md §50): the store then holds either the round, for a replica
+        to continue, or its answer, never both (a takeover after the answer was copied would send the round's
+        last retry upstream again)."""
+        assert self.stream is not None
+        mirror = self.stream.mirror
+        held = mirror is not None and self._saved and not self._handed_over and mirror.hold()
+        self.stream.finish(message)
+        if held:
+            await self._end_round(mirror)
+
+    async def _end_round(self, mirror: Mirror | None = None) -> None:
         """The exchange ended (or handed its round over): in one store step its ownership records go, and its
-        round's record (kept for the next holder when handed over) and lease (docs/design.md §50). A failure
-        only leaves them to their TTL (a relayed answer then finds nothing awaiting it and is ignored, as a
-        late one is; the round's keys expire with the session's idle time)."""
+        round's record (kept for the next holder when handed over) and lease (docs/design.md §50), with the
+        stream's last events when ``mirror`` is held for them. A failure only leaves the records to their TTL
+        (a relayed answer then finds nothing awaiting it and is ignored, as a late one is; the round's keys
+        expire with the session's idle time); the answer still goes out, from this replica only."""
+        if self._round_ended:
+            return
+        self._round_ended = True
         gateway, bridge_id = self.runtime.gateway, self.record.bridge_id
         if gateway.leases.get(bridge_id) is self:
             del gateway.leases[bridge_id]
         release, self._owned, self._claims, self._releases = self._owned, set(), set(), set()
-        if not (self._saved or release):
-            return
+        copy = mirror.held_events() if mirror is not None else None
+        written = False
         try:
-            await gateway.store.end_round(bridge_id, gateway.replica, release=release,
-                                          delete=self._saved and not self._handed_over)
+            if self._saved or release or copy is not None:
+                await gateway.store.end_round(bridge_id, gateway.replica, release=release,
+                                              delete=self._saved and not self._handed_over, copy=copy)
+            written = True
         except StoreUnavailable as exc:
             log.warning("request %r: its round's records stay until they expire: %s", self.record.downstream_id, exc)
+        finally:
+            if mirror is not None:
+                mirror.released(copy, written, forget=False)
 
     def _end(self) -> None:
         self.runtime.exchanges.pop(self.record.downstream_id, None)
@@ -361,7 +383,7 @@ class Exchange:
                     log.warning("request %r: %s", self.record.downstream_id, action.log)
                 if action.challenge is not None:
                     self.stream.status = action.challenge.answer()
-                self.stream.finish(action.message)
+                await self._finish(action.message)
         if mirror is not None:  # pushed, held back until this save has written them too
             await self._save(0, mirror)
         elif not sends:  # after the upstream round left: saved before the step is acknowledged, off its path

@@ -216,17 +216,24 @@ if not bid or redis.call('GET', P .. 'ol:' .. bid) ~= replica then return false 
 return replica
 """
 
-# ARGV: prefix, bridge id, replica, delete (0/1), ownership keys...: a round's end in one step (docs/design.md
-# §50): its record (when deleted), the lease the replica holds (never another's), its ownership records.
+# ARGV: prefix, bridge id, replica, delete (0/1), release count, ownership keys..., then the stream copy its
+# last events go to ('' for none), the session id, capacity, opening (0/1), ended after (-1: not ended), now ms,
+# ttl ms, kept finished, and the events' seq and text pairs: a round's end in one step (docs/design.md §50): its
+# record (when deleted), the lease the replica holds (never another's), its ownership records, its result.
 _END_ROUND: Final = _LUA_COMMON + """
-local bid = ARGV[2]
+local bid, releases = ARGV[2], tonumber(ARGV[5])
+local at = 6 + releases
+if ARGV[at] ~= '' then
+  append(ARGV[at + 1], ARGV[at], tonumber(ARGV[at + 2]), ARGV[at + 3], ARGV[at + 4], ARGV[at + 5], ARGV[at + 6],
+         ARGV[at + 7], at + 8)
+end
 if ARGV[4] == '1' then
   local sid = redis.call('HGET', P .. 'r:' .. bid, 's')
   if sid then redis.call('SREM', P .. 'rs:' .. sid, bid) end
   redis.call('DEL', P .. 'r:' .. bid)
 end
 if redis.call('GET', P .. 'ol:' .. bid) == ARGV[3] then redis.call('DEL', P .. 'ol:' .. bid) end
-for i = 5, #ARGV do redis.call('DEL', P .. ARGV[i]) end
+for i = 6, 5 + releases do redis.call('DEL', P .. ARGV[i]) end
 return 1
 """
 
@@ -378,14 +385,21 @@ class RedisStore:
         if copy is None:
             args.append("")
         else:
-            args += [copy.stream, copy.capacity, int(copy.opening), self._ttl_ms]
-            for event in copy.events:
-                args += [event.seq, dumps(event.message)]
+            assert copy.ended_after is None, "a round's save never ends its stream: its end does (end_round)"
+            args += [copy.stream, copy.capacity, int(copy.opening), self._ttl_ms, *_event_args(copy.events)]
         return bool(await self.wire.script(self._save_round, args))
 
     async def end_round(self, bridge_id: str, replica: str, *, release: Collection[str] = (),
-                        delete: bool = True) -> None:
-        await self.wire.script(self._end_round, [self.prefix, bridge_id, replica, int(delete), *release])
+                        delete: bool = True, copy: StreamAppend | None = None) -> None:
+        keys = list(release)
+        args: list[str | bytes | int] = [self.prefix, bridge_id, replica, int(delete), len(keys), *keys]
+        if copy is None:
+            args.append("")
+        else:
+            ended = -1 if copy.ended_after is None else copy.ended_after
+            args += [copy.stream, copy.session_id, copy.capacity, int(copy.opening), ended, self._clock(),
+                     self._ttl_ms, FINISHED_STREAMS_KEPT, *_event_args(copy.events)]
+        await self.wire.script(self._end_round, args)
 
     async def get_round(self, bridge_id: str) -> PendingRound | None:
         text = await self.wire.call("HGET", self.key("r:", bridge_id), "r")
@@ -433,9 +447,7 @@ class RedisStore:
         args: list[str | bytes | int] = [self.prefix, session_id, stream, capacity, int(opening),
                                          -1 if ended_after is None else ended_after, self._clock(), self._ttl_ms,
                                          FINISHED_STREAMS_KEPT]
-        for event in events:
-            args += [event.seq, dumps(event.message)]
-        await self.wire.script(self._append, args)
+        await self.wire.script(self._append, [*args, *_event_args(events)])
 
     async def read_events(self, session_id: str, stream: str, after: int) -> StoredEvents | None:
         key = self.stream_key(session_id, stream)
@@ -474,6 +486,11 @@ class RedisStore:
     async def publish(self, channel: str, data: bytes) -> int:
         """Publish on a relay channel (``gateway.session.relay``): how many subscribers got it."""
         return int(await self.wire.call("PUBLISH", channel, data))
+
+
+def _event_args(events: Sequence[Event]) -> list[int | bytes]:
+    """The (seq, text) pairs a script's ``append`` takes."""
+    return [part for event in events for part in (event.seq, dumps(event.message))]
 
 
 def _dump(record: Any) -> bytes:

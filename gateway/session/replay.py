@@ -88,22 +88,31 @@ class Mirror:
         return True
 
     def held_events(self) -> StreamAppend | None:
-        """What the held append writes: the events not copied yet (None: some were evicted first, and the copy
-        is dropped once :meth:`released`)."""
-        events = self.stream.buffer.after(self.kept)
+        """What the held append writes: the events not copied yet, and the stream's end once it is closed (None:
+        some were evicted first, and the copy is dropped once :meth:`released`)."""
+        stream = self.stream
+        events = stream.buffer.after(self.kept)
         if events is None:
             return None
-        return StreamAppend(self.stream.name, tuple(events), self.stream.buffer.capacity, not self._opened_done())
+        ended = stream.buffer.next_seq - 1 if stream.closed and not self._ended else None
+        return StreamAppend(self._session_id, stream.name, tuple(events), stream.buffer.capacity,
+                            not self._opened_done(), ended)
 
-    def released(self, copy: StreamAppend | None, written: bool) -> None:
-        """The holding write is done: ``written``, the copy holds ``copy`` and its events may go out; else the
-        write failed or was fenced, and those events, which nobody was sent, are forgotten (a replica that
-        continues the round writes its own). Anything pushed meanwhile is copied as usual."""
+    def released(self, copy: StreamAppend | None, written: bool, *, forget: bool = True) -> None:
+        """The holding write is done: ``written``, the copy holds ``copy`` and its events may go out. Else the
+        write failed or was fenced: with ``forget``, those events, which nobody was sent, are forgotten (a
+        replica that continues the round writes its own); without, they must still go out (a round's result):
+        the copy is dropped and the stream goes on here only. Anything pushed meanwhile is copied as usual."""
         self._held = False
+        if not written and not forget:
+            self._go_local()
+            self._task = self._spawn(self._drop())
+            return
         if not written:
             self.stream.buffer.drop_after(self.kept)
         elif copy is not None:
             self.kept = copy.events[-1].seq if copy.events else self.kept
+            self._ended = self._ended or copy.ended_after is not None
             self._open_done()
             self.stream.wake()
         # Copies what came meanwhile (or opens a copy this write did not make); with events evicted before the

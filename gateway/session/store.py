@@ -40,13 +40,15 @@ class Owners:
 
 @dataclass(frozen=True, slots=True)
 class StreamAppend:
-    """Events a round's save writes onto its stream's copy in the same store step (docs/design.md §50), as
-    :meth:`SessionStore.append_events` would (``opening``: the copy's first append, which makes it)."""
+    """Events a round's save or end writes onto its stream's copy in the same store step (docs/design.md §50),
+    as :meth:`SessionStore.append_events` would (``opening``: the copy's first append, which makes it)."""
 
+    session_id: str
     stream: str
     events: tuple[Event, ...]
     capacity: int
     opening: bool = False
+    ended_after: int | None = None  # the stream ended after this event (a round's end carries its result)
 
 
 class SessionStore(Protocol):
@@ -78,10 +80,11 @@ class SessionStore(Protocol):
         ...
 
     async def end_round(self, bridge_id: str, replica: str, *, release: Collection[str] = (),
-                        delete: bool = True) -> None:
+                        delete: bool = True, copy: StreamAppend | None = None) -> None:
         """A round ended here, in one step: its record goes (``delete``; False: handed over, the record stays
         for the replica that continues it), the lease ``replica`` holds on it (never another's), and the
-        ownership records ``release``."""
+        ownership records ``release``; ``copy``: the last events of its stream (the result), written in that
+        step, so the store holds either the round or its result."""
         ...
 
     async def get_round(self, bridge_id: str) -> PendingRound | None: ...
@@ -246,12 +249,13 @@ class InMemoryStore:
             await self.claim_owner(owners.claim, owners.replica, owners.ttl_seconds, record.bridge_id)
             self._release(owners.release)
         if copy is not None:
-            await self.append_events(record.session_id, copy.stream, copy.events, capacity=copy.capacity,
-                                     opening=copy.opening)
+            await self._append(copy)
         return True
 
     async def end_round(self, bridge_id: str, replica: str, *, release: Collection[str] = (),
-                        delete: bool = True) -> None:
+                        delete: bool = True, copy: StreamAppend | None = None) -> None:
+        if copy is not None:
+            await self._append(copy)
         if delete:
             self._rounds.pop(bridge_id, None)
         if self._holds(bridge_id, replica):
@@ -322,6 +326,10 @@ class InMemoryStore:
         return lost
 
     shares_streams: ClassVar[bool] = False  # one process: a stream's own buffer is its only copy
+
+    async def _append(self, copy: StreamAppend) -> None:
+        await self.append_events(copy.session_id, copy.stream, copy.events, capacity=copy.capacity,
+                                 opening=copy.opening, ended_after=copy.ended_after)
 
     async def append_events(self, session_id: str, stream: str, events: Sequence[Event], *, capacity: int,
                             opening: bool = False, ended_after: int | None = None) -> None:

@@ -11,6 +11,7 @@ import pytest
 
 pytest.importorskip("redis")
 from adapters.sse import FINISHED_STREAMS_KEPT, Event, StoredEvents
+from adapters.takeover import Lease
 from gateway.http.app import GATEWAY
 from gateway.session.redis_store import RedisStore
 from gateway.session.replay import Mirror, MirrorState
@@ -123,21 +124,24 @@ async def test_an_opened_copy_follows_its_first_event(store) -> None:
 
 async def test_a_save_writes_its_steps_events_onto_the_copy_and_a_fenced_one_writes_none(store) -> None:
     """docs/design.md §50: a step's events ride on its round's save, the copy's opening included; a save by a
-    replica that does not hold the round's lease writes neither the record nor the events."""
+    replica that does not hold the round's lease writes neither the record nor the events; the round's end
+    writes its result and drops the round in one step."""
     await open_session(store)
-    first = StreamAppend("x", tuple(events((1, {"n": 1}))), capacity=8, opening=True)
+    first = StreamAppend("s1", "x", tuple(events((1, {"n": 1}))), capacity=8, opening=True)
     assert await store.put_round(redis_tests.pending("b1", "s1"), ("A", 5), copy=first)
     assert await store.read_events("s1", "x", 0) == StoredEvents(first.events, False)
-    later = StreamAppend("x", tuple(events((2, {"n": 2}), (3, {"n": 3}))), capacity=8)
+    later = StreamAppend("s1", "x", tuple(events((2, {"n": 2}), (3, {"n": 3}))), capacity=8)
     assert await store.put_round(redis_tests.pending("b1", "s1"), holder="A", copy=later)
     assert await store.read_events("s1", "x", 1) == StoredEvents(later.events, False)
-    fenced = StreamAppend("x", tuple(events((4, {"n": 4}))), capacity=8)
+    fenced = StreamAppend("s1", "x", tuple(events((4, {"n": 4}))), capacity=8)
     assert not await store.put_round(redis_tests.pending("b1", "s1"), holder="B", copy=fenced)
     assert await store.read_events("s1", "x", 3) == StoredEvents((), False)
     assert await store.read_events("s1", "x", 4) is None  # never written: not a position to resume from
-    # The copy goes on after a save's events as after an append's.
-    await store.append_events("s1", "x", events((4, {"n": 4})), capacity=8, ended_after=4)
-    assert await store.read_events("s1", "x", 3) == StoredEvents(tuple(events((4, {"n": 4}))), True)
+    # The copy goes on after a save's events as after an append's; the round's end carries its result.
+    result = StreamAppend("s1", "x", tuple(events((4, {"n": 4}))), capacity=8, ended_after=4)
+    await store.end_round("b1", "A", copy=result)
+    assert await store.read_events("s1", "x", 3) == StoredEvents(result.events, True)
+    assert await store.get_round("b1") is None and await store.lease_of("b1") == Lease(None)
 
 
 async def test_the_copy_expires_and_is_renewed_with_its_session(redis_url, prefix) -> None:
@@ -191,9 +195,13 @@ class RecordingStore:
 
     def __init__(self) -> None:
         self.appended: list[tuple[int, Any]] = []
+        self.dropped = 0
 
     async def append_events(self, session_id: str, stream: str, events: list[Event], **kwargs: Any) -> None:
         self.appended += [(e.seq, e.message) for e in events]
+
+    async def drop_stream(self, session_id: str, stream: str) -> None:
+        self.dropped += 1
 
 
 async def test_a_held_copy_sends_nothing_until_its_write_is_done_and_a_failed_one_forgets_the_events() -> None:
@@ -222,6 +230,25 @@ async def test_a_held_copy_sends_nothing_until_its_write_is_done_and_a_failed_on
     stream.push({"n": 3})
     assert [e.message for e in await asyncio.wait_for(batches.__anext__(), 5)] == [{"n": 3}]
     assert store.appended == [(2, {"n": 3})]  # copied as usual once nothing holds the copy
+
+
+async def test_a_result_whose_write_failed_still_goes_out_and_the_copy_is_dropped() -> None:
+    """A round's end carries its result (docs/design.md §50); when that write fails the result is not forgotten
+    as a step's ask is: the request is answered from this replica, whose copy no other can resume any more."""
+    store = RecordingStore()
+    stream = OutStream("s", 8)
+    stream.mirror = mirror = Mirror(stream, store, "s1", asyncio.ensure_future)  # type: ignore[arg-type]
+    await asyncio.wait_for(mirror.start(), 5)
+    batches = stream.batches_after(0, keepalive=60, writer=stream.claim())
+    await asyncio.wait_for(batches.__anext__(), 5)  # the first, empty batch
+    assert mirror.hold()
+    stream.finish({"result": {}})
+    copy = mirror.held_events()
+    assert copy is not None and copy.ended_after == 1 and [e.seq for e in copy.events] == [1]
+    mirror.released(copy, False, forget=False)
+    assert [e.message for e in await asyncio.wait_for(batches.__anext__(), 5)] == [{"result": {}}]
+    await asyncio.sleep(0.01)
+    assert mirror.state is MirrorState.LOCAL and store.dropped == 1 and store.appended == []
 
 
 # Two replicas on one Redis ------------------------------------------------------------------------------------
