@@ -214,6 +214,16 @@ def touch_due(session: SessionRecord, now_ms: int, idle_ms: int) -> bool:
     return now_ms - session.last_seen_ms >= min(TOUCH_EVERY_MS_MAX, idle_ms // 100)
 
 
+def stands_on_held_record(verdict: Accepted | Rejection) -> bool:
+    """Whether a verdict reached on a session record the shell already holds (the record a round waiting for this
+    session's client was accepted with) stands without reading the stored one (docs/design.md §51): only an
+    accepted client answer. What accepts it — the session's principal and negotiated version — is fixed for the
+    session's life, and a held record's last-seen time is never newer than the store's, so it refuses for expiry
+    whatever the stored one would (and more: that refusal, like every other verdict, is reached again on the
+    stored record)."""
+    return isinstance(verdict, Accepted) and verdict.kind is Kind.RESPONSE
+
+
 def check_session(view: HttpView, session: SessionRecord | None, principal: str,
                   policy: Policy, now_ms: int, ident: Any = None) -> Rejection | None:
     """The session checks, refusing with ``ident`` (the request's id, when a body was read)."""

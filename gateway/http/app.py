@@ -13,7 +13,7 @@ from typing import Any
 
 from aiohttp import web
 
-from adapters.classify import SINGLE_HEADERS, HttpView, classify, request_id, touch_due
+from adapters.classify import SINGLE_HEADERS, Accepted, HttpView, classify, request_id, stands_on_held_record, touch_due
 from adapters.errors import ErrorValue, Rejection, reject, store_unavailable
 from gateway.config.settings import GatewayConfig
 from gateway.http import perform
@@ -64,11 +64,9 @@ async def handle_mcp(request: web.Request) -> web.StreamResponse:
     body = await read_body(request, gw) if request.method == "POST" else b""
     if isinstance(body, web.Response):
         return body
-    session_id = headers.get("mcp-session-id")
-    session = await gw.store.get_session(session_id) if session_id else None
     repeated = frozenset(n for n in SINGLE_HEADERS if len(headers.getall(n, ())) > 1)
     now = gw.clock()
-    verdict = classify(HttpView(request.method, headers, body, repeated), session, gw.policy, now)
+    verdict = await classified(gw, HttpView(request.method, headers, body, repeated), now)
     if isinstance(verdict, Rejection):
         return rejection_response(verdict)
     if verdict.session is not None and touch_due(verdict.session, now, gw.policy.session_idle_ms):
@@ -83,6 +81,21 @@ async def handle_mcp(request: web.Request) -> web.StreamResponse:
         trace_answer(gw, answer)
     gw.observer.answered(request, verdict, answer)  # migration accounting; never raises
     return answer
+
+
+async def classified(gw: Gateway, view: HttpView, now: int) -> Accepted | Rejection:
+    """The request's verdict on its session's record: the one a round waiting here for the session's client
+    holds when that verdict stands on it (an answer: adapters.classify.stands_on_held_record, docs/design.md §51),
+    else the stored one."""
+    session_id = view.headers.get("mcp-session-id")
+    if not session_id:
+        return classify(view, None, gw.policy, now)
+    held = gw.held_record(session_id)
+    if held is not None:
+        verdict = classify(view, held, gw.policy, now)
+        if stands_on_held_record(verdict):
+            return verdict
+    return classify(view, await gw.store.get_session(session_id), gw.policy, now)
 
 
 async def read_body(request: web.Request, gw: Gateway) -> bytes | web.Response:

@@ -73,6 +73,9 @@ class Exchange:
         self.events: asyncio.Queue[Any] = asyncio.Queue()
         self._acted: list[asyncio.Future[None]] = []  # handlers waiting for their answer to be acted on
         self._session = session  # the record a handler just read, for the round it starts (none: read it again)
+        # The record the request was accepted with: its client's answers are checked against it and the rounds
+        # they start use it (docs/design.md §51), as they use the request's own credential.
+        self.request_session = session
         self._upstream: asyncio.Task | None = None
         self._timers: list[asyncio.TimerHandle] = []
         self._last_progress: float | None = None
@@ -193,8 +196,10 @@ class Exchange:
                     break
                 if isinstance(event, B.ClientAnswered):  # its claim goes with the step's save, or at the end
                     self._releases |= {k for k in [answer_key(event.gateway_id)] if k in self._owned}
+                # A round an answer starts uses the request's record; a timer's retry reads it again (§51).
+                self._session = self.request_session if isinstance(event, B.ClientAnswered) else None
                 await self._perform(self.machine.handle(event))
-                self._session = None  # only the round an answer starts may use the record its handler read
+                self._session = None
         except _LeaseLost:
             log.warning("request %r: its round's lease was lost before a save; another replica continues it",
                         self.record.downstream_id)
@@ -495,15 +500,11 @@ class Exchange:
             session.cached_roots = result
             await store.put_session(session)
 
-    def answer(self, gateway_id: str, message: dict[str, Any],
-               session: SessionRecord | None = None) -> asyncio.Future[None]:
+    def answer(self, gateway_id: str, message: dict[str, Any]) -> asyncio.Future[None]:
         """Queue the client's answer. The future resolves once the exchange has acted on it: the handler awaits it
         before acknowledging the POST, so a next upstream round is sent before that 202 (the upstream task the
         exchange spawned was scheduled before this future's waiter, and the loop runs callbacks in order) and
-        the acknowledgement's send is off the round's critical path. It also resolves when the exchange ends.
-        ``session`` is the record the answer's handler just read: a round the answer completes uses it instead
-        of parsing the stored record again."""
-        self._session = session
+        the acknowledgement's send is off the round's critical path. It also resolves when the exchange ends."""
         self.events.put_nowait(B.ClientAnswered(gateway_id, message.get("result"), message.get("error")))
         acted = asyncio.get_running_loop().create_future()
         self._acted.append(acted)

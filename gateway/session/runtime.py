@@ -97,6 +97,13 @@ class SessionRuntime:
         if not task.cancelled() and task.exception() is not None:
             log.error("session task failed", exc_info=task.exception())
 
+    def held_record(self) -> SessionRecord | None:
+        """The record a round waiting here for this session's client was accepted with (any of them: what an
+        answer is checked against is the same in each), or None."""
+        for exchange in self.awaiting.values():
+            return exchange.request_session  # type: ignore[no-any-return]
+        return None
+
     def new_stream(self) -> OutStream:
         self._prune_streams()
         stream = OutStream(secrets.token_hex(6), self.gateway.config.replay_buffer_events, self.gateway.tap)
@@ -262,6 +269,12 @@ class Gateway:
 
     def upstream_for(self, name: str) -> UpstreamClient:
         return self.upstreams.get(name, self.upstream)
+
+    def held_record(self, session_id: str) -> SessionRecord | None:
+        """The session's record as a round waiting here for its client was accepted with, if one is (what an
+        answer to it is classified on: docs/design.md §51)."""
+        runtime = self.runtimes.get(session_id)
+        return runtime.held_record() if runtime is not None else None
 
     def runtime(self, session_id: str) -> SessionRuntime:
         if session_id not in self.runtimes:

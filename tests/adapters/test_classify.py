@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from adapters.classify import Accepted, HttpView, Policy, classify, principal_of, touch_due
+from adapters.classify import Accepted, HttpView, Policy, classify, principal_of, stands_on_held_record, touch_due
 from adapters.errors import Rejection
 from adapters.records import SessionRecord
 
@@ -219,3 +219,20 @@ def test_a_session_is_touched_again_once_its_last_seen_time_is_a_percent_of_the_
     assert touch_due(session, 11_000, 3_600_000)
     assert not touch_due(session, 10_599, 60_000) and touch_due(session, 10_600, 60_000)  # 1% of a minute
     assert touch_due(session, 10_000, 0)  # no idle limit to spare: every request writes
+
+
+ANSWER = {"jsonrpc": "2.0", "id": "g1", "result": {}}
+
+
+@pytest.mark.parametrize("view,record,stands", [
+    (post(ANSWER, **SID), session(), True),  # an accepted answer
+    (post({"jsonrpc": "2.0", "id": "g1", "error": {"code": -1, "message": "no"}}, **SID), session(), True),
+    (post(REQ, **SID), session(), False),  # a request reads the stored record (its log level, roots, ...)
+    (post({"jsonrpc": "2.0", "method": "notifications/initialized"}, **SID), session(), False),
+    (post(ANSWER, **SID), session(principal="bearer:x"), False),  # refused on it: decided again on the store's
+    (post(ANSWER, **SID), session(last_seen_ms=NOW - 3_600_001), False),  # it may only look older than it is
+    (post(ANSWER, **SID, **{"mcp-protocol-version": "2025-06-18"}), session(), False),
+])
+def test_only_an_accepted_answer_stands_on_a_held_record(view, record, stands) -> None:
+    """docs/design.md §51."""
+    assert stands_on_held_record(classify(view, record, Policy(), NOW)) is stands

@@ -61,9 +61,9 @@ async def test_two_rounds_with_concurrent_requests(legacy, upstream) -> None:
     assert calls[1]["params"]["inputResponses"] == {"a": SAMPLED, "b": SAMPLED}
 
 
-async def test_a_round_started_by_an_answer_uses_the_session_record_its_post_read(legacy, upstream) -> None:
-    """The stored session record is parsed once per POST: the round an answer completes is sent with the record
-    that answer's handler read, not a second parse of the same record."""
+async def test_a_round_started_by_an_answer_uses_the_session_record_its_request_read(legacy, upstream) -> None:
+    """The stored session record is read once per bridged request (docs/design.md §51): its answers are checked
+    against the record the request was accepted with, and the rounds they complete are sent with it."""
     from gateway.http.app import GATEWAY
     upstream.script["tools/call"] = two_rounds
     await legacy.initialize()
@@ -82,7 +82,7 @@ async def test_a_round_started_by_an_answer_uses_the_session_record_its_post_rea
     await legacy.answer(third["id"], SAMPLED)
     _, final = await legacy.next_event(resp)
     assert final["result"]["content"][0]["text"] == "bridged" and len(upstream.calls("tools/call")) == 3
-    assert reads == [legacy.session_id] * 4  # the call and three answers: one read each, none for the retries
+    assert reads == [legacy.session_id]  # the call's: none for the three answers or the retries
 
 
 async def test_missing_capability_is_never_sent(legacy, upstream) -> None:
@@ -360,6 +360,43 @@ async def test_an_answer_is_acknowledged_only_after_the_next_round_left(upstream
     assert order == ["upstream None", "202", "upstream s1\u00e9", "202"]
     _, third = await legacy.next_event(resp)
     assert third["method"] == "sampling/createMessage"
+
+
+class _CountingStore(InMemoryStore):
+    """Counts session reads."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.reads = 0
+
+    async def get_session(self, session_id: str) -> Any:
+        self.reads += 1
+        return await super().get_session(session_id)
+
+
+async def test_an_answer_to_a_waiting_round_is_checked_on_its_record_without_a_store_read(upstream,
+                                                                                         aiohttp_client) -> None:
+    """docs/design.md §51: while a round waits here for the client, its answers are classified on the record the
+    request was accepted with; anything else (another principal's answer, a request) on the stored one."""
+    store = _CountingStore()
+    upstream.script["tools/call"] = two_rounds
+    client = Legacy(await aiohttp_client(create_app(load_config(upstream_url=upstream.url), store=store)))
+    await client.initialize()
+    resp, first, second = await two_requests_sent(client)
+    reads = store.reads
+    body = {"jsonrpc": "2.0", "id": first["id"], "result": SAMPLED}
+    stranger = await client.client.post("/mcp", json=body, headers=client.headers(Authorization="Bearer other"))
+    assert stranger.status == 404 and store.reads == reads + 1  # refused as an unknown session, as ever
+    assert await client.answer(first["id"], SAMPLED) == 202
+    assert "result" in await client.call("ping")
+    assert store.reads == reads + 2  # the ping's: none for the answer
+    assert await client.answer(second["id"], SAMPLED) == 202  # completes the round: its retry needs no read
+    _, third = await client.next_event(resp)
+    assert third["method"] == "sampling/createMessage" and store.reads == reads + 2
+    retry = upstream.calls("tools/call")[1]
+    assert retry["params"]["inputResponses"] == {"a": SAMPLED, "b": SAMPLED}
+    assert (await client.client.delete("/mcp", headers=client.headers())).status in (200, 204)
+    assert await client.answer(third["id"], SAMPLED) == 404  # the session ended: no round holds its record
 
 
 class _StoreFailingRounds(InMemoryStore):
