@@ -63,6 +63,12 @@ class SessionRecord:
     def to_dict(self) -> dict[str, Any]:
         return _to_dict(self)
 
+    def identity(self) -> SessionRecord:
+        """The session's identity alone (id, principal, negotiated version, times): what is kept of its record
+        while a long-lived answer is open (``adapters.classify.kept_while_answering``)."""
+        return SessionRecord(self.session_id, self.principal, self.protocol_version, {}, {}, self.created_ms,
+                             self.last_seen_ms)
+
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> SessionRecord:
         record: SessionRecord = _from_dict(cls, data)

@@ -13,7 +13,16 @@ from typing import Any
 
 from aiohttp import web
 
-from adapters.classify import SINGLE_HEADERS, Accepted, HttpView, classify, request_id, stands_on_held_record, touch_due
+from adapters.classify import (
+    SINGLE_HEADERS,
+    Accepted,
+    HttpView,
+    classify,
+    kept_while_answering,
+    request_id,
+    stands_on_held_record,
+    touch_due,
+)
 from adapters.errors import ErrorValue, Rejection, reject, store_unavailable
 from gateway.config.settings import GatewayConfig
 from gateway.http import perform
@@ -74,7 +83,9 @@ async def handle_mcp(request: web.Request) -> web.StreamResponse:
         await gw.store.touch_session(verdict.session.session_id, now)
     if gw.trace is not None:
         trace_request(gw, verdict)
-    answer = await perform.answer(request, gw, verdict)  # adapters.session decides, the shell performs
+    pending = perform.answer(request, gw, verdict)  # adapters.session decides, the shell performs
+    verdict = kept_while_answering(verdict)  # a GET stream lives as long as its session: keep little meanwhile
+    answer = await pending
     if isinstance(answer, OutStream):  # a bridge exchange's stream: the POST's answer is its SSE
         answer = await write_post(request, gw, answer)
     if gw.trace is not None:

@@ -6,7 +6,17 @@ import json
 
 import pytest
 
-from adapters.classify import Accepted, HttpView, Policy, classify, principal_of, stands_on_held_record, touch_due
+from adapters.classify import (
+    Accepted,
+    HttpView,
+    Kind,
+    Policy,
+    classify,
+    kept_while_answering,
+    principal_of,
+    stands_on_held_record,
+    touch_due,
+)
 from adapters.errors import Rejection
 from adapters.records import SessionRecord
 
@@ -236,3 +246,19 @@ ANSWER = {"jsonrpc": "2.0", "id": "g1", "result": {}}
 def test_only_an_accepted_answer_stands_on_a_held_record(view, record, stands) -> None:
     """docs/design.md §51."""
     assert stands_on_held_record(classify(view, record, Policy(), NOW)) is stands
+
+
+@pytest.mark.parametrize("kind,slim", [(Kind.OPEN_STREAM, True), (Kind.RESUME, True), (Kind.REQUEST, False),
+                                       (Kind.DELETE, False)])
+def test_a_long_lived_answer_keeps_only_its_sessions_identity(kind, slim) -> None:
+    record = session(client_capabilities={"sampling": {}}, pins={"max_rounds": 3}, subscriptions=["file:///a"])
+    verdict = Accepted(kind, "anonymous", session=record)
+    kept = kept_while_answering(verdict)
+    if not slim:
+        assert kept is verdict
+        return
+    assert kept.session is not None and kept.kind is kind
+    assert (kept.session.session_id, kept.session.principal, kept.session.protocol_version) == \
+        ("s1", "anonymous", "2025-11-25")
+    assert kept.session.client_capabilities == {} and kept.session.pins == {} and kept.session.subscriptions == []
+    assert record.client_capabilities == {"sampling": {}}  # the record itself is untouched

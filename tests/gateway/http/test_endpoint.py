@@ -569,3 +569,28 @@ async def test_a_stored_session_record_holds_only_its_own_bytes() -> None:
         tracemalloc.stop()
     size = len(next(iter(store._sessions.values())))
     assert per_record < size + 400, (per_record, size)  # the bytes, its dict slot and last-seen entry
+
+
+async def test_an_open_get_stream_keeps_no_parsed_session_record(legacy) -> None:
+    """An idle session's GET stream is open for the session's life: once its listen is set up, nothing under
+    it may hold the record its request was classified with (adapters.classify.kept_while_answering;
+    docs/benchmarks.md, idle memory)."""
+    import gc
+
+    from adapters.records import SessionRecord
+
+    await legacy.initialize()
+    stream = await legacy.client.get("/mcp", headers=legacy.headers(Accept="text/event-stream"))
+    assert stream.status == 200
+    await legacy.next_event(stream)  # the priming event: the stream is open and its handler waits
+
+    def parsed() -> list[SessionRecord]:
+        gc.collect()
+        return [o for o in gc.get_objects() if isinstance(o, SessionRecord) and o.session_id == legacy.session_id
+                and o.client_capabilities]
+    for _ in range(100):  # the listen's set-up (a task of its own) reads the record too, then lets it go
+        if not parsed():
+            break
+        await asyncio.sleep(0.05)
+    assert parsed() == []
+    stream.close()
