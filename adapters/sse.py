@@ -86,15 +86,22 @@ class ReplayBuffer:
     (its event was evicted) or names an event never sent: resuming then would silently lose messages, so the
     shell refuses instead."""
 
+    __slots__ = ("_capacity", "_events", "_next")
+
     def __init__(self, capacity: int, first_seq: int = PRIMING_SEQ + 1) -> None:
         """``first_seq``: the seq the first appended event gets (a copy of another replica's stream starts where
         the copy does)."""
-        self._events: deque[Event] = deque(maxlen=max(1, capacity))
+        self._capacity = max(1, capacity)
+        # Made at the first event: an empty deque still holds a block of 64 slots (~0.6 KiB), and an idle
+        # session's GET stream may never carry one (docs/benchmarks.md, idle memory).
+        self._events: deque[Event] | None = None
         self._next = first_seq
 
     def append(self, message: Any | None) -> Event:
         event = Event(self._next, message)
         self._next += 1
+        if self._events is None:
+            self._events = deque(maxlen=self._capacity)
         self._events.append(event)
         return event
 
@@ -109,10 +116,10 @@ class ReplayBuffer:
 
     @property
     def capacity(self) -> int:
-        return self._events.maxlen or 1
+        return self._capacity
 
     def __len__(self) -> int:
-        return len(self._events)
+        return len(self._events) if self._events else 0
 
     def drop_after(self, seq: int) -> None:
         """Forget the events after ``seq``, which nobody was sent (a step whose store write failed: the shell's
@@ -122,9 +129,9 @@ class ReplayBuffer:
         self._next = min(self._next, seq + 1)
 
     def after(self, seq: int) -> list[Event] | None:
-        if not resumable(seq, self._events[0].seq if self._events else self._next, self._next):
+        if not resumable(seq, self.oldest, self._next):
             return None
-        return [e for e in self._events if e.seq > seq]
+        return [e for e in self._events if e.seq > seq] if self._events else []
 
 
 class EventTooLarge(ValueError):

@@ -36,6 +36,30 @@ async def test_an_idle_stream_ticks_with_empty_batches() -> None:
     assert await _next(batches) == []
 
 
+async def test_one_waiters_keepalive_timeout_leaves_the_others_wait_whole() -> None:
+    """Each waiter waits on a future of its own (OutStream._changed): a writer's keep-alive tick, which cancels
+    its wait, must not wake or break another one's (here a POST answer waiting for its first event)."""
+    stream = OutStream("s", 16)
+    batches = stream.batches_after(0, keepalive=0.05, writer=stream.claim())
+    assert await _next(batches) == []
+    first = asyncio.ensure_future(stream.wait_first())
+    assert await _next(batches) == []  # a keep-alive tick: the writer's own wait timed out
+    await asyncio.sleep(0.01)
+    assert not first.done()  # still waiting, not cancelled with the writer's wait
+    stream.push({"n": 1})
+    await asyncio.wait_for(first, 5)
+    assert [e.message for e in await _next(batches)] == [{"n": 1}]
+    assert stream._waiters is None  # nothing left waiting: an idle stream holds no waiter list
+
+
+async def test_a_change_while_a_batch_is_written_is_not_missed() -> None:
+    stream = OutStream("s", 16)
+    batches = stream.batches_after(0, keepalive=60, writer=stream.claim())
+    assert await _next(batches) == []  # the writer now "writes" the priming event; meanwhile:
+    stream.push({"n": 1})
+    assert [e.message for e in await _next(batches)] == [{"n": 1}]
+
+
 async def test_a_new_writer_supersedes_the_old_one() -> None:
     stream = OutStream("s", 16)
     old = stream.batches_after(0, keepalive=60, writer=stream.claim())
