@@ -302,7 +302,8 @@ class Exchange:
         last retry upstream again)."""
         assert self.stream is not None
         mirror = self.stream.mirror
-        held = mirror is not None and self._saved and not self._handed_over and mirror.hold()
+        held = (mirror is not None and self._saved and not (self._handed_over or self._round_ended)
+                and mirror.hold())
         self.stream.finish(message)
         if held:
             await self._end_round(mirror)
