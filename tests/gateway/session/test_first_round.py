@@ -116,3 +116,26 @@ async def test_a_reused_id_is_refused_while_the_first_round_is_in_flight(legacy,
     resp = await first
     assert resp.content_type == "application/json"  # the refusal did not disturb the request in flight
     assert (await resp.json())["result"]["content"][0]["text"] == "first"
+
+
+async def test_an_exchanges_inbox_keeps_arrival_order_and_survives_a_cancelled_wait() -> None:
+    """Exchange events (answers, upstream outcomes, timers) come out in the order they were put, whether put
+    before or during the wait; a cancelled wait (the exchange's task cancelled) loses nothing."""
+    from gateway.session.exchange import _Inbox
+
+    inbox = _Inbox()
+    inbox.put_nowait("a")
+    waiting = asyncio.ensure_future(inbox.get())
+    assert await asyncio.wait_for(waiting, 5) == "a"
+    waiting = asyncio.ensure_future(inbox.get())
+    await asyncio.sleep(0)
+    inbox.put_nowait("b")
+    inbox.put_nowait("c")
+    assert await asyncio.wait_for(waiting, 5) == "b"
+    assert await asyncio.wait_for(inbox.get(), 5) == "c"
+    cancelled = asyncio.ensure_future(inbox.get())
+    await asyncio.sleep(0)
+    cancelled.cancel()
+    await asyncio.gather(cancelled, return_exceptions=True)
+    inbox.put_nowait("d")  # no waiter now: kept for the next get
+    assert await asyncio.wait_for(inbox.get(), 5) == "d"
