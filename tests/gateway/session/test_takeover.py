@@ -34,13 +34,19 @@ async def replicas(make_gateway: Any, redis_url: str, prefix: str, **config: Any
     return a, b
 
 
-async def test_a_replica_that_shuts_down_hands_its_round_over(make_gateway, upstream, redis_url, prefix) -> None:
-    upstream.script["tools/call"] = two_rounds
-    a, b = await replicas(make_gateway, redis_url, prefix)
+async def first_round_asked(a: Legacy) -> tuple[Any, dict[str, Any], tuple[str, dict[str, Any]]]:
+    """A two-round tools/call (``two_rounds``) started on ``a``, read up to its first round's two asks: the
+    stream, the first ask, and the second with its event id (where a resumption starts from)."""
     resp = await a.post("tools/call", {"name": "t", "arguments": {"x": [1, 2]}})
     await within(a.next_event(resp))  # priming
     _, first = await within(a.next_event(resp))
-    last, second = await within(a.next_event(resp))
+    return resp, first, await within(a.next_event(resp))
+
+
+async def test_a_replica_that_shuts_down_hands_its_round_over(make_gateway, upstream, redis_url, prefix) -> None:
+    upstream.script["tools/call"] = two_rounds
+    a, b = await replicas(make_gateway, redis_url, prefix)
+    resp, first, (last, second) = await first_round_asked(a)
     assert (await owner_keys(redis_url, prefix, "l")) != {}  # the round's lease, held by A
     assert await a.answer(first["id"], SAMPLED) == 202  # saved before acknowledged: B will have it
     await a.client.server.close()  # shutdown on a shared store: hands the round over instead of failing it
@@ -140,10 +146,7 @@ async def test_a_handed_over_stream_resumes_on_a_third_replica(make_gateway, ups
     a, b = await replicas(make_gateway, redis_url, prefix)
     c = Legacy(await make_gateway(store={"url": redis_url, "prefix": prefix, "lease_seconds": 5.0}))
     c.session_id = a.session_id
-    resp = await a.post("tools/call", {"name": "t", "arguments": {"x": [1, 2]}})
-    await within(a.next_event(resp))  # priming
-    _, first = await within(a.next_event(resp))
-    last, second = await within(a.next_event(resp))
+    resp, first, (last, second) = await first_round_asked(a)
     assert await a.answer(first["id"], SAMPLED) == 202
     await a.client.server.close()  # hands the round over
     assert [m for m in await within(until_closed(a, resp)) if "result" in m or "error" in m] == []
@@ -166,10 +169,7 @@ async def test_a_save_after_the_lease_was_taken_writes_nothing_and_stops(make_ga
     answering the request (the new holder does)."""
     upstream.script["tools/call"] = two_rounds
     a, _b = await replicas(make_gateway, redis_url, prefix)
-    resp = await a.post("tools/call", {"name": "t", "arguments": {"x": [1, 2]}})
-    await within(a.next_event(resp))  # priming
-    _, first = await within(a.next_event(resp))
-    await within(a.next_event(resp))
+    resp, first, _second = await first_round_asked(a)
     (lease_key,) = await owner_keys(redis_url, prefix, "l")
     client = redis_tests.Redis.from_url(redis_url)
     try:
@@ -198,10 +198,7 @@ async def test_a_fenced_save_sends_and_copies_none_of_the_events_it_carried(make
 
     upstream.script["tools/call"] = slow_second_round
     a, _b = await replicas(make_gateway, redis_url, prefix)
-    resp = await a.post("tools/call", {"name": "t", "arguments": {"x": [1, 2]}})
-    await within(a.next_event(resp))  # priming
-    _, first = await within(a.next_event(resp))
-    last, second = await within(a.next_event(resp))
+    resp, first, (last, second) = await first_round_asked(a)
     assert await a.answer(first["id"], SAMPLED) == 202
     assert await a.answer(second["id"], SAMPLED) == 202  # its step saved before this: the upstream now works
     await until(lambda: _true(len(upstream.calls("tools/call")) == 2))
