@@ -111,10 +111,14 @@ local function drop(sid)
   end
   redis.call('DEL', P .. 's:' .. sid, P .. 'rs:' .. sid, P .. 'es:' .. sid)
 end
--- Events onto the copy of stream `name`: (seq, text) pairs in ARGV from index `at` to the end; `opening` ('1')
--- makes the copy, `ended` (a seq; '-1': not ended) ends it, keeping the last `kept` finished copies.
--- 0 when nothing was written (no such copy, or no session).
-local function append(sid, name, capacity, opening, ended, now, ttl, kept, at)
+-- A stream copy's append, from ARGV[at] on (StreamAppend, as _copy_args lays it out): stream ('' for none),
+-- session id, capacity, opening ('1' makes the copy), ended after (a seq; '-1': not ended), now ms, ttl ms, finished
+-- copies kept, then (seq, text) pairs to the end. 0 when nothing was written (none, no such copy, or no session).
+local function append(at)
+  local name = ARGV[at]
+  if name == '' then return 0 end
+  local sid, capacity = ARGV[at + 1], tonumber(ARGV[at + 2])
+  local opening, ended, now, ttl, kept = ARGV[at + 3], ARGV[at + 4], ARGV[at + 5], ARGV[at + 6], ARGV[at + 7]
   local key, names = P .. 'e:' .. sid .. ':' .. name, P .. 'es:' .. sid
   if opening == '1' then
     if redis.call('EXISTS', P .. 's:' .. sid) == 0 then return 0 end
@@ -122,10 +126,11 @@ local function append(sid, name, capacity, opening, ended, now, ttl, kept, at)
   elseif not redis.call('ZSCORE', names, name) then
     return 0
   end
-  if #ARGV > at and ARGV[at] == '1' and redis.call('EXISTS', key) == 0 then
+  local first = at + 8
+  if #ARGV > first and ARGV[first] == '1' and redis.call('EXISTS', key) == 0 then
     redis.call('XADD', key, '0-1', 'o', '')  -- made with event 1: nothing was evicted
   end
-  for i = at, #ARGV, 2 do
+  for i = first, #ARGV, 2 do
     local oldest = tonumber(ARGV[i]) - capacity + 1  -- exact: the last capacity events, as ReplayBuffer keeps
     if oldest > 1 then
       redis.call('XADD', key, 'MINID', '=', oldest .. '-0', ARGV[i] .. '-0', 'm', ARGV[i + 1])
@@ -183,9 +188,8 @@ return gone
 
 # ARGV: prefix, bridge id, session id, record text, ttl ms, lease mode ('take': the first save takes the lease;
 # 'check': saved only while the replica holds it; 'none'), replica, lease ms, claim count, claim ttl ms, release
-# count, claimed keys..., released keys..., then the stream copy the step's events go to ('' for none), its
-# capacity, opening (0/1), ttl ms, and the events' seq and text pairs -> 0 when not saved (the lease is another's
-# or lapsed: docs/design.md §50); the events are written only with the record.
+# count, claimed keys..., released keys..., then the step's stream append (see append) -> 0 when not saved (the
+# lease is another's or lapsed: docs/design.md §50); the events are written only with the record.
 _SAVE_ROUND: Final = _LUA_COMMON + """
 local bid, sid, ttl, mode, replica = ARGV[2], ARGV[3], ARGV[5], ARGV[6], ARGV[7]
 local lease = P .. 'ol:' .. bid
@@ -199,10 +203,7 @@ if mode == 'take' then redis.call('SET', lease, replica, 'PX', ARGV[8]) end
 local claims, releases = tonumber(ARGV[9]), tonumber(ARGV[11])
 for i = 12, 11 + claims do redis.call('SET', P .. ARGV[i], replica .. ' ' .. bid, 'PX', ARGV[10]) end
 for i = 12 + claims, 11 + claims + releases do redis.call('DEL', P .. ARGV[i]) end
-local at = 12 + claims + releases
-if ARGV[at] ~= '' then
-  append(sid, ARGV[at], tonumber(ARGV[at + 1]), ARGV[at + 2], '-1', 0, ARGV[at + 3], 0, at + 4)
-end
+append(12 + claims + releases)
 return 1
 """
 
@@ -216,17 +217,12 @@ if not bid or redis.call('GET', P .. 'ol:' .. bid) ~= replica then return false 
 return replica
 """
 
-# ARGV: prefix, bridge id, replica, delete (0/1), release count, ownership keys..., then the stream copy its
-# last events go to ('' for none), the session id, capacity, opening (0/1), ended after (-1: not ended), now ms,
-# ttl ms, kept finished, and the events' seq and text pairs: a round's end in one step (docs/design.md §50): its
-# record (when deleted), the lease the replica holds (never another's), its ownership records, its result.
+# ARGV: prefix, bridge id, replica, delete (0/1), release count, ownership keys..., then the stream append of its
+# last events (see append): a round's end in one step (docs/design.md §50): its record (when deleted), the lease
+# the replica holds (never another's), its ownership records, its result.
 _END_ROUND: Final = _LUA_COMMON + """
 local bid, releases = ARGV[2], tonumber(ARGV[5])
-local at = 6 + releases
-if ARGV[at] ~= '' then
-  append(ARGV[at + 1], ARGV[at], tonumber(ARGV[at + 2]), ARGV[at + 3], ARGV[at + 4], ARGV[at + 5], ARGV[at + 6],
-         ARGV[at + 7], at + 8)
-end
+append(6 + releases)
 if ARGV[4] == '1' then
   local sid = redis.call('HGET', P .. 'r:' .. bid, 's')
   if sid then redis.call('SREM', P .. 'rs:' .. sid, bid) end
@@ -265,10 +261,9 @@ end
 return lost
 """
 
-# ARGV: prefix, session id, stream, capacity, opening (0/1), ended after (-1: not ended), now ms, ttl ms, kept
-# finished, then seq and text of each event. -> 0 when nothing was written (no such copy, or no session).
+# ARGV: prefix, then a stream append (see append) -> 0 when nothing was written (no such copy, or no session).
 _APPEND: Final = _LUA_COMMON + """
-return append(ARGV[2], ARGV[3], tonumber(ARGV[4]), ARGV[5], ARGV[6], ARGV[7], ARGV[8], ARGV[9], 10)
+return append(2)
 """
 
 
@@ -382,24 +377,13 @@ class RedisStore:
         args: list[str | bytes | int] = [
             self.prefix, record.bridge_id, record.session_id, _dump(record), self._ttl_ms, mode, replica, lease_ms,
             len(claims), ttl, len(releases), *claims, *releases]
-        if copy is None:
-            args.append("")
-        else:
-            assert copy.ended_after is None, "a round's save never ends its stream: its end does (end_round)"
-            args += [copy.stream, copy.capacity, int(copy.opening), self._ttl_ms, *_event_args(copy.events)]
-        return bool(await self.wire.script(self._save_round, args))
+        return bool(await self.wire.script(self._save_round, [*args, *self._copy_args(copy)]))
 
     async def end_round(self, bridge_id: str, replica: str, *, release: Collection[str] = (),
                         delete: bool = True, copy: StreamAppend | None = None) -> None:
         keys = list(release)
-        args: list[str | bytes | int] = [self.prefix, bridge_id, replica, int(delete), len(keys), *keys]
-        if copy is None:
-            args.append("")
-        else:
-            ended = -1 if copy.ended_after is None else copy.ended_after
-            args += [copy.stream, copy.session_id, copy.capacity, int(copy.opening), ended, self._clock(),
-                     self._ttl_ms, FINISHED_STREAMS_KEPT, *_event_args(copy.events)]
-        await self.wire.script(self._end_round, args)
+        await self.wire.script(self._end_round, [self.prefix, bridge_id, replica, int(delete), len(keys), *keys,
+                                                 *self._copy_args(copy)])
 
     async def get_round(self, bridge_id: str) -> PendingRound | None:
         text = await self.wire.call("HGET", self.key("r:", bridge_id), "r")
@@ -444,10 +428,16 @@ class RedisStore:
 
     async def append_events(self, session_id: str, stream: str, events: Sequence[Event], *, capacity: int,
                             opening: bool = False, ended_after: int | None = None) -> None:
-        args: list[str | bytes | int] = [self.prefix, session_id, stream, capacity, int(opening),
-                                         -1 if ended_after is None else ended_after, self._clock(), self._ttl_ms,
-                                         FINISHED_STREAMS_KEPT]
-        await self.wire.script(self._append, [*args, *_event_args(events)])
+        copy = StreamAppend(session_id, stream, tuple(events), capacity, opening, ended_after)
+        await self.wire.script(self._append, [self.prefix, *self._copy_args(copy)])
+
+    def _copy_args(self, copy: StreamAppend | None) -> list[str | bytes | int]:
+        """A stream append as the scripts' ``append`` reads it (one empty argument for none)."""
+        if copy is None:
+            return [""]
+        ended = -1 if copy.ended_after is None else copy.ended_after
+        return [copy.stream, copy.session_id, copy.capacity, int(copy.opening), ended, self._clock(), self._ttl_ms,
+                FINISHED_STREAMS_KEPT, *(part for event in copy.events for part in (event.seq, dumps(event.message)))]
 
     async def read_events(self, session_id: str, stream: str, after: int) -> StoredEvents | None:
         key = self.stream_key(session_id, stream)
@@ -486,11 +476,6 @@ class RedisStore:
     async def publish(self, channel: str, data: bytes) -> int:
         """Publish on a relay channel (``gateway.session.relay``): how many subscribers got it."""
         return int(await self.wire.call("PUBLISH", channel, data))
-
-
-def _event_args(events: Sequence[Event]) -> list[int | bytes]:
-    """The (seq, text) pairs a script's ``append`` takes."""
-    return [part for event in events for part in (event.seq, dumps(event.message))]
 
 
 def _dump(record: Any) -> bytes:
