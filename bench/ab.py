@@ -13,24 +13,23 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
 import secrets
-import tempfile
 from typing import Any
 
 import aiohttp
 
 from bench.__main__ import Stats, interleaved, makers
 from bench.procs import Child, scratch_usage_db
-from bench.redis_side import delete_keys
+from bench.redis_side import delete_keys, store_args
 
 
 async def run(args: argparse.Namespace) -> list[Stats]:
     core = Child("core", ["-m", "modern_server", "--port", "{port}", "--no-access-log"])
     prefixes = {name: f"ab-{secrets.token_hex(4)}:" for name, _tree in args.tree}
+    stores = {name: store_args(args.redis, prefix) if args.redis else [] for name, prefix in prefixes.items()}
     gateways = {name: Child(name, ["-m", "gateway", "serve", "--port", "{port}", "--upstream", core.url,
                                    "--no-access-log", "--gc-gen0", str(args.gc_gen0),
-                                   "--usage-db", scratch_usage_db(), *_store(args.redis, prefixes[name])],
+                                   "--usage-db", scratch_usage_db(), *stores[name]],
                             tree=tree)
                 for name, tree in args.tree}
     results: list[Stats] = []
@@ -52,16 +51,6 @@ async def run(args: argparse.Namespace) -> list[Stats]:
             for prefix in prefixes.values():
                 delete_keys(args.redis, prefix)
     return results
-
-
-def _store(url: str | None, prefix: str) -> list[str]:
-    """The serve options that put a gateway on ``url`` under ``prefix`` (none: the memory store)."""
-    if not url:
-        return []
-    config = os.path.join(tempfile.mkdtemp(prefix="gateway-ab-"), "store.toml")
-    with open(config, "w") as handle:
-        handle.write(f'[gateway.store]\nprefix = "{prefix}"\n')
-    return ["--store", url, "--config", config]
 
 
 def report(results: list[Stats], names: list[str]) -> None:

@@ -48,12 +48,8 @@ class RedisGateways:
 
     def __init__(self, url: str, upstream: str, extra: list[str]) -> None:
         self.url, self.prefix = url, f"bench-{secrets.token_hex(4)}:"
-        folder = tempfile.mkdtemp(prefix="gateway-bench-redis-")
-        config = os.path.join(folder, "store.toml")
-        with open(config, "w") as handle:
-            handle.write(f'[gateway.store]\nprefix = "{self.prefix}"\n')
         common = ["-m", "gateway", "serve", "--port", "{port}", "--upstream", upstream, "--no-access-log",
-                  "--store", url, "--config", config, *extra]
+                  *store_args(url, self.prefix), *extra]
         self.one = Child("gateway-redis", [*common, "--usage-db", scratch_usage_db()])
         self.two = Child("gateway-redis-workers2", [*common, "--workers", "2", "--usage-db", scratch_usage_db()])
 
@@ -61,6 +57,15 @@ class RedisGateways:
         for child in (self.one, self.two):
             child.stop()
         delete_keys(self.url, self.prefix)
+
+
+def store_args(url: str, prefix: str) -> list[str]:
+    """The ``serve`` options that put a gateway on ``url`` under key prefix ``prefix`` (a config file in a
+    directory of its own)."""
+    config = os.path.join(tempfile.mkdtemp(prefix="gateway-bench-redis-"), "store.toml")
+    with open(config, "w") as handle:
+        handle.write(f'[gateway.store]\nprefix = "{prefix}"\n')
+    return ["--store", url, "--config", config]
 
 
 def delete_keys(url: str, prefix: str) -> None:

@@ -21,3 +21,8 @@ def error_answer(ident: Any, error: ErrorValue) -> web.Response:
     client's own token (adapters.errors.AuthChallenge), so the client authorizes again."""
     status, headers = error.challenge.answer() if error.challenge else (200, None)
     return json_response(response(ident, error=error), status, headers)
+
+
+async def ready(answer: web.StreamResponse) -> web.StreamResponse:
+    """An answer already made, as the awaitable a performer returns (``gateway.http.perform``)."""
+    return answer

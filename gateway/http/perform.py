@@ -27,7 +27,7 @@ from adapters.session import (
     UpdateSession,
     handle,
 )
-from gateway.http.answers import rejection_response
+from gateway.http.answers import ready, rejection_response
 from gateway.http.batch import on_batch
 from gateway.http.handshake import open_session
 from gateway.http.legacy import cancel, deliver, forward, update_session
@@ -70,10 +70,6 @@ async def _perform_all(request: web.Request, gw: Gateway, acc: Accepted, actions
     return answer
 
 
-async def _now(answer: web.StreamResponse) -> web.StreamResponse:
-    return answer
-
-
 def _perform(request: web.Request, gw: Gateway, acc: Accepted, action: Action) -> Awaitable[Answer | None]:
     """One action's performer, not awaited here: the caller awaits what it returns."""
     session = acc.session
@@ -86,9 +82,9 @@ def _perform(request: web.Request, gw: Gateway, acc: Accepted, action: Action) -
         case Reply(message, warning):
             if warning:
                 log.warning("%s refused: %s", acc.message.get("method"), warning)
-            return _now(json_response(message))
+            return ready(json_response(message))
         case Acknowledge():
-            return _now(web.Response(status=_ACCEPTED))
+            return ready(web.Response(status=_ACCEPTED))
         case Deliver(message):
             assert session is not None
             return deliver(gw, session, message, request.headers.get("Authorization"))
@@ -108,7 +104,7 @@ def _perform(request: web.Request, gw: Gateway, acc: Accepted, action: Action) -
         case FanOut():
             return on_batch(request, gw, acc, lambda element: _element(request, gw, element))
         case Refuse(rejection):
-            return _now(rejection_response(rejection))
+            return ready(rejection_response(rejection))
         case _:
             assert_never(action)
 

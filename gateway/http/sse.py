@@ -9,7 +9,7 @@ from aiohttp import web
 from adapters.classify import Accepted
 from adapters.errors import reject
 from adapters.sse import parse_event_id
-from gateway.http.answers import rejection_response
+from gateway.http.answers import ready, rejection_response
 from gateway.http.subscriptions import listen_in_background
 from gateway.session import takeover
 from gateway.session.runtime import Gateway, SessionRuntime
@@ -57,13 +57,9 @@ async def resume_from_store(request: web.Request, gw: Gateway, acc: Accepted, ru
 def _replay(request: web.Request, gw: Gateway, stream: OutStream | None,
             parsed: tuple[str, int] | None) -> Awaitable[web.StreamResponse]:
     if stream is None or parsed is None or stream.buffer.after(parsed[1]) is None:
-        return _now(_unresumable())
+        return ready(_unresumable())
     return write_stream(request, stream, mode=StreamMode.RESUME, after=parsed[1], retry_ms=gw.config.sse_retry_ms,
                         keepalive=gw.config.sse_keepalive_seconds)
-
-
-async def _now(answer: web.StreamResponse) -> web.StreamResponse:
-    return answer
 
 
 async def resume_elsewhere(request: web.Request, gw: Gateway, runtime: SessionRuntime, name: str,
