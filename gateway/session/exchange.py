@@ -220,10 +220,11 @@ class Exchange:
                 event = await self.events.get()
                 if event is _HAND_OVER:
                     break
-                if isinstance(event, B.ClientAnswered):  # its claim goes with the step's save, or at the end
-                    self._releases |= {k for k in [answer_key(event.gateway_id)] if k in self._owned}
+                answered = isinstance(event, B.ClientAnswered)
+                if answered and (key := answer_key(event.gateway_id)) in self._owned:
+                    self._releases.add(key)  # its claim goes with the step's save, or at the end
                 # A round an answer starts uses the request's record; a timer's retry reads it again (§51).
-                self._session = self.request_session if isinstance(event, B.ClientAnswered) else None
+                self._session = self.request_session if answered else None
                 await self._perform(self.machine.handle(event))
                 self._session = None
         except _LeaseLost:

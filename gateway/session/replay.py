@@ -51,8 +51,7 @@ class Mirror:
         """Copy from now on; returns once the copy exists (or could not be made), so an id the client is about
         to see (the priming event's included) can be resumed elsewhere."""
         if self.state is MirrorState.IDLE:
-            self.state = MirrorState.COPYING
-            self._opened = asyncio.get_running_loop().create_future()
+            self._open()
             self.kick()
         if self._opened is not None and self.state is MirrorState.COPYING:
             await asyncio.shield(self._opened)
@@ -82,21 +81,19 @@ class Mirror:
         if self.state is MirrorState.LOCAL or self._held or self._copying():
             return False
         if self.state is MirrorState.IDLE:
-            self.state, self.kept = MirrorState.COPYING, max(self.kept, self.stream.buffer.oldest - 1)
-            self._opened = asyncio.get_running_loop().create_future()
+            self._open()
         self._held = True
         return True
 
     def held_events(self) -> StreamAppend | None:
         """What the held append writes: the events not copied yet, and the stream's end once it is closed (None:
         some were evicted first, and the copy is dropped once :meth:`released`)."""
-        stream = self.stream
+        stream, opening = self.stream, self._opening()
         events = stream.buffer.after(self.kept)
         if events is None:
             return None
         ended = stream.buffer.next_seq - 1 if stream.closed and not self._ended else None
-        return StreamAppend(self._session_id, stream.name, tuple(events), stream.buffer.capacity,
-                            not self._opened_done(), ended)
+        return StreamAppend(self._session_id, stream.name, tuple(events), stream.buffer.capacity, opening, ended)
 
     def released(self, copy: StreamAppend | None, written: bool, *, forget: bool = True) -> None:
         """The holding write is done: ``written``, the copy holds ``copy`` and its events may go out. Else the
@@ -130,9 +127,7 @@ class Mirror:
         self._go_local()
 
     async def _copy(self) -> None:
-        stream, opening = self.stream, not self._opened_done()
-        if opening:  # from the oldest event still buffered (all of them, unless it waited long for a writer)
-            self.kept = max(self.kept, stream.buffer.oldest - 1)
+        stream, opening = self.stream, self._opening()
         try:
             while self.state is MirrorState.COPYING:
                 events = stream.buffer.after(self.kept)
@@ -168,6 +163,19 @@ class Mirror:
         self.state = MirrorState.LOCAL
         self._open_done()
         self.stream.wake()
+
+    def _open(self) -> None:
+        """The copy is to be made: writers wait for its opening (``_opened``)."""
+        self.state = MirrorState.COPYING
+        self._opened = asyncio.get_running_loop().create_future()
+
+    def _opening(self) -> bool:
+        """Whether the next append makes the copy; it then starts from the oldest event still buffered (all of
+        them, unless the stream waited long for a writer)."""
+        opening = not self._opened_done()
+        if opening:
+            self.kept = max(self.kept, self.stream.buffer.oldest - 1)
+        return opening
 
     def _copying(self) -> bool:
         return self._task is not None and not self._task.done()
