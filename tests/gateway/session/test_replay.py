@@ -251,6 +251,25 @@ async def test_a_result_whose_write_failed_still_goes_out_and_the_copy_is_droppe
     assert mirror.state is MirrorState.LOCAL and store.dropped == 1 and store.appended == []
 
 
+async def test_events_evicted_before_a_held_write_leave_the_stream_uncopied() -> None:
+    """A held append whose events were evicted first (a step that sent more than the buffer keeps) has nothing
+    whole to write: the save goes without them, and once it is done the copy is dropped and the stream goes on
+    from this replica only, as when a copy of its own finds such a hole."""
+    store = RecordingStore()
+    stream = OutStream("s", 1)
+    stream.mirror = mirror = Mirror(stream, store, "s1", asyncio.ensure_future)  # type: ignore[arg-type]
+    await asyncio.wait_for(mirror.start(), 5)
+    assert mirror.hold()
+    stream.push({"n": 1})
+    stream.push({"n": 2})  # evicts event 1, not copied yet
+    assert mirror.held_events() is None
+    mirror.released(None, True)
+    await asyncio.sleep(0.01)
+    assert mirror.state is MirrorState.LOCAL and store.dropped == 1 and store.appended == []
+    batches = stream.batches_after(1, keepalive=60, writer=stream.claim())  # a writer past the evicted event
+    assert [e.message for e in await asyncio.wait_for(batches.__anext__(), 5)] == [{"n": 2}]  # uncopied
+
+
 # Two replicas on one Redis ------------------------------------------------------------------------------------
 
 

@@ -219,3 +219,41 @@ async def test_a_fenced_save_sends_and_copies_none_of_the_events_it_carried(make
         await client.delete(prefix + lease_key)
         await client.aclose()
         await store.close()
+
+
+async def test_a_result_whose_round_end_fails_still_reaches_the_client(upstream, aiohttp_client, redis_url,
+                                                                      prefix) -> None:
+    """docs/design.md §50: the round's end carries its result into the stream's copy; when that store step fails
+    the result is not forgotten as a fenced ask is: the request is answered from this replica, and the copy
+    (which no other replica could finish) is dropped."""
+    from gateway.config.settings import load_config
+    from gateway.http.app import create_app
+    from gateway.session.store import StoreUnavailable
+
+    class EndFails(redis_tests.RedisStore):
+        async def end_round(self, *args: Any, **kwargs: Any) -> None:
+            raise StoreUnavailable("the session store (Redis) failed: gone at the end")
+
+    store = EndFails(redis_url, idle_seconds=60, prefix=prefix)
+    upstream.script["tools/call"] = two_rounds
+    config = load_config(upstream_url=upstream.url, store={"url": redis_url, "prefix": prefix})
+    app = create_app(config, store=store)
+
+    async def close_store(_app: Any) -> None:  # a given store is the giver's to close, after the app is done
+        await store.close()
+    app.on_cleanup.append(close_store)
+    a = Legacy(await aiohttp_client(app))
+    await a.initialize(CAPS)
+    resp, first, (last, second) = await first_round_asked(a)
+    assert await a.answer(first["id"], SAMPLED) == 202
+    assert await a.answer(second["id"], SAMPLED) == 202
+    _, third = await within(a.next_event(resp))
+    assert await a.answer(third["id"], SAMPLED) == 202
+    rest = await within(until_closed(a, resp))
+    assert [m["result"]["content"][0]["text"] for m in rest if "result" in m] == ["bridged"]
+    name, _ = parse_event_id(last)
+    await until(lambda: _copy_gone(store, a.session_id, name))
+
+
+async def _copy_gone(store: Any, session_id: str, name: str) -> bool:
+    return await store.read_events(session_id, name, 0) is None
