@@ -4,7 +4,8 @@
 // completed), roots, a cancel sent with an AbortSignal while a sampling round waits, and a POST stream dropped
 // mid-bridge that the transport resumes with Last-Event-ID (its onresumptiontoken option reports the ids).
 // A custom fetch records every HTTP request of the session in sending order (the flow, its method and JSON-RPC
-// kind, the X-Gateway-Replica that answered it, and for a resume whether it resumed the dropped call's stream). Prints one JSON line {requests, flows} for the Python test.
+// kind, the X-Gateway-Replica that answered it, and for a resume whether it resumed the dropped call's stream),
+// with the probes that steer the balancer between them. Prints one JSON line {requests, flows} for the Python test.
 // Usage: node replica_client.mjs URL (tests/gateway/ops/test_haproxy.py runs it with this folder's SDK)
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
@@ -52,26 +53,39 @@ function droppable(response) {
   return { response: new Response(body, { status: response.status, headers: response.headers }), drop };
 }
 
-// The balancer's rotation, learnt from the session's first requests (sent one after another), and a probe through
-// it: which replica the next request reaches is then known, and a resume is steered away from the stream's writer
-// and from the request before it (as the Python test does by probing until a resume reached another replica).
-const rotation = () => [...new Set(requests.slice(0, 3).map((r) => r.replica))];
-const next = (replica) => { const r = rotation(); return r[(r.indexOf(replica) + 1) % r.length]; };
-async function steer(writer) {
-  await Promise.race([Promise.all(answered), new Promise((r) => setTimeout(r, 2000))]);
-  const last = requests.findLast((r) => r.replica)?.replica;
-  if (rotation().length === 3 && next(last) === writer) { // one probe moves the rotation past the writer
-    const probe = await fetch(new URL('/healthz', url));
-    await probe.body?.cancel();
-  }
+// The balancer's rotation, learnt from three probes in a row before the session starts, and probes through it
+// (recorded as requests of their flow): a probe tells which replica the next request reaches, so an answer, a
+// cancel and a resume are steered away from the replica running their call (as the Python tests do), whatever
+// else the transport sent before them.
+let rotation = [];
+async function probe() {
+  const entry = { flow, request: 'probe', replica: null, status: null };
+  requests.push(entry);
+  const response = await fetch(new URL('/healthz', url));
+  await response.body?.cancel();
+  entry.replica = response.headers.get('x-gateway-replica');
+  entry.status = response.status;
+  return entry.replica;
 }
+const next = (replica) => rotation[(rotation.indexOf(replica) + 1) % rotation.length];
+async function steer(avoid) {
+  await Promise.race([Promise.all(answered), new Promise((r) => setTimeout(r, 2000))]);
+  for (let tries = 0; tries < 3; tries += 1) {
+    if (next(await probe()) !== avoid) return;
+  }
+  throw new Error(`the rotation ${rotation} did not move past ${avoid}`);
+}
+const callOf = (name) => requests.findLast((r) => r.flow === name && r.request === 'POST tools/call').replica;
+const STEERED = { 'sampling POST answer': 'sampling', 'cancel POST notifications/cancelled': 'cancel' };
 
 async function watched(input, init) {
   const request = kind(init);
   const lastEventId = new Headers(init?.headers).get('last-event-id');
   if (lastEventId) resumeIds.push(lastEventId);
   if (request === 'GET resume' && tokens.includes(lastEventId)) { // the resume of the dropped call's stream
-    await steer(requests.find((r) => r.flow === 'resume' && r.request === 'POST tools/call').replica);
+    await steer(callOf('resume'));
+  } else if (STEERED[`${flow} ${request}`]) {
+    await steer(callOf(STEERED[`${flow} ${request}`]));
   }
   const entry = { flow, request, replica: null, status: null };
   if (lastEventId) entry.resumes = tokens.includes(lastEventId) ? 'the call' : 'another stream';
@@ -139,6 +153,8 @@ client.setNotificationHandler(ElicitationCompleteNotificationSchema, async () =>
 
 const text = (result) => result.content[0].text;
 const flows = {};
+for (let n = 0; n < 3; n += 1) rotation.push(await probe());
+if (new Set(rotation).size !== 3) throw new Error(`three probes in a row reached ${rotation}`);
 await client.connect(transport);
 
 flow = 'sampling';

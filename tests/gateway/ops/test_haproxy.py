@@ -19,9 +19,9 @@ import shutil
 import socket
 import subprocess
 import time
+import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
@@ -65,6 +65,7 @@ class Cluster:
     config: str
     replica_ports: list[int]
     gateways: list[Proc] = field(default_factory=list)
+    rotation: list[str] = field(default_factory=list)  # the replicas in the order the balancer takes them
 
 
 def _redis(tmp: Path) -> tuple[str, PrivateRedis | None]:
@@ -89,6 +90,16 @@ def _wait_listening(proc: Proc, port: int | None = None) -> None:
         except OSError:
             time.sleep(0.05)
     raise RuntimeError(f"{proc.name} did not start listening")
+
+
+def _rotation(port: int) -> list[str]:
+    """Three probes in a row through the balancer: round robin takes the replicas in this order from then on."""
+    seen = []
+    for _ in range(REPLICAS):
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=10) as response:
+            seen.append(response.headers["X-Gateway-Replica"])
+    assert len(set(seen)) == REPLICAS, seen
+    return seen
 
 
 def _delete_keys(url: str, prefix: str) -> None:
@@ -132,7 +143,7 @@ def cluster(tmp_path_factory) -> Iterator[Cluster]:
         started.append(front)
         _wait_listening(front)
         yield Cluster(f"http://127.0.0.1:{front.port}/mcp", front.port, text, [p.port for p in started[1:4]],
-                      started[1:4])
+                      started[1:4], _rotation(front.port))
     finally:
         for proc in reversed(started):
             proc.stop()
@@ -158,8 +169,11 @@ def _free_port() -> int:
 
 
 def what(request: Any) -> str:
-    """An HTTP request as the test names it: ``POST tools/call``, ``POST answer``, ``GET resume``, ``DELETE``."""
+    """An HTTP request as the test names it: ``POST tools/call``, ``POST answer``, ``GET resume``, ``DELETE``,
+    ``probe`` (a ``GET /healthz`` through the balancer)."""
     if request.method == "GET":
+        if request.url.path.endswith("/healthz"):
+            return "probe"
         return "GET resume" if request.headers.get("last-event-id") else "GET"
     if request.method != "POST":
         return request.method
@@ -168,16 +182,41 @@ def what(request: Any) -> str:
     return f"POST {kind}"
 
 
-class Route:
-    """Which replica answered each HTTP request, per session, in the order the client sent them."""
+def alternating(replicas: list[str | None]) -> bool:
+    """Whether every request reached another replica than the answered one before it, in sending order (``None``:
+    a request with no answer, which the balancer may or may not have routed). With three replicas in rotation the
+    request after one such gap still differs from the one before it whether or not the gap was routed; a longer
+    gap says nothing, so the comparison starts again after it. Two requests in flight at once may reach the
+    balancer in the other order: swapping neighbours of a rotation keeps every pair of neighbours different."""
+    last, gap = None, 0
+    for replica in replicas:
+        if replica is None:
+            gap += 1
+            continue
+        if last is not None and gap <= 1 and replica == last:
+            return False
+        last, gap = replica, 0
+    return True
 
-    def __init__(self) -> None:
+
+def test_alternating_allows_one_unanswered_request_between_neighbours() -> None:
+    assert alternating(["a", "b", "c", "a", None, "c", "b"])  # the gap was routed (b), or not
+    assert alternating(["a", "c", "b", "a"])  # two requests in flight reached the balancer swapped
+    assert alternating(["a", None, None, "a", "b"])  # a longer gap says nothing
+    assert not alternating(["a", "b", "b"])
+    assert not alternating(["a", None, "a"])
+
+
+class Route:
+    """Which replica answered each HTTP request this test sent through the balancer, in sending order: the
+    sessions' requests and the probes that move the rotation (``steer``)."""
+
+    def __init__(self, cluster: Cluster) -> None:
+        self.cluster = cluster
         self.sent: list[tuple[str, Any]] = []  # (what, request) in sending order
         self.answers: dict[int, tuple[str | None, str | None]] = {}  # id(request) -> (session, replica)
 
-    def client(self) -> Any:
-        http = create_mcp_http_client()
-
+    def watch(self, http: Any) -> Any:
         async def on_request(request: Any) -> None:
             self.sent.append((what(request), request))
 
@@ -187,8 +226,33 @@ class Route:
         http.event_hooks = {"request": [on_request], "response": [on_response]}
         return http
 
+    def client(self) -> Any:
+        return self.watch(create_mcp_http_client())
+
+    async def probe(self) -> str:
+        """One ``GET /healthz`` through the balancer: the replica it reached."""
+        async with self.watch(create_mcp_http_client()) as http:
+            response = await http.get(f"http://127.0.0.1:{self.cluster.haproxy_port}/healthz")
+        assert response.status_code == 200
+        return str(response.headers["x-gateway-replica"])
+
+    async def steer(self, avoid: str) -> None:
+        """Move the rotation so that the next request reaches another replica than ``avoid``: once every request
+        sent has its answer (or after 2 s), probe until the probe's successor in the rotation is not ``avoid``.
+        Which replica a request reaches then no longer depends on what else the SDK sent before it."""
+        for _ in range(200):
+            if all(id(request) in self.answers for _name, request in self.sent):
+                break
+            await asyncio.sleep(0.01)
+        for _ in range(REPLICAS):
+            reached = await self.probe()
+            rotation = self.cluster.rotation
+            if rotation[(rotation.index(reached) + 1) % REPLICAS] != avoid:
+                return
+        raise AssertionError(f"the rotation {self.cluster.rotation} did not move past {avoid}")
+
     def requests(self) -> list[tuple[str, str]]:
-        """(what, replica) of every answered request of the one session, in sending order."""
+        """(what, replica) of every answered request of a session, in sending order."""
         out = []
         for name, request in self.sent:
             session, replica = self.answers.get(id(request), (None, None))
@@ -209,12 +273,14 @@ class Route:
         return out
 
     def check_alternates(self) -> None:
-        """Every request of a session landed on another replica than the one before, all three were used."""
+        """Every request this test sent through the balancer landed on another replica than the one before (no
+        stickiness), and every session used all three replicas."""
         sessions = self.replicas()
         assert sessions, "no session was seen"
         for session, replicas in sessions.items():
             assert len(replicas) >= 3 and len(set(replicas)) == REPLICAS, (session, replicas)
-            assert all(a != b for a, b in pairwise(replicas)), (session, replicas)
+        chain = [(name, self.answers.get(id(request), (None, None))[1]) for name, request in self.sent]
+        assert alternating([replica for _name, replica in chain]), chain
 
 
 def legacy(cluster: Cluster, route: Route, url: str | None = None, **callbacks: Any) -> Client:
@@ -229,9 +295,18 @@ def test_the_balancer_runs_the_example_configuration_with_only_its_ports_changed
     assert ports_of(cluster.config) == [cluster.haproxy_port, *cluster.replica_ports]
 
 
+def steered_sampling(route: Route) -> Any:
+    """Sampling that first steers the balancer so that the answer reaches another replica than the call's: the
+    relay of an answer to the replica running its request is what is tested, not the rotation's luck."""
+    async def answer(context: Any, params: Any) -> Any:
+        await route.steer(avoid=route.replica_of("POST tools/call")[-1])
+        return await sampling(context, params)
+    return answer
+
+
 async def test_sampling_over_two_rounds_with_every_request_on_another_replica(cluster) -> None:
-    route = Route()
-    async with legacy(cluster, route) as client:
+    route = Route(cluster)
+    async with legacy(cluster, route, sampling_callback=steered_sampling(route)) as client:
         result = await client.call_tool("summarize_repo", {"repo": "demo"})
     assert not result.is_error and result.structured_content["summary"]
     route.check_alternates()
@@ -240,7 +315,7 @@ async def test_sampling_over_two_rounds_with_every_request_on_another_replica(cl
 
 
 async def test_form_elicitation_and_roots(cluster) -> None:
-    route = Route()
+    route = Route(cluster)
     elicit = elicitation_answering(content=pick_first)
     async with legacy(cluster, route, elicitation_callback=elicit) as client:
         scan = await client.call_tool("workspace_scan", {})
@@ -251,7 +326,7 @@ async def test_form_elicitation_and_roots(cluster) -> None:
 
 
 async def test_url_elicitation(cluster) -> None:
-    route = Route()
+    route = Route(cluster)
 
     async def elicit(context: Any, params: Any) -> types.ElicitResult:
         assert params.mode == "url" and params.elicitation_id
@@ -265,7 +340,7 @@ async def test_url_elicitation(cluster) -> None:
 
 
 async def test_cancellation_reaches_the_replica_running_the_request(cluster) -> None:
-    route = Route()
+    route = Route(cluster)
     asked = asyncio.Event()
 
     async def stuck(context: Any, params: Any) -> Any:
@@ -275,6 +350,7 @@ async def test_cancellation_reaches_the_replica_running_the_request(cluster) -> 
         async with anyio.create_task_group() as tg:
             tg.start_soon(client.call_tool, "summarize_repo", {})
             await asyncio.wait_for(asked.wait(), 30)
+            await route.steer(avoid=route.replica_of("POST tools/call")[-1])
             tg.cancel_scope.cancel()
         assert (await client.call_tool("echo", {"text": "still here"})).content[0].text == "still here"
     route.check_alternates()
@@ -320,18 +396,17 @@ async def test_a_dropped_stream_resumes_through_another_replica(cluster) -> None
     reaches depends on the rotation, so a session is tried again with the rotation moved on by one (a probe
     through the balancer) until a resume reached another replica than the one writing its stream."""
     for shift in range(REPLICAS):
-        route, proxy = Route(), WatchingProxy(cluster.haproxy_port)
+        route, proxy = Route(cluster), WatchingProxy(cluster.haproxy_port)
         port = await proxy.start()
         calls = 0
 
-        async def dropping_sampling(context: Any, params: Any, shift: int = shift, proxy: Any = proxy) -> Any:
+        async def dropping_sampling(context: Any, params: Any, shift: int = shift, proxy: Any = proxy,
+                                    route: Route = route) -> Any:
             nonlocal calls
             calls += 1
             if calls == 1:
                 for _ in range(shift):
-                    async with aiohttp.ClientSession() as http, http.get(f"http://127.0.0.1:{cluster.haproxy_port}"
-                                                                          "/healthz") as probe:
-                        assert probe.status == 200
+                    await route.probe()
                 proxy.drop()  # the POST's SSE stream and the GET stream break mid-bridge
             return await sampling(context, params)
         try:
@@ -374,15 +449,16 @@ TS_FLOWS = {
 def test_the_typescript_sdk_runs_every_bridged_flow_through_the_balancer(cluster) -> None:
     """One session of the official TypeScript SDK runs sampling, form and URL elicitation, roots, a cancel and a
     resume through the balancer (``tests/conformance/replica_client.mjs``): every flow ends as on one gateway,
-    and each HTTP request landed on another replica than the one before."""
+    each HTTP request landed on another replica than the one before, and the script's probes steered each answer,
+    the cancel and the resume to another replica than the one running their call."""
     run = subprocess.run([_node() or "node", str(CONFORMANCE / "replica_client.mjs"), cluster.url],
                          capture_output=True, text=True, timeout=60, cwd=CONFORMANCE)
     assert run.returncode == 0, run.stderr[-2000:]
     summary = json.loads(run.stdout.splitlines()[-1])
     assert summary["flows"] == TS_FLOWS, (summary["flows"], run.stderr[-2000:])
-    requests = [r for r in summary["requests"] if r["replica"]]  # answered (a stream reopened at close may not be)
-    replicas = [r["replica"] for r in requests]
-    assert len(set(replicas)) == REPLICAS and all(a != b for a, b in pairwise(replicas)), requests
+    assert alternating([r["replica"] for r in summary["requests"]]), summary["requests"]  # the probes included
+    requests = [r for r in summary["requests"] if r["replica"] and r["request"] != "probe"]  # answered ones
+    assert len({r["replica"] for r in requests}) == REPLICAS, requests
 
     def of(flow: str, request: str) -> list[str]:
         return [r["replica"] for r in requests if r["flow"] == flow and r["request"] == request]
