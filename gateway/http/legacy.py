@@ -70,7 +70,7 @@ async def cancel(gw: Gateway, session: SessionRecord, request_id: str | int, rea
 async def deliver(gw: Gateway, session: SessionRecord, message: dict[str, Any], authorization: str | None) -> None:
     exchange = gw.runtime(session.session_id).awaiting.pop(message["id"], None)
     if exchange is not None:
-        await exchange.answer(message["id"], message)  # acted on first: the next round leaves before the 202
+        await exchange.answer_now(message["id"], message)  # acted on first: the next round leaves before the 202
     elif gw.relay is not None:  # maybe asked by another replica's exchange, alive (§34) or not (§40)
         await takeover.answer(gw, session, message, authorization)
     # Late or unknown answers are ignored (2025-11-25 basic/utilities §Cancellation: races).

@@ -41,32 +41,60 @@ _TOTAL_TIMEOUT = B.TimerFired(B.Timer.TOTAL, 0)
 _INTERNAL = ErrorValue(INTERNAL_ERROR, "internal gateway error")  # a gateway bug: nothing more for the client
 _CARRIED = (B.SendToClient, B.ArmTimer)  # the actions of a step whose events its save can carry
 _HAND_OVER = object()  # the event that stops an exchange without an answer (Exchange.hand_over)
+_WAKE = object()  # another task's step finished the machine: the exchange's task ends the exchange
 
 
 class _Inbox:
     """An exchange's events in arrival order, awaited by its one task: what ``asyncio.Queue`` did here without
     its bookkeeping (task counts, putters, three deques and an event per exchange), which was a share of every
-    bridged round's cost."""
+    bridged round's cost. While another task steps the machine (:meth:`Exchange.offer`) the inbox is *held*:
+    what arrives meanwhile waits, and wakes the exchange's task only once that step is over."""
 
-    __slots__ = ("_items", "_waiter")
+    __slots__ = ("_held", "_items", "_waiter")
 
     def __init__(self) -> None:
         self._items: list[Any] = []
         self._waiter: asyncio.Future[None] | None = None
+        self._held = False
 
     def put_nowait(self, item: Any) -> None:
         self._items.append(item)
+        if not self._held:
+            self._wake()
+
+    def _wake(self) -> None:
         if self._waiter is not None and not self._waiter.done():
             self._waiter.set_result(None)
 
+    def idle(self) -> bool:
+        """Whether the exchange's task waits here with nothing to do and no other task is stepping."""
+        return self._waiter is not None and not self._items and not self._held
+
+    def hold(self) -> None:
+        self._held = True
+
+    def release(self) -> None:
+        self._held = False
+        if self._items:
+            self._wake()
+
     async def get(self) -> Any:
-        while not self._items:
+        while not self._items or self._held:
             self._waiter = asyncio.get_running_loop().create_future()
             try:
                 await self._waiter
             finally:
                 self._waiter = None
         return self._items.pop(0)
+
+
+class _Failed:
+    """A step another task ran raised: the exchange's task raises it again, inside its one error boundary."""
+
+    __slots__ = ("error",)
+
+    def __init__(self, error: BaseException) -> None:
+        self.error = error
 
 
 class _LeaseLost(Exception):
@@ -220,13 +248,10 @@ class Exchange:
                 event = await self.events.get()
                 if event is _HAND_OVER:
                     break
-                answered = isinstance(event, B.ClientAnswered)
-                if answered and (key := answer_key(event.gateway_id)) in self._owned:
-                    self._releases.add(key)  # its claim goes with the step's save, or at the end
-                # A round an answer starts uses the request's record; a timer's retry reads it again (§51).
-                self._session = self.request_session if answered else None
-                await self._perform(self.machine.handle(event))
-                self._session = None
+                if isinstance(event, _Failed):
+                    raise event.error
+                if event is not _WAKE:
+                    await self._step(event)
         except _LeaseLost:
             log.warning("request %r: its round's lease was lost before a save; another replica continues it",
                         self.record.downstream_id)
@@ -250,6 +275,40 @@ class Exchange:
             self._end()
             if not self._handed_over:  # after the answer is sent: off its path
                 await self._end_round()
+
+    async def _step(self, event: Any) -> None:
+        """The machine's step on one event, performed."""
+        answered = isinstance(event, B.ClientAnswered)
+        if answered and (key := answer_key(event.gateway_id)) in self._owned:
+            self._releases.add(key)  # its claim goes with the step's save, or at the end
+        # A round an answer starts uses the request's record; a timer's retry reads it again (§51).
+        self._session = self.request_session if answered else None
+        try:
+            await self._perform(self.machine.handle(event))
+        finally:
+            self._session = None
+
+    async def offer(self, event: Any) -> bool:
+        """Step the machine on ``event`` in the caller's task when the exchange's own task waits with nothing
+        queued (docs/design.md §52): an answer's handler and an upstream round's task then perform their step
+        themselves, instead of waking the exchange's task for it (two task switches per bridged round). False
+        when the exchange is busy or done: the caller queues the event instead. One step at a time still: the
+        inbox is held meanwhile, and a step that raises is raised again by the exchange's task, where every
+        failure is answered."""
+        if self.machine.done or not self.events.idle():
+            return False
+        self.events.hold()
+        try:
+            await self._step(event)
+        except BaseException as exc:
+            self.events.put_nowait(_Failed(exc))
+            if not isinstance(exc, Exception):
+                raise  # this task is being cancelled: so is the step, which the exchange's task now ends
+        finally:
+            if self.machine.done:
+                self.events.put_nowait(_WAKE)
+            self.events.release()
+        return True
 
     def _saves(self) -> bool:
         """Whether this step saves the record: once the round waits (what another process needs to continue it),
@@ -432,7 +491,9 @@ class Exchange:
         return mirror if mirror.hold() else None
 
     async def _call_upstream(self, extra: dict[str, Any], session: SessionRecord | None) -> None:
-        self.events.put_nowait(await self._upstream_event(extra, session))
+        event = await self._upstream_event(extra, session)
+        if not await self.offer(event):
+            self.events.put_nowait(event)
 
     async def _upstream_event(self, extra: dict[str, Any], session: SessionRecord | None) -> Any:
         """One upstream round -> the machine's event for its outcome. Always an event, whatever goes wrong: the
@@ -528,12 +589,24 @@ class Exchange:
             session.cached_roots = result
             await store.put_session(session)
 
+    async def answer_now(self, gateway_id: str, message: dict[str, Any]) -> None:
+        """The client's answer, acted on before this returns (its handler then acknowledges the POST): stepped
+        in the caller's task when the exchange is idle (:meth:`offer`), else queued and waited for. Either way a
+        next upstream round is sent before the 202: the handler yields once after its step, behind the upstream
+        task the step spawned, so the acknowledgement's send is off the round's critical path."""
+        event = B.ClientAnswered(gateway_id, message.get("result"), message.get("error"))
+        if await self.offer(event):
+            await asyncio.sleep(0)
+        else:
+            await self._queue_answer(event)
+
     def answer(self, gateway_id: str, message: dict[str, Any]) -> asyncio.Future[None]:
-        """Queue the client's answer. The future resolves once the exchange has acted on it: the handler awaits it
-        before acknowledging the POST, so a next upstream round is sent before that 202 (the upstream task the
-        exchange spawned was scheduled before this future's waiter, and the loop runs callbacks in order) and
-        the acknowledgement's send is off the round's critical path. It also resolves when the exchange ends."""
-        self.events.put_nowait(B.ClientAnswered(gateway_id, message.get("result"), message.get("error")))
+        """Queue the client's answer (one relayed from another replica). The future resolves once the exchange
+        has acted on it, or when the exchange ends."""
+        return self._queue_answer(B.ClientAnswered(gateway_id, message.get("result"), message.get("error")))
+
+    def _queue_answer(self, event: B.ClientAnswered) -> asyncio.Future[None]:
+        self.events.put_nowait(event)
         acted = asyncio.get_running_loop().create_future()
         self._acted.append(acted)
         return acted

@@ -42,7 +42,7 @@ async def answer(gw: Gateway, session: SessionRecord, message: dict[str, Any], a
     async def act(_record: PendingRound) -> None:
         exchange = gw.runtime(session.session_id).awaiting.pop(gid, None)
         if exchange is not None:
-            await exchange.answer(gid, message)
+            await exchange.answer_now(gid, message)
     await _continue(gw, session, authorization, lambda rounds: T.round_for_answer(rounds, gid),
                     R.Relayed(R.RelayKind.ANSWER, session.session_id, message), act, background=True)
 
