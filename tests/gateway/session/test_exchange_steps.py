@@ -1,0 +1,119 @@
+"""Which task steps an exchange's machine (docs/design.md §52): the task that has the event, when the exchange's
+own task waits with nothing queued; still one step at a time, and every failure answered by the exchange's task."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+
+from gateway.config.settings import load_config
+from gateway.http.app import GATEWAY, create_app
+from gateway.session.exchange import Exchange
+from gateway.session.store import InMemoryStore, StoreUnavailable
+from tests.gateway.conftest import Legacy
+from tests.gateway.http.test_bridge_shell import SAMPLED, two_requests_sent, two_rounds
+
+
+class Steps:
+    """Every step an exchange performs: its event's kind, whether the exchange's own task ran it, and the most
+    steps ever under way at once."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.seen: list[tuple[str, bool]] = []
+        self.running = self.most = 0
+        step = Exchange._step
+
+        async def watched(exchange: Exchange, event: Any) -> None:
+            self.seen.append((type(event).__name__, asyncio.current_task() is exchange._task))
+            self.running += 1
+            self.most = max(self.most, self.running)
+            try:
+                await step(exchange, event)
+            finally:
+                self.running -= 1
+        monkeypatch.setattr(Exchange, "_step", watched)
+
+
+async def gateway(upstream: Any, aiohttp_client: Any, store: InMemoryStore | None = None) -> Legacy:
+    upstream.script["tools/call"] = two_rounds
+    client = Legacy(await aiohttp_client(create_app(load_config(upstream_url=upstream.url), store=store)))
+    await client.initialize()
+    return client
+
+
+async def test_an_answer_and_an_upstream_outcome_are_stepped_by_their_own_tasks(upstream, aiohttp_client,
+                                                                                 monkeypatch) -> None:
+    steps = Steps(monkeypatch)
+    client = await gateway(upstream, aiohttp_client)
+    resp, first, second = await two_requests_sent(client)
+    assert await client.answer(first["id"], SAMPLED) == 202
+    assert await client.answer(second["id"], SAMPLED) == 202
+    _, third = await client.next_event(resp)
+    assert await client.answer(third["id"], SAMPLED) == 202
+    final = (await client.events(resp))[-1]
+    assert final["result"]["content"][0]["text"] == "bridged"
+    # The first round runs in the request's handler (Exchange.begin); every later event is stepped where it
+    # arrived: three answers in their handlers, two upstream outcomes in their rounds' tasks.
+    assert steps.seen == [("ClientAnswered", False), ("ClientAnswered", False), ("UpstreamResult", False),
+                          ("ClientAnswered", False), ("UpstreamResult", False)]
+    assert client.client.app[GATEWAY].runtime(client.session_id).exchanges == {}
+
+
+class _SlowSave(InMemoryStore):
+    """Holds the second save of a round (the first answer's step) until released."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.saves, self.saving, self.release = 0, asyncio.Event(), asyncio.Event()
+
+    async def put_round(self, record: Any, *args: Any, **kwargs: Any) -> bool:
+        self.saves += 1
+        if self.saves == 2:
+            self.saving.set()
+            await self.release.wait()
+        return await super().put_round(record, *args, **kwargs)
+
+
+async def test_a_cancel_during_an_answers_step_waits_for_that_step(upstream, aiohttp_client, monkeypatch) -> None:
+    steps, store = Steps(monkeypatch), _SlowSave()
+    client = await gateway(upstream, aiohttp_client, store)
+    resp, first, second = await two_requests_sent(client)
+    answering = asyncio.ensure_future(client.answer(first["id"], SAMPLED))
+    await asyncio.wait_for(store.saving.wait(), 10)  # the answer's step is saving, in its handler's task
+    assert await client.notify("notifications/cancelled", {"requestId": client.next_id, "reason": "stop"}) == 202
+    await asyncio.sleep(0.05)
+    assert steps.seen == [("ClientAnswered", False)] and not answering.done()  # the cancel waits
+    store.release.set()
+    assert await answering == 202
+    rest = await client.events(resp)
+    # Then the exchange's task steps the cancel: the client's outstanding request is cancelled, nothing answered.
+    assert rest == [{"jsonrpc": "2.0", "method": "notifications/cancelled",
+                     "params": {"requestId": second["id"], "reason": "the original request ended"}}]
+    assert steps.seen == [("ClientAnswered", False), ("Cancelled", True)] and steps.most == 1
+    assert len(upstream.calls("tools/call")) == 1
+
+
+class _FailingSecondSave(InMemoryStore):
+    async def put_round(self, record: Any, *args: Any, **kwargs: Any) -> bool:
+        self.saves = getattr(self, "saves", 0) + 1
+        if self.saves == 2:
+            raise StoreUnavailable("redis://127.0.0.1:1: connection refused")
+        return await super().put_round(record, *args, **kwargs)
+
+
+async def test_a_step_failing_in_a_handlers_task_is_answered_by_the_exchange(upstream, aiohttp_client,
+                                                                            monkeypatch) -> None:
+    steps = Steps(monkeypatch)
+    client = await gateway(upstream, aiohttp_client, _FailingSecondSave())
+    resp, first, second = await two_requests_sent(client)
+    assert await client.answer(first["id"], SAMPLED) == 202  # its step failed saving: the request says so
+    final = (await client.events(resp))[-1]
+    assert final["id"] == client.next_id
+    assert final["error"]["code"] == -32603 and final["error"]["data"] == {"store": "unavailable"}
+    assert steps.seen == [("ClientAnswered", False)]
+    runtime = client.client.app[GATEWAY].runtime(client.session_id)
+    assert runtime.exchanges == {} and runtime.awaiting == {}  # nothing left waiting
+    assert await client.answer(second["id"], SAMPLED) == 202  # a late answer, ignored
+    assert "result" in await client.call("ping")
