@@ -32,7 +32,7 @@ import aiohttp
 from bench.__main__ import makers
 from bench.procs import Child, free_port
 
-SCENARIOS = ("passthrough", "translated", "bridged")
+SCENARIOS = ("passthrough", "translated", "bridged", "bridged_one")
 
 
 class _Front:

@@ -199,17 +199,34 @@ class Exchange:
             return finish
         # Escalate: the total limit still counts from the request's arrival.
         self._timers.append(loop.call_at(deadline, self.events.put_nowait, B.TimerFired(B.Timer.TOTAL, 0)))
-        self.spawn(actions)
+        await self._escalate(actions)
         return None
 
-    def spawn(self, first: list[Any] | None = None) -> OutStream:
-        """Run the exchange as a session task (from the start, or with what :meth:`begin` left to perform);
-        its stream, which the caller answers with."""
+    def spawn(self) -> OutStream:
+        """Run the exchange as a session task from the start; its stream, which the caller answers with."""
+        self._open_stream()
+        self._task = self.runtime.spawn(self.run(None))
+        return self.stream  # type: ignore[return-value]
+
+    def _open_stream(self) -> None:
         self.stream = self.runtime.new_stream()
         for message in self._early:
             self.stream.push(message)
-        self._task = self.runtime.spawn(self.run(first))
-        return self.stream
+
+    async def _escalate(self, actions: list[Any]) -> None:
+        """Go on as a session task with what :meth:`begin` left to perform, performed here first, in the
+        handler's task (docs/design.md §52): the stream the handler then answers with already holds what they
+        send, and neither the exchange's task nor the handler wakes for it. A failure is the exchange's task's
+        to answer, as any step's."""
+        self._open_stream()
+        try:
+            await self._perform(actions)
+        except BaseException as exc:
+            self.events.put_nowait(_Failed(exc))
+            if not isinstance(exc, Exception):
+                self._task = self.runtime.spawn(self.run(None, performed=True))
+                raise
+        self._task = self.runtime.spawn(self.run(None, performed=True))
 
     async def take_over(self, stream: OutStream, elapsed_seconds: float, unsent: set[str]) -> None:
         """Continue a round another replica saved, whose lease this replica just won (docs/design.md §40): on
@@ -239,10 +256,13 @@ class Exchange:
         self.events.put_nowait(_HAND_OVER)
         return self._task
 
-    async def run(self, first: list[Any] | None) -> None:
+    async def run(self, first: list[Any] | None, *, performed: bool = False) -> None:
+        """The exchange's task: ``first`` (else the machine's start) performed unless ``performed`` already,
+        then every event as it comes, until the request is answered or handed over."""
         assert self.stream is not None
         try:
-            await self._perform(self.machine.start() if first is None else first)
+            if not performed:
+                await self._perform(self.machine.start() if first is None else first)
             while not self.machine.done:
                 self._settle()  # an answer is acknowledged once its step is saved: a replica taking over has it
                 event = await self.events.get()
