@@ -40,6 +40,7 @@ _SILENT = (B.Finish, B.AbortUpstream)  # after begin() there is no upstream task
 _TOTAL_TIMEOUT = B.TimerFired(B.Timer.TOTAL, 0)
 _INTERNAL = ErrorValue(INTERNAL_ERROR, "internal gateway error")  # a gateway bug: nothing more for the client
 _CARRIED = (B.SendToClient, B.ArmTimer)  # the actions of a step whose events its save can carry
+_SENDS = (B.SendToClient, B.Finish)  # the actions that put messages on the request's stream
 _HAND_OVER = object()  # the event that stops an exchange without an answer (Exchange.hand_over)
 _WAKE = object()  # another task's step finished the machine: the exchange's task ends the exchange
 
@@ -475,31 +476,45 @@ class Exchange:
         mirror = self._carrier(actions) if sends else None
         if sends and mirror is None:  # saved before the client can see what it is asked (a replica taking over
             await self._save(sends)   # must find it)
-        for action in actions:
-            if isinstance(action, B.CallUpstream):
-                self._upstream = self.runtime.spawn(self._call_upstream(action.extra, self._session))
-            elif isinstance(action, B.SendToClient):
-                if "id" in action.message:
-                    self.runtime.awaiting[action.message["id"]] = self
-                self.stream.push(action.message)
-            elif isinstance(action, B.ArmTimer):
-                event = B.TimerFired(action.name, action.round)
-                loop = asyncio.get_running_loop()
-                self._timers.append(loop.call_later(action.seconds, self.events.put_nowait, event))
-            elif isinstance(action, B.AbortUpstream) and self._upstream is not None:
-                self._upstream.cancel()  # closing the upstream response is the 2026 cancel
-            elif isinstance(action, B.StoreRoots):
-                await self._store_roots(action.result)
-            elif isinstance(action, B.Finish):
-                if action.log:
-                    log.warning("request %r: %s", self.record.downstream_id, action.log)
-                if action.challenge is not None:
-                    self.stream.status = action.challenge.answer()
-                await self._finish(action.message)
+        # On one process the step writes what it sends to a waiting writer itself (docs/design.md §52); a copy
+        # for other replicas decides when events may go out, so there the writer is woken as before.
+        stream, hushed = self.stream, self.stream.mirror is None and any(isinstance(a, _SENDS) for a in actions)
+        if hushed:
+            stream.hush()
+        try:
+            for action in actions:
+                await self._act(action)
+        finally:
+            if hushed:
+                await stream.flush()
         if mirror is not None:  # pushed, held back until this save has written them too
             await self._save(0, mirror)
         elif not sends:  # after the upstream round left: saved before the step is acknowledged, off its path
             await self._save(0)
+
+    async def _act(self, action: Any) -> None:
+        """One action of a step (its save is :meth:`_perform`'s)."""
+        assert self.stream is not None
+        if isinstance(action, B.CallUpstream):
+            self._upstream = self.runtime.spawn(self._call_upstream(action.extra, self._session))
+        elif isinstance(action, B.SendToClient):
+            if "id" in action.message:
+                self.runtime.awaiting[action.message["id"]] = self
+            self.stream.push(action.message)
+        elif isinstance(action, B.ArmTimer):
+            event = B.TimerFired(action.name, action.round)
+            loop = asyncio.get_running_loop()
+            self._timers.append(loop.call_later(action.seconds, self.events.put_nowait, event))
+        elif isinstance(action, B.AbortUpstream) and self._upstream is not None:
+            self._upstream.cancel()  # closing the upstream response is the 2026 cancel
+        elif isinstance(action, B.StoreRoots):
+            await self._store_roots(action.result)
+        elif isinstance(action, B.Finish):
+            if action.log:
+                log.warning("request %r: %s", self.record.downstream_id, action.log)
+            if action.challenge is not None:
+                self.stream.status = action.challenge.answer()
+            await self._finish(action.message)
 
     def _carrier(self, actions: list[Any]) -> Mirror | None:
         """The stream's copy, held for this step's save to carry its events (docs/design.md §50), when the step

@@ -42,8 +42,21 @@ class Mirror(Protocol):
     def released(self, copy: StreamAppend | None, written: bool, *, forget: bool = True) -> None: ...
 
 
+class Sink:
+    """A writer's response and the last event it wrote, so that while it waits a step can write what it pushed
+    itself (:meth:`OutStream.flush`, docs/design.md §52). ``busy``: such a write is under way."""
+
+    __slots__ = ("busy", "response", "seq", "waiter", "writer")
+
+    def __init__(self, response: web.StreamResponse, seq: int, writer: int) -> None:
+        self.response, self.seq, self.writer = response, seq, writer
+        self.busy = False
+        self.waiter: asyncio.Future[None] | None = None  # its wait's future while it waits
+
+
 class OutStream:
-    __slots__ = ("_changes", "_tap", "_waiters", "_writer", "buffer", "closed", "mirror", "name", "status")
+    __slots__ = ("_changes", "_deferred", "_hushed", "_parked", "_tap", "_waiters", "_writer", "buffer", "closed",
+                 "mirror", "name", "status")
 
     def __init__(self, name: str, capacity: int, tap: Tap | None = None, first_seq: int = PRIMING_SEQ + 1) -> None:
         self.name = name
@@ -60,6 +73,9 @@ class OutStream:
         self._changes = 0
         self._waiters: list[asyncio.Future[None]] | None = None
         self._writer = 0
+        self._parked: Sink | None = None  # the writer waiting for a change, when it gave its sink
+        self._hushed = False  # a step is under way: its changes wake nobody until flush()
+        self._deferred = False  # a change was hushed
 
     def claim(self) -> int:
         """A new writer takes the stream over; the previous one ends (2025-11-25: each message goes on exactly one
@@ -70,27 +86,74 @@ class OutStream:
 
     def _notify(self) -> None:
         self._changes += 1
+        if self._hushed:
+            self._deferred = True
+            return
+        self._wake_waiters()
+
+    def _wake_waiters(self) -> None:
         waiters, self._waiters = self._waiters, None
         for waiter in waiters or ():
             if not waiter.done():
                 waiter.set_result(None)
 
-    async def _changed(self, since: int) -> None:
+    async def _changed(self, since: int, sink: Sink | None = None) -> None:
         """Return once the stream has changed after change ``since`` (at once if it already has). Each waiter has
-        a future of its own: a keep-alive timeout cancels only its own wait."""
+        a future of its own: a keep-alive timeout cancels only its own wait. A writer that gives its ``sink`` may
+        be written for meanwhile (:meth:`flush`)."""
         if self._changes != since:
             return
         waiter = asyncio.get_running_loop().create_future()
         if self._waiters is None:
             self._waiters = []
         self._waiters.append(waiter)
+        if sink is not None:
+            sink.waiter, self._parked = waiter, sink
         try:
             await waiter
         finally:
+            if sink is not None and self._parked is sink:
+                self._parked = sink.waiter = None
             if self._waiters is not None and waiter in self._waiters:  # not woken: a timeout, or cancelled
                 self._waiters.remove(waiter)
                 if not self._waiters:
                     self._waiters = None
+
+    def hush(self) -> None:
+        """A step is under way (``gateway.session.exchange``): what it pushes wakes nobody until :meth:`flush`."""
+        self._hushed = True
+
+    async def flush(self) -> None:
+        """The step is over: write what it pushed to the waiting writer's response from this task, instead of
+        waking the writer for it (docs/design.md §52), when that writer is the only one waiting and nothing
+        gates what it may send (a copy for other replicas does); else wake the waiters, as a push does. The
+        writer is woken anyway when the stream ended (its request returns) or the write failed (it writes them
+        again and finds out)."""
+        self._hushed, deferred = False, self._deferred
+        self._deferred = False
+        if not deferred:
+            return
+        sink = self._parked
+        items = self.buffer.after(sink.seq) if sink is not None else None
+        if (sink is None or not items or sink.busy or self.mirror is not None or sink.writer != self._writer
+                or self._waiters != [sink.waiter]):
+            self._wake_waiters()
+            return
+        before, sink.busy, sink.seq = sink.seq, True, items[-1].seq
+        data = b"".join([e.encode(self.name) for e in items])
+        try:
+            if self.closed and sink.seq == self.buffer.next_seq - 1:
+                await sink.response.write_eof(data)  # the last event and the end of the body in one send
+            else:
+                await sink.response.write(data)
+                return
+        except ConnectionResetError:  # the client went away: the writer takes these events again, and its own
+            sink.seq = before         # write ends its request (a resume replays them from the buffer)
+        finally:
+            sink.busy = False
+            if self._parked is not sink:  # it woke while this write waited: it waits for the write to end
+                self._wake_waiters()
+        self._wake_waiters()
 
     def preload(self, events: Iterable[Event]) -> None:
         """Events another replica wrote on this stream, kept here for resumption (a takeover, docs/design.md §40):
@@ -126,13 +189,19 @@ class OutStream:
         while self.buffer.next_seq == PRIMING_SEQ + 1 and not self.closed:
             await self._changed(self._changes)
 
-    async def batches_after(self, seq: int, keepalive: float, writer: int = 0) -> AsyncIterator[list[Event]]:
+    async def batches_after(self, seq: int, keepalive: float, writer: int = 0,
+                            sink: Sink | None = None) -> AsyncIterator[list[Event]]:
         """Events after ``seq`` as they come, in batches: everything buffered at each wake-up at once, so a
         round's input requests (or a notification and the response) go out in one write — one send syscall,
         which the benchmark's profile showed is the dearest thing here. The first batch comes at once (empty
-        when nothing is buffered yet); a later empty batch is a keep-alive tick. Ends when superseded."""
+        when nothing is buffered yet); a later empty batch is a keep-alive tick. Ends when superseded. With a
+        ``sink``, its ``seq`` is the position (a step may write for the writer while it waits: :meth:`flush`)."""
         first = True
         while not writer or writer == self._writer:
+            if sink is not None:
+                while sink.busy:  # a step's write for this writer waits on the connection: after it
+                    await self._changed(self._changes)
+                seq = sink.seq
             wake = self._changes  # a change while the batch is written wakes the wait below at once
             items = self.buffer.after(seq)
             if items is None:
@@ -141,6 +210,8 @@ class OutStream:
                 items = self.mirror.durable(items)
             if items:
                 seq = items[-1].seq
+                if sink is not None:
+                    sink.seq = seq
             if items or first:
                 yield items
                 first = False
@@ -149,9 +220,10 @@ class OutStream:
             if not items:
                 try:  # asyncio.timeout, not wait_for: no extra task per idle stream (memory per session)
                     async with asyncio.timeout(keepalive):
-                        await self._changed(wake)
+                        await self._changed(wake, sink)
                 except TimeoutError:
-                    yield []
+                    if sink is None or not sink.busy:
+                        yield []
 
     def single_response(self) -> Any | None:
         """The JSON answer when the stream holds exactly the final response and nothing else."""
@@ -209,7 +281,7 @@ async def write_stream(request: web.Request, stream: OutStream, *, mode: StreamM
     # basic/transports); it goes out in the same write as the first batch.
     head = encode_event(event_id(stream.name, after), None, retry_ms) if mode is not StreamMode.RESUME else b""
     try:
-        async for batch in stream.batches_after(after, keepalive, writer):
+        async for batch in stream.batches_after(after, keepalive, writer, Sink(response, after, writer)):
             data = head + b"".join([e.encode(stream.name) for e in batch]) if batch else head or KEEPALIVE
             head = b""
             if batch and stream.closed and batch[-1].seq == stream.buffer.next_seq - 1:

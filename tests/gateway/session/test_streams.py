@@ -8,7 +8,7 @@ import asyncio
 import pytest
 from aiohttp import web
 
-from gateway.session.streams import OutStream, write_stream
+from gateway.session.streams import OutStream, Sink, write_stream
 
 
 async def _next(batches) -> list:
@@ -98,3 +98,104 @@ async def test_the_sse_head_goes_out_with_the_first_events(aiohttp_client, mode:
     assert sends[0].startswith(b"HTTP/1.1 200") and b"retry: 1000" in sends[0]
     if mode == "post":  # both events and the end of the body: all in that one send
         assert len(sends) == 1 and body.count("event: message") == 3 and '"id":1' in body
+
+
+class _Response:
+    """What a writer's response is asked to do (``Sink``): every write recorded; ``gate`` holds the next one."""
+
+    def __init__(self) -> None:
+        self.writes: list[bytes] = []
+        self.eof = False
+        self.gate: asyncio.Event | None = None
+        self.broken = False
+
+    async def write(self, data: bytes) -> None:
+        if self.gate is not None:
+            await self.gate.wait()
+        if self.broken:
+            raise ConnectionResetError("the client went away")
+        self.writes.append(data)
+
+    async def write_eof(self, data: bytes = b"") -> None:
+        await self.write(data)
+        self.eof = True
+
+
+async def _parked(stream: OutStream, response: _Response, keepalive: float = 60):
+    """A writer that took its first batch and now waits, giving its sink."""
+    writer = stream.claim()
+    batches = stream.batches_after(0, keepalive=keepalive, writer=writer, sink=Sink(response, 0, writer))
+    assert await _next(batches) == []
+    waiting = asyncio.ensure_future(_next(batches))
+    for _ in range(20):
+        if stream._parked is not None:
+            break
+        await asyncio.sleep(0)
+    assert stream._parked is not None
+    return batches, waiting
+
+
+async def _step(stream: OutStream, *messages: dict, final: dict | None = None) -> None:
+    stream.hush()
+    for message in messages:
+        stream.push(message)
+    if final is not None:
+        stream.finish(final)
+    await stream.flush()
+
+
+async def test_a_step_writes_for_a_waiting_writer_without_waking_it() -> None:
+    """docs/design.md §52: what a step pushes goes out from the step's task, in one write; the writer sleeps on."""
+    stream, response = OutStream("s", 16), _Response()
+    _batches, waiting = await _parked(stream, response)
+    await _step(stream, {"n": 1}, {"n": 2})
+    assert response.writes == [b"".join(e.encode("s") for e in stream.buffer.after(0))]
+    await asyncio.sleep(0.01)
+    assert not waiting.done() and stream._parked is not None  # not woken
+    await _step(stream, final={"n": 3})  # the end: written with the end of the body, and the writer returns
+    assert response.eof and response.writes[-1] == stream.buffer.after(2)[0].encode("s")
+    with pytest.raises(StopAsyncIteration):
+        await asyncio.wait_for(waiting, 5)
+
+
+async def test_without_a_step_or_with_two_waiting_the_writer_is_woken() -> None:
+    stream, response = OutStream("s", 16), _Response()
+    batches, waiting = await _parked(stream, response)
+    stream.push({"n": 1})  # not in a step: the writer writes it
+    assert [e.message for e in await asyncio.wait_for(waiting, 5)] == [{"n": 1}]
+    waiting = asyncio.ensure_future(_next(batches))
+    while stream._parked is None:
+        await asyncio.sleep(0)
+    other = stream.batches_after(1, keepalive=60)  # someone else waits too (a batch's reader): nothing is written
+    assert await _next(other) == []                # past it, both are woken
+    reading = asyncio.ensure_future(_next(other))
+    await asyncio.sleep(0.01)
+    await _step(stream, {"n": 2})
+    assert [e.message for e in await asyncio.wait_for(waiting, 5)] == [{"n": 2}] and response.writes == []
+    assert [e.message for e in await asyncio.wait_for(reading, 5)] == [{"n": 2}]
+
+
+async def test_a_writer_waking_during_a_steps_write_waits_for_it_and_repeats_nothing() -> None:
+    stream, response = OutStream("s", 16), _Response()
+    _batches, waiting = await _parked(stream, response, keepalive=0.02)
+    response.gate = asyncio.Event()
+    flushing = asyncio.ensure_future(_step(stream, {"n": 1}))
+    await asyncio.sleep(0.1)  # the writer's keep-alive fell while the step's write waits on the connection
+    assert not waiting.done() and not flushing.done()
+    stream.push({"n": 2})
+    await asyncio.sleep(0.01)
+    assert not waiting.done()  # it waits for the step's write
+    response.gate.set()
+    await asyncio.wait_for(flushing, 5)
+    assert [e.message for e in await asyncio.wait_for(waiting, 5)] == [{"n": 2}]  # only what is left
+    assert len(response.writes) == 1 and b'"n":1' in response.writes[0]
+
+
+async def test_a_failed_write_of_a_step_wakes_the_writer() -> None:
+    stream, response = OutStream("s", 16), _Response()
+    _batches, waiting = await _parked(stream, response)
+    response.broken = True
+    await _step(stream, {"n": 1})  # the step goes on: the client is gone, not the request
+    # The writer takes the event again: its own write then fails and ends its request (write_stream).
+    assert [e.message for e in await asyncio.wait_for(waiting, 5)] == [{"n": 1}]
+    assert response.writes == [] and not stream.closed
