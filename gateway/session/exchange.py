@@ -13,6 +13,10 @@ Two ways to run one (the machine and its decisions are the same in both):
 - :meth:`Exchange.run` is a session task: upstream calls in their own tasks, client answers and timers as events
   on a queue, every message on the request's stream. The pending-round record is saved to the store whenever it
   waits for the client or a backoff (what another process would need to continue it) and deleted at the end.
+
+One step at a time, in the task that has its event when the exchange's task waits idle (:meth:`Exchange.offer`,
+docs/design.md §52): a client's answer in its handler, an upstream outcome in its round's task; what arrives
+meanwhile is queued for the exchange's task, which is also where every failure is answered.
 """
 
 from __future__ import annotations
