@@ -11,8 +11,9 @@ Two ways to run one (the machine and its decisions are the same in both):
   profile: that machinery was a fifth of the gateway's CPU per translated request). Anything else — an
   ``input_required`` round, a notification — escalates to the full exchange below, with nothing lost.
 - :meth:`Exchange.run` is a session task: upstream calls in their own tasks, client answers and timers as events
-  on a queue, every message on the request's stream. The pending-round record is saved to the store whenever it
-  waits for the client or a backoff (what another process would need to continue it) and deleted at the end.
+  on a queue, every message on the request's stream. On a store other processes read, the pending-round record
+  is saved whenever it waits for the client or a backoff (what another process would need to continue it) and
+  deleted at the end.
 
 One step at a time, in the task that has its event when the exchange's task waits idle (:meth:`Exchange.offer`,
 docs/design.md §52): a client's answer in its handler, an upstream outcome in its round's task; what arrives
@@ -336,11 +337,14 @@ class Exchange:
         return True
 
     def _saves(self) -> bool:
-        """Whether this step saves the record: once the round waits (what another process needs to continue it),
-        and on a shared store after every step from then on, so a replica taking over continues from the last
-        one. (One process saves only waiting rounds: nobody else could continue the others.)"""
-        rec, shared = self.record, self.runtime.gateway.relay is not None
-        return not self.machine.done and (rec.waiting or (self._saved and shared))
+        """Whether this step saves the record, on a store other processes read (on one process nobody could
+        continue a round, so nothing is saved): once the round waits (what another process needs to continue
+        it), and on a shared store after every step from then on, so a replica taking over continues from the
+        last one."""
+        gateway = self.runtime.gateway
+        if not gateway.store.shares_rounds or self.machine.done:
+            return False
+        return self.record.waiting or (self._saved and gateway.relay is not None)
 
     async def _save(self, sends: int, mirror: Mirror | None = None) -> None:
         """Save the record if :meth:`_saves`; a step that asks the client is saved before the client can see it

@@ -421,6 +421,7 @@ class RedisStore:
         """Whether some replica is subscribed to ``channel`` (a replica that died, or lost Redis, is not)."""
         counts = await self.wire.call("PUBSUB", "NUMSUB", channel)  # [channel, count]
         return len(counts) == 2 and int(counts[1]) > 0
+    shares_rounds: ClassVar[bool] = True
     shares_streams: ClassVar[bool] = True
 
     def stream_key(self, session_id: str, stream: str) -> str:

@@ -121,6 +121,11 @@ class SessionStore(Protocol):
         """Renew the leases ``replica`` still holds; the ids of those it lost (they lapsed and were taken)."""
         ...
 
+    shares_rounds: ClassVar[bool]
+    """Whether bridged rounds are saved here at all (docs/design.md §40): True for a store other processes read,
+    where a round's record is what another replica continues; False for the in-process one, where no one else
+    could ever read it."""
+
     # SSE replay across replicas (docs/design.md §37): a copy of each downstream stream a client may resume, kept
     # with the session (expiring and deleted with it), capped like the process's own buffer.
     shares_streams: ClassVar[bool]
@@ -325,6 +330,7 @@ class InMemoryStore:
                 self._hold(bridge_id, replica, ttl_seconds)
         return lost
 
+    shares_rounds: ClassVar[bool] = False  # one process: nobody else could continue a round (a test may say True)
     shares_streams: ClassVar[bool] = False  # one process: a stream's own buffer is its only copy
 
     async def _append(self, copy: StreamAppend) -> None:

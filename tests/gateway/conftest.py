@@ -20,6 +20,7 @@ from aiohttp import web
 
 from gateway.config.settings import load_config
 from gateway.http.app import create_app
+from gateway.session.store import InMemoryStore
 from tests import schema
 
 ROOT = Path(__file__).resolve().parents[2]  # the checkout: subprocesses import the gateway from here
@@ -213,11 +214,18 @@ class Legacy:
                 out.append(message)
 
 
+class SharedMemoryStore(InMemoryStore):
+    """The in-process store standing in for one other processes read (docs/design.md §40): bridged rounds are
+    saved on it as on Redis, so the save path runs, and can be made to fail, without a Redis."""
+
+    shares_rounds = True
+
+
 @pytest.fixture
 def make_gateway(upstream, aiohttp_client):  # this order: the gateway is torn down before its upstream
-    async def make(**overrides: Any):
+    async def make(store: InMemoryStore | None = None, **overrides: Any):
         config = load_config(upstream_url=overrides.pop("upstream_url", upstream.url), **overrides)
-        return await aiohttp_client(create_app(config))
+        return await aiohttp_client(create_app(config, store=store))
     return make
 
 

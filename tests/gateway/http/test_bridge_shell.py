@@ -9,7 +9,7 @@ from typing import Any
 from gateway.config.settings import load_config
 from gateway.http.app import GATEWAY, create_app
 from gateway.session.store import InMemoryStore, StoreUnavailable
-from tests.gateway.conftest import Legacy, hang_until_closed, text
+from tests.gateway.conftest import Legacy, SharedMemoryStore, hang_until_closed, text
 
 
 async def two_requests_sent(legacy: Legacy):
@@ -255,10 +255,12 @@ async def test_a_new_get_stream_supersedes_the_old_one(legacy, upstream) -> None
     assert await legacy.next_event(first) == (None, None)  # the old connection ends: no message goes to both
 
 
-async def test_the_pending_round_is_in_the_store_and_another_process_could_continue_it(legacy, upstream) -> None:
+async def test_the_pending_round_is_in_the_store_and_another_process_could_continue_it(make_gateway,
+                                                                                       upstream) -> None:
     from adapters import bridge as B
     from gateway.http.app import GATEWAY
     upstream.script["tools/call"] = two_rounds
+    legacy = Legacy(await make_gateway(store=SharedMemoryStore()))  # a store another process reads
     await legacy.initialize()
     resp, first, second = await two_requests_sent(legacy)
     gw = legacy.client.app[GATEWAY]
@@ -399,7 +401,7 @@ async def test_an_answer_to_a_waiting_round_is_checked_on_its_record_without_a_s
     assert await client.answer(third["id"], SAMPLED) == 404  # the session ended: no round holds its record
 
 
-class _StoreFailingRounds(InMemoryStore):
+class _StoreFailingRounds(SharedMemoryStore):
     """A shared store that goes away while a bridged request waits for the client."""
 
     async def put_round(self, record: Any, lease: Any = None, owners: Any = None, **_: Any) -> bool:

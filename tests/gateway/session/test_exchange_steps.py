@@ -12,7 +12,7 @@ from gateway.config.settings import load_config
 from gateway.http.app import GATEWAY, create_app
 from gateway.session.exchange import Exchange
 from gateway.session.store import InMemoryStore, StoreUnavailable
-from tests.gateway.conftest import Legacy
+from tests.gateway.conftest import Legacy, SharedMemoryStore
 from tests.gateway.http.test_bridge_shell import SAMPLED, two_requests_sent, two_rounds
 
 
@@ -61,7 +61,7 @@ async def test_an_answer_and_an_upstream_outcome_are_stepped_by_their_own_tasks(
     assert client.client.app[GATEWAY].runtime(client.session_id).exchanges == {}
 
 
-class _SlowSave(InMemoryStore):
+class _SlowSave(SharedMemoryStore):
     """Holds the second save of a round (the first answer's step) until released."""
 
     def __init__(self) -> None:
@@ -95,7 +95,7 @@ async def test_a_cancel_during_an_answers_step_waits_for_that_step(upstream, aio
     assert len(upstream.calls("tools/call")) == 1
 
 
-class _FailingSecondSave(InMemoryStore):
+class _FailingSecondSave(SharedMemoryStore):
     async def put_round(self, record: Any, *args: Any, **kwargs: Any) -> bool:
         self.saves = getattr(self, "saves", 0) + 1
         if self.saves == 2:

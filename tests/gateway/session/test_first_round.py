@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 
 from gateway.http.app import GATEWAY
-from tests.gateway.conftest import Legacy, text
+from tests.gateway.conftest import Legacy, SharedMemoryStore, text
 from tests.gateway.http.test_bridge_shell import SAMPLED, _hold, gateway_tasks, two_rounds
 
 
@@ -33,8 +33,9 @@ async def test_a_plain_request_makes_no_stream_no_task_and_saves_no_round(legacy
     assert runtime.streams == {} and runtime.exchanges == {} and runtime.tasks == set() and saved == []
 
 
-async def test_a_bridged_request_still_saves_its_round_while_it_waits(legacy, upstream) -> None:
+async def test_a_bridged_request_still_saves_its_round_while_it_waits(make_gateway, upstream) -> None:
     upstream.script["tools/call"] = two_rounds
+    legacy = Legacy(await make_gateway(store=SharedMemoryStore()))  # a store another process reads
     await legacy.initialize()
     resp = await legacy.post("tools/call", {"name": "t", "arguments": {}})
     await legacy.next_event(resp)  # priming
@@ -139,3 +140,28 @@ async def test_an_exchanges_inbox_keeps_arrival_order_and_survives_a_cancelled_w
     await asyncio.gather(cancelled, return_exceptions=True)
     inbox.put_nowait("d")  # no waiter now: kept for the next get
     assert await asyncio.wait_for(inbox.get(), 5) == "d"
+
+
+async def test_on_a_store_no_other_process_reads_a_bridged_round_is_never_saved(legacy, upstream) -> None:
+    """docs/design.md §40: on one process nobody could continue a round, so its record is not written (it cost
+    a bridged call 2% of its instructions, to be read by no one)."""
+    upstream.script["tools/call"] = two_rounds
+    await legacy.initialize()
+    gw, saved = legacy.client.app[GATEWAY], []
+    real_put = gw.store.put_round
+
+    async def put_round(record, *args, **kwargs):
+        saved.append(record)
+        return await real_put(record, *args, **kwargs)
+    gw.store.put_round = put_round
+    resp = await legacy.post("tools/call", {"name": "t", "arguments": {}})
+    await legacy.next_event(resp)  # priming
+    _, first = await legacy.next_event(resp)
+    _, second = await legacy.next_event(resp)
+    assert await gw.store.rounds_of(legacy.session_id) == []  # waiting for the client, and not in the store
+    for ask in (first, second):
+        await legacy.answer(ask["id"], SAMPLED)
+    _, third = await legacy.next_event(resp)
+    await legacy.answer(third["id"], SAMPLED)
+    _, final = await legacy.next_event(resp)
+    assert final["result"]["content"][0]["text"] == "bridged" and saved == []
