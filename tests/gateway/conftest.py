@@ -223,9 +223,10 @@ class SharedMemoryStore(InMemoryStore):
 
 @pytest.fixture
 def make_gateway(upstream, aiohttp_client):  # this order: the gateway is torn down before its upstream
-    async def make(store: InMemoryStore | None = None, **overrides: Any):
+    # session_store is a store instance; a ``store=`` override is the config's [gateway.store] section.
+    async def make(session_store: InMemoryStore | None = None, **overrides: Any):
         config = load_config(upstream_url=overrides.pop("upstream_url", upstream.url), **overrides)
-        return await aiohttp_client(create_app(config, store=store))
+        return await aiohttp_client(create_app(config, store=session_store))
     return make
 
 

@@ -260,7 +260,7 @@ async def test_the_pending_round_is_in_the_store_and_another_process_could_conti
     from adapters import bridge as B
     from gateway.http.app import GATEWAY
     upstream.script["tools/call"] = two_rounds
-    legacy = Legacy(await make_gateway(store=SharedMemoryStore()))  # a store another process reads
+    legacy = Legacy(await make_gateway(session_store=SharedMemoryStore()))  # a store another process reads
     await legacy.initialize()
     resp, first, second = await two_requests_sent(legacy)
     gw = legacy.client.app[GATEWAY]

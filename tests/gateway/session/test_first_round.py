@@ -35,7 +35,7 @@ async def test_a_plain_request_makes_no_stream_no_task_and_saves_no_round(legacy
 
 async def test_a_bridged_request_still_saves_its_round_while_it_waits(make_gateway, upstream) -> None:
     upstream.script["tools/call"] = two_rounds
-    legacy = Legacy(await make_gateway(store=SharedMemoryStore()))  # a store another process reads
+    legacy = Legacy(await make_gateway(session_store=SharedMemoryStore()))  # a store another process reads
     await legacy.initialize()
     resp = await legacy.post("tools/call", {"name": "t", "arguments": {}})
     await legacy.next_event(resp)  # priming
