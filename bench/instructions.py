@@ -1,5 +1,6 @@
-"""``python -m bench.instructions [--scenario translated] [--requests 300] [--tree DIR] [--gc-gen0 N]``:
-the gateway's user-space instructions per request, counted by valgrind's callgrind.
+"""``python -m bench.instructions [--scenario translated] [--requests 300] [--tree DIR] [--gc-gen0 N]
+[--store redis://HOST:PORT/DB]``: the gateway's user-space instructions per request, counted by valgrind's
+callgrind.
 
 Timings on a shared VM drift by tens of percent between runs; an instruction count does not (the same count to
 about 0.5% run after run, whatever else the machine is doing), so a change worth 2% shows plainly. It counts
@@ -11,7 +12,8 @@ requests, at least 20) is done; ``callgrind_control`` then zeroes the counters, 
 a time from this process, and a dump gives the total. The usage store's periodic flush is pushed past the
 measurement (its SQLite writes run in a thread whenever the timer falls, which made counts vary by ~2%).
 ``--tree DIR`` runs the gateway from another checkout of this project (``git worktree add DIR REV``), so two
-revisions can be compared against the same core.
+revisions can be compared against the same core. ``--store`` puts the gateway's sessions on that Redis (under a
+prefix of its own, deleted afterwards), so the store's cost in the gateway is counted beside the memory store's.
 """
 
 from __future__ import annotations
@@ -83,7 +85,7 @@ async def _drive(gateway_url: str, core: Child, scenario: str, requests: int, pi
         _control(pid, "--dump")
 
 
-def count(scenario: str, requests: int, tree: str, gc_gen0: int) -> float:
+def count(scenario: str, requests: int, tree: str, gc_gen0: int, store: str | None = None) -> float:
     """Instructions per request of the gateway run from ``tree`` for ``scenario``."""
     if shutil.which("valgrind") is None or shutil.which("callgrind_control") is None:
         raise SystemExit("valgrind (with callgrind_control) is needed: apt-get install valgrind")
@@ -92,6 +94,8 @@ def count(scenario: str, requests: int, tree: str, gc_gen0: int) -> float:
     out, config = os.path.join(folder, "gateway.out"), os.path.join(folder, "gateway.toml")
     with open(config, "w") as handle:  # no usage flush (a thread writing SQLite) inside the measured window
         handle.write(f'[gateway.usage]\nflush_seconds = 3600\ndb = "{os.path.join(folder, "usage.sqlite3")}"\n')
+        if store is not None:
+            handle.write(f'[gateway.store]\nurl = "{store}"\nprefix = "{_prefix(folder)}"\n')
     env = {**os.environ, "PYTHONPATH": tree}
     proc = subprocess.Popen(["valgrind", "--tool=callgrind", "--instr-atstart=no", f"--callgrind-out-file={out}",
                              sys.executable, "-m", "gateway", "serve", "--port", str(port), "--upstream", core.url,
@@ -105,7 +109,26 @@ def count(scenario: str, requests: int, tree: str, gc_gen0: int) -> float:
         proc.terminate()
         proc.wait(timeout=60)
         core.stop()
+        if store is not None:
+            _forget(store, _prefix(folder))
         shutil.rmtree(folder, ignore_errors=True)
+
+
+def _prefix(folder: str) -> str:
+    return f"bench-instr-{os.path.basename(folder)}:"
+
+
+def _forget(url: str, prefix: str) -> None:
+    """Delete the keys the measured gateway left under its prefix (they would expire anyway)."""
+    import redis
+
+    client = redis.Redis.from_url(url)
+    try:
+        keys = list(client.scan_iter(match=prefix + "*", count=1000))
+        if keys:
+            client.delete(*keys)
+    finally:
+        client.close()
 
 
 def main() -> None:
@@ -114,10 +137,11 @@ def main() -> None:
     parser.add_argument("--requests", type=int, default=300, help="measured requests (after the warm-up)")
     parser.add_argument("--tree", default=os.getcwd(), help="the checkout whose gateway is measured")
     parser.add_argument("--gc-gen0", type=int, default=10_000, help="the gateway's --gc-gen0")
+    parser.add_argument("--store", help="a Redis URL for the gateway's sessions (default: the memory store)")
     args = parser.parse_args()
-    per = count(args.scenario, args.requests, os.path.abspath(args.tree), args.gc_gen0)
+    per = count(args.scenario, args.requests, os.path.abspath(args.tree), args.gc_gen0, args.store)
     print(f"{args.scenario}: {per:,.0f} instructions per request (gateway from {args.tree}, "
-          f"{args.requests} requests after warm-up)")
+          f"{args.requests} requests after warm-up, store {args.store or 'memory'})")
 
 
 if __name__ == "__main__":
