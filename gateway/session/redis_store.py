@@ -283,6 +283,9 @@ async def _unavailable() -> AsyncIterator[None]:
 class RedisStore:
     """The session store on Redis (see the module docstring for the keys, expiry and counting)."""
 
+    shares_rounds: ClassVar[bool] = True  # every replica on this Redis may continue a round
+    shares_streams: ClassVar[bool] = True  # and resume a stream another one wrote
+
     def __init__(self, url: str, *, idle_seconds: float, prefix: str = "mcpgw:", timeout_seconds: float = 2.0,
                  clock: Callable[[], int] = wall_ms) -> None:
         self.prefix = prefix
@@ -421,8 +424,6 @@ class RedisStore:
         """Whether some replica is subscribed to ``channel`` (a replica that died, or lost Redis, is not)."""
         counts = await self.wire.call("PUBSUB", "NUMSUB", channel)  # [channel, count]
         return len(counts) == 2 and int(counts[1]) > 0
-    shares_rounds: ClassVar[bool] = True
-    shares_streams: ClassVar[bool] = True
 
     def stream_key(self, session_id: str, stream: str) -> str:
         return self.key("e:", f"{session_id}:{stream}")
