@@ -15,16 +15,22 @@ def _runtime(legacy: Legacy):
     return legacy.client.app[GATEWAY].runtimes[legacy.session_id]
 
 
-async def test_a_plain_request_makes_no_stream_no_task_and_saves_no_round(legacy, upstream) -> None:
-    upstream.script["tools/call"] = lambda b, r: text("fast")
-    await legacy.initialize()
-    gw, saved = legacy.client.app[GATEWAY], []
-    real_put = gw.store.put_round
+def _record_saves(store) -> list:
+    """Every round record ``store`` is asked to save from now on (the save still happens)."""
+    saved, real_put = [], store.put_round
 
     async def put_round(record, *args, **kwargs):
         saved.append(record)
         return await real_put(record, *args, **kwargs)
-    gw.store.put_round = put_round
+    store.put_round = put_round
+    return saved
+
+
+async def test_a_plain_request_makes_no_stream_no_task_and_saves_no_round(legacy, upstream) -> None:
+    upstream.script["tools/call"] = lambda b, r: text("fast")
+    await legacy.initialize()
+    gw = legacy.client.app[GATEWAY]
+    saved = _record_saves(gw.store)
     for _ in range(3):
         resp = await legacy.post("tools/call", {"name": "echo", "arguments": {}})
         assert resp.content_type == "application/json"
@@ -147,13 +153,8 @@ async def test_on_a_store_no_other_process_reads_a_bridged_round_is_never_saved(
     a bridged call 2% of its instructions, to be read by no one)."""
     upstream.script["tools/call"] = two_rounds
     await legacy.initialize()
-    gw, saved = legacy.client.app[GATEWAY], []
-    real_put = gw.store.put_round
-
-    async def put_round(record, *args, **kwargs):
-        saved.append(record)
-        return await real_put(record, *args, **kwargs)
-    gw.store.put_round = put_round
+    gw = legacy.client.app[GATEWAY]
+    saved = _record_saves(gw.store)
     resp = await legacy.post("tools/call", {"name": "t", "arguments": {}})
     await legacy.next_event(resp)  # priming
     _, first = await legacy.next_event(resp)
