@@ -96,6 +96,7 @@ class _Connection(asyncio.Protocol):
         self._waiting: deque[tuple[asyncio.Future[Any], float]] = deque()
         self._timeout = timeout
         self._watchdog: asyncio.TimerHandle | None = None
+        self._unsent: list[bytes] | None = None  # commands held for one write at the end of this loop iteration
         self.transport: asyncio.Transport | None = None
         self.closed = False
 
@@ -111,11 +112,26 @@ class _Connection(asyncio.Protocol):
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self._timeout
         futures = [loop.create_future() for _ in commands]
+        data = b"".join(_pack(tuple(command)) for command in commands)
+        if self._unsent is not None:
+            self._unsent.append(data)
+        elif self._waiting:
+            # Others' replies are still to come, so the process is busy: this command waits for the loop's next
+            # turn, where every command issued meanwhile leaves in one write (one send where there were many, at
+            # concurrency). Alone on the connection it is written at once: one request at a time pays no turn.
+            self._unsent = [data]
+            loop.call_soon(self._write_unsent)
+        else:
+            self.transport.write(data)
         self._waiting.extend((future, deadline) for future in futures)
-        self.transport.write(b"".join(_pack(tuple(command)) for command in commands))
         if self._watchdog is None:
             self._watchdog = loop.call_at(deadline, self._check_deadline)
         return futures
+
+    def _write_unsent(self) -> None:
+        unsent, self._unsent = self._unsent, None
+        if unsent and not self.closed and self.transport is not None:
+            self.transport.write(b"".join(unsent))
 
     def data_received(self, data: bytes) -> None:
         self._reader.feed(data)

@@ -54,6 +54,30 @@ async def test_many_tasks_share_one_socket_and_each_gets_its_own_reply(wire, key
     assert await wire.call("DEL", *(f"{key}:{i}" for i in range(200))) == 200
 
 
+async def test_commands_issued_while_others_wait_leave_in_one_write(wire, key) -> None:
+    """Alone on the connection a command is written at once; those issued while its reply is awaited are held to
+    the loop's next turn and leave together, in order (one send for many, at concurrency)."""
+    await wire.call("PING")  # connected
+    conn = wire._conn
+    assert conn is not None and conn.transport is not None
+    writes: list[bytes] = []
+    write = conn.transport.write
+
+    def counted(data: bytes) -> None:
+        writes.append(bytes(data))
+        write(data)
+
+    conn.transport.write = counted  # type: ignore[method-assign]
+    replies = await asyncio.gather(wire.call("SET", key, "1", "PX", 60_000), wire.call("INCR", key),
+                                   wire.call("INCR", key), wire.call("GET", key))
+    assert replies == [b"OK", 2, 3, b"3"]
+    assert len(writes) == 2 and writes[1].count(b"INCR") == 2 and b"GET" in writes[1]
+    writes.clear()
+    assert await wire.call("GET", key) == b"3"  # alone again: written at once, no turn waited
+    assert len(writes) == 1
+    await wire.call("DEL", key)
+
+
 async def test_a_transaction_is_atomic_and_in_one_piece(wire, key) -> None:
     async def block(i: int) -> list[object]:
         return await wire.transaction([("INCR", key), ("INCR", key), ("PEXPIRE", key, 60_000)])
