@@ -27,6 +27,7 @@ class SessionLimits:
     max_subscriptions_per_session: int = 256
     max_subscription_bytes: int = 16_384
     max_cached_roots_bytes: int = 16_384
+    max_header_maps_bytes: int = 16_384
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,6 +74,13 @@ def roots_cacheable(result: Mapping[str, Any], limits: SessionLimits) -> bool:
     """A roots/list answer larger than ``max_cached_roots_bytes`` is used for its request but not kept: the next
     request asks the client again, which is correct, only slower (no error for the client to see)."""
     return len(dumps(result)) <= limits.max_cached_roots_bytes
+
+
+def header_maps_storable(maps: Mapping[str, Any], limits: SessionLimits) -> bool:
+    """Whether a session's x-mcp-header maps go in its record, where every replica reads them; larger ones stay
+    with the process that learned them (another replica learns them again on its first -32020), so no request
+    parses them with its session record."""
+    return len(dumps(maps)) <= limits.max_header_maps_bytes
 
 
 def admit_changes(held: Sequence[str], changes: Sequence[tuple[str, bool] | None],

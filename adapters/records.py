@@ -59,6 +59,10 @@ class SessionRecord:
     # as they were, and any replica holding the record applies the same pins. See adapters.peers.
     pins: dict[str, Any] = field(default_factory=dict)
     upstream: str = "default"
+    # The x-mcp-header maps learned from the upstream's tools/list (adapters.upstream.learned_header_maps), in
+    # the record so that every replica mirrors the same Mcp-Param-* headers (docs/design.md §19); None: none
+    # learned, or too large to keep here (adapters.admission.header_maps_storable).
+    header_maps: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return _to_dict(self)

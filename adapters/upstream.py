@@ -193,6 +193,31 @@ def param_headers(header_map: Mapping[tuple[str, ...], str], arguments: Any) -> 
     return out
 
 
+def learned_header_maps(maps: Mapping[str, Any], tools_result: Any) -> dict[str, Any] | None:
+    """``maps`` (as a session record keeps them: tool name -> ``[[path, header name], ...]``, JSON) with one
+    ``tools/list`` page learned: each listed tool's map set, or dropped when the tool no longer annotates an
+    argument or is invalid (2026-07-28 server/tools §x-mcp-header), so a stale map never outlives the re-fetch a
+    -32020 asks for. None when the page changes nothing: there is nothing to save."""
+    tools = tools_result.get("tools") if isinstance(tools_result, Mapping) else None
+    if not isinstance(tools, list):
+        return None  # malformed: the machine's schema check answers the request (adapters.results)
+    out = dict(maps)
+    for tool in tools:
+        if isinstance(tool, Mapping) and isinstance(tool.get("name"), str):
+            found = x_mcp_header_map(tool.get("inputSchema"))
+            if found:
+                out[tool["name"]] = [[list(path), name] for path, name in found.items()]
+            else:
+                out.pop(tool["name"], None)
+    return out if out != maps else None
+
+
+def header_map_of(maps: Mapping[str, Any] | None, tool: str) -> dict[tuple[str, ...], str] | None:
+    """The x-mcp-header map of ``tool`` from maps kept as :func:`learned_header_maps` makes them."""
+    entry = maps.get(tool) if maps else None
+    return {tuple(path): name for path, name in entry} if entry else None
+
+
 def needs_header_refresh(method: str, error: Any) -> bool:
     """A -32020 (HeaderMismatch) on ``tools/call``: re-learn the x-mcp-header maps and resend once (2026-07-28
     basic/transports §Custom Headers: on -32020 the client SHOULD re-fetch tools/list and retry)."""

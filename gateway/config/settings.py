@@ -56,6 +56,7 @@ class SessionsConfig(_Frozen):
     max_subscriptions_per_session: int = Field(256, ge=1)
     max_subscription_bytes: int = Field(16_384, ge=256)  # the session's subscribed URIs together, UTF-8
     max_cached_roots_bytes: int = Field(16_384, ge=0)
+    max_header_maps_bytes: int = Field(16_384, ge=0)
 
     @cached_property
     def session_limits(self) -> SessionLimits:

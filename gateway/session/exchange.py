@@ -26,14 +26,14 @@ import asyncio
 from typing import Any, cast
 
 from adapters import bridge as B
-from adapters.admission import roots_cacheable
+from adapters.admission import header_maps_storable, roots_cacheable
 from adapters.classify import session_expired
 from adapters.errors import INTERNAL_ERROR, ErrorValue, store_unavailable
 from adapters.peers import peer_limits
 from adapters.records import PendingRound, SessionRecord
 from adapters.relay import answer_key, request_key
 from adapters.results import progress_advances, request_notification, response
-from adapters.upstream import UnencodableHeader, build_request, needs_header_refresh, x_mcp_header_map
+from adapters.upstream import UnencodableHeader, build_request, header_map_of, learned_header_maps, needs_header_refresh
 from gateway.session.observer import ExchangeWatcher
 from gateway.session.runtime import SessionRuntime, log, new_id, random_id, session_view
 from gateway.session.store import Owners, StoreUnavailable
@@ -573,7 +573,7 @@ class Exchange:
             await self._refresh_header_maps(session)
             answer = await self._send(session, extra)
         if isinstance(answer, B.UpstreamResult) and rec.method == "tools/list":
-            self._learn_header_maps(answer.result)
+            await self._learn_header_maps(session, answer.result)
         return answer
 
     def _expired(self, session: SessionRecord) -> bool:
@@ -583,8 +583,8 @@ class Exchange:
     async def _send(self, session: Any, extra: dict[str, Any]) -> Answer:
         rec = self.record
         # A tools/call's name is a str: adapters.local.check_request validated the params.
-        header_map = (self.runtime.header_maps.get(cast(str, rec.params.get("name"))) if rec.method == "tools/call"
-                      else None)
+        header_map = (header_map_of(self._header_maps(session), cast(str, rec.params.get("name")))
+                      if rec.method == "tools/call" else None)
         call = build_request(rec.method, rec.params, request_id=new_id("u"), extra=extra,
                              view=session_view(session, self.authorization), header_map=header_map)
         return await self.runtime.gateway.upstream_for(session.upstream).call(call, self._on_notification)
@@ -597,21 +597,37 @@ class Exchange:
             answer = await upstream.call(call, lambda _m: None)
             if not isinstance(answer, B.UpstreamResult):
                 return
-            self._learn_header_maps(answer.result)
+            await self._learn_header_maps(session, answer.result)
             cursor = answer.result.get("nextCursor") if isinstance(answer.result, dict) else None
             if not isinstance(cursor, str):
                 return
 
-    def _learn_header_maps(self, result: Any) -> None:
-        """Cache each tool's x-mcp-header map so tools/call can mirror Mcp-Param-* (docs/design.md §19)."""
-        tools = result.get("tools") if isinstance(result, dict) else None
-        if not isinstance(tools, list):
-            return  # malformed: the machine's schema check then answers the request (adapters.results)
-        for tool in tools:
-            if isinstance(tool, dict) and isinstance(tool.get("name"), str):
-                mapping = x_mcp_header_map(tool.get("inputSchema"))
-                if mapping:
-                    self.runtime.header_maps[tool["name"]] = mapping
+    def _header_maps(self, session: SessionRecord) -> dict[str, Any]:
+        """The session's x-mcp-header maps: its record's, else (none learned, or too large for the record) those
+        this process keeps for it."""
+        return session.header_maps if session.header_maps is not None else self.runtime.header_maps
+
+    async def _learn_header_maps(self, session: SessionRecord, result: Any) -> None:
+        """Keep each listed tool's x-mcp-header map so tools/call can mirror Mcp-Param-* (docs/design.md §19): in
+        the session's record, where every replica serving it finds them, when they fit there; else in this
+        process. ``session`` (the record this request was read with) sees them at once, for the resend a -32020
+        asks for."""
+        maps = learned_header_maps(self._header_maps(session), result)
+        if maps is None:
+            return
+        gateway = self.runtime.gateway
+        kept = maps if header_maps_storable(maps, gateway.config.sessions.session_limits) else None
+        self.runtime.header_maps = {} if kept is not None else maps
+        if kept == session.header_maps:
+            return
+        session.header_maps = kept
+        try:
+            stored = await gateway.store.get_session(session.session_id)
+            if stored is not None:
+                stored.header_maps = kept
+                await gateway.store.put_session(stored)
+        except StoreUnavailable as exc:  # the request still gets its answer; the next -32020 learns them again
+            log.warning("request %r: the session's header maps were not saved: %s", self.record.downstream_id, exc)
 
     def _on_notification(self, message: dict[str, Any]) -> None:
         legacy = request_notification(message, self.progress_token)

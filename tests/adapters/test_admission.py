@@ -6,13 +6,15 @@ from adapters.admission import (
     SessionCounts,
     SessionLimits,
     admit_session,
+    header_maps_storable,
     initialize_size_error,
     roots_cacheable,
     subscription_error,
 )
 
 LIMITS = SessionLimits(max_sessions=3, max_sessions_per_principal=2, max_initialize_bytes=300,
-                       max_subscriptions_per_session=1, max_cached_roots_bytes=50)
+                       max_subscriptions_per_session=1, max_cached_roots_bytes=50,
+                       max_header_maps_bytes=40)
 
 
 def test_admit_session_names_the_full_bound_and_keeps_the_id() -> None:
@@ -56,3 +58,10 @@ def test_a_turns_changes_are_judged_in_order_against_what_the_earlier_ones_leave
     limits = SessionLimits(max_subscriptions_per_session=2)
     out = admit_changes(["a"], [("b", True), ("c", True), ("a", False), None, ("c", True)], limits)
     assert [e.data["limit"] if e else None for e in out] == [None, "max_subscriptions_per_session", None, None, None]
+
+
+def test_header_maps_go_in_the_record_up_to_their_bound() -> None:
+    small = {"geo": [[["region"], "Region"]]}  # 31 bytes of JSON
+    assert header_maps_storable(small, LIMITS)
+    assert not header_maps_storable(small | {"zone": [[["z"], "Zone"]]}, LIMITS)
+    assert header_maps_storable({}, LIMITS)

@@ -5,9 +5,18 @@ from __future__ import annotations
 
 import base64
 
+import orjson
 import pytest
 
-from adapters.upstream import SessionView, build_listen, build_request, encode_header_value, x_mcp_header_map
+from adapters.upstream import (
+    SessionView,
+    build_listen,
+    build_request,
+    encode_header_value,
+    header_map_of,
+    learned_header_maps,
+    x_mcp_header_map,
+)
 from tests import schema
 
 VIEW = SessionView({"sampling": {}, "roots": {}}, {"name": "client", "version": "9"}, "debug", "Bearer t")
@@ -158,3 +167,43 @@ def test_listen_request() -> None:
 def test_header_mismatch_triggers_one_tools_list_refresh(method, error, refresh) -> None:
     from adapters.upstream import needs_header_refresh
     assert needs_header_refresh(method, error) == refresh
+
+
+def _tool(name: str, **props: object) -> dict[str, object]:
+    return {"name": name, "inputSchema": {"type": "object", "properties": props}}
+
+
+REGION = {"type": "string", "x-mcp-header": "Region"}
+NESTED = {"type": "object", "properties": {"id": {"type": "integer", "x-mcp-header": "Tenant"}}}
+
+
+def test_header_maps_are_learned_as_json_and_read_back_as_the_tools_maps() -> None:
+    page = {"tools": [_tool("geo", region=REGION, tenant=NESTED), _tool("plain", text={"type": "string"})]}
+    maps = learned_header_maps({}, page)
+    assert maps is not None and maps.keys() == {"geo"}
+    assert sorted(maps["geo"]) == [[["region"], "Region"], [["tenant", "id"], "Tenant"]]
+    stored = orjson.loads(orjson.dumps(maps))  # what a session record holds, on any replica
+    assert header_map_of(stored, "geo") == x_mcp_header_map(page["tools"][0]["inputSchema"])
+    assert header_map_of(stored, "plain") is None and header_map_of(None, "geo") is None
+
+
+def test_a_page_that_changes_nothing_needs_no_save_and_pages_add_up() -> None:
+    maps = learned_header_maps({}, {"tools": [_tool("geo", region=REGION)]})
+    assert maps is not None
+    assert learned_header_maps(maps, {"tools": [_tool("geo", region=REGION), _tool("plain")]}) is None
+    more = learned_header_maps(maps, {"tools": [_tool("zone", tenant=NESTED)]})  # the next page
+    assert more is not None and set(more) == {"geo", "zone"} and maps.keys() == {"geo"}  # maps left as they were
+
+
+def test_a_tool_that_lost_its_annotation_or_became_invalid_loses_its_map() -> None:
+    maps = learned_header_maps({}, {"tools": [_tool("geo", region=REGION), _tool("zone", tenant=NESTED)]})
+    assert maps is not None
+    dropped = learned_header_maps(maps, {"tools": [_tool("geo", region={"type": "string"})]})
+    assert dropped == {"zone": maps["zone"]}  # a stale map would repeat the -32020 it was re-fetched for
+    invalid = {"type": "array", "items": {"type": "string", "x-mcp-header": "Zone"}}
+    assert learned_header_maps(maps, {"tools": [_tool("zone", tenant=invalid)]}) == {"geo": maps["geo"]}
+
+
+@pytest.mark.parametrize("result", [None, [], {"tools": "x"}, {"nextCursor": "c"}])
+def test_a_malformed_tools_list_result_teaches_nothing(result: object) -> None:
+    assert learned_header_maps({"geo": [[["region"], "Region"]]}, result) is None

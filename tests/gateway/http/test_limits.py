@@ -154,6 +154,19 @@ async def test_roots_larger_than_max_cached_roots_bytes_are_used_but_asked_again
     assert record.cached_roots is None
 
 
+async def test_header_maps_over_max_header_maps_bytes_stay_with_the_process(make_gateway, upstream) -> None:
+    from tests.gateway.session.test_relay import geo_upstream
+    geo_upstream(upstream)
+    client = Legacy(await make_gateway(sessions={"max_header_maps_bytes": 10}))
+    await client.initialize()
+    assert "result" in await client.call("tools/list")
+    message = await client.call("tools/call", {"name": "geo", "arguments": {"region": "eu"}})
+    assert message["result"]["content"][0]["text"] == "ok eu"  # mirrored from this process's copy
+    assert [m["method"] for m in upstream.received if m["method"].startswith("tools/")] == ["tools/list", "tools/call"]
+    record = await client.client.app[GATEWAY].store.get_session(client.session_id)
+    assert record.header_maps is None  # not parsed with every request of the session
+
+
 async def test_the_store_counts_live_sessions_as_they_are_put_and_dropped() -> None:
     from adapters.records import SessionRecord
     from gateway.session.store import InMemoryStore

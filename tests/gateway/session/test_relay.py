@@ -181,3 +181,31 @@ async def test_a_cancel_on_another_replica_stops_a_plain_request_answered_inline
     answer = await within(posted)
     assert answer.status == 202 and await answer.read() == b""  # cancelled: nothing is sent for it
     assert a.next_id not in exchanges and "result" in await a.call("ping")  # its id is free; the session goes on
+
+
+GEO_SCHEMA = {"type": "object", "properties": {"region": {"type": "string", "x-mcp-header": "Region"}}}
+
+
+def geo_upstream(upstream: Any) -> None:
+    """A tool whose ``region`` argument the upstream wants mirrored in ``Mcp-Param-Region`` (-32020 without)."""
+    upstream.script["tools/list"] = lambda b, r: {"resultType": "complete", "ttlMs": 0, "cacheScope": "public",
+                                                  "tools": [{"name": "geo", "inputSchema": GEO_SCHEMA}]}
+
+    def geo(body, request):
+        if request.headers.get("Mcp-Param-Region") != body["params"]["arguments"]["region"]:
+            return ("error", {"code": -32020, "message": "Mcp-Param-Region missing"}, 400)
+        return text("ok " + request.headers["Mcp-Param-Region"])
+    upstream.script["tools/call"] = geo
+
+
+async def test_header_maps_learned_on_one_replica_serve_the_session_on_another(make_gateway, upstream, redis_url,
+                                                                                prefix) -> None:
+    """2026-07-28 server/tools §x-mcp-header: the maps a tools/list taught replica A are in the session's record,
+    so replica B mirrors the header on its first tools/call: no -32020, no tools/list again."""
+    geo_upstream(upstream)
+    a, b = await replicas(make_gateway, redis_url, prefix)
+    assert "result" in await a.call("tools/list")
+    message = await b.call("tools/call", {"name": "geo", "arguments": {"region": "eu"}})
+    assert message["result"]["content"][0]["text"] == "ok eu"
+    assert [m["method"] for m in upstream.received if m["method"].startswith("tools/")] == ["tools/list", "tools/call"]
+    assert upstream.headers[-1]["Mcp-Param-Region"] == "eu"
