@@ -111,6 +111,22 @@ class FakeUpstream:
         return resp
 
 
+GEO_SCHEMA = {"type": "object", "properties": {"region": {"type": "string", "x-mcp-header": "Region"}}}
+
+
+def geo_upstream(upstream: FakeUpstream) -> None:
+    """A tool ``geo`` whose ``region`` argument the upstream wants mirrored in ``Mcp-Param-Region``: a tools/call
+    without it gets -32020 (2026-07-28 server/tools §x-mcp-header)."""
+    upstream.script["tools/list"] = lambda b, r: {"resultType": "complete", "ttlMs": 0, "cacheScope": "public",
+                                                  "tools": [{"name": "geo", "inputSchema": GEO_SCHEMA}]}
+
+    def geo(body, request):
+        if request.headers.get("Mcp-Param-Region") != body["params"]["arguments"]["region"]:
+            return ("error", {"code": -32020, "message": "Mcp-Param-Region missing"}, 400)
+        return text("ok " + request.headers["Mcp-Param-Region"])
+    upstream.script["tools/call"] = geo
+
+
 @pytest.fixture
 async def upstream(aiohttp_server):
     fake = FakeUpstream()

@@ -9,7 +9,7 @@ import pytest
 from aiohttp import web
 
 from gateway.http.app import GATEWAY
-from tests.gateway.conftest import DISCOVER, Legacy, text
+from tests.gateway.conftest import DISCOVER, Legacy, geo_upstream, text
 
 
 async def test_initialize_is_local_and_cached_from_discover(legacy, upstream) -> None:
@@ -272,15 +272,7 @@ async def test_a_gateway_bug_in_an_exchange_still_answers_the_request(legacy, up
 
 
 async def test_mcp_param_headers_are_learned_from_tools_list_on_a_header_mismatch(legacy, upstream) -> None:
-    schema_ = {"type": "object", "properties": {"region": {"type": "string", "x-mcp-header": "Region"}}}
-    upstream.script["tools/list"] = lambda b, r: {"resultType": "complete", "ttlMs": 0, "cacheScope": "public",
-                                                  "tools": [{"name": "geo", "inputSchema": schema_}]}
-
-    def geo(body, request):
-        if request.headers.get("Mcp-Param-Region") != body["params"]["arguments"]["region"]:
-            return ("error", {"code": -32020, "message": "Mcp-Param-Region missing"}, 400)
-        return text("ok " + request.headers["Mcp-Param-Region"])
-    upstream.script["tools/call"] = geo
+    geo_upstream(upstream)
     await legacy.initialize()
     message = await legacy.call("tools/call", {"name": "geo", "arguments": {"region": "eu"}})
     assert message["result"]["content"][0]["text"] == "ok eu"

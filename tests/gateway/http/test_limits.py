@@ -9,7 +9,7 @@ import json
 
 from gateway.config.settings import load_config
 from gateway.http.app import GATEWAY
-from tests.gateway.conftest import Legacy, text
+from tests.gateway.conftest import Legacy, geo_upstream, text
 
 INIT = {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "raw", "version": "1"}}
 
@@ -155,7 +155,6 @@ async def test_roots_larger_than_max_cached_roots_bytes_are_used_but_asked_again
 
 
 async def test_header_maps_over_max_header_maps_bytes_stay_with_the_process(make_gateway, upstream) -> None:
-    from tests.gateway.session.test_relay import geo_upstream
     geo_upstream(upstream)
     client = Legacy(await make_gateway(sessions={"max_header_maps_bytes": 10}))
     await client.initialize()

@@ -14,7 +14,7 @@ pytest.importorskip("redis")
 from redis.asyncio import Redis
 
 from gateway.http.app import GATEWAY
-from tests.gateway.conftest import CAPS, Legacy, hang_until_closed, text
+from tests.gateway.conftest import CAPS, Legacy, geo_upstream, hang_until_closed, text
 from tests.gateway.http.test_bridge_shell import SAMPLED, SAMPLING, two_rounds
 from tests.gateway.session import test_redis_store as redis_tests
 
@@ -181,21 +181,6 @@ async def test_a_cancel_on_another_replica_stops_a_plain_request_answered_inline
     answer = await within(posted)
     assert answer.status == 202 and await answer.read() == b""  # cancelled: nothing is sent for it
     assert a.next_id not in exchanges and "result" in await a.call("ping")  # its id is free; the session goes on
-
-
-GEO_SCHEMA = {"type": "object", "properties": {"region": {"type": "string", "x-mcp-header": "Region"}}}
-
-
-def geo_upstream(upstream: Any) -> None:
-    """A tool whose ``region`` argument the upstream wants mirrored in ``Mcp-Param-Region`` (-32020 without)."""
-    upstream.script["tools/list"] = lambda b, r: {"resultType": "complete", "ttlMs": 0, "cacheScope": "public",
-                                                  "tools": [{"name": "geo", "inputSchema": GEO_SCHEMA}]}
-
-    def geo(body, request):
-        if request.headers.get("Mcp-Param-Region") != body["params"]["arguments"]["region"]:
-            return ("error", {"code": -32020, "message": "Mcp-Param-Region missing"}, 400)
-        return text("ok " + request.headers["Mcp-Param-Region"])
-    upstream.script["tools/call"] = geo
 
 
 async def test_header_maps_learned_on_one_replica_serve_the_session_on_another(make_gateway, upstream, redis_url,
