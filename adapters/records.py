@@ -30,10 +30,19 @@ def _known(cls: type) -> frozenset[str]:
     return frozenset(_names(cls))
 
 
+@cache
+def _unset_when_none(cls: Any) -> frozenset[str]:
+    """The fields whose default is None: left out of the stored form while None (``from_dict`` restores them),
+    so a record costs neither the bytes nor the parsing of every optional field it does not use."""
+    return frozenset(f.name for f in fields(cls) if f.default is None)
+
+
 def _to_dict(record: Any) -> dict[str, Any]:
     # A shallow view: the store serializes it at once (dataclasses.asdict deep-copies, which costs ~5x more).
     cls: Any = type(record)
-    return {name: getattr(record, name) for name in _names(cls)}
+    unset = _unset_when_none(cls)
+    return {name: value for name in _names(cls)
+            if (value := getattr(record, name)) is not None or name not in unset}
 
 
 @dataclass(slots=True)

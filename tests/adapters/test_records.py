@@ -1,5 +1,6 @@
 """``adapters.records``: the records round-trip through their dicts unchanged, a record written by a newer
-gateway (with fields this one does not know) still reads, and one from an older gateway gets the defaults."""
+gateway (with fields this one does not know) still reads, one from an older gateway gets the defaults, and an
+optional field left None is not stored at all."""
 
 from __future__ import annotations
 
@@ -25,3 +26,14 @@ def test_a_newer_writers_extra_fields_are_ignored_and_an_older_ones_missing_fiel
     older = {k: v for k, v in _session().to_dict().items() if k not in ("upstream", "pins", "cached_roots")}
     read = SessionRecord.from_dict(older)
     assert read.upstream == "default" and read.pins == {} and read.cached_roots is None
+
+
+def test_an_optional_field_left_none_is_not_stored_and_reads_back_as_none() -> None:
+    stored = _session().to_dict()
+    assert not {"log_level", "cached_roots", "header_maps"} & stored.keys()  # every request parses the record
+    assert stored["subscriptions"] == ["file:///a"] and stored["initialized"] is False  # other defaults stay
+    assert SessionRecord.from_dict(stored) == _session()
+    maps = {"geo": [[["region"], "Region"]]}
+    assert SessionRecord.from_dict(_session(header_maps=maps).to_dict()).header_maps == maps
+    pending = PendingRound("b1", "s1", 7, "tools/call", {})
+    assert "request_state" not in pending.to_dict() and PendingRound.from_dict(pending.to_dict()) == pending
