@@ -3,10 +3,11 @@ commands (docs/design.md §49).
 
 redis-py's asyncio client takes a pooled connection per command and waits for its reply before giving it back:
 about 85-100 µs of the gateway's CPU per command at one request at a time, and about 50 µs at 32 concurrent, which
-made the Redis store cost several times the in-memory one. Here every command is written to one socket as it is
-issued and the replies are matched to their callers in order (RESP replies come back in the order the commands
-were sent): a command costs about half as much at one request at a time, and a write and a read serve many
-commands at once under load. The RESP encoding and parsing are hiredis's (the Redis project's C library, which
+made the Redis store cost several times the in-memory one. Here every command goes to one socket and the replies
+are matched to their callers in order (RESP replies come back in the order the commands were sent): a command
+alone on the connection is written at once, and those issued while replies are awaited leave together at the
+loop's next turn, so a command costs about half as much at one request at a time, and one write and one read
+serve many commands under load. The RESP encoding and parsing are hiredis's (the Redis project's C library, which
 redis-py itself uses for parsing when it is installed).
 
 Only what can share a connection goes here: plain commands, ``MULTI``/``EXEC`` blocks (written in one piece, so no
@@ -96,7 +97,7 @@ class _Connection(asyncio.Protocol):
         self._waiting: deque[tuple[asyncio.Future[Any], float]] = deque()
         self._timeout = timeout
         self._watchdog: asyncio.TimerHandle | None = None
-        self._unsent: list[bytes] | None = None  # commands held for one write at the end of this loop iteration
+        self._unsent: list[bytes] | None = None  # commands held for one write at the loop's next turn
         self.transport: asyncio.Transport | None = None
         self.closed = False
 
