@@ -43,16 +43,20 @@ class Stats:
     p50_ms: float
     p99_ms: float
     rps: float
-    # CPU of the process the client talks to (the core for direct, the forwarder, or the gateway) per request.
+    # CPU of the process the client talks to (the core for direct, the forwarder, or the gateway) per request,
+    # and the system time in it (the kernel's share: sends, receives, the loop's waits).
     front_cpu_us_per_request: float | None = None
+    front_sys_us_per_request: float | None = None
 
 
-def _summary(name: str, conc: int, lat: list[float], seconds: float, cpu: float) -> Stats:
+def _summary(name: str, conc: int, lat: list[float], seconds: float, cpu: tuple[float, float]) -> Stats:
+    """``cpu``: the front process's user and system seconds over the scenario's slices."""
     lat.sort()
     p99 = lat[min(len(lat) - 1, int(len(lat) * 0.99))]
-    per = cpu / len(lat) * 1e6 if lat else None
+    per = (sum(cpu) / len(lat) * 1e6, cpu[1] / len(lat) * 1e6) if lat else None
     return Stats(name, conc, len(lat), round(seconds, 2), round(statistics.median(lat) * 1e3, 3),
-                 round(p99 * 1e3, 3), round(len(lat) / seconds, 1), round(per, 1) if per is not None else None)
+                 round(p99 * 1e3, 3), round(len(lat) / seconds, 1), round(per[0], 1) if per else None,
+                 round(per[1], 1) if per else None)
 
 
 async def _load(ops: list[Op], seconds: float) -> list[float]:
@@ -78,13 +82,14 @@ async def interleaved(ops: dict[str, list[Op]], conc: int, args: argparse.Namesp
     for name in ops:  # warm-up, not counted
         await _load(ops[name], args.warmup)
     lat: dict[str, list[float]] = {name: [] for name in ops}
-    cpu = dict.fromkeys(ops, 0.0)
+    cpu = {name: (0.0, 0.0) for name in ops}
     rounds = max(1, round(args.duration / args.slice))
     for number in range(rounds):
         for name in (list(ops) if number % 2 == 0 else list(reversed(ops))):
-            before = front[name].cpu_seconds()
+            user, system = front[name].cpu_times()
             lat[name].extend(await _load(ops[name], args.slice))
-            cpu[name] += front[name].cpu_seconds() - before
+            after, (used, spent) = front[name].cpu_times(), cpu[name]
+            cpu[name] = (used + after[0] - user, spent + after[1] - system)
     seconds = rounds * args.slice
     return [_summary(name, conc, lat[name], seconds, cpu[name]) for name in ops]
 
@@ -178,6 +183,9 @@ def ratios(results: list[Stats], idle: list[dict[str, Any]],
             "bridged/mrtr_forwarder": round(get("bridged") / get("mrtr_forwarder"), 3),
             "bridged_one/mrtr_forwarder_one": round(get("bridged_one") / get("mrtr_forwarder_one"), 3),
             "bridged_round_cpu/translated_cpu": _round_cpu_ratio(at, conc),
+            # The same in system time alone and in user time alone: where a round's extra cost lies.
+            "bridged_round_sys/translated_sys": _round_sys_ratio(at, conc),
+            "bridged_round_user/translated_user": _round_user_ratio(at, conc),
             "gateway_cpu_us_per_translated": at[("translated", conc)].front_cpu_us_per_request,
             "gateway_cpu_us_per_passthrough": at[("passthrough", conc)].front_cpu_us_per_request,
             "forwarder_cpu_us": at[("forwarder", conc)].front_cpu_us_per_request,
@@ -190,7 +198,25 @@ def ratios(results: list[Stats], idle: list[dict[str, Any]],
 def _round_cpu_ratio(at: dict[tuple[str, int], Stats], conc: int) -> float | None:
     """The gateway's CPU per bridged round over its CPU per translated call: summarize_repo is the call plus two
     rounds, so one round costs (bridged - translated) / 2."""
-    bridged, translated = (at[(name, conc)].front_cpu_us_per_request for name in ("bridged", "translated"))
+    return _per_round(*(at[(name, conc)].front_cpu_us_per_request for name in ("bridged", "translated")))
+
+
+def _round_sys_ratio(at: dict[tuple[str, int], Stats], conc: int) -> float | None:
+    return _per_round(*(at[(name, conc)].front_sys_us_per_request for name in ("bridged", "translated")))
+
+
+def _round_user_ratio(at: dict[tuple[str, int], Stats], conc: int) -> float | None:
+    user: list[float] = []
+    for name in ("bridged", "translated"):
+        stats = at[(name, conc)]
+        if stats.front_cpu_us_per_request is None or stats.front_sys_us_per_request is None:
+            return None
+        user.append(stats.front_cpu_us_per_request - stats.front_sys_us_per_request)
+    return _per_round(*user)
+
+
+def _per_round(bridged: float | None, translated: float | None) -> float | None:
+    """One round's cost over one call's, from a call with two rounds and a plain call."""
     if bridged is None or not translated:
         return None
     return round((bridged - translated) / 2 / translated, 3)
@@ -213,10 +239,12 @@ def machine(args: argparse.Namespace, hops: list[float]) -> dict[str, Any]:
 
 def print_table(results: list[Stats], summary: dict[str, Any]) -> None:
     print(f"{'scenario':<19}{'conc':>5}{'requests':>10}{'p50 ms':>10}{'p99 ms':>10}{'req/s':>10}"
-          f"{'front CPU us/req':>18}")
+          f"{'front CPU us/req':>18}{'of it sys':>11}")
     for r in results:
         cpu = "" if r.front_cpu_us_per_request is None else f"{r.front_cpu_us_per_request:.0f}"
-        print(f"{r.scenario:<19}{r.concurrency:>5}{r.requests:>10}{r.p50_ms:>10.3f}{r.p99_ms:>10.3f}{r.rps:>10.1f}{cpu:>18}")
+        sys_ = "" if r.front_sys_us_per_request is None else f"{r.front_sys_us_per_request:.0f}"
+        print(f"{r.scenario:<19}{r.concurrency:>5}{r.requests:>10}{r.p50_ms:>10.3f}{r.p99_ms:>10.3f}{r.rps:>10.1f}"
+              f"{cpu:>18}{sys_:>11}")
     print(json.dumps(summary, indent=2))
 
 

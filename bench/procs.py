@@ -29,13 +29,14 @@ def scratch_usage_db() -> str:
     return os.path.join(folder, "usage.sqlite3")
 
 
-def _cpu_seconds(pid: int) -> float:
+def _cpu_times(pid: int) -> tuple[float, float]:
+    """User and system CPU seconds of ``pid`` (utime, stime)."""
     try:
         with open(f"/proc/{pid}/stat") as handle:
             fields = handle.read().rsplit(")", 1)[1].split()
     except OSError:  # a child that just ended
-        return 0.0
-    return (int(fields[11]) + int(fields[12])) / TICKS  # utime + stime
+        return 0.0, 0.0
+    return int(fields[11]) / TICKS, int(fields[12]) / TICKS
 
 
 def _children(pid: int) -> list[int]:
@@ -75,7 +76,13 @@ class Child:
 
     def cpu_seconds(self) -> float:
         """CPU of the process and of its live children (``serve --workers N``: the workers)."""
-        return sum(_cpu_seconds(pid) for pid in (self.proc.pid, *_children(self.proc.pid)))
+        return sum(self.cpu_times())
+
+    def cpu_times(self) -> tuple[float, float]:
+        """:meth:`cpu_seconds` as user and system time: a send that wakes another process is system time, the
+        Python around it user time (docs/benchmarks.md reads a bridged round's cost in both)."""
+        times = [_cpu_times(pid) for pid in (self.proc.pid, *_children(self.proc.pid))]
+        return sum(user for user, _ in times), sum(system for _, system in times)
 
     def rss_bytes(self) -> int:
         with open(f"/proc/{self.proc.pid}/status") as handle:

@@ -31,11 +31,13 @@ def test_the_benchmark_runs_every_scenario_and_reports_its_ratios(tmp_path: Path
     seen = {(r["scenario"], r["concurrency"]) for r in report["results"] if r["requests"] > 0}
     assert seen == {(name, conc) for name in SCENARIOS for conc in (1, 2)}
     assert all(r["front_cpu_us_per_request"] > 0 for r in report["results"])
+    assert all(0 <= r["front_sys_us_per_request"] <= r["front_cpu_us_per_request"] for r in report["results"])
     for conc in ("c1", "c2"):
         ratios = report["ratios"][conc]
         assert {"translated/forwarder", "passthrough/forwarder", "bridged_round_added_ms", "bridged/mrtr_forwarder",
                 "bridged_one/mrtr_forwarder_one", "bridged_round_cpu/translated_cpu", "gateway_cpu_us_per_translated",
-                "forwarder_cpu_us"} <= set(ratios)
+                "forwarder_cpu_us", "bridged_round_sys/translated_sys",
+                "bridged_round_user/translated_user"} <= set(ratios)
     idle = report["ratios"]["idle"]
     assert idle[0]["sessions"] == 20 and idle[0]["rss_after_mib"] > 0 and idle[0]["held"] == 20
     judged = {row["target"]: row for row in report["targets"]}
