@@ -281,6 +281,27 @@ async def test_mcp_param_headers_are_learned_from_tools_list_on_a_header_mismatc
     assert [b["method"] for b in upstream.received[-1:]] == ["tools/call"]  # the map is cached now
 
 
+async def test_header_maps_the_store_could_not_save_are_learned_again_on_the_next_mismatch(legacy, upstream,
+                                                                                           caplog) -> None:
+    from gateway.session.store import StoreUnavailable
+    geo_upstream(upstream)
+    await legacy.initialize()
+    store = legacy.client.app[GATEWAY].store
+    real_put = store.put_session
+
+    async def failing_put(record):
+        raise StoreUnavailable("the session store failed: test")
+    store.put_session = failing_put
+    assert "tools" in (await legacy.call("tools/list"))["result"]  # answered though the maps were not saved
+    assert "header maps were not saved" in caplog.text
+    store.put_session = real_put
+    message = await legacy.call("tools/call", {"name": "geo", "arguments": {"region": "eu"}})
+    assert message["result"]["content"][0]["text"] == "ok eu"  # learned again from its -32020, and saved now
+    assert [b["method"] for b in upstream.received if b["method"].startswith("tools/")] == [
+        "tools/list", "tools/call", "tools/list", "tools/call"]
+    assert (await store.get_session(legacy.session_id)).header_maps == {"geo": [[["region"], "Region"]]}
+
+
 async def test_sweeps_are_rate_limited_so_opening_sessions_stays_linear(make_gateway) -> None:
     client = Legacy(await make_gateway(session_idle_seconds=60))
     gw = client.client.app[GATEWAY]
