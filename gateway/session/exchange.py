@@ -23,6 +23,7 @@ meanwhile is queued for the exchange's task, which is also where every failure i
 from __future__ import annotations
 
 import asyncio
+from dataclasses import replace
 from typing import Any, cast
 
 from adapters import bridge as B
@@ -573,7 +574,9 @@ class Exchange:
             await self._refresh_header_maps(session)
             answer = await self._send(session, extra)
         if isinstance(answer, B.UpstreamResult) and rec.method == "tools/list":
-            await self._learn_header_maps(session, answer.result)
+            maps = learned_header_maps(self._header_maps(session), answer.result)
+            if maps is not None:
+                await self._keep_header_maps(session, maps)
         return answer
 
     def _expired(self, session: SessionRecord) -> bool:
@@ -590,31 +593,33 @@ class Exchange:
         return await self.runtime.gateway.upstream_for(session.upstream).call(call, self._on_notification)
 
     async def _refresh_header_maps(self, session: Any) -> None:
+        """Every page of tools/list learned, then kept once (one record write for the whole refresh)."""
         upstream, cursor = self.runtime.gateway.upstream_for(session.upstream), None
+        maps, changed = self._header_maps(session), False
         for _page in range(REFRESH_PAGE_CAP):  # a paginator that never ends cannot hang the request
             call = build_request("tools/list", {"cursor": cursor} if cursor else {}, request_id=new_id("u"),
                                  view=session_view(session, self.authorization))
             answer = await upstream.call(call, lambda _m: None)
             if not isinstance(answer, B.UpstreamResult):
-                return
-            await self._learn_header_maps(session, answer.result)
+                break
+            learned = learned_header_maps(maps, answer.result)
+            if learned is not None:
+                maps, changed = learned, True
             cursor = answer.result.get("nextCursor") if isinstance(answer.result, dict) else None
             if not isinstance(cursor, str):
-                return
+                break
+        if changed:
+            await self._keep_header_maps(session, maps)
 
     def _header_maps(self, session: SessionRecord) -> dict[str, Any]:
         """The session's x-mcp-header maps: its record's, else (none learned, or too large for the record) those
         this process keeps for it."""
         return session.header_maps if session.header_maps is not None else self.runtime.header_maps
 
-    async def _learn_header_maps(self, session: SessionRecord, result: Any) -> None:
-        """Keep each listed tool's x-mcp-header map so tools/call can mirror Mcp-Param-* (docs/design.md §19): in
-        the session's record, where every replica serving it finds them, when they fit there; else in this
-        process. ``session`` (the record this request was read with) sees them at once, for the resend a -32020
-        asks for."""
-        maps = learned_header_maps(self._header_maps(session), result)
-        if maps is None:
-            return
+    async def _keep_header_maps(self, session: SessionRecord, maps: dict[str, Any]) -> None:
+        """Keep learned x-mcp-header maps so tools/call can mirror Mcp-Param-* (docs/design.md §19): in the
+        session's record, where every replica serving it finds them, when they fit there; else in this process.
+        ``session`` (the record this request was read with) sees them at once, for the resend a -32020 asks for."""
         gateway = self.runtime.gateway
         kept = maps if header_maps_storable(maps, gateway.config.sessions.session_limits) else None
         self.runtime.header_maps = {} if kept is not None else maps
@@ -622,12 +627,17 @@ class Exchange:
             return
         session.header_maps = kept
         try:
-            stored = await gateway.store.get_session(session.session_id)
-            if stored is not None:
-                stored.header_maps = kept
-                await gateway.store.put_session(stored)
+            await self._update_session(header_maps=kept)
         except StoreUnavailable as exc:  # the request still gets its answer; the next -32020 learns them again
             log.warning("request %r: the session's header maps were not saved: %s", self.record.downstream_id, exc)
+
+    async def _update_session(self, **changes: Any) -> None:
+        """``changes`` made to the session's stored record, read again here: what changed since this request read
+        it is kept (a session ended meanwhile stays ended)."""
+        store = self.runtime.gateway.store
+        stored = await store.get_session(self.record.session_id)
+        if stored is not None:
+            await store.put_session(replace(stored, **changes))
 
     def _on_notification(self, message: dict[str, Any]) -> None:
         legacy = request_notification(message, self.progress_token)
@@ -642,11 +652,7 @@ class Exchange:
         gateway = self.runtime.gateway
         if not roots_cacheable(result, gateway.config.sessions.session_limits):
             return  # too large to keep for the session's life: asked again next time
-        store = gateway.store
-        session = await store.get_session(self.record.session_id)
-        if session is not None:
-            session.cached_roots = result
-            await store.put_session(session)
+        await self._update_session(cached_roots=result)
 
     async def answer_now(self, gateway_id: str, message: dict[str, Any]) -> None:
         """The client's answer, acted on before this returns (its handler then acknowledges the POST): stepped

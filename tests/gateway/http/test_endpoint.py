@@ -9,7 +9,7 @@ import pytest
 from aiohttp import web
 
 from gateway.http.app import GATEWAY
-from tests.gateway.conftest import DISCOVER, Legacy, geo_upstream, text
+from tests.gateway.conftest import DISCOVER, GEO_SCHEMA, Legacy, geo_upstream, text
 
 
 async def test_initialize_is_local_and_cached_from_discover(legacy, upstream) -> None:
@@ -279,6 +279,30 @@ async def test_mcp_param_headers_are_learned_from_tools_list_on_a_header_mismatc
     assert [b["method"] for b in upstream.received[-3:]] == ["tools/call", "tools/list", "tools/call"]
     await legacy.call("tools/call", {"name": "geo", "arguments": {"region": "us"}})
     assert [b["method"] for b in upstream.received[-1:]] == ["tools/call"]  # the map is cached now
+
+
+async def test_a_paged_refresh_saves_the_header_maps_once(legacy, upstream) -> None:
+    geo_upstream(upstream)
+    pages = {None: ({"name": "geo", "inputSchema": GEO_SCHEMA}, "p2"),
+             "p2": ({"name": "zone", "inputSchema": GEO_SCHEMA}, None)}
+
+    def paged(body, request):
+        tool, after = pages[body["params"].get("cursor")]
+        return {"resultType": "complete", "ttlMs": 0, "cacheScope": "public", "tools": [tool]} | (
+            {"nextCursor": after} if after else {})
+    upstream.script["tools/list"] = paged
+    await legacy.initialize()
+    store = legacy.client.app[GATEWAY].store
+    real_put, puts = store.put_session, []
+
+    async def counted(record):
+        puts.append(record.header_maps)
+        await real_put(record)
+    store.put_session = counted
+    message = await legacy.call("tools/call", {"name": "geo", "arguments": {"region": "eu"}})
+    assert message["result"]["content"][0]["text"] == "ok eu"
+    assert len(upstream.calls("tools/list")) == 2
+    assert [set(maps) for maps in puts] == [{"geo", "zone"}]  # both pages, one record write
 
 
 async def test_header_maps_the_store_could_not_save_are_learned_again_on_the_next_mismatch(legacy, upstream,
