@@ -86,10 +86,10 @@ async def interleaved(ops: dict[str, list[Op]], conc: int, args: argparse.Namesp
     rounds = max(1, round(args.duration / args.slice))
     for number in range(rounds):
         for name in (list(ops) if number % 2 == 0 else list(reversed(ops))):
-            user, system = front[name].cpu_times()
+            before = front[name].cpu_times()
             lat[name].extend(await _load(ops[name], args.slice))
-            after, (used, spent) = front[name].cpu_times(), cpu[name]
-            cpu[name] = (used + after[0] - user, spent + after[1] - system)
+            after, (user, system) = front[name].cpu_times(), cpu[name]
+            cpu[name] = (user + after[0] - before[0], system + after[1] - before[1])
     seconds = rounds * args.slice
     return [_summary(name, conc, lat[name], seconds, cpu[name]) for name in ops]
 
