@@ -485,21 +485,21 @@ class Exchange:
         mirror = self._carrier(actions) if sends else None
         if sends and mirror is None:  # saved before the client can see what it is asked (a replica taking over
             await self._save(sends)   # must find it)
-        # On one process the step writes what it sends to a waiting writer itself (docs/design.md §52); a copy
-        # for other replicas decides when events may go out, so there the writer is woken as before.
-        stream, hushed = self.stream, self.stream.mirror is None and any(isinstance(a, _SENDS) for a in actions)
+        # The step writes what it sends to a waiting writer itself (docs/design.md §52), once the copy for other
+        # replicas (if any) holds it: after the save that carries it.
+        stream, hushed = self.stream, any(isinstance(a, _SENDS) for a in actions)
         if hushed:
             stream.hush()
         try:
             for action in actions:
                 await self._act(action)
+            if mirror is not None:  # pushed, held back until this save has written them too
+                await self._save(0, mirror)
         finally:
             if hushed:
                 await stream.flush()
-        if mirror is not None:  # pushed, held back until this save has written them too
-            await self._save(0, mirror)
-        elif not sends:  # after the upstream round left: saved before the step is acknowledged, off its path
-            await self._save(0)
+        if mirror is None and not sends:  # after the upstream round left: saved before the step is
+            await self._save(0)           # acknowledged, off its path
 
     async def _act(self, action: Any) -> None:
         """One action of a step (its save is :meth:`_perform`'s)."""

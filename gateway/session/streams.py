@@ -125,18 +125,18 @@ class OutStream:
 
     async def flush(self) -> None:
         """The step is over: write what it pushed to the waiting writer's response from this task, instead of
-        waking the writer for it (docs/design.md §52), when that writer is the only one waiting and nothing
-        gates what it may send (a copy for other replicas does); else wake the waiters, as a push does. The
-        writer is woken anyway when the stream ended (its request returns) or the write failed (it writes them
-        again and finds out)."""
+        waking the writer for it (docs/design.md §52), when that writer is the only one waiting and the copy for
+        other replicas, if any, already holds all of it (the step's save carried it); else wake the waiters, as a
+        push does. The writer is woken anyway when the stream ended (its request returns) or the write failed
+        (it writes them again and finds out)."""
         self._hushed, deferred = False, self._deferred
         self._deferred = False
         if not deferred:
             return
         sink = self._parked
         items = self.buffer.after(sink.seq) if sink is not None else None
-        if (sink is None or not items or sink.busy or self.mirror is not None or sink.writer != self._writer
-                or self._waiters != [sink.waiter]):
+        if (sink is None or not items or sink.busy or sink.writer != self._writer or self._waiters != [sink.waiter]
+                or (self.mirror is not None and len(self.mirror.durable(items)) != len(items))):
             self._wake_waiters()
             return
         before, sink.busy, sink.seq = sink.seq, True, items[-1].seq

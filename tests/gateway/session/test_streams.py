@@ -8,6 +8,7 @@ import asyncio
 import pytest
 from aiohttp import web
 
+from gateway.session.replay import Mirror
 from gateway.session.streams import OutStream, Sink, write_stream
 
 
@@ -199,3 +200,64 @@ async def test_a_failed_write_of_a_step_wakes_the_writer() -> None:
     # The writer takes the event again: its own write then fails and ends its request (write_stream).
     assert [e.message for e in await asyncio.wait_for(waiting, 5)] == [{"n": 1}]
     assert response.writes == [] and not stream.closed
+
+
+class _CopyStore:
+    """A shared store's copy of streams (``gateway.session.replay.Mirror``'s side of it): each append recorded,
+    once ``gate`` (when set) lets it through."""
+
+    shares_streams = True
+
+    def __init__(self) -> None:
+        self.appended: list[int] = []
+        self.gate: asyncio.Event | None = None
+
+    async def append_events(self, session_id: str, stream: str, events: list, **kwargs: object) -> None:
+        if self.gate is not None:
+            await self.gate.wait()
+        self.appended += [e.seq for e in events]
+
+    async def drop_stream(self, session_id: str, stream: str) -> None:
+        raise AssertionError("nothing here drops a copy")
+
+
+async def _mirrored(store: _CopyStore) -> tuple[OutStream, Mirror]:
+    stream = OutStream("s", 16)
+    stream.mirror = mirror = Mirror(stream, store, "s1", asyncio.ensure_future)  # type: ignore[arg-type]
+    await asyncio.wait_for(mirror.start(), 5)  # the copy exists, as before an SSE answer's first write
+    return stream, mirror
+
+
+async def test_a_step_whose_save_carried_its_events_writes_them_itself() -> None:
+    """docs/design.md §52 on a shared store: once the step's save holds the events in the copy (§50), the step
+    writes them for the waiting writer as on one process; the writer sleeps on."""
+    stream, mirror = await _mirrored(_CopyStore())
+    response = _Response()
+    _batches, waiting = await _parked(stream, response)
+    stream.hush()
+    assert mirror.hold()
+    stream.push({"n": 1})
+    copy = mirror.held_events()
+    mirror.released(copy, True)  # the save wrote the record and the event
+    await stream.flush()
+    assert response.writes == [stream.buffer.after(0)[0].encode("s")]
+    await asyncio.sleep(0.01)
+    assert not waiting.done() and stream._parked is not None
+
+
+async def test_a_step_never_writes_what_the_copy_does_not_hold_yet() -> None:
+    """An event the copy does not hold yet must not reach the client (a client that saw it could not resume
+    after it elsewhere): the step wakes the writer, which sends it once copied."""
+    store = _CopyStore()
+    stream, _mirror = await _mirrored(store)
+    response = _Response()
+    _batches, waiting = await _parked(stream, response)
+    store.gate = asyncio.Event()
+    stream.hush()
+    stream.push({"n": 1})  # copied by the mirror's own append, held at the gate
+    await stream.flush()
+    await asyncio.sleep(0.01)
+    assert response.writes == [] and not waiting.done() and store.appended == []
+    store.gate.set()
+    assert [e.message for e in await asyncio.wait_for(waiting, 5)] == [{"n": 1}] and store.appended == [1]
+    assert response.writes == []  # the writer itself sends it (write_stream), not the step
