@@ -158,6 +158,41 @@ async def test_no_reply_in_time_fails_every_waiter_and_the_next_call_connects_ag
         await server.wait_closed()
 
 
+async def test_commands_one_at_a_time_arm_no_timer_each(wire, monkeypatch) -> None:
+    """The reply watchdog stays armed while the connection is busy now and then: a command does not arm and
+    cancel a timer of its own (two timer operations per store round trip, at one request at a time)."""
+    await wire.call("PING")  # connected, and the watchdog armed
+    loop = asyncio.get_running_loop()
+    armed: list[float] = []
+    real_call_at = loop.call_at
+
+    def counting_call_at(when: float, callback, *args):  # type: ignore[no-untyped-def]
+        armed.append(when)
+        return real_call_at(when, callback, *args)
+
+    monkeypatch.setattr(loop, "call_at", counting_call_at)
+    for _ in range(50):
+        assert await wire.call("PING") == b"PONG"
+    assert armed == []
+
+
+async def test_a_command_after_an_idle_spell_still_times_out_on_its_own_deadline(redis_url, key) -> None:  # noqa: F811
+    """The watchdog armed for an earlier command fires at that command's deadline, finds a later one waiting
+    and waits for its deadline: the later command is failed when its own time is up, not before, not never."""
+    wire = RedisWire(redis_url, timeout_seconds=0.5)
+    loop = asyncio.get_running_loop()
+    try:
+        assert await wire.call("PING") == b"PONG"  # its watchdog fires at +0.5 s
+        await asyncio.sleep(0.3)
+        started = loop.time()
+        with pytest.raises(StoreUnavailable, match="no reply within"):
+            await wire.call("BLPOP", f"{key}:never", 2)  # Redis holds its reply for 2 s
+        waited = loop.time() - started
+        assert 0.45 <= waited < 1.5, waited
+    finally:
+        await wire.close()
+
+
 async def test_a_cancelled_caller_leaves_the_replies_in_step(wire, key) -> None:
     await wire.call("SET", key, "kept", "PX", 60_000)
     slow = asyncio.ensure_future(wire.call("BLPOP", f"{key}:never", 0.3))  # blocks Redis's reply to it
