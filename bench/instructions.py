@@ -1,6 +1,6 @@
-"""``python -m bench.instructions [--scenario translated] [--requests 300] [--tree DIR] [--gc-gen0 N]
-[--store redis://HOST:PORT/DB]``: the gateway's user-space instructions per request, counted by valgrind's
-callgrind.
+"""``python -m bench.instructions [--scenario translated] [--requests 300] [--concurrency 1] [--tree DIR]
+[--gc-gen0 N] [--store redis://HOST:PORT/DB]``: the gateway's user-space instructions per request, counted by
+valgrind's callgrind.
 
 Timings on a shared VM drift by tens of percent between runs; an instruction count does not (the same count to
 about 0.5% run after run, whatever else the machine is doing), so a change worth 2% shows plainly. It counts
@@ -8,8 +8,11 @@ only the gateway process, only after a warm-up, and only user space: system call
 it, so it ranks changes to the gateway's own Python and never replaces the timed benchmark.
 
 The gateway runs under ``valgrind --tool=callgrind`` with instrumentation off until the warm-up (a fifth of the
-requests, at least 20) is done; ``callgrind_control`` then zeroes the counters, the measured requests run one at
-a time from this process, and a dump gives the total. The usage store's periodic flush is pushed past the
+requests, at least 20) is done; ``callgrind_control`` then zeroes the counters, the measured requests run from
+this process, one at a time or from ``--concurrency`` clients at once (each with a session of its own), and a
+dump gives the total. At a concurrency the count says whether a request does more work when many are in flight
+(the timed benchmark's CPU per request at c=32 also holds what instructions cannot show: cache misses, and the
+other processes sharing the cores). The usage store's periodic flush is pushed past the
 measurement (its SQLite writes run in a thread whenever the timer falls, which made counts vary by ~2%).
 ``--tree DIR`` runs the gateway from another checkout of this project (``git worktree add DIR REV``), so two
 revisions can be compared against the same core. ``--store`` puts the gateway's sessions on that Redis (under a
@@ -28,6 +31,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Awaitable, Callable
 
 import aiohttp
 
@@ -72,21 +76,33 @@ def _control(pid: int, option: str) -> None:
     subprocess.run(["callgrind_control", option, str(pid)], capture_output=True, check=True)
 
 
-async def _drive(gateway_url: str, core: Child, scenario: str, requests: int, pid: int) -> None:
+async def _drive(gateway_url: str, core: Child, scenario: str, requests: int, pid: int, concurrency: int) -> int:
+    """The warm-up, then ``requests`` (rounded down to a multiple of ``concurrency``) counted; how many ran."""
     async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as http:
         front = _Front(gateway_url)
-        op = await makers(http, core, front, front)[scenario]()  # type: ignore[arg-type]
+        ops = [await makers(http, core, front, front)[scenario]() for _ in range(concurrency)]  # type: ignore[arg-type]
+
+        async def run(times: int) -> None:
+            await asyncio.gather(*(_repeat(op, times) for op in ops))
+
         _control(pid, "--instr=on")
-        for _ in range(max(20, requests // 5)):
-            await op()
+        await run(max(20, requests // 5) // concurrency + 1)
         _control(pid, "--zero")
-        for _ in range(requests):
-            await op()
+        each = max(1, requests // concurrency)
+        await run(each)
         _control(pid, "--dump")
+        return each * concurrency
 
 
-def count(scenario: str, requests: int, tree: str, gc_gen0: int, store: str | None = None) -> float:
-    """Instructions per request of the gateway run from ``tree`` for ``scenario``."""
+async def _repeat(op: Callable[[], Awaitable[None]], times: int) -> None:
+    for _ in range(times):
+        await op()
+
+
+def count(scenario: str, requests: int, tree: str, gc_gen0: int, store: str | None = None,
+          concurrency: int = 1) -> float:
+    """Instructions per request of the gateway run from ``tree`` for ``scenario``, with ``concurrency``
+    requests in flight."""
     if shutil.which("valgrind") is None or shutil.which("callgrind_control") is None:
         raise SystemExit("valgrind (with callgrind_control) is needed: apt-get install valgrind")
     core = Child("core", ["-m", "modern_server", "--port", "{port}", "--no-access-log"])
@@ -103,8 +119,8 @@ def count(scenario: str, requests: int, tree: str, gc_gen0: int, store: str | No
                             cwd=tree, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         _wait_listening(port, proc)
-        asyncio.run(_drive(f"http://127.0.0.1:{port}/mcp", core, scenario, requests, proc.pid))
-        return _total(out) / requests
+        ran = asyncio.run(_drive(f"http://127.0.0.1:{port}/mcp", core, scenario, requests, proc.pid, concurrency))
+        return _total(out) / ran
     finally:
         proc.terminate()
         proc.wait(timeout=60)
@@ -135,13 +151,16 @@ def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m bench.instructions", description=__doc__)
     parser.add_argument("--scenario", choices=SCENARIOS, default="translated")
     parser.add_argument("--requests", type=int, default=300, help="measured requests (after the warm-up)")
+    parser.add_argument("--concurrency", type=int, default=1, help="measured requests in flight at once")
     parser.add_argument("--tree", default=os.getcwd(), help="the checkout whose gateway is measured")
     parser.add_argument("--gc-gen0", type=int, default=10_000, help="the gateway's --gc-gen0")
     parser.add_argument("--store", help="a Redis URL for the gateway's sessions (default: the memory store)")
     args = parser.parse_args()
-    per = count(args.scenario, args.requests, os.path.abspath(args.tree), args.gc_gen0, args.store)
+    if args.concurrency < 1:
+        parser.error("--concurrency: at least 1")
+    per = count(args.scenario, args.requests, os.path.abspath(args.tree), args.gc_gen0, args.store, args.concurrency)
     print(f"{args.scenario}: {per:,.0f} instructions per request (gateway from {args.tree}, "
-          f"{args.requests} requests after warm-up, store {args.store or 'memory'})")
+          f"{args.requests} requests after warm-up, concurrency {args.concurrency}, store {args.store or 'memory'})")
 
 
 if __name__ == "__main__":

@@ -100,10 +100,13 @@ def test_the_redis_store_runs_beside_memory_in_the_same_run(tmp_path: Path) -> N
 
 
 @pytest.mark.skipif(shutil.which("valgrind") is None, reason="valgrind is not installed")
-def test_the_instruction_count_measures_the_gateway_after_its_warm_up() -> None:
+@pytest.mark.parametrize("concurrency", [1, 4])
+def test_the_instruction_count_measures_the_gateway_after_its_warm_up(concurrency: int) -> None:
     run = subprocess.run([sys.executable, "-m", "bench.instructions", "--scenario", "passthrough",
-                          "--requests", "10"], capture_output=True, text=True, cwd=ROOT, timeout=300)
+                          "--requests", "12", "--concurrency", str(concurrency)],
+                         capture_output=True, text=True, cwd=ROOT, timeout=300)
     assert run.returncode == 0, run.stderr[-2000:]
+    assert f"concurrency {concurrency}," in run.stdout, run.stdout
     per = int(run.stdout.split(":")[1].split("instructions")[0].replace(",", ""))
     # A request through aiohttp's server and the upstream client is hundreds of thousands of instructions; the
     # interpreter's start-up (billions) must not be in the count.
