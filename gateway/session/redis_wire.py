@@ -102,8 +102,10 @@ class _Connection(asyncio.Protocol):
         self.closed = False
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self.transport = transport
+        # Not an isinstance check: uvloop's transports (``serve --loop uvloop``) are not asyncio.Transport
+        # subclasses. uvloop also calls this only after create_connection has returned, so RedisWire._open sets
+        # the transport first, from what create_connection returned.
+        self.transport = cast(asyncio.Transport, transport)
 
     def usable(self) -> bool:
         return not self.closed and self.transport is not None and not self.transport.is_closing()
@@ -245,14 +247,16 @@ class RedisWire:
         try:
             async with asyncio.timeout(self._timeout):
                 if target.path is not None:
-                    _transport, conn = await loop.create_unix_connection(
+                    transport, conn = await loop.create_unix_connection(
                         lambda: _Connection(self._timeout), target.path)
                 else:
-                    _transport, conn = await loop.create_connection(
+                    transport, conn = await loop.create_connection(
                         lambda: _Connection(self._timeout), target.host, target.port,
                         ssl=ssl.create_default_context() if target.tls else None)
         except (OSError, TimeoutError) as exc:
             raise StoreUnavailable(f"the session store (Redis) failed: cannot connect: {exc}") from exc
+        if conn.transport is None:  # uvloop: connection_made is still to come
+            conn.connection_made(transport)
         handshake = target.handshake()
         try:
             for future in conn.send(handshake) if handshake else []:
