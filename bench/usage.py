@@ -63,17 +63,19 @@ def recording_cost_us(n: int = 20_000) -> float:
     """In-process microseconds per request spent in the recorder itself (a bridged request's observer, two
     action batches, its facts noted, its histograms; plus the drain that folds them): the steady part."""
     from adapters import bridge as B
+    from adapters.doors import Transport
     from gateway.config.usage import UsageConfig
     from gateway.telemetry.metrics import Metrics
-    from gateway.telemetry.usage import ExchangeObserver, UsageRecorder
+    from gateway.telemetry.usage import ExchangeObserver, UsageRecorder, facts_head
 
     recorder = UsageRecorder(UsageConfig(), Metrics())
-    base = {"now_ms": int(time.time() * 1000), "era": "legacy", "revision": "2025-11-25", "method": "tools/call",
-            "translated": True, "info": {"name": "bench-legacy", "version": "1"}, "peer": None, "sunset": None}
+    info = {"name": "bench-legacy", "version": "1"}
     final = B.Finish({"jsonrpc": "2.0", "id": 1, "result": {}})
     began = time.perf_counter()
     for _ in range(n):
-        observer = ExchangeObserver(recorder, {**base, "features": ("legacy handshake",)}, time.perf_counter())
+        head = facts_head(int(time.time() * 1000), "legacy", "2025-11-25", "tools/call", True, info, None, None)
+        observer = ExchangeObserver(recorder, head, ("legacy handshake",), Transport.STREAMABLE_HTTP.value,
+                                    time.perf_counter())
         observer(None, [B.CallUpstream({})])
         observer(None, [final])
         observer.done()

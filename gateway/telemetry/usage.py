@@ -346,12 +346,22 @@ def facts_of(now_ms: int, era: str, revision: Any, method: Any, translated: bool
              sunset: Any, rounds: int = 0, inputs: tuple[str, ...] = (), features: tuple[str, ...] = (),
              outcome: tuple[str, str] = ("ok", ""), transport: str = Transport.STREAMABLE_HTTP.value) -> Facts:
     """Hashable facts: the hour bucket, folded method and revision, plain-string client labels."""
+    return Facts(*facts_head(now_ms, era, revision, method, translated, info, peer, sunset), rounds, inputs, features,
+                 *outcome, transport)
+
+
+# The first eight fields of Facts: the hour, era, revision, method, translated, client labels, peer, sunset.
+Head = tuple[int, str, str, str, bool, tuple[str | None, str | None], str | None, str | None]
+
+
+def facts_head(now_ms: int, era: str, revision: Any, method: Any, translated: bool, info: Any, peer: Any,
+               sunset: Any) -> Head:
+    """The first eight fields of :class:`Facts`, all known when a request starts."""
     info = info if isinstance(info, dict) else {}
     name, version = info.get("name"), info.get("version")
-    return Facts(now_ms - now_ms % HOUR_MS, era, fold_revision(revision), fold_method(method), translated,
-                 (name if isinstance(name, str) else None, version if isinstance(version, str) else None),
-                 peer if isinstance(peer, str) else None, sunset if isinstance(sunset, str) else None,
-                 rounds, inputs, features, *outcome, transport)
+    return (now_ms - now_ms % HOUR_MS, era, fold_revision(revision), fold_method(method), translated,
+            (name if isinstance(name, str) else None, version if isinstance(version, str) else None),
+            peer if isinstance(peer, str) else None, sunset if isinstance(sunset, str) else None)
 
 
 def stamp_arrival(request: web.Request) -> None:
@@ -409,9 +419,13 @@ class ExchangeObserver:
     or finishes. Translation overhead is the rest of the request's life: the gateway's own work (classify,
     build, map results) plus scheduling."""
 
-    def __init__(self, recorder: UsageRecorder, facts: dict[str, Any], started: float) -> None:
-        self.recorder, self.facts, self.started = recorder, facts, started
-        self.calls, self.features = 0, set(facts.pop("features"))
+    def __init__(self, recorder: UsageRecorder, head: Head, features: tuple[str, ...], transport: str,
+                 started: float) -> None:
+        """``head``: the request's facts known at its start (:func:`facts_head`); the rest are filled in at the end, and
+        the facts built from both at once (one positional tuple: no keyword binding on every request)."""
+        self.recorder, self.head, self.transport, self.started = recorder, head, transport, started
+        self.calls, self.features = 0, features
+        self.extra: set[str] = set()  # the features its input requests lean on
         self.inputs: set[str] = set()
         self.final: Any = None
         self.finished: float | None = None
@@ -441,7 +455,7 @@ class ExchangeObserver:
                 kind, features = input_kind(entry)
                 if kind is not None:
                     self.inputs.add(kind)
-                    self.features.update(features)
+                    self.extra.update(features)
 
     def _note(self, action: Any, now: float) -> None:
         if isinstance(action, B.CallUpstream):
@@ -464,8 +478,9 @@ class ExchangeObserver:
     def _record(self) -> None:
         end = self.finished if self.finished is not None else time.perf_counter()
         inputs = tuple(k for k in INPUT_KINDS if k in self.inputs) if self.inputs else ()
-        self.recorder.note(facts_of(**self.facts, rounds=max(self.calls - 1, 0), inputs=inputs,
-                                    features=ordered(self.features), outcome=outcome_of(self.final)))
+        features = ordered((*self.features, *self.extra) if self.extra else self.features)
+        self.recorder.note(Facts(*self.head, max(self.calls - 1, 0), inputs, features, *outcome_of(self.final),
+                                 self.transport))
         metrics = self.recorder.metrics
         if metrics is None:
             return
@@ -481,11 +496,10 @@ def exchange_observer(request: web.Request, gw: Any, session: Any, message: dict
         return None
     request[_BRIDGED] = True  # observe_response must not count this request a second time
     info, peer, sunset = request_identity(gw, session, "request", session.principal, message.get("params"))
-    facts = {"now_ms": recorder.clock_ms(), "era": "legacy", "revision": session.protocol_version,
-             "method": message.get("method"), "translated": True, "info": info, "peer": peer,
-             "sunset": sunset, "features": legacy_request_features(message.get("method")),
-             "transport": _transport(gw, request)}
-    return ExchangeObserver(recorder, facts, request.get(_STARTED, time.perf_counter()))
+    method = message.get("method")
+    head = facts_head(recorder.clock_ms(), "legacy", session.protocol_version, method, True, info, peer, sunset)
+    return ExchangeObserver(recorder, head, legacy_request_features(method), _transport(gw, request),
+                            request.get(_STARTED, time.perf_counter()))
 
 
 def serve_defaults(config: Any, db: str | None) -> Any:
