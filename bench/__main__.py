@@ -19,7 +19,7 @@ import statistics
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import aiohttp
 
@@ -28,6 +28,8 @@ from bench.echo import hop_rtt_us
 from bench.procs import Child, scratch_usage_db
 from bench.redis_side import REDIS_SCENARIOS, WORKERS_SCENARIO, RedisGateways, idle_bytes, redis_ratios, resolve_url
 from bench.targets import missed, print_verdicts, verdicts
+
+_Started = TypeVar("_Started", Child, RedisGateways)
 
 Op = Callable[[], Awaitable[Any]]
 SCENARIOS = ("direct", "forwarder", "passthrough", "translated", "mrtr_direct", "mrtr_forwarder", "bridged",
@@ -248,17 +250,26 @@ def print_table(results: list[Stats], summary: dict[str, Any]) -> None:
     print(json.dumps(summary, indent=2))
 
 
+def _kept(started: list[Child | RedisGateways], child: _Started) -> _Started:
+    started.append(child)
+    return child
+
+
 async def run(args: argparse.Namespace) -> dict[str, Any]:
     loop = ["--loop", args.loop]
-    core = Child("core", ["-m", "modern_server", "--port", "{port}", "--no-access-log", *loop])
-    gw = Child("gateway", ["-m", "gateway", "serve", "--port", "{port}", "--upstream", core.url, "--no-access-log",
-                           *loop, "--gc-gen0", str(args.gc_gen0), "--usage-db", scratch_usage_db()])
-    fwd = Child("forwarder", ["-m", "bench.forwarder", "--port", "{port}", "--upstream", core.url, *loop])
-    echo = Child("echo", ["-m", "bench.echo", "--port", "{port}", *loop])
     redis_url = resolve_url(args.redis)
-    redis = RedisGateways(redis_url, core.url, [*loop, "--gc-gen0", str(args.gc_gen0)]) if redis_url else None
+    started: list[Child | RedisGateways] = []  # stopped at the end, also when a later one fails to start
     results: list[Stats] = []
     try:
+        core = _kept(started, Child("core", ["-m", "modern_server", "--port", "{port}", "--no-access-log", *loop]))
+        gw = _kept(started, Child("gateway", [
+            "-m", "gateway", "serve", "--port", "{port}", "--upstream", core.url, "--no-access-log", *loop,
+            "--gc-gen0", str(args.gc_gen0), "--usage-db", scratch_usage_db()]))
+        fwd = _kept(started, Child("forwarder", ["-m", "bench.forwarder", "--port", "{port}", "--upstream", core.url,
+                                                 *loop]))
+        echo = _kept(started, Child("echo", ["-m", "bench.echo", "--port", "{port}", *loop]))
+        redis = (_kept(started, RedisGateways(redis_url, core.url, [*loop, "--gc-gen0", str(args.gc_gen0)]))
+                 if redis_url else None)
         hops = [await hop_rtt_us(echo.port)]
         async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as http:
             make = makers(http, core, gw, fwd, redis)
@@ -273,10 +284,8 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             idle = [await idle_sessions(http, gw, n) for n in args.idle]
             redis_idle = [await idle_bytes(http, redis, args.redis_idle)] if redis and args.redis_idle else []
     finally:
-        for child in (echo, fwd, gw, core):
+        for child in reversed(started):
             child.stop()
-        if redis is not None:
-            redis.stop()
     summary, host = ratios(results, idle, redis_idle), machine(args, hops)
     host["redis"] = redis_url
     if redis is not None:

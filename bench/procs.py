@@ -55,7 +55,11 @@ class Child:
         env = {**os.environ, "PYTHONPATH": tree} if tree else None
         self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, cwd=tree, env=env)
         self.url = f"http://127.0.0.1:{self.port}/mcp"
-        self._wait()
+        try:
+            self._wait()
+        except BaseException:  # one that never listened is not left running
+            self.stop()
+            raise
 
     @property
     def stderr(self) -> IO[bytes]:

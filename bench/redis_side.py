@@ -51,7 +51,12 @@ class RedisGateways:
         common = ["-m", "gateway", "serve", "--port", "{port}", "--upstream", upstream, "--no-access-log",
                   *store_args(url, self.prefix), *extra]
         self.one = Child("gateway-redis", [*common, "--usage-db", scratch_usage_db()])
-        self.two = Child("gateway-redis-workers2", [*common, "--workers", "2", "--usage-db", scratch_usage_db()])
+        try:
+            self.two = Child("gateway-redis-workers2", [*common, "--workers", "2", "--usage-db", scratch_usage_db()])
+        except BaseException:
+            self.one.stop()
+            delete_keys(url, self.prefix)
+            raise
 
     def stop(self) -> None:
         for child in (self.one, self.two):
