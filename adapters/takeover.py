@@ -5,7 +5,8 @@ A replica that saves a round (``adapters.records.PendingRound``) holds a *lease*
 short TTL that it renews while it lives. When a client's answer, cancel or stream resumption reaches a replica that
 does not run the round, :func:`decide` says what to do from the lease as the store reports it: pass the message
 to the live holder, wait for a dead holder's lease to lapse, or claim the round (atomically in the store, so one
-replica wins) and continue it from its record (``adapters.bridge.BridgeMachine.resume``). The shell
+replica wins) and continue it from its record (``adapters.bridge.BridgeMachine.resume``). A round no client
+message reaches is found by a replica's periodic sweep, and :func:`swept` says whether to continue it. The shell
 (``gateway.session.takeover``) does the I/O.
 """
 
@@ -18,8 +19,9 @@ from enum import StrEnum
 from adapters.records import PendingRound, Phase
 from adapters.relay import RelayTo
 
-__all__ = ["LAPSE_MARGIN_SECONDS", "HeldHere", "Lease", "NoRound", "Repeat", "TakeOver", "WaitFor", "decide",
-           "renew_interval", "repeats", "round_for_answer", "round_for_request", "round_for_stream"]
+__all__ = ["LAPSE_MARGIN_SECONDS", "SWEEP_BATCH", "HeldHere", "Lease", "NoRound", "Repeat", "Sweep", "TakeOver",
+           "WaitFor", "decide", "renew_interval", "repeats", "round_for_answer", "round_for_request",
+           "round_for_stream", "sweep_interval", "swept"]
 
 # A wait for a lease to lapse ends this much after the store's remaining time, so the claim does not race the
 # expiry itself (Redis expires a key within a millisecond of its deadline).
@@ -73,6 +75,37 @@ def decide(lease: Lease | None, me: str, holder_listens: bool) -> Decision:
     if holder_listens:
         return RelayTo(lease.holder)
     return WaitFor(max(0, lease.remaining_ms) / 1000 + LAPSE_MARGIN_SECONDS)
+
+
+class Sweep(StrEnum):
+    """What a replica's sweep does with a stored round whose lease ran out and nobody took (its replica died, or
+    handed it over at shutdown), when no client message brought it here."""
+
+    CONTINUE = "continue"  # take it over and continue it from its record, as a client's message would have
+    LEAVE = "leave"  # its request came with a credential, which is never stored: left to its client's next message
+    END = "end"  # its session is gone or idle past the limit: nobody is left to answer, so it is ended
+
+
+SWEEP_BATCH = 50  # orphaned rounds taken over by one sweep; the next sweep takes the rest
+
+
+def swept(record: PendingRound, session_live: bool) -> Sweep:
+    """The sweep's rule (docs/design.md §40). A round in flight upstream when its replica died is sent again by
+    whoever continues it (:func:`repeats`), so continuing it without waiting for its client completes what the
+    client confirmed; a round waiting for its client is continued the same way, so its timers run again and end it
+    if the client never answers. A round whose request carried a credential waits for its client instead: the
+    retry would go upstream without it."""
+    if not session_live or record.phase is Phase.DONE:
+        return Sweep.END
+    if record.authorized:
+        return Sweep.LEAVE
+    return Sweep.CONTINUE
+
+
+def sweep_interval(lease_seconds: float) -> float:
+    """How often a replica looks for orphaned rounds: once per lease time, so a dead replica's round waits at
+    most about two lease times for a survivor."""
+    return lease_seconds
 
 
 def renew_interval(lease_seconds: float) -> float:

@@ -38,11 +38,10 @@ async def forward(request: web.Request, gw: Gateway, session: SessionRecord, mes
     """Start the request's bridge exchange: its lone answer as JSON when it came at once (most requests: no
     stream or task is made), else the exchange's stream (not written yet)."""
     runtime = gw.runtime(session.session_id)
-    ident = message["id"]
+    ident, authorization = message["id"], request.headers.get("Authorization")
     record = PendingRound(new_id("b"), session.session_id, ident, message["method"], message.get("params") or {},
-                          started_ms=gw.clock())
-    exchange = Exchange(runtime, record, bridge_context(runtime, session, limits), request.headers.get("Authorization"),
-                        session)
+                          started_ms=gw.clock(), authorized=True if authorization else None)
+    exchange = Exchange(runtime, record, bridge_context(runtime, session, limits), authorization, session)
     exchange.observer = gw.observer.exchange(request, session, message)
     runtime.exchanges[ident] = exchange
     if exchange.can_begin_inline(session):

@@ -24,7 +24,11 @@ read back with ``ENCODED_DEPTH``. Keys, all under a configurable prefix (``[gate
   (§50): one that stalled past its lease owns nothing, so answers are not relayed to it. The relay's channels
   are ``relay:<replica>`` and ``relay-all`` under the same prefix;
 - ``ol:B``: the lease on round ``B`` (docs/design.md §40): the holding replica, with the lease time as TTL,
-  renewed while it lives; claimed with ``SET NX`` only while ``r:B`` exists, so one replica takes a round over.
+  renewed while it lives; claimed with ``SET NX`` only while ``r:B`` exists, so one replica takes a round over;
+- ``rl``: a sorted set of the leased rounds, member ``B``, score = when its lease runs out (ms, Redis's own clock:
+  ``TIME`` in the scripts), moved with every take and renewal: where a replica's sweep finds the rounds of a
+  replica that died (:meth:`RedisStore.orphaned_rounds`). A round that ends leaves it; a member whose round expired
+  with its session is removed by the next sweep.
 
 Expiry: every one of these keys gets a TTL of ``session_idle_seconds`` with each write, renewed by
 :meth:`RedisStore.touch_session` (and for ``keep`` by :meth:`RedisStore.expire_sessions`), so nothing is kept
@@ -101,11 +105,22 @@ local function score(key, sid, seen, ttl)  -- a newer last-seen time only (time 
   redis.call('ZADD', key, 'GT', seen, sid)
   redis.call('PEXPIRE', key, ttl)
 end
+local function now_ms()  -- Redis's own clock: every replica's leases are timed by one clock
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+local function leased(bid, ms, ttl)  -- the round's lease runs out in ms: where the sweep looks for it
+  redis.call('ZADD', P .. 'rl', now_ms() + tonumber(ms), bid)
+  redis.call('PEXPIRE', P .. 'rl', ttl)
+end
 local function drop(sid)
   local principal = redis.call('HGET', P .. 's:' .. sid, 'p')
   if principal then redis.call('ZREM', P .. 'p:' .. principal, sid) end
   redis.call('ZREM', P .. 'seen', sid)
-  for _, bid in ipairs(redis.call('SMEMBERS', P .. 'rs:' .. sid)) do redis.call('DEL', P .. 'r:' .. bid) end
+  for _, bid in ipairs(redis.call('SMEMBERS', P .. 'rs:' .. sid)) do
+    redis.call('DEL', P .. 'r:' .. bid)
+    redis.call('ZREM', P .. 'rl', bid)
+  end
   for _, name in ipairs(redis.call('ZRANGE', P .. 'es:' .. sid, 0, -1)) do
     redis.call('DEL', P .. 'e:' .. sid .. ':' .. name)
   end
@@ -199,7 +214,10 @@ redis.call('HSET', key, 'r', ARGV[4], 's', sid)
 redis.call('PEXPIRE', key, ttl)
 redis.call('SADD', owned, bid)
 redis.call('PEXPIRE', owned, ttl)
-if mode == 'take' then redis.call('SET', lease, replica, 'PX', ARGV[8]) end
+if mode == 'take' then
+  redis.call('SET', lease, replica, 'PX', ARGV[8])
+  leased(bid, ARGV[8], ttl)
+end
 local claims, releases = tonumber(ARGV[9]), tonumber(ARGV[11])
 for i = 12, 11 + claims do redis.call('SET', P .. ARGV[i], replica .. ' ' .. bid, 'PX', ARGV[10]) end
 for i = 12 + claims, 11 + claims + releases do redis.call('DEL', P .. ARGV[i]) end
@@ -227,8 +245,14 @@ if ARGV[4] == '1' then
   local sid = redis.call('HGET', P .. 'r:' .. bid, 's')
   if sid then redis.call('SREM', P .. 'rs:' .. sid, bid) end
   redis.call('DEL', P .. 'r:' .. bid)
+  redis.call('ZREM', P .. 'rl', bid)
 end
-if redis.call('GET', P .. 'ol:' .. bid) == ARGV[3] then redis.call('DEL', P .. 'ol:' .. bid) end
+if redis.call('GET', P .. 'ol:' .. bid) == ARGV[3] then
+  redis.call('DEL', P .. 'ol:' .. bid)
+  if ARGV[4] ~= '1' and redis.call('ZSCORE', P .. 'rl', bid) then
+    redis.call('ZADD', P .. 'rl', now_ms(), bid)  -- handed over: another replica's sweep may take it now
+  end
+end
 for i = 6, 5 + releases do redis.call('DEL', P .. ARGV[i]) end
 return 1
 """
@@ -238,25 +262,57 @@ _ROUNDS_OF: Final = _LUA_COMMON + """
 local out = {}
 for _, bid in ipairs(redis.call('SMEMBERS', P .. 'rs:' .. ARGV[2])) do
   local text = redis.call('HGET', P .. 'r:' .. bid, 'r')
-  if text then out[#out + 1] = text else redis.call('SREM', P .. 'rs:' .. ARGV[2], bid) end
+  if text then
+    out[#out + 1] = text
+  else
+    redis.call('SREM', P .. 'rs:' .. ARGV[2], bid)
+    redis.call('ZREM', P .. 'rl', bid)
+  end
 end
 return out
 """
 
-# ARGV: prefix, bridge id, replica, ttl ms -> 1 when this replica now holds the lease (the round exists, and
-# nobody held it).
+# ARGV: prefix, most -> the texts of up to ``most`` rounds whose lease ran out and nobody took (docs/design.md
+# §40, the sweep); the index's members whose round is gone (ended, or expired with its session) leave it here, and
+# one whose lease was taken again without its deadline (none should be) gets the lease's.
+_ORPHANED: Final = _LUA_COMMON + """
+local now, out, index = now_ms(), {}, P .. 'rl'
+for _, bid in ipairs(redis.call('ZRANGEBYSCORE', index, '-inf', now, 'LIMIT', 0, tonumber(ARGV[2]))) do
+  local text = redis.call('HGET', P .. 'r:' .. bid, 'r')
+  local left = redis.call('PTTL', P .. 'ol:' .. bid)
+  if not text then
+    redis.call('ZREM', index, bid)
+  elseif left > 0 then
+    redis.call('ZADD', index, now + left, bid)
+  else
+    out[#out + 1] = text
+  end
+end
+return out
+"""
+
+# ARGV: prefix, bridge id, replica, ttl ms, idle ttl ms -> 1 when this replica now holds the lease (the round
+# exists, and nobody held it).
 _TAKE_LEASE: Final = _LUA_COMMON + """
 if redis.call('EXISTS', P .. 'r:' .. ARGV[2]) == 0 then return 0 end
-if redis.call('SET', P .. 'ol:' .. ARGV[2], ARGV[3], 'NX', 'PX', ARGV[4]) then return 1 end
+if redis.call('SET', P .. 'ol:' .. ARGV[2], ARGV[3], 'NX', 'PX', ARGV[4]) then
+  leased(ARGV[2], ARGV[4], ARGV[5])
+  return 1
+end
 return 0
 """
 
-# ARGV: prefix, replica, ttl ms, bridge ids... -> the ids whose lease the replica no longer holds.
+# ARGV: prefix, replica, ttl ms, idle ttl ms, bridge ids... -> the ids whose lease the replica no longer holds.
 _RENEW_LEASES: Final = _LUA_COMMON + """
 local lost = {}
-for i = 4, #ARGV do
+for i = 5, #ARGV do
   local key = P .. 'ol:' .. ARGV[i]
-  if redis.call('GET', key) == ARGV[2] then redis.call('PEXPIRE', key, ARGV[3]) else lost[#lost + 1] = ARGV[i] end
+  if redis.call('GET', key) == ARGV[2] then
+    redis.call('PEXPIRE', key, ARGV[3])
+    leased(ARGV[i], ARGV[3], ARGV[4])
+  else
+    lost[#lost + 1] = ARGV[i]
+  end
 end
 return lost
 """
@@ -302,7 +358,7 @@ class RedisStore:
         self._expire, self._rounds_of = Script(_EXPIRE), Script(_ROUNDS_OF)
         self._take, self._renew = Script(_TAKE_LEASE), Script(_RENEW_LEASES)
         self._append, self._save_round, self._end_round = Script(_APPEND), Script(_SAVE_ROUND), Script(_END_ROUND)
-        self._owner = Script(_OWNER)
+        self._owner, self._orphaned = Script(_OWNER), Script(_ORPHANED)
         # Blocking reads (follow_events) on their own connections, whose read timeout allows for the block.
         # Each stream followed here holds one of these while it blocks.
         self._follower = Redis.from_url(url, socket_connect_timeout=timeout_seconds, max_connections=MAX_FOLLOWED,
@@ -405,7 +461,8 @@ class RedisStore:
         return owner.decode() if isinstance(owner, bytes) else owner
 
     async def take_lease(self, bridge_id: str, replica: str, ttl_seconds: float) -> bool:
-        return bool(await self.wire.script(self._take, [self.prefix, bridge_id, replica, _ms(ttl_seconds)]))
+        return bool(await self.wire.script(self._take, [self.prefix, bridge_id, replica, _ms(ttl_seconds),
+                                                        self._ttl_ms]))
 
     async def lease_of(self, bridge_id: str) -> Lease:
         key = self.key("ol:", bridge_id)
@@ -417,8 +474,13 @@ class RedisStore:
     async def renew_leases(self, bridge_ids: Collection[str], replica: str, ttl_seconds: float) -> list[str]:
         if not bridge_ids:
             return []
-        lost = await self.wire.script(self._renew, [self.prefix, replica, _ms(ttl_seconds), *bridge_ids])
+        lost = await self.wire.script(self._renew, [self.prefix, replica, _ms(ttl_seconds), self._ttl_ms,
+                                                    *bridge_ids])
         return [b.decode() if isinstance(b, bytes) else b for b in lost]
+
+    async def orphaned_rounds(self, most: int) -> list[PendingRound]:
+        texts = await self.wire.script(self._orphaned, [self.prefix, most])
+        return [PendingRound.from_dict(loads(text, ENCODED_DEPTH)) for text in texts]
 
     async def listening(self, channel: str) -> bool:
         """Whether some replica is subscribed to ``channel`` (a replica that died, or lost Redis, is not)."""

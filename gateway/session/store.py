@@ -121,6 +121,11 @@ class SessionStore(Protocol):
         """Renew the leases ``replica`` still holds; the ids of those it lost (they lapsed and were taken)."""
         ...
 
+    async def orphaned_rounds(self, most: int) -> list[PendingRound]:
+        """Up to ``most`` stored rounds that were leased and whose lease ran out with nobody holding it now: the
+        rounds of a replica that died or handed them over, for another's sweep (docs/design.md §40)."""
+        ...
+
     shares_rounds: ClassVar[bool]
     """Whether bridged rounds are saved here at all (docs/design.md §40): True for a store other processes read,
     where a round's record is what another replica continues; False for the in-process one, where no one else
@@ -182,6 +187,7 @@ class InMemoryStore:
         # Ownership: in one process every exchange is local, so these only keep the contract (a TTL included).
         self._owners: dict[str, tuple[str, float, str]] = {}  # key -> (replica, monotonic deadline, round)
         self._leases: dict[str, tuple[str, float]] = {}  # bridge id -> (replica, monotonic deadline)
+        self._leased: set[str] = set()  # rounds ever leased and not ended: what orphaned_rounds looks through
         # Stream copies: never made by a gateway on this store (shares_streams), kept for the contract only.
         self._copies: dict[tuple[str, str], _Copy] = {}
         self._ended = 0  # copies ended so far: their order, for keeping the last FINISHED_STREAMS_KEPT
@@ -238,6 +244,7 @@ class InMemoryStore:
                     del self._per_principal[principal]
         for bridge_id in [b for b, (owner, _) in self._rounds.items() if owner in session_ids]:
             del self._rounds[bridge_id]
+            self._leased.discard(bridge_id)
         if self._copies:
             for key in [k for k in self._copies if k[0] in session_ids]:
                 self._copies.pop(key).wake()
@@ -263,6 +270,7 @@ class InMemoryStore:
             await self._append(copy)
         if delete:
             self._rounds.pop(bridge_id, None)
+            self._leased.discard(bridge_id)
         if self._holds(bridge_id, replica):
             del self._leases[bridge_id]
         self._release(release)
@@ -307,6 +315,7 @@ class InMemoryStore:
 
     def _hold(self, bridge_id: str, replica: str, ttl_seconds: float) -> None:
         self._leases[bridge_id] = (replica, time.monotonic() + ttl_seconds)
+        self._leased.add(bridge_id)
 
     async def take_lease(self, bridge_id: str, replica: str, ttl_seconds: float) -> bool:
         if bridge_id not in self._rounds or self._holder(bridge_id) is not None:
@@ -319,6 +328,16 @@ class InMemoryStore:
         if entry is None:
             return Lease(None)
         return Lease(entry[0], int((entry[1] - time.monotonic()) * 1000))
+
+    async def orphaned_rounds(self, most: int) -> list[PendingRound]:
+        orphans = [bridge_id for bridge_id in self._leased if self._holder(bridge_id) is None]
+        found: list[PendingRound] = []
+        for bridge_id in orphans:
+            if bridge_id not in self._rounds:
+                self._leased.discard(bridge_id)
+            elif len(found) < most:
+                found.append(PendingRound.from_dict(loads(self._rounds[bridge_id][1], ENCODED_DEPTH)))
+        return found
 
     async def renew_leases(self, bridge_ids: Collection[str], replica: str, ttl_seconds: float) -> list[str]:
         lost = []

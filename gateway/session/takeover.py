@@ -1,6 +1,6 @@
 """Taking over a dead replica's bridged rounds (docs/design.md §40): this replica's leases, renewed while it lives,
 and the continuation of a stored round whose holder's lease lapsed, when a client's answer, cancel or stream
-resumption for it reaches this replica.
+resumption for it reaches this replica, or when this replica's periodic sweep finds it with nobody holding it.
 
 The rules (which round, who continues it, what it repeats upstream) are ``adapters.takeover``'s; this module looks
 rounds and leases up in the store, claims, and rebuilds the round's :class:`~gateway.session.exchange.Exchange`
@@ -19,6 +19,7 @@ from typing import Any
 from adapters import local
 from adapters import relay as R
 from adapters import takeover as T
+from adapters.classify import session_expired
 from adapters.records import PendingRound, Phase, SessionRecord
 from adapters.sse import PRIMING_SEQ
 from gateway.session.exchange import Exchange, bridge_context
@@ -208,16 +209,52 @@ async def renew_forever(gw: Gateway) -> None:
                 exchange.hand_over(lost=True)
 
 
+async def sweep(gw: Gateway) -> int:
+    """One sweep: the stored rounds whose lease ran out with nobody holding it, each ended or continued here as
+    :func:`adapters.takeover.swept` says (a replica racing this one for a round wins or loses its claim in the
+    store). How many were continued here."""
+    continued, lease = 0, gw.config.store.lease_seconds
+    for record in await gw.store.orphaned_rounds(T.SWEEP_BATCH):
+        if record.bridge_id in gw.taking or record.bridge_id in gw.leases:
+            continue  # a client's message is taking it over here right now
+        session = await gw.store.get_session(record.session_id)
+        live = session is not None and not session_expired(session, gw.clock(), gw.policy.session_idle_ms)
+        match T.swept(record, live):
+            case T.Sweep.LEAVE:
+                continue
+            case T.Sweep.END:
+                if await gw.store.take_lease(record.bridge_id, gw.replica, lease):
+                    await gw.store.end_round(record.bridge_id, gw.replica)
+            case T.Sweep.CONTINUE:
+                assert session is not None
+                if await take_over(gw, record, session, None):
+                    continued += 1
+    return continued
+
+
+async def sweep_forever(gw: Gateway) -> None:
+    """:func:`sweep` once per lease time, for as long as the replica lives."""
+    while True:
+        await asyncio.sleep(T.sweep_interval(gw.config.store.lease_seconds))
+        try:
+            await sweep(gw)
+        except StoreUnavailable as exc:
+            log.warning("replica %s: the sweep for orphaned rounds failed: %s", gw.replica, exc)
+
+
 @asynccontextmanager
 async def lease_lifetime(gw: Gateway) -> AsyncIterator[None]:
-    """Lease renewal for the app's lifetime, on a shared store only (where the relay runs)."""
+    """Lease renewal and the sweep for the app's lifetime, on a shared store only (where the relay runs)."""
     if gw.relay is None:
         yield
         return
-    task = asyncio.get_running_loop().create_task(renew_forever(gw))
+    loop = asyncio.get_running_loop()
+    tasks = [loop.create_task(renew_forever(gw)), loop.create_task(sweep_forever(gw))]
     try:
         yield
     finally:
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
+        for task in tasks:
+            task.cancel()
+        for task in tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task

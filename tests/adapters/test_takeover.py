@@ -50,6 +50,26 @@ def test_which_round_a_message_is_for() -> None:
     assert T.round_for_stream(rounds, "s8") is None and T.round_for_request(rounds, "7") is None
 
 
+def test_what_the_sweep_does_with_a_round_nobody_holds() -> None:
+    """docs/design.md §40: a round whose lease ran out is continued by a sweeping replica, in whatever phase
+    it was; one whose request had a credential waits for its client (the credential is never stored); one whose
+    session is gone, or that was done, is ended."""
+    table = [
+        (Phase.UPSTREAM, None, True, T.Sweep.CONTINUE),  # in flight: sent again, completing what was confirmed
+        (Phase.AWAITING_CLIENT, None, True, T.Sweep.CONTINUE),  # its timers run again
+        (Phase.BACKOFF, None, True, T.Sweep.CONTINUE),
+        (Phase.UPSTREAM, True, True, T.Sweep.LEAVE),
+        (Phase.AWAITING_CLIENT, True, True, T.Sweep.LEAVE),
+        (Phase.UPSTREAM, None, False, T.Sweep.END),
+        (Phase.UPSTREAM, True, False, T.Sweep.END),
+        (Phase.DONE, None, True, T.Sweep.END),
+    ]
+    for phase, authorized, live, expected in table:
+        record = PendingRound("b1", "s1", 7, "tools/call", {}, phase=phase, authorized=authorized)
+        assert T.swept(record, live) is expected, (phase, authorized, live)
+    assert T.sweep_interval(10.0) == 10.0
+
+
 def test_what_a_continued_round_repeats_upstream() -> None:
     m = asked(machine())
     assert T.repeats(m.record) is T.Repeat.NOTHING

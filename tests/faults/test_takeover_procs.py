@@ -263,3 +263,70 @@ async def test_a_replica_stalled_past_its_lease_gives_the_round_up(three, redis_
     await redis_tests.until(released)
     echoed = await within(on_a.post("tools/call", {"name": "echo", "arguments": {"text": "A works"}}))
     assert (await echoed.json())["result"]["content"][0]["text"] == "A works"  # A serves the session again
+
+
+@pytest.fixture
+async def pair(aiohttp_server, tmp_path, redis_url, prefix):
+    """Two replicas on one Redis, the core behind an upstream that holds the confirmed deletion's answer back, and
+    a raw client on each replica (it resumes nothing by itself)."""
+    db = tmp_path / "core.db"
+    core = await aiohttp_server(core_app.create_app(core_config.CoreConfig(database=str(db))))
+    holder = HoldingUpstream(str(core.make_url("/mcp")), hold=_confirmation)
+    upstream = await aiohttp_server(holder.app())
+    procs = [replica(tmp_path, name, str(upstream.make_url("/mcp")), redis_url, prefix, LEASE) for name in "ab"]
+    sessions = [aiohttp.ClientSession(base_url=f"http://127.0.0.1:{p.port}") for p in procs]
+    try:
+        for proc in procs:
+            await proc.listening()
+        yield holder, procs, [Legacy(session) for session in sessions], db
+    finally:
+        for session in sessions:
+            await session.close()
+        for proc in procs:
+            proc.stop()
+        for proc in procs:
+            assert "Traceback" not in proc.stderr(), proc.stderr()[-3000:]
+
+
+async def test_a_round_whose_client_never_comes_back_is_continued_by_the_sweep(pair, redis_url, prefix) -> None:
+    """The client confirmed a deletion on A and then went quiet (no resume, no answer, no cancel). A dies after
+    the core deleted the note: B's sweep finds the round nobody holds once its lease ran out, sends the same
+    confirmation again (refused as already used: deleted once) and writes the answer to the stream's copy,
+    where the client finds it when it does resume. Nothing of the round is left in the store."""
+    upstream, (a, b), (on_a, on_b), db = pair
+    await on_a.initialize({"elicitation": {}})
+    on_b.session_id = on_a.session_id
+    with sqlite3.connect(db) as conn:
+        before = conn.execute("SELECT COUNT(*) FROM notes WHERE title = 'Standup'").fetchone()[0]
+    resp = await on_a.post("tools/call", {"name": "notes_delete", "arguments": {
+        "workspaceUri": "file:///work/notes", "title": "Standup"}})
+    await within(on_a.next_event(resp))  # priming
+    seen, asked = await within(on_a.next_event(resp))
+    assert asked["method"] == "elicitation/create"
+    choice = asked["params"]["requestedSchema"]["properties"]["note_id"]["enum"][0]
+    assert await within(on_a.answer(asked["id"], {"action": "accept",
+                                                  "content": {"note_id": choice, "confirm": True}})) == 202
+    await within(upstream.held.wait())  # the core deleted the note; A never got its answer
+    a.proc.kill()
+    a.proc.wait()
+
+    async def swept() -> bool:
+        return "taken over" in b.stderr() and len(upstream.calls("notes_delete")) == 3
+    await redis_tests.until(swept)  # no client message reached B
+    confirmations = upstream.calls("notes_delete")[1:]
+    assert confirmations[0]["params"] == confirmations[1]["params"]  # byte for byte
+    with sqlite3.connect(db) as conn:
+        assert conn.execute("SELECT COUNT(*) FROM notes WHERE title = 'Standup'").fetchone()[0] == before - 1
+
+    async def ended() -> bool:
+        client = redis_tests.Redis.from_url(redis_url)
+        try:
+            return [k async for k in client.scan_iter(match=f"{prefix}r:*")] == []
+        finally:
+            await client.aclose()
+    await redis_tests.until(ended)
+    stream = await within(on_b.resume(seen))  # the client, back at last, on the survivor
+    assert stream.status == 200
+    messages = [m for m in await within(until_closed(on_b, stream)) if "id" in m]
+    assert [m["id"] for m in messages] == [on_a.next_id]
+    assert messages[0]["error"]["code"] == -32602 and "already used" in messages[0]["error"]["message"]

@@ -232,6 +232,35 @@ async def test_leases(store) -> None:
     assert not await store.take_lease("b-gone", "B", 5)  # no round, no lease
 
 
+async def test_orphaned_rounds_are_the_leased_ones_nobody_holds(store) -> None:
+    """docs/design.md §40, the sweep: a round is orphaned once its lease ran out with nobody holding it (its
+    replica died) or was released with the round kept (handed over); a renewed, taken or ended round is not, nor
+    one never leased (saved where nobody continues rounds), nor one whose session is gone."""
+    await store.put_session(record("s1"))
+    await store.put_round(pending("b1", "s1"), ("A", 0.3))
+    await store.put_round(pending("b2", "s1"), ("A", 0.3))
+    await store.put_round(pending("b3", "s1"))  # never leased
+    assert await store.orphaned_rounds(10) == []
+    await asyncio.sleep(0.2)
+    assert await store.renew_leases(["b2"], "A", 5) == []  # b2's replica lives on
+    await asyncio.sleep(0.2)  # b1's replica stopped renewing: its lease ran out
+    assert [r.bridge_id for r in await store.orphaned_rounds(10)] == ["b1"]
+    assert (await store.orphaned_rounds(10))[0] == pending("b1", "s1")
+    assert await store.take_lease("b1", "B", 5)  # a sweep or a client's message took it over
+    assert await store.orphaned_rounds(10) == []
+    await store.end_round("b1", "B", delete=False)  # handed over at shutdown: orphaned at once
+    assert [r.bridge_id for r in await store.orphaned_rounds(10)] == ["b1"]
+    assert await store.take_lease("b1", "C", 5)
+    await store.end_round("b1", "C")  # ended: gone for good
+    await store.end_round("b2", "A", delete=False)
+    assert [r.bridge_id for r in await store.orphaned_rounds(10)] == ["b2"]
+    await store.put_round(pending("b4", "s1"), ("A", 0.01))
+    await asyncio.sleep(0.05)
+    assert len(await store.orphaned_rounds(1)) == 1  # at most what was asked for
+    await store.delete_session("s1")
+    assert await store.orphaned_rounds(10) == []
+
+
 async def test_a_step_writes_its_ownership_with_its_save_and_a_round_ends_in_one_step(store) -> None:
     """docs/design.md §50: the claims and releases of a step ride on its save; the end of a round drops its
     record, its holder's lease (never another's) and its ownership records together; a handover keeps the record."""
@@ -287,6 +316,8 @@ async def test_every_key_expires_and_a_touch_renews_it(redis_url, prefix) -> Non
         assert await store.expire_sessions(NOW - 10, keep={"s1"}) == []
         renewed = dict(zip(keys, await ttl_ms(store.redis, *keys), strict=True))
         assert all(renewed[store.key(k, n)] > 1000 for k, n in [("s:", "s1"), ("r:", "b1"), ("rs:", "s1")])
+        await store.put_round(pending("b2", "s1"), ("A", 5))  # a leased round: the sweep's index too
+        assert all(0 < ttl <= IDLE * 1000 for ttl in await ttl_ms(store.redis, store.key("rl"), store.key("ol:b2")))
     finally:
         await store.close()
 
