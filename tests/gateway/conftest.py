@@ -193,10 +193,10 @@ class Legacy:
         return await self.client.get("/mcp", headers={**self.headers(), "Accept": "text/event-stream",
                                                       "Last-Event-ID": last_event_id})
 
-    async def answer(self, ident: Any, result: Any = None, error: Any = None) -> int:
+    async def answer(self, ident: Any, result: Any = None, error: Any = None, **headers: str) -> int:
         body: dict[str, Any] = {"jsonrpc": "2.0", "id": ident}
         body.update({"error": error} if error is not None else {"result": result})
-        resp = await self.client.post("/mcp", json=body, headers=self.headers())
+        resp = await self.client.post("/mcp", json=body, headers=self.headers(**headers))
         return resp.status
 
     def check(self, message: dict[str, Any]) -> None:

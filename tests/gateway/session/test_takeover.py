@@ -17,6 +17,7 @@ pytest.importorskip("redis")
 
 from adapters.sse import parse_event_id
 from gateway.http.app import GATEWAY
+from gateway.session import takeover
 from tests.gateway.conftest import CAPS, Legacy, hang_until_closed, text
 from tests.gateway.http.test_bridge_shell import SAMPLED, SAMPLING, two_rounds
 from tests.gateway.session import test_redis_store as redis_tests
@@ -257,3 +258,32 @@ async def test_a_result_whose_round_end_fails_still_reaches_the_client(upstream,
 
 async def _copy_gone(store: Any, session_id: str, name: str) -> bool:
     return await store.read_events(session_id, name, 0) is None
+
+
+async def test_the_sweep_continues_a_handed_over_round_unless_it_needs_a_credential(make_gateway, upstream,
+                                                                                     redis_url, prefix) -> None:
+    """docs/design.md §40, the sweep: A stops while two rounds wait for their client. B's sweep takes the one
+    whose request came without a credential over at once (no client message); the one whose request carried an
+    Authorization header stays for its client, whose answer then brings the credential to B."""
+    upstream.script["tools/call"] = two_rounds
+    a, b = await replicas(make_gateway, redis_url, prefix)
+    await first_round_asked(a)
+    token = {"Authorization": "Bearer t1"}  # a session of its own: a session belongs to its credential
+    a2, b2 = Legacy(a.client), Legacy(b.client)
+    await a2.initialize(CAPS, **token)
+    b2.session_id = a2.session_id
+    bearer = await a2.post("tools/call", {"name": "t", "arguments": {"x": [3]}}, **token)
+    await within(a2.next_event(bearer))  # priming
+    _, needs = await within(a2.next_event(bearer))
+    await within(a2.next_event(bearer))
+    await a.client.server.close()  # hands both over: no lease left, nobody holds them
+    assert await owner_keys(redis_url, prefix, "l") == {}
+    gateway_b = b.client.server.app[GATEWAY]
+    assert await within(takeover.sweep(gateway_b)) == 1
+    assert sorted((await owner_keys(redis_url, prefix, "l")).values()) == [gateway_b.replica]
+    (held,) = gateway_b.leases.values()
+    assert held.record.session_id == a.session_id and not held.record.authorized
+    assert await within(takeover.sweep(gateway_b)) == 0  # the other one waits for its client
+    assert await b2.answer(needs["id"], SAMPLED, **token) == 202
+    await until(lambda: _true(len(gateway_b.leases) == 2))
+    assert {e.record.authorized for e in gateway_b.leases.values()} == {None, True}
