@@ -243,6 +243,7 @@ class Gateway:
     door_key: str = field(default_factory=lambda: secrets.token_urlsafe(32))
     leases: dict[str, Any] = field(default_factory=dict)  # bridge id -> Exchange: the saved rounds run here (§40)
     taking: dict[str, asyncio.Future[None]] = field(default_factory=dict)  # bridge id -> a takeover under way here
+    closing: bool = False  # shutting down: rounds are handed over, and none is taken on (the sweep, §40)
 
     def __post_init__(self) -> None:
         self.policy = self.config.policy(self.pins.tokens)
@@ -340,6 +341,7 @@ class Gateway:
 
     async def close(self) -> None:
         """Shutdown: every session's requests in flight are answered with the shutdown error."""
+        self.closing = True
         hand_over = self.relay is not None
         if hand_over and self.leases:
             log.warning("shutting down: %d saved rounds handed over to the other replicas", len(self.leases))

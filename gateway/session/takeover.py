@@ -214,7 +214,11 @@ async def sweep(gw: Gateway) -> int:
     :func:`adapters.takeover.swept` says (a replica racing this one for a round wins or loses its claim in the
     store). How many were continued here."""
     continued, lease = 0, gw.config.store.lease_seconds
+    if gw.closing:  # the rounds it just handed over are the other replicas' to take
+        return 0
     for record in await gw.store.orphaned_rounds(T.SWEEP_BATCH):
+        if gw.closing:
+            break
         if record.bridge_id in gw.taking or record.bridge_id in gw.leases:
             continue  # a client's message is taking it over here right now
         session = await gw.store.get_session(record.session_id)

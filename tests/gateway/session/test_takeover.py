@@ -276,8 +276,10 @@ async def test_the_sweep_continues_a_handed_over_round_unless_it_needs_a_credent
     await within(a2.next_event(bearer))  # priming
     _, needs = await within(a2.next_event(bearer))
     await within(a2.next_event(bearer))
+    gateway_a = a.client.server.app[GATEWAY]
     await a.client.server.close()  # hands both over: no lease left, nobody holds them
     assert await owner_keys(redis_url, prefix, "l") == {}
+    assert await within(takeover.sweep(gateway_a)) == 0  # not taken back by the replica that is stopping
     gateway_b = b.client.server.app[GATEWAY]
     assert await within(takeover.sweep(gateway_b)) == 1
     assert sorted((await owner_keys(redis_url, prefix, "l")).values()) == [gateway_b.replica]
