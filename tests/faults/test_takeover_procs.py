@@ -168,10 +168,18 @@ async def test_sigterm_hands_the_round_over_at_once(long_lease_stack: Stack) -> 
 @pytest.fixture
 async def three(aiohttp_server, tmp_path, redis_url, prefix):
     """Three replicas on one Redis and the core, for a raw client that picks the replica of every request."""
+    async for holder, procs, clients in raw_replicas(aiohttp_server, tmp_path, redis_url, prefix, "abc"):
+        yield holder, procs, clients
+
+
+async def raw_replicas(aiohttp_server: Any, tmp_path: Path, redis_url: str, prefix: str, names: str,
+                       hold: Any = lambda body: False) -> Any:
+    """Replicas ``names`` on one Redis, the core behind a :class:`HoldingUpstream` (``hold``), and a raw client
+    on each replica (it resumes nothing by itself)."""
     core = await aiohttp_server(core_app.create_app(core_config.CoreConfig(database=str(tmp_path / "core.db"))))
-    holder = HoldingUpstream(str(core.make_url("/mcp")))
+    holder = HoldingUpstream(str(core.make_url("/mcp")), hold=hold)
     upstream = await aiohttp_server(holder.app())
-    procs = [replica(tmp_path, name, str(upstream.make_url("/mcp")), redis_url, prefix, LEASE) for name in "abc"]
+    procs = [replica(tmp_path, name, str(upstream.make_url("/mcp")), redis_url, prefix, LEASE) for name in names]
     sessions = [aiohttp.ClientSession(base_url=f"http://127.0.0.1:{p.port}") for p in procs]
     try:
         for proc in procs:
@@ -267,25 +275,11 @@ async def test_a_replica_stalled_past_its_lease_gives_the_round_up(three, redis_
 
 @pytest.fixture
 async def pair(aiohttp_server, tmp_path, redis_url, prefix):
-    """Two replicas on one Redis, the core behind an upstream that holds the confirmed deletion's answer back, and
-    a raw client on each replica (it resumes nothing by itself)."""
-    db = tmp_path / "core.db"
-    core = await aiohttp_server(core_app.create_app(core_config.CoreConfig(database=str(db))))
-    holder = HoldingUpstream(str(core.make_url("/mcp")), hold=_confirmation)
-    upstream = await aiohttp_server(holder.app())
-    procs = [replica(tmp_path, name, str(upstream.make_url("/mcp")), redis_url, prefix, LEASE) for name in "ab"]
-    sessions = [aiohttp.ClientSession(base_url=f"http://127.0.0.1:{p.port}") for p in procs]
-    try:
-        for proc in procs:
-            await proc.listening()
-        yield holder, procs, [Legacy(session) for session in sessions], db
-    finally:
-        for session in sessions:
-            await session.close()
-        for proc in procs:
-            proc.stop()
-        for proc in procs:
-            assert "Traceback" not in proc.stderr(), proc.stderr()[-3000:]
+    """Two replicas, the core behind an upstream that holds the confirmed deletion's answer back, a raw client on
+    each, and the core's database."""
+    async for holder, procs, clients in raw_replicas(aiohttp_server, tmp_path, redis_url, prefix, "ab",
+                                                     _confirmation):
+        yield holder, procs, clients, tmp_path / "core.db"
 
 
 async def test_a_round_whose_client_never_comes_back_is_continued_by_the_sweep(pair, redis_url, prefix) -> None:
