@@ -17,7 +17,7 @@ import logging
 import sqlite3
 import threading
 import time
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 from aiohttp import web
@@ -467,13 +467,9 @@ class ExchangeObserver:
             self.final, self.finished = action.message, now
 
     def done(self) -> None:
-        """Record the request at the loop's next turn: its answer is sent first (:func:`after_the_answer`)."""
         if self._recorded:
             return
         self._recorded = True
-        after_the_answer(self._record_safely)
-
-    def _record_safely(self) -> None:
         try:
             self._record()
         except Exception:
@@ -491,17 +487,6 @@ class ExchangeObserver:
         total = end - self.started
         metrics.request_seconds("legacy", total)
         metrics.bridge_timings(self.rounds_s, max(total - sum(self.rounds_s) - sum(self.waits), 0.0))
-
-
-def after_the_answer(record: Callable[..., None], *args: Any) -> None:
-    """Run ``record`` at the loop's next turn. A handler calls this just before it returns its answer, which
-    aiohttp then writes without yielding to the loop (a JSON answer: one send), so the accounting is done after
-    the client has its answer, off the request's latency (about a twentieth of a translated request's CPU).
-    With no loop running (closing down), it is done now."""
-    try:
-        asyncio.get_running_loop().call_soon(record, *args)
-    except RuntimeError:
-        record(*args)
 
 
 def exchange_observer(request: web.Request, gw: Any, session: Any, message: dict[str, Any]) -> Any:
@@ -537,7 +522,7 @@ class UsageObserver:
 
     def answered(self, request: web.Request, acc: Any, answer: web.StreamResponse,
                  bridged: bool | None = None) -> None:
-        after_the_answer(observe_response, request, self.gw, acc, answer, bridged)
+        observe_response(request, self.gw, acc, answer, bridged)
 
     def exchange(self, request: web.Request, session: Any, message: dict[str, Any]) -> Any:
         return exchange_observer(request, self.gw, session, message)
