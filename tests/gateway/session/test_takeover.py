@@ -289,3 +289,23 @@ async def test_the_sweep_continues_a_handed_over_round_unless_it_needs_a_credent
     assert await b2.answer(needs["id"], SAMPLED, **token) == 202
     await until(lambda: _true(len(gateway_b.leases) == 2))
     assert {e.record.authorized for e in gateway_b.leases.values()} == {None, True}
+
+
+async def test_the_sweep_ends_a_round_whose_session_went_idle(make_gateway, upstream, redis_url, prefix) -> None:
+    """A round nobody holds whose session is idle past the limit has nobody left to answer: the sweep ends it
+    (its record and lease go) instead of continuing it, and nothing is sent upstream again."""
+    upstream.script["tools/call"] = two_rounds
+    a, b = await replicas(make_gateway, redis_url, prefix)
+    await first_round_asked(a)
+    await a.client.server.close()  # handed over: the round is orphaned at once
+    gateway_b = b.client.server.app[GATEWAY]
+    later = gateway_b.clock() + gateway_b.policy.session_idle_ms + 1_000
+    gateway_b.clock = lambda: later  # the session has been idle past the limit
+
+    async def rounds() -> list[Any]:
+        return await gateway_b.store.rounds_of(a.session_id)
+    assert len(await rounds()) == 1
+    assert await within(takeover.sweep(gateway_b)) == 0
+    assert await rounds() == [] and gateway_b.leases == {}
+    assert await owner_keys(redis_url, prefix, "l") == {}
+    assert len(upstream.calls("tools/call")) == 1  # asked once, never sent again
