@@ -213,9 +213,9 @@ async def sweep(gw: Gateway) -> int:
     """One sweep: the stored rounds whose lease ran out with nobody holding it, each ended or continued here as
     :func:`adapters.takeover.swept` says (a replica racing this one for a round wins or loses its claim in the
     store). How many were continued here."""
-    continued, lease = 0, gw.config.store.lease_seconds
     if gw.closing:  # the rounds it just handed over are the other replicas' to take
         return 0
+    continued, lease = 0, gw.config.store.lease_seconds
     for record in await gw.store.orphaned_rounds(T.SWEEP_BATCH):
         if gw.closing:
             break
