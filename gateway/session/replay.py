@@ -70,9 +70,17 @@ class Mirror:
         self._ended = True
 
     def kick(self) -> None:
-        """Something was pushed, or the stream ended: copy it (unless a copy is already under way)."""
-        if self.state is MirrorState.COPYING and not self._held and not self._copying():
+        """Something was pushed, or the stream ended: copy it (unless a copy is already under way, or the store
+        already holds everything: a save that carried the events leaves nothing, and a task made for nothing
+        costs a loop turn)."""
+        if self.state is MirrorState.COPYING and not self._held and not self._copying() and self._uncopied():
             self._task = self._spawn(self._copy())
+
+    def _uncopied(self) -> bool:
+        """Whether the copy lacks something: its opening, an event (or a hole where one was evicted), the end."""
+        stream = self.stream
+        return (not self._opened_done() or stream.buffer.next_seq - 1 > self.kept
+                or (stream.closed and not self._ended))
 
     def hold(self) -> bool:
         """Take the copy's next append for a store write of the caller's (a round's save, docs/design.md §50):

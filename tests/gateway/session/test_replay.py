@@ -232,6 +232,32 @@ async def test_a_held_copy_sends_nothing_until_its_write_is_done_and_a_failed_on
     assert store.appended == [(2, {"n": 3})]  # copied as usual once nothing holds the copy
 
 
+async def test_a_write_that_carried_every_event_leaves_no_copy_to_make() -> None:
+    """A save that carried the step's events into the copy leaves it whole: no copy task is made after it (one
+    made for nothing costs a loop turn per step), while an event pushed after the save still is copied."""
+    store, spawned = RecordingStore(), []
+
+    def spawn(coro: Any) -> asyncio.Future:
+        spawned.append(coro)
+        return asyncio.ensure_future(coro)
+
+    stream = OutStream("s", 8)
+    stream.mirror = mirror = Mirror(stream, store, "s1", spawn)  # type: ignore[arg-type]
+    assert mirror.hold()
+    stream.push({"n": 1})
+    mirror.released(mirror.held_events(), True)
+    assert spawned == [] and mirror.kept == 1
+    stream.push({"n": 2})
+    assert len(spawned) == 1
+    await asyncio.wait_for(asyncio.shield(mirror._task), 5)  # type: ignore[arg-type]
+    assert store.appended == [(2, {"n": 2})]
+    stream.finish()
+    assert len(spawned) == 2  # the end is copied too
+    await asyncio.wait_for(asyncio.shield(mirror._task), 5)  # type: ignore[arg-type]
+    mirror.kick()
+    assert len(spawned) == 2
+
+
 async def test_a_result_whose_write_failed_still_goes_out_and_the_copy_is_dropped() -> None:
     """A round's end carries its result (docs/design.md §50); when that write fails the result is not forgotten
     as a step's ask is: the request is answered from this replica, whose copy no other can resume any more."""
