@@ -505,7 +505,7 @@ class Exchange:
         """One action of a step (its save is :meth:`_perform`'s)."""
         assert self.stream is not None
         if isinstance(action, B.CallUpstream):
-            self._upstream = self.runtime.spawn(self._call_upstream(action.extra, self._session))
+            self._upstream = self.runtime.spawn(self._call_upstream(action.extra, self._session), leaves=True)
         elif isinstance(action, B.SendToClient):
             if "id" in action.message:
                 self.runtime.awaiting[action.message["id"]] = self
@@ -535,9 +535,13 @@ class Exchange:
         return mirror if mirror.hold() else None
 
     async def _call_upstream(self, extra: dict[str, Any], session: SessionRecord | None) -> None:
-        event = await self._upstream_event(extra, session)
-        if not await self.offer(event):
-            self.events.put_nowait(event)
+        """One upstream round's task (spawned with ``leaves``: nothing here raises but its cancellation)."""
+        try:
+            event = await self._upstream_event(extra, session)
+            if not await self.offer(event):
+                self.events.put_nowait(event)
+        finally:
+            self.runtime.left()
 
     async def _upstream_event(self, extra: dict[str, Any], session: SessionRecord | None) -> Any:
         """One upstream round -> the machine's event for its outcome. Always an event, whatever goes wrong: the

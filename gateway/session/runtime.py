@@ -86,11 +86,20 @@ class SessionRuntime:
         self.tasks: set[asyncio.Task] = set()
         self.peer: Peer | None = None  # the session's pins as a Peer (its record's snapshot never changes)
 
-    def spawn(self, coro: Coroutine[Any, Any, Any]) -> asyncio.Task:
+    def spawn(self, coro: Coroutine[Any, Any, Any], *, leaves: bool = False) -> asyncio.Task:
+        """A session task, cancelled and waited for when the session's work ends (:meth:`close`). ``leaves``: the
+        coroutine calls :meth:`left` as its last step and never raises, so no done callback is needed: each costs
+        a loop turn of its own, and a bridged round spawns a task for its upstream call."""
         task = asyncio.get_running_loop().create_task(coro)
         self.tasks.add(task)
-        task.add_done_callback(self._done)
+        if not leaves:
+            task.add_done_callback(self._done)
         return task
+
+    def left(self) -> None:
+        """The running task (spawned with ``leaves``) is ending. One cancelled before its first step never gets
+        here: it stays in :attr:`tasks`, done, until the session's work ends, which is harmless."""
+        self.tasks.discard(asyncio.current_task())  # type: ignore[arg-type]
 
     def _done(self, task: asyncio.Task) -> None:
         self.tasks.discard(task)

@@ -11,6 +11,7 @@ import pytest
 from gateway.config.settings import load_config
 from gateway.http.app import GATEWAY, create_app
 from gateway.session.exchange import Exchange
+from gateway.session.runtime import SessionRuntime
 from gateway.session.store import InMemoryStore, StoreUnavailable
 from tests.gateway.conftest import Legacy, SharedMemoryStore
 from tests.gateway.http.test_bridge_shell import SAMPLED, two_requests_sent, two_rounds
@@ -117,3 +118,37 @@ async def test_a_step_failing_in_a_handlers_task_is_answered_by_the_exchange(ups
     assert runtime.exchanges == {} and runtime.awaiting == {}  # nothing left waiting
     assert await client.answer(second["id"], SAMPLED) == 202  # a late answer, ignored
     assert "result" in await client.call("ping")
+
+
+async def test_a_rounds_upstream_task_leaves_the_session_by_itself(upstream, aiohttp_client, monkeypatch) -> None:
+    """An upstream round's task takes itself out of its session's tasks as its last step (no done callback, whose
+    loop turn a round would pay): none is left once the call is answered, each was waited for while it ran, and
+    one cancelled before it started stays, done, until the session's work ends."""
+    spawned: list[tuple[asyncio.Task, bool]] = []
+    spawn = SessionRuntime.spawn
+
+    def watched(runtime: SessionRuntime, coro: Any, *, leaves: bool = False) -> asyncio.Task:
+        task = spawn(runtime, coro, leaves=leaves)
+        spawned.append((task, leaves))
+        return task
+    monkeypatch.setattr(SessionRuntime, "spawn", watched)
+    client = await gateway(upstream, aiohttp_client)
+    resp, first, second = await two_requests_sent(client)
+    runtime = client.client.app[GATEWAY].runtime(client.session_id)
+    for ask in (first, second):
+        assert await client.answer(ask["id"], SAMPLED) == 202
+    _, third = await client.next_event(resp)
+    assert [leaves for _, leaves in spawned] == [False, True]  # the exchange's task, the first retry's
+    assert spawned[1][0] in runtime.tasks or spawned[1][0].done()
+    assert await client.answer(third["id"], SAMPLED) == 202
+    assert (await client.events(resp))[-1]["result"]["content"][0]["text"] == "bridged"
+    rounds = [task for task, leaves in spawned if leaves]
+    assert len(rounds) == 2 and all(task.done() and task not in runtime.tasks for task in rounds)
+
+    async def never_started() -> None:
+        runtime.left()
+    early = runtime.spawn(never_started(), leaves=True)
+    early.cancel()
+    await asyncio.sleep(0)
+    assert early.cancelled() and early in runtime.tasks
+    await asyncio.wait_for(runtime.close(), 5)  # a done task in the set is only waited for, at once
