@@ -138,6 +138,7 @@ class Exchange:
         # they start use it (docs/design.md §51), as they use the request's own credential.
         self.request_session = session
         self._upstream: asyncio.Task | None = None
+        self._upstream_began = False  # its task ran its first step (the round's request left, or is on its way)
         self._timers: list[asyncio.TimerHandle] = []
         self._last_progress: float | None = None
         self._refreshed = self._saved = False
@@ -505,6 +506,7 @@ class Exchange:
         """One action of a step (its save is :meth:`_perform`'s)."""
         assert self.stream is not None
         if isinstance(action, B.CallUpstream):
+            self._upstream_began = False
             self._upstream = self.runtime.spawn(self._call_upstream(action.extra, self._session), leaves=True)
         elif isinstance(action, B.SendToClient):
             if "id" in action.message:
@@ -536,6 +538,7 @@ class Exchange:
 
     async def _call_upstream(self, extra: dict[str, Any], session: SessionRecord | None) -> None:
         """One upstream round's task (spawned with ``leaves``: nothing here raises but its cancellation)."""
+        self._upstream_began = True
         try:
             event = await self._upstream_event(extra, session)
             if not await self.offer(event):
@@ -662,10 +665,12 @@ class Exchange:
         """The client's answer, acted on before this returns (its handler then acknowledges the POST): stepped
         in the caller's task when the exchange is idle (:meth:`offer`), else queued and waited for. Either way a
         next upstream round is sent before the 202: the handler yields once after its step, behind the upstream
-        task the step spawned, so the acknowledgement's send is off the round's critical path."""
+        task the step spawned, so the acknowledgement's send is off the round's critical path (unless the step's
+        save already waited on the store, during which that task began)."""
         event = B.ClientAnswered(gateway_id, message.get("result"), message.get("error"))
         if await self.offer(event):
-            await asyncio.sleep(0)
+            if self._upstream is not None and not self._upstream_began:  # the step's save, if any, waited
+                await asyncio.sleep(0)  # without letting it start: it sends now, then the 202 goes
         else:
             await self._queue_answer(event)
 

@@ -15,6 +15,7 @@ from gateway.session.runtime import SessionRuntime
 from gateway.session.store import InMemoryStore, StoreUnavailable
 from tests.gateway.conftest import Legacy, SharedMemoryStore
 from tests.gateway.http.test_bridge_shell import SAMPLED, two_requests_sent, two_rounds
+from tests.gateway.session.test_redis_store import prefix, redis_url  # noqa: F401  (fixtures)
 
 
 class Steps:
@@ -152,3 +153,36 @@ async def test_a_rounds_upstream_task_leaves_the_session_by_itself(upstream, aio
     await asyncio.sleep(0)
     assert early.cancelled() and early in runtime.tasks
     await asyncio.wait_for(runtime.close(), 5)  # a done task in the set is only waited for, at once
+
+
+@pytest.mark.parametrize("store", ["memory", "shared", "redis"])
+async def test_the_next_round_leaves_before_the_answers_202(upstream, aiohttp_client, request, store) -> None:
+    """docs/design.md §26: the retry an answer completes is on its way upstream before that answer's 202 is
+    written, whether its step saves nothing or waits on Redis for its save (with replicas, every step saves)."""
+    order: list[str] = []
+    upstream.script["tools/call"] = two_rounds
+
+    def tap(kind: Any, message: Any) -> None:
+        if kind.value == "upstream" and message.get("method") == "tools/call":
+            order.append("retry" if "inputResponses" in message["params"] else "request")
+
+    async def prepared(_request: Any, response: Any) -> None:
+        if response.status == 202:
+            order.append("202")
+    settings: dict[str, Any] = {}
+    if store == "redis":
+        settings["store"] = {"url": request.getfixturevalue("redis_url"), "prefix": request.getfixturevalue("prefix")}
+    app = create_app(load_config(upstream_url=upstream.url, **settings),
+                     store=SharedMemoryStore() if store == "shared" else None, tap=tap)
+    app.on_response_prepare.append(prepared)
+    client = Legacy(await aiohttp_client(app))
+    await client.initialize()
+    order.clear()  # notifications/initialized got a 202 too
+    resp, first, second = await two_requests_sent(client)
+    for ask in (first, second):
+        assert await client.answer(ask["id"], SAMPLED) == 202
+    _, third = await client.next_event(resp)
+    assert await client.answer(third["id"], SAMPLED) == 202
+    assert (await client.events(resp))[-1]["result"]["content"][0]["text"] == "bridged"
+    # The first answer completes nothing (two were asked); the second and the third each start a retry.
+    assert order == ["request", "202", "retry", "202", "retry", "202"]
