@@ -124,8 +124,7 @@ async def test_a_step_failing_in_a_handlers_task_is_answered_by_the_exchange(ups
 async def test_a_rounds_upstream_task_leaves_the_session_by_itself(upstream, aiohttp_client, monkeypatch) -> None:
     """An upstream round's task takes itself out of its session's tasks as its last step (no done callback, whose
     loop turn a round would pay): each is among them while the upstream has its request, none is left once the
-    call is answered, and
-    one cancelled before it started stays, done, until the session's work ends."""
+    call is answered, and one cancelled before it started stays, done, until the session's work ends."""
     spawned: list[tuple[asyncio.Task, bool]] = []
     spawn = SessionRuntime.spawn
 
