@@ -95,6 +95,15 @@ class _Inbox:
         return self._items.pop(0)
 
 
+class _Queued:
+    """A client's answer queued with the future its waiter awaits (set once the answer's step is saved)."""
+
+    __slots__ = ("acted", "event")
+
+    def __init__(self, event: B.ClientAnswered, acted: asyncio.Future[None]) -> None:
+        self.event, self.acted = event, acted
+
+
 class _Failed:
     """A step another task ran raised: the exchange's task raises it again, inside its one error boundary."""
 
@@ -132,7 +141,8 @@ class Exchange:
         self.machine = B.BridgeMachine(record, ctx)
         self.stream: OutStream | None = None  # made when the answer is more than one lone response
         self.events = _Inbox()
-        self._acted: list[asyncio.Future[None]] = []  # handlers waiting for their answer to be acted on
+        # Answers queued with a waiter (a handler, or a relay's acknowledgement), not yet acted on.
+        self._acted: list[asyncio.Future[None]] = []
         self._session = session  # the record a handler just read, for the round it starts (none: read it again)
         # The record the request was accepted with: its client's answers are checked against it and the rounds
         # they start use it (docs/design.md §51), as they use the request's own credential.
@@ -272,13 +282,16 @@ class Exchange:
             if not performed:
                 await self._perform(self.machine.start() if first is None else first)
             while not self.machine.done:
-                self._settle()  # an answer is acknowledged once its step is saved: a replica taking over has it
                 event = await self.events.get()
                 if event is _HAND_OVER:
                     break
                 if isinstance(event, _Failed):
                     raise event.error
-                if event is not _WAKE:
+                if isinstance(event, _Queued):
+                    # Acknowledged once its own step is saved (a replica taking over then has it), not before.
+                    await self._step(event.event)
+                    self._settle(event.acted)
+                elif event is not _WAKE:
                     await self._step(event)
         except _LeaseLost:
             log.warning("request %r: its round's lease was lost before a save; another replica continues it",
@@ -287,7 +300,7 @@ class Exchange:
         except Exception as exc:  # a failure must still answer the original request, not leave it hanging
             self.stream.finish(response(self.record.downstream_id, error=self._failure(exc)))
         finally:
-            self._settle()
+            self._settle()  # the exchange ends: nothing more will be done with an answer still queued
             for handle in self._timers:
                 handle.cancel()
             if self._upstream is not None:
@@ -680,14 +693,17 @@ class Exchange:
         return self._queue_answer(B.ClientAnswered(gateway_id, message.get("result"), message.get("error")))
 
     def _queue_answer(self, event: B.ClientAnswered) -> asyncio.Future[None]:
-        self.events.put_nowait(event)
         acted = asyncio.get_running_loop().create_future()
         self._acted.append(acted)
+        self.events.put_nowait(_Queued(event, acted))
         return acted
 
-    def _settle(self) -> None:
-        acted, self._acted = self._acted, []
-        for waiter in acted:
+    def _settle(self, only: asyncio.Future[None] | None = None) -> None:
+        """Tell the waiter of one queued answer (``only``) that it was acted on, or, the exchange ending, every
+        waiter still waiting."""
+        settled = [only] if only is not None else self._acted
+        self._acted = [w for w in self._acted if w is not only] if only is not None else []
+        for waiter in settled:
             if not waiter.done():
                 waiter.set_result(None)
 

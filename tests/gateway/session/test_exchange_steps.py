@@ -193,3 +193,42 @@ async def test_the_next_round_leaves_before_the_answers_202(upstream, aiohttp_cl
     assert (await client.events(resp))[-1]["result"]["content"][0]["text"] == "bridged"
     # The first answer completes nothing (two were asked); the second and the third each start a retry.
     assert order == ["request", "202", "retry", "202", "retry", "202"]
+
+
+async def test_a_queued_answer_is_acknowledged_after_its_own_step(upstream, aiohttp_client, monkeypatch) -> None:
+    """Two answers queued at once (as a relay delivers them): each waiter is told only once its own answer's step
+    is done (and saved), never when an earlier answer's step is."""
+    stepped: set[str] = set()
+    premature: list[str] = []
+    waiters: dict[int, str] = {}
+    step, settle, queue = Exchange._step, Exchange._settle, Exchange._queue_answer
+
+    async def watched_step(exchange: Exchange, event: Any) -> None:
+        await step(exchange, event)
+        if hasattr(event, "gateway_id"):
+            stepped.add(event.gateway_id)
+
+    def watched_settle(exchange: Exchange, only: Any = None) -> None:
+        for waiter in ([only] if only is not None else list(exchange._acted)):
+            if not waiter.done() and not exchange.machine.done and waiters[id(waiter)] not in stepped:
+                premature.append(waiters[id(waiter)])
+        settle(exchange, only)
+
+    def watched_queue(exchange: Exchange, event: Any) -> Any:
+        acted = queue(exchange, event)
+        waiters[id(acted)] = event.gateway_id
+        return acted
+    monkeypatch.setattr(Exchange, "_step", watched_step)
+    monkeypatch.setattr(Exchange, "_settle", watched_settle)
+    monkeypatch.setattr(Exchange, "_queue_answer", watched_queue)
+    client = await gateway(upstream, aiohttp_client, SharedMemoryStore())
+    resp, first, second = await two_requests_sent(client)
+    runtime = client.client.app[GATEWAY].runtime(client.session_id)
+    exchange = runtime.awaiting[first["id"]]
+    acks = [exchange.answer(ask["id"], {"jsonrpc": "2.0", "id": ask["id"], "result": SAMPLED})
+            for ask in (first, second)]
+    await asyncio.wait_for(asyncio.gather(*acks), 5)
+    assert stepped >= {first["id"], second["id"]} and premature == []
+    _, third = await client.next_event(resp)
+    assert await client.answer(third["id"], SAMPLED) == 202
+    assert (await client.events(resp))[-1]["result"]["content"][0]["text"] == "bridged"
