@@ -26,18 +26,37 @@ class RelayKind(StrEnum):
     ANSWER = "answer"  # a client's answer to a request the owner's exchange sent it
     CANCEL = "cancel"  # a client's notifications/cancelled for a request the owner is bridging
     END = "end"  # a session ended (DELETE) on some replica: every replica ends its runtime for it
+    ACK = "ack"  # the owner's word on a relayed answer that asked for one: acted on (its step saved), or not held
+
+
+_NO_MESSAGE = (RelayKind.END, RelayKind.ACK)  # the kinds that carry no client message
 
 
 @dataclass(frozen=True, slots=True)
 class Relayed:
-    """One message between replicas: its kind, the session, and the client's JSON-RPC message (none for END)."""
+    """One message between replicas: its kind, the session, and the client's JSON-RPC message (none for END and
+    ACK). An answer that asks to be acknowledged names the replica to tell (``reply_to``) and a ``token`` of its
+    own; the ACK carries that token back, and ``held``: whether the owner held the answer's round and acted on it
+    (docs/design.md §34)."""
 
     kind: RelayKind
     session_id: str
     message: Mapping[str, Any] | None = None
+    reply_to: str | None = None
+    token: str | None = None
+    held: bool = False
 
     def encode(self) -> bytes:
-        return dumps({"k": self.kind.value, "s": self.session_id, "m": self.message})
+        raw: dict[str, Any] = {"k": self.kind.value, "s": self.session_id, "m": self.message}
+        if self.token is not None:
+            raw |= {"r": self.reply_to, "t": self.token, "h": self.held}
+        return dumps(raw)
+
+    def ack(self, held: bool) -> Relayed | None:
+        """The acknowledgement this relayed answer asked for (None: it asked for none)."""
+        if self.kind is not RelayKind.ANSWER or self.reply_to is None or self.token is None:
+            return None
+        return Relayed(RelayKind.ACK, self.session_id, None, self.reply_to, self.token, held)
 
     @staticmethod
     def decode(data: bytes | str) -> Relayed | None:
@@ -46,13 +65,18 @@ class Relayed:
             raw = loads(data, ENCODED_DEPTH)  # a client message (MAX_DEPTH) in an envelope
             kind = RelayKind(raw["k"])
             session, message = raw.get("s"), raw.get("m")
+            reply_to, token, held = raw.get("r"), raw.get("t"), raw.get("h", False)
         except (ValueError, KeyError, TypeError, AttributeError):
             return None
-        if not isinstance(session, str):
+        if not isinstance(session, str) or not isinstance(held, bool):
             return None
-        if not isinstance(message, dict) and not (kind is RelayKind.END and message is None):
+        if not (isinstance(reply_to, str) and isinstance(token, str)) and (reply_to, token) != (None, None):
             return None
-        return Relayed(kind, session, message)
+        if not isinstance(message, dict) and not (kind in _NO_MESSAGE and message is None):
+            return None
+        if kind is RelayKind.ACK and (token is None or message is not None):
+            return None
+        return Relayed(kind, session, message, reply_to, token, held)
 
 
 def answer_key(gateway_id: Any) -> str | None:

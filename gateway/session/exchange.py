@@ -100,7 +100,7 @@ class _Queued:
 
     __slots__ = ("acted", "event")
 
-    def __init__(self, event: B.ClientAnswered, acted: asyncio.Future[None]) -> None:
+    def __init__(self, event: B.ClientAnswered, acted: asyncio.Future[bool]) -> None:
         self.event, self.acted = event, acted
 
 
@@ -142,7 +142,7 @@ class Exchange:
         self.stream: OutStream | None = None  # made when the answer is more than one lone response
         self.events = _Inbox()
         # Answers queued with a waiter (a handler, or a relay's acknowledgement), not yet acted on.
-        self._acted: list[asyncio.Future[None]] = []
+        self._acted: list[asyncio.Future[bool]] = []
         self._session = session  # the record a handler just read, for the round it starts (none: read it again)
         # The record the request was accepted with: its client's answers are checked against it and the rounds
         # they start use it (docs/design.md §51), as they use the request's own credential.
@@ -290,7 +290,7 @@ class Exchange:
                 if isinstance(event, _Queued):
                     # Acknowledged once its own step is saved (a replica taking over then has it), not before.
                     await self._step(event.event)
-                    self._settle(event.acted)
+                    self._settle(event.acted, True)
                 elif event is not _WAKE:
                     await self._step(event)
         except _LeaseLost:
@@ -300,7 +300,7 @@ class Exchange:
         except Exception as exc:  # a failure must still answer the original request, not leave it hanging
             self.stream.finish(response(self.record.downstream_id, error=self._failure(exc)))
         finally:
-            self._settle()  # the exchange ends: nothing more will be done with an answer still queued
+            self._settle()  # the exchange ends: an answer still queued was not acted on (and never will be here)
             for handle in self._timers:
                 handle.cancel()
             if self._upstream is not None:
@@ -687,25 +687,26 @@ class Exchange:
         else:
             await self._queue_answer(event)
 
-    def answer(self, gateway_id: str, message: dict[str, Any]) -> asyncio.Future[None]:
-        """Queue the client's answer (one relayed from another replica). The future resolves once the exchange
-        has acted on it, or when the exchange ends."""
+    def answer(self, gateway_id: str, message: dict[str, Any]) -> asyncio.Future[bool]:
+        """Queue the client's answer (one relayed from another replica). The future is True once the exchange
+        has acted on it (its step saved), False when the exchange ended without doing so (finished, failed or
+        handed over first)."""
         return self._queue_answer(B.ClientAnswered(gateway_id, message.get("result"), message.get("error")))
 
-    def _queue_answer(self, event: B.ClientAnswered) -> asyncio.Future[None]:
+    def _queue_answer(self, event: B.ClientAnswered) -> asyncio.Future[bool]:
         acted = asyncio.get_running_loop().create_future()
         self._acted.append(acted)
         self.events.put_nowait(_Queued(event, acted))
         return acted
 
-    def _settle(self, only: asyncio.Future[None] | None = None) -> None:
-        """Tell the waiter of one queued answer (``only``) that it was acted on, or, the exchange ending, every
-        waiter still waiting."""
+    def _settle(self, only: asyncio.Future[bool] | None = None, acted: bool = False) -> None:
+        """Tell the waiter of one queued answer (``only``) whether it was ``acted`` on, or, the exchange ending,
+        every waiter still waiting that its answer was not."""
         settled = [only] if only is not None else self._acted
         self._acted = [w for w in self._acted if w is not only] if only is not None else []
         for waiter in settled:
             if not waiter.done():
-                waiter.set_result(None)
+                waiter.set_result(acted)
 
     def abort(self, error: ErrorValue) -> None:
         """End the request with ``error`` now (shutdown): the machine decides what is sent; a running exchange's

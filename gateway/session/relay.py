@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import secrets
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -33,12 +34,30 @@ class RedisRelay:
         self.gateway, self.store = gateway, store  # store: a RedisStore (publish, redis, prefix)
         self.own = R.relay_channel(store.prefix, gateway.replica)
         self.everyone = R.broadcast_channel(store.prefix)
+        self.acks: dict[str, asyncio.Future[bool]] = {}  # token -> the acknowledgement a relayed answer awaits
+        self.acking: set[asyncio.Task[None]] = set()  # acknowledgements to send once their answer is acted on
 
-    async def answer(self, session_id: str, message: dict[str, Any]) -> bool:
-        """Pass a client's answer to the replica whose exchange asked for it; False when no listening replica
-        owns it (then maybe a takeover: gateway.session.takeover)."""
+    async def answer(self, session_id: str, message: dict[str, Any]) -> asyncio.Future[bool] | None:
+        """Pass a client's answer to the replica whose exchange asked for it: the future of that replica's
+        acknowledgement (True once its step for the answer is saved; False when it held no such round), or None
+        when no listening replica owns it (then maybe a takeover: gateway.session.takeover). Cancel the future to
+        stop waiting."""
         key = R.answer_key(message.get("id"))
-        return key is not None and await self._pass_on(key, R.Relayed(R.RelayKind.ANSWER, session_id, message))
+        if key is None:
+            return None
+        token = secrets.token_hex(8)
+        acked = self.acks[token] = asyncio.get_running_loop().create_future()
+        acked.add_done_callback(lambda _done: self.acks.pop(token, None))
+        relayed = R.Relayed(R.RelayKind.ANSWER, session_id, message, self.gateway.replica, token)
+        try:
+            passed = await self._pass_on(key, relayed)
+        except BaseException:
+            acked.cancel()
+            raise
+        if not passed:
+            acked.cancel()
+            return None
+        return acked
 
     async def cancel(self, session_id: str, request_id: str | int, message: dict[str, Any]) -> bool:
         """Pass a cancel to the replica bridging the request. A request that claimed no owner may be a plain
@@ -114,24 +133,59 @@ class RedisRelay:
         relayed = R.Relayed.decode(data) if isinstance(data, bytes | str) else None
         if relayed is None:
             return
+        if relayed.kind is R.RelayKind.ACK:
+            acked = self.acks.get(relayed.token or "")
+            if acked is not None and not acked.done():
+                acked.set_result(relayed.held)
+            return
         if relayed.kind is R.RelayKind.END:
             await self.gateway.end_runtime(relayed.session_id)
             return
         if self.gateway.taking:  # a round being taken over here is relayed to as soon as its lease is won:
             await asyncio.wait(list(self.gateway.taking.values()))  # deliver once its exchange runs (design §40)
         runtime, message = self.gateway.runtimes.get(relayed.session_id), relayed.message or {}
-        if runtime is None:
-            return
         if relayed.kind is R.RelayKind.ANSWER:
             ident = message.get("id")
-            exchange = runtime.awaiting.pop(ident, None) if isinstance(ident, str) else None
-            if exchange is not None:  # not awaited: late, or answered twice (ignored, as on one replica)
-                exchange.answer(ident, dict(message))
+            exchange = runtime.awaiting.pop(ident, None) if runtime is not None and isinstance(ident, str) else None
+            if exchange is not None:
+                self._acknowledge(relayed, exchange.answer(ident, dict(message)))
+            else:  # not awaited here: late, answered twice (ignored, as on one replica), or its round moved on
+                await self._send_ack(relayed, held=False)
             return
         cancel = local.cancel_request(message.get("params"))
-        exchange = runtime.exchanges.get(cancel.request_id) if cancel is not None else None
+        exchange = runtime.exchanges.get(cancel.request_id) if runtime is not None and cancel is not None else None
         if exchange is not None and cancel is not None:
             exchange.cancel(cancel.reason)
+
+    def _acknowledge(self, relayed: R.Relayed, acted: asyncio.Future[bool]) -> None:
+        """Tell the relaying replica once the answer's step is saved, or that it was not acted on here (the
+        exchange ended first: handed over, say). It kept the answer meanwhile: a replica dying before that save
+        does not lose it (docs/design.md §34, §40)."""
+        if relayed.ack(True) is None:
+            return
+
+        async def once_acted() -> None:
+            await self._send_ack(relayed, held=await acted)
+        task = asyncio.get_running_loop().create_task(once_acted())
+        self.acking.add(task)
+        task.add_done_callback(self._acked)
+
+    def _acked(self, task: asyncio.Task[None]) -> None:
+        self.acking.discard(task)
+        if not task.cancelled() and isinstance(task.exception(), StoreUnavailable):
+            log.warning("relay %s: an acknowledgement was not sent: %s", self.own, task.exception())
+
+    async def _send_ack(self, relayed: R.Relayed, *, held: bool) -> None:
+        ack = relayed.ack(held)
+        if ack is not None and ack.reply_to is not None:
+            await self.send(ack.reply_to, ack)
+
+    def close(self) -> None:
+        """Stop waiting and acknowledging (the app is stopping)."""
+        for task in list(self.acking):
+            task.cancel()
+        for acked in list(self.acks.values()):
+            acked.cancel()
 
 
 async def _close(pubsub: Any) -> None:
@@ -159,6 +213,7 @@ async def relay_lifetime(gateway: Gateway) -> AsyncIterator[None]:
         yield
     finally:
         gateway.relay = None
+        relay.close()
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await task

@@ -34,10 +34,36 @@ MAX_WAITS = 4  # lease lapses waited for one message: a holder that keeps renewi
 
 async def answer(gw: Gateway, session: SessionRecord, message: dict[str, Any], authorization: str | None) -> None:
     """A client's answer that no exchange here awaits: relayed to its live owner, or, when the round's holder is
-    gone, given to the round once this replica has taken it over (waiting for the lease in the background)."""
+    gone, given to the round once this replica has taken it over (waiting for the lease in the background). A
+    relayed answer is kept here until its owner says its step is saved: if the owner dies first (or says it
+    holds no such round), the answer goes where the stored round now is, as if it had just arrived (§40)."""
     assert gw.relay is not None
-    if await gw.relay.answer(session.session_id, message):
+    acked = await gw.relay.answer(session.session_id, message)
+    if acked is not None:
+        gw.runtime(session.session_id).spawn(_until_acted(gw, session, message, authorization, acked))
         return
+    await _deliver_answer(gw, session, message, authorization, background=True)
+
+
+async def _until_acted(gw: Gateway, session: SessionRecord, message: dict[str, Any], authorization: str | None,
+                       acked: asyncio.Future[bool]) -> None:
+    """Wait (the store's timeout at most: the owner's step is one save) for the owner's word on a relayed
+    answer; without it, deliver the answer by the stored round, which then holds it or not (an owner that saved
+    it and died before saying so has moved the round past it: nothing is delivered twice)."""
+    try:
+        if await asyncio.wait_for(acked, gw.config.store.timeout_seconds):
+            return
+    except TimeoutError:
+        log.info("session %s: no acknowledgement for a relayed answer; delivering it by its stored round",
+                 session.session_id)
+    try:
+        await _deliver_answer(gw, session, message, authorization, background=False)
+    except StoreUnavailable as exc:
+        log.warning("session %s: a relayed answer could not be delivered: %s", session.session_id, exc)
+
+
+async def _deliver_answer(gw: Gateway, session: SessionRecord, message: dict[str, Any], authorization: str | None,
+                          *, background: bool) -> None:
     gid = message["id"]
 
     async def act(_record: PendingRound) -> None:
@@ -45,7 +71,7 @@ async def answer(gw: Gateway, session: SessionRecord, message: dict[str, Any], a
         if exchange is not None:
             await exchange.answer_now(gid, message)
     await _continue(gw, session, authorization, lambda rounds: T.round_for_answer(rounds, gid),
-                    R.Relayed(R.RelayKind.ANSWER, session.session_id, message), act, background=True)
+                    R.Relayed(R.RelayKind.ANSWER, session.session_id, message), act, background=background)
 
 
 async def cancel(gw: Gateway, session: SessionRecord, request_id: str | int, message: dict[str, Any]) -> None:

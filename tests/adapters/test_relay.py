@@ -25,3 +25,20 @@ def test_route() -> None:
     assert R.route(None, "me") == R.Drop(R.DropReason.NO_OWNER)
     assert R.route("me", "me") == R.Drop(R.DropReason.OWNED_HERE)
     assert R.route("other", "me") == R.RelayTo("other")
+
+
+def test_an_answer_that_asks_to_be_acknowledged_round_trips_and_names_its_ack() -> None:
+    answer = R.Relayed(R.RelayKind.ANSWER, "s1", {"jsonrpc": "2.0", "id": "g1", "result": {}}, "replica-b", "t1")
+    assert R.Relayed.decode(answer.encode()) == answer
+    for held in (True, False):
+        ack = answer.ack(held)
+        assert ack == R.Relayed(R.RelayKind.ACK, "s1", None, "replica-b", "t1", held)
+        assert R.Relayed.decode(ack.encode()) == ack
+    assert R.Relayed(R.RelayKind.ANSWER, "s1", {"id": "g1"}).ack(True) is None  # it asked for none
+    assert R.Relayed(R.RelayKind.CANCEL, "s1", {}, "replica-b", "t1").ack(True) is None
+    for bad in (b'{"k": "ack", "s": "s1", "m": null}',  # an ack without its token
+                b'{"k": "ack", "s": "s1", "m": {}, "r": "b", "t": "t1", "h": true}',  # an ack carries no message
+                b'{"k": "answer", "s": "s1", "m": {}, "r": "b", "t": 5}',
+                b'{"k": "answer", "s": "s1", "m": {}, "r": "b"}',
+                b'{"k": "ack", "s": "s1", "m": null, "r": "b", "t": "t1", "h": "yes"}'):
+        assert R.Relayed.decode(bad) is None

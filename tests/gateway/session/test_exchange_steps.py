@@ -208,11 +208,11 @@ async def test_a_queued_answer_is_acknowledged_after_its_own_step(upstream, aioh
         if hasattr(event, "gateway_id"):
             stepped.add(event.gateway_id)
 
-    def watched_settle(exchange: Exchange, only: Any = None) -> None:
+    def watched_settle(exchange: Exchange, only: Any = None, acted: bool = False) -> None:
         for waiter in ([only] if only is not None else list(exchange._acted)):
             if not waiter.done() and not exchange.machine.done and waiters[id(waiter)] not in stepped:
                 premature.append(waiters[id(waiter)])
-        settle(exchange, only)
+        settle(exchange, only, acted)
 
     def watched_queue(exchange: Exchange, event: Any) -> Any:
         acted = queue(exchange, event)
@@ -227,7 +227,7 @@ async def test_a_queued_answer_is_acknowledged_after_its_own_step(upstream, aioh
     exchange = runtime.awaiting[first["id"]]
     acks = [exchange.answer(ask["id"], {"jsonrpc": "2.0", "id": ask["id"], "result": SAMPLED})
             for ask in (first, second)]
-    await asyncio.wait_for(asyncio.gather(*acks), 5)
+    assert await asyncio.wait_for(asyncio.gather(*acks), 5) == [True, True]  # both acted on
     assert stepped >= {first["id"], second["id"]} and premature == []
     _, third = await client.next_event(resp)
     assert await client.answer(third["id"], SAMPLED) == 202

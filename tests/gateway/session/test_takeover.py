@@ -15,6 +15,7 @@ import pytest
 
 pytest.importorskip("redis")
 
+from adapters import relay as R
 from adapters.sse import parse_event_id
 from gateway.http.app import GATEWAY
 from gateway.session import takeover
@@ -309,3 +310,86 @@ async def test_the_sweep_ends_a_round_whose_session_went_idle(make_gateway, upst
     assert await rounds() == [] and gateway_b.leases == {}
     assert await owner_keys(redis_url, prefix, "l") == {}
     assert len(upstream.calls("tools/call")) == 1  # asked once, never sent again
+
+
+async def test_an_answer_relayed_to_a_replica_that_dies_before_acting_is_not_lost(make_gateway, upstream, redis_url,
+                                                                                 prefix) -> None:
+    """docs/design.md §34, §40: B relays the client's answer to A, which owns the round; A receives it and stops
+    before acting on it (as a killed process would, its relay never acknowledging). B kept the answer: with no
+    acknowledgement it delivers it by the stored round, which it takes over once A's lease is free, so the
+    round goes on with both answers instead of waiting for one that was acknowledged and lost."""
+    upstream.script["tools/call"] = two_rounds
+    store = {"url": redis_url, "prefix": prefix, "lease_seconds": 5.0, "timeout_seconds": 0.5}
+    a = Legacy(await make_gateway(store=store))
+    b = Legacy(await make_gateway(store=store))
+    await a.initialize(CAPS)
+    b.session_id = a.session_id
+    resp, first, (_last, second) = await first_round_asked(a)
+    relay_a, received = a.client.app[GATEWAY].relay, asyncio.Event()
+
+    async def dies_on_receipt(data: Any) -> None:  # received, never acted on, never acknowledged
+        received.set()
+    relay_a.deliver = dies_on_receipt
+    assert await within(b.answer(first["id"], SAMPLED)) == 202  # relayed to A, the round's owner
+    await within(received.wait())
+    await a.client.server.close()  # A goes; its saved round, both asks outstanding, is free to take over
+    await within(until_closed(a, resp))
+    assert await within(b.answer(second["id"], SAMPLED)) == 202
+    await until(lambda: _true(len(upstream.calls("tools/call")) == 2))
+    assert upstream.calls("tools/call")[1]["params"]["inputResponses"] == {"a": SAMPLED, "b": SAMPLED}
+
+
+async def test_a_relayed_answer_is_acknowledged_once_its_owner_saved_its_step(make_gateway, upstream, redis_url,
+                                                                             prefix) -> None:
+    """A healthy owner acknowledges a relayed answer once its step is saved, and B then does nothing more with
+    it; an answer its owner does not await is acknowledged as not held."""
+    upstream.script["tools/call"] = two_rounds
+    a, b = await replicas(make_gateway, redis_url, prefix)
+    _resp, first, (_last, second) = await first_round_asked(a)
+    relay_a, relay_b = a.client.app[GATEWAY].relay, b.client.app[GATEWAY].relay
+    seen: list[bool] = []
+    answer = relay_b.answer
+
+    async def watched(session_id: str, message: Any) -> Any:
+        acked = await answer(session_id, message)
+        if acked is not None:
+            acked.add_done_callback(lambda done: seen.append(done.result()))
+        return acked
+    relay_b.answer = watched
+    assert await within(b.answer(first["id"], SAMPLED)) == 202
+    await until(lambda: _true(seen == [True]))
+    assert await owner_keys(redis_url, prefix, "a") != {}  # A still owns the ask not answered yet
+    unknown = R.Relayed(R.RelayKind.ANSWER, a.session_id, {"jsonrpc": "2.0", "id": "g-never-asked", "result": {}},
+                        b.client.app[GATEWAY].replica, "token-1")
+    acked = relay_b.acks["token-1"] = asyncio.get_running_loop().create_future()
+    await relay_a.deliver(unknown.encode())
+    assert await within(acked) is False
+    del relay_b.acks["token-1"]  # put there by hand, without the relay's own clean-up
+    assert await within(b.answer(second["id"], SAMPLED)) == 202
+    await until(lambda: _true(seen == [True, True]))
+    await until(lambda: _true(len(upstream.calls("tools/call")) == 2))
+    assert upstream.calls("tools/call")[1]["params"]["inputResponses"] == {"a": SAMPLED, "b": SAMPLED}
+    assert relay_b.acks == {}  # nothing left waiting
+
+
+async def test_an_answer_relayed_as_its_round_is_handed_over_is_acknowledged_as_not_acted_on(
+        make_gateway, upstream, redis_url, prefix) -> None:
+    """A's exchange hands its round over (as at SIGTERM) with the client's relayed answer queued behind that: A
+    tells B the answer was not acted on (so B gives it to the round where it goes on, §34) rather than that it
+    was; the round, taken over by B, then goes on with both answers."""
+    upstream.script["tools/call"] = two_rounds
+    a, b = await replicas(make_gateway, redis_url, prefix)
+    _resp, first, (_last, second) = await first_round_asked(a)
+    relay_a, relay_b = a.client.app[GATEWAY].relay, b.client.app[GATEWAY].relay
+    handed = a.client.app[GATEWAY].runtime(a.session_id).awaiting[first["id"]].hand_over()
+    acked = relay_b.acks["token-2"] = asyncio.get_running_loop().create_future()
+    relayed = R.Relayed(R.RelayKind.ANSWER, a.session_id, {"jsonrpc": "2.0", "id": first["id"], "result": SAMPLED},
+                        b.client.app[GATEWAY].replica, "token-2")
+    await relay_a.deliver(relayed.encode())  # queued behind the hand-over, in the same turn
+    assert await within(acked) is False
+    del relay_b.acks["token-2"]  # put there by hand, without the relay's own clean-up
+    await within(handed)
+    for ask in (first, second):  # the client's answers, as B's fallback would give the first one
+        assert await within(b.answer(ask["id"], SAMPLED)) == 202
+    await until(lambda: _true(len(upstream.calls("tools/call")) == 2))
+    assert upstream.calls("tools/call")[1]["params"]["inputResponses"] == {"a": SAMPLED, "b": SAMPLED}
