@@ -171,9 +171,13 @@ class RedisRelay:
         task.add_done_callback(self._acked)
 
     def _acked(self, task: asyncio.Task[None]) -> None:
+        """An acknowledgement not sent leaves its answer to the sender's own delivery (after its timeout)."""
         self.acking.discard(task)
-        if not task.cancelled() and isinstance(task.exception(), StoreUnavailable):
-            log.warning("relay %s: an acknowledgement was not sent: %s", self.own, task.exception())
+        failure = None if task.cancelled() else task.exception()
+        if isinstance(failure, StoreUnavailable):
+            log.warning("relay %s: an acknowledgement was not sent: %s", self.own, failure)
+        elif failure is not None:
+            log.error("relay %s: an acknowledgement failed", self.own, exc_info=failure)
 
     async def _send_ack(self, relayed: R.Relayed, *, held: bool) -> None:
         ack = relayed.ack(held)
