@@ -43,14 +43,20 @@ class RedisRelay:
         when no listening replica owns it (then maybe a takeover: gateway.session.takeover). Cancel the future to
         stop waiting."""
         key = R.answer_key(message.get("id"))
-        if key is None:
-            return None
+        return None if key is None else await self._relay_answer(session_id, message, key=key)
+
+    async def answer_to(self, replica: str, session_id: str, message: dict[str, Any]) -> asyncio.Future[bool] | None:
+        """:meth:`answer`, to ``replica`` (the live holder of the answer's stored round)."""
+        return await self._relay_answer(session_id, message, replica=replica)
+
+    async def _relay_answer(self, session_id: str, message: dict[str, Any], *, key: str | None = None,
+                            replica: str | None = None) -> asyncio.Future[bool] | None:
         token = secrets.token_hex(8)
         acked = self.acks[token] = asyncio.get_running_loop().create_future()
         acked.add_done_callback(lambda _done: self.acks.pop(token, None))
         relayed = R.Relayed(R.RelayKind.ANSWER, session_id, message, self.gateway.replica, token)
         try:
-            passed = await self._pass_on(key, relayed)
+            passed = await (self.send(replica, relayed) if replica is not None else self._pass_on(key or "", relayed))
         except BaseException:
             acked.cancel()
             raise

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import math
 import secrets
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
@@ -46,32 +47,44 @@ async def answer(gw: Gateway, session: SessionRecord, message: dict[str, Any], a
 
 
 async def _until_acted(gw: Gateway, session: SessionRecord, message: dict[str, Any], authorization: str | None,
-                       acked: asyncio.Future[bool]) -> None:
+                       acked: asyncio.Future[bool] | None) -> None:
     """Wait (the store's timeout at most: the owner's step is one save) for the owner's word on a relayed
     answer; without it, deliver the answer by the stored round, which then holds it or not (an owner that saved
-    it and died before saying so has moved the round past it: nothing is delivered twice)."""
-    try:
-        if await asyncio.wait_for(acked, gw.config.store.timeout_seconds):
+    it and died before saying so has moved the round past it: nothing is delivered twice). While the round's
+    holder still counts as alive (it listens, and holds the lease) the answer is relayed to it again, asking
+    again for its word: a holder frozen past its lease loses the round, and the answer goes where it is taken
+    over, rather than into the frozen replica's subscription."""
+    store = gw.config.store
+    for _ in range(math.ceil(store.lease_seconds / store.timeout_seconds) + 2):
+        try:
+            if acked is not None and await asyncio.wait_for(acked, store.timeout_seconds):
+                return
+        except TimeoutError:
+            log.info("session %s: no acknowledgement for a relayed answer; delivering it by its stored round",
+                     session.session_id)
+        try:
+            holder = await _deliver_answer(gw, session, message, authorization, background=False)
+            if holder is None:  # delivered here, or nothing awaits it any more
+                return
+            acked = await gw.relay.answer_to(holder, session.session_id, message)  # type: ignore[union-attr]
+        except StoreUnavailable as exc:
+            log.warning("session %s: a relayed answer could not be delivered: %s", session.session_id, exc)
             return
-    except TimeoutError:
-        log.info("session %s: no acknowledgement for a relayed answer; delivering it by its stored round",
-                 session.session_id)
-    try:
-        await _deliver_answer(gw, session, message, authorization, background=False)
-    except StoreUnavailable as exc:
-        log.warning("session %s: a relayed answer could not be delivered: %s", session.session_id, exc)
 
 
 async def _deliver_answer(gw: Gateway, session: SessionRecord, message: dict[str, Any], authorization: str | None,
-                          *, background: bool) -> None:
+                          *, background: bool) -> str | None:
+    """Deliver an answer by its stored round; the live holder it is for, when it is not delivered here but left
+    to be relayed (only with ``background`` off: else it is relayed here, without asking for a word back)."""
     gid = message["id"]
 
     async def act(_record: PendingRound) -> None:
         exchange = gw.runtime(session.session_id).awaiting.pop(gid, None)
         if exchange is not None:
             await exchange.answer_now(gid, message)
-    await _continue(gw, session, authorization, lambda rounds: T.round_for_answer(rounds, gid),
-                    R.Relayed(R.RelayKind.ANSWER, session.session_id, message), act, background=background)
+    relayed = R.Relayed(R.RelayKind.ANSWER, session.session_id, message) if background else None
+    return await _continue(gw, session, authorization, lambda rounds: T.round_for_answer(rounds, gid), relayed, act,
+                           background=background)
 
 
 async def cancel(gw: Gateway, session: SessionRecord, request_id: str | int, message: dict[str, Any]) -> None:
@@ -102,37 +115,39 @@ async def resume(gw: Gateway, session: SessionRecord, stream: str, seq: int, aut
 
 async def _continue(gw: Gateway, session: SessionRecord, authorization: str | None, pick: Pick,
                     relayed: R.Relayed | None, act: Callable[[PendingRound], Any], *, background: bool,
-                    end: bool = False, after: int = 0) -> None:
+                    end: bool = False, after: int = 0) -> str | None:
     """Find the stored round ``pick`` chooses and do what :func:`adapters.takeover.decide` says, until the message
-    is delivered (``act`` on the exchange here, or relayed) or there is nothing to deliver it to."""
+    is delivered (``act`` on the exchange here, or ``relayed`` to the round's live holder) or there is nothing to
+    deliver it to. The live holder, when the round has one (whether ``relayed`` was sent to it or not)."""
     for _ in range(MAX_WAITS + 1):
         record = pick(await gw.store.rounds_of(session.session_id))
         decision = await _decide(gw, record)
         match decision:
             case T.NoRound():
-                return
+                return None
             case R.RelayTo(owner):
                 if relayed is not None:
                     await gw.relay.send(owner, relayed)  # type: ignore[union-attr]
-                return
+                return owner
             case T.HeldHere():
                 assert record is not None
                 claim = gw.taking.get(record.bridge_id)
                 if claim is not None:  # being taken over here by another message: deliver once it runs
                     await claim
                 await act(record)
-                return
+                return None
             case T.WaitFor(seconds):
                 if background:  # the client's POST is acknowledged now; the answer waits for the lease here
                     gw.runtime(session.session_id).spawn(_later(gw, session, authorization, pick, relayed, act,
                                                                 seconds, end))
-                    return
+                    return None
                 await asyncio.sleep(seconds)
             case T.TakeOver():
                 assert record is not None
                 if await take_over(gw, record, session, authorization, after=after, end=end):
                     await act(record)
-                    return
+                    return None
+    return None
 
 
 async def _later(gw: Gateway, session: SessionRecord, authorization: str | None, pick: Pick,

@@ -393,3 +393,31 @@ async def test_an_answer_relayed_as_its_round_is_handed_over_is_acknowledged_as_
         assert await within(b.answer(ask["id"], SAMPLED)) == 202
     await until(lambda: _true(len(upstream.calls("tools/call")) == 2))
     assert upstream.calls("tools/call")[1]["params"]["inputResponses"] == {"a": SAMPLED, "b": SAMPLED}
+
+
+async def test_an_answer_relayed_to_a_frozen_owner_goes_where_its_round_is_taken_over(make_gateway, upstream,
+                                                                                     redis_url, prefix) -> None:
+    """docs/design.md §40: A, the round's owner, is frozen (its subscription still counts as listening, but it
+    neither acts on what it receives nor renews its lease). B, given the client's answer, keeps relaying it and
+    asking for A's word; once A's lease lapses, B takes the round over and acts on the answer itself."""
+    upstream.script["tools/call"] = two_rounds
+    store = {"url": redis_url, "prefix": prefix, "lease_seconds": 1.0, "timeout_seconds": 0.3}
+    a = Legacy(await make_gateway(store=store))
+    b = Legacy(await make_gateway(store=store))
+    await a.initialize(CAPS)
+    b.session_id = a.session_id
+    _resp, first, (_last, second) = await first_round_asked(a)
+    gw_a, received = a.client.app[GATEWAY], []
+
+    async def frozen(data: Any) -> None:
+        received.append(data)
+
+    async def not_renewed(*args: Any, **kwargs: Any) -> list[str]:
+        return []
+    gw_a.relay.deliver, gw_a.store.renew_leases = frozen, not_renewed
+    assert await within(b.answer(first["id"], SAMPLED)) == 202
+    await until(lambda: _true(len(received) >= 2))  # relayed to A again while A still held the lease
+    await until(lambda: _true(bool(b.client.app[GATEWAY].leases)))  # B took the round over once A's lease lapsed
+    assert await within(b.answer(second["id"], SAMPLED)) == 202
+    await until(lambda: _true(len(upstream.calls("tools/call")) == 2))
+    assert upstream.calls("tools/call")[1]["params"]["inputResponses"] == {"a": SAMPLED, "b": SAMPLED}
