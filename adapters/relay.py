@@ -26,7 +26,7 @@ class RelayKind(StrEnum):
     ANSWER = "answer"  # a client's answer to a request the owner's exchange sent it
     CANCEL = "cancel"  # a client's notifications/cancelled for a request the owner is bridging
     END = "end"  # a session ended (DELETE) on some replica: every replica ends its runtime for it
-    ACK = "ack"  # the owner's word on a relayed answer that asked for one: acted on (its step saved), or not held
+    ACK = "ack"  # the owner's word on a relayed answer or cancel that asked for one: acted on, or not held
 
 
 _NO_MESSAGE = (RelayKind.END, RelayKind.ACK)  # the kinds that carry no client message
@@ -35,8 +35,8 @@ _NO_MESSAGE = (RelayKind.END, RelayKind.ACK)  # the kinds that carry no client m
 @dataclass(frozen=True, slots=True)
 class Relayed:
     """One message between replicas: its kind, the session, and the client's JSON-RPC message (none for END and
-    ACK). An answer that asks to be acknowledged names the replica to tell (``reply_to``) and a ``token`` of its
-    own; the ACK carries that token back, and ``held``: whether the owner held the answer's round and acted on it
+    ACK). An answer or cancel that asks to be acknowledged names the replica to tell (``reply_to``) and a ``token``
+    of its own; the ACK carries that token back, and ``held``: whether the owner held the round and acted on it
     (docs/design.md §34)."""
 
     kind: RelayKind
@@ -53,8 +53,8 @@ class Relayed:
         return dumps(raw)
 
     def ack(self, held: bool) -> Relayed | None:
-        """The acknowledgement this relayed answer asked for (None: it asked for none)."""
-        if self.kind is not RelayKind.ANSWER or self.reply_to is None or self.token is None:
+        """The acknowledgement this relayed answer or cancel asked for (None: it asked for none)."""
+        if self.kind not in (RelayKind.ANSWER, RelayKind.CANCEL) or self.reply_to is None or self.token is None:
             return None
         return Relayed(RelayKind.ACK, self.session_id, None, self.reply_to, self.token, held)
 

@@ -96,11 +96,12 @@ class _Inbox:
 
 
 class _Queued:
-    """A client's answer queued with the future its waiter awaits (set once the answer's step is saved)."""
+    """A client's answer (or a relayed cancel) queued with the future its waiter awaits (set once its step is
+    done: saved, for an answer)."""
 
     __slots__ = ("acted", "event")
 
-    def __init__(self, event: B.ClientAnswered, acted: asyncio.Future[bool]) -> None:
+    def __init__(self, event: B.ClientAnswered | B.Cancelled, acted: asyncio.Future[bool]) -> None:
         self.event, self.acted = event, acted
 
 
@@ -685,15 +686,15 @@ class Exchange:
             if self._upstream is not None and not self._upstream_began:  # the step's save, if any, waited
                 await asyncio.sleep(0)  # without letting it start: it sends now, then the 202 goes
         else:
-            await self._queue_answer(event)
+            await self._queue_waited(event)
 
     def answer(self, gateway_id: str, message: dict[str, Any]) -> asyncio.Future[bool]:
         """Queue the client's answer (one relayed from another replica). The future is True once the exchange
         has acted on it (its step saved), False when the exchange ended without doing so (finished, failed or
         handed over first)."""
-        return self._queue_answer(B.ClientAnswered(gateway_id, message.get("result"), message.get("error")))
+        return self._queue_waited(B.ClientAnswered(gateway_id, message.get("result"), message.get("error")))
 
-    def _queue_answer(self, event: B.ClientAnswered) -> asyncio.Future[bool]:
+    def _queue_waited(self, event: B.ClientAnswered | B.Cancelled) -> asyncio.Future[bool]:
         acted = asyncio.get_running_loop().create_future()
         self._acted.append(acted)
         self.events.put_nowait(_Queued(event, acted))
@@ -730,6 +731,17 @@ class Exchange:
             self._interrupt(B.Cancelled(reason))
             return
         self.events.put_nowait(B.Cancelled(reason))
+
+    def cancel_acted(self, reason: str | None) -> asyncio.Future[bool]:
+        """:meth:`cancel` (one relayed from another replica): the future is True once its step is done, False
+        when the exchange ended first without it. A request in its first, inline round (never saved, so no other
+        replica could continue it) is told at once."""
+        if self._inline is not None:
+            self.cancel(reason)
+            told: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+            told.set_result(True)
+            return told
+        return self._queue_waited(B.Cancelled(reason))
 
     def _interrupt(self, event: Any) -> None:
         """Stop :meth:`begin`'s upstream wait; the machine then handles ``event`` (the first one wins)."""

@@ -43,20 +43,39 @@ class RedisRelay:
         when no listening replica owns it (then maybe a takeover: gateway.session.takeover). Cancel the future to
         stop waiting."""
         key = R.answer_key(message.get("id"))
-        return None if key is None else await self._relay_answer(session_id, message, key=key)
+        return None if key is None else await self._relay(R.RelayKind.ANSWER, session_id, message, key=key)
 
     async def answer_to(self, replica: str, session_id: str, message: dict[str, Any]) -> asyncio.Future[bool] | None:
         """:meth:`answer`, to ``replica`` (the live holder of the answer's stored round)."""
-        return await self._relay_answer(session_id, message, replica=replica)
+        return await self._relay(R.RelayKind.ANSWER, session_id, message, replica=replica)
 
-    async def _relay_answer(self, session_id: str, message: dict[str, Any], *, key: str | None = None,
-                            replica: str | None = None) -> asyncio.Future[bool] | None:
+    async def cancel(self, session_id: str, request_id: str | int,
+                     message: dict[str, Any]) -> asyncio.Future[bool] | None:
+        """Pass a cancel to the replica bridging the request: the future of its acknowledgement (True once the
+        request ended there), as for :meth:`answer`. A request that claimed no owner may be a plain one answered
+        inline (``Exchange.begin`` claims nothing, to keep the store off every request's path): the cancel goes
+        to every replica, and the one running it stops it (docs/design.md §41); None then, as when the owner
+        does not listen."""
+        key = R.request_key(session_id, request_id)
+        owner = await self.store.owner_of(key)
+        if owner is None:
+            await self.store.publish(self.everyone, R.Relayed(R.RelayKind.CANCEL, session_id, message).encode())
+            return None
+        return await self._relay(R.RelayKind.CANCEL, session_id, message, key=key, owner=owner)
+
+    async def cancel_to(self, replica: str, session_id: str, message: dict[str, Any]) -> asyncio.Future[bool] | None:
+        """:meth:`cancel`, to ``replica`` (the live holder of the request's stored round)."""
+        return await self._relay(R.RelayKind.CANCEL, session_id, message, replica=replica)
+
+    async def _relay(self, kind: R.RelayKind, session_id: str, message: dict[str, Any], *, key: str = "",
+                     owner: str | None = None, replica: str | None = None) -> asyncio.Future[bool] | None:
+        """Relay ``message`` asking for an acknowledgement: to ``replica``, else to the owner of ``key``."""
         token = secrets.token_hex(8)
         acked = self.acks[token] = asyncio.get_running_loop().create_future()
         acked.add_done_callback(lambda _done: self.acks.pop(token, None))
-        relayed = R.Relayed(R.RelayKind.ANSWER, session_id, message, self.gateway.replica, token)
+        relayed = R.Relayed(kind, session_id, message, self.gateway.replica, token)
         try:
-            passed = await (self.send(replica, relayed) if replica is not None else self._pass_on(key or "", relayed))
+            passed = await (self.send(replica, relayed) if replica is not None else self._pass_on(key, relayed, owner))
         except BaseException:
             acked.cancel()
             raise
@@ -64,17 +83,6 @@ class RedisRelay:
             acked.cancel()
             return None
         return acked
-
-    async def cancel(self, session_id: str, request_id: str | int, message: dict[str, Any]) -> bool:
-        """Pass a cancel to the replica bridging the request. A request that claimed no owner may be a plain
-        one answered inline (``Exchange.begin`` claims nothing, to keep the store off every request's path):
-        the cancel goes to every replica, and the one running it stops it (docs/design.md §41)."""
-        relayed = R.Relayed(R.RelayKind.CANCEL, session_id, message)
-        owner = await self.store.owner_of(R.request_key(session_id, request_id))
-        if owner is None:
-            await self.store.publish(self.everyone, relayed.encode())
-            return False
-        return await self._pass_on(R.request_key(session_id, request_id), relayed, owner)
 
     async def listens(self, replica: str) -> bool:
         """Whether ``replica`` is subscribed to its channel (one that died, or lost Redis, is not)."""
@@ -161,12 +169,14 @@ class RedisRelay:
         cancel = local.cancel_request(message.get("params"))
         exchange = runtime.exchanges.get(cancel.request_id) if runtime is not None and cancel is not None else None
         if exchange is not None and cancel is not None:
-            exchange.cancel(cancel.reason)
+            self._acknowledge(relayed, exchange.cancel_acted(cancel.reason))
+        else:  # not run here (any more): ended, or its round moved on
+            await self._send_ack(relayed, held=False)
 
     def _acknowledge(self, relayed: R.Relayed, acted: asyncio.Future[bool]) -> None:
-        """Tell the relaying replica once the answer's step is saved, or that it was not acted on here (the
-        exchange ended first: handed over, say). It kept the answer meanwhile: a replica dying before that save
-        does not lose it (docs/design.md §34, §40)."""
+        """Tell the relaying replica once the answer's step is saved (a cancel's: the request ended), or that it
+        was not acted on here (the exchange ended first: handed over, say). It kept the message meanwhile: a
+        replica dying before that does not lose it (docs/design.md §34, §40)."""
         if relayed.ack(True) is None:
             return
 

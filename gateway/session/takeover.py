@@ -13,7 +13,7 @@ import asyncio
 import contextlib
 import math
 import secrets
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -39,20 +39,42 @@ async def answer(gw: Gateway, session: SessionRecord, message: dict[str, Any], a
     relayed answer is kept here until its owner says its step is saved: if the owner dies first (or says it
     holds no such round), the answer goes where the stored round now is, as if it had just arrived (§40)."""
     assert gw.relay is not None
-    acked = await gw.relay.answer(session.session_id, message)
-    if acked is not None:
-        gw.runtime(session.session_id).spawn(_until_acted(gw, session, message, authorization, acked))
+    sid = session.session_id
+    acked = await gw.relay.answer(sid, message)
+    if acked is None:
+        await _deliver_answer(gw, session, message, authorization, background=True)
         return
-    await _deliver_answer(gw, session, message, authorization, background=True)
+    relay = gw.relay
+    gw.runtime(sid).spawn(_until_acted(
+        gw, sid, acked, lambda: _deliver_answer(gw, session, message, authorization, background=False),
+        lambda holder: relay.answer_to(holder, sid, message)))
 
 
-async def _until_acted(gw: Gateway, session: SessionRecord, message: dict[str, Any], authorization: str | None,
-                       acked: asyncio.Future[bool] | None) -> None:
+async def cancel(gw: Gateway, session: SessionRecord, request_id: str | int, message: dict[str, Any]) -> None:
+    """A cancel for a request no exchange here runs: relayed to its owner (or to every replica, for a plain
+    request answered inline, docs/design.md §41); a saved round whose holder is gone is claimed and ended
+    without being continued (nothing is sent upstream for it again). A relayed cancel is kept here until its
+    owner says the request ended, as an answer is (§34)."""
+    assert gw.relay is not None
+    sid = session.session_id
+    acked = await gw.relay.cancel(sid, request_id, message)
+    if acked is None:
+        await _deliver_cancel(gw, session, request_id, message, background=True)
+        return
+    relay = gw.relay
+    gw.runtime(sid).spawn(_until_acted(
+        gw, sid, acked, lambda: _deliver_cancel(gw, session, request_id, message, background=False),
+        lambda holder: relay.cancel_to(holder, sid, message)))
+
+
+async def _until_acted(gw: Gateway, session_id: str, acked: asyncio.Future[bool] | None,
+                       deliver: Callable[[], Awaitable[str | None]],
+                       again: Callable[[str], Awaitable[asyncio.Future[bool] | None]]) -> None:
     """Wait (the store's timeout at most: the owner's step is one save) for the owner's word on a relayed
-    answer; without it, deliver the answer by the stored round, which then holds it or not (an owner that saved
+    message; without it, ``deliver`` it by the stored round, which then needs it or not (an owner that acted on
     it and died before saying so has moved the round past it: nothing is delivered twice). While the round's
-    holder still counts as alive (it listens, and holds the lease) the answer is relayed to it again, asking
-    again for its word: a holder frozen past its lease loses the round, and the answer goes where it is taken
+    holder still counts as alive (it listens, and holds the lease) the message is relayed to it ``again``, asking
+    again for its word: a holder frozen past its lease loses the round, and the message goes where it is taken
     over, rather than into the frozen replica's subscription."""
     store = gw.config.store
     for _ in range(math.ceil(store.lease_seconds / store.timeout_seconds) + 2):
@@ -60,15 +82,15 @@ async def _until_acted(gw: Gateway, session: SessionRecord, message: dict[str, A
             if acked is not None and await asyncio.wait_for(acked, store.timeout_seconds):
                 return
         except TimeoutError:
-            log.info("session %s: no acknowledgement for a relayed answer; delivering it by its stored round",
-                     session.session_id)
+            log.info("session %s: no acknowledgement for a relayed message; delivering it by its stored round",
+                     session_id)
         try:
-            holder = await _deliver_answer(gw, session, message, authorization, background=False)
-            if holder is None:  # delivered here, or nothing awaits it any more
+            holder = await deliver()
+            if holder is None:  # delivered here, or nothing needs it any more
                 return
-            acked = await gw.relay.answer_to(holder, session.session_id, message)  # type: ignore[union-attr]
+            acked = await again(holder)
         except StoreUnavailable as exc:
-            log.warning("session %s: a relayed answer could not be delivered: %s", session.session_id, exc)
+            log.warning("session %s: a relayed message could not be delivered: %s", session_id, exc)
             return
 
 
@@ -87,21 +109,19 @@ async def _deliver_answer(gw: Gateway, session: SessionRecord, message: dict[str
                            background=background)
 
 
-async def cancel(gw: Gateway, session: SessionRecord, request_id: str | int, message: dict[str, Any]) -> None:
-    """A cancel for a request no exchange here runs: relayed to its owner (or to every replica, for a plain
-    request answered inline, docs/design.md §41); a saved round whose holder is gone is claimed and ended
-    without being continued (nothing is sent upstream for it again)."""
-    assert gw.relay is not None
-    if await gw.relay.cancel(session.session_id, request_id, message):
-        return
+async def _deliver_cancel(gw: Gateway, session: SessionRecord, request_id: str | int, message: dict[str, Any], *,
+                          background: bool) -> str | None:
+    """Deliver a cancel by its request's stored round (ended, never continued, when taken over): as
+    :func:`_deliver_answer`."""
     reason = (local.cancel_request(message.get("params")) or local.CancelRequest(request_id, None)).reason
 
     async def act(record: PendingRound) -> None:
         exchange = gw.runtime(session.session_id).exchanges.get(record.downstream_id)
         if exchange is not None:
             exchange.cancel(reason)
-    await _continue(gw, session, None, lambda rounds: T.round_for_request(rounds, request_id),
-                    R.Relayed(R.RelayKind.CANCEL, session.session_id, message), act, background=True, end=True)
+    relayed = R.Relayed(R.RelayKind.CANCEL, session.session_id, message) if background else None
+    return await _continue(gw, session, None, lambda rounds: T.round_for_request(rounds, request_id), relayed, act,
+                           background=background, end=True)
 
 
 async def resume(gw: Gateway, session: SessionRecord, stream: str, seq: int, authorization: str | None) -> None:

@@ -27,7 +27,7 @@ def test_route() -> None:
     assert R.route("other", "me") == R.RelayTo("other")
 
 
-def test_an_answer_that_asks_to_be_acknowledged_round_trips_and_names_its_ack() -> None:
+def test_an_answer_or_cancel_that_asks_to_be_acknowledged_round_trips_and_names_its_ack() -> None:
     answer = R.Relayed(R.RelayKind.ANSWER, "s1", {"jsonrpc": "2.0", "id": "g1", "result": {}}, "replica-b", "t1")
     assert R.Relayed.decode(answer.encode()) == answer
     for held in (True, False):
@@ -35,7 +35,9 @@ def test_an_answer_that_asks_to_be_acknowledged_round_trips_and_names_its_ack() 
         assert ack == R.Relayed(R.RelayKind.ACK, "s1", None, "replica-b", "t1", held)
         assert R.Relayed.decode(ack.encode()) == ack
     assert R.Relayed(R.RelayKind.ANSWER, "s1", {"id": "g1"}).ack(True) is None  # it asked for none
-    assert R.Relayed(R.RelayKind.CANCEL, "s1", {}, "replica-b", "t1").ack(True) is None
+    cancel = R.Relayed(R.RelayKind.CANCEL, "s1", {"method": "notifications/cancelled"}, "replica-b", "t2")
+    assert cancel.ack(False) == R.Relayed(R.RelayKind.ACK, "s1", None, "replica-b", "t2", False)
+    assert R.Relayed(R.RelayKind.END, "s1", None, "replica-b", "t3").ack(True) is None  # an end asks for none
     for bad in (b'{"k": "ack", "s": "s1", "m": null}',  # an ack without its token
                 b'{"k": "ack", "s": "s1", "m": {}, "r": "b", "t": "t1", "h": true}',  # an ack carries no message
                 b'{"k": "answer", "s": "s1", "m": {}, "r": "b", "t": 5}',

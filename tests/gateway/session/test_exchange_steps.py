@@ -201,7 +201,7 @@ async def test_a_queued_answer_is_acknowledged_after_its_own_step(upstream, aioh
     stepped: set[str] = set()
     premature: list[str] = []
     waiters: dict[int, str] = {}
-    step, settle, queue = Exchange._step, Exchange._settle, Exchange._queue_answer
+    step, settle, queue = Exchange._step, Exchange._settle, Exchange._queue_waited
 
     async def watched_step(exchange: Exchange, event: Any) -> None:
         await step(exchange, event)
@@ -220,7 +220,7 @@ async def test_a_queued_answer_is_acknowledged_after_its_own_step(upstream, aioh
         return acted
     monkeypatch.setattr(Exchange, "_step", watched_step)
     monkeypatch.setattr(Exchange, "_settle", watched_settle)
-    monkeypatch.setattr(Exchange, "_queue_answer", watched_queue)
+    monkeypatch.setattr(Exchange, "_queue_waited", watched_queue)
     client = await gateway(upstream, aiohttp_client, SharedMemoryStore())
     resp, first, second = await two_requests_sent(client)
     runtime = client.client.app[GATEWAY].runtime(client.session_id)

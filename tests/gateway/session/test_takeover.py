@@ -421,3 +421,33 @@ async def test_an_answer_relayed_to_a_frozen_owner_goes_where_its_round_is_taken
     assert await within(b.answer(second["id"], SAMPLED)) == 202
     await until(lambda: _true(len(upstream.calls("tools/call")) == 2))
     assert upstream.calls("tools/call")[1]["params"]["inputResponses"] == {"a": SAMPLED, "b": SAMPLED}
+
+
+async def test_a_cancel_relayed_to_a_replica_that_dies_before_acting_still_ends_the_round(make_gateway, upstream,
+                                                                                         redis_url, prefix) -> None:
+    """docs/design.md §34: B relays the client's cancel to A, which receives it and stops before acting on it. B
+    kept the cancel: with no acknowledgement it ends the round where it is taken over, and nothing is sent
+    upstream for it again (without that, the round would go on with the client's next answers)."""
+    upstream.script["tools/call"] = two_rounds
+    store = {"url": redis_url, "prefix": prefix, "lease_seconds": 5.0, "timeout_seconds": 0.5}
+    a = Legacy(await make_gateway(store=store))
+    b = Legacy(await make_gateway(store=store))
+    await a.initialize(CAPS)
+    b.session_id = a.session_id
+    resp, _first, _second = await first_round_asked(a)
+    relay_a, received = a.client.app[GATEWAY].relay, asyncio.Event()
+
+    async def dies_on_receipt(data: Any) -> None:  # received, never acted on, never acknowledged
+        received.set()
+    relay_a.deliver = dies_on_receipt
+    assert await b.notify("notifications/cancelled", {"requestId": a.next_id, "reason": "stop"}) == 202
+    await within(received.wait())
+    await a.client.server.close()  # A goes; its saved round is free to take over
+    await within(until_closed(a, resp))
+    store_b = b.client.app[GATEWAY].store
+
+    async def ended() -> bool:
+        return await store_b.rounds_of(a.session_id) == []
+    await until(ended)  # claimed and ended by B
+    assert len(upstream.calls("tools/call")) == 1  # nothing was sent upstream again
+    assert b.client.app[GATEWAY].runtime(a.session_id).exchanges == {}
