@@ -39,15 +39,10 @@ async def answer(gw: Gateway, session: SessionRecord, message: dict[str, Any], a
     relayed answer is kept here until its owner says its step is saved: if the owner dies first (or says it
     holds no such round), the answer goes where the stored round now is, as if it had just arrived (§40)."""
     assert gw.relay is not None
-    sid = session.session_id
-    acked = await gw.relay.answer(sid, message)
-    if acked is None:
-        await _deliver_answer(gw, session, message, authorization, background=True)
-        return
-    relay = gw.relay
-    gw.runtime(sid).spawn(_until_acted(
-        gw, sid, acked, lambda: _deliver_answer(gw, session, message, authorization, background=False),
-        lambda holder: relay.answer_to(holder, sid, message)))
+    relay, sid = gw.relay, session.session_id
+    await _kept(gw, sid, await relay.answer(sid, message),
+                lambda background: _deliver_answer(gw, session, message, authorization, background=background),
+                lambda holder: relay.answer_to(holder, sid, message))
 
 
 async def cancel(gw: Gateway, session: SessionRecord, request_id: str | int, message: dict[str, Any]) -> None:
@@ -56,20 +51,29 @@ async def cancel(gw: Gateway, session: SessionRecord, request_id: str | int, mes
     without being continued (nothing is sent upstream for it again). A relayed cancel is kept here until its
     owner says the request ended, as an answer is (§34)."""
     assert gw.relay is not None
-    sid = session.session_id
-    acked = await gw.relay.cancel(sid, request_id, message)
+    relay, sid = gw.relay, session.session_id
+    await _kept(gw, sid, await relay.cancel(sid, request_id, message),
+                lambda background: _deliver_cancel(gw, session, request_id, message, background=background),
+                lambda holder: relay.cancel_to(holder, sid, message))
+
+
+Deliver = Callable[[bool], Awaitable[str | None]]  # by the stored round; with ``background``; the live holder
+Again = Callable[[str], Awaitable[asyncio.Future[bool] | None]]  # relay to that holder, asking for its word
+
+
+async def _kept(gw: Gateway, session_id: str, acked: asyncio.Future[bool] | None, deliver: Deliver,
+                again: Again) -> None:
+    """A message relayed to its owner (``acked``: its acknowledgement) is kept until the owner acts on it
+    (:func:`_until_acted`, in the background: the client's POST is acknowledged now); one no live owner took is
+    delivered by its stored round at once."""
     if acked is None:
-        await _deliver_cancel(gw, session, request_id, message, background=True)
+        await deliver(True)
         return
-    relay = gw.relay
-    gw.runtime(sid).spawn(_until_acted(
-        gw, sid, acked, lambda: _deliver_cancel(gw, session, request_id, message, background=False),
-        lambda holder: relay.cancel_to(holder, sid, message)))
+    gw.runtime(session_id).spawn(_until_acted(gw, session_id, acked, lambda: deliver(False), again))
 
 
 async def _until_acted(gw: Gateway, session_id: str, acked: asyncio.Future[bool] | None,
-                       deliver: Callable[[], Awaitable[str | None]],
-                       again: Callable[[str], Awaitable[asyncio.Future[bool] | None]]) -> None:
+                       deliver: Callable[[], Awaitable[str | None]], again: Again) -> None:
     """Wait (the store's timeout at most: the owner's step is one save) for the owner's word on a relayed
     message; without it, ``deliver`` it by the stored round, which then needs it or not (an owner that acted on
     it and died before saying so has moved the round past it: nothing is delivered twice). While the round's

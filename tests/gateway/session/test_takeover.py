@@ -27,8 +27,9 @@ from tests.gateway.session.test_relay import owner_keys, within
 redis_url, prefix, until = redis_tests.redis_url, redis_tests.prefix, redis_tests.until  # its fixtures, shared
 
 
-async def replicas(make_gateway: Any, redis_url: str, prefix: str, **config: Any) -> tuple[Legacy, Legacy]:
-    store = {"url": redis_url, "prefix": prefix, "lease_seconds": 5.0}
+async def replicas(make_gateway: Any, redis_url: str, prefix: str, *, lease_seconds: float = 5.0,
+                   timeout_seconds: float = 2.0, **config: Any) -> tuple[Legacy, Legacy]:
+    store = {"url": redis_url, "prefix": prefix, "lease_seconds": lease_seconds, "timeout_seconds": timeout_seconds}
     a = Legacy(await make_gateway(store=store, **config))
     b = Legacy(await make_gateway(store=store, **config))
     await a.initialize(CAPS)
@@ -319,11 +320,7 @@ async def test_an_answer_relayed_to_a_replica_that_dies_before_acting_is_not_los
     acknowledgement it delivers it by the stored round, which it takes over once A's lease is free, so the
     round goes on with both answers instead of waiting for one that was acknowledged and lost."""
     upstream.script["tools/call"] = two_rounds
-    store = {"url": redis_url, "prefix": prefix, "lease_seconds": 5.0, "timeout_seconds": 0.5}
-    a = Legacy(await make_gateway(store=store))
-    b = Legacy(await make_gateway(store=store))
-    await a.initialize(CAPS)
-    b.session_id = a.session_id
+    a, b = await replicas(make_gateway, redis_url, prefix, timeout_seconds=0.5)
     resp, first, (_last, second) = await first_round_asked(a)
     relay_a, received = a.client.app[GATEWAY].relay, asyncio.Event()
 
@@ -401,11 +398,7 @@ async def test_an_answer_relayed_to_a_frozen_owner_goes_where_its_round_is_taken
     neither acts on what it receives nor renews its lease). B, given the client's answer, keeps relaying it and
     asking for A's word; once A's lease lapses, B takes the round over and acts on the answer itself."""
     upstream.script["tools/call"] = two_rounds
-    store = {"url": redis_url, "prefix": prefix, "lease_seconds": 1.0, "timeout_seconds": 0.3}
-    a = Legacy(await make_gateway(store=store))
-    b = Legacy(await make_gateway(store=store))
-    await a.initialize(CAPS)
-    b.session_id = a.session_id
+    a, b = await replicas(make_gateway, redis_url, prefix, lease_seconds=1.0, timeout_seconds=0.3)
     _resp, first, (_last, second) = await first_round_asked(a)
     gw_a, received = a.client.app[GATEWAY], []
 
@@ -429,11 +422,7 @@ async def test_a_cancel_relayed_to_a_replica_that_dies_before_acting_still_ends_
     kept the cancel: with no acknowledgement it ends the round where it is taken over, and nothing is sent
     upstream for it again (without that, the round would go on with the client's next answers)."""
     upstream.script["tools/call"] = two_rounds
-    store = {"url": redis_url, "prefix": prefix, "lease_seconds": 5.0, "timeout_seconds": 0.5}
-    a = Legacy(await make_gateway(store=store))
-    b = Legacy(await make_gateway(store=store))
-    await a.initialize(CAPS)
-    b.session_id = a.session_id
+    a, b = await replicas(make_gateway, redis_url, prefix, timeout_seconds=0.5)
     resp, _first, _second = await first_round_asked(a)
     relay_a, received = a.client.app[GATEWAY].relay, asyncio.Event()
 
