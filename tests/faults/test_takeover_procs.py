@@ -273,6 +273,29 @@ async def test_a_replica_stalled_past_its_lease_gives_the_round_up(three, redis_
     assert (await echoed.json())["result"]["content"][0]["text"] == "A works"  # A serves the session again
 
 
+async def test_an_answer_relayed_to_a_frozen_replica_is_acted_on_where_its_round_goes(three) -> None:
+    """A is frozen (SIGSTOP) just as the client's answer reaches B, which relays it to A, still the round's live
+    owner (its lease not lapsed, its subscription open). No word comes back, so B keeps the answer and, once A's
+    lease lapses, acts on it where the round is taken over. The client, resuming on C, finishes the call. (A,
+    woken, may send that one round upstream again before its fenced save stops it: design §40.)"""
+    upstream, (a, _b, _c), (on_a, on_b, on_c) = three
+    _resp, seen, first = await asked_on_a(on_a, on_b, on_c)
+    a.proc.send_signal(signal.SIGSTOP)
+    try:
+        assert await within(on_b.answer(first["id"], sampled(first))) == 202  # relayed to A, which never answers
+        stream = await within(on_c.client.get("/mcp", headers={**on_c.headers(), "Accept": "text/event-stream",
+                                                               "Last-Event-ID": seen}))
+        _, second = await within(on_c.next_event(stream))
+        assert second["method"] == "sampling/createMessage"  # the next round: the first answer was acted on
+        assert await within(on_c.answer(second["id"], sampled(second))) == 202
+        _, final = await within(on_c.next_event(stream))
+        assert final["id"] == on_a.next_id and not final["result"].get("isError")
+    finally:
+        a.proc.send_signal(signal.SIGCONT)
+    rounds = [sorted(r["params"].get("inputResponses", {})) for r in upstream.calls("summarize_repo")]
+    assert rounds[0] == [] and rounds[-1] == ["summary"] and set(map(tuple, rounds[1:-1])) == {("pick_files",)}
+
+
 @pytest.fixture
 async def pair(aiohttp_server, tmp_path, redis_url, prefix):
     """Two replicas, the core behind an upstream that holds the confirmed deletion's answer back, a raw client on
