@@ -34,8 +34,8 @@ class RedisRelay:
         self.gateway, self.store = gateway, store  # store: a RedisStore (publish, redis, prefix)
         self.own = R.relay_channel(store.prefix, gateway.replica)
         self.everyone = R.broadcast_channel(store.prefix)
-        self.acks: dict[str, asyncio.Future[bool]] = {}  # token -> the acknowledgement a relayed answer awaits
-        self.acking: set[asyncio.Task[None]] = set()  # acknowledgements to send once their answer is acted on
+        self.acks: dict[str, asyncio.Future[bool]] = {}  # token -> the acknowledgement a relayed message awaits
+        self.acking: set[asyncio.Task[None]] = set()  # acknowledgements to send once their message is acted on
 
     async def answer(self, session_id: str, message: dict[str, Any]) -> asyncio.Future[bool] | None:
         """Pass a client's answer to the replica whose exchange asked for it: the future of that replica's
