@@ -19,6 +19,7 @@ from adapters import relay as R
 from adapters.sse import parse_event_id
 from gateway.http.app import GATEWAY
 from gateway.session import takeover
+from gateway.session.store import StoreUnavailable
 from tests.gateway.conftest import CAPS, Legacy, hang_until_closed, text
 from tests.gateway.http.test_bridge_shell import SAMPLED, SAMPLING, two_rounds
 from tests.gateway.session import test_redis_store as redis_tests
@@ -231,7 +232,6 @@ async def test_a_result_whose_round_end_fails_still_reaches_the_client(upstream,
     (which no other replica could finish) is dropped."""
     from gateway.config.settings import load_config
     from gateway.http.app import create_app
-    from gateway.session.store import StoreUnavailable
 
     class EndFails(redis_tests.RedisStore):
         async def end_round(self, *args: Any, **kwargs: Any) -> None:
@@ -440,3 +440,30 @@ async def test_a_cancel_relayed_to_a_replica_that_dies_before_acting_still_ends_
     await until(ended)  # claimed and ended by B
     assert len(upstream.calls("tools/call")) == 1  # nothing was sent upstream again
     assert b.client.app[GATEWAY].runtime(a.session_id).exchanges == {}
+
+
+async def test_an_acknowledgement_that_cannot_be_sent_leaves_nothing_delivered_twice(make_gateway, upstream,
+                                                                                    redis_url, prefix,
+                                                                                    caplog) -> None:
+    """The owner acts on a relayed answer but its acknowledgement fails (Redis refused the publish): the owner
+    logs it, and the sender, hearing nothing, delivers the answer by the stored round, which has moved past it,
+    so nothing is delivered or sent upstream twice."""
+    upstream.script["tools/call"] = two_rounds
+    a, b = await replicas(make_gateway, redis_url, prefix, timeout_seconds=0.5)
+    _resp, first, (_last, second) = await first_round_asked(a)
+    relay_a, relay_b = a.client.app[GATEWAY].relay, b.client.app[GATEWAY].relay
+    send = relay_a.send
+
+    async def acks_fail(replica: str, relayed: Any) -> bool:
+        if relayed.kind is R.RelayKind.ACK:
+            raise StoreUnavailable("the session store (Redis) failed: publish refused")
+        return await send(replica, relayed)
+    relay_a.send = acks_fail
+    for ask in (first, second):
+        assert await within(b.answer(ask["id"], SAMPLED)) == 202
+    await until(lambda: _true(len(upstream.calls("tools/call")) == 2))
+    await until(lambda: _true(relay_b.acks == {}))  # B stopped waiting: the stored round needs neither answer
+    await asyncio.sleep(0.2)
+    assert len(upstream.calls("tools/call")) == 2
+    assert upstream.calls("tools/call")[1]["params"]["inputResponses"] == {"a": SAMPLED, "b": SAMPLED}
+    assert any("acknowledgement was not sent" in r.getMessage() for r in caplog.records)
