@@ -127,9 +127,10 @@ class PendingRound:
     started_ms: int = 0
     stream: str | None = None
     stream_seq: int = 0
-    # True when the request came with a credential (Authorization). The credential itself is never stored: a
-    # round that needs one is continued only by a replica its client's next message reaches, which brings it
-    # (docs/design.md §40, the sweep).
+    # True when the round's upstream calls carry the client's own credential (adapters.takeover.token_goes_upstream:
+    # the request came with an Authorization its upstream is passed). The credential itself is never stored: such a
+    # round is continued only by a replica its client's next message reaches, which brings it (docs/design.md §40,
+    # the sweep).
     authorized: bool | None = None
 
     def to_dict(self) -> dict[str, Any]:

@@ -21,7 +21,7 @@ from adapters.relay import RelayTo
 
 __all__ = ["LAPSE_MARGIN_SECONDS", "SWEEP_BATCH", "HeldHere", "Lease", "NoRound", "Repeat", "Sweep", "TakeOver",
            "WaitFor", "decide", "renew_interval", "repeats", "round_for_answer", "round_for_request",
-           "round_for_stream", "sweep_interval", "swept"]
+           "round_for_stream", "sweep_interval", "swept", "token_goes_upstream"]
 
 # A wait for a lease to lapse ends this much after the store's remaining time, so the claim does not race the
 # expiry itself (Redis expires a key within a millisecond of its deadline).
@@ -89,12 +89,21 @@ class Sweep(StrEnum):
 SWEEP_BATCH = 50  # orphaned rounds taken over by one sweep; the next sweep takes the rest
 
 
+def token_goes_upstream(authorization: str | None, forwards_token: bool) -> bool | None:
+    """What a round's record keeps of its request's credential (``PendingRound.authorized``): True when its
+    upstream calls carry the client's own token, the request having come with one to an upstream that is passed
+    the client's token (``auth = "forward"``); else None. The token is never stored, so only such a round needs its
+    client's next message to go on (:func:`swept`). An upstream sent the gateway's own credential, or none, gets
+    the same retry from whichever replica continues the round."""
+    return True if authorization and forwards_token else None
+
+
 def swept(record: PendingRound, session_live: bool) -> Sweep:
     """The sweep's rule (docs/design.md §40). A round in flight upstream when its replica died is sent again by
     whoever continues it (:func:`repeats`), so continuing it without waiting for its client completes what the
     client confirmed; a round waiting for its client is continued the same way, so its timers run again and end it
-    if the client never answers. A round whose request carried a credential waits for its client instead: the
-    retry would go upstream without it."""
+    if the client never answers. A round whose upstream calls carry its client's token
+    (:func:`token_goes_upstream`) waits for its client instead: the retry would go upstream without it."""
     if not session_live or record.phase is Phase.DONE:
         return Sweep.END
     if record.authorized:

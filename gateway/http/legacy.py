@@ -11,6 +11,7 @@ from aiohttp import web
 from adapters.bridge import BridgeLimits
 from adapters.records import PendingRound, SessionRecord
 from adapters.session import SessionChange, UpdateSession
+from adapters.takeover import token_goes_upstream
 from gateway.session import takeover
 from gateway.session.exchange import Exchange, bridge_context
 from gateway.session.runtime import Gateway, log, new_id
@@ -39,8 +40,9 @@ async def forward(request: web.Request, gw: Gateway, session: SessionRecord, mes
     stream or task is made), else the exchange's stream (not written yet)."""
     runtime = gw.runtime(session.session_id)
     ident, authorization = message["id"], request.headers.get("Authorization")
+    carried = token_goes_upstream(authorization, gw.upstream_for(session.upstream).forwards_token)
     record = PendingRound(new_id("b"), session.session_id, ident, message["method"], message.get("params") or {},
-                          started_ms=gw.clock(), authorized=True if authorization else None)
+                          started_ms=gw.clock(), authorized=carried)
     exchange = Exchange(runtime, record, bridge_context(runtime, session, limits), authorization, session)
     exchange.observer = gw.observer.exchange(request, session, message)
     runtime.exchanges[ident] = exchange

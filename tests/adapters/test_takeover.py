@@ -70,6 +70,16 @@ def test_what_the_sweep_does_with_a_round_nobody_holds() -> None:
     assert T.sweep_interval(10.0) == 10.0
 
 
+def test_a_round_keeps_that_it_needs_its_clients_token_only_when_that_token_goes_upstream() -> None:
+    """docs/design.md §40: the token is never stored, so a round waits for its client's next message only when
+    its upstream calls carry that token; the gateway's own credential, or none, any replica sends alike."""
+    assert T.token_goes_upstream("Bearer t", forwards_token=True) is True
+    assert T.token_goes_upstream("Bearer t", forwards_token=False) is None
+    assert T.token_goes_upstream(None, forwards_token=True) is None
+    assert T.token_goes_upstream("", forwards_token=True) is None
+    assert T.token_goes_upstream(None, forwards_token=False) is None
+
+
 def test_what_a_continued_round_repeats_upstream() -> None:
     m = asked(machine())
     assert T.repeats(m.record) is T.Repeat.NOTHING

@@ -188,9 +188,9 @@ class Legacy:
         resp = await self.client.post("/mcp", json=body, headers=self.headers())
         return resp.status
 
-    async def resume(self, last_event_id: str) -> Any:
+    async def resume(self, last_event_id: str, **headers: str) -> Any:
         """``GET`` with ``Last-Event-ID``: the stream's later events (2025-11-25 basic/transports §Resumability)."""
-        return await self.client.get("/mcp", headers={**self.headers(), "Accept": "text/event-stream",
+        return await self.client.get("/mcp", headers={**self.headers(**headers), "Accept": "text/event-stream",
                                                       "Last-Event-ID": last_event_id})
 
     async def answer(self, ident: Any, result: Any = None, error: Any = None, **headers: str) -> int:

@@ -293,6 +293,43 @@ async def test_the_sweep_continues_a_handed_over_round_unless_it_needs_a_credent
     assert {e.record.authorized for e in gateway_b.leases.values()} == {None, True}
 
 
+async def test_the_sweep_continues_a_credentialed_round_whose_upstream_gets_the_gateways_own(
+        make_gateway, upstream, redis_url, prefix, monkeypatch) -> None:
+    """A client token that never goes upstream is not needed to go on: on an upstream sent the gateway's own
+    credential (``auth = "gateway"``), the sweep continues the round of a request that carried a token as it does
+    any other, and every upstream call, the repeated retry included, carries the gateway's credential, never the
+    client's (adapters.takeover.token_goes_upstream)."""
+    monkeypatch.setenv("TAKEOVER_TEST_UPSTREAM_TOKEN", "ours")
+    pins = {"upstreams": {"svc": {"url": upstream.url, "auth": "gateway", "token_env": "TAKEOVER_TEST_UPSTREAM_TOKEN"}},
+            "default_peer": {"name": "everyone", "upstream": "svc"}}
+    upstream.script["tools/call"] = two_rounds
+    a, b = await replicas(make_gateway, redis_url, prefix, pins=pins)
+    token = {"Authorization": "Bearer the-clients"}
+    a2, b2 = Legacy(a.client), Legacy(b.client)
+    await a2.initialize(CAPS, **token)
+    b2.session_id = a2.session_id
+    resp = await a2.post("tools/call", {"name": "t", "arguments": {"x": [3]}}, **token)
+    await within(a2.next_event(resp))  # priming
+    _, first = await within(a2.next_event(resp))
+    last, second = await within(a2.next_event(resp))
+    assert await a2.answer(first["id"], SAMPLED, **token) == 202
+    await a.client.server.close()  # hands it over: no lease left, nobody holds it
+    gateway_b = b.client.server.app[GATEWAY]
+    assert await within(takeover.sweep(gateway_b)) == 1  # continued without a message from its client
+    (held,) = gateway_b.leases.values()
+    assert held.record.session_id == a2.session_id and held.record.authorized is None
+    assert await within(b2.answer(second["id"], SAMPLED, **token)) == 202
+    stream = await within(b2.resume(last, **token))
+    _, third = await within(b2.next_event(stream))
+    assert third["method"] == "sampling/createMessage"
+    assert await b2.answer(third["id"], SAMPLED, **token) == 202
+    _, final = await within(b2.next_event(stream))
+    assert final["result"]["content"][0]["text"] == "bridged"
+    sent = [h.get("Authorization") for h, m in zip(upstream.headers, upstream.received, strict=True)
+            if m.get("method") == "tools/call"]
+    assert sent == ["Bearer ours"] * 3
+
+
 async def test_the_sweep_ends_a_round_whose_session_went_idle(make_gateway, upstream, redis_url, prefix) -> None:
     """A round nobody holds whose session is idle past the limit has nobody left to answer: the sweep ends it
     (its record and lease go) instead of continuing it, and nothing is sent upstream again."""
