@@ -34,53 +34,44 @@ MAX_WAITS = 4  # lease lapses waited for one message: a holder that keeps renewi
 
 
 async def answer(gw: Gateway, session: SessionRecord, message: dict[str, Any], authorization: str | None) -> None:
-    """A client's answer that no exchange here awaits: relayed to its live owner, or, when the round's holder is
-    gone, given to the round once this replica has taken it over (waiting for the lease in the background). A
-    relayed answer is kept here until its owner says its step is saved: if the owner dies first (or says it
-    holds no such round), the answer goes where the stored round now is, as if it had just arrived (§40)."""
+    """A client's answer that no exchange here awaits, returning once the round it is for has acted on it (its
+    step saved) wherever that round runs, or once nothing needs it: relayed to the round's live owner and kept
+    until the owner says so; when the round's holder is gone, given to the round once this replica has taken it
+    over (after its lease lapses). So the client's ``202`` means what it means for an answer to a round running
+    here (docs/design.md §26, §40): a replica that dies before then leaves the POST unanswered, for the client to
+    send again, never an acknowledged answer that only a dead replica knew."""
     assert gw.relay is not None
     relay, sid = gw.relay, session.session_id
-    await _kept(gw, sid, await relay.answer(sid, message),
-                lambda background: _deliver_answer(gw, session, message, authorization, background=background),
-                lambda holder: relay.answer_to(holder, sid, message))
+    await _kept(sid, await relay.answer(sid, message), lambda: _deliver_answer(gw, session, message, authorization),
+                lambda holder: relay.answer_to(holder, sid, message), gw.config.store)
 
 
 async def cancel(gw: Gateway, session: SessionRecord, request_id: str | int, message: dict[str, Any]) -> None:
-    """A cancel for a request no exchange here runs: relayed to its owner (or to every replica, for a plain
-    request answered inline, docs/design.md §41); a saved round whose holder is gone is claimed and ended
-    without being continued (nothing is sent upstream for it again). A relayed cancel is kept here until its
-    owner says the request ended, as an answer is (§34)."""
+    """A cancel for a request no exchange here runs, returning once the request ended wherever it ran: relayed to
+    its owner (or to every replica, for a plain request answered inline, docs/design.md §41) and kept until the
+    owner says the request ended; a saved round whose holder is gone is claimed and ended without being continued
+    (nothing is sent upstream for it again)."""
     assert gw.relay is not None
     relay, sid = gw.relay, session.session_id
-    await _kept(gw, sid, await relay.cancel(sid, request_id, message),
-                lambda background: _deliver_cancel(gw, session, request_id, message, background=background),
-                lambda holder: relay.cancel_to(holder, sid, message))
+    await _kept(sid, await relay.cancel(sid, request_id, message),
+                lambda: _deliver_cancel(gw, session, request_id, message),
+                lambda holder: relay.cancel_to(holder, sid, message), gw.config.store)
 
 
-Deliver = Callable[[bool], Awaitable[str | None]]  # by the stored round; with ``background``; the live holder
+Deliver = Callable[[], Awaitable[str | None]]  # by the stored round: None once delivered, else the live holder
 Again = Callable[[str], Awaitable[asyncio.Future[bool] | None]]  # relay to that holder, asking for its word
 
 
-async def _kept(gw: Gateway, session_id: str, acked: asyncio.Future[bool] | None, deliver: Deliver,
-                again: Again) -> None:
-    """A message relayed to its owner (``acked``: its acknowledgement) is kept until the owner acts on it
-    (:func:`_until_acted`, in the background: the client's POST is acknowledged now); one no live owner took is
-    delivered by its stored round at once."""
-    if acked is None:
-        await deliver(True)
-        return
-    gw.runtime(session_id).spawn(_until_acted(gw, session_id, acked, lambda: deliver(False), again))
-
-
-async def _until_acted(gw: Gateway, session_id: str, acked: asyncio.Future[bool] | None,
-                       deliver: Callable[[], Awaitable[str | None]], again: Again) -> None:
-    """Wait (the store's timeout at most: the owner's step is one save) for the owner's word on a relayed
-    message; without it, ``deliver`` it by the stored round, which then needs it or not (an owner that acted on
-    it and died before saying so has moved the round past it: nothing is delivered twice). While the round's
-    holder still counts as alive (it listens, and holds the lease) the message is relayed to it ``again``, asking
-    again for its word: a holder frozen past its lease loses the round, and the message goes where it is taken
-    over, rather than into the frozen replica's subscription."""
-    store = gw.config.store
+async def _kept(session_id: str, acked: asyncio.Future[bool] | None, deliver: Deliver, again: Again,
+                store: Any) -> None:
+    """Wait (the store's timeout at most each time: the owner's step is one save) for the owner's word on a
+    relayed message (``acked``; None when no live owner took it); without it, ``deliver`` it by the stored round,
+    which then needs it or not (an owner that acted on it and died before saying so has moved the round past it:
+    nothing is delivered twice). While the round's holder still counts as alive (it listens, and holds the lease)
+    the message is relayed to it ``again``, asking again for its word: a holder frozen past its lease loses the
+    round, and the message goes where it is taken over, rather than into the frozen replica's subscription. A
+    holder that stays alive without ever acting on it leaves the message undelivered: the client is told
+    (``StoreUnavailable``), not acknowledged."""
     for _ in range(math.ceil(store.lease_seconds / store.timeout_seconds) + 2):
         try:
             if acked is not None and await asyncio.wait_for(acked, store.timeout_seconds):
@@ -88,33 +79,30 @@ async def _until_acted(gw: Gateway, session_id: str, acked: asyncio.Future[bool]
         except TimeoutError:
             log.info("session %s: no acknowledgement for a relayed message; delivering it by its stored round",
                      session_id)
-        try:
-            holder = await deliver()
-            if holder is None:  # delivered here, or nothing needs it any more
-                return
-            acked = await again(holder)
-        except StoreUnavailable as exc:
-            log.warning("session %s: a relayed message could not be delivered: %s", session_id, exc)
+        holder = await deliver()
+        if holder is None:  # delivered here, or nothing needs it any more
             return
+        acked = await again(holder)
+    log.warning("session %s: replica %s holds the round of a client's message but never acted on it", session_id,
+                holder)
+    raise StoreUnavailable(f"the replica running the round ({holder}) did not act on the message")
 
 
-async def _deliver_answer(gw: Gateway, session: SessionRecord, message: dict[str, Any], authorization: str | None,
-                          *, background: bool) -> str | None:
-    """Deliver an answer by its stored round; the live holder it is for, when it is not delivered here but left
-    to be relayed (only with ``background`` off: else it is relayed here, without asking for a word back)."""
+async def _deliver_answer(gw: Gateway, session: SessionRecord, message: dict[str, Any],
+                          authorization: str | None) -> str | None:
+    """Deliver an answer by its stored round: None once acted on here (or when nothing awaits it any more), else the
+    round's live holder, for the caller to relay it to."""
     gid = message["id"]
 
     async def act(_record: PendingRound) -> None:
         exchange = gw.runtime(session.session_id).awaiting.pop(gid, None)
         if exchange is not None:
             await exchange.answer_now(gid, message)
-    relayed = R.Relayed(R.RelayKind.ANSWER, session.session_id, message) if background else None
-    return await _continue(gw, session, authorization, lambda rounds: T.round_for_answer(rounds, gid), relayed, act,
-                           background=background)
+    return await _continue(gw, session, authorization, lambda rounds: T.round_for_answer(rounds, gid), act)
 
 
-async def _deliver_cancel(gw: Gateway, session: SessionRecord, request_id: str | int, message: dict[str, Any], *,
-                          background: bool) -> str | None:
+async def _deliver_cancel(gw: Gateway, session: SessionRecord, request_id: str | int,
+                          message: dict[str, Any]) -> str | None:
     """Deliver a cancel by its request's stored round (ended, never continued, when taken over): as
     :func:`_deliver_answer`."""
     reason = (local.cancel_request(message.get("params")) or local.CancelRequest(request_id, None)).reason
@@ -123,9 +111,7 @@ async def _deliver_cancel(gw: Gateway, session: SessionRecord, request_id: str |
         exchange = gw.runtime(session.session_id).exchanges.get(record.downstream_id)
         if exchange is not None:
             exchange.cancel(reason)
-    relayed = R.Relayed(R.RelayKind.CANCEL, session.session_id, message) if background else None
-    return await _continue(gw, session, None, lambda rounds: T.round_for_request(rounds, request_id), relayed, act,
-                           background=background, end=True)
+    return await _continue(gw, session, None, lambda rounds: T.round_for_request(rounds, request_id), act, end=True)
 
 
 async def resume(gw: Gateway, session: SessionRecord, stream: str, seq: int, authorization: str | None) -> None:
@@ -133,16 +119,14 @@ async def resume(gw: Gateway, session: SessionRecord, stream: str, seq: int, aut
     take it over (waiting for the lease to lapse), so the stream goes on here from ``seq``."""
     async def act(_record: PendingRound) -> None:
         return None
-    await _continue(gw, session, authorization, lambda rounds: T.round_for_stream(rounds, stream), None, act,
-                    background=False, after=seq)
+    await _continue(gw, session, authorization, lambda rounds: T.round_for_stream(rounds, stream), act, after=seq)
 
 
 async def _continue(gw: Gateway, session: SessionRecord, authorization: str | None, pick: Pick,
-                    relayed: R.Relayed | None, act: Callable[[PendingRound], Any], *, background: bool,
-                    end: bool = False, after: int = 0) -> str | None:
-    """Find the stored round ``pick`` chooses and do what :func:`adapters.takeover.decide` says, until the message
-    is delivered (``act`` on the exchange here, or ``relayed`` to the round's live holder) or there is nothing to
-    deliver it to. The live holder, when the round has one (whether ``relayed`` was sent to it or not)."""
+                    act: Callable[[PendingRound], Any], *, end: bool = False, after: int = 0) -> str | None:
+    """Find the stored round ``pick`` chooses and do what :func:`adapters.takeover.decide` says, waiting for a dead
+    holder's lease to lapse, until the message is delivered (``act`` on the exchange here) or there is nothing to
+    deliver it to: None then, else the round's live holder (the caller relays the message to it)."""
     for _ in range(MAX_WAITS + 1):
         record = pick(await gw.store.rounds_of(session.session_id))
         decision = await _decide(gw, record)
@@ -150,8 +134,6 @@ async def _continue(gw: Gateway, session: SessionRecord, authorization: str | No
             case T.NoRound():
                 return None
             case R.RelayTo(owner):
-                if relayed is not None:
-                    await gw.relay.send(owner, relayed)  # type: ignore[union-attr]
                 return owner
             case T.HeldHere():
                 assert record is not None
@@ -161,10 +143,6 @@ async def _continue(gw: Gateway, session: SessionRecord, authorization: str | No
                 await act(record)
                 return None
             case T.WaitFor(seconds):
-                if background:  # the client's POST is acknowledged now; the answer waits for the lease here
-                    gw.runtime(session.session_id).spawn(_later(gw, session, authorization, pick, relayed, act,
-                                                                seconds, end))
-                    return None
                 await asyncio.sleep(seconds)
             case T.TakeOver():
                 assert record is not None
@@ -172,15 +150,6 @@ async def _continue(gw: Gateway, session: SessionRecord, authorization: str | No
                     await act(record)
                     return None
     return None
-
-
-async def _later(gw: Gateway, session: SessionRecord, authorization: str | None, pick: Pick,
-                 relayed: R.Relayed | None, act: Callable[[PendingRound], Any], seconds: float, end: bool) -> None:
-    await asyncio.sleep(seconds)
-    try:
-        await _continue(gw, session, authorization, pick, relayed, act, background=False, end=end)
-    except StoreUnavailable as exc:
-        log.warning("session %s: a takeover could not be completed: %s", session.session_id, exc)
 
 
 async def _decide(gw: Gateway, record: PendingRound | None) -> T.Decision:

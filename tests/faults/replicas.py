@@ -35,11 +35,22 @@ lease_seconds = {lease_seconds}
 
 
 class Front:
-    """A loopback TCP front: each connection goes to the first of ``ports`` that accepts it."""
+    """A loopback TCP front: each connection goes to the first of ``ports`` that accepts it; with ``rotate``, the
+    first tried moves on by one each connection (round robin, skipping replicas that do not accept). ``ports`` may be
+    changed as replicas are replaced."""
 
-    def __init__(self, ports: list[int]) -> None:
+    def __init__(self, ports: list[int], *, rotate: bool = False) -> None:
         self.ports, self.used = ports, [0] * len(ports)
+        self.rotate, self._turn = rotate, 0
         self._tasks: set[asyncio.Task] = set()
+
+    def _order(self) -> list[tuple[int, int]]:
+        order = list(enumerate(self.ports))
+        if not self.rotate:
+            return order
+        self._turn += 1
+        start = self._turn % len(order)
+        return order[start:] + order[:start]
 
     async def start(self) -> str:
         self.server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
@@ -48,7 +59,7 @@ class Front:
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self._tasks.add(asyncio.current_task())  # type: ignore[arg-type]
         try:
-            for index, port in enumerate(self.ports):
+            for index, port in self._order():
                 try:
                     up_reader, up_writer = await asyncio.open_connection("127.0.0.1", port)
                 except OSError:

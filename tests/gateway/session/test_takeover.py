@@ -353,9 +353,10 @@ async def test_the_sweep_ends_a_round_whose_session_went_idle(make_gateway, upst
 async def test_an_answer_relayed_to_a_replica_that_dies_before_acting_is_not_lost(make_gateway, upstream, redis_url,
                                                                                  prefix) -> None:
     """docs/design.md §34, §40: B relays the client's answer to A, which owns the round; A receives it and stops
-    before acting on it (as a killed process would, its relay never acknowledging). B kept the answer: with no
-    acknowledgement it delivers it by the stored round, which it takes over once A's lease is free, so the
-    round goes on with both answers instead of waiting for one that was acknowledged and lost."""
+    before acting on it (as a killed process would, its relay never acknowledging). B keeps the answer, and the
+    client's POST unacknowledged: with no acknowledgement it delivers the answer by the stored round, which it
+    takes over once A's lease is free, and only then answers 202, so the round goes on with both answers instead
+    of waiting for one that was acknowledged and lost."""
     upstream.script["tools/call"] = two_rounds
     a, b = await replicas(make_gateway, redis_url, prefix, timeout_seconds=0.5)
     resp, first, (_last, second) = await first_round_asked(a)
@@ -364,9 +365,12 @@ async def test_an_answer_relayed_to_a_replica_that_dies_before_acting_is_not_los
     async def dies_on_receipt(data: Any) -> None:  # received, never acted on, never acknowledged
         received.set()
     relay_a.deliver = dies_on_receipt
-    assert await within(b.answer(first["id"], SAMPLED)) == 202  # relayed to A, the round's owner
+    posted = asyncio.ensure_future(b.answer(first["id"], SAMPLED))  # relayed to A, the round's owner
     await within(received.wait())
+    await asyncio.sleep(0.6)  # past the store's timeout: B has asked its stored round, still held by A
+    assert not posted.done()  # not acknowledged while nobody acted on it
     await a.client.server.close()  # A goes; its saved round, both asks outstanding, is free to take over
+    assert await within(posted) == 202  # acted on where B took the round over
     await within(until_closed(a, resp))
     assert await within(b.answer(second["id"], SAMPLED)) == 202
     await until(lambda: _true(len(upstream.calls("tools/call")) == 2))
@@ -456,8 +460,9 @@ async def test_an_answer_relayed_to_a_frozen_owner_goes_where_its_round_is_taken
 async def test_a_cancel_relayed_to_a_replica_that_dies_before_acting_still_ends_the_round(make_gateway, upstream,
                                                                                          redis_url, prefix) -> None:
     """docs/design.md §34: B relays the client's cancel to A, which receives it and stops before acting on it. B
-    kept the cancel: with no acknowledgement it ends the round where it is taken over, and nothing is sent
-    upstream for it again (without that, the round would go on with the client's next answers)."""
+    keeps the cancel, and its POST unacknowledged: with no acknowledgement it ends the round where it is taken
+    over, and nothing is sent upstream for it again (without that, the round would go on with the client's next
+    answers)."""
     upstream.script["tools/call"] = two_rounds
     a, b = await replicas(make_gateway, redis_url, prefix, timeout_seconds=0.5)
     resp, _first, _second = await first_round_asked(a)
@@ -466,9 +471,12 @@ async def test_a_cancel_relayed_to_a_replica_that_dies_before_acting_still_ends_
     async def dies_on_receipt(data: Any) -> None:  # received, never acted on, never acknowledged
         received.set()
     relay_a.deliver = dies_on_receipt
-    assert await b.notify("notifications/cancelled", {"requestId": a.next_id, "reason": "stop"}) == 202
+    posted = asyncio.ensure_future(b.notify("notifications/cancelled", {"requestId": a.next_id, "reason": "stop"}))
     await within(received.wait())
+    await asyncio.sleep(0.6)  # past the store's timeout: B has asked its stored round, still held by A
+    assert not posted.done()
     await a.client.server.close()  # A goes; its saved round is free to take over
+    assert await within(posted) == 202  # the round ended where B took it over
     await within(until_closed(a, resp))
     store_b = b.client.app[GATEWAY].store
 

@@ -1,0 +1,278 @@
+"""Replicas killed at random under load (docs/design.md §34, §37, §40): three ``python -m gateway serve`` processes on
+one real Redis behind a round-robin front, the reference core upstream, a few legacy sessions each running
+two-round bridged calls back to back, and every second or two one replica killed with SIGKILL and a new one started
+in its place.
+
+The client does what the design leaves to a client when its replica dies: it resumes a broken stream with
+``Last-Event-ID``, sends an answer again whose POST broke (the gateway ignores one it already has), and sends a
+request again, under a new id, whose POST broke before its first event (a plain request in its first round is not
+saved). Every call must then end answered with its own nonce: none lost, none cross-wired, none failed, and no
+replica leaves a traceback. Every HTTP request opens a connection of its own, so consecutive requests of a session
+reach different replicas.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+
+from bench.clients import PICK
+from tests.faults.procs import Proc
+from tests.faults.replicas import Front, replica
+from tests.gateway.session import test_redis_store as redis_tests
+
+pytest.importorskip("redis")
+core_app = pytest.importorskip("modern_server.app")
+core_config = pytest.importorskip("modern_server.config")
+
+redis_url, prefix = redis_tests.redis_url, redis_tests.prefix  # its fixtures, shared
+LEGACY, ACCEPT = "2025-11-25", "application/json, text/event-stream"
+SESSIONS, DURATION = 8, 24.0  # seconds of calls under kills; then the calls in flight finish
+CALL_DEADLINE = 60.0  # a call not answered by then is lost (a takeover needs about one lease, 1 s here)
+KILL_EVERY = (0.3, 1.0)  # seconds between two kills, drawn at random (seeded); a new replica starts in ~1.5 s
+BROKEN = (aiohttp.ClientError, ConnectionError, asyncio.IncompleteReadError)
+
+
+@dataclass
+class Ledger:
+    calls: int = 0
+    answered: int = 0
+    problems: list[str] = field(default_factory=list)  # lost, cross-wired or failed calls, with what happened
+    resent_requests: int = 0  # requests sent again (their POST broke before the first event)
+    resumed: int = 0  # streams resumed with Last-Event-ID
+    resent_answers: int = 0  # answers sent again (their POST broke)
+
+
+class Broken(Exception):
+    """The stream or the connection broke: resume, or send again."""
+
+
+class ChaosClient:
+    """A 2025-11-25 client answering summarize_repo's two sampling rounds with its call's nonce."""
+
+    def __init__(self, url: str, ledger: Ledger) -> None:
+        self.url, self.ledger, self.next_id, self.session_id = url, ledger, 0, ""
+        # A connection per request: the round-robin front then sends each request to another replica.
+        self.http = aiohttp.ClientSession(connector=aiohttp.TCPConnector(force_close=True),
+                                          timeout=aiohttp.ClientTimeout(total=None))
+        self.answering: set[asyncio.Task[None]] = set()
+        self.trace: list[str] = []  # what the call under way met, reported with it when it is lost
+
+    def note(self, what: str, resp: aiohttp.ClientResponse | None = None) -> None:
+        replica = f" from {resp.headers.get('X-Gateway-Replica')}" if resp is not None else ""
+        self.trace.append(f"{time.strftime('%H:%M:%S')}.{int(time.time() * 1000) % 1000:03d} {what}{replica}")
+
+    def headers(self, **extra: str) -> dict[str, str]:
+        out = {"Accept": ACCEPT, "Content-Type": "application/json"}
+        if self.session_id:
+            out.update({"Mcp-Session-Id": self.session_id, "MCP-Protocol-Version": LEGACY})
+        return {**out, **extra}
+
+    async def close(self) -> None:
+        for task in self.answering:
+            task.cancel()
+        await asyncio.gather(*self.answering, return_exceptions=True)
+        await self.http.close()
+
+    async def start(self) -> None:
+        init = {"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+            "protocolVersion": LEGACY, "capabilities": {"sampling": {}},
+            "clientInfo": {"name": "chaos", "version": "1"}}}
+        async with self.http.post(self.url, json=init, headers=self.headers()) as resp:
+            assert resp.status == 200, await resp.text()
+            self.session_id = resp.headers["Mcp-Session-Id"]
+        async with self.http.post(self.url, json={"jsonrpc": "2.0", "method": "notifications/initialized"},
+                                  headers=self.headers()) as resp:
+            assert resp.status == 202
+
+    async def run_until(self, stop_at: float, serial: int) -> None:
+        loop, count = asyncio.get_running_loop(), 0
+        while loop.time() < stop_at:
+            count += 1
+            nonce = f"s{serial}c{count}"
+            self.ledger.calls += 1
+            self.trace = []
+            try:
+                async with asyncio.timeout(CALL_DEADLINE):
+                    final, ident = await self.call(nonce)
+            except TimeoutError:
+                self.ledger.problems.append(f"{nonce}: lost (no answer within {CALL_DEADLINE} s): {self.trace}")
+                continue
+            except Exception as exc:  # anything else the client met is reported with the call, not raised
+                self.ledger.problems.append(f"{nonce}: lost ({type(exc).__name__}: {exc}): {self.trace}")
+                continue
+            self.judge(nonce, ident, final)
+
+    def judge(self, nonce: str, ident: int, final: dict[str, Any]) -> None:
+        result = final.get("result")
+        if final.get("id") != ident:
+            self.ledger.problems.append(f"{nonce}: cross-wired (response id {final.get('id')!r}, sent {ident})")
+        elif not isinstance(result, dict) or result.get("isError"):
+            self.ledger.problems.append(f"{nonce}: failed ({json.dumps(final)[:300]})")
+        elif (result.get("structuredContent") or {}).get("summary") != f"Summary {nonce}.":
+            self.ledger.problems.append(f"{nonce}: cross-wired (summary {result.get('structuredContent')!r})")
+        else:
+            self.ledger.answered += 1
+
+    async def call(self, nonce: str) -> tuple[dict[str, Any], int]:
+        """The call's final message and the id it went under (a request sent again has a new one)."""
+        while True:
+            self.next_id += 1
+            ident = self.next_id
+            body = {"jsonrpc": "2.0", "id": ident, "method": "tools/call",
+                    "params": {"name": "summarize_repo", "arguments": {"repo": nonce}}}
+            last: list[str] = []  # the last event id seen on the call's stream
+            self.note(f"POST {ident}")
+            try:
+                async with self.http.post(self.url, json=body, headers=self.headers()) as resp:
+                    self.note(f"POST {ident}: {resp.status}", resp)
+                    if resp.content_type == "application/json":
+                        return await resp.json(), ident
+                    assert resp.status == 200 and resp.content_type == "text/event-stream", resp.status
+                    return await self.read(resp, ident, nonce, last), ident
+            except (Broken, *BROKEN) as exc:
+                self.note(f"broken: {exc!r}")
+            if last:
+                return await self.resume(ident, nonce, last), ident
+            self.ledger.resent_requests += 1  # broke before its first event: sent again, as a new request
+            await asyncio.sleep(0.05)
+
+    async def resume(self, ident: int, nonce: str, last: list[str]) -> dict[str, Any]:
+        while True:
+            self.ledger.resumed += 1
+            try:
+                async with self.http.get(self.url, headers=self.headers(**{
+                        "Accept": "text/event-stream", "Last-Event-ID": last[-1]})) as resp:
+                    self.note(f"GET after {last[-1]}: {resp.status}", resp)
+                    if resp.status >= 500:
+                        raise Broken(f"HTTP {resp.status}")
+                    assert resp.status == 200, f"resume refused: HTTP {resp.status} {await resp.text()}"
+                    return await self.read(resp, ident, nonce, last)
+            except (Broken, *BROKEN) as exc:
+                self.note(f"broken: {exc!r}")
+                await asyncio.sleep(0.05)
+
+    async def read(self, resp: aiohttp.ClientResponse, ident: int, nonce: str, last: list[str]) -> dict[str, Any]:
+        """Events until the call's response, answering each sampling request; every event id goes into ``last``."""
+        event_id, data = None, []
+        async for raw in resp.content:
+            line = raw.rstrip(b"\r\n")
+            if line.startswith(b"id:"):
+                event_id = line[3:].strip().decode()
+            elif line.startswith(b"data:"):
+                data.append(line[5:].strip())
+            elif not line:
+                payload, data = b"".join(data), []
+                if event_id is not None:
+                    last.append(event_id)
+                    self.note(f"event {event_id}: {payload[:60]!r}")
+                event_id = None
+                message = json.loads(payload) if payload else None
+                if message is None:
+                    continue
+                if "id" in message and ("result" in message or "error" in message):
+                    if message["id"] == ident:
+                        return message
+                    raise AssertionError(f"{nonce}: another request's response on its stream: {message}")
+                if message.get("method") == "sampling/createMessage":
+                    self.answer_soon(message, nonce)
+        raise Broken("the stream ended without the response")
+
+    def answer_soon(self, request: dict[str, Any], nonce: str) -> None:
+        task = asyncio.get_running_loop().create_task(self.answer(request, nonce))
+        self.answering.add(task)
+        task.add_done_callback(self.answering.discard)
+
+    async def answer(self, request: dict[str, Any], nonce: str) -> None:
+        prompt = request["params"]["messages"][0]["content"]["text"]
+        text = PICK if "JSON array" in prompt else f"Summary {nonce}."
+        body = {"jsonrpc": "2.0", "id": request["id"], "result": {
+            "role": "assistant", "content": {"type": "text", "text": text}, "model": "chaos", "stopReason": "endTurn"}}
+        for _attempt in range(100):
+            try:
+                async with self.http.post(self.url, json=body, headers=self.headers()) as resp:
+                    self.note(f"answer {request['id']}: {resp.status}", resp)
+                    if resp.status < 500:
+                        return  # 202; an answer the gateway already had is ignored all the same
+            except BROKEN as exc:
+                self.note(f"answer {request['id']} broken: {exc!r}")
+            self.ledger.resent_answers += 1  # its POST broke or failed: not taken, so it is sent again
+            await asyncio.sleep(0.05)
+
+
+class Replicas:
+    """Three replica slots behind the front; :meth:`kill_one` kills one and starts a new process in its slot."""
+
+    def __init__(self, tmp: Path, upstream: str, redis_url: str, prefix: str) -> None:
+        self.tmp, self.upstream, self.redis_url, self.prefix = tmp, upstream, redis_url, prefix
+        self.made = 0
+        self.slots = [self.make() for _ in range(3)]
+        self.every: list[Proc] = list(self.slots)
+        self.front = Front([proc.port for proc in self.slots], rotate=True)
+
+    def make(self) -> Proc:
+        self.made += 1
+        return replica(self.tmp, f"r{self.made}", self.upstream, self.redis_url, self.prefix)
+
+    async def kill_one(self, rng: random.Random) -> None:
+        slot = rng.randrange(len(self.slots))
+        self.slots[slot].proc.kill()  # SIGKILL: no handover; its leases must lapse
+        self.slots[slot].proc.wait()
+        new = self.make()
+        self.every.append(new)
+        await new.listening()
+        self.slots[slot] = new
+        self.front.ports[slot] = new.port
+
+    def stop(self) -> None:
+        for proc in self.every:
+            proc.stop()
+
+
+async def kill_at_random(replicas: Replicas, until: float, rng: random.Random) -> int:
+    loop, kills = asyncio.get_running_loop(), 0
+    while loop.time() + KILL_EVERY[1] < until:
+        await asyncio.sleep(rng.uniform(*KILL_EVERY))
+        await replicas.kill_one(rng)
+        kills += 1
+    return kills
+
+
+async def test_replicas_killed_at_random_lose_no_call(aiohttp_server, tmp_path, redis_url, prefix) -> None:
+    core = await aiohttp_server(core_app.create_app(core_config.CoreConfig(database=str(tmp_path / "core.db"))))
+    replicas = Replicas(tmp_path, str(core.make_url("/mcp")), redis_url, prefix)
+    ledger, clients = Ledger(), []
+    try:
+        for proc in replicas.slots:
+            await proc.listening()
+        url = await replicas.front.start()
+        clients = [ChaosClient(url, ledger) for _ in range(SESSIONS)]
+        for client in clients:
+            await client.start()
+        loop = asyncio.get_running_loop()
+        stop_at = loop.time() + DURATION
+        chaos = loop.create_task(kill_at_random(replicas, stop_at, random.Random(20261206)))
+        await asyncio.gather(*(client.run_until(stop_at, i) for i, client in enumerate(clients)))
+        kills = await chaos
+    finally:
+        for client in clients:
+            await client.close()
+        await replicas.front.close()
+        replicas.stop()
+    report = (f"calls {ledger.calls}, answered {ledger.answered}, kills {kills}, requests sent again "
+              f"{ledger.resent_requests}, streams resumed {ledger.resumed}, answers sent again {ledger.resent_answers}")
+    print(f"\nchaos: {report}")
+    assert ledger.problems == [], f"{report}\n" + "\n".join(ledger.problems[:20])
+    assert kills >= 5 and ledger.answered >= 3 * SESSIONS, report
+    assert ledger.resumed > 0, report  # kills did land in the middle of calls
+    assert min(replicas.front.used) > 0, replicas.front.used
+    for proc in replicas.every:
+        assert "Traceback" not in proc.stderr(), f"{proc.name}: {proc.stderr()[-3000:]}"
