@@ -449,12 +449,36 @@ async def test_an_answer_relayed_to_a_frozen_owner_goes_where_its_round_is_taken
     async def not_renewed(*args: Any, **kwargs: Any) -> list[str]:
         return []
     gw_a.relay.deliver, gw_a.store.renew_leases = frozen, not_renewed
-    assert await within(b.answer(first["id"], SAMPLED)) == 202
-    await until(lambda: _true(len(received) >= 2))  # relayed to A again while A still held the lease
-    await until(lambda: _true(bool(b.client.app[GATEWAY].leases)))  # B took the round over once A's lease lapsed
+    assert await within(b.answer(first["id"], SAMPLED)) == 202  # once acted on: where B took the round over
+    assert len(received) >= 2  # relayed to A again while A still held the lease
+    assert b.client.app[GATEWAY].leases  # B took the round over once A's lease lapsed, before the 202
     assert await within(b.answer(second["id"], SAMPLED)) == 202
     await until(lambda: _true(len(upstream.calls("tools/call")) == 2))
     assert upstream.calls("tools/call")[1]["params"]["inputResponses"] == {"a": SAMPLED, "b": SAMPLED}
+
+
+async def test_an_answer_its_live_owner_never_acts_on_is_refused_not_acknowledged(make_gateway, upstream,
+                                                                                  redis_url, prefix) -> None:
+    """docs/design.md §34: A owns the round, keeps its lease and listens, but never acts on the relayed answer (a
+    stuck process). B relays it again, asking for A's word, until a few store timeouts past the lease time, then
+    answers the client's POST 503 (-32603, ``data.store``): the client learns the answer was not taken, instead of
+    a 202 for an answer nobody has. The round still awaits it on A."""
+    upstream.script["tools/call"] = two_rounds
+    a, b = await replicas(make_gateway, redis_url, prefix, lease_seconds=1.0, timeout_seconds=0.25)
+    _resp, first, _second = await first_round_asked(a)
+    received: list[Any] = []
+
+    async def stuck(data: Any) -> None:
+        received.append(data)
+    a.client.app[GATEWAY].relay.deliver = stuck
+    body = {"jsonrpc": "2.0", "id": first["id"], "result": SAMPLED}
+    resp = await within(b.client.post("/mcp", json=body, headers=b.headers()))
+    assert resp.status == 503
+    error = (await resp.json())["error"]
+    assert error["code"] == -32603 and error["data"] == {"store": "unavailable"}
+    assert len(received) == 1 + 4 + 2  # at once, then again after each store timeout: the lease's four, and two
+    assert first["id"] in a.client.app[GATEWAY].runtime(a.session_id).awaiting  # not taken: still asked
+    assert len(upstream.calls("tools/call")) == 1
 
 
 async def test_a_cancel_relayed_to_a_replica_that_dies_before_acting_still_ends_the_round(make_gateway, upstream,
