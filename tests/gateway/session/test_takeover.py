@@ -47,6 +47,20 @@ async def first_round_asked(a: Legacy) -> tuple[Any, dict[str, Any], tuple[str, 
     return resp, first, await within(a.next_event(resp))
 
 
+async def bearer_round_asked(a: Legacy, b: Legacy, token: dict[str, str]) -> tuple[Legacy, Legacy, Any,
+                                                                                    dict[str, Any],
+                                                                                    tuple[str, dict[str, Any]]]:
+    """A session of its own opened on ``a`` with ``token`` (a session belongs to its credential), with its client on
+    ``b`` too, and a two-round tools/call sent with the token, read up to its first round's two asks."""
+    a2, b2 = Legacy(a.client), Legacy(b.client)
+    await a2.initialize(CAPS, **token)
+    b2.session_id = a2.session_id
+    resp = await a2.post("tools/call", {"name": "t", "arguments": {"x": [3]}}, **token)
+    await within(a2.next_event(resp))  # priming
+    _, first = await within(a2.next_event(resp))
+    return a2, b2, resp, first, await within(a2.next_event(resp))
+
+
 async def test_a_replica_that_shuts_down_hands_its_round_over(make_gateway, upstream, redis_url, prefix) -> None:
     upstream.script["tools/call"] = two_rounds
     a, b = await replicas(make_gateway, redis_url, prefix)
@@ -270,14 +284,8 @@ async def test_the_sweep_continues_a_handed_over_round_unless_it_needs_a_credent
     upstream.script["tools/call"] = two_rounds
     a, b = await replicas(make_gateway, redis_url, prefix)
     await first_round_asked(a)
-    token = {"Authorization": "Bearer t1"}  # a session of its own: a session belongs to its credential
-    a2, b2 = Legacy(a.client), Legacy(b.client)
-    await a2.initialize(CAPS, **token)
-    b2.session_id = a2.session_id
-    bearer = await a2.post("tools/call", {"name": "t", "arguments": {"x": [3]}}, **token)
-    await within(a2.next_event(bearer))  # priming
-    _, needs = await within(a2.next_event(bearer))
-    await within(a2.next_event(bearer))
+    token = {"Authorization": "Bearer t1"}
+    _a2, b2, _bearer, needs, _second = await bearer_round_asked(a, b, token)
     gateway_a = a.client.server.app[GATEWAY]
     await a.client.server.close()  # hands both over: no lease left, nobody holds them
     assert await owner_keys(redis_url, prefix, "l") == {}
@@ -305,13 +313,7 @@ async def test_the_sweep_continues_a_credentialed_round_whose_upstream_gets_the_
     upstream.script["tools/call"] = two_rounds
     a, b = await replicas(make_gateway, redis_url, prefix, pins=pins)
     token = {"Authorization": "Bearer the-clients"}
-    a2, b2 = Legacy(a.client), Legacy(b.client)
-    await a2.initialize(CAPS, **token)
-    b2.session_id = a2.session_id
-    resp = await a2.post("tools/call", {"name": "t", "arguments": {"x": [3]}}, **token)
-    await within(a2.next_event(resp))  # priming
-    _, first = await within(a2.next_event(resp))
-    last, second = await within(a2.next_event(resp))
+    a2, b2, _resp, first, (last, second) = await bearer_round_asked(a, b, token)
     assert await a2.answer(first["id"], SAMPLED, **token) == 202
     await a.client.server.close()  # hands it over: no lease left, nobody holds it
     gateway_b = b.client.server.app[GATEWAY]
