@@ -43,6 +43,7 @@ __all__ = [
     "AuthChallenge",
     "ErrorValue",
     "Rejection",
+    "answer_not_taken",
     "client_refused_error",
     "limit_error",
     "limit_rejection",
@@ -144,6 +145,9 @@ REJECTIONS: Final[Mapping[str, tuple[int, int]]] = {
     # The session store (a shared Redis) failed or timed out: a dependency, not the client; 503 says retry
     # later (RFC 9110 §15.6.4), and -32603 with data.store "unavailable" names what failed.
     "store_unavailable": (503, INTERNAL_ERROR),
+    # A client's answer reached its round as the round was handed over to another replica (shutdown, docs/design.md
+    # §42), before it was acted on: 503 says send it again (the round goes on elsewhere), not "accepted".
+    "answer_not_taken": (503, INTERNAL_ERROR),
 }
 
 
@@ -225,6 +229,15 @@ def store_unavailable(ident: Any = None) -> Rejection:
     return Rejection("store_unavailable", status, ErrorValue(code, "the gateway's session store is unavailable",
                                                              {"store": "unavailable"}),
                      ident if is_request_id(ident) else None)
+
+
+def answer_not_taken(ident: Any = None) -> Rejection:
+    """A client's answer its round was handed over before acting on: HTTP 503, -32603 with ``data.gateway =
+    "handed_over"``; the client sends it again, and it reaches the round where it goes on."""
+    status, code = REJECTIONS["answer_not_taken"]
+    return Rejection("answer_not_taken", status, ErrorValue(
+        code, "the round was handed over to another replica before this answer was acted on: send it again",
+        {"gateway": "handed_over"}), ident if is_request_id(ident) else None)
 
 
 def shutting_down() -> ErrorValue:

@@ -23,7 +23,7 @@ from adapters.classify import (
     stands_on_held_record,
     touch_due,
 )
-from adapters.errors import ErrorValue, Rejection, reject, store_unavailable
+from adapters.errors import ErrorValue, Rejection, answer_not_taken, reject, store_unavailable
 from gateway.config.settings import GatewayConfig
 from gateway.http import perform
 from gateway.http.answers import rejection_response
@@ -37,6 +37,7 @@ from gateway.http.telemetry import install_usage
 from gateway.http.tracing import trace_answer, trace_request
 from gateway.http.ws_door import add_ws_door
 from gateway.session.backends import store_lifetime
+from gateway.session.exchange import HandedOver
 from gateway.session.listen import ListenHub
 from gateway.session.observer import Observer, Observers
 from gateway.session.relay import relay_lifetime
@@ -58,12 +59,19 @@ async def error_middleware(request: web.Request, handler: Any) -> web.StreamResp
         raise
     except StoreUnavailable as exc:  # a failing dependency, not a bug: 503, retry later
         log.warning("%s %s: %s", request.method, request.path, exc)
-        body = await request.read()  # read before any store call, and kept by aiohttp: the request's id
-        return rejection_response(store_unavailable(request_id(HttpView(request.method, request.headers, body))))
+        return rejection_response(store_unavailable(await _request_id(request)))
+    except HandedOver:  # the answer's round went to another replica first: 503, send it again
+        log.info("%s %s: a client's answer reached its round as it was handed over", request.method, request.path)
+        return rejection_response(answer_not_taken(await _request_id(request)))
     except Exception:
         log.exception("unhandled error for %s %s", request.method, request.path)
         error = ErrorValue(-32603, "internal gateway error")
         return json_response({"jsonrpc": "2.0", "id": None, "error": error.to_wire()}, 500)
+
+
+async def _request_id(request: web.Request) -> object:
+    body = await request.read()  # read before anything could fail, and kept by aiohttp: the request's id
+    return request_id(HttpView(request.method, request.headers, body))
 
 
 async def handle_mcp(request: web.Request) -> web.StreamResponse:

@@ -114,6 +114,13 @@ class _Failed:
         self.error = error
 
 
+class HandedOver(Exception):
+    """A client's answer (or cancel) cannot be taken here: it reached an exchange that handed its round over
+    (shutdown, or a lost lease) before acting on it, or a replica shutting down that takes no round on. The round
+    goes on elsewhere, so the POST is refused (``adapters.errors.answer_not_taken``, 503), for the client to send
+    it again there, rather than acknowledged (docs/design.md §26, §42)."""
+
+
 class _LeaseLost(Exception):
     """A fenced save found the round's lease lapsed or taken (this replica stalled past it, docs/design.md §50):
     the round is another replica's, and this exchange stops as a lost handover does."""
@@ -144,6 +151,7 @@ class Exchange:
         self.events = _Inbox()
         # Answers queued with a waiter (a handler, or a relay's acknowledgement), not yet acted on.
         self._acted: list[asyncio.Future[bool]] = []
+        self._stopped = False  # the exchange's task is over: nothing queued from then on is ever acted on
         self._session = session  # the record a handler just read, for the round it starts (none: read it again)
         # The record the request was accepted with: its client's answers are checked against it and the rounds
         # they start use it (docs/design.md §51), as they use the request's own credential.
@@ -301,6 +309,7 @@ class Exchange:
         except Exception as exc:  # a failure must still answer the original request, not leave it hanging
             self.stream.finish(response(self.record.downstream_id, error=self._failure(exc)))
         finally:
+            self._stopped = True
             self._settle()  # the exchange ends: an answer still queued was not acted on (and never will be here)
             for handle in self._timers:
                 handle.cancel()
@@ -680,13 +689,15 @@ class Exchange:
         in the caller's task when the exchange is idle (:meth:`offer`), else queued and waited for. Either way a
         next upstream round is sent before the 202: the handler yields once after its step, behind the upstream
         task the step spawned, so the acknowledgement's send is off the round's critical path (unless the step's
-        save already waited on the store, during which that task began)."""
+        save already waited on the store, during which that task began). :class:`HandedOver` when the round was
+        handed over first: it goes on elsewhere without this answer. One the exchange ended without (finished or
+        failed first) is a late answer, ignored as on one gateway."""
         event = B.ClientAnswered(gateway_id, message.get("result"), message.get("error"))
         if await self.offer(event):
             if self._upstream is not None and not self._upstream_began:  # the step's save, if any, waited
                 await asyncio.sleep(0)  # without letting it start: it sends now, then the 202 goes
-        else:
-            await self._queue_waited(event)
+        elif not await self._queue_waited(event) and self._handed_over:
+            raise HandedOver(gateway_id)
 
     def answer(self, gateway_id: str, message: dict[str, Any]) -> asyncio.Future[bool]:
         """Queue the client's answer (one relayed from another replica). The future is True once the exchange
@@ -696,6 +707,9 @@ class Exchange:
 
     def _queue_waited(self, event: B.ClientAnswered | B.Cancelled) -> asyncio.Future[bool]:
         acted = asyncio.get_running_loop().create_future()
+        if self._stopped:  # its waiters were told already: one queued now would wait for ever
+            acted.set_result(False)
+            return acted
         self._acted.append(acted)
         self.events.put_nowait(_Queued(event, acted))
         return acted

@@ -23,7 +23,7 @@ from adapters import takeover as T
 from adapters.classify import session_expired
 from adapters.records import PendingRound, Phase, SessionRecord
 from adapters.sse import PRIMING_SEQ
-from gateway.session.exchange import Exchange, bridge_context
+from gateway.session.exchange import Exchange, HandedOver, bridge_context
 from gateway.session.replay import Mirror
 from gateway.session.runtime import Gateway, SessionRuntime, log
 from gateway.session.store import StoreUnavailable
@@ -42,8 +42,10 @@ async def answer(gw: Gateway, session: SessionRecord, message: dict[str, Any], a
     send again, never an acknowledged answer that only a dead replica knew."""
     assert gw.relay is not None
     relay, sid = gw.relay, session.session_id
-    await _kept(sid, await relay.answer(sid, message), lambda: _deliver_answer(gw, session, message, authorization),
-                lambda holder: relay.answer_to(holder, sid, message), gw.config.store)
+    _not_closing(gw, message.get("id"))
+    await _kept(gw, sid, await relay.answer(sid, message),
+                lambda: _deliver_answer(gw, session, message, authorization),
+                lambda holder: relay.answer_to(holder, sid, message))
 
 
 async def cancel(gw: Gateway, session: SessionRecord, request_id: str | int, message: dict[str, Any]) -> None:
@@ -53,17 +55,25 @@ async def cancel(gw: Gateway, session: SessionRecord, request_id: str | int, mes
     (nothing is sent upstream for it again)."""
     assert gw.relay is not None
     relay, sid = gw.relay, session.session_id
-    await _kept(sid, await relay.cancel(sid, request_id, message),
+    _not_closing(gw, request_id)
+    await _kept(gw, sid, await relay.cancel(sid, request_id, message),
                 lambda: _deliver_cancel(gw, session, request_id, message),
-                lambda holder: relay.cancel_to(holder, sid, message), gw.config.store)
+                lambda holder: relay.cancel_to(holder, sid, message))
 
 
 Deliver = Callable[[], Awaitable[str | None]]  # by the stored round: None once delivered, else the live holder
 Again = Callable[[str], Awaitable[asyncio.Future[bool] | None]]  # relay to that holder, asking for its word
 
 
-async def _kept(session_id: str, acked: asyncio.Future[bool] | None, deliver: Deliver, again: Again,
-                store: Any) -> None:
+def _not_closing(gw: Gateway, ident: object) -> None:
+    """A replica shutting down takes no round on for a client's message (the rounds it handed over are the other
+    replicas', §42): the message is refused (:class:`HandedOver`, 503), for the client to send again elsewhere."""
+    if gw.closing:
+        raise HandedOver(ident)
+
+
+async def _kept(gw: Gateway, session_id: str, acked: asyncio.Future[bool] | None, deliver: Deliver,
+                again: Again) -> None:
     """Wait (the store's timeout at most each time: the owner's step is one save) for the owner's word on a
     relayed message (``acked``; None when no live owner took it); without it, ``deliver`` it by the stored round,
     which then needs it or not (an owner that acted on it and died before saying so has moved the round past it:
@@ -72,6 +82,7 @@ async def _kept(session_id: str, acked: asyncio.Future[bool] | None, deliver: De
     round, and the message goes where it is taken over, rather than into the frozen replica's subscription. A
     holder that stays alive without ever acting on it leaves the message undelivered: the client is told
     (``StoreUnavailable``), not acknowledged."""
+    store = gw.config.store
     for _ in range(math.ceil(store.lease_seconds / store.timeout_seconds) + 2):
         try:
             if acked is not None and await asyncio.wait_for(acked, store.timeout_seconds):
@@ -79,6 +90,7 @@ async def _kept(session_id: str, acked: asyncio.Future[bool] | None, deliver: De
         except TimeoutError:
             log.info("session %s: no acknowledgement for a relayed message; delivering it by its stored round",
                      session_id)
+        _not_closing(gw, None)
         holder = await deliver()
         if holder is None:  # delivered here, or nothing needs it any more
             return

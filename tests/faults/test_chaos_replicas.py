@@ -1,14 +1,15 @@
-"""Replicas killed at random under load (docs/design.md §34, §37, §40): three ``python -m gateway serve`` processes on
-one real Redis behind a round-robin front, the reference core upstream, a few legacy sessions each running
-two-round bridged calls back to back, and every second or two one replica killed with SIGKILL and a new one started
-in its place.
+"""Replicas killed at random under load (docs/design.md §34, §37, §40, §42): three ``python -m gateway serve``
+processes on one real Redis behind a round-robin front, the reference core upstream, a few legacy sessions each
+running two-round bridged calls back to back, and every second or so one replica stopped, with SIGKILL or SIGTERM
+at random, and a new one started in its place.
 
 The client does what the design leaves to a client when its replica dies: it resumes a broken stream with
 ``Last-Event-ID``, sends an answer again whose POST broke (the gateway ignores one it already has), and sends a
 request again, under a new id, whose POST broke before its first event (a plain request in its first round is not
-saved). Every call must then end answered with its own nonce: none lost, none cross-wired, none failed, and no
-replica leaves a traceback. Every HTTP request opens a connection of its own, so consecutive requests of a session
-reach different replicas.
+saved), or that a replica shutting down answered ``-32603`` ``data.gateway = "shutting_down"`` (design §42). Every
+call must then end answered with its own nonce: none lost, none cross-wired, none failed, and no replica leaves a
+traceback. Every HTTP request opens a connection of its own, so consecutive requests of a session reach different
+replicas.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import json
 import random
+import signal
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -35,9 +37,9 @@ core_config = pytest.importorskip("modern_server.config")
 
 redis_url, prefix = redis_tests.redis_url, redis_tests.prefix  # its fixtures, shared
 LEGACY, ACCEPT = "2025-11-25", "application/json, text/event-stream"
-SESSIONS, DURATION = 8, 24.0  # seconds of calls under kills; then the calls in flight finish
+SESSIONS, DURATION = 8, 24.0  # seconds of calls under stops; then the calls in flight finish
 CALL_DEADLINE = 60.0  # a call not answered by then is lost (a takeover needs about one lease, 1 s here)
-KILL_EVERY = (0.3, 1.0)  # seconds between two kills, drawn at random (seeded); a new replica starts in ~1.5 s
+KILL_EVERY = (0.3, 1.0)  # seconds between two stops, drawn at random (seeded); a new replica starts in ~1.5 s
 BROKEN = (aiohttp.ClientError, ConnectionError, asyncio.IncompleteReadError)
 
 
@@ -49,6 +51,7 @@ class Ledger:
     resent_requests: int = 0  # requests sent again (their POST broke before the first event)
     resumed: int = 0  # streams resumed with Last-Event-ID
     resent_answers: int = 0  # answers sent again (their POST broke)
+    shut_out: int = 0  # requests sent again because a replica shutting down answered them so
 
 
 class Broken(Exception):
@@ -114,11 +117,13 @@ class ChaosClient:
     def judge(self, nonce: str, ident: int, final: dict[str, Any]) -> None:
         result = final.get("result")
         if final.get("id") != ident:
-            self.ledger.problems.append(f"{nonce}: cross-wired (response id {final.get('id')!r}, sent {ident})")
+            self.ledger.problems.append(f"{nonce}: cross-wired (response id {final.get('id')!r}, sent {ident}: "
+                                        f"{json.dumps(final)[:300]}): {self.trace}")
         elif not isinstance(result, dict) or result.get("isError"):
-            self.ledger.problems.append(f"{nonce}: failed ({json.dumps(final)[:300]})")
+            self.ledger.problems.append(f"{nonce}: failed ({json.dumps(final)[:300]}): {self.trace}")
         elif (result.get("structuredContent") or {}).get("summary") != f"Summary {nonce}.":
-            self.ledger.problems.append(f"{nonce}: cross-wired (summary {result.get('structuredContent')!r})")
+            self.ledger.problems.append(f"{nonce}: cross-wired (summary {result.get('structuredContent')!r}): "
+                                        f"{self.trace}")
         else:
             self.ledger.answered += 1
 
@@ -135,13 +140,22 @@ class ChaosClient:
                 async with self.http.post(self.url, json=body, headers=self.headers()) as resp:
                     self.note(f"POST {ident}: {resp.status}", resp)
                     if resp.content_type == "application/json":
-                        return await resp.json(), ident
-                    assert resp.status == 200 and resp.content_type == "text/event-stream", resp.status
-                    return await self.read(resp, ident, nonce, last), ident
+                        final = await resp.json()
+                    else:
+                        assert resp.status == 200 and resp.content_type == "text/event-stream", resp.status
+                        final = await self.read(resp, ident, nonce, last)
+                if not _shut_out(final):
+                    return final, ident
+                self.ledger.shut_out += 1
+                continue
             except (Broken, *BROKEN) as exc:
                 self.note(f"broken: {exc!r}")
             if last:
-                return await self.resume(ident, nonce, last), ident
+                final = await self.resume(ident, nonce, last)
+                if not _shut_out(final):
+                    return final, ident
+                self.ledger.shut_out += 1
+                continue
             self.ledger.resent_requests += 1  # broke before its first event: sent again, as a new request
             await asyncio.sleep(0.05)
 
@@ -208,8 +222,14 @@ class ChaosClient:
             await asyncio.sleep(0.05)
 
 
+def _shut_out(final: dict[str, Any]) -> bool:
+    """A replica shutting down answered the request instead of running it (design §42): the client's to send again."""
+    error = final.get("error")
+    return isinstance(error, dict) and (error.get("data") or {}).get("gateway") == "shutting_down"
+
+
 class Replicas:
-    """Three replica slots behind the front; :meth:`kill_one` kills one and starts a new process in its slot."""
+    """Three replica slots behind the front; :meth:`replace_one` stops one and starts a new process in its slot."""
 
     def __init__(self, tmp: Path, upstream: str, redis_url: str, prefix: str) -> None:
         self.tmp, self.upstream, self.redis_url, self.prefix = tmp, upstream, redis_url, prefix
@@ -222,28 +242,32 @@ class Replicas:
         self.made += 1
         return replica(self.tmp, f"r{self.made}", self.upstream, self.redis_url, self.prefix)
 
-    async def kill_one(self, rng: random.Random) -> None:
-        slot = rng.randrange(len(self.slots))
-        self.slots[slot].proc.kill()  # SIGKILL: no handover; its leases must lapse
-        self.slots[slot].proc.wait()
+    async def replace_one(self, rng: random.Random) -> signal.Signals:
+        """SIGKILL (no handover: its leases must lapse) or SIGTERM (its rounds handed over at once) to a replica
+        chosen at random, a new process in its slot, and the old one's exit waited for."""
+        slot, sig = rng.randrange(len(self.slots)), rng.choice((signal.SIGKILL, signal.SIGTERM))
+        old = self.slots[slot]
+        old.proc.send_signal(sig)
         new = self.make()
         self.every.append(new)
         await new.listening()
         self.slots[slot] = new
         self.front.ports[slot] = new.port
+        while old.proc.poll() is None:  # polled: the clients run on this loop meanwhile
+            await asyncio.sleep(0.05)
+        return sig
 
     def stop(self) -> None:
         for proc in self.every:
             proc.stop()
 
 
-async def kill_at_random(replicas: Replicas, until: float, rng: random.Random) -> int:
-    loop, kills = asyncio.get_running_loop(), 0
+async def kill_at_random(replicas: Replicas, until: float, rng: random.Random) -> list[signal.Signals]:
+    loop, sent = asyncio.get_running_loop(), []
     while loop.time() + KILL_EVERY[1] < until:
         await asyncio.sleep(rng.uniform(*KILL_EVERY))
-        await replicas.kill_one(rng)
-        kills += 1
-    return kills
+        sent.append(await replicas.replace_one(rng))
+    return sent
 
 
 async def test_replicas_killed_at_random_lose_no_call(aiohttp_server, tmp_path, redis_url, prefix) -> None:
@@ -261,17 +285,19 @@ async def test_replicas_killed_at_random_lose_no_call(aiohttp_server, tmp_path, 
         stop_at = loop.time() + DURATION
         chaos = loop.create_task(kill_at_random(replicas, stop_at, random.Random(20261206)))
         await asyncio.gather(*(client.run_until(stop_at, i) for i, client in enumerate(clients)))
-        kills = await chaos
+        stops = await chaos
     finally:
         for client in clients:
             await client.close()
         await replicas.front.close()
         replicas.stop()
-    report = (f"calls {ledger.calls}, answered {ledger.answered}, kills {kills}, requests sent again "
-              f"{ledger.resent_requests}, streams resumed {ledger.resumed}, answers sent again {ledger.resent_answers}")
+    kills, terms = stops.count(signal.SIGKILL), stops.count(signal.SIGTERM)
+    report = (f"calls {ledger.calls}, answered {ledger.answered}, SIGKILL {kills}, SIGTERM {terms}, requests sent "
+              f"again {ledger.resent_requests} (shut out {ledger.shut_out}), streams resumed {ledger.resumed}, "
+              f"answers sent again {ledger.resent_answers}")
     print(f"\nchaos: {report}")
     assert ledger.problems == [], f"{report}\n" + "\n".join(ledger.problems[:20])
-    assert kills >= 5 and ledger.answered >= 3 * SESSIONS, report
+    assert kills >= 3 and terms >= 3 and ledger.answered >= 3 * SESSIONS, report
     assert ledger.resumed > 0, report  # kills did land in the middle of calls
     assert min(replicas.front.used) > 0, replicas.front.used
     for proc in replicas.every:

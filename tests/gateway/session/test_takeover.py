@@ -19,6 +19,7 @@ from adapters import relay as R
 from adapters.sse import parse_event_id
 from gateway.http.app import GATEWAY
 from gateway.session import takeover
+from gateway.session.exchange import HandedOver
 from gateway.session.store import StoreUnavailable
 from tests.gateway.conftest import CAPS, Legacy, hang_until_closed, text
 from tests.gateway.http.test_bridge_shell import SAMPLED, SAMPLING, two_rounds
@@ -433,6 +434,47 @@ async def test_an_answer_relayed_as_its_round_is_handed_over_is_acknowledged_as_
         assert await within(b.answer(ask["id"], SAMPLED)) == 202
     await until(lambda: _true(len(upstream.calls("tools/call")) == 2))
     assert upstream.calls("tools/call")[1]["params"]["inputResponses"] == {"a": SAMPLED, "b": SAMPLED}
+
+
+async def test_an_answer_queued_as_its_round_is_handed_over_is_refused_for_sending_again(
+        make_gateway, upstream, redis_url, prefix) -> None:
+    """docs/design.md §42: A's exchange hands its round over (as at SIGTERM) with the client's answer, posted to A
+    itself, queued behind that. The answer is refused (HandedOver: the POST's 503), not acknowledged while nobody
+    acted on it; sent again, to B, it reaches the round where it goes on."""
+    upstream.script["tools/call"] = two_rounds
+    a, b = await replicas(make_gateway, redis_url, prefix)
+    _resp, first, (_last, second) = await first_round_asked(a)
+    exchange = a.client.app[GATEWAY].runtime(a.session_id).awaiting[first["id"]]
+    handed = exchange.hand_over()
+    with pytest.raises(HandedOver):  # queued behind the hand-over, in the same turn
+        await within(exchange.answer_now(first["id"], {"jsonrpc": "2.0", "id": first["id"], "result": SAMPLED}))
+    await within(handed)
+    for ask in (first, second):
+        assert await within(b.answer(ask["id"], SAMPLED)) == 202
+    await until(lambda: _true(len(upstream.calls("tools/call")) == 2))
+    assert upstream.calls("tools/call")[1]["params"]["inputResponses"] == {"a": SAMPLED, "b": SAMPLED}
+
+
+async def test_a_replica_shutting_down_refuses_an_answer_it_would_have_to_take_a_round_on_for(
+        make_gateway, upstream, redis_url, prefix) -> None:
+    """docs/design.md §42: a replica shutting down takes no round on. A client's answer reaching it for a round it
+    does not run gets 503 (-32603, ``data.gateway = "handed_over"``, the answer's id) to send again, rather than a
+    202 for an answer it would then drop or take a round on for as it exits."""
+    upstream.script["tools/call"] = two_rounds
+    a, b = await replicas(make_gateway, redis_url, prefix)
+    _resp, first, _second = await first_round_asked(a)
+    gateway_b = b.client.app[GATEWAY]
+    gateway_b.closing = True
+    body = {"jsonrpc": "2.0", "id": first["id"], "result": SAMPLED}
+    resp = await within(b.client.post("/mcp", json=body, headers=b.headers()))
+    assert resp.status == 503
+    refusal = await resp.json()
+    assert refusal["id"] == first["id"] and refusal["error"]["code"] == -32603
+    assert refusal["error"]["data"] == {"gateway": "handed_over"}
+    assert first["id"] in a.client.app[GATEWAY].runtime(a.session_id).awaiting  # nothing reached A
+    gateway_b.closing = False
+    assert await within(b.answer(first["id"], SAMPLED)) == 202  # sent again: relayed to A, which acts on it
+    assert first["id"] not in a.client.app[GATEWAY].runtime(a.session_id).awaiting
 
 
 async def test_an_answer_relayed_to_a_frozen_owner_goes_where_its_round_is_taken_over(make_gateway, upstream,
