@@ -226,10 +226,15 @@ class OutStream:
                         yield []
 
     def single_response(self) -> Any | None:
-        """The JSON answer when the stream holds exactly the final response and nothing else."""
+        """The JSON answer when the stream holds exactly the final response and nothing else. A stream that ended
+        holding only a request to the client (its round handed over to another replica as it was asked, §42) is
+        not one: answered as SSE, it stays resumable there, where a JSON body would hand the client a request as
+        if it were the answer to its own."""
         if self.closed and len(self.buffer) == 1 and self.buffer.next_seq == PRIMING_SEQ + 2:
             only = self.buffer.after(PRIMING_SEQ)
-            return only[0].message if only else None
+            message = only[0].message if only else None
+            if isinstance(message, dict) and ("result" in message or "error" in message):
+                return message
         return None
 
 

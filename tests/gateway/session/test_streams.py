@@ -261,3 +261,22 @@ async def test_a_step_never_writes_what_the_copy_does_not_hold_yet() -> None:
     store.gate.set()
     assert [e.message for e in await asyncio.wait_for(waiting, 5)] == [{"n": 1}] and store.appended == [1]
     assert response.writes == []  # the writer itself sends it (write_stream), not the step
+
+
+def test_only_a_response_alone_on_an_ended_stream_is_answered_as_json() -> None:
+    """A POST's stream that ended with its final response alone is answered as plain JSON; one that ended holding
+    only a request to the client (its round handed over to another replica as it was asked: docs/design.md §42)
+    stays SSE, resumable there, instead of handing the client a request as if it were its answer."""
+    answered = OutStream("a", 16)
+    answered.finish({"jsonrpc": "2.0", "id": 1, "result": {}})
+    assert answered.single_response() == {"jsonrpc": "2.0", "id": 1, "result": {}}
+    failed = OutStream("f", 16)
+    failed.finish({"jsonrpc": "2.0", "id": 1, "error": {"code": -32603, "message": "x"}})
+    assert failed.single_response() is not None
+    handed_over = OutStream("h", 16)
+    handed_over.push({"jsonrpc": "2.0", "id": "g1", "method": "sampling/createMessage", "params": {}})
+    handed_over.finish()  # ended without an answer
+    assert handed_over.single_response() is None
+    open_stream = OutStream("o", 16)
+    open_stream.push({"jsonrpc": "2.0", "id": 1, "result": {}})
+    assert open_stream.single_response() is None  # not ended: more may come
