@@ -146,7 +146,8 @@ REJECTIONS: Final[Mapping[str, tuple[int, int]]] = {
     # later (RFC 9110 §15.6.4), and -32603 with data.store "unavailable" names what failed.
     "store_unavailable": (503, INTERNAL_ERROR),
     # A client's answer reached its round as the round was handed over to another replica (shutdown, docs/design.md
-    # §42), before it was acted on: 503 says send it again (the round goes on elsewhere), not "accepted".
+    # §42), before it was acted on, or reached a replica shutting down that would have had to take the round on:
+    # 503 says send it again (the round goes on elsewhere), not "accepted".
     "answer_not_taken": (503, INTERNAL_ERROR),
 }
 
@@ -232,11 +233,12 @@ def store_unavailable(ident: Any = None) -> Rejection:
 
 
 def answer_not_taken(ident: Any = None) -> Rejection:
-    """A client's answer its round was handed over before acting on: HTTP 503, -32603 with ``data.gateway =
+    """A client's answer (or cancel, or stream resumption) its round was handed over before taking, or that a
+    replica shutting down would have had to take the round on for: HTTP 503, -32603 with ``data.gateway =
     "handed_over"``; the client sends it again, and it reaches the round where it goes on."""
     status, code = REJECTIONS["answer_not_taken"]
     return Rejection("answer_not_taken", status, ErrorValue(
-        code, "the round was handed over to another replica before this answer was acted on: send it again",
+        code, "the round was handed over to another replica before this message was taken: send it again",
         {"gateway": "handed_over"}), ident if is_request_id(ident) else None)
 
 

@@ -42,7 +42,6 @@ async def answer(gw: Gateway, session: SessionRecord, message: dict[str, Any], a
     send again, never an acknowledged answer that only a dead replica knew."""
     assert gw.relay is not None
     relay, sid = gw.relay, session.session_id
-    _not_closing(gw, message.get("id"))
     await _kept(gw, sid, await relay.answer(sid, message),
                 lambda: _deliver_answer(gw, session, message, authorization),
                 lambda holder: relay.answer_to(holder, sid, message))
@@ -55,7 +54,6 @@ async def cancel(gw: Gateway, session: SessionRecord, request_id: str | int, mes
     (nothing is sent upstream for it again)."""
     assert gw.relay is not None
     relay, sid = gw.relay, session.session_id
-    _not_closing(gw, request_id)
     await _kept(gw, sid, await relay.cancel(sid, request_id, message),
                 lambda: _deliver_cancel(gw, session, request_id, message),
                 lambda holder: relay.cancel_to(holder, sid, message))
@@ -63,13 +61,6 @@ async def cancel(gw: Gateway, session: SessionRecord, request_id: str | int, mes
 
 Deliver = Callable[[], Awaitable[str | None]]  # by the stored round: None once delivered, else the live holder
 Again = Callable[[str], Awaitable[asyncio.Future[bool] | None]]  # relay to that holder, asking for its word
-
-
-def _not_closing(gw: Gateway, ident: object) -> None:
-    """A replica shutting down takes no round on for a client's message (the rounds it handed over are the other
-    replicas', §42): the message is refused (:class:`HandedOver`, 503), for the client to send again elsewhere."""
-    if gw.closing:
-        raise HandedOver(ident)
 
 
 async def _kept(gw: Gateway, session_id: str, acked: asyncio.Future[bool] | None, deliver: Deliver,
@@ -90,7 +81,6 @@ async def _kept(gw: Gateway, session_id: str, acked: asyncio.Future[bool] | None
         except TimeoutError:
             log.info("session %s: no acknowledgement for a relayed message; delivering it by its stored round",
                      session_id)
-        _not_closing(gw, None)
         holder = await deliver()
         if holder is None:  # delivered here, or nothing needs it any more
             return
@@ -158,6 +148,8 @@ async def _continue(gw: Gateway, session: SessionRecord, authorization: str | No
                 await asyncio.sleep(seconds)
             case T.TakeOver():
                 assert record is not None
+                if gw.closing:  # the rounds a stopping replica handed over are the others' to take (§42)
+                    raise HandedOver(record.bridge_id)  # refused (503): the client sends it again elsewhere
                 if await take_over(gw, record, session, authorization, after=after, end=end):
                     await act(record)
                     return None
