@@ -52,9 +52,15 @@ class Relayed:
             raw |= {"r": self.reply_to, "t": self.token, "h": self.held}
         return dumps(raw)
 
+    @property
+    def wants_ack(self) -> bool:
+        """Whether this is an answer or cancel whose sender asked to be told once it is acted on."""
+        return self.kind in (RelayKind.ANSWER, RelayKind.CANCEL) and self.reply_to is not None \
+            and self.token is not None
+
     def ack(self, held: bool) -> Relayed | None:
         """The acknowledgement this relayed answer or cancel asked for (None: it asked for none)."""
-        if self.kind not in (RelayKind.ANSWER, RelayKind.CANCEL) or self.reply_to is None or self.token is None:
+        if not self.wants_ack:
             return None
         return Relayed(RelayKind.ACK, self.session_id, None, self.reply_to, self.token, held)
 

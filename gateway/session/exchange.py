@@ -114,6 +114,13 @@ class _Failed:
         self.error = error
 
 
+def _told(acted: bool) -> asyncio.Future[bool]:
+    """A queued answer's or cancel's future, already settled (nothing will be queued to act on it)."""
+    told: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+    told.set_result(acted)
+    return told
+
+
 class HandedOver(Exception):
     """A client's answer (or cancel) cannot be taken here: it reached an exchange that handed its round over
     (shutdown, or a lost lease) before acting on it, or a replica shutting down that takes no round on. The round
@@ -706,10 +713,9 @@ class Exchange:
         return self._queue_waited(B.ClientAnswered(gateway_id, message.get("result"), message.get("error")))
 
     def _queue_waited(self, event: B.ClientAnswered | B.Cancelled) -> asyncio.Future[bool]:
-        acted = asyncio.get_running_loop().create_future()
         if self._stopped:  # its waiters were told already: one queued now would wait for ever
-            acted.set_result(False)
-            return acted
+            return _told(False)
+        acted = asyncio.get_running_loop().create_future()
         self._acted.append(acted)
         self.events.put_nowait(_Queued(event, acted))
         return acted
@@ -752,9 +758,7 @@ class Exchange:
         replica could continue it) is told at once."""
         if self._inline is not None:
             self.cancel(reason)
-            told: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
-            told.set_result(True)
-            return told
+            return _told(True)
         return self._queue_waited(B.Cancelled(reason))
 
     def _interrupt(self, event: Any) -> None:

@@ -177,7 +177,7 @@ class RedisRelay:
         """Tell the relaying replica once the answer's step is saved (a cancel's: the request ended), or that it
         was not acted on here (the exchange ended first: handed over, say). It kept the message meanwhile: a
         replica dying before that does not lose it (docs/design.md §34, §40)."""
-        if relayed.ack(True) is None:
+        if not relayed.wants_ack:
             return
 
         async def once_acted() -> None:
