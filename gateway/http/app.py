@@ -60,8 +60,9 @@ async def error_middleware(request: web.Request, handler: Any) -> web.StreamResp
     except StoreUnavailable as exc:  # a failing dependency, not a bug: 503, retry later
         log.warning("%s %s: %s", request.method, request.path, exc)
         return rejection_response(store_unavailable(await _request_id(request)))
-    except HandedOver:  # the answer's round went to another replica first: 503, send it again
-        log.info("%s %s: a client's answer reached its round as it was handed over", request.method, request.path)
+    except HandedOver:  # the message's round went to another replica first: 503, send it again
+        log.info("%s %s: a client's answer or cancel reached its round as it was handed over", request.method,
+                 request.path)
         return rejection_response(answer_not_taken(await _request_id(request)))
     except Exception:
         log.exception("unhandled error for %s %s", request.method, request.path)

@@ -13,7 +13,7 @@ from adapters.records import PendingRound, SessionRecord
 from adapters.session import SessionChange, UpdateSession
 from adapters.takeover import token_goes_upstream
 from gateway.session import takeover
-from gateway.session.exchange import Exchange, bridge_context
+from gateway.session.exchange import Exchange, HandedOver, bridge_context
 from gateway.session.runtime import Gateway, log, new_id
 from gateway.session.streams import OutStream, StreamMode, json_response, write_stream
 
@@ -62,9 +62,16 @@ async def cancel(gw: Gateway, session: SessionRecord, request_id: str | int, rea
                  message: dict[str, Any]) -> None:
     """Stop the bridge, close the upstream request and cancel our requests to the client."""
     exchange = gw.runtime(session.session_id).exchanges.get(request_id)
-    if exchange is not None:
+    if exchange is not None and gw.relay is None:  # one process: a round never moves, so nothing is waited for
         exchange.cancel(reason)
-    elif gw.relay is not None:  # maybe run by another replica (docs/design.md §34, §41)
+        return
+    if exchange is not None:
+        try:
+            await exchange.cancel_now(reason)
+            return
+        except HandedOver:  # its round went on elsewhere first: the cancel follows it there (docs/design.md §42)
+            pass
+    if gw.relay is not None:  # maybe run by another replica (docs/design.md §34, §41)
         await takeover.cancel(gw, session, request_id, message)
 
 

@@ -752,6 +752,17 @@ class Exchange:
             return
         self.events.put_nowait(B.Cancelled(reason))
 
+    async def cancel_now(self, reason: str | None) -> None:
+        """:meth:`cancel`, acted on before this returns (on a shared store, where a round can move: its handler
+        then acknowledges the POST). :class:`HandedOver` when the round was handed over first, raised once this
+        exchange has let the round go (its lease and ownership records released), so the caller can pass the
+        cancel on to where the round goes on (docs/design.md §42). One the exchange ended without (it finished
+        first) needs nothing more: the request is over."""
+        if not await self.cancel_acted(reason) and self._handed_over:
+            if self._task is not None:
+                await asyncio.wait([self._task])  # not cancelled with the caller: it ends by itself
+            raise HandedOver(self.record.downstream_id)
+
     def cancel_acted(self, reason: str | None) -> asyncio.Future[bool]:
         """:meth:`cancel` (one relayed from another replica): the future is True once its step is done, False
         when the exchange ended first without it. A request in its first, inline round (never saved, so no other

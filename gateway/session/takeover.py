@@ -112,7 +112,7 @@ async def _deliver_cancel(gw: Gateway, session: SessionRecord, request_id: str |
     async def act(record: PendingRound) -> None:
         exchange = gw.runtime(session.session_id).exchanges.get(record.downstream_id)
         if exchange is not None:
-            exchange.cancel(reason)
+            await exchange.cancel_now(reason)
     return await _continue(gw, session, None, lambda rounds: T.round_for_request(rounds, request_id), act, end=True)
 
 

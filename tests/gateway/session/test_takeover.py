@@ -17,6 +17,7 @@ pytest.importorskip("redis")
 
 from adapters import relay as R
 from adapters.sse import parse_event_id
+from gateway.http import legacy
 from gateway.http.app import GATEWAY
 from gateway.session import takeover
 from gateway.session.exchange import HandedOver
@@ -453,6 +454,29 @@ async def test_an_answer_queued_as_its_round_is_handed_over_is_refused_for_sendi
         assert await within(b.answer(ask["id"], SAMPLED)) == 202
     await until(lambda: _true(len(upstream.calls("tools/call")) == 2))
     assert upstream.calls("tools/call")[1]["params"]["inputResponses"] == {"a": SAMPLED, "b": SAMPLED}
+
+
+async def test_a_cancel_given_to_a_round_as_it_is_handed_over_follows_the_round(make_gateway, upstream, redis_url,
+                                                                                 prefix) -> None:
+    """docs/design.md §42: A's exchange hands its round over (as at SIGTERM) with the client's cancel, posted to A
+    itself, queued behind that. The cancel is not dropped with the exchange (the round would go on elsewhere, and
+    its client's 202 would be a lie): it follows the round, which here means A, once its exchange let go, takes
+    the stored round and ends it, and nothing is sent upstream for it again."""
+    upstream.script["tools/call"] = two_rounds
+    a, _b = await replicas(make_gateway, redis_url, prefix)
+    _resp, _first, _second = await first_round_asked(a)
+    gw = a.client.app[GATEWAY]
+    session = await gw.store.get_session(a.session_id)
+    exchange = gw.runtime(a.session_id).exchanges[a.next_id]
+    handed = exchange.hand_over()
+    cancel = {"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": a.next_id}}
+    await within(legacy.cancel(gw, session, a.next_id, None, cancel))  # queued behind the hand-over, same turn
+    assert handed.done()  # the exchange let the round go before the cancel went after it
+    assert await gw.store.rounds_of(a.session_id) == []  # ended where the cancel took it, not left to go on
+    assert await owner_keys(redis_url, prefix, "aql") == {}
+    assert len(upstream.calls("tools/call")) == 1
+    with pytest.raises(HandedOver):  # the exchange itself says so, to whoever gives it a cancel now
+        await within(exchange.cancel_now(None))
 
 
 async def test_a_replica_shutting_down_refuses_an_answer_it_would_have_to_take_a_round_on_for(
