@@ -1,15 +1,20 @@
 """Replicas killed at random under load (docs/design.md §34, §37, §40, §42): three ``python -m gateway serve``
 processes on one real Redis behind a round-robin front, the reference core upstream, a few legacy sessions each
-running two-round bridged calls back to back, and every second or so one replica stopped, with SIGKILL or SIGTERM
-at random, and a new one started in its place.
+running bridged calls back to back, and every second or so one replica stopped, with SIGKILL or SIGTERM at random,
+and a new one started in its place. The calls are drawn at random (seeded) among every bridged flow: two sampling
+rounds (``summarize_repo``), a roots round (``workspace_scan``), a form elicitation (``notes_delete``, answered
+``cancel``, so nothing is deleted and a repeated retry gets the same answer), and a call the client cancels when it
+is first asked; now and then a session is deleted (DELETE) and a new one opened.
 
 The client does what the design leaves to a client when its replica dies: it resumes a broken stream with
-``Last-Event-ID``, sends an answer again whose POST broke (the gateway ignores one it already has), and sends a
-request again, under a new id, whose POST broke before its first event (a plain request in its first round is not
-saved), or that a replica shutting down answered ``-32603`` ``data.gateway = "shutting_down"`` (design §42). Every
-call must then end answered with its own nonce: none lost, none cross-wired, none failed, and no replica leaves a
-traceback. Every HTTP request opens a connection of its own, so consecutive requests of a session reach different
-replicas.
+``Last-Event-ID``, sends an answer, a cancel or a DELETE again whose POST broke or got a 5xx (the gateway ignores
+one it already has), and sends a request again, under a new id, whose POST broke before its first event (a plain
+request in its first round is not saved), or that a replica shutting down answered ``-32603``
+``data.gateway = "shutting_down"`` (design §42). Every call must then end answered with its own nonce (a cancelled
+one: its cancel acknowledged), none lost, cross-wired or failed; a deleted session must be refused by every
+replica; at the end no round of a call the client finished or cancelled may be left in the store (a cancel
+dropped on the way would leave its round waiting for an answer); and no replica may leave a traceback. Every HTTP
+request opens a connection of its own, so consecutive requests of a session reach different replicas.
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ import random
 import signal
 import time
 from dataclasses import dataclass, field
+from enum import Enum
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +33,7 @@ import aiohttp
 import pytest
 
 from bench.clients import PICK
+from gateway.session.redis_store import RedisStore
 from tests.faults.client import sse_events
 from tests.faults.procs import Proc
 from tests.faults.replicas import Front, replica
@@ -42,6 +49,21 @@ SESSIONS, DURATION = 8, 24.0  # seconds of calls under stops; then the calls in 
 CALL_DEADLINE = 60.0  # a call not answered by then is lost (a takeover needs about one lease, 1 s here)
 KILL_EVERY = (0.3, 1.0)  # seconds between two stops, drawn at random (seeded); a new replica starts in ~1.5 s
 BROKEN = (aiohttp.ClientError, ConnectionError, asyncio.IncompleteReadError)
+RENEW_ONE_IN = 12  # about one iteration in this many deletes the session and opens a new one instead of a call
+SETTLE = 15.0  # seconds for the rounds of finished calls to leave the store (a takeover's lease is 1 s here)
+WORKSPACE = "file:///work/notes"  # the reference core's default workspace for an anonymous client
+
+
+class Kind(Enum):
+    SUMMARIZE = "summarize_repo, two sampling rounds"
+    SCAN = "workspace_scan, a roots round"
+    CONFIRM = "notes_delete, a form elicitation answered cancel"
+    CANCEL = "summarize_repo, cancelled when first asked"
+
+
+TOOLS = {Kind.SCAN: "workspace_scan", Kind.CONFIRM: "notes_delete"}
+KINDS = (Kind.SUMMARIZE, Kind.SUMMARIZE, Kind.SCAN, Kind.CONFIRM, Kind.CANCEL)  # drawn from, seeded per session
+ARGUMENTS = {Kind.SCAN: {}, Kind.CONFIRM: {"workspaceUri": WORKSPACE, "title": "Standup"}}
 
 
 @dataclass
@@ -53,14 +75,31 @@ class Ledger:
     resumed: int = 0  # streams resumed with Last-Event-ID
     resent_answers: int = 0  # answers sent again (their POST broke)
     shut_out: int = 0  # requests sent again because a replica shutting down answered them so
+    kinds: dict[Kind, int] = field(default_factory=lambda: dict.fromkeys(Kind, 0))  # calls answered, by kind
+    renewed: int = 0  # sessions deleted and opened again
 
 
 class Broken(Exception):
     """The stream or the connection broke: resume, or send again."""
 
 
+@dataclass
+class Reply:
+    status: int
+    text: str
+    headers: Any
+    tries: int = 1
+
+
+@dataclass(frozen=True)
+class Call:
+    kind: Kind
+    nonce: str
+
+
 class ChaosClient:
-    """A 2025-11-25 client answering summarize_repo's two sampling rounds with its call's nonce."""
+    """A 2025-11-25 client running bridged calls of every kind (:class:`Kind`), answering what each asks with its
+    call's nonce, and deleting its session now and then."""
 
     def __init__(self, url: str, ledger: Ledger) -> None:
         self.url, self.ledger, self.next_id, self.session_id = url, ledger, 0, ""
@@ -69,6 +108,7 @@ class ChaosClient:
                                           timeout=aiohttp.ClientTimeout(total=None))
         self.answering: set[asyncio.Task[None]] = set()
         self.trace: list[str] = []  # what the call under way met, reported with it when it is lost
+        self.abandoned: set[int] = set()  # ids of requests sent again under a new one (their round may be left)
 
     def note(self, what: str, resp: aiohttp.ClientResponse | None = None) -> None:
         replica = f" from {resp.headers.get('X-Gateway-Replica')}" if resp is not None else ""
@@ -87,54 +127,104 @@ class ChaosClient:
         await self.http.close()
 
     async def start(self) -> None:
+        """A new session (initialize and initialized sent again while they break or get a 5xx)."""
         init = {"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
-            "protocolVersion": LEGACY, "capabilities": {"sampling": {}},
+            "protocolVersion": LEGACY, "capabilities": {"sampling": {}, "roots": {}, "elicitation": {"form": {}}},
             "clientInfo": {"name": "chaos", "version": "1"}}}
-        async with self.http.post(self.url, json=init, headers=self.headers()) as resp:
-            assert resp.status == 200, await resp.text()
-            self.session_id = resp.headers["Mcp-Session-Id"]
-        async with self.http.post(self.url, json={"jsonrpc": "2.0", "method": "notifications/initialized"},
-                                  headers=self.headers()) as resp:
-            assert resp.status == 202
+        self.session_id = ""
+        opened = await self.until_sent("POST", init)
+        assert opened.status == 200, opened.text
+        self.session_id = opened.headers["Mcp-Session-Id"]
+        initialized = await self.until_sent("POST", {"jsonrpc": "2.0", "method": "notifications/initialized"})
+        assert initialized.status == 202, initialized.text
+
+    async def send(self, method: str, body: dict[str, Any] | None = None) -> Reply | None:
+        """One request read to its end; None when its connection broke or it got a 5xx (to send it again)."""
+        what = f"{method} {(body or {}).get('method') or (body or {}).get('id', '')}"
+        try:
+            async with self.http.request(method, self.url, json=body, headers=self.headers()) as resp:
+                reply = Reply(resp.status, await resp.text(), resp.headers)
+                self.note(f"{what}: {resp.status}", resp)
+                if resp.status < 500:
+                    return reply
+        except BROKEN as exc:
+            self.note(f"{what} broken: {exc!r}")
+        await asyncio.sleep(0.05)
+        return None
+
+    async def until_sent(self, method: str, body: dict[str, Any] | None = None) -> Reply:
+        """:meth:`send`, again until it gets an answer below 500; ``tries`` on the reply counts the sends."""
+        tries = 0
+        while True:
+            tries += 1
+            reply = await self.send(method, body)
+            if reply is not None:
+                reply.tries = tries
+                return reply
+            self.ledger.resent_answers += 1
 
     async def run_until(self, stop_at: float, serial: int) -> None:
-        loop, count = asyncio.get_running_loop(), 0
+        loop, count, rng = asyncio.get_running_loop(), 0, random.Random(serial)
         while loop.time() < stop_at:
+            if rng.randrange(RENEW_ONE_IN) == 0:
+                await self.renew()
+                continue
             count += 1
-            nonce = f"s{serial}c{count}"
+            call = Call(rng.choice(KINDS), f"s{serial}c{count}")
             self.ledger.calls += 1
             self.trace = []
             try:
                 async with asyncio.timeout(CALL_DEADLINE):
-                    final, ident = await self.call(nonce)
+                    final, ident = await self.call(call)
             except TimeoutError:
-                self.ledger.problems.append(f"{nonce}: lost (no answer within {CALL_DEADLINE} s): {self.trace}")
+                self.ledger.problems.append(f"{call}: lost (no answer within {CALL_DEADLINE} s): {self.trace}")
                 continue
             except Exception as exc:  # anything else the client met is reported with the call, not raised
-                self.ledger.problems.append(f"{nonce}: lost ({type(exc).__name__}: {exc}): {self.trace}")
+                self.ledger.problems.append(f"{call}: lost ({type(exc).__name__}: {exc}): {self.trace}")
                 continue
-            self.judge(nonce, ident, final)
+            self.judge(call, ident, final)
 
-    def judge(self, nonce: str, ident: int, final: dict[str, Any]) -> None:
+    async def renew(self) -> None:
+        """DELETE the session (sent again while it breaks or gets a 5xx), check that three replicas in turn refuse
+        it (404), and open a new one."""
+        self.trace = []
+        deleted = await self.until_sent("DELETE")
+        if not (deleted.status == 204 or (deleted.status == 404 and deleted.tries > 1)):  # 404: one sent again
+            self.ledger.problems.append(f"DELETE {self.session_id}: HTTP {deleted.status}: {self.trace}")
+        for _ in range(3):
+            refused = await self.until_sent("POST", {"jsonrpc": "2.0", "id": "after-delete", "method": "ping"})
+            if refused.status != 404:
+                self.ledger.problems.append(f"session {self.session_id} deleted, yet HTTP {refused.status}: "
+                                            f"{self.trace}")
+                break
+        self.ledger.renewed += 1
+        await self.start()
+
+    def judge(self, call: Call, ident: int, final: dict[str, Any]) -> None:
         result = final.get("result")
-        if final.get("id") != ident:
-            self.ledger.problems.append(f"{nonce}: cross-wired (response id {final.get('id')!r}, sent {ident}: "
+        if call.kind is Kind.CANCEL and final.get("cancelled") == ident:
+            self.ledger.answered += 1
+            self.ledger.kinds[call.kind] += 1
+        elif final.get("id") != ident:
+            self.ledger.problems.append(f"{call}: cross-wired (response id {final.get('id')!r}, sent {ident}: "
                                         f"{json.dumps(final)[:300]}): {self.trace}")
         elif not isinstance(result, dict) or result.get("isError"):
-            self.ledger.problems.append(f"{nonce}: failed ({json.dumps(final)[:300]}): {self.trace}")
-        elif (result.get("structuredContent") or {}).get("summary") != f"Summary {nonce}.":
-            self.ledger.problems.append(f"{nonce}: cross-wired (summary {result.get('structuredContent')!r}): "
-                                        f"{self.trace}")
+            self.ledger.problems.append(f"{call}: failed ({json.dumps(final)[:300]}): {self.trace}")
+        elif not expected(call).items() <= (result.get("structuredContent") or {}).items():
+            self.ledger.problems.append(f"{call}: cross-wired ({result.get('structuredContent')!r}): {self.trace}")
         else:
             self.ledger.answered += 1
+            self.ledger.kinds[call.kind] += 1
 
-    async def call(self, nonce: str) -> tuple[dict[str, Any], int]:
+    async def call(self, call: Call) -> tuple[dict[str, Any], int]:
         """The call's final message and the id it went under (a request sent again has a new one)."""
+        tool = TOOLS.get(call.kind, "summarize_repo")
+        arguments = ARGUMENTS.get(call.kind, {"repo": call.nonce})
         while True:
             self.next_id += 1
             ident = self.next_id
             body = {"jsonrpc": "2.0", "id": ident, "method": "tools/call",
-                    "params": {"name": "summarize_repo", "arguments": {"repo": nonce}}}
+                    "params": {"name": tool, "arguments": arguments}}
             last: list[str] = []  # the last event id seen on the call's stream
             self.note(f"POST {ident}")
             try:
@@ -144,7 +234,7 @@ class ChaosClient:
                         final = await resp.json()
                     else:
                         assert resp.status == 200 and resp.content_type == "text/event-stream", resp.status
-                        final = await self.read(resp, ident, nonce, last)
+                        final = await self.read(resp, ident, call, last)
                 if not _shut_out(final):
                     return final, ident
                 self.ledger.shut_out += 1
@@ -152,15 +242,16 @@ class ChaosClient:
             except (Broken, *BROKEN) as exc:
                 self.note(f"broken: {exc!r}")
             if last:
-                final = await self.resume(ident, nonce, last)
+                final = await self.resume(ident, call, last)
                 if not _shut_out(final):
                     return final, ident
                 self.ledger.shut_out += 1
                 continue
             self.ledger.resent_requests += 1  # broke before its first event: sent again, as a new request
+            self.abandoned.add(ident)
             await asyncio.sleep(0.05)
 
-    async def resume(self, ident: int, nonce: str, last: list[str]) -> dict[str, Any]:
+    async def resume(self, ident: int, call: Call, last: list[str]) -> dict[str, Any]:
         while True:
             self.ledger.resumed += 1
             try:
@@ -170,13 +261,14 @@ class ChaosClient:
                     if resp.status >= 500:
                         raise Broken(f"HTTP {resp.status}")
                     assert resp.status == 200, f"resume refused: HTTP {resp.status} {await resp.text()}"
-                    return await self.read(resp, ident, nonce, last)
+                    return await self.read(resp, ident, call, last)
             except (Broken, *BROKEN) as exc:
                 self.note(f"broken: {exc!r}")
                 await asyncio.sleep(0.05)
 
-    async def read(self, resp: aiohttp.ClientResponse, ident: int, nonce: str, last: list[str]) -> dict[str, Any]:
-        """Events until the call's response, answering each sampling request; every event id goes into ``last``."""
+    async def read(self, resp: aiohttp.ClientResponse, ident: int, call: Call, last: list[str]) -> dict[str, Any]:
+        """Events until the call's response, answering each request the call asks (a ``CANCEL`` call is cancelled
+        at the first instead, and ends there); every event id goes into ``last``."""
         async for event_id, message in sse_events(resp):
             if event_id is not None:
                 last.append(event_id)
@@ -186,31 +278,52 @@ class ChaosClient:
             if "id" in message and ("result" in message or "error" in message):
                 if message["id"] == ident:
                     return message
-                raise AssertionError(f"{nonce}: another request's response on its stream: {message}")
-            if message.get("method") == "sampling/createMessage":
-                self.answer_soon(message, nonce)
+                raise AssertionError(f"{call}: another request's response on its stream: {message}")
+            if message.get("method") == "notifications/cancelled":
+                continue  # the gateway withdrawing what it asked, once the call was cancelled
+            if call.kind is Kind.CANCEL:
+                await self.cancel(ident)
+                return {"cancelled": ident}
+            self.answer_soon(message, call)
         raise Broken("the stream ended without the response")
 
-    def answer_soon(self, request: dict[str, Any], nonce: str) -> None:
-        task = asyncio.get_running_loop().create_task(self.answer(request, nonce))
+    async def cancel(self, ident: int) -> None:
+        body = {"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": ident,
+                                                                                   "reason": "chaos"}}
+        cancelled = await self.until_sent("POST", body)
+        assert cancelled.status == 202, f"cancel: HTTP {cancelled.status} {cancelled.text}"
+
+    def answer_soon(self, request: dict[str, Any], call: Call) -> None:
+        task = asyncio.get_running_loop().create_task(self.answer(request, call))
         self.answering.add(task)
         task.add_done_callback(self.answering.discard)
 
-    async def answer(self, request: dict[str, Any], nonce: str) -> None:
-        prompt = request["params"]["messages"][0]["content"]["text"]
-        text = PICK if "JSON array" in prompt else f"Summary {nonce}."
-        body = {"jsonrpc": "2.0", "id": request["id"], "result": {
-            "role": "assistant", "content": {"type": "text", "text": text}, "model": "chaos", "stopReason": "endTurn"}}
-        for _attempt in range(100):
-            try:
-                async with self.http.post(self.url, json=body, headers=self.headers()) as resp:
-                    self.note(f"answer {request['id']}: {resp.status}", resp)
-                    if resp.status < 500:
-                        return  # 202; an answer the gateway already had is ignored all the same
-            except BROKEN as exc:
-                self.note(f"answer {request['id']} broken: {exc!r}")
-            self.ledger.resent_answers += 1  # its POST broke or failed: not taken, so it is sent again
-            await asyncio.sleep(0.05)
+    async def answer(self, request: dict[str, Any], call: Call) -> None:
+        body = {"jsonrpc": "2.0", "id": request["id"], "result": answer_to(request, call)}
+        await self.until_sent("POST", body)  # 202; an answer the gateway already had is ignored all the same
+
+
+def answer_to(request: dict[str, Any], call: Call) -> dict[str, Any]:
+    """The client's answer to what ``call`` asks: a sampled text with the nonce, its roots (one outside every
+    workspace, named after the nonce), or cancel to the confirmation form (nothing is deleted)."""
+    method = request["method"]
+    if method == "roots/list":
+        return {"roots": [{"uri": WORKSPACE}, {"uri": f"file:///elsewhere/{call.nonce}"}]}
+    if method == "elicitation/create":
+        return {"action": "cancel"}
+    assert method == "sampling/createMessage", request
+    prompt = request["params"]["messages"][0]["content"]["text"]
+    text = PICK if "JSON array" in prompt else f"Summary {call.nonce}."
+    return {"role": "assistant", "content": {"type": "text", "text": text}, "model": "chaos", "stopReason": "endTurn"}
+
+
+def expected(call: Call) -> dict[str, Any]:
+    """What the structured result of a call of its kind, answered with its own answers, holds (among more)."""
+    if call.kind is Kind.SCAN:
+        return {"scanned": [WORKSPACE], "skipped": [f"file:///elsewhere/{call.nonce}"]}
+    if call.kind is Kind.CONFIRM:
+        return {"deleted": None}
+    return {"summary": f"Summary {call.nonce}."}
 
 
 def _shut_out(final: dict[str, Any]) -> bool:
@@ -261,6 +374,23 @@ async def kill_at_random(replicas: Replicas, until: float, rng: random.Random) -
     return sent
 
 
+async def rounds_left(clients: list[ChaosClient], redis_url: str, prefix: str) -> list[str]:
+    """The rounds still in the store, once they had :data:`SETTLE` seconds to end, of calls each client finished or
+    cancelled (a request it abandoned for a new id may have left one, waiting for answers nobody will send)."""
+    store = RedisStore(redis_url, idle_seconds=600, prefix=prefix)
+    deadline, left = asyncio.get_running_loop().time() + SETTLE, []
+    try:
+        while True:
+            left = [f"{client.session_id} request {record.downstream_id}: {record.phase.value}"
+                    for client in clients for record in await store.rounds_of(client.session_id)
+                    if record.downstream_id not in client.abandoned]
+            if not left or asyncio.get_running_loop().time() > deadline:
+                return left
+            await asyncio.sleep(0.2)
+    finally:
+        await store.close()
+
+
 async def test_replicas_killed_at_random_lose_no_call(aiohttp_server, tmp_path, redis_url, prefix) -> None:
     core = await aiohttp_server(core_app.create_app(core_config.CoreConfig(database=str(tmp_path / "core.db"))))
     replicas = Replicas(tmp_path, str(core.make_url("/mcp")), redis_url, prefix)
@@ -277,6 +407,7 @@ async def test_replicas_killed_at_random_lose_no_call(aiohttp_server, tmp_path, 
         chaos = loop.create_task(kill_at_random(replicas, stop_at, random.Random(20261206)))
         await asyncio.gather(*(client.run_until(stop_at, i) for i, client in enumerate(clients)))
         stops = await chaos
+        left = await rounds_left(clients, redis_url, prefix)
     finally:
         for client in clients:
             await client.close()
@@ -285,9 +416,12 @@ async def test_replicas_killed_at_random_lose_no_call(aiohttp_server, tmp_path, 
     kills, terms = stops.count(signal.SIGKILL), stops.count(signal.SIGTERM)
     report = (f"calls {ledger.calls}, answered {ledger.answered}, SIGKILL {kills}, SIGTERM {terms}, requests sent "
               f"again {ledger.resent_requests} (shut out {ledger.shut_out}), streams resumed {ledger.resumed}, "
-              f"answers sent again {ledger.resent_answers}")
+              f"answers, cancels and DELETEs sent again {ledger.resent_answers}, sessions deleted {ledger.renewed}, "
+              f"answered by kind {({k.name: n for k, n in ledger.kinds.items()})}")
     print(f"\nchaos: {report}")
     assert ledger.problems == [], f"{report}\n" + "\n".join(ledger.problems[:20])
+    assert left == [], f"rounds of finished or cancelled calls still in the store after {SETTLE} s: {left}"
+    assert min(ledger.kinds.values()) > 0 and ledger.renewed > 0, report  # every flow ran
     # The seeded draws make the first four stops two of each; a slower machine makes fewer stops, not other ones.
     assert kills >= 2 and terms >= 2 and ledger.answered >= 3 * SESSIONS, report
     assert ledger.resumed > 0, report  # kills did land in the middle of calls
