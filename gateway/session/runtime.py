@@ -343,8 +343,11 @@ class Gateway:
         ended = set(await self.store.expire_sessions(now - limit, keep=busy))
         # One query for every live runtime's last-seen time, not a record read each: with 10,000 idle sessions
         # reading every record stalled the loop for ~0.3 s per sweep (the benchmark's idle scenario).
-        seen = await self.store.last_seen(list(self.runtimes))
-        stale = [s for s in self.runtimes if s in ended or now - seen.get(s, now - limit - 1) > limit]
+        asked = list(self.runtimes)
+        seen = await self.store.last_seen(asked)
+        # Only the runtimes asked about: one made while the store answered (a new session's first request) has no
+        # time in ``seen``, and was ended, deleting a live session (tests/faults/test_chaos_replicas.py found it).
+        stale = [s for s in asked if s in ended or now - seen.get(s, now - limit - 1) > limit]
         for session_id in stale:
             runtime = self.runtimes.get(session_id)  # re-read after each wait on the store:
             if runtime is None or runtime.exchanges:  # a DELETE ended it meanwhile, or a request is in flight
@@ -360,8 +363,9 @@ class Gateway:
         if hand_over and self.leases:
             log.warning("shutting down: %d saved rounds handed over to the other replicas", len(self.leases))
         for session_id in list(self.runtimes):
-            runtime = self.runtimes.pop(session_id)
-            await runtime.close(shutting_down(), hand_over=hand_over)
+            runtime = self.runtimes.pop(session_id, None)
+            if runtime is not None:  # not ended meanwhile (a DELETE relayed from another replica, while one closed)
+                await runtime.close(shutting_down(), hand_over=hand_over)
         if self.hub is not None:
             await self.hub.close()
 

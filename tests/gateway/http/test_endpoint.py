@@ -507,6 +507,50 @@ async def test_a_delete_while_a_sweep_waits_on_the_store_does_not_break_initiali
     assert a.session_id not in gw.runtimes and b.session_id not in gw.runtimes
 
 
+async def test_a_sweep_spares_a_session_whose_runtime_is_made_while_it_asks_the_store(make_gateway) -> None:
+    """A sweep asks the store for the last-seen times of the runtimes it has; a runtime made while that answer is
+    awaited (a new session's first request, on a replica just started) is not among them and must not count as
+    expired: it was, and its live session was deleted (tests/faults/test_chaos_replicas.py, heavy runs)."""
+    old, new = Legacy(await make_gateway(session_idle_seconds=60)), None
+    gw = old.client.app[GATEWAY]
+    await old.initialize()
+    await old.call("tools/list")  # a runtime the sweep asks about
+    new = Legacy(old.client)
+    await new.initialize()
+    real_seen = gw.store.last_seen
+
+    async def new_session_arrives(session_ids):
+        seen = await real_seen(session_ids)
+        gw.runtime(new.session_id)  # its first request, served while the sweep awaited the store
+        return seen
+    gw.store.last_seen = new_session_arrives
+    assert await gw.sweep_expired(force=True) == 0
+    assert await gw.store.get_session(new.session_id) is not None
+    assert new.session_id in gw.runtimes
+    assert (await new.post("tools/list")).status == 200  # still served (a deleted session gets 404)
+
+
+async def test_a_shutdown_skips_a_runtime_another_replica_ended_meanwhile(make_gateway) -> None:
+    """Shutdown closes the runtimes one by one; a DELETE relayed from another replica may end one of those still
+    to close while an earlier one closes. It is skipped, not a KeyError that stopped the shutdown halfway."""
+    first = Legacy(await make_gateway())
+    gw = first.client.app[GATEWAY]
+    second = Legacy(first.client)
+    for client in (first, second):
+        await client.initialize()
+        await client.call("tools/list")
+    runtimes = list(gw.runtimes.values())
+    assert len(runtimes) == 2
+    real_close = runtimes[0].close
+
+    async def close_while_the_other_ends(*args, **kwargs):
+        await gw.end_runtime(runtimes[1].session_id)  # the relayed DELETE, handled during this close
+        return await real_close(*args, **kwargs)
+    runtimes[0].close = close_while_the_other_ends
+    await gw.close()
+    assert gw.runtimes == {}
+
+
 async def test_a_sweep_spares_a_session_with_a_request_in_flight(make_gateway, upstream) -> None:
     gate = asyncio.Event()
 
