@@ -24,6 +24,7 @@ import json
 import random
 import signal
 import time
+from collections import deque
 from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
@@ -108,11 +109,14 @@ class ChaosClient:
                                           timeout=aiohttp.ClientTimeout(total=None))
         self.answering: set[asyncio.Task[None]] = set()
         self.trace: list[str] = []  # what the call under way met, reported with it when it is lost
+        self.history: deque[str] = deque(maxlen=80)  # the last notes whatever the call: a session's story
         self.abandoned: set[int] = set()  # ids of requests sent again under a new one (their round may be left)
 
     def note(self, what: str, resp: aiohttp.ClientResponse | None = None) -> None:
         replica = f" from {resp.headers.get('X-Gateway-Replica')}" if resp is not None else ""
-        self.trace.append(f"{time.strftime('%H:%M:%S')}.{int(time.time() * 1000) % 1000:03d} {what}{replica}")
+        line = f"{time.strftime('%H:%M:%S')}.{int(time.time() * 1000) % 1000:03d} {what}{replica}"
+        self.trace.append(line)
+        self.history.append(line)
 
     def headers(self, **extra: str) -> dict[str, str]:
         out = {"Accept": ACCEPT, "Content-Type": "application/json"}
@@ -135,6 +139,7 @@ class ChaosClient:
         opened = await self.until_sent("POST", init)
         assert opened.status == 200, opened.text
         self.session_id = opened.headers["Mcp-Session-Id"]
+        self.note(f"opened session {self.session_id}")
         initialized = await self.until_sent("POST", {"jsonrpc": "2.0", "method": "notifications/initialized"})
         assert initialized.status == 202, initialized.text
 
@@ -190,7 +195,7 @@ class ChaosClient:
         self.trace = []
         deleted = await self.until_sent("DELETE")
         if not (deleted.status == 204 or (deleted.status == 404 and deleted.tries > 1)):  # 404: one sent again
-            self.ledger.problems.append(f"DELETE {self.session_id}: HTTP {deleted.status}: {self.trace}")
+            self.ledger.problems.append(f"DELETE {self.session_id}: HTTP {deleted.status}: {list(self.history)}")
         for _ in range(3):
             refused = await self.until_sent("POST", {"jsonrpc": "2.0", "id": "after-delete", "method": "ping"})
             if refused.status != 404:
