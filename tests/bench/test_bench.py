@@ -123,3 +123,27 @@ def test_the_ab_run_puts_two_checkouts_side_by_side() -> None:
     assert [row[0] for row in rows] == ["translated:a", "translated:b"]
     assert all(float(row[4]) > 0 and float(row[5]) > 0 for row in rows)  # requests served, CPU read
     assert "translated c=1: b/a p50" in run.stdout
+
+
+@pytest.mark.skipif(not _redis_answers(REDIS_URL), reason=f"no Redis at {REDIS_URL}")
+def test_every_store_operation_the_count_measures_runs_on_redis() -> None:
+    # What `bench.store_ops` runs under callgrind, here without it (a count takes minutes): each operation's loop
+    # completes on a real Redis, and the run's keys go with its prefix.
+    import redis
+
+    from bench.store_ops import OPS, _forget
+
+    prefix = f"bench-ops-test-{os.getpid()}:"
+    client = redis.Redis.from_url(REDIS_URL)
+    try:
+        for op in OPS:
+            run = subprocess.run([sys.executable, "-m", "bench.store_ops", "--child", op, "3", REDIS_URL, prefix],
+                                 capture_output=True, text=True, cwd=ROOT, timeout=60)
+            assert run.returncode == 0, f"{op}: {run.stderr[-2000:]}"
+        stored = {key.decode() for key in client.scan_iter(match=prefix + "*", count=1000)}
+        assert f"{prefix}s:{'s' * 43}" in stored and any(key.startswith(f"{prefix}r:b-") for key in stored), stored
+        _forget(REDIS_URL, prefix)
+        assert not list(client.scan_iter(match=prefix + "*", count=1000))
+    finally:
+        _forget(REDIS_URL, prefix)
+        client.close()
