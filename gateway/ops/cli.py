@@ -36,7 +36,7 @@ from gateway.ops.replay import add_arguments as add_replay_arguments
 from gateway.ops.replay import run as run_replay
 from gateway.ops.trace import add_arguments as add_trace_arguments
 from gateway.ops.trace import add_serve_arguments as add_serve_trace_arguments
-from gateway.ops.trace import otel_exporting, traced_app, with_otel, with_trace
+from gateway.ops.trace import glue_request_ids, otel_exporting, traced_app, with_otel, with_trace
 from gateway.ops.trace import run as run_trace
 from gateway.telemetry.report import add_arguments as add_report_arguments
 from gateway.telemetry.report import run as run_report
@@ -305,8 +305,9 @@ def banner(config: GatewayConfig) -> str:
 
 
 def main(argv: list[str] | None = None) -> None:
-    args = parser().parse_args(argv)
-    args.serve_argv = (sys.argv[1:] if argv is None else argv)[1:]  # what a worker is started with
+    argv = sys.argv[1:] if argv is None else argv
+    args = parser().parse_args(glue_request_ids(argv))
+    args.serve_argv = argv[1:]  # what a worker is started with
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     if args.command == "check-config":
         raise SystemExit(check_config(args.file))

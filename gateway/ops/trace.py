@@ -87,6 +87,16 @@ def add_arguments(trace: argparse.ArgumentParser) -> None:
     trace.add_argument("--html", default=None, metavar="OUT", help="also write a page of sequence diagrams here")
 
 
+def glue_request_ids(argv: list[str]) -> list[str]:
+    """``--request ID`` as ``--request=ID``: a correlation id starts with its session id, which is URL-safe base64
+    (one in 64 begins with "-"), and argparse takes a separate value that begins with "-" for an option."""
+    out, values = [], iter(argv)
+    for arg in values:
+        value = next(values, None) if arg == "--request" else None
+        out.append(arg if value is None else f"{arg}={value}")
+    return out
+
+
 def read_records(path: str) -> list[dict[str, Any]]:
     """The records of a trace file; a line cut short by a crash is skipped."""
     records = []

@@ -121,6 +121,25 @@ async def test_the_cli_summarizes_and_draws_a_request(upstream, aiohttp_client, 
     assert section.count('<g class="round">') == 3 and "<script" not in page and "http" not in page.split("<svg")[0]
 
 
+def test_a_request_whose_session_id_starts_with_a_dash_is_found(tmp_path: Path, capsys) -> None:
+    # Session ids are URL-safe base64 (handshake: secrets.token_urlsafe), so one in 64 starts with "-", and so does
+    # its requests' correlation id: `--request -Ab…/7` must select it, not stop as an unknown option.
+    from adapters.trace import Seen, TapKind, trace_record
+    from gateway.ops.cli import main
+
+    file = tmp_path / "t.jsonl"
+    for session in ("-dash", "plain"):
+        record = trace_record(TapKind.CLIENT, {"jsonrpc": "2.0", "id": 7, "method": "tools/call"},
+                              Seen(session, 7, 0, 1.0), content=False)
+        with file.open("a") as out:
+            out.write(json.dumps(record) + "\n")
+    with pytest.raises(SystemExit) as done:
+        main(["trace", str(file), "--request", "-dash/7"])
+    assert done.value.code == 0
+    text = capsys.readouterr().out
+    assert text.startswith("== -dash/7  tools/call") and "plain/7" not in text
+
+
 def test_errors_are_marked_in_the_summary_and_red_in_the_page() -> None:
     from adapters.trace import Seen, TapKind, trace_record
     from adapters.trace_view import group, html_page, summary
