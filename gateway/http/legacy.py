@@ -31,7 +31,7 @@ async def update_session(gw: Gateway, session: SessionRecord, update: UpdateSess
             session.initialized = True
         case SessionChange.ROOTS_STALE:
             session.cached_roots = None
-    await gw.store.put_session(session)
+    await gw.store.put_session(session, existing=True)  # a DELETE meanwhile stands
 
 
 async def forward(request: web.Request, gw: Gateway, session: SessionRecord, message: dict[str, Any],

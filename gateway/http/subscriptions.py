@@ -72,7 +72,8 @@ async def _apply_changes(gw: Gateway, session_id: str, authorization: str | None
     if fresh is None:
         return reject("unknown_session", "session not found")
     fresh.subscriptions = apply_subscribes(fresh.subscriptions, changes)
-    await gw.store.put_session(fresh)
+    if not await gw.store.put_session(fresh, existing=True):
+        return reject("unknown_session", "session not found")  # deleted meanwhile: it stays deleted
     return None
 
 

@@ -674,7 +674,7 @@ class Exchange:
         store = self.runtime.gateway.store
         stored = await store.get_session(self.record.session_id)
         if stored is not None:
-            await store.put_session(replace(stored, **changes))
+            await store.put_session(replace(stored, **changes), existing=True)
 
     def _on_notification(self, message: dict[str, Any]) -> None:
         legacy = request_notification(message, self.progress_token)

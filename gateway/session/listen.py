@@ -178,7 +178,7 @@ class Listener:
             if record is None:
                 return
             record.subscriptions = [u for u in record.subscriptions if u not in missing]
-            await self.gateway.store.put_session(record)
+            await self.gateway.store.put_session(record, existing=True)
             self.filter = without_uris(wanted, missing)
         log.warning("re-opened listen for %s no longer honours %s", self.label, ", ".join(missing))
         self._tell(record.log_level, "the server no longer honours these resource subscriptions",

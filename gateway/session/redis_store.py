@@ -168,9 +168,11 @@ local function append(at)
 end
 """
 
-# ARGV: prefix, session id, principal, record text, last seen ms, ttl ms -> the session's last-seen score.
+# ARGV: prefix, session id, principal, record text, last seen ms, ttl ms, existing ('1': only over a stored record)
+# -> the session's last-seen score; nil when not written (existing, and the session was deleted meanwhile).
 _PUT_SESSION: Final = _LUA_COMMON + """
 local sid, ttl = ARGV[2], ARGV[6]
+if ARGV[7] == '1' and redis.call('EXISTS', P .. 's:' .. sid) == 0 then return false end
 redis.call('HSET', P .. 's:' .. sid, 'r', ARGV[4], 'p', ARGV[3])
 renew(sid, ttl)
 score(P .. 'seen', sid, ARGV[5], ttl)
@@ -391,12 +393,15 @@ class RedisStore:
             record.last_seen_ms = max(record.last_seen_ms, int(seen))
         return record
 
-    async def put_session(self, record: SessionRecord) -> None:
+    async def put_session(self, record: SessionRecord, *, existing: bool = False) -> bool:
         args: list[str | bytes | int] = [self.prefix, record.session_id, record.principal, _dump(record),
-                                         record.last_seen_ms, self._ttl_ms]
+                                         record.last_seen_ms, self._ttl_ms, int(existing)]
         seen = await self.wire.script(self._put, args)
+        if seen is None:
+            return False
         # A record read before a touch carries an older time: the caller sees the newer one, as with InMemoryStore.
         record.last_seen_ms = max(record.last_seen_ms, int(float(seen)))
+        return True
 
     async def touch_session(self, session_id: str, last_seen_ms: int) -> None:
         await self.wire.script(self._touch, [self.prefix, session_id, last_seen_ms, self._ttl_ms])

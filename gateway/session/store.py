@@ -53,7 +53,13 @@ class StreamAppend:
 
 class SessionStore(Protocol):
     async def get_session(self, session_id: str) -> SessionRecord | None: ...
-    async def put_session(self, record: SessionRecord) -> None: ...
+    async def put_session(self, record: SessionRecord, *, existing: bool = False) -> bool:
+        """Write the record (a new session's, or a change); ``existing``: only over a record still stored, as every
+        change to a live session is made: it was read before, and a DELETE that ended the session meanwhile must
+        not be undone (its id answers 404 from then on: 2025-11-25 basic/transports §Session Management). False
+        when nothing was written."""
+        ...
+
     async def touch_session(self, session_id: str, last_seen_ms: int) -> None: ...
     async def delete_session(self, session_id: str) -> None: ...
 
@@ -200,7 +206,9 @@ class InMemoryStore:
         record.last_seen_ms = max(record.last_seen_ms, self._seen.get(session_id, record.last_seen_ms))
         return record
 
-    async def put_session(self, record: SessionRecord) -> None:
+    async def put_session(self, record: SessionRecord, *, existing: bool = False) -> bool:
+        if existing and record.session_id not in self._sessions:
+            return False  # ended meanwhile: it stays ended
         # A record read before a touch carries an older time: keep the newer one (time never goes back).
         seen = self._seen.get(record.session_id)
         if seen is not None and seen > record.last_seen_ms:
@@ -210,6 +218,7 @@ class InMemoryStore:
         if record.session_id not in self._principal:  # a new session (a session's principal never changes)
             self._principal[record.session_id] = record.principal
             self._per_principal[record.principal] = self._per_principal.get(record.principal, 0) + 1
+        return True
 
     async def touch_session(self, session_id: str, last_seen_ms: int) -> None:
         if session_id in self._sessions:

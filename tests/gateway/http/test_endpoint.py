@@ -163,6 +163,28 @@ async def test_delete_ends_the_session(legacy) -> None:
     assert (await legacy.client.delete("/mcp", headers=legacy.headers())).status == 404
 
 
+@pytest.mark.parametrize("method, params", [("logging/setLevel", {"level": "debug"}),
+                                            ("notifications/initialized", None)])
+async def test_a_delete_between_a_changes_read_and_its_write_stands(legacy, method, params) -> None:
+    """A request that changes its session reads the record, changes it and writes it back; on a shared store a
+    DELETE (another replica's) can land in between. The write must not bring the session back: its id answers 404
+    from the DELETE on (2025-11-25 basic/transports §Session Management)."""
+    await legacy.initialize()
+    store = legacy.client.app[GATEWAY].store
+    real_put, writes = store.put_session, []
+
+    async def deleted_first(record, **kwargs):
+        writes.append(record.session_id)
+        await store.delete_session(record.session_id)  # the DELETE, handled elsewhere between the read and this
+        return await real_put(record, **kwargs)
+    store.put_session = deleted_first
+    await (legacy.post(method, params) if params is not None else legacy.notify(method))
+    store.put_session = real_put
+    assert writes == [legacy.session_id]  # the change was written (and raced)
+    assert await store.get_session(legacy.session_id) is None
+    assert (await legacy.post("ping")).status == 404
+
+
 async def test_modern_requests_pass_through_untouched(legacy, upstream) -> None:
     upstream.script["tools/list"] = lambda b, h: ("error", {"code": -32022, "message": "x", "data": {
         "supported": ["2026-07-28"], "requested": "2026-07-28"}}, 400)

@@ -159,6 +159,20 @@ async def test_records_round_trip_and_are_never_aliased(store) -> None:
     assert (await store.get_session("s1")).subscriptions == []
 
 
+async def test_a_change_is_written_only_over_a_stored_record(store) -> None:
+    # Every change to a live session is read, changed and written back (`existing`): a DELETE that ended the session
+    # in between stands, where a plain write recreated it, id and all.
+    assert await store.put_session(record("s1"))
+    changed = record("s1")
+    changed.log_level = "debug"
+    assert await store.put_session(changed, existing=True)
+    assert (await store.get_session("s1")).log_level == "debug"
+    await store.delete_session("s1")
+    assert not await store.put_session(changed, existing=True)
+    assert await store.get_session("s1") is None and await store.last_seen(["s1"]) == {}
+    assert await store.count_sessions("alice") == (0, 0)
+
+
 async def test_last_seen_only_moves_forward(store) -> None:
     await store.put_session(record("s1", seen=NOW - 500))
     await store.touch_session("s1", NOW - 100)

@@ -279,3 +279,26 @@ async def test_a_change_cancelled_before_its_turn_is_not_applied(legacy, upstrea
     assert await first is None and await kept is None
     assert filters[-1]["resourceSubscriptions"] == ["file:///a", "file:///b"]
     assert (await gw.store.get_session(legacy.session_id)).subscriptions == ["file:///a", "file:///b"]
+
+
+async def test_a_delete_while_a_subscribe_waits_for_its_ack_stands(legacy, upstream) -> None:
+    """A subscribe writes the session's subscriptions once its listen is acknowledged; a DELETE (another
+    replica's) may have ended the session during that wait. The session stays deleted (its id answers 404), and
+    the subscribe is refused as for a session not found."""
+    filters, acks = listen_acked_on_demand(upstream)
+    await legacy.initialize()
+    gw = legacy.client.app[GATEWAY]
+    subscribe = asyncio.ensure_future(legacy.post("resources/subscribe", {"uri": "file:///a"}))
+    await until(lambda: len(filters) == 1)
+    real_put = gw.store.put_session
+
+    async def deleted_first(record, **kwargs):
+        await gw.store.delete_session(record.session_id)  # the DELETE, landing between the re-read and the write
+        return await real_put(record, **kwargs)
+    gw.store.put_session = deleted_first
+    acks[1].set()
+    answer = await subscribe
+    gw.store.put_session = real_put
+    assert answer.status == 404, await answer.text()
+    assert await gw.store.get_session(legacy.session_id) is None
+    assert (await legacy.post("ping")).status == 404
