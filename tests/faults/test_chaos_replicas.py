@@ -98,14 +98,24 @@ class Call:
     nonce: str
 
 
+async def _count_connection(_session: aiohttp.ClientSession, context: Any, _params: Any) -> None:
+    if isinstance(context.trace_request_ctx, list):  # the request's own count (ChaosClient.send)
+        context.trace_request_ctx.append(1)
+
+
 class ChaosClient:
     """A 2025-11-25 client running bridged calls of every kind (:class:`Kind`), answering what each asks with its
     call's nonce, and deleting its session now and then."""
 
     def __init__(self, url: str, ledger: Ledger) -> None:
         self.url, self.ledger, self.next_id, self.session_id = url, ledger, 0, ""
-        # A connection per request: the round-robin front then sends each request to another replica.
-        self.http = aiohttp.ClientSession(connector=aiohttp.TCPConnector(force_close=True),
+        # A connection per request: the round-robin front then sends each request to another replica. Each one made
+        # is counted for the request that made it: aiohttp sends an idempotent request (a DELETE) again by itself,
+        # once, when its connection breaks, so a DELETE a stopped replica carried out is then answered 404 by
+        # another on its first send as the client sees it.
+        counted = aiohttp.TraceConfig()
+        counted.on_connection_create_end.append(_count_connection)
+        self.http = aiohttp.ClientSession(connector=aiohttp.TCPConnector(force_close=True), trace_configs=[counted],
                                           timeout=aiohttp.ClientTimeout(total=None))
         self.answering: set[asyncio.Task[None]] = set()
         self.trace: list[str] = []  # what the call under way met, reported with it when it is lost
@@ -143,11 +153,14 @@ class ChaosClient:
         initialized = await self.until_sent("POST", {"jsonrpc": "2.0", "method": "notifications/initialized"})
         assert initialized.status == 202, initialized.text
 
-    async def send(self, method: str, body: dict[str, Any] | None = None) -> Reply | None:
-        """One request read to its end; None when its connection broke or it got a 5xx (to send it again)."""
+    async def send(self, method: str, body: dict[str, Any] | None = None,
+                   connections: list[int] | None = None) -> Reply | None:
+        """One request read to its end; None when its connection broke or it got a 5xx (to send it again).
+        ``connections`` gets an entry for each connection the request was sent on."""
         what = f"{method} {(body or {}).get('method') or (body or {}).get('id', '')}"
         try:
-            async with self.http.request(method, self.url, json=body, headers=self.headers()) as resp:
+            async with self.http.request(method, self.url, json=body, headers=self.headers(),
+                                         trace_request_ctx=connections) as resp:
                 reply = Reply(resp.status, await resp.text(), resp.headers)
                 self.note(f"{what}: {resp.status}", resp)
                 if resp.status < 500:
@@ -158,13 +171,13 @@ class ChaosClient:
         return None
 
     async def until_sent(self, method: str, body: dict[str, Any] | None = None) -> Reply:
-        """:meth:`send`, again until it gets an answer below 500; ``tries`` on the reply counts the sends."""
-        tries = 0
+        """:meth:`send`, again until it gets an answer below 500; ``tries`` on the reply counts the sends (aiohttp's
+        own included)."""
+        connections: list[int] = []
         while True:
-            tries += 1
-            reply = await self.send(method, body)
+            reply = await self.send(method, body, connections)
             if reply is not None:
-                reply.tries = tries
+                reply.tries = len(connections)
                 return reply
             self.ledger.resent_answers += 1
 
@@ -394,6 +407,30 @@ async def rounds_left(clients: list[ChaosClient], redis_url: str, prefix: str) -
             await asyncio.sleep(0.2)
     finally:
         await store.close()
+
+
+async def test_the_client_counts_a_delete_aiohttp_sends_again_by_itself() -> None:
+    """The judgement of a DELETE answered 404 rests on the count of its sends: aiohttp sends a DELETE (an
+    idempotent method) again by itself, once, when its connection breaks, as it does when a replica carried the
+    DELETE out and was stopped before answering. That second send must count."""
+    seen: list[bytes] = []
+
+    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        seen.append(await reader.readuntil(b"\r\n\r\n"))
+        if len(seen) > 1:  # the first send: carried out, then the connection breaks with no answer
+            writer.write(b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
+            await writer.drain()
+        writer.close()
+    server = await asyncio.start_server(serve, "127.0.0.1", 0)
+    client = ChaosClient(f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}/mcp", Ledger())
+    client.session_id = "s-1"
+    try:
+        deleted = await client.until_sent("DELETE")
+    finally:
+        await client.close()
+        server.close()
+    assert [head.split(b" ")[0] for head in seen] == [b"DELETE", b"DELETE"]
+    assert deleted.status == 404 and deleted.tries == 2
 
 
 async def test_replicas_killed_at_random_lose_no_call(aiohttp_server, tmp_path, redis_url, prefix) -> None:
