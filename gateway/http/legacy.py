@@ -24,14 +24,19 @@ async def write_post(request: web.Request, gw: Gateway, stream: OutStream) -> we
 
 
 async def update_session(gw: Gateway, session: SessionRecord, update: UpdateSession) -> None:
-    match update.change:
-        case SessionChange.LOG_LEVEL:
-            session.log_level = update.value
-        case SessionChange.INITIALIZED:
-            session.initialized = True
-        case SessionChange.ROOTS_STALE:
-            session.cached_roots = None
-    await gw.store.put_session(session, existing=True)  # a DELETE meanwhile stands
+    """The change made to the stored record (what other requests wrote meanwhile is kept; a session deleted
+    meanwhile stays deleted, and the request, moot, is still answered) and to ``session``, which the request
+    goes on with."""
+    def apply(record: SessionRecord) -> None:
+        match update.change:
+            case SessionChange.LOG_LEVEL:
+                record.log_level = update.value
+            case SessionChange.INITIALIZED:
+                record.initialized = True
+            case SessionChange.ROOTS_STALE:
+                record.cached_roots = None
+    apply(session)
+    await gw.store.change_session(session.session_id, apply)
 
 
 async def forward(request: web.Request, gw: Gateway, session: SessionRecord, message: dict[str, Any],

@@ -66,14 +66,12 @@ async def _apply_changes(gw: Gateway, session_id: str, authorization: str | None
     error = await ensure_listen(gw, session, authorization)
     if error is not None or not changes:
         return error
-    # Re-read after the wait for the ack: a concurrent request (setLevel) may have saved the record meanwhile,
-    # and writing our copy back would undo it.
-    fresh = await gw.store.get_session(session_id)
-    if fresh is None:
+    # Made on the stored record, not the one read before the wait for the ack: a concurrent request (setLevel) may
+    # have changed it meanwhile, and writing our copy back would undo that; a DELETE meanwhile stands.
+    def subscribe(record: SessionRecord) -> None:
+        record.subscriptions = apply_subscribes(record.subscriptions, changes)
+    if await gw.store.change_session(session_id, subscribe) is None:
         return reject("unknown_session", "session not found")
-    fresh.subscriptions = apply_subscribes(fresh.subscriptions, changes)
-    if not await gw.store.put_session(fresh, existing=True):
-        return reject("unknown_session", "session not found")  # deleted meanwhile: it stays deleted
     return None
 
 

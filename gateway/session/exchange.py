@@ -23,7 +23,6 @@ meanwhile is queued for the exchange's task, which is also where every failure i
 from __future__ import annotations
 
 import asyncio
-from dataclasses import replace
 from typing import Any, cast
 
 from adapters import bridge as B
@@ -671,10 +670,10 @@ class Exchange:
     async def _update_session(self, **changes: Any) -> None:
         """``changes`` made to the session's stored record, read again here: what changed since this request read
         it is kept (a session ended meanwhile stays ended)."""
-        store = self.runtime.gateway.store
-        stored = await store.get_session(self.record.session_id)
-        if stored is not None:
-            await store.put_session(replace(stored, **changes), existing=True)
+        def apply(stored: SessionRecord) -> None:
+            for name, value in changes.items():
+                setattr(stored, name, value)
+        await self.runtime.gateway.store.change_session(self.record.session_id, apply)
 
     def _on_notification(self, message: dict[str, Any]) -> None:
         legacy = request_notification(message, self.progress_token)

@@ -20,6 +20,7 @@ from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, Generic, TypeVar
 
 from adapters.errors import ErrorValue, upstream_failure
+from adapters.records import SessionRecord
 from adapters.subscriptions import (
     gateway_warning,
     is_ack,
@@ -173,12 +174,12 @@ class Listener:
         runtime = self.runtime
         if runtime is None or self.task is not asyncio.current_task():  # shared, or superseded meanwhile
             return
+        def unsubscribe(stored: SessionRecord) -> None:
+            stored.subscriptions = [u for u in stored.subscriptions if u not in missing]
         async with self.turns.lock:  # the record's subscriptions change only in the session's turn
-            record = await self.gateway.store.get_session(runtime.session_id)
+            record = await self.gateway.store.change_session(runtime.session_id, unsubscribe)
             if record is None:
                 return
-            record.subscriptions = [u for u in record.subscriptions if u not in missing]
-            await self.gateway.store.put_session(record, existing=True)
             self.filter = without_uris(wanted, missing)
         log.warning("re-opened listen for %s no longer honours %s", self.label, ", ".join(missing))
         self._tell(record.log_level, "the server no longer honours these resource subscriptions",

@@ -84,6 +84,9 @@ from gateway.session.store import Owners, StoreUnavailable, StreamAppend
 FOLLOW_WAIT_MAX_SECONDS: Final = 10.0
 MAX_CONNECTIONS: Final = 100  # commands in flight at once, per process (more wait for a free connection)
 MAX_FOLLOWED: Final = 1000  # streams followed at once from another replica, per process
+# A change to a session is written over the text it read, else read and made again; each retry means another change
+# was written meanwhile, so this many in a row is a session changed faster than it can be read, not bad luck.
+CHANGE_TRIES: Final = 16
 OPENED, ENDED = 1, 2  # the sub-id of a stream copy's marker entries (an event's is 0), as _APPEND writes them
 
 # Helpers shared by the scripts (ARGV[1] is always the prefix). Scripts only read and write keys of that prefix.
@@ -168,15 +171,28 @@ local function append(at)
 end
 """
 
-# ARGV: prefix, session id, principal, record text, last seen ms, ttl ms, existing ('1': only over a stored record)
-# -> the session's last-seen score; nil when not written (existing, and the session was deleted meanwhile).
+# ARGV: prefix, session id, principal, record text, last seen ms, ttl ms -> the session's last-seen score.
 _PUT_SESSION: Final = _LUA_COMMON + """
 local sid, ttl = ARGV[2], ARGV[6]
-if ARGV[7] == '1' and redis.call('EXISTS', P .. 's:' .. sid) == 0 then return false end
 redis.call('HSET', P .. 's:' .. sid, 'r', ARGV[4], 'p', ARGV[3])
 renew(sid, ttl)
 score(P .. 'seen', sid, ARGV[5], ttl)
 score(P .. 'p:' .. ARGV[3], sid, ARGV[5], ttl)
+return redis.call('ZSCORE', P .. 'seen', sid)
+"""
+
+# ARGV: prefix, session id, the record text read, the changed text, last seen ms, ttl ms -> the session's last-seen
+# score when written; 0 when the stored text is no longer the one read (another change came first: read it again);
+# -1 when the session is gone (a DELETE came first: it stays gone).
+_CHANGE_SESSION: Final = _LUA_COMMON + """
+local sid, ttl, key = ARGV[2], ARGV[6], P .. 's:' .. ARGV[2]
+local stored = redis.call('HGET', key, 'r')
+if not stored then return -1 end
+if stored ~= ARGV[3] then return 0 end
+redis.call('HSET', key, 'r', ARGV[4])
+renew(sid, ttl)
+score(P .. 'seen', sid, ARGV[5], ttl)
+score(P .. 'p:' .. redis.call('HGET', key, 'p'), sid, ARGV[5], ttl)
 return redis.call('ZSCORE', P .. 'seen', sid)
 """
 
@@ -357,6 +373,7 @@ class RedisStore:
         # Every command but the blocking reads and pub/sub: one pipelined connection (docs/design.md §49).
         self.wire = RedisWire(url, timeout_seconds=timeout_seconds)
         self._put, self._touch, self._delete = Script(_PUT_SESSION), Script(_TOUCH), Script(_DELETE)
+        self._change = Script(_CHANGE_SESSION)
         self._expire, self._rounds_of = Script(_EXPIRE), Script(_ROUNDS_OF)
         self._take, self._renew = Script(_TAKE_LEASE), Script(_RENEW_LEASES)
         self._append, self._save_round, self._end_round = Script(_APPEND), Script(_SAVE_ROUND), Script(_END_ROUND)
@@ -384,24 +401,41 @@ class RedisStore:
         await self._follower.aclose()
 
     async def get_session(self, session_id: str) -> SessionRecord | None:
+        return (await self._read_session(session_id))[1]
+
+    async def _read_session(self, session_id: str) -> tuple[bytes | None, SessionRecord | None]:
         text, seen = await self.wire.pipeline([("HGET", self.key("s:", session_id), "r"),
                                                ("ZSCORE", self.key("seen"), session_id)])
         if text is None:
-            return None
+            return None, None
         record = SessionRecord.from_dict(loads(text, ENCODED_DEPTH))
         if seen is not None:
             record.last_seen_ms = max(record.last_seen_ms, int(seen))
-        return record
+        return text, record
 
-    async def put_session(self, record: SessionRecord, *, existing: bool = False) -> bool:
+    async def put_session(self, record: SessionRecord) -> None:
         args: list[str | bytes | int] = [self.prefix, record.session_id, record.principal, _dump(record),
-                                         record.last_seen_ms, self._ttl_ms, int(existing)]
+                                         record.last_seen_ms, self._ttl_ms]
         seen = await self.wire.script(self._put, args)
-        if seen is None:
-            return False
         # A record read before a touch carries an older time: the caller sees the newer one, as with InMemoryStore.
         record.last_seen_ms = max(record.last_seen_ms, int(float(seen)))
-        return True
+
+    async def change_session(self, session_id: str, change: Callable[[SessionRecord], None]) -> SessionRecord | None:
+        for _ in range(CHANGE_TRIES):
+            text, record = await self._read_session(session_id)
+            if text is None or record is None:
+                return None
+            change(record)
+            args: list[str | bytes | int] = [self.prefix, session_id, text, _dump(record), record.last_seen_ms,
+                                             self._ttl_ms]
+            seen = await self.wire.script(self._change, args)
+            if seen == -1:
+                return None
+            if seen != 0:
+                record.last_seen_ms = max(record.last_seen_ms, int(float(seen)))
+                return record
+        raise StoreUnavailable(f"the session store (Redis) failed: session {session_id} changed by others "
+                               f"{CHANGE_TRIES} times while one change was being written")
 
     async def touch_session(self, session_id: str, last_seen_ms: int) -> None:
         await self.wire.script(self._touch, [self.prefix, session_id, last_seen_ms, self._ttl_ms])

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import deque
-from collections.abc import Collection, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar, Protocol
 
@@ -53,11 +53,16 @@ class StreamAppend:
 
 class SessionStore(Protocol):
     async def get_session(self, session_id: str) -> SessionRecord | None: ...
-    async def put_session(self, record: SessionRecord, *, existing: bool = False) -> bool:
-        """Write the record (a new session's, or a change); ``existing``: only over a record still stored, as every
-        change to a live session is made: it was read before, and a DELETE that ended the session meanwhile must
-        not be undone (its id answers 404 from then on: 2025-11-25 basic/transports §Session Management). False
-        when nothing was written."""
+    async def put_session(self, record: SessionRecord) -> None:
+        """Write a new session's record (a change to a live one is :meth:`change_session`)."""
+        ...
+
+    async def change_session(self, session_id: str, change: Callable[[SessionRecord], None]) -> SessionRecord | None:
+        """Apply ``change`` to the stored record as one atomic step, and return the record written; None when the
+        session is gone. Every change to a live session is made so: neither undoes what another request (on any
+        replica) wrote meanwhile, and a DELETE that came first stands (its id answers 404 from then on: 2025-11-25
+        basic/transports §Session Management). A shared store reads, changes, then writes only over the text it
+        read, and runs ``change`` again on a newer one: ``change`` must only set fields of the record it is given."""
         ...
 
     async def touch_session(self, session_id: str, last_seen_ms: int) -> None: ...
@@ -206,9 +211,7 @@ class InMemoryStore:
         record.last_seen_ms = max(record.last_seen_ms, self._seen.get(session_id, record.last_seen_ms))
         return record
 
-    async def put_session(self, record: SessionRecord, *, existing: bool = False) -> bool:
-        if existing and record.session_id not in self._sessions:
-            return False  # ended meanwhile: it stays ended
+    async def put_session(self, record: SessionRecord) -> None:
         # A record read before a touch carries an older time: keep the newer one (time never goes back).
         seen = self._seen.get(record.session_id)
         if seen is not None and seen > record.last_seen_ms:
@@ -218,7 +221,14 @@ class InMemoryStore:
         if record.session_id not in self._principal:  # a new session (a session's principal never changes)
             self._principal[record.session_id] = record.principal
             self._per_principal[record.principal] = self._per_principal.get(record.principal, 0) + 1
-        return True
+
+    async def change_session(self, session_id: str, change: Callable[[SessionRecord], None]) -> SessionRecord | None:
+        record = await self.get_session(session_id)  # no wait between the read and the write: atomic here
+        if record is None:
+            return None
+        change(record)
+        await self.put_session(record)
+        return record
 
     async def touch_session(self, session_id: str, last_seen_ms: int) -> None:
         if session_id in self._sessions:

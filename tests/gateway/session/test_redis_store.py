@@ -23,6 +23,7 @@ import pytest
 redis = pytest.importorskip("redis")
 from redis.asyncio import Redis  # noqa: E402
 
+from adapters.jsonwire import dumps  # noqa: E402
 from adapters.records import PendingRound, SessionRecord  # noqa: E402
 from adapters.takeover import Lease  # noqa: E402
 from gateway.http.app import GATEWAY  # noqa: E402
@@ -159,18 +160,57 @@ async def test_records_round_trip_and_are_never_aliased(store) -> None:
     assert (await store.get_session("s1")).subscriptions == []
 
 
-async def test_a_change_is_written_only_over_a_stored_record(store) -> None:
-    # Every change to a live session is read, changed and written back (`existing`): a DELETE that ended the session
-    # in between stands, where a plain write recreated it, id and all.
-    assert await store.put_session(record("s1"))
-    changed = record("s1")
-    changed.log_level = "debug"
-    assert await store.put_session(changed, existing=True)
-    assert (await store.get_session("s1")).log_level == "debug"
+def _set(**fields: Any) -> Any:
+    def change(stored: SessionRecord) -> None:
+        for name, value in fields.items():
+            setattr(stored, name, value)
+    return change
+
+
+async def test_a_change_is_made_on_the_stored_record_and_never_recreates_one(store) -> None:
+    await store.put_session(record("s1"))
+    await store.touch_session("s1", NOW + 50)
+    changed = await store.change_session("s1", _set(log_level="debug"))
+    assert changed.log_level == "debug" and changed.last_seen_ms == NOW + 50
+    assert await store.get_session("s1") == changed
     await store.delete_session("s1")
-    assert not await store.put_session(changed, existing=True)
+    assert await store.change_session("s1", _set(log_level="info")) is None  # a DELETE stands
     assert await store.get_session("s1") is None and await store.last_seen(["s1"]) == {}
     assert await store.count_sessions("alice") == (0, 0)
+
+
+async def test_a_change_raced_by_another_replicas_is_made_again_on_its_record(redis_url, prefix) -> None:
+    """Two replicas change one session at once (a setLevel here, a subscribe there): each is written only over
+    the text it read, and the one that finds it changed is made again on the newer record, so neither is lost."""
+    import redis
+
+    here, there = (RedisStore(redis_url, idle_seconds=IDLE, prefix=prefix, clock=Clock()) for _ in range(2))
+    other = redis.Redis.from_url(redis_url)
+    try:
+        await here.put_session(record("s1"))
+        seen: list[list[str]] = []
+
+        def level_after_theirs(stored: SessionRecord) -> None:
+            seen.append(list(stored.subscriptions))
+            if len(seen) == 1:  # their change lands between this read and this write (raw, as their script would)
+                theirs = record("s1")
+                theirs.subscriptions = ["file:///a"]
+                other.hset(f"{prefix}s:s1", "r", dumps(theirs.to_dict()))
+            stored.log_level = "debug"
+        changed = await here.change_session("s1", level_after_theirs)
+        assert seen == [[], ["file:///a"]]  # made again on their record
+        stored = await there.get_session("s1")
+        assert stored == changed and (stored.log_level, stored.subscriptions) == ("debug", ["file:///a"])
+
+        def deleted_meanwhile(stored: SessionRecord) -> None:
+            other.delete(f"{prefix}s:s1")  # their DELETE lands between this read and this write
+            stored.log_level = "error"
+        assert await here.change_session("s1", deleted_meanwhile) is None
+        assert await there.get_session("s1") is None
+    finally:
+        other.close()
+        for store in (here, there):
+            await store.close()
 
 
 async def test_last_seen_only_moves_forward(store) -> None:
@@ -365,6 +405,7 @@ async def test_counts_stay_right_when_redis_expires_a_session_itself(redis_url, 
 
 async def every_method_fails(store: RedisStore) -> None:
     calls = [store.get_session("s"), store.put_session(record("s")), store.touch_session("s", NOW),
+             store.change_session("s", _set(log_level="debug")),
              store.delete_session("s"), store.count_sessions("alice"), store.last_seen(["s"]),
              store.expire_sessions(NOW), store.put_round(pending("b", "s")), store.get_round("b"),
              store.end_round("b", "A"), store.rounds_of("s")]

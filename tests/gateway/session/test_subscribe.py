@@ -290,15 +290,15 @@ async def test_a_delete_while_a_subscribe_waits_for_its_ack_stands(legacy, upstr
     gw = legacy.client.app[GATEWAY]
     subscribe = asyncio.ensure_future(legacy.post("resources/subscribe", {"uri": "file:///a"}))
     await until(lambda: len(filters) == 1)
-    real_put = gw.store.put_session
+    real_change = gw.store.change_session
 
-    async def deleted_first(record, **kwargs):
-        await gw.store.delete_session(record.session_id)  # the DELETE, landing between the re-read and the write
-        return await real_put(record, **kwargs)
-    gw.store.put_session = deleted_first
+    async def deleted_first(session_id, change):
+        await gw.store.delete_session(session_id)  # the DELETE, come while the subscribe waited
+        return await real_change(session_id, change)
+    gw.store.change_session = deleted_first
     acks[1].set()
     answer = await subscribe
-    gw.store.put_session = real_put
+    gw.store.change_session = real_change
     assert answer.status == 404, await answer.text()
     assert await gw.store.get_session(legacy.session_id) is None
     assert (await legacy.post("ping")).status == 404
