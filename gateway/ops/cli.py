@@ -38,6 +38,7 @@ from gateway.ops.trace import add_arguments as add_trace_arguments
 from gateway.ops.trace import add_serve_arguments as add_serve_trace_arguments
 from gateway.ops.trace import glue_request_ids, otel_exporting, traced_app, with_otel, with_trace
 from gateway.ops.trace import run as run_trace
+from gateway.session.runtime import DRAIN_FRACTION
 from gateway.telemetry.report import add_arguments as add_report_arguments
 from gateway.telemetry.report import run as run_report
 from gateway.telemetry.usage import serve_defaults as usage_serve_defaults
@@ -256,8 +257,9 @@ def serve(args: argparse.Namespace) -> None:
     logging.getLogger("gateway").info("%s", banner(config))
     install_log_filter(config.connections.log_repeat_interval_seconds)
     try:
+        # aiohttp's wait for open handlers comes after the drain (Gateway.drain): together, the configured timeout.
         run_capped(app, config, access_log=access_log, reuse_port=args.reuse_port,  # run_app, with the cap
-                   shutdown_timeout=config.shutdown_timeout_seconds)
+                   shutdown_timeout=config.shutdown_timeout_seconds * (1 - DRAIN_FRACTION))
     except OSError as exc:
         if exc.errno not in _LISTEN_ERRORS:
             raise

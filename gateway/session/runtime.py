@@ -21,7 +21,7 @@ from adapters.classify import Accepted, Kind
 from adapters.doors import DOOR_HEADER, Transport, door_header, offered_versions, transport_of
 from adapters.errors import ErrorValue, shutting_down
 from adapters.peers import Peer, client_info_of, match_peer, peer_from_record
-from adapters.records import SessionRecord
+from adapters.records import Phase, SessionRecord
 from adapters.sse import FINISHED_STREAMS_KEPT
 from adapters.trace import every_kind
 from adapters.upstream import SessionView
@@ -190,6 +190,10 @@ class SessionRuntime:
 
 
 SWEEP_FRACTION = 0.1  # of session_idle_seconds: how often expired sessions are swept
+# Shutdown: the part of shutdown_timeout_seconds given to requests waiting on their upstream (the rest is aiohttp's
+# wait for the handlers), and how often it looks whether any is left: a shutdown is rare, a poll costs nothing.
+DRAIN_FRACTION = 0.5
+DRAIN_POLL_SECONDS = 0.01
 
 
 _today: list[Any] = [None, ""]  # (minute, ISO date): sunsets are checked on every request
@@ -357,8 +361,11 @@ class Gateway:
         return len(ended)
 
     async def close(self) -> None:
-        """Shutdown: every session's requests in flight are answered with the shutdown error."""
+        """Shutdown: the requests waiting on their upstream get a part of the shutdown timeout to be answered
+        (:meth:`drain`); then every session's requests still in flight are answered with the shutdown error, or
+        on a shared store, a saved round is handed over."""
         self.closing = True
+        await self.drain(self.config.shutdown_timeout_seconds * DRAIN_FRACTION)
         hand_over = self.relay is not None
         if hand_over and self.leases:
             log.warning("shutting down: %d saved rounds handed over to the other replicas", len(self.leases))
@@ -368,6 +375,20 @@ class Gateway:
                 await runtime.close(shutting_down(), hand_over=hand_over)
         if self.hub is not None:
             await self.hub.close()
+
+    async def drain(self, seconds: float) -> None:
+        """Wait up to ``seconds`` while a request's step is upstream: its answer usually comes in milliseconds,
+        and cutting it off answers the client an error for a call the upstream may have carried out (a plain
+        request in its first round is saved nowhere, so no replica can finish it). A request waiting for its
+        client (a human, maybe) is not waited for: it ends, or is handed over, at once after the drain."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + seconds
+        # A poll, not an event: a step's phase changes inside the bridge machine, which tells nobody (it is pure),
+        # and a shutdown is too rare for every step to pay for a signal.
+        while loop.time() < deadline and any(exchange.record.phase is Phase.UPSTREAM  # noqa: ASYNC110
+                                             for runtime in self.runtimes.values()
+                                             for exchange in runtime.exchanges.values()):
+            await asyncio.sleep(DRAIN_POLL_SECONDS)
 
 
 def session_view(record: SessionRecord, authorization: str | None) -> SessionView:
