@@ -41,7 +41,7 @@ from gateway.session.exchange import HandedOver
 from gateway.session.listen import ListenHub
 from gateway.session.observer import Observer, Observers
 from gateway.session.relay import relay_lifetime
-from gateway.session.runtime import Gateway, PinState, log
+from gateway.session.runtime import DRAIN_FRACTION, Gateway, PinState, log
 from gateway.session.store import SessionStore, StoreUnavailable
 from gateway.session.streams import OutStream, Tap, json_response
 from gateway.session.takeover import lease_lifetime
@@ -141,10 +141,10 @@ async def read_body(request: web.Request, gw: Gateway) -> bytes | web.Response:
 async def _end_sessions(app: web.Application) -> None:
     """Shutdown runs before aiohttp waits for open handlers: ending every session's streams and tasks, and every
     modern passthrough, here lets long-lived SSE writers return at once instead of holding shutdown for its
-    timeout."""
-    app[PASSTHROUGHS].end_all()
-    if GATEWAY in app:
-        await app[GATEWAY].close()
+    timeout. Both drain first, side by side (docs/design.md §23): what waits on the upstream may be answered."""
+    gw = app.get(GATEWAY)
+    drain = gw.config.shutdown_timeout_seconds * DRAIN_FRACTION if gw is not None else 0.0
+    await asyncio.gather(app[PASSTHROUGHS].drain(drain), gw.close() if gw is not None else asyncio.sleep(0))
 
 
 

@@ -25,7 +25,7 @@ async def on_modern(request: web.Request, gw: Gateway, acc: Accepted, upstream: 
     translation; ``adapters.session`` admitted it)."""
     headers = {k: v for k, v in request.headers.items()
                if k.lower() in MODERN_HEADERS or k.lower().startswith("mcp-param-")}
-    relay, ident = request.app[PASSTHROUGHS].relay(request), acc.message.get("id")
+    relay, ident = request.app[PASSTHROUGHS].relay(request, acc.message.get("method")), acc.message.get("id")
     # A hang-up (the 2026 cancel: 2026-07-28 basic/patterns §Cancellation) or shutdown ends it: the upstream is closed.
     with relay:
         return await _pass_through(request, relay, gw.upstream_for(upstream), headers, ident)

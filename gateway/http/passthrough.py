@@ -5,18 +5,22 @@ must have its upstream request closed at once. aiohttp cancels no handler when i
 runs with ``handler_cancellation`` (``web.run_app`` leaves it off), and it must stay off: for a legacy 2025 request a
 disconnect is not a cancel (2025-11-25 basic/transports). aiohttp 3.14 gives a handler no connection-lost callback
 either, so one timer checks the open passthroughs' transports every ``HANGUP_POLL_SECONDS`` and cancels the exchange of
-each one whose client is gone. Shutdown ends every open passthrough at once: otherwise aiohttp waits
-``shutdown_timeout`` (twice) for these streams.
+each one whose client is gone. Shutdown lets the passthroughs that end by themselves end (:meth:`Passthroughs.drain`,
+as the gateway drains its legacy requests, docs/design.md §23) and ends a ``subscriptions/listen``, which never
+does, at once: otherwise aiohttp waits ``shutdown_timeout`` (twice) for these streams.
 """
 
 from __future__ import annotations
 
 import asyncio
 from types import TracebackType
+from typing import Final
 
 from aiohttp import web
 
 HANGUP_POLL_SECONDS = 0.25  # how late a hang-up may be noticed
+DRAIN_POLL_SECONDS = 0.01  # how often a shutdown's drain looks whether the passthroughs it waits for ended
+LASTING: Final = frozenset({"subscriptions/listen"})  # 2026 requests whose stream lasts until the client closes it
 
 
 class Relay:
@@ -27,10 +31,10 @@ class Relay:
     A plain ``with`` and a task cancel, not ``asyncio.timeout``: the benchmark's instruction count put the
     timeout scope and a timer per request at 8% of a passthrough request; one timer serves all open relays."""
 
-    __slots__ = ("_owner", "_request", "_task", "ended", "response")
+    __slots__ = ("_owner", "_request", "_task", "ended", "lasting", "response")
 
-    def __init__(self, request: web.BaseRequest, owner: Passthroughs) -> None:
-        self._request, self._owner = request, owner
+    def __init__(self, request: web.BaseRequest, owner: Passthroughs, lasting: bool) -> None:
+        self._request, self._owner, self.lasting = request, owner, lasting
         self._task: asyncio.Task | None = None
         self.ended = False
         self.response: web.StreamResponse | None = None
@@ -68,8 +72,8 @@ class Passthroughs:
         self.closing = False
         self._watch: asyncio.TimerHandle | None = None
 
-    def relay(self, request: web.BaseRequest) -> Relay:
-        return Relay(request, self)
+    def relay(self, request: web.BaseRequest, method: object = None) -> Relay:
+        return Relay(request, self, method in LASTING)
 
     def enter(self, relay: Relay) -> None:
         self.open.add(relay)
@@ -87,3 +91,15 @@ class Passthroughs:
         self.closing = True
         for relay in list(self.open):
             relay.end()
+
+    async def drain(self, seconds: float) -> None:
+        """Shutdown: no new passthrough starts, the lasting ones end now, the others get up to ``seconds`` to be
+        answered (a 2026 call cut off is an error for a call the upstream may have carried out), and then end."""
+        self.closing = True
+        for relay in [r for r in self.open if r.lasting]:
+            relay.end()
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + seconds
+        while self.open and loop.time() < deadline:  # noqa: ASYNC110 (rare: a poll, not an event per request)
+            await asyncio.sleep(DRAIN_POLL_SECONDS)
+        self.end_all()

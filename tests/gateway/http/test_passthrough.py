@@ -155,3 +155,29 @@ async def test_a_cancel_that_is_not_the_relays_own_still_propagates() -> None:
     with pytest.raises(asyncio.CancelledError):
         await task
     assert not relays.open
+
+
+async def test_shutdown_lets_a_modern_call_under_way_be_answered(served, upstream) -> None:
+    """A 2026 call waiting on its upstream is drained as a legacy one is (docs/design.md §23): its client gets
+    the answer, while a listen on the same gateway, which never ends by itself, is ended at once."""
+    runner, url = served
+    held, answer = scripted_listen(upstream), asyncio.Event()
+
+    async def slow(body: dict[str, Any], request: web.Request) -> dict[str, Any]:
+        await answer.wait()
+        return {"resultType": "complete", "content": [{"type": "text", "text": "done"}]}
+    upstream.script["tools/call"] = slow
+    async with aiohttp.ClientSession() as http:
+        listen = await http.post(url, json=LISTEN, headers=headers("subscriptions/listen"))
+        assert await listen.content.readline()
+        await wait_for(lambda: held.open)
+        call = asyncio.ensure_future(http.post(url, json=CALL, headers=headers("tools/call")))
+        await wait_for(lambda: bool(upstream.calls("tools/call")))
+        cleanup = asyncio.ensure_future(runner.cleanup())
+        await wait_for(lambda: held.open is False, 1.0)  # the listen is not waited for
+        assert not call.done()
+        answer.set()
+        resp = await call
+        message = await resp.json()
+        await cleanup
+    assert resp.status == 200 and message["result"]["content"][0]["text"] == "done"
