@@ -12,7 +12,7 @@ from adapters.admission import SessionCounts, admit_session
 from adapters.bridge import UpstreamError
 from adapters.capabilities import client_caps_to_modern
 from adapters.classify import Accepted
-from adapters.errors import ErrorValue, translate_upstream_error
+from adapters.errors import ErrorValue, Rejection, translate_upstream_error
 from adapters.handshake import build_initialize_result, cache_policy, check_discover, discover_cache_keys
 from adapters.peers import peer_record, pick_upstream, with_notice
 from adapters.records import SessionRecord
@@ -87,12 +87,26 @@ async def open_session(request: web.Request, gw: Gateway, acc: Accepted, opening
                            server_capabilities=dict(found.get("capabilities") or {}), pins=peer_record(peer),
                            upstream=upstream)
     await gw.sweep_expired()  # each new session pays for ending the expired ones: no timer task needed
-    # Counted after the last wait before the put, so concurrent initializes cannot all pass one free slot.
+    # Counted after the last wait before the put, so concurrent initializes on one process cannot all pass one free
+    # slot; across replicas, the count the put itself makes settles it.
     full = admit_session(SessionCounts(*await gw.store.count_sessions(acc.principal)),
                          gw.config.sessions.session_limits, message["id"])
+    if full is None:
+        full = await _store_admitted(gw, record, message["id"])
     if full is not None:
         log.warning("initialize refused: %s", full.error.message)
         return rejection_response(full)
-    await gw.store.put_session(record)
     result = with_notice(build_initialize_result(found, version, gw.config.features(), (version,)), peer, gw.today())
     return json_response(response(message["id"], result), headers={"Mcp-Session-Id": record.session_id})
+
+
+async def _store_admitted(gw: Gateway, record: SessionRecord, ident: Any) -> Rejection | None:
+    """Store the admitted session, or take it back: replicas on one store count, then store, in two steps, so a
+    handshake on another replica may take the last free slot in between. The store counts right after each write
+    in the same step, so the count without this session says whether a slot was still free when it was stored
+    (docs/design.md §31)."""
+    total, own = await gw.store.put_session(record)
+    late = admit_session(SessionCounts(total - 1, own - 1), gw.config.sessions.session_limits, ident)
+    if late is not None:
+        await gw.store.delete_session(record.session_id)
+    return late

@@ -171,14 +171,17 @@ local function append(at)
 end
 """
 
-# ARGV: prefix, session id, principal, record text, last seen ms, ttl ms -> the session's last-seen score.
+# ARGV: prefix, session id, principal, record text, last seen ms, ttl ms, idle cutoff ('(' ms) -> the session's
+# last-seen score, then the live sessions right after this write: in all, of the principal.
 _PUT_SESSION: Final = _LUA_COMMON + """
-local sid, ttl = ARGV[2], ARGV[6]
+local sid, ttl, every, mine = ARGV[2], ARGV[6], P .. 'seen', P .. 'p:' .. ARGV[3]
 redis.call('HSET', P .. 's:' .. sid, 'r', ARGV[4], 'p', ARGV[3])
 renew(sid, ttl)
-score(P .. 'seen', sid, ARGV[5], ttl)
-score(P .. 'p:' .. ARGV[3], sid, ARGV[5], ttl)
-return redis.call('ZSCORE', P .. 'seen', sid)
+score(every, sid, ARGV[5], ttl)
+score(mine, sid, ARGV[5], ttl)
+redis.call('ZREMRANGEBYSCORE', every, '-inf', ARGV[7])  -- counted as count_sessions counts
+redis.call('ZREMRANGEBYSCORE', mine, '-inf', ARGV[7])
+return {redis.call('ZSCORE', every, sid), redis.call('ZCARD', every), redis.call('ZCARD', mine)}
 """
 
 # ARGV: prefix, session id, the record text read, the changed text, last seen ms, ttl ms -> the session's last-seen
@@ -413,12 +416,13 @@ class RedisStore:
             record.last_seen_ms = max(record.last_seen_ms, int(seen))
         return text, record
 
-    async def put_session(self, record: SessionRecord) -> None:
+    async def put_session(self, record: SessionRecord) -> tuple[int, int]:
         args: list[str | bytes | int] = [self.prefix, record.session_id, record.principal, _dump(record),
-                                         record.last_seen_ms, self._ttl_ms]
-        seen = await self.wire.script(self._put, args)
+                                         record.last_seen_ms, self._ttl_ms, f"({self._clock() - self._ttl_ms}"]
+        seen, total, own = await self.wire.script(self._put, args)
         # A record read before a touch carries an older time: the caller sees the newer one, as with InMemoryStore.
         record.last_seen_ms = max(record.last_seen_ms, int(float(seen)))
+        return int(total), int(own)
 
     async def change_session(self, session_id: str, change: Callable[[SessionRecord], None]) -> SessionRecord | None:
         for _ in range(CHANGE_TRIES):

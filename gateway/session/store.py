@@ -53,8 +53,10 @@ class StreamAppend:
 
 class SessionStore(Protocol):
     async def get_session(self, session_id: str) -> SessionRecord | None: ...
-    async def put_session(self, record: SessionRecord) -> None:
-        """Write a new session's record (a change to a live one is :meth:`change_session`)."""
+    async def put_session(self, record: SessionRecord) -> tuple[int, int]:
+        """Write a new session's record (a change to a live one is :meth:`change_session`); the live sessions
+        right after it, as :meth:`count_sessions` counts them, in the same atomic step: replicas admitting
+        sessions at once learn which one took the last free slot."""
         ...
 
     async def change_session(self, session_id: str, change: Callable[[SessionRecord], None]) -> SessionRecord | None:
@@ -211,7 +213,7 @@ class InMemoryStore:
         record.last_seen_ms = max(record.last_seen_ms, self._seen.get(session_id, record.last_seen_ms))
         return record
 
-    async def put_session(self, record: SessionRecord) -> None:
+    async def put_session(self, record: SessionRecord) -> tuple[int, int]:
         # A record read before a touch carries an older time: keep the newer one (time never goes back).
         seen = self._seen.get(record.session_id)
         if seen is not None and seen > record.last_seen_ms:
@@ -221,6 +223,7 @@ class InMemoryStore:
         if record.session_id not in self._principal:  # a new session (a session's principal never changes)
             self._principal[record.session_id] = record.principal
             self._per_principal[record.principal] = self._per_principal.get(record.principal, 0) + 1
+        return len(self._sessions), self._per_principal[record.principal]
 
     async def change_session(self, session_id: str, change: Callable[[SessionRecord], None]) -> SessionRecord | None:
         record = await self.get_session(session_id)  # no wait between the read and the write: atomic here

@@ -38,6 +38,26 @@ async def test_max_sessions_refuses_a_new_session_with_503_and_existing_ones_kee
     assert len(client.app[GATEWAY].runtimes) <= 2
 
 
+async def test_a_slot_taken_by_another_replica_since_the_count_is_not_taken_twice(make_gateway) -> None:
+    """Replicas on one store count, then store: a handshake on another replica may take the last slot in between.
+    The store's own count right after the write tells, and the session stored second is taken back (503)."""
+    client = await make_gateway(sessions={"max_sessions": 2})
+    store = client.app[GATEWAY].store
+    first, other = Legacy(client), Legacy(client)
+    await first.initialize()
+    real_count = store.count_sessions
+
+    async def counted_before_the_other(principal):  # the other replica's session is stored right after this
+        store.count_sessions = real_count
+        counts = await real_count(principal)
+        await other.initialize()
+        return counts
+    store.count_sessions = counted_before_the_other
+    await _refused(await _initialize(client), "max_sessions", 2)
+    assert (await store.count_sessions("anonymous")) == (2, 2)  # the limit held: the late one was taken back
+    assert (await first.call("ping"))["result"] == {} and (await other.call("ping"))["result"] == {}
+
+
 async def test_a_deleted_session_frees_its_slot(make_gateway) -> None:
     client = await make_gateway(sessions={"max_sessions": 1})
     first = Legacy(client)

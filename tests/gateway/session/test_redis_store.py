@@ -225,9 +225,10 @@ async def test_last_seen_only_moves_forward(store) -> None:
 
 
 async def test_counts_follow_puts_deletes_and_expiry(store) -> None:
-    for session_id, principal in [("a1", "alice"), ("a2", "alice"), ("b1", "bob")]:
-        await store.put_session(record(session_id, principal, NOW - 1000))
-    await store.put_session(record("a1", "alice", NOW - 900))  # a rewrite is not a new session
+    after = [await store.put_session(record(session_id, principal, NOW - 1000))
+             for session_id, principal in [("a1", "alice"), ("a2", "alice"), ("b1", "bob")]]
+    assert after == [(1, 1), (2, 2), (3, 1)]  # each write's own count: in all, and of its principal
+    assert await store.put_session(record("a1", "alice", NOW - 900)) == (3, 2)  # a rewrite is not a new session
     assert await store.count_sessions("alice") == (3, 2) and await store.count_sessions("carol") == (3, 0)
     await store.delete_session("a2")
     assert await store.count_sessions("alice") == (2, 1)
