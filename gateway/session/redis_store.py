@@ -175,12 +175,12 @@ end
 # last-seen score, then the live sessions right after this write: in all, of the principal.
 _PUT_SESSION: Final = _LUA_COMMON + """
 local sid, ttl, every, mine = ARGV[2], ARGV[6], P .. 'seen', P .. 'p:' .. ARGV[3]
+redis.call('ZREMRANGEBYSCORE', every, '-inf', ARGV[7])  -- counted as count_sessions counts (this one included,
+redis.call('ZREMRANGEBYSCORE', mine, '-inf', ARGV[7])   -- whatever its last-seen time: it was just written)
 redis.call('HSET', P .. 's:' .. sid, 'r', ARGV[4], 'p', ARGV[3])
 renew(sid, ttl)
 score(every, sid, ARGV[5], ttl)
 score(mine, sid, ARGV[5], ttl)
-redis.call('ZREMRANGEBYSCORE', every, '-inf', ARGV[7])  -- counted as count_sessions counts
-redis.call('ZREMRANGEBYSCORE', mine, '-inf', ARGV[7])
 return {redis.call('ZSCORE', every, sid), redis.call('ZCARD', every), redis.call('ZCARD', mine)}
 """
 

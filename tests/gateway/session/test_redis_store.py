@@ -237,6 +237,11 @@ async def test_counts_follow_puts_deletes_and_expiry(store) -> None:
     assert await store.count_sessions("alice") == (1, 0) and await store.count_sessions("bob") == (1, 1)
 
 
+async def test_a_write_counts_its_own_session_whatever_its_last_seen_time(store) -> None:
+    await store.put_session(record("live", "alice", NOW))
+    assert await store.put_session(record("old", "carol", NOW - int(IDLE * 1000) - 1)) == (2, 1)
+
+
 async def test_last_seen_of_many_and_expiry_keeps_what_it_is_told(store) -> None:
     await store.put_session(record("old", seen=NOW - 5000))
     await store.put_session(record("busy", seen=NOW - 5000))
