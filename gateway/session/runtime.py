@@ -382,13 +382,22 @@ class Gateway:
         request in its first round is saved nowhere, so no replica can finish it). A request waiting for its
         client (a human, maybe) is not waited for: it ends, or is handed over, at once after the drain."""
         loop = asyncio.get_running_loop()
-        deadline = loop.time() + seconds
+        deadline, waiting = loop.time() + seconds, self.upstream_steps()
+        if waiting:
+            log.info("shutting down: up to %g s for %d requests waiting on their upstream", seconds, waiting)
         # A poll, not an event: a step's phase changes inside the bridge machine, which tells nobody (it is pure),
         # and a shutdown is too rare for every step to pay for a signal.
-        while loop.time() < deadline and any(exchange.record.phase is Phase.UPSTREAM  # noqa: ASYNC110
-                                             for runtime in self.runtimes.values()
-                                             for exchange in runtime.exchanges.values()):
+        while waiting and loop.time() < deadline:
             await asyncio.sleep(DRAIN_POLL_SECONDS)
+            waiting = self.upstream_steps()
+        if waiting:
+            log.warning("shutting down: %d requests still waiting on their upstream are answered shutting_down",
+                        waiting)
+
+    def upstream_steps(self) -> int:
+        """The requests whose step is upstream now (:meth:`drain` waits for them)."""
+        return sum(exchange.record.phase is Phase.UPSTREAM
+                   for runtime in self.runtimes.values() for exchange in runtime.exchanges.values())
 
 
 def session_view(record: SessionRecord, authorization: str | None) -> SessionView:

@@ -6,6 +6,7 @@ stops waiting instead of hanging on a stream that just ends."""
 from __future__ import annotations
 
 import asyncio
+import logging
 
 from tests.gateway.conftest import Legacy
 from tests.gateway.http.test_bridge_shell import two_rounds
@@ -29,7 +30,7 @@ async def test_a_bridged_request_waiting_for_the_client_gets_the_shutdown_error(
     assert final["error"]["data"] == {"gateway": "shutting_down"}
 
 
-async def test_a_first_round_waiting_upstream_gets_the_shutdown_error_as_json(make_gateway, upstream) -> None:
+async def test_a_first_round_waiting_upstream_gets_the_shutdown_error_as_json(make_gateway, upstream, caplog) -> None:
     never = asyncio.Event()
 
     async def hang(body, request):
@@ -46,11 +47,13 @@ async def test_a_first_round_waiting_upstream_gets_the_shutdown_error_as_json(ma
     await closing
     assert resp.status == 200 and message["id"] == client.next_id
     assert message["error"]["data"] == {"gateway": "shutting_down"}
+    assert "1 requests still waiting on their upstream are answered shutting_down" in caplog.text
 
 
-async def test_a_first_round_answered_during_the_shutdown_gets_its_result(make_gateway, upstream) -> None:
+async def test_a_first_round_answered_during_the_shutdown_gets_its_result(make_gateway, upstream, caplog) -> None:
     """The upstream may already be carrying the call out: the client gets its answer, not an error for a call
     that happened (a plain request's first round is saved nowhere, so no other replica could finish it)."""
+    caplog.set_level(logging.INFO, logger="gateway")
     answer = asyncio.Event()
 
     async def slow(body, request):
@@ -70,6 +73,8 @@ async def test_a_first_round_answered_during_the_shutdown_gets_its_result(make_g
     message = await resp.json()
     await closing
     assert resp.status == 200 and message["result"]["content"][0]["text"] == "done"
+    assert "shutting down: up to 5 s for 1 requests waiting on their upstream" in caplog.text
+    assert "still waiting on their upstream" not in caplog.text
 
 
 async def test_a_first_round_that_asks_the_client_during_the_shutdown_ends_at_once(make_gateway, upstream) -> None:
