@@ -15,12 +15,17 @@ one: its cancel acknowledged), none lost, cross-wired or failed; a deleted sessi
 replica; at the end no round of a call the client finished or cancelled may be left in the store (a cancel
 dropped on the way would leave its round waiting for an answer); and no replica may leave a traceback. Every HTTP
 request opens a connection of its own, so consecutive requests of a session reach different replicas.
+
+Heavier runs, for hunting rare races (a run here is about 24 s): ``CHAOS_SESSIONS`` (8), ``CHAOS_SECONDS`` (24),
+``CHAOS_STOPS`` (seconds between two stops, ``0.3,1.0``), ``CHAOS_RENEW_ONE_IN`` (12) and ``CHAOS_SEED`` (the
+stops' draws) change the run, e.g. ``CHAOS_SESSIONS=12 CHAOS_SECONDS=50 CHAOS_STOPS=0.2,0.8 CHAOS_SEED=7``.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import os
 import random
 import signal
 import time
@@ -46,11 +51,15 @@ core_config = pytest.importorskip("modern_server.config")
 
 redis_url, prefix = redis_tests.redis_url, redis_tests.prefix  # its fixtures, shared
 LEGACY, ACCEPT = "2025-11-25", "application/json, text/event-stream"
-SESSIONS, DURATION = 8, 24.0  # seconds of calls under stops; then the calls in flight finish
+SESSIONS = int(os.environ.get("CHAOS_SESSIONS", "8"))
+DURATION = float(os.environ.get("CHAOS_SECONDS", "24"))  # seconds of calls under stops; then those in flight finish
 CALL_DEADLINE = 60.0  # a call not answered by then is lost (a takeover needs about one lease, 1 s here)
-KILL_EVERY = (0.3, 1.0)  # seconds between two stops, drawn at random (seeded); a new replica starts in ~1.5 s
+# Seconds between two stops, drawn at random (seeded); a new replica starts in ~1.5 s.
+KILL_EVERY = tuple(float(s) for s in os.environ.get("CHAOS_STOPS", "0.3,1.0").split(","))
+STOPS_SEED = int(os.environ.get("CHAOS_SEED", "20261206"))
 BROKEN = (aiohttp.ClientError, ConnectionError, asyncio.IncompleteReadError)
-RENEW_ONE_IN = 12  # about one iteration in this many deletes the session and opens a new one instead of a call
+# About one iteration in this many deletes the session and opens a new one instead of a call.
+RENEW_ONE_IN = int(os.environ.get("CHAOS_RENEW_ONE_IN", "12"))
 SETTLE = 15.0  # seconds for the rounds of finished calls to leave the store (a takeover's lease is 1 s here)
 WORKSPACE = "file:///work/notes"  # the reference core's default workspace for an anonymous client
 
@@ -446,7 +455,7 @@ async def test_replicas_killed_at_random_lose_no_call(aiohttp_server, tmp_path, 
             await client.start()
         loop = asyncio.get_running_loop()
         stop_at = loop.time() + DURATION
-        chaos = loop.create_task(kill_at_random(replicas, stop_at, random.Random(20261206)))
+        chaos = loop.create_task(kill_at_random(replicas, stop_at, random.Random(STOPS_SEED)))
         await asyncio.gather(*(client.run_until(stop_at, i) for i, client in enumerate(clients)))
         stops = await chaos
         left = await rounds_left(clients, redis_url, prefix)
@@ -464,7 +473,8 @@ async def test_replicas_killed_at_random_lose_no_call(aiohttp_server, tmp_path, 
     assert ledger.problems == [], f"{report}\n" + "\n".join(ledger.problems[:20])
     assert left == [], f"rounds of finished or cancelled calls still in the store after {SETTLE} s: {left}"
     assert min(ledger.kinds.values()) > 0 and ledger.renewed > 0, report  # every flow ran
-    # The seeded draws make the first four stops two of each; a slower machine makes fewer stops, not other ones.
+    # The default seed's draws make the first four stops two of each; a slower machine makes fewer stops, not other
+    # ones (another CHAOS_SEED over a short CHAOS_SECONDS may draw fewer of one kind: this then says so).
     assert kills >= 2 and terms >= 2 and ledger.answered >= 3 * SESSIONS, report
     assert ledger.resumed > 0, report  # kills did land in the middle of calls
     assert min(replicas.front.used) > 0, replicas.front.used
