@@ -18,8 +18,9 @@ from typing import Final
 
 from aiohttp import web
 
+from gateway.session.runtime import wait_while
+
 HANGUP_POLL_SECONDS = 0.25  # how late a hang-up may be noticed
-DRAIN_POLL_SECONDS = 0.01  # how often a shutdown's drain looks whether the passthroughs it waits for ended
 LASTING: Final = frozenset({"subscriptions/listen"})  # 2026 requests whose stream lasts until the client closes it
 
 
@@ -98,8 +99,5 @@ class Passthroughs:
         self.closing = True
         for relay in [r for r in self.open if r.lasting]:
             relay.end()
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + seconds
-        while self.open and loop.time() < deadline:  # noqa: ASYNC110 (rare: a poll, not an event per request)
-            await asyncio.sleep(DRAIN_POLL_SECONDS)
+        await wait_while(lambda: len(self.open), seconds)
         self.end_all()

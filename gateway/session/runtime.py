@@ -196,6 +196,18 @@ DRAIN_FRACTION = 0.5
 DRAIN_POLL_SECONDS = 0.01
 
 
+async def wait_while(busy: Callable[[], int], seconds: float) -> int:
+    """Wait up to ``seconds`` while ``busy()`` counts something; what it counts at the end (0: nothing left).
+    A poll, not an event: what it counts (a step's phase, inside the pure bridge machine; a passthrough's end)
+    tells nobody, and a shutdown is too rare for every request to pay for a signal."""
+    loop = asyncio.get_running_loop()
+    deadline, left = loop.time() + seconds, busy()
+    while left and loop.time() < deadline:
+        await asyncio.sleep(DRAIN_POLL_SECONDS)
+        left = busy()
+    return left
+
+
 _today: list[Any] = [None, ""]  # (minute, ISO date): sunsets are checked on every request
 
 
@@ -381,15 +393,10 @@ class Gateway:
         and cutting it off answers the client an error for a call the upstream may have carried out (a plain
         request in its first round is saved nowhere, so no replica can finish it). A request waiting for its
         client (a human, maybe) is not waited for: it ends, or is handed over, at once after the drain."""
-        loop = asyncio.get_running_loop()
-        deadline, waiting = loop.time() + seconds, self.upstream_steps()
+        waiting = self.upstream_steps()
         if waiting:
             log.info("shutting down: up to %g s for %d requests waiting on their upstream", seconds, waiting)
-        # A poll, not an event: a step's phase changes inside the bridge machine, which tells nobody (it is pure),
-        # and a shutdown is too rare for every step to pay for a signal.
-        while waiting and loop.time() < deadline:
-            await asyncio.sleep(DRAIN_POLL_SECONDS)
-            waiting = self.upstream_steps()
+            waiting = await wait_while(self.upstream_steps, seconds)
         if waiting:
             log.warning("shutting down: %d requests still waiting on their upstream are answered shutting_down",
                         waiting)
