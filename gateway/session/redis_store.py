@@ -418,7 +418,7 @@ class RedisStore:
 
     async def put_session(self, record: SessionRecord) -> tuple[int, int]:
         args: list[str | bytes | int] = [self.prefix, record.session_id, record.principal, _dump(record),
-                                         record.last_seen_ms, self._ttl_ms, f"({self._clock() - self._ttl_ms}"]
+                                         record.last_seen_ms, self._ttl_ms, self._idle_cutoff()]
         seen, total, own = await self.wire.script(self._put, args)
         # A record read before a touch carries an older time: the caller sees the newer one, as with InMemoryStore.
         record.last_seen_ms = max(record.last_seen_ms, int(float(seen)))
@@ -448,7 +448,7 @@ class RedisStore:
         await self.wire.script(self._delete, [self.prefix, session_id])
 
     async def count_sessions(self, principal: str) -> tuple[int, int]:
-        cutoff = f"({self._clock() - self._ttl_ms}"
+        cutoff = self._idle_cutoff()
         every, mine = self.key("seen"), self.key("p:", principal)
         *_, total, own = await self.wire.transaction([
             ("ZREMRANGEBYSCORE", every, "-inf", cutoff), ("ZREMRANGEBYSCORE", mine, "-inf", cutoff),
@@ -461,8 +461,13 @@ class RedisStore:
             return {}
         every = self.key("seen")
         _, scores = await self.wire.transaction([
-            ("ZREMRANGEBYSCORE", every, "-inf", f"({self._clock() - self._ttl_ms}"), ("ZMSCORE", every, *ids)])
+            ("ZREMRANGEBYSCORE", every, "-inf", self._idle_cutoff()), ("ZMSCORE", every, *ids)])
         return {s: int(seen) for s, seen in zip(ids, scores, strict=True) if seen is not None}
+
+    def _idle_cutoff(self) -> str:
+        """The score below which a session is idle past the limit (exclusive, as ``ZREMRANGEBYSCORE`` reads it):
+        the members the counts and ``last_seen`` drop first."""
+        return f"({self._clock() - self._ttl_ms}"
 
     async def expire_sessions(self, seen_before_ms: float, keep: Collection[str] = ()) -> list[str]:
         gone = await self.wire.script(self._expire, [self.prefix, seen_before_ms, self._ttl_ms, *keep])
