@@ -179,6 +179,34 @@ async def test_a_change_is_made_on_the_stored_record_and_never_recreates_one(sto
     assert await store.count_sessions("alice") == (0, 0)
 
 
+async def test_a_change_raced_every_time_gives_up_as_the_store_failing(redis_url, prefix) -> None:
+    """Each retry means another change was written meanwhile: a session changed faster than it can be read is
+    not retried for ever, but fails as the store does (HTTP 503 to the client), after CHANGE_TRIES reads."""
+    import redis
+
+    from gateway.session.redis_store import CHANGE_TRIES
+
+    store = RedisStore(redis_url, idle_seconds=IDLE, prefix=prefix, clock=Clock())
+    other = redis.Redis.from_url(redis_url)
+    try:
+        await store.put_session(record("s1"))
+        tries: list[int] = []
+
+        def always_raced(stored: SessionRecord) -> None:
+            tries.append(1)
+            theirs = record("s1")
+            theirs.log_level = f"level-{len(tries)}"  # a new text each time
+            other.hset(f"{prefix}s:s1", "r", dumps(theirs.to_dict()))
+            stored.log_level = "debug"
+        with pytest.raises(StoreUnavailable, match=f"{CHANGE_TRIES} times"):
+            await store.change_session("s1", always_raced)
+        assert len(tries) == CHANGE_TRIES
+        assert (await store.get_session("s1")).log_level == f"level-{CHANGE_TRIES}"  # theirs, never overwritten
+    finally:
+        other.close()
+        await store.close()
+
+
 async def test_a_change_raced_by_another_replicas_is_made_again_on_its_record(redis_url, prefix) -> None:
     """Two replicas change one session at once (a setLevel here, a subscribe there): each is written only over
     the text it read, and the one that finds it changed is made again on the newer record, so neither is lost."""
