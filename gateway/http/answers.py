@@ -1,11 +1,15 @@
-"""Plain JSON answers of the legacy endpoint: a transport refusal, or a JSON-RPC error with the status
-and challenge an upstream's refusal of the client's own token calls for (adapters.errors.AuthChallenge)."""
+"""Plain answers of the legacy endpoint: a transport refusal, a JSON-RPC error with the status and challenge an
+upstream's refusal of the client's own token calls for (adapters.errors.AuthChallenge), and the ``202`` that
+acknowledges a client's answers and notifications."""
 
 from __future__ import annotations
 
-from typing import Any
+import email.utils
+import time
+from typing import Any, Final
 
 from aiohttp import web
+from aiohttp.http import SERVER_SOFTWARE, HttpVersion11
 
 from adapters.errors import ErrorValue, Rejection
 from adapters.results import response
@@ -26,3 +30,41 @@ def error_answer(ident: Any, error: ErrorValue) -> web.Response:
 async def ready(answer: web.StreamResponse) -> web.StreamResponse:
     """An answer already made, as the awaitable a performer returns (``gateway.http.perform``)."""
     return answer
+
+
+class Acknowledgement(web.StreamResponse):
+    """``202 Accepted`` with no body: what a client's answers and notifications get (2025-11-25
+    basic/transports §Sending Messages to the Server), one per bridged round. On a kept-alive HTTP/1.1
+    connection of an app with no response hooks (so nothing can change it) its head is one constant write: aiohttp
+    builds the same head for every one of them at about 5% of a round's instructions (``bench.instructions``,
+    docs/benchmarks.md). Otherwise (replicas name themselves in a hook, ``gateway.http.health``; an HTTP/1.0 or
+    closing connection) it goes aiohttp's way, and so does everything when aiohttp lacks what this sets."""
+
+    def __init__(self) -> None:
+        super().__init__(status=202)
+        self.content_length = 0  # aiohttp's way too: no body, not a chunked one
+
+    async def prepare(self, request: web.BaseRequest) -> Any:
+        transport = request.transport
+        if (not _FAST or self.prepared or request.version != HttpVersion11 or not request.keep_alive
+                or transport is None or transport.is_closing() or not isinstance(request, web.Request)
+                or request.app.on_response_prepare):
+            return await super().prepare(request)
+        transport.write(b"%s%s%s" % (_HEAD, _http_date(), _TAIL))
+        # aiohttp's request handler reads these two: the connection stays open, and write_eof() has nothing to do.
+        self._keep_alive, self._eof_sent = True, True
+        return None
+
+
+def _http_date() -> bytes:
+    """The Date header's value (RFC 9110 §6.6.1: an origin server with a clock sends it), made once a second."""
+    now = int(time.time())
+    if _DATE[0] != now:
+        _DATE[:] = [now, email.utils.formatdate(now, usegmt=True).encode()]
+    return _DATE[1]  # type: ignore[no-any-return]
+
+
+_HEAD: Final = b"HTTP/1.1 202 Accepted\r\nContent-Length: 0\r\nDate: "
+_TAIL: Final = b"\r\nServer: " + SERVER_SOFTWARE.encode() + b"\r\n\r\n"
+_DATE: list[Any] = [0, b""]
+_FAST: Final = all(hasattr(web.StreamResponse(), name) for name in ("_keep_alive", "_eof_sent"))

@@ -12,6 +12,7 @@ from adapters.bridge import BridgeLimits
 from adapters.records import PendingRound, SessionRecord
 from adapters.session import SessionChange, UpdateSession
 from adapters.takeover import token_goes_upstream
+from gateway.http.answers import Acknowledgement
 from gateway.session import takeover
 from gateway.session.exchange import Exchange, HandedOver, bridge_context
 from gateway.session.runtime import Gateway, log, new_id
@@ -40,7 +41,7 @@ async def update_session(gw: Gateway, session: SessionRecord, update: UpdateSess
 
 
 async def forward(request: web.Request, gw: Gateway, session: SessionRecord, message: dict[str, Any],
-                  limits: BridgeLimits) -> web.Response | OutStream:
+                  limits: BridgeLimits) -> web.StreamResponse | OutStream:
     """Start the request's bridge exchange: its lone answer as JSON when it came at once (most requests: no
     stream or task is made), else the exchange's stream (not written yet)."""
     runtime = gw.runtime(session.session_id)
@@ -57,7 +58,7 @@ async def forward(request: web.Request, gw: Gateway, session: SessionRecord, mes
             if finish.log:
                 log.warning("request %r: %s", ident, finish.log)
             if finish.message is None:
-                return web.Response(status=202)
+                return Acknowledgement()
             status, headers = finish.challenge.answer() if finish.challenge else (200, None)
             return json_response(finish.message, status, headers)
     return exchange.stream or exchange.spawn()

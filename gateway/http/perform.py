@@ -27,7 +27,7 @@ from adapters.session import (
     UpdateSession,
     handle,
 )
-from gateway.http.answers import ready, rejection_response
+from gateway.http.answers import Acknowledgement, ready, rejection_response
 from gateway.http.batch import on_batch
 from gateway.http.handshake import open_session
 from gateway.http.legacy import cancel, deliver, forward, update_session
@@ -38,7 +38,6 @@ from gateway.session.runtime import Gateway, log
 from gateway.session.streams import OutStream, json_response
 
 Answer = web.StreamResponse | OutStream
-_ACCEPTED = 202
 
 
 def context(gw: Gateway, acc: Accepted, headers: Any) -> Context:
@@ -84,7 +83,7 @@ def _perform(request: web.Request, gw: Gateway, acc: Accepted, action: Action) -
                 log.warning("%s refused: %s", acc.message.get("method"), warning)
             return ready(json_response(message))
         case Acknowledge():
-            return ready(web.Response(status=_ACCEPTED))
+            return ready(Acknowledgement())
         case Deliver(message):
             assert session is not None
             return deliver(gw, session, message, request.headers.get("Authorization"))

@@ -21,7 +21,7 @@ from adapters.classify import check_origin_host, principal_of
 from adapters.doors import Transport
 from adapters.errors import reject
 from adapters.jsonwire import loads
-from gateway.http.answers import rejection_response
+from gateway.http.answers import Acknowledgement, rejection_response
 from gateway.http.door import DoorClient
 from gateway.http.keys import GATEWAY
 
@@ -105,7 +105,7 @@ async def post_message(request: web.Request) -> web.StreamResponse:
     except ValueError:
         return rejection_response(reject("parse_error", "the body is not valid JSON"))
     await stream.door.handle_line(body)  # initialize is answered on the stream before this 202
-    return web.Response(status=202)
+    return Acknowledgement()
 
 
 async def _end_streams(app: web.Application) -> None:
