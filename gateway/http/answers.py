@@ -13,6 +13,8 @@ from aiohttp.http import SERVER_SOFTWARE, HttpVersion11
 
 from adapters.errors import ErrorValue, Rejection
 from adapters.results import response
+from gateway.http.health import name_replica
+from gateway.http.keys import GATEWAY
 from gateway.session.streams import json_response
 
 
@@ -35,10 +37,10 @@ async def ready(answer: web.StreamResponse) -> web.StreamResponse:
 class Acknowledgement(web.StreamResponse):
     """``202 Accepted`` with no body: what a client's answers and notifications get (2025-11-25
     basic/transports §Sending Messages to the Server), one per bridged round. On a kept-alive HTTP/1.1
-    connection of an app with no response hooks (so nothing can change it) its head is one constant write: aiohttp
-    builds the same head for every one of them at about 5% of a round's instructions (``bench.instructions``,
-    docs/benchmarks.md). Otherwise (replicas name themselves in a hook, ``gateway.http.health``; an HTTP/1.0 or
-    closing connection) it goes aiohttp's way, and so does everything when aiohttp lacks what this sets."""
+    connection its head is one constant write, with what the app's one response hook adds (a replica's name,
+    ``gateway.http.health``) written in: aiohttp builds the same head for every one of them at about 5% of a
+    round's instructions (``bench.instructions``, docs/benchmarks.md). Otherwise (HTTP/1.0, a closing connection,
+    another hook) it goes aiohttp's way, and so does everything when aiohttp lacks what this sets."""
 
     def __init__(self) -> None:
         super().__init__(status=202)
@@ -46,14 +48,26 @@ class Acknowledgement(web.StreamResponse):
 
     async def prepare(self, request: web.BaseRequest) -> Any:
         transport = request.transport
-        if (not _FAST or self.prepared or request.version != HttpVersion11 or not request.keep_alive
-                or transport is None or transport.is_closing() or not isinstance(request, web.Request)
-                or request.app.on_response_prepare):
+        hooked = _hooked(request.app) if isinstance(request, web.Request) else None
+        if (not _FAST or hooked is None or self.prepared or request.version != HttpVersion11
+                or not request.keep_alive or transport is None or transport.is_closing()):
             return await super().prepare(request)
-        transport.write(b"%s%s%s" % (_HEAD, _http_date(), _TAIL))
+        transport.write(b"%s%s%s%s\r\n\r\n" % (_HEAD, _http_date(), _SERVER, hooked))
         # aiohttp's request handler reads these two: the connection stays open, and write_eof() has nothing to do.
         self._keep_alive, self._eof_sent = True, True
         return None
+
+
+def _hooked(app: web.Application) -> bytes | None:
+    """The header lines the app's response hooks add to every answer: none without hooks, the replica's name
+    with only the hook that names it; None when another hook could change the answer (aiohttp's way then)."""
+    hooks = app.on_response_prepare
+    if not hooks:
+        return b""
+    gw = app.get(GATEWAY)
+    if len(hooks) == 1 and hooks[0] is name_replica and gw is not None:
+        return b"\r\nX-Gateway-Replica: " + gw.replica.encode()
+    return None
 
 
 def _http_date() -> bytes:
@@ -65,6 +79,6 @@ def _http_date() -> bytes:
 
 
 _HEAD: Final = b"HTTP/1.1 202 Accepted\r\nContent-Length: 0\r\nDate: "
-_TAIL: Final = b"\r\nServer: " + SERVER_SOFTWARE.encode() + b"\r\n\r\n"
+_SERVER: Final = b"\r\nServer: " + SERVER_SOFTWARE.encode()
 _DATE: list[Any] = [0, b""]
 _FAST: Final = all(hasattr(web.StreamResponse(), name) for name in ("_keep_alive", "_eof_sent"))

@@ -102,10 +102,10 @@ def add_health_routes(app: web.Application, *, replicated: bool = False) -> None
     app.router.add_get("/healthz", on_healthz)
     app.router.add_get("/readyz", on_readyz)
     if replicated:
-        app.on_response_prepare.append(_name_replica)
+        app.on_response_prepare.append(name_replica)
 
 
-async def _name_replica(request: web.Request, response: web.StreamResponse) -> None:
+async def name_replica(request: web.Request, response: web.StreamResponse) -> None:
     gw = request.app.get(GATEWAY)
     if gw is not None:
         response.headers["X-Gateway-Replica"] = gw.replica
