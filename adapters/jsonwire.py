@@ -15,8 +15,9 @@ instructions per translated request; docs/benchmarks.md "Where the time goes"):
   orjson's encoder writes at most 254 and the stdlib's raises ``RecursionError`` near 1000. So one limit,
   :data:`MAX_DEPTH`, holds for every text read from outside (clients, upstreams): deeper is :class:`TooDeep`
   at parse time, and whatever the gateway then writes, with the few levels it adds around a value it re-wraps
-  (:data:`ENVELOPE_DEPTH`), stays within what the encoder writes. Checking costs two byte counts: a text with
-  at most ``MAX_DEPTH`` ``[`` and ``{`` bytes cannot be deeper; only a text with more is walked, after parsing.
+  (:data:`ENVELOPE_DEPTH`), stays within what the encoder writes. Checking costs one byte count, on the same
+  translated copy the digit search reads: a text with at most ``MAX_DEPTH`` ``[`` and ``{`` bytes cannot be
+  deeper; only a text with more is walked, after parsing.
 - NaN, Infinity and numbers beyond a double's range are not JSON numbers (RFC 8259 §6); the stdlib would read
   them as non-finite floats that no encoder can write back as JSON. Both paths refuse them (``ValueError``),
   so the messages that reach the encoder hold only finite numbers.
@@ -35,8 +36,9 @@ from typing import Any, Final
 
 import orjson
 
-# Digits stay '0', every other byte becomes a space: a run of 19 digits is then one substring search.
-_DIGITS_ONLY: Final = bytes(48 if 48 <= byte <= 57 else 32 for byte in range(256))
+# A text's shape: digits become '0', both opening brackets '[', every other byte a space. A run of 19 digits is
+# then one substring search, and the opening brackets one count: one translation of the text serves both.
+_SHAPE: Final = bytes(48 if 48 <= byte <= 57 else 91 if byte in b"[{" else 32 for byte in range(256))
 _LONG_DIGIT_RUN: Final = b"0" * 19
 _ASCII_ENCODE: Final = json.JSONEncoder(separators=(",", ":")).encode
 # Containers nested in one message read from a client or an upstream ("[]" is 1). orjson's encoder writes 254.
@@ -95,15 +97,16 @@ def loads(data: bytes | str, max_depth: int = MAX_DEPTH) -> Any:
     """Parse one JSON text (bytes in any encoding ``json.loads`` accepts, or str) nested at most ``max_depth``
     levels: :data:`MAX_DEPTH` for what comes from outside, :data:`ENCODED_DEPTH` for what the gateway wrote."""
     raw = data if isinstance(data, bytes) else data.encode("utf-8", "surrogatepass")
-    value = _parse(data, raw, max_depth)
+    shape = raw.translate(_SHAPE)
+    value = _parse(data, raw, shape, max_depth)
     # Fewer opening bytes than the limit: not deeper, whatever the encoding (UTF-16 only over-counts).
-    if raw.count(b"[") + raw.count(b"{") > max_depth and _deeper_than(value, max_depth):
+    if shape.count(b"[") > max_depth and _deeper_than(value, max_depth):
         raise TooDeep(max_depth, value)
     return value
 
 
-def _parse(data: bytes | str, raw: bytes, max_depth: int) -> Any:
-    if _LONG_DIGIT_RUN not in raw.translate(_DIGITS_ONLY):
+def _parse(data: bytes | str, raw: bytes, shape: bytes, max_depth: int) -> Any:
+    if _LONG_DIGIT_RUN not in shape:
         try:
             return orjson.loads(raw)
         except orjson.JSONDecodeError:
