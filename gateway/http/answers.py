@@ -38,8 +38,8 @@ class Acknowledgement(web.StreamResponse):
     """``202 Accepted`` with no body: what a client's answers and notifications get (2025-11-25
     basic/transports §Sending Messages to the Server), one per bridged round. On a kept-alive HTTP/1.1
     connection its head is one constant write, with what the app's one response hook adds (a replica's name,
-    ``gateway.http.health``) written in: aiohttp builds the same head for every one of them at about 5% of a
-    round's instructions (``bench.instructions``, docs/benchmarks.md). Otherwise (HTTP/1.0, a closing connection,
+    ``gateway.http.health``) written in: aiohttp built the same head for every one of them at about 4% of a
+    round's instructions (``bench.instructions``, docs/design.md §53). Otherwise (HTTP/1.0, a closing connection,
     another hook) it goes aiohttp's way, and so does everything when aiohttp lacks what this sets."""
 
     def __init__(self) -> None:
@@ -72,13 +72,14 @@ def _hooked(app: web.Application) -> bytes | None:
 
 def _http_date() -> bytes:
     """The Date header's value (RFC 9110 §6.6.1: an origin server with a clock sends it), made once a second."""
+    global _date
     now = int(time.time())
-    if _DATE[0] != now:
-        _DATE[:] = [now, email.utils.formatdate(now, usegmt=True).encode()]
-    return _DATE[1]  # type: ignore[no-any-return]
+    if _date[0] != now:
+        _date = (now, email.utils.formatdate(now, usegmt=True).encode())
+    return _date[1]
 
 
 _HEAD: Final = b"HTTP/1.1 202 Accepted\r\nContent-Length: 0\r\nDate: "
 _SERVER: Final = b"\r\nServer: " + SERVER_SOFTWARE.encode()
-_DATE: list[Any] = [0, b""]
+_date: tuple[int, bytes] = (0, b"")  # the second it was made for, and the value
 _FAST: Final = all(hasattr(web.StreamResponse(), name) for name in ("_keep_alive", "_eof_sent"))
