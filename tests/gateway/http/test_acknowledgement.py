@@ -84,6 +84,18 @@ async def test_a_closing_or_http_1_0_request_gets_aiohttps_own_202(aiohttp_serve
     assert slow == [202, 202]
 
 
+async def test_an_aiohttp_without_what_the_fast_path_sets_gets_its_own_202(aiohttp_server, slow,
+                                                                          monkeypatch) -> None:
+    """The fast path sets two of aiohttp's response attributes; an aiohttp lacking them (``_FAST`` false at
+    import) answers every 202 its own way, with no body, and the connection serves on."""
+    import gateway.http.answers as answers
+    monkeypatch.setattr(answers, "_FAST", False)
+    server = await _acknowledging(aiohttp_server)
+    data = await _exchange(server, _post() * 2, 2)
+    assert data.count(b"HTTP/1.1 202 Accepted\r\n") == 2 and data.count(b"Content-Length: 0\r\n") == 2
+    assert b"Transfer-Encoding" not in data and slow == [202, 202]
+
+
 async def test_a_response_hook_still_sees_every_202(aiohttp_server, slow) -> None:
     async def name_it(request: web.Request, response: web.StreamResponse) -> None:
         response.headers["X-Gateway-Replica"] = "r1"
