@@ -49,16 +49,27 @@ class Stats:
     # and the system time in it (the kernel's share: sends, receives, the loop's waits).
     front_cpu_us_per_request: float | None = None
     front_sys_us_per_request: float | None = None
+    # All the CPU one request took on this machine: the client (this process), the front and, behind a
+    # forwarder or the gateway, the core. At a concurrency that keeps the cores busy, the median follows it.
+    machine_cpu_us_per_request: float | None = None
 
 
-def _summary(name: str, conc: int, lat: list[float], seconds: float, cpu: tuple[float, float]) -> Stats:
-    """``cpu``: the front process's user and system seconds over the scenario's slices."""
+def _summary(name: str, conc: int, lat: list[float], seconds: float, cpu: tuple[float, float],
+             machine: float) -> Stats:
+    """``cpu``: the front process's user and system seconds over the scenario's slices; ``machine``: the CPU
+    seconds of every process the scenario ran on (:func:`interleaved`)."""
     lat.sort()
     p99 = lat[min(len(lat) - 1, int(len(lat) * 0.99))]
-    per = (sum(cpu) / len(lat) * 1e6, cpu[1] / len(lat) * 1e6) if lat else None
+    per = (sum(cpu) / len(lat) * 1e6, cpu[1] / len(lat) * 1e6, machine / len(lat) * 1e6) if lat else None
     return Stats(name, conc, len(lat), round(seconds, 2), round(statistics.median(lat) * 1e3, 3),
                  round(p99 * 1e3, 3), round(len(lat) / seconds, 1), round(per[0], 1) if per else None,
-                 round(per[1], 1) if per else None)
+                 round(per[1], 1) if per else None, round(per[2], 1) if per else None)
+
+
+def _own_cpu() -> float:
+    """This process's CPU seconds: the benchmark's clients."""
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
 
 
 async def _load(ops: list[Op], seconds: float) -> list[float]:
@@ -76,24 +87,30 @@ async def _load(ops: list[Op], seconds: float) -> list[float]:
 
 
 async def interleaved(ops: dict[str, list[Op]], conc: int, args: argparse.Namespace,
-                      front: dict[str, Child]) -> list[Stats]:
+                      front: dict[str, Child], behind: dict[str, Child] | None = None) -> list[Stats]:
     """Every scenario in short alternating slices (order reversed every round) instead of one after another:
     this machine's speed drifts by tens of percent over seconds (a shared host), and a drift then slows all
     scenarios alike instead of skewing the ratios between them. The CPU of each scenario's front process (the
-    one its client talks to) is read around each slice."""
+    one its client talks to), of the process ``behind`` it if any (the core behind a forwarder or the gateway)
+    and of this one (the clients) is read around each slice."""
+    behind = behind or {}
     for name in ops:  # warm-up, not counted
         await _load(ops[name], args.warmup)
     lat: dict[str, list[float]] = {name: [] for name in ops}
     cpu = {name: (0.0, 0.0) for name in ops}
+    machine = dict.fromkeys(ops, 0.0)
     rounds = max(1, round(args.duration / args.slice))
     for number in range(rounds):
         for name in (list(ops) if number % 2 == 0 else list(reversed(ops))):
-            before = front[name].cpu_times()
+            others = [child for child in (behind.get(name),) if child is not None and child is not front[name]]
+            before, begun = front[name].cpu_times(), _own_cpu() + sum(sum(c.cpu_times()) for c in others)
             lat[name].extend(await _load(ops[name], args.slice))
             after, (user, system) = front[name].cpu_times(), cpu[name]
+            ended = _own_cpu() + sum(sum(c.cpu_times()) for c in others)
             cpu[name] = (user + after[0] - before[0], system + after[1] - before[1])
+            machine[name] += ended - begun + sum(after) - sum(before)
     seconds = rounds * args.slice
-    return [_summary(name, conc, lat[name], seconds, cpu[name]) for name in ops]
+    return [_summary(name, conc, lat[name], seconds, cpu[name], machine[name]) for name in ops]
 
 
 def makers(http: aiohttp.ClientSession, core: Child, gw: Child, fwd: Child,
@@ -191,7 +208,7 @@ def ratios(results: list[Stats], idle: list[dict[str, Any]],
             "gateway_cpu_us_per_translated": at[("translated", conc)].front_cpu_us_per_request,
             "gateway_cpu_us_per_passthrough": at[("passthrough", conc)].front_cpu_us_per_request,
             "forwarder_cpu_us": at[("forwarder", conc)].front_cpu_us_per_request,
-        } | redis_ratios(at, conc)
+        } | _machine_ratios(at, conc) | redis_ratios(at, conc)
     out["idle"] = idle
     out["redis_idle"] = redis_idle or []
     return out
@@ -215,6 +232,38 @@ def _round_user_ratio(at: dict[tuple[str, int], Stats], conc: int) -> float | No
             return None
         user.append(stats.front_cpu_us_per_request - stats.front_sys_us_per_request)
     return _per_round(*user)
+
+
+# A bridged scenario, the MRTR scenario it is measured against, and how many gateway hops it is (the call and
+# each of its rounds).
+_BRIDGED = {"bridged": ("mrtr_forwarder", 3), "bridged_one": ("mrtr_forwarder_one", 2)}
+
+
+def _machine_ratios(at: dict[tuple[str, int], Stats], conc: int) -> dict[str, float | None]:
+    """Where a bridged call's median goes when the cores are busy (docs/benchmarks.md "Where the bridged
+    ratios come from"), for each bridged scenario against its MRTR one through the forwarder:
+
+    - ``machine cpu``: the ratio of all the CPU one call took (clients, front, core). At c=32 the median ratio
+      follows it, so it shows how much of the median's gap is work rather than waiting;
+    - ``at a plain call's price``: that ratio had each of the gateway's hops (the call and each round) cost
+      exactly what a translated call costs the gateway in the same run, the client and the core unchanged;
+    - ``gateway cpu budget us``: the gateway CPU per call at which the machine ratio would be 1.10, beside
+      ``gateway cpu us``, what it took."""
+    out: dict[str, float | None] = {}
+    plain = at[("translated", conc)].front_cpu_us_per_request
+    for name, (against, hops) in _BRIDGED.items():
+        ours, theirs = at[(name, conc)], at[(against, conc)]
+        if not (ours.machine_cpu_us_per_request and theirs.machine_cpu_us_per_request
+                and ours.front_cpu_us_per_request and plain):
+            continue
+        rest = ours.machine_cpu_us_per_request - ours.front_cpu_us_per_request  # the client's and the core's
+        out[f"{name}/{against} machine cpu"] = round(ours.machine_cpu_us_per_request
+                                                     / theirs.machine_cpu_us_per_request, 3)
+        out[f"{name}/{against} at a plain call's price"] = round((rest + hops * plain)
+                                                                 / theirs.machine_cpu_us_per_request, 3)
+        out[f"{name} gateway cpu us"] = ours.front_cpu_us_per_request
+        out[f"{name} gateway cpu budget us"] = round(1.10 * theirs.machine_cpu_us_per_request - rest, 1)
+    return out
 
 
 def _per_round(bridged: float | None, translated: float | None) -> float | None:
@@ -241,12 +290,12 @@ def machine(args: argparse.Namespace, hops: list[float]) -> dict[str, Any]:
 
 def print_table(results: list[Stats], summary: dict[str, Any]) -> None:
     print(f"{'scenario':<19}{'conc':>5}{'requests':>10}{'p50 ms':>10}{'p99 ms':>10}{'req/s':>10}"
-          f"{'front CPU us/req':>18}{'of it sys':>11}")
+          f"{'front CPU us/req':>18}{'of it sys':>11}{'all CPU us/req':>16}")
     for r in results:
-        cpu = "" if r.front_cpu_us_per_request is None else f"{r.front_cpu_us_per_request:.0f}"
-        sys_ = "" if r.front_sys_us_per_request is None else f"{r.front_sys_us_per_request:.0f}"
+        cpu, sys_, whole = ("" if value is None else f"{value:.0f}" for value in (
+            r.front_cpu_us_per_request, r.front_sys_us_per_request, r.machine_cpu_us_per_request))
         print(f"{r.scenario:<19}{r.concurrency:>5}{r.requests:>10}{r.p50_ms:>10.3f}{r.p99_ms:>10.3f}{r.rps:>10.1f}"
-              f"{cpu:>18}{sys_:>11}")
+              f"{cpu:>18}{sys_:>11}{whole:>16}")
     print(json.dumps(summary, indent=2))
 
 
@@ -279,7 +328,8 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                 front |= dict.fromkeys(REDIS_SCENARIOS, redis.one) | {WORKERS_SCENARIO: redis.two}
             for conc in args.concurrency:
                 ops = {name: [await make[name]() for _ in range(conc)] for name in make}
-                results.extend(await interleaved(ops, conc, args, {n: front.get(n, gw) for n in make}))
+                results.extend(await interleaved(ops, conc, args, {n: front.get(n, gw) for n in make},
+                                                 dict.fromkeys(make, core)))
             hops.append(await hop_rtt_us(echo.port))  # before the idle sessions' memory is taken
             idle = [await idle_sessions(http, gw, n) for n in args.idle]
             redis_idle = [await idle_bytes(http, redis, args.redis_idle)] if redis and args.redis_idle else []

@@ -32,12 +32,18 @@ def test_the_benchmark_runs_every_scenario_and_reports_its_ratios(tmp_path: Path
     assert seen == {(name, conc) for name in SCENARIOS for conc in (1, 2)}
     assert all(r["front_cpu_us_per_request"] > 0 for r in report["results"])
     assert all(0 <= r["front_sys_us_per_request"] <= r["front_cpu_us_per_request"] for r in report["results"])
+    # All of a request's CPU holds its front's and the client's: more than the front's alone.
+    assert all(r["machine_cpu_us_per_request"] > r["front_cpu_us_per_request"] for r in report["results"])
     for conc in ("c1", "c2"):
         ratios = report["ratios"][conc]
         assert {"translated/forwarder", "passthrough/forwarder", "bridged_round_added_ms", "bridged/mrtr_forwarder",
                 "bridged_one/mrtr_forwarder_one", "bridged_round_cpu/translated_cpu", "gateway_cpu_us_per_translated",
                 "forwarder_cpu_us", "bridged_round_sys/translated_sys",
                 "bridged_round_user/translated_user"} <= set(ratios)
+        for name, against in (("bridged", "mrtr_forwarder"), ("bridged_one", "mrtr_forwarder_one")):
+            assert ratios[f"{name}/{against} machine cpu"] > 0
+            assert ratios[f"{name}/{against} at a plain call's price"] > 0
+            assert ratios[f"{name} gateway cpu us"] > 0 and f"{name} gateway cpu budget us" in ratios
     idle = report["ratios"]["idle"]
     assert idle[0]["sessions"] == 20 and idle[0]["rss_after_mib"] > 0 and idle[0]["held"] == 20
     judged = {row["target"]: row for row in report["targets"]}

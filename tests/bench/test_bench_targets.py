@@ -72,3 +72,22 @@ def test_the_redis_targets_are_judged_when_it_ran_on_redis() -> None:
     assert missed(verdicts(ratios)) == ["bridged redis/memory gateway CPU per request, c=32",
                                        "bytes in Redis per idle session, 200 sessions"]
     assert not any("workers" in row["target"] for row in verdicts(ratios))  # reported, not judged
+
+
+def test_the_machine_ratios_put_a_bridged_call_at_a_plain_calls_price() -> None:
+    """Made-up CPU per request: the client and core of a bridged call take 600 us, its gateway 900 (three hops);
+    a translated call costs the gateway 250; the MRTR scenario through the forwarder takes 1,400 in all."""
+    from bench.__main__ import Stats, _machine_ratios
+
+    def stats(name: str, front: float, machine: float) -> Stats:
+        return Stats(name, 32, 100, 1.0, 1.0, 2.0, 100.0, front, 0.0, machine)
+
+    at = {(s.scenario, 32): s for s in (stats("translated", 250, 500), stats("bridged", 900, 1500),
+                                        stats("mrtr_forwarder", 500, 1400), stats("bridged_one", 600, 1000),
+                                        stats("mrtr_forwarder_one", 300, 800))}
+    ratios = _machine_ratios(at, 32)
+    assert ratios["bridged/mrtr_forwarder machine cpu"] == round(1500 / 1400, 3)
+    assert ratios["bridged/mrtr_forwarder at a plain call's price"] == round((600 + 3 * 250) / 1400, 3)
+    assert ratios["bridged gateway cpu budget us"] == round(1.10 * 1400 - 600, 1)
+    assert ratios["bridged_one/mrtr_forwarder_one at a plain call's price"] == round((400 + 2 * 250) / 800, 3)
+    assert ratios["bridged_one gateway cpu us"] == 600
