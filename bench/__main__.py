@@ -87,13 +87,12 @@ async def _load(ops: list[Op], seconds: float) -> list[float]:
 
 
 async def interleaved(ops: dict[str, list[Op]], conc: int, args: argparse.Namespace,
-                      front: dict[str, Child], behind: dict[str, Child] | None = None) -> list[Stats]:
+                      front: dict[str, Child], behind: Child | None = None) -> list[Stats]:
     """Every scenario in short alternating slices (order reversed every round) instead of one after another:
     this machine's speed drifts by tens of percent over seconds (a shared host), and a drift then slows all
     scenarios alike instead of skewing the ratios between them. The CPU of each scenario's front process (the
     one its client talks to), of the process ``behind`` it if any (the core behind a forwarder or the gateway)
     and of this one (the clients) is read around each slice."""
-    behind = behind or {}
     for name in ops:  # warm-up, not counted
         await _load(ops[name], args.warmup)
     lat: dict[str, list[float]] = {name: [] for name in ops}
@@ -102,11 +101,11 @@ async def interleaved(ops: dict[str, list[Op]], conc: int, args: argparse.Namesp
     rounds = max(1, round(args.duration / args.slice))
     for number in range(rounds):
         for name in (list(ops) if number % 2 == 0 else list(reversed(ops))):
-            others = [child for child in (behind.get(name),) if child is not None and child is not front[name]]
-            before, begun = front[name].cpu_times(), _own_cpu() + sum(sum(c.cpu_times()) for c in others)
+            back = behind if behind is not None and behind is not front[name] else None
+            before, begun = front[name].cpu_times(), _own_cpu() + (sum(back.cpu_times()) if back else 0.0)
             lat[name].extend(await _load(ops[name], args.slice))
             after, (user, system) = front[name].cpu_times(), cpu[name]
-            ended = _own_cpu() + sum(sum(c.cpu_times()) for c in others)
+            ended = _own_cpu() + (sum(back.cpu_times()) if back else 0.0)
             cpu[name] = (user + after[0] - before[0], system + after[1] - before[1])
             machine[name] += ended - begun + sum(after) - sum(before)
     seconds = rounds * args.slice
@@ -328,8 +327,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                 front |= dict.fromkeys(REDIS_SCENARIOS, redis.one) | {WORKERS_SCENARIO: redis.two}
             for conc in args.concurrency:
                 ops = {name: [await make[name]() for _ in range(conc)] for name in make}
-                results.extend(await interleaved(ops, conc, args, {n: front.get(n, gw) for n in make},
-                                                 dict.fromkeys(make, core)))
+                results.extend(await interleaved(ops, conc, args, {n: front.get(n, gw) for n in make}, core))
             hops.append(await hop_rtt_us(echo.port))  # before the idle sessions' memory is taken
             idle = [await idle_sessions(http, gw, n) for n in args.idle]
             redis_idle = [await idle_bytes(http, redis, args.redis_idle)] if redis and args.redis_idle else []

@@ -43,7 +43,7 @@ async def run(args: argparse.Namespace) -> list[Stats]:
                         make = makers(http, core, gw, gw)[scenario]
                         ops[f"{scenario}:{name}"] = [await make() for _ in range(conc)]
                         front[f"{scenario}:{name}"] = gw
-                results.extend(await interleaved(ops, conc, args, front, dict.fromkeys(ops, core)))
+                results.extend(await interleaved(ops, conc, args, front, core))
     finally:
         for child in (*gateways.values(), core):
             child.stop()
