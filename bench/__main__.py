@@ -97,19 +97,22 @@ async def interleaved(ops: dict[str, list[Op]], conc: int, args: argparse.Namesp
         await _load(ops[name], args.warmup)
     lat: dict[str, list[float]] = {name: [] for name in ops}
     cpu = {name: (0.0, 0.0) for name in ops}
-    machine = dict.fromkeys(ops, 0.0)
+    whole = dict.fromkeys(ops, 0.0)
+
+    def others(name: str) -> float:
+        """The CPU seconds so far of this process and of the one behind ``name``'s front (when not the front)."""
+        return _own_cpu() + (sum(behind.cpu_times()) if behind is not None and behind is not front[name] else 0.0)
+
     rounds = max(1, round(args.duration / args.slice))
     for number in range(rounds):
         for name in (list(ops) if number % 2 == 0 else list(reversed(ops))):
-            back = behind if behind is not None and behind is not front[name] else None
-            before, begun = front[name].cpu_times(), _own_cpu() + (sum(back.cpu_times()) if back else 0.0)
+            before, begun = front[name].cpu_times(), others(name)
             lat[name].extend(await _load(ops[name], args.slice))
-            after, (user, system) = front[name].cpu_times(), cpu[name]
-            ended = _own_cpu() + (sum(back.cpu_times()) if back else 0.0)
+            after, ended, (user, system) = front[name].cpu_times(), others(name), cpu[name]
             cpu[name] = (user + after[0] - before[0], system + after[1] - before[1])
-            machine[name] += ended - begun + sum(after) - sum(before)
+            whole[name] += ended - begun + sum(after) - sum(before)
     seconds = rounds * args.slice
-    return [_summary(name, conc, lat[name], seconds, cpu[name], machine[name]) for name in ops]
+    return [_summary(name, conc, lat[name], seconds, cpu[name], whole[name]) for name in ops]
 
 
 def makers(http: aiohttp.ClientSession, core: Child, gw: Child, fwd: Child,
@@ -238,7 +241,7 @@ def _round_user_ratio(at: dict[tuple[str, int], Stats], conc: int) -> float | No
 _BRIDGED = {"bridged": ("mrtr_forwarder", 3), "bridged_one": ("mrtr_forwarder_one", 2)}
 
 
-def _machine_ratios(at: dict[tuple[str, int], Stats], conc: int) -> dict[str, float | None]:
+def _machine_ratios(at: dict[tuple[str, int], Stats], conc: int) -> dict[str, float]:
     """Where a bridged call's median goes when the cores are busy (docs/benchmarks.md "Where the bridged
     ratios come from"), for each bridged scenario against its MRTR one through the forwarder:
 
@@ -248,7 +251,7 @@ def _machine_ratios(at: dict[tuple[str, int], Stats], conc: int) -> dict[str, fl
       exactly what a translated call costs the gateway in the same run, the client and the core unchanged;
     - ``gateway cpu budget us``: the gateway CPU per call at which the machine ratio would be 1.10, beside
       ``gateway cpu us``, what it took."""
-    out: dict[str, float | None] = {}
+    out: dict[str, float] = {}
     plain = at[("translated", conc)].front_cpu_us_per_request
     for name, (against, hops) in _BRIDGED.items():
         ours, theirs = at[(name, conc)], at[(against, conc)]

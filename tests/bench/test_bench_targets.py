@@ -1,5 +1,6 @@
 """The benchmark's verdicts on its targets (``bench.targets``), from made-up ratios: each target
-flips at its limit, an unmeasured one is neither met nor missed, and a dropped idle stream is a miss."""
+flips at its limit, an unmeasured one is neither met nor missed, and a dropped idle stream is a miss; and the
+all-CPU figures the bridged targets are read beside, from made-up CPU times."""
 
 from __future__ import annotations
 
@@ -91,3 +92,34 @@ def test_the_machine_ratios_put_a_bridged_call_at_a_plain_calls_price() -> None:
     assert ratios["bridged gateway cpu budget us"] == round(1.10 * 1400 - 600, 1)
     assert ratios["bridged_one/mrtr_forwarder_one at a plain call's price"] == round((400 + 2 * 250) / 800, 3)
     assert ratios["bridged_one gateway cpu us"] == 600
+
+
+def test_all_cpu_counts_the_process_behind_the_front_once() -> None:
+    """``interleaved`` with stand-in processes whose CPU grows by 1.5 s at every reading: a scenario behind a
+    forwarder counts the forwarder and the core (twice the front's CPU, plus this process's few ms), one whose
+    front is the core counts the core once."""
+    import argparse
+    import asyncio
+
+    from bench.__main__ import interleaved
+
+    class Ticking:
+        def __init__(self) -> None:
+            self.user = 0.0
+
+        def cpu_times(self) -> tuple[float, float]:
+            self.user += 1.0
+            return self.user, self.user / 2
+
+    async def op() -> None:
+        await asyncio.sleep(0.001)
+
+    core, fwd = Ticking(), Ticking()
+    args = argparse.Namespace(warmup=0.0, duration=0.02, slice=0.01)
+    results = asyncio.run(interleaved({"direct": [op], "forwarder": [op]}, 1, args,
+                                      {"direct": core, "forwarder": fwd}, core))  # type: ignore[dict-item,arg-type]
+    by = {r.scenario: r for r in results}
+    ratio = {name: by[name].machine_cpu_us_per_request / by[name].front_cpu_us_per_request  # type: ignore[operator]
+             for name in by}
+    assert 1.0 < ratio["direct"] < 1.1
+    assert 2.0 < ratio["forwarder"] < 2.1
