@@ -71,10 +71,13 @@ def _complete_validator(method: str) -> TypeAdapter[Any] | None:
     row = SERVER_RESULTS.get((method, MODERN_VERSION))
     if row is None:
         return None
+    # A runtime union is a type form, but pydantic >= 2.14 types TypeAdapter's argument as TypeForm, which a
+    # UnionType value (or get_args' Any) does not satisfy statically: the form is passed as the Any it is.
+    form: Any = row
     if isinstance(row, UnionType):
         arms = [arm for arm in get_args(row) if arm.__name__ != "InputRequiredResult"]
-        row = arms[0] if len(arms) == 1 else row
-    return TypeAdapter(row)
+        form = arms[0] if len(arms) == 1 else row
+    return TypeAdapter(form)
 
 
 def _schema_error(method: str, view: Mapping[str, Any]) -> ErrorValue | None:
