@@ -1,9 +1,10 @@
 """Translation-trace records: what one JSON Lines record of ``serve --trace`` holds, and how it is redacted.
 
 Pure: the shell (``gateway.telemetry.trace``) passes the message, where it was seen and the clock; this module
-decides the record. Content is redacted by default — tool arguments, sampling and elicitation content, results,
-``requestState`` and Authorization values become ``{"len": n, "sha256": "<first 12 hex>"}``, enough to tell two
-values apart without showing either. Opaque values (``requestState``, cursors, progress tokens) are digested or
+decides the record. Content is redacted by default — tool arguments, completion arguments and context,
+sampling and elicitation content (a URL elicitation's ``url`` included), the client's reasons for refusing them,
+results, ``requestState`` and Authorization values become ``{"len": n, "sha256": "<first 12 hex>"}``, enough to
+tell two values apart without showing either. Opaque values (``requestState``, cursors, progress tokens) are digested or
 copied, never parsed or re-encoded (2026-07-28 basic/patterns §Multi Round-Trip Requests: the state is the
 server's own).
 """
@@ -41,10 +42,17 @@ DIRECTIONS = {TapKind.CLIENT: Direction.CLIENT_IN, TapKind.DOWNSTREAM: Direction
               TapKind.UPSTREAM: Direction.UPSTREAM_OUT, TapKind.ANSWER: Direction.UPSTREAM_IN,
               TapKind.FAILED: Direction.UPSTREAM_IN}
 
-# Params that carry content (2025-11-25 client/sampling, client/elicitation, server/tools; 2026-07-28
-# basic/patterns §Multi Round-Trip Requests) or a credential.
+# Params that carry content (2025-11-25 client/sampling, client/elicitation — a URL-mode request's ``url`` too,
+# which may carry a one-time code —, server/tools, server/utilities/completion — the ``argument`` being typed
+# and the ``context`` arguments already given —; 2026-07-28 basic/patterns §Multi Round-Trip Requests) or a
+# credential.
 CONTENT_PARAMS = frozenset({"arguments", "requestState", "inputResponses", "messages", "systemPrompt", "message",
-                            "requestedSchema", "data", "authorization", "Authorization"})
+                            "requestedSchema", "data", "authorization", "Authorization", "url", "argument",
+                            "context"})
+# The members of an error that are content; for an error in the legacy client's words (:func:`client_words`)
+# its ``message`` too.
+CONTENT_ERROR = frozenset({"data"})
+CLIENT_ERROR = frozenset({"data", "message"})
 
 
 def every_kind(tap: object) -> bool:
@@ -60,18 +68,31 @@ def digest(value: Any) -> dict[str, Any]:
     return {"len": len(raw), "sha256": hashlib.sha256(raw).hexdigest()[:12]}
 
 
-def redact(message: Any) -> Any:
-    """``message`` with its content digested; ids, methods, names, error codes and ``_meta`` kept."""
+def client_words(kind: TapKind, error: Any) -> bool:
+    """Whether an error's ``message`` is the legacy client's own text: its error answer to a request of the
+    gateway's (refusing sampling, elicitation or roots: 2025-11-25 client/sampling §Error Handling), or the
+    gateway's error that quotes one (``adapters.errors.client_refused_error``, recognised by its
+    ``data.clientError``). A user's reason for refusing is content like the request it refuses."""
+    if not isinstance(error, dict):
+        return False
+    data = error.get("data")
+    return kind is TapKind.CLIENT or (isinstance(data, dict) and "clientError" in data)
+
+
+def redact(message: Any, *, client_error: bool = False) -> Any:
+    """``message`` with its content digested; ids, methods, names, error codes and ``_meta`` kept (an error's
+    message too, unless ``client_error``: :func:`client_words`)."""
     if not isinstance(message, dict):
         return digest(message)
     out: dict[str, Any] = {}
+    error_content = CLIENT_ERROR if client_error else CONTENT_ERROR
     for key, value in message.items():
         if key == "result":
             out[key] = digest(value)
         elif key == "params" and isinstance(value, dict):
             out[key] = {k: digest(v) if k in CONTENT_PARAMS else v for k, v in value.items()}
         elif key == "error" and isinstance(value, dict):
-            out[key] = {k: digest(v) if k == "data" else v for k, v in value.items()}
+            out[key] = {k: digest(v) if k in error_content else v for k, v in value.items()}
         else:
             out[key] = value
     return out
@@ -103,8 +124,10 @@ def trace_record(kind: TapKind, message: Any, seen: Seen, *, content: bool) -> d
         "t_ms": round(seen.t_ms, 3), "corr": correlation(seen.session, request), "session": seen.session,
         "round": seen.round, "dir": DIRECTIONS[kind].value, "method": msg.get("method"), "id": msg.get("id"),
     }
+    quoted = not content and not failed and client_words(kind, error)
     if isinstance(error, dict):
-        record["error"] = {"code": error.get("code"), "message": error.get("message")}
+        text = error.get("message")
+        record["error"] = {"code": error.get("code"), "message": digest(text) if quoted else text}
         if failed and "data" in error:  # the gateway's own cause (data.upstream "timeout", ...): not content
             record["error"]["data"] = error["data"]
     result = msg.get("result")
@@ -113,5 +136,5 @@ def trace_record(kind: TapKind, message: Any, seen: Seen, *, content: bool) -> d
     if isinstance(result, dict) and result.get("isError") is True:
         record["isError"] = True  # a tool's own failure (2025-11-25 server/tools §Error Handling)
     if not failed:
-        record["message"] = message if content else redact(message)
+        record["message"] = message if content else redact(message, client_error=quoted)
     return record

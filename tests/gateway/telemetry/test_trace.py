@@ -13,8 +13,8 @@ import pytest
 from gateway.config.settings import load_config
 from gateway.http.app import create_app
 from gateway.telemetry.trace import Tracer
-from tests.gateway.conftest import Legacy
-from tests.gateway.http.test_bridge_shell import SAMPLED, two_rounds
+from tests.gateway.conftest import Legacy, text
+from tests.gateway.http.test_bridge_shell import SAMPLED, SAMPLING, two_rounds
 
 SECRET = "hunter2-argument"
 
@@ -234,3 +234,79 @@ async def test_a_peer_can_be_traced_with_content_while_the_rest_is_not(upstream,
 
 async def test_other_peers_are_not_traced_when_the_gateway_default_is_off(upstream, aiohttp_client, tmp_path) -> None:
     assert await _traced_by_peer(upstream, aiohttp_client, tmp_path, "someone-else") == []
+
+
+COMPLETION_SECRET, CONTEXT_SECRET = "typed-hunter2", "context-hunter2"
+REFUSAL_SECRET, URL_SECRET = "refused-because-hunter2", "https://idp.example/cb?code=hunter2"
+
+
+def _digested(record_part: Any, value: Any) -> None:
+    from adapters.trace import digest
+    assert record_part == digest(value)
+
+
+async def test_completions_url_elicitations_and_refusals_are_digested(upstream, aiohttp_client, tmp_path) -> None:
+    """Without content: a completion's argument value and context, a URL elicitation's ``url`` and the client's
+    message refusing a sampling request reach the trace as digests only, on every hop they travel."""
+    url_ask = {"method": "elicitation/create", "params": {"mode": "url", "message": "sign in", "url": URL_SECRET}}
+
+    def connect(body, headers):
+        if body["params"].get("requestState") is None:
+            return {"resultType": "input_required", "inputRequests": {"u": url_ask}, "requestState": "w1"}
+        return text("connected")
+
+    def sample(body, headers):
+        return {"resultType": "input_required", "inputRequests": {"s": SAMPLING}, "requestState": "x"}
+    upstream.script["completion/complete"] = lambda body, headers: {
+        "resultType": "complete", "completion": {"values": ["a"]}}
+    upstream.script["tools/call"] = lambda body, headers: (connect if body["params"]["name"] == "connect"
+                                                           else sample)(body, headers)
+    tracer = Tracer(tmp_path / "t.jsonl", max_bytes=1 << 20)
+    legacy = Legacy(await aiohttp_client(create_app(load_config(upstream_url=upstream.url), tap=tracer)))
+    await legacy.initialize()
+    complete = {"ref": {"type": "ref/prompt", "name": "p"}, "argument": {"name": "a", "value": COMPLETION_SECRET},
+                "context": {"arguments": {"b": CONTEXT_SECRET}}}
+    assert "result" in await legacy.call("completion/complete", complete)
+    resp = await legacy.post("tools/call", {"name": "connect", "arguments": {}})
+    await legacy.next_event(resp)
+    _, ask = await legacy.next_event(resp)
+    assert ask["params"]["url"] == URL_SECRET and await legacy.answer(ask["id"], {"action": "accept"}) == 202
+    assert (await legacy.events(resp))[-1]["result"]["content"][0]["text"] == "connected"
+    resp = await legacy.post("tools/call", {"name": "sample", "arguments": {}})
+    await legacy.next_event(resp)
+    _, ask = await legacy.next_event(resp)
+    assert await legacy.answer(ask["id"], error={"code": -1, "message": REFUSAL_SECRET}) == 202
+    final = (await legacy.events(resp))[-1]
+    assert REFUSAL_SECRET in final["error"]["message"]  # the client still gets its own words back
+    await legacy.client.close()
+    tracer.close()
+    written = tracer.path.read_text()
+    for secret in (COMPLETION_SECRET, CONTEXT_SECRET, REFUSAL_SECRET, URL_SECRET, "hunter2"):
+        assert secret not in written
+    records = [json.loads(line) for line in written.splitlines()]
+    completions = [r["message"]["params"] for r in records if r["method"] == "completion/complete"]
+    assert len(completions) == 2  # the client's request and the one sent upstream
+    for params in completions:
+        _digested(params["argument"], complete["argument"])
+        _digested(params["context"], complete["context"])
+        assert params["ref"] == complete["ref"]  # which prompt is not content
+    urls = [r["message"]["params"]["url"] for r in records if r["method"] == "elicitation/create"]
+    assert len(urls) == 1
+    _digested(urls[0], URL_SECRET)
+    refusal, final_record = [r for r in records if "error" in r and r["dir"] in ("client->gateway",
+                                                                                 "gateway->client")]
+    assert refusal["dir"] == "client->gateway" and refusal["error"]["code"] == -1
+    _digested(refusal["error"]["message"], REFUSAL_SECRET)
+    _digested(refusal["message"]["error"]["message"], REFUSAL_SECRET)
+    _digested(final_record["error"]["message"], final["error"]["message"])
+    _digested(final_record["message"]["error"]["message"], final["error"]["message"])
+
+
+def test_other_error_messages_stay_readable() -> None:
+    """The gateway's and the upstream's own error messages are not the client's words: they stay in clear."""
+    from adapters.trace import Seen, TapKind, trace_record
+
+    error = {"jsonrpc": "2.0", "id": 3, "error": {"code": -32602, "message": "unknown tool"}}
+    for kind in (TapKind.ANSWER, TapKind.DOWNSTREAM):
+        record = trace_record(kind, error, Seen("s", 3, 0, 1.0), content=False)
+        assert record["error"]["message"] == "unknown tool" == record["message"]["error"]["message"]
