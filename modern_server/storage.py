@@ -2,21 +2,29 @@
 
 Claiming a confirmation's nonce and deleting its note happen in one ``BEGIN IMMEDIATE`` transaction, so two
 server processes sharing the file can never both execute one confirmation: the second one's INSERT of the same
-nonce hits the primary key and its whole transaction rolls back. WAL mode and a busy timeout let several
-processes share the file.
+nonce hits the primary key and its whole transaction rolls back. The same transaction records the step's result
+under the nonce (:class:`Reply`), so a resend of that very step (the same state, the same answers: a gateway
+that lost the answer and sent the round again) is answered with what happened, not refused as a replay. The
+recorded results expire with their state and at most ``MAX_RECORDED_REPLIES`` are kept. WAL mode and a busy
+timeout let several processes share the file.
 """
 
 from __future__ import annotations
 
+import json
 import sqlite3
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS notes (id TEXT PRIMARY KEY, uri TEXT NOT NULL, title TEXT NOT NULL,
                                   body TEXT NOT NULL, created TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS nonces (nonce TEXT PRIMARY KEY, outcome TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS replies (nonce TEXT PRIMARY KEY, answer TEXT NOT NULL, result TEXT NOT NULL,
+                                    expires REAL NOT NULL);
+CREATE INDEX IF NOT EXISTS replies_by_expiry ON replies (expires);
 CREATE TABLE IF NOT EXISTS connections (id TEXT PRIMARY KEY, principal TEXT NOT NULL, service TEXT NOT NULL,
                                         completed INTEGER NOT NULL DEFAULT 0);
 """
@@ -29,6 +37,21 @@ SEED_NOTES = (
     ("n-1005", "file:///work/notes-evil/secret.md", "Standup", "Not yours.", "2026-11-01"),
     ("n-1006", "file:///work/private.md", "Private", "Outside every workspace.", "2026-09-30"),
 )
+
+
+# Recorded step results kept at once: past it the soonest-expiring go first, and a resend of such a step is
+# refused as a replay (the gateway then reports its outcome as unknown).
+MAX_RECORDED_REPLIES = 4096
+
+
+@dataclass(frozen=True, slots=True)
+class Reply:
+    """A confirmed step's result, recorded under its nonce: ``answer`` identifies the answers it was given (a
+    digest), ``expires`` is its state's expiry (epoch seconds), after which nobody can resend the step."""
+
+    answer: str
+    result: dict[str, Any]
+    expires: float
 
 
 class ReplayError(Exception):
@@ -49,7 +72,8 @@ class Note:
 
 
 class Store:
-    def __init__(self, path: str, *, seed: bool = True) -> None:
+    def __init__(self, path: str, *, seed: bool = True, max_replies: int = MAX_RECORDED_REPLIES) -> None:
+        self._max_replies = max_replies
         if path != ":memory:":
             Path(path).parent.mkdir(parents=True, exist_ok=True)
         self._db = sqlite3.connect(path, timeout=10.0, isolation_level=None, check_same_thread=False)
@@ -72,13 +96,34 @@ class Store:
     def nonce_used(self, nonce: str) -> bool:
         return self._db.execute("SELECT 1 FROM nonces WHERE nonce = ?", (nonce,)).fetchone() is not None
 
-    def _claim(self, nonce: str, outcome: str, statements: Iterable[tuple[str, tuple[str, ...]]]) -> None:
+    def reply(self, nonce: str, answer: str, now: float) -> dict[str, Any] | None:
+        """The result recorded for the step ``nonce`` confirmed with the answers ``answer``; None when there is
+        none (never recorded, evicted, expired) or the answers differ (another step: a replay)."""
+        row = self._db.execute("SELECT result FROM replies WHERE nonce = ? AND answer = ? AND expires > ?",
+                               (nonce, answer, now)).fetchone()
+        result: dict[str, Any] | None = json.loads(row[0]) if row else None
+        return result
+
+    def _record(self, nonce: str, reply: Reply, now: float) -> None:
+        """Inside the claim's transaction: drop expired results, make room under the bound, record this one."""
+        self._db.execute("DELETE FROM replies WHERE expires <= ?", (now,))
+        (count,) = self._db.execute("SELECT COUNT(*) FROM replies").fetchone()
+        if count >= self._max_replies:
+            self._db.execute("DELETE FROM replies WHERE nonce IN (SELECT nonce FROM replies ORDER BY expires "
+                             "LIMIT ?)", (count - self._max_replies + 1,))
+        self._db.execute("INSERT INTO replies VALUES (?, ?, ?, ?)",
+                         (nonce, reply.answer, json.dumps(reply.result), reply.expires))
+
+    def _claim(self, nonce: str, outcome: str, statements: Iterable[tuple[str, tuple[str, ...]]],
+               reply: Reply | None = None, now: float = 0.0) -> None:
         self._db.execute("BEGIN IMMEDIATE")
         try:
             self._db.execute("INSERT INTO nonces VALUES (?, ?)", (nonce, outcome))
             for sql, args in statements:
                 if self._db.execute(sql, args).rowcount != 1:
                     raise GoneError(args)
+            if reply is not None and self._max_replies > 0:
+                self._record(nonce, reply, now)
         except sqlite3.IntegrityError:
             self._db.execute("ROLLBACK")
             raise ReplayError(nonce) from None
@@ -87,11 +132,11 @@ class Store:
             raise
         self._db.execute("COMMIT")
 
-    def delete_with_nonce(self, nonce: str, note_id: str) -> None:
-        self._claim(nonce, "deleted", [("DELETE FROM notes WHERE id = ?", (note_id,))])
+    def delete_with_nonce(self, nonce: str, note_id: str, reply: Reply | None = None, now: float = 0.0) -> None:
+        self._claim(nonce, "deleted", [("DELETE FROM notes WHERE id = ?", (note_id,))], reply, now)
 
-    def consume_nonce(self, nonce: str, outcome: str) -> None:
-        self._claim(nonce, outcome, [])
+    def consume_nonce(self, nonce: str, outcome: str, reply: Reply | None = None, now: float = 0.0) -> None:
+        self._claim(nonce, outcome, [], reply, now)
 
     def open_connection(self, conn_id: str, principal: str, service: str) -> None:
         self._db.execute("INSERT INTO connections (id, principal, service) VALUES (?, ?, ?)",

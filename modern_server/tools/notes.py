@@ -8,6 +8,9 @@ components (``containment``). Deleting always asks for confirmation (key ``delet
 - ``decline`` -> terminal: nothing deleted, the nonce is consumed so the state cannot be replayed;
 - ``cancel`` -> no mutation, the same state stays retryable until it expires;
 - missing content, or ``confirm`` false, is never consent.
+A used confirmation sent again with the same ``requestState`` and the same answers is the same step resent (a
+gateway that lost the answer, 2026-07-28 basic/patterns §Multi Round-Trip Requests, retries): it gets the result
+recorded with the claim, and nothing happens twice; with other answers it is a replay, refused with -32602.
 """
 
 from __future__ import annotations
@@ -29,7 +32,8 @@ from modern_server.framework import (
     next_round,
     text_result,
 )
-from modern_server.storage import GoneError, Note, ReplayError
+from modern_server.sealing import Opened, digest
+from modern_server.storage import GoneError, Note, ReplayError, Reply
 
 CHOICE = "delete_choice"
 
@@ -83,7 +87,7 @@ async def notes_delete(ctx: Context) -> dict[str, Any]:
     opened = ctx.open_state(bound_call(ctx))  # a changed title or workspace cannot reuse the state
     round_no = next_round(ctx, opened)
     if opened is not None and ctx.services.store.nonce_used(opened.nonce):
-        raise McpError.invalid_params("this confirmation was already used")
+        return _recorded(ctx, opened)
     candidates = [n for n in notes_in(ctx, workspace) if n.title == title]
     if opened is None:
         if not candidates:
@@ -92,16 +96,30 @@ async def notes_delete(ctx: Context) -> dict[str, Any]:
     answer = ctx.input_responses().get(CHOICE)
     if answer is None:
         return _ask(ctx, candidates, round_no, nonce=opened.nonce)
-    return _decide(ctx, workspace, _elicit_result(answer), opened.values["candidates"], opened.nonce)
+    return _decide(ctx, workspace, _elicit_result(answer), opened)
 
 
-def _decide(ctx: Context, workspace: str, answer: dict[str, Any], signed: list[str], nonce: str) -> dict[str, Any]:
-    action = answer["action"]
+def _step(ctx: Context) -> str:
+    """What identifies one confirmed step besides its nonce: the exact state and answer it was sent with."""
+    return digest([ctx.params.get("requestState"), ctx.input_responses().get(CHOICE)])
+
+
+def _recorded(ctx: Context, opened: Opened) -> dict[str, Any]:
+    """A used confirmation again: the same step resent gets its recorded result, anything else is a replay."""
+    result = ctx.services.store.reply(opened.nonce, _step(ctx), ctx.services.clock())
+    if result is None:
+        raise McpError.invalid_params("this confirmation was already used")
+    return result
+
+
+def _decide(ctx: Context, workspace: str, answer: dict[str, Any], opened: Opened) -> dict[str, Any]:
+    action, signed = answer["action"], opened.values["candidates"]
     if action == "cancel":  # no mutation; the same state may be retried until it expires
         return text_result("Cancelled: nothing was deleted. Retry to choose again.", {"deleted": None})
     if action == "decline":
-        _consume(ctx, nonce, "declined")
-        return text_result("Declined: nothing was deleted.", {"deleted": None})
+        declined = text_result("Declined: nothing was deleted.", {"deleted": None})
+        _consume(ctx, opened, "declined", declined)
+        return declined
     content = answer.get("content") or {}
     note_id, confirm = content.get("note_id"), content.get("confirm")
     if confirm is not True or not isinstance(note_id, str):
@@ -112,22 +130,28 @@ def _decide(ctx: Context, workspace: str, answer: dict[str, Any], signed: list[s
     # Re-authorize at the moment of mutation: the allow-list or the note may have changed since round 1.
     if note is None or not allowed(workspaces(ctx), note.uri) or not allowed((workspace,), note.uri):
         raise McpError.invalid_params(f"note {note_id!r} is no longer deletable here")
+    deleted = text_result(f"Deleted {note.title!r} ({note.uri}).", {"deleted": note_id})
     try:
-        ctx.services.store.delete_with_nonce(nonce, note_id)
-    except ReplayError:
-        raise McpError.invalid_params("this confirmation was already used") from None
+        ctx.services.store.delete_with_nonce(opened.nonce, note_id, _reply(ctx, opened, deleted),
+                                             ctx.services.clock())
+    except ReplayError:  # another process claimed it first: the same step resent gets that process's result
+        return _recorded(ctx, opened)
     except GoneError:
         raise McpError.invalid_params(f"note {note_id!r} no longer exists") from None
     ctx.services.bus.publish("notifications/resources/updated", {"uri": note.uri})
     ctx.services.bus.publish("notifications/resources/list_changed", {})
-    return text_result(f"Deleted {note.title!r} ({note.uri}).", {"deleted": note_id})
+    return deleted
 
 
-def _consume(ctx: Context, nonce: str, outcome: str) -> None:
+def _reply(ctx: Context, opened: Opened, result: dict[str, Any]) -> Reply:
+    return Reply(_step(ctx), result, opened.expires)
+
+
+def _consume(ctx: Context, opened: Opened, outcome: str, result: dict[str, Any]) -> None:
     try:
-        ctx.services.store.consume_nonce(nonce, outcome)
+        ctx.services.store.consume_nonce(opened.nonce, outcome, _reply(ctx, opened, result), ctx.services.clock())
     except ReplayError:
-        raise McpError.invalid_params("this confirmation was already used") from None
+        _recorded(ctx, opened)  # the same step resent: its recorded result is this one; else refused
 
 
 def _listing(ctx: Context) -> list[dict[str, Any]]:

@@ -117,3 +117,48 @@ async def test_form_capability(client, caps, ok):
 async def test_bob_cannot_delete_outside_his_workspace(client, core):
     reply = await client.tool("notes_delete", {"workspaceUri": WS, "title": "Standup"}, token="bob-token")
     assert reply.error["code"] == -32602 and "allow-list" in reply.error["message"]
+
+
+async def test_the_same_confirmed_step_resent_gets_its_recorded_result(client, core):
+    """A gateway that lost the answer sends the round again byte for byte: it learns the note was deleted, and
+    nothing is deleted twice."""
+    first = await ask(client)
+    done = await retry(client, first["requestState"], accept("n-1002"))
+    assert done.result["structuredContent"] == {"deleted": "n-1002"}
+    resent = await retry(client, first["requestState"], accept("n-1002"))
+    assert resent.result == done.result
+    assert "n-1002" not in note_ids(core) and "n-1001" in note_ids(core)
+
+
+async def test_a_resent_decline_gets_its_recorded_result(client, core):
+    first = await ask(client)
+    declined = await retry(client, first["requestState"], {"action": "decline"})
+    resent = await retry(client, first["requestState"], {"action": "decline"})
+    assert resent.result == declined.result and {"n-1001", "n-1002"} <= note_ids(core)
+
+
+async def test_a_step_resent_through_another_state_of_its_nonce_is_a_replay(client, core):
+    first = await ask(client)
+    again = await retry(client, first["requestState"], None)  # the same nonce, a new state
+    assert (await retry(client, again.result["requestState"], accept("n-1001"))).result
+    replay = await retry(client, first["requestState"], accept("n-1001"))
+    assert replay.error["code"] == -32602 and "already used" in replay.error["message"]
+
+
+async def test_recorded_results_expire_with_their_state(tmp_path, clock):
+    from modern_server.storage import Reply, Store
+    store = Store(str(tmp_path / "s.sqlite3"))
+    store.consume_nonce("n1", "declined", Reply("a", {"ok": 1}, clock.now + 10), clock.now)
+    assert store.reply("n1", "a", clock.now) == {"ok": 1} and store.reply("n1", "b", clock.now) is None
+    assert store.reply("n1", "a", clock.now + 10) is None
+    store.consume_nonce("n2", "declined", Reply("a", {"ok": 2}, clock.now + 30), clock.now + 20)
+    assert store._db.execute("SELECT nonce FROM replies").fetchall() == [("n2",)]  # n1's expired row is gone
+
+
+async def test_recorded_results_are_bounded(tmp_path, clock):
+    from modern_server.storage import Reply, Store
+    store = Store(str(tmp_path / "s.sqlite3"), max_replies=2)
+    for i, expires in enumerate((50, 10, 30)):
+        store.consume_nonce(f"n{i}", "declined", Reply("a", {"i": i}, clock.now + expires), clock.now)
+    assert store.reply("n1", "a", clock.now) is None  # the soonest to expire made room
+    assert store.reply("n0", "a", clock.now) == {"i": 0} and store.reply("n2", "a", clock.now) == {"i": 2}
