@@ -6,6 +6,7 @@ Pure: the records (``adapters.trace.trace_record``'s dicts) in, text out; ``gate
 
 from __future__ import annotations
 
+import unicodedata
 from dataclasses import dataclass
 from html import escape
 from typing import Any
@@ -53,6 +54,28 @@ def group(records: list[dict[str, Any]], request: str | None = None) -> list[Req
     return [Request(c, tuple(sorted(grouped[c], key=lambda r: r["t_ms"]))) for c in wanted]
 
 
+# Besides the control characters (Unicode category Cc: C0, DEL, C1), the ones that reorder or split what a
+# terminal shows: line and paragraph separators and the bidirectional embeddings, overrides and isolates.
+_LAYOUT = frozenset("\u2028\u2029\u200e\u200f\u061c") | frozenset(map(chr, range(0x202A, 0x202F))) \
+    | frozenset(map(chr, range(0x2066, 0x206A)))
+
+
+def _escaped(ch: str) -> str:
+    code = ord(ch)
+    if code < 0x80:
+        return f"\\x{code:02x}"
+    return f"\\u{code:04x}" if code <= 0xFFFF else f"\\U{code:08x}"
+
+
+def printable(text: str) -> str:
+    """``text`` safe for a terminal: every control or layout character as an escape (``\\x1b``, ``\\u009b``),
+    so a method name, error message or id chosen by a peer cannot move the cursor, retitle the window or hide
+    a line. Everything else is kept as it is."""
+    if text.isprintable():  # the usual case, checked in C
+        return text
+    return "".join(_escaped(ch) if unicodedata.category(ch) == "Cc" or ch in _LAYOUT else ch for ch in text)
+
+
 def label(record: dict[str, Any]) -> str:
     """What one arrow says: the method or response, its id, the result kind, the error."""
     text = record.get("method") or "response"
@@ -61,25 +84,30 @@ def label(record: dict[str, Any]) -> str:
     if record.get("resultType"):
         text += f" [{record['resultType']}]"
     if "error" in record:
-        text += f" ERROR {record['error'].get('code')}: {record['error'].get('message')}"
+        said = record["error"].get("message")
+        if isinstance(said, dict):  # digested: the client's own words (adapters.trace.client_words)
+            said = f"<{said.get('len')} bytes, sha256 {said.get('sha256')}>"
+        text += f" ERROR {record['error'].get('code')}: {said}"
     elif record.get("isError"):
         text += " isError"
     return text
 
 
 def summary(requests: list[Request]) -> str:
-    """A text block per request: a header, then one line per message (``!!`` marks an error)."""
+    """A text block per request: a header, then one line per message (``!!`` marks an error); peer-chosen text
+    (methods, ids, error messages, session ids) with its control characters escaped (:func:`printable`)."""
     lines: list[str] = []
     for req in requests:
         rounds = {r["round"] for r in req.records if r.get("round") is not None}
         state = "FAILED" if req.failed else "ok"
-        lines.append(f"== {req.corr}  {req.method}  {len(req.records)} messages, {len(rounds) or 1} round(s), "
-                     f"{req.duration_ms:.1f} ms, {state}")
+        lines.append(printable(f"== {req.corr}  {req.method}  {len(req.records)} messages, "
+                               f"{len(rounds) or 1} round(s), {req.duration_ms:.1f} ms, {state}"))
         start = req.records[0]["t_ms"]
         for r in req.records:
             mark = "!!" if is_error(r) else "  "
             where = f"r{r['round']}" if r.get("round") is not None else "  "
-            lines.append(f"{mark} +{r['t_ms'] - start:9.1f} ms {where:>3} {ARROWS[Direction(r['dir'])]}  {label(r)}")
+            lines.append(printable(f"{mark} +{r['t_ms'] - start:9.1f} ms {where:>3} {ARROWS[Direction(r['dir'])]}  "
+                                   f"{label(r)}"))
         lines.append("")
     return "\n".join(lines)
 

@@ -310,3 +310,33 @@ def test_other_error_messages_stay_readable() -> None:
     for kind in (TapKind.ANSWER, TapKind.DOWNSTREAM):
         record = trace_record(kind, error, Seen("s", 3, 0, 1.0), content=False)
         assert record["error"]["message"] == "unknown tool" == record["message"]["error"]["message"]
+
+
+def test_the_summary_escapes_control_characters(tmp_path: Path, capsys) -> None:
+    """Method names, ids and error messages are the peers' choice: ESC and C1 controls (CSI, OSC), DEL,
+    newlines and bidi overrides come out as escapes, never raw, so a trace cannot drive the reader's terminal.
+    The HTML page escapes markup as before."""
+    from adapters.trace import Seen, TapKind, trace_record
+    from adapters.trace_view import printable
+    from gateway.ops.cli import main
+
+    method = "tools/call\x1b]0;owned\x07\x9b2J\x1b[2K"
+    error = {"code": -32601, "message": "no\rsuch\x9d method\x7f\u202egnp.exe\u2028<b>"}
+    seen = Seen("s\x1b[31m", "7\x85", 0, 1.0)
+    file = tmp_path / "t.jsonl"
+    records = [trace_record(TapKind.CLIENT, {"jsonrpc": "2.0", "id": "7\x85", "method": method}, seen,
+                            content=False),
+               trace_record(TapKind.ANSWER, {"jsonrpc": "2.0", "id": 1, "error": error}, seen, content=False)]
+    file.write_text("".join(json.dumps(r) + "\n" for r in records))
+    html = tmp_path / "t.html"
+    with pytest.raises(SystemExit) as done:
+        main(["trace", str(file), "--html", str(html)])
+    assert done.value.code == 0
+    out = capsys.readouterr().out
+    for raw in ("\x1b", "\x07", "\x9b", "\x9d", "\x85", "\x7f", "\r", "\u202e", "\u2028"):
+        assert raw not in out
+    assert "tools/call\\x1b]0;owned\\x07\\u009b2J\\x1b[2K" in out and "s\\x1b[31m/" in out
+    assert "ERROR -32601: no\\x0dsuch\\u009d method\\x7f\\u202egnp.exe\\u2028<b>" in out
+    assert out.count("\n") == 3  # a header and two lines: no line of the peer's making
+    assert "&lt;b&gt;" in html.read_text() and "<b>" not in html.read_text()
+    assert printable("plain text, é, 日本") == "plain text, é, 日本"
