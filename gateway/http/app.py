@@ -23,6 +23,7 @@ from adapters.classify import (
     stands_on_held_record,
     touch_due,
 )
+from adapters.doors import Transport
 from adapters.errors import ErrorValue, Rejection, answer_not_taken, reject, store_unavailable
 from gateway.config.settings import GatewayConfig
 from gateway.http import perform
@@ -84,7 +85,8 @@ async def handle_mcp(request: web.Request) -> web.StreamResponse:
         return body
     repeated = frozenset(n for n in SINGLE_HEADERS if len(headers.getall(n, ())) > 1)
     now = gw.clock()
-    verdict = await classified(gw, HttpView(request.method, headers, body, repeated), now)
+    own_door = gw.transport(headers) is not Transport.STREAMABLE_HTTP  # its Host was checked at the door (§35)
+    verdict = await classified(gw, HttpView(request.method, headers, body, repeated, own_door), now)
     if isinstance(verdict, Rejection):
         return rejection_response(verdict)
     if verdict.session is not None and touch_due(verdict.session, now, gw.policy.session_idle_ms):
