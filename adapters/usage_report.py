@@ -3,7 +3,8 @@
 Owns: folding stored rollup rows (``adapters.usage.KEY_FIELDS`` + count + rounds) into groups, the legacy share
 per day, requests per transport (the door they came through), deprecated features still in use, translation
 failures by cause, days until the peer's sunset and until 2027-07-28 (2026-07-28 §Deprecated), and the verdict.
-The shell feeds rows one at a time (so it can show progress over a large store) and injects ``today``.
+The shell feeds rows one at a time (so it can show progress over a large store) and injects ``today``. Also owns
+the report window (``--since``, ``/migration?since=``): its syntax and its bound, the history the store keeps.
 
 Verdict rule: a group is *ready to cut over* when no deprecated feature (``adapters.usage.FEATURES``) was used
 in the window; otherwise it is *blocked by* those features, in FEATURES order. ``legacy handshake`` is one of
@@ -14,14 +15,17 @@ sampling or roots through MRTR is blocked by those (deprecated, removable from 2
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from enum import Enum
 from typing import Any
 
 from adapters.usage import (
     DAY_MS,
     FAILURE_CAUSES,
     FEATURES,
+    HOUR_MS,
     INPUT_KINDS,
     REMOVAL_DATE,
     TRANSPORTS,
@@ -29,6 +33,64 @@ from adapters.usage import (
     days_until,
     iso_day,
 )
+
+
+# --- the window ---------------------------------------------------------------------------------------------
+class WindowError(ValueError):
+    """A window that cannot be read, or longer than the history kept: the message says which, in one line."""
+
+
+class Unit(Enum):
+    HOUR = "h"
+    DAY = "d"
+    WEEK = "w"
+
+    @property
+    def hours(self) -> int:
+        return {Unit.HOUR: 1, Unit.DAY: 24, Unit.WEEK: 168}[self]
+
+
+@dataclass(frozen=True, slots=True)
+class Window:
+    """The last ``count`` hours, days or weeks. Days and weeks are calendar days ending today (today counts);
+    hours are clock hours ending with the current one (the store keeps hourly rows)."""
+
+    count: int
+    unit: Unit = Unit.DAY
+
+    @property
+    def hours(self) -> int:
+        return self.count * self.unit.hours
+
+    def first_ms(self, now_ms: int) -> int:
+        """The start of the window's first hour (or day) when it ends at ``now_ms``."""
+        if self.unit is Unit.HOUR:
+            return (now_ms // HOUR_MS - self.count + 1) * HOUR_MS
+        return (now_ms // DAY_MS - self.hours // 24 + 1) * DAY_MS
+
+    def __str__(self) -> str:
+        word = {Unit.HOUR: "hour", Unit.DAY: "day", Unit.WEEK: "week"}[self.unit]
+        return f"{self.count} {word}{'' if self.count == 1 else 's'}"
+
+
+_WINDOW = re.compile(r"([0-9]{1,7})([hdw]?)")
+
+
+def parse_window(text: str, max_days: int | None) -> Window:
+    """``30d``, ``4w``, ``24h`` (a bare number is days) -> a :class:`Window` of at most ``max_days`` (the
+    store's retention: an older hour is gone, and every day of the window is a point of the report's series).
+    ``max_days`` None checks the syntax only (a flag read before the configuration that bounds it)."""
+    raw = (text or "").strip()
+    match = _WINDOW.fullmatch(raw)
+    if match is None:
+        raise WindowError(f"must look like 30d, 4w or 24h, not {text[:40]!r}")
+    window = Window(int(match.group(1)), Unit(match.group(2) or "d"))
+    if window.count < 1:
+        raise WindowError(f"must be at least 1h, not {raw!r}")
+    if max_days is not None and window.hours > max_days * 24:
+        raise WindowError(f"{raw} is longer than the {max_days} days of history kept ([gateway.usage] "
+                          "retention_days)")
+    return window
 
 
 @dataclass

@@ -18,11 +18,11 @@ from typing import Any
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from adapters.usage import DAY_MS, iso_day
+from adapters.usage_report import WindowError, parse_window
 from gateway.config.usage import UsageConfig
 from gateway.telemetry.dashboard import render_html
 from gateway.telemetry.metrics import Metrics
-from gateway.telemetry.report import build_report, parse_since
+from gateway.telemetry.report import build_report
 from gateway.telemetry.usage import USAGE, UsageRecorder, usage_context
 
 _COOKIE = "gw_admin"
@@ -74,9 +74,12 @@ async def handle_migration(request: web.Request) -> web.StreamResponse:
     if not authorized(request, expected):
         return web.Response(status=401, text="admin token required\n", headers={"WWW-Authenticate": "Bearer"})
     await recorder.flush()  # the page shows everything recorded so far
-    since = parse_since(request.query.get("since", "30d"))
-    today = iso_day(recorder.clock_ms() // DAY_MS)  # the recorder's clock, so an injected one applies here too
-    report = await asyncio.to_thread(build_report, recorder.db, since, today, {})
+    try:
+        window = parse_window(request.query.get("since", "30d"), recorder.config.retention_days)
+    except WindowError as exc:
+        return web.Response(status=400, text=f"since: {exc}\n")
+    # The recorder's clock, so an injected one applies here too.
+    report = await asyncio.to_thread(build_report, recorder.db, window, recorder.clock_ms(), {})
     if request.query.get("format") == "json":
         return web.json_response(report)
     return web.Response(text=render_html(report, recorder.config.dashboard_refresh_seconds), content_type="text/html")

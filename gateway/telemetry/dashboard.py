@@ -102,5 +102,5 @@ def render_html(report: dict[str, Any], refresh_seconds: int | None = None) -> s
     return ("<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\">" + refresh +
             f"<title>MCP migration progress</title><style>{_CSS}</style></head><body>"
             f'<h1>MCP migration progress</h1><p id="summary" data-days-until-removal="{report["days_until_removal"]}">'
-            f'{report["today"]}: last {report["since_days"]} days. The deprecated features may be removed from '
+            f'{report["today"]}: last {escape(report["window"])}. The deprecated features may be removed from '
             f'{report["removal_date"]} ({report["days_until_removal"]} days).</p>{body}</body></html>')

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
 import sqlite3
 import sys
 import time
@@ -20,36 +19,29 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from adapters.usage import DAY_MS, day_number, iso_day
-from adapters.usage_report import ReportBuilder
-from gateway.config.settings import load_config
-from gateway.config.usage import DEFAULT_DB
+from adapters.usage_report import ReportBuilder, Window, WindowError, parse_window
+from gateway.config.settings import ConfigError, GatewayConfig, load_config
+from gateway.config.usage import DEFAULT_DB, UsageConfig
 from gateway.telemetry.dashboard import render_html
 from gateway.telemetry.usage import UsageDb
 
 Progress = Callable[[int, int], None]
 
 
-def parse_since(text: str) -> int:
-    """``30d`` / ``4w`` -> days (at least 1)."""
-    match = re.fullmatch(r"\s*(\d+)\s*([dw]?)\s*", text or "")
-    if not match:
-        raise ValueError(f"--since must look like 30d or 4w, not {text!r}")
-    days = int(match.group(1)) * (7 if match.group(2) == "w" else 1)
-    return max(days, 1)
-
-
 def since_flag(text: str) -> str:
-    """``--since`` checked as argparse parses it: a bad window is a one-line usage error, not a traceback."""
+    """``--since`` checked as argparse parses it: a bad window is a one-line usage error, not a traceback. Its
+    bound (the configured retention) is checked in :func:`run`, once ``--config`` is read."""
     try:
-        parse_since(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc).removeprefix("--since ")) from None
+        parse_window(text, max_days=None)
+    except WindowError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
     return text
 
 
-def build_report(db: Any, since_days: int, today: str, sunsets: Mapping[str, str | None],
+def build_report(db: Any, window: Window, now_ms: int, sunsets: Mapping[str, str | None],
                  progress: Progress | None = None, every: int = 10_000) -> dict[str, Any]:
-    since_ms = (day_number(today) - since_days + 1) * DAY_MS
+    since_ms = window.first_ms(now_ms)
+    today = iso_day(now_ms // DAY_MS)
     total = db.count_rows(since_ms) if progress else 0
     builder = ReportBuilder()
     for row in db.rows(since_ms):
@@ -58,7 +50,8 @@ def build_report(db: Any, since_days: int, today: str, sunsets: Mapping[str, str
             progress(builder.rows, total)
     if progress:
         progress(builder.rows, total)
-    return builder.finish(today, since_days, {**db.sunsets(), **sunsets})
+    report = builder.finish(today, now_ms // DAY_MS - since_ms // DAY_MS + 1, {**db.sunsets(), **sunsets})
+    return {**report, "window": str(window)}
 
 
 def stderr_progress(stream: TextIO = sys.stderr) -> Progress:
@@ -71,7 +64,7 @@ def stderr_progress(stream: TextIO = sys.stderr) -> Progress:
 
 
 def render_table(report: dict[str, Any]) -> str:
-    lines = [f"MCP migration report, {report['today']}, last {report['since_days']} days; deprecated features "
+    lines = [f"MCP migration report, {report['today']}, last {report['window']}; deprecated features "
              f"removable from {report['removal_date']} ({report['days_until_removal']} days)", ""]
     head = f"{'peer':<14} {'client':<24} {'requests':>8} {'legacy':>7} {'sunset':>18}  verdict"
     for peer in report["peers"]:
@@ -99,11 +92,8 @@ def _share_line(series: list[dict[str, Any]]) -> str:
     return " ".join(f"{d['day'][5:]}={d['legacy'] / (d['legacy'] + d['modern']):.0%}" for d in days[-14:]) or "-"
 
 
-def config_sunsets(path: str | None) -> dict[str, str | None]:
-    if not path:
-        return {}
-
-    pins = getattr(load_config(path), "pins", None)
+def config_sunsets(config: GatewayConfig | None) -> dict[str, str | None]:
+    pins = getattr(config, "pins", None)
     if pins is None or not hasattr(pins, "peer_values"):
         return {}
     peers, default = pins.peer_values()
@@ -111,7 +101,8 @@ def config_sunsets(path: str | None) -> dict[str, str | None]:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--since", default="30d", type=since_flag, help="window, e.g. 30d or 4w (default 30d)")
+    parser.add_argument("--since", default="30d", type=since_flag,
+                        help="window, e.g. 30d, 4w or 24h (default 30d; at most [gateway.usage] retention_days)")
     parser.add_argument("--format", choices=("table", "json", "html"), default="table")
     parser.add_argument("--db", default=DEFAULT_DB, help=f"usage store (default {DEFAULT_DB})")
     parser.add_argument("--config", default=None, help="gateway config: its peers' sunset dates win")
@@ -119,6 +110,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
+    try:
+        config = load_config(args.config) if args.config else None
+    except ConfigError as exc:
+        print(f"report: {exc}", file=sys.stderr)
+        return 2
+    try:
+        window = parse_window(args.since, (config.usage if config else UsageConfig()).retention_days)
+    except WindowError as exc:
+        print(f"--since: {exc}", file=sys.stderr)
+        return 2
     if not Path(args.db).exists():
         print(f"no usage store at {args.db} (serve writes it; see [gateway.usage].db)", file=sys.stderr)
         return 2
@@ -128,8 +129,8 @@ def run(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
         print(f"{args.db} is not a usage store: {exc}", file=sys.stderr)
         return 2
     try:
-        today = args.today or iso_day(int(time.time() * 1000) // DAY_MS)
-        report = build_report(db, parse_since(args.since), today, config_sunsets(args.config), stderr_progress())
+        now_ms = (day_number(args.today) + 1) * DAY_MS - 1 if args.today else int(time.time() * 1000)
+        report = build_report(db, window, now_ms, config_sunsets(config), stderr_progress())
     finally:
         db.close()
     text = {"json": lambda r: json.dumps(r, indent=2), "html": render_html, "table": render_table}[args.format]

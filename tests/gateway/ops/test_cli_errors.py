@@ -55,7 +55,7 @@ def test_a_bad_port_blames_the_flag(tmp_path) -> None:
 
 def test_report_with_a_bad_since(tmp_path) -> None:
     one_line_error(cli("report", "--since", "7x", "--db", str(tmp_path / "u.sqlite3")),
-                   "argument --since: must look like 30d or 4w, not '7x'")
+                   "argument --since: must look like 30d, 4w or 24h, not '7x'")
 
 
 def test_reload_with_a_missing_or_bad_pid_file(tmp_path) -> None:

@@ -15,7 +15,7 @@ from mcp import Client
 from adapters.usage import DAY_MS, Facts, LabelFolder, add_to_rollup, build_record, day_number
 from gateway.config.settings import load_config
 from gateway.http.app import create_app
-from gateway.telemetry.usage import UsageDb
+from gateway.telemetry.usage import USAGE, UsageDb
 
 ROOT = Path(__file__).resolve().parents[3]
 TODAY = "2026-12-02"
@@ -189,3 +189,40 @@ def test_report_on_a_file_that_is_not_a_usage_store_says_so_in_one_line(tmp_path
     assert main(["--db", str(bogus)]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "is not a usage store" in err
+
+
+async def test_dashboard_refuses_a_bad_or_unbounded_window_with_400(aiohttp_client, tmp_path, monkeypatch) -> None:
+    db = str(tmp_path / "u.db")
+    synthetic_store(db)
+    config = load_config(usage={"db": db, "admin_token_env": "TEST_USAGE_ADMIN", "retention_days": 60})
+    monkeypatch.setenv("TEST_USAGE_ADMIN", "s3cret")
+    http = await aiohttp_client(create_app(config))
+    http.server.app[USAGE].clock_ms = lambda: at(TODAY)
+    auth = {"Authorization": "Bearer s3cret"}
+    for since, said in (("abc", "must look like 30d, 4w or 24h, not 'abc'"), ("-5d", "not '-5d'"),
+                        ("1e9d", "not '1e9d'"), ("0d", "at least 1h"), ("9999999d", "9999999d is longer than"),
+                        ("61d", "61d is longer than the 60 days of history kept ([gateway.usage] retention_days)")):
+        resp = await http.get("/migration", params={"since": since, "format": "json"}, headers=auth)
+        assert resp.status == 400 and said in await resp.text(), (since, await resp.text())
+    longest = await http.get("/migration", params={"since": "60d", "format": "json"}, headers=auth)
+    report = await longest.json()
+    assert longest.status == 200 and report["window"] == "60 days" and len(report["peers"][0]["series"]) == 60
+    hours = await http.get("/migration", params={"since": "24h"}, headers=auth)
+    assert hours.status == 200 and "last 24 hours" in await hours.text()
+
+
+def test_report_since_hours_and_the_retention_bound(tmp_path) -> None:
+    db = str(tmp_path / "usage.db")
+    synthetic_store(db)
+    two = json.loads(report("--db", db, "--format", "json", "--since", "48h").stdout)  # to the end of TODAY
+    assert two["window"] == "48 hours" and {p["peer"]: p["requests"] for p in two["peers"]} == {
+        "ide": 5, "agent": 2, "batch": 3}  # 2026-12-01 only
+    too_long = report("--db", db, "--since", "401d")
+    assert too_long.returncode == 2 and too_long.stdout == ""
+    assert too_long.stderr == ("--since: 401d is longer than the 400 days of history kept ([gateway.usage] "
+                               "retention_days)\n")
+    config = tmp_path / "gateway.toml"
+    config.write_text("[gateway.usage]\nretention_days = 500\n")
+    longer = report("--db", db, "--format", "json", "--since", "401d", "--config", str(config))
+    assert longer.returncode == 0 and json.loads(longer.stdout)["window"] == "401 days"
+    assert report("--db", db, "--since", "1e9d").returncode == 2

@@ -18,7 +18,8 @@ from mcp.client.session import ClientSession
 from mcp.client.sse import sse_client
 from prometheus_client.parser import text_string_to_metric_families
 
-from adapters.usage import KEY_FIELDS
+from adapters.usage import DAY_MS, KEY_FIELDS, day_number
+from adapters.usage_report import Window
 from gateway.config.settings import load_config
 from gateway.http.app import create_app
 from gateway.telemetry.dashboard import render_html
@@ -78,7 +79,7 @@ async def test_each_door_is_a_transport_label_and_http_sse_a_deprecated_feature(
     assert _metric(text, feature="HTTP+SSE transport") == 3
     store = UsageDb(db)
     try:
-        report = build_report(store, 30, TODAY, {})
+        report = build_report(store, Window(30), (day_number(TODAY) + 1) * DAY_MS - 1, {})
     finally:
         store.close()
     peer = report["peers"][0]
