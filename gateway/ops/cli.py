@@ -30,6 +30,7 @@ from gateway.config.settings import ConfigError, GatewayConfig, StoreConfig, loa
 from gateway.ops.check import add_arguments as add_check_arguments
 from gateway.ops.check import run as run_check
 from gateway.ops.connections import run as run_capped
+from gateway.ops.logs import RedactingAccessLogger
 from gateway.ops.logs import install as install_log_filter
 from gateway.ops.loops import CHOICES, install, tune_gc
 from gateway.ops.replay import add_arguments as add_replay_arguments
@@ -259,6 +260,7 @@ def serve(args: argparse.Namespace) -> None:
     try:
         # aiohttp's wait for open handlers comes after the drain (Gateway.drain): together, the configured timeout.
         run_capped(app, config, access_log=access_log, reuse_port=args.reuse_port,  # run_app, with the cap
+                   access_log_class=RedactingAccessLogger,  # no SSE session id or admin token in the log
                    shutdown_timeout=config.shutdown_timeout_seconds * (1 - DRAIN_FRACTION))
     except OSError as exc:
         if exc.errno not in _LISTEN_ERRORS:

@@ -1,5 +1,5 @@
 """Rate-limited logging: one repeated error is logged at most once per interval, with the count of repeats it
-stood for.
+stood for. And the access log, with the secrets some URLs carry redacted (:class:`RedactingAccessLogger`).
 
 Why: a condition that fails every request or every accept (the descriptor table full: asyncio's
 "socket.accept() out of system resource", thousands a second with a traceback each) once wrote 108 MB of log in
@@ -11,8 +11,13 @@ repeat, while a different failure is logged at once.
 from __future__ import annotations
 
 import logging
+import re
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
+from typing import Any
+from urllib.parse import unquote_plus
+
+from aiohttp.web_log import AccessLogger
 
 # Distinct templates remembered: a flood of different ones cannot grow the filter's memory past this.
 MAX_KEYS = 1024
@@ -54,3 +59,32 @@ def install(interval: float) -> RepeatFilter:
     for handler in logging.getLogger().handlers:
         handler.addFilter(shared)
     return shared
+
+
+# Query parameters that are credentials: the HTTP+SSE door's session id (``/messages?session_id=…``: whoever has it
+# can post into the session, 2024-11-05 basic/transports §HTTP with SSE) and the dashboard's admin token
+# (``/migration?token=…``). Their values never reach the access log.
+SECRET_QUERY_KEYS = frozenset({"session_id", "token"})
+REDACTED = "<redacted>"
+_QUERY = re.compile(r"\?([^\s#]*)")
+
+
+def _redact_pairs(match: re.Match[str]) -> str:
+    pairs = match.group(1).split("&")
+    return "?" + "&".join(f"{key}={REDACTED}" if "=" in pair and unquote_plus(key := pair.partition("=")[0])
+                          in SECRET_QUERY_KEYS else pair for pair in pairs)
+
+
+def redact_query(text: str) -> str:
+    """``text`` (a request line, a URL) with the values of :data:`SECRET_QUERY_KEYS` in every query replaced by
+    ``<redacted>``; the key stays, so the line still says what kind of request it was."""
+    return _QUERY.sub(_redact_pairs, text) if "?" in text else text
+
+
+class RedactingAccessLogger(AccessLogger):
+    """aiohttp's access log (its format unchanged), with :func:`redact_query` applied to the request line and to
+    the request headers it prints (a ``Referer`` can carry the same URL)."""
+
+    def _format_line(self, request: Any, response: Any, time: float) -> Iterable[tuple[str | tuple[str, str], str]]:
+        return [(key, redact_query(value) if isinstance(value, str) else value)
+                for key, value in super()._format_line(request, response, time)]
