@@ -9,7 +9,7 @@ the upstream's ``server/discover`` answer, and the human and JSON renderings. Th
 
 from __future__ import annotations
 
-import re
+import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import Enum
@@ -28,6 +28,7 @@ CLIENT_INFO = {"name": "mcp-gateway-check", "version": "1"}
 CLIENT_CAPABILITIES = {"sampling": {}, "elicitation": {"form": {}, "url": {}}, "roots": {"listChanged": True}}
 SAMPLED_TEXT = "A canned reply from python -m gateway check."
 _MAX_DEPTH = 32
+_MAX_ARMS = 16  # anyOf/oneOf arms tried
 
 
 class Status(Enum):
@@ -101,16 +102,32 @@ class Skip:
     reason: str
 
 
-# --- arguments ----------------------------------------------------------------------------------------------
+# --- arguments ---------------------------------------------------------------------------------------------
+# What one synthesized value may cost: a character or a value is one unit, an array of n items n times its item.
+# A schema asking for more (a minLength of 4e9, nested minItems) is skipped, never built.
+MAX_ARGUMENT_UNITS = 65_536
+
+
 class _Unsatisfiable(ValueError):
     pass
 
 
+@dataclass(slots=True)
+class _Budget:
+    left: int = MAX_ARGUMENT_UNITS
+
+    def spend(self, units: int) -> None:
+        self.left -= units
+        if self.left < 0:
+            raise _Unsatisfiable(f"asks for a value larger than the check builds ({MAX_ARGUMENT_UNITS} units)")
+
+
 def synthesize_arguments(schema: Any) -> dict[str, Any] | Skip:
     """The smallest arguments valid for ``inputSchema``: required properties only, each from ``const``/
-    ``default``/``enum``/``examples`` first, then the type's minimum. :class:`Skip` when it cannot tell."""
+    ``default``/``enum``/``examples`` first, then the type's minimum. :class:`Skip` when it cannot tell, or when
+    they would be larger than :data:`MAX_ARGUMENT_UNITS`."""
     try:
-        value = _object(schema if isinstance(schema, Mapping) else {}, 0, everything=False, consent=False)
+        value = _object(schema if isinstance(schema, Mapping) else {}, 0, _Budget(), consent=False)
     except _Unsatisfiable as exc:
         return Skip(f"cannot build arguments from inputSchema: {exc}")
     return value
@@ -120,99 +137,136 @@ def form_content(requested_schema: Any) -> dict[str, Any]:
     """A form answer: every property the check can fill (a user fills the whole form), booleans ``true``: a
     confirmation left unticked is not consent (2025-11-25 client §Elicitation), so ``accept`` would mean nothing."""
     schema = requested_schema if isinstance(requested_schema, Mapping) else {}
+    properties = schema.get("properties")
     out: dict[str, Any] = {}
-    for name, sub in (schema.get("properties") or {}).items():
+    budget = _Budget()
+    for name, sub in (properties.items() if isinstance(properties, Mapping) else ()):
         try:
-            out[name] = _value(sub, 1, consent=True)
+            out[name] = _value(sub, 1, budget, consent=True)
         except _Unsatisfiable:
             continue
     return out
 
 
-def _value(schema: Any, depth: int, *, consent: bool) -> Any:
+def _value(schema: Any, depth: int, budget: _Budget, *, consent: bool) -> Any:
     if depth > _MAX_DEPTH:
         raise _Unsatisfiable("nested too deeply")
+    budget.spend(1)
     if not isinstance(schema, Mapping):
         return None  # `true` or a missing schema: any value is valid, JSON null included
     for key in ("const", "default"):
         if key in schema:
-            return schema[key]
+            return _declared(schema[key], budget)
     for key in ("enum", "examples"):
         if isinstance(schema.get(key), list) and schema[key]:
-            return schema[key][0]
+            return _declared(schema[key][0], budget)
     if "$ref" in schema or "allOf" in schema or "not" in schema:
         raise _Unsatisfiable("uses $ref/allOf/not")
     for key in ("anyOf", "oneOf"):
         if isinstance(schema.get(key), list):
-            return _first_arm(schema[key], depth, consent)
-    return _typed(schema, depth, consent)
+            return _first_arm(schema[key], depth, budget, consent)
+    return _typed(schema, depth, budget, consent)
 
 
-def _first_arm(arms: Sequence[Any], depth: int, consent: bool) -> Any:
-    for arm in arms:
+def _declared(value: Any, budget: _Budget) -> Any:
+    """A value the schema declares, paid for by its size (an array repeats it), walked until the budget ends."""
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        budget.spend(len(item) if isinstance(item, str) else 1)
+        if isinstance(item, Mapping):
+            stack.extend((*item.keys(), *item.values()))
+        elif isinstance(item, list):
+            stack.extend(item)
+    return value
+
+
+def _first_arm(arms: Sequence[Any], depth: int, budget: _Budget, consent: bool) -> Any:
+    for arm in arms[:_MAX_ARMS]:
         try:
-            return _value(arm, depth + 1, consent=consent)
+            return _value(arm, depth + 1, budget, consent=consent)
         except _Unsatisfiable:
             continue
     raise _Unsatisfiable("no satisfiable anyOf/oneOf arm")
 
 
-def _typed(schema: Mapping[str, Any], depth: int, consent: bool) -> Any:
+def _typed(schema: Mapping[str, Any], depth: int, budget: _Budget, consent: bool) -> Any:
     kind = schema.get("type", "object" if "properties" in schema else None)
     if isinstance(kind, list):
         kind = next((k for k in kind if k != "null"), "null")
     if kind == "string":
-        return _string(schema)
+        return _string(schema, budget)
     if kind in ("integer", "number"):
         return _number(schema, kind == "integer")
     if kind == "array":
-        item = _value(schema.get("items"), depth + 1, consent=consent)
-        return [item] * int(schema.get("minItems", 0))
+        return _array(schema, depth, budget, consent)
     if kind == "object":
-        return _object(schema, depth, everything=False, consent=consent)
+        return _object(schema, depth, budget, consent=consent)
     return {"boolean": consent, "null": None}.get(kind) if kind in ("boolean", "null", None) else _unknown(kind)
 
 
+def _array(schema: Mapping[str, Any], depth: int, budget: _Budget, consent: bool) -> list[Any]:
+    count = _count(schema, "minItems")
+    if count == 0:
+        return []
+    before = budget.left
+    item = _value(schema.get("items"), depth + 1, budget, consent=consent)
+    budget.spend((before - budget.left) * (count - 1))  # the copies cost what the first one did
+    return [item] * count
+
+
+def _count(schema: Mapping[str, Any], key: str) -> int:
+    """A non-negative integer keyword (``minLength``, ``minItems``); absent is 0."""
+    value = schema.get(key, 0)
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise _Unsatisfiable(f"{key} is not a non-negative integer")
+    return value
+
+
 def _unknown(kind: Any) -> Any:
-    raise _Unsatisfiable(f"unknown type {kind!r}")
+    raise _Unsatisfiable(f"unknown type {str(kind)[:40]!r}")
 
 
-def _object(schema: Mapping[str, Any], depth: int, *, everything: bool, consent: bool) -> dict[str, Any]:
-    properties = schema.get("properties") or {}
-    names = list(properties) if everything else list(schema.get("required") or [])
+def _object(schema: Mapping[str, Any], depth: int, budget: _Budget, *, consent: bool) -> dict[str, Any]:
+    properties, required = schema.get("properties") or {}, schema.get("required") or []
+    if not isinstance(properties, Mapping) or not isinstance(required, list):
+        raise _Unsatisfiable("properties is not an object or required is not an array")
     out = {}
-    for name in names:
+    for name in required:
+        if not isinstance(name, str):
+            raise _Unsatisfiable("required names a non-string")
+        budget.spend(len(name))
         try:
-            out[name] = _value(properties.get(name), depth + 1, consent=consent)
+            out[name] = _value(properties.get(name), depth + 1, budget, consent=consent)
         except _Unsatisfiable as exc:
-            raise _Unsatisfiable(f"{name}: {exc}") from None
+            raise _Unsatisfiable(f"{name[:40]}: {exc}") from None
     return out
 
 
 _FORMATS = {"uri": "file:///", "date-time": "1970-01-01T00:00:00Z", "date": "1970-01-01", "email": "check@example.com"}
 
 
-def _string(schema: Mapping[str, Any]) -> str:
-    size = int(schema.get("minLength", 0))
-    candidates = [_FORMATS.get(schema.get("format", ""), ""), "x" * size, "a" * max(size, 1), "0" * max(size, 1)]
-    pattern = schema.get("pattern")
-    for text in candidates:
-        if len(text) >= size and (pattern is None or _matches(pattern, text)):
-            return text
-    raise _Unsatisfiable(f"no simple string matches pattern {pattern!r}")
-
-
-def _matches(pattern: str, text: str) -> bool:
-    try:
-        return re.search(pattern, text) is not None
-    except re.error:
-        return False
+def _string(schema: Mapping[str, Any], budget: _Budget) -> str:
+    """The format's example, else ``minLength`` x's. A ``pattern`` is never fed to ``re``: a backtracking
+    engine can spin for ever on one (``^(a|a)+b$``), so a string with a pattern and no declared value is skipped."""
+    if "pattern" in schema:
+        raise _Unsatisfiable("has a pattern and no const/default/enum/examples (give the arguments with --args)")
+    size = _count(schema, "minLength")
+    budget.spend(size)
+    form = schema.get("format")
+    example = _FORMATS.get(form) if isinstance(form, str) else None
+    return example if example is not None and len(example) >= size else "x" * size
 
 
 def _number(schema: Mapping[str, Any], integer: bool) -> int | float:
     low, high = schema.get("minimum"), schema.get("maximum")
     if isinstance(schema.get("exclusiveMinimum"), (int, float)):
         low = schema["exclusiveMinimum"] + 1
+    if not all(v is None or (isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v))
+               for v in (low, high)):
+        raise _Unsatisfiable("minimum/maximum is not a finite number")
     value = low if low is not None else (0 if high is None or high >= 0 else high)
     return int(value) if integer and value == int(value) else value
 
@@ -341,16 +395,45 @@ def judge_server(status: int, message: Any, text: str, legacy_version: str | Non
     is what a 2025 ``initialize`` negotiated when discover failed (None when it was not tried or failed too)."""
     result = message.get("result") if isinstance(message, Mapping) else None
     if isinstance(result, Mapping):
-        versions = result.get("supportedVersions") or []
-        info = (result.get("_meta") or {}).get("io.modelcontextprotocol/serverInfo") or {}
+        versions, meta = result.get("supportedVersions"), result.get("_meta")
+        info = meta.get("io.modelcontextprotocol/serverInfo") if isinstance(meta, Mapping) else None
+        info = {k: str(v)[:80] for k, v in info.items() if k in ("name", "version")} if isinstance(
+            info, Mapping) else {}
+        if not isinstance(versions, list) or not all(isinstance(v, str) for v in versions):
+            return ServerVerdict(False, "a malformed server/discover result: supportedVersions is not an array "
+                                        "of strings", info)
         if MODERN_VERSION in versions:
             return ServerVerdict(True, f"{info.get('name', '?')} {info.get('version', '?')}", info)
-        return ServerVerdict(False, f"a server supporting {versions}, not {MODERN_VERSION}", info)
+        return ServerVerdict(False, f"a server supporting {versions[:8]}, not {MODERN_VERSION}", info)
     error = message.get("error") if isinstance(message, Mapping) else None
-    said = error.get("message") if isinstance(error, Mapping) else text.strip()[:120]
+    said = str(error.get("message"))[:120] if isinstance(error, Mapping) else text.strip()[:120]
     if legacy_version:
         return ServerVerdict(False, f"a {legacy_version[:4]}-era server: it answered {status} {said}", {})
     return ServerVerdict(False, f"not a {MODERN_VERSION} server: it answered {status} {said}", {})
+
+
+# --- the direct tools/list ---------------------------------------------------------------------------------
+class Malformed(ValueError):
+    """Data from the server the check cannot read: the run stops with exit 2 and this one-line message."""
+
+
+def tools_page(message: Any) -> tuple[list[Mapping[str, Any]], str | None]:
+    """One direct 2026 ``tools/list`` answer -> its tools and next cursor (2026-07-28 server §Tools)."""
+    if isinstance(message, Mapping) and isinstance(message.get("error"), Mapping):
+        error = message["error"]
+        raise Malformed(f"tools/list failed: {error.get('code')} {str(error.get('message'))[:120]}")
+    result = message.get("result") if isinstance(message, Mapping) else None
+    if not isinstance(result, Mapping):
+        raise Malformed("a malformed tools/list answer: no result object")
+    tools, cursor = result.get("tools", []), result.get("nextCursor")
+    if not isinstance(tools, list):
+        raise Malformed("a malformed tools/list result: tools is not an array")
+    for index, tool in enumerate(tools):
+        if not isinstance(tool, Mapping) or not isinstance(tool.get("name"), str):
+            raise Malformed(f"a malformed tools/list result: tools[{index}] is not an object with a string name")
+    if cursor is not None and not isinstance(cursor, str):
+        raise Malformed("a malformed tools/list result: nextCursor is not a string")
+    return tools, cursor or None
 
 
 # --- output -------------------------------------------------------------------------------------------------

@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import re
+import time
+
+import pytest
+
 from adapters import check as C
 from adapters.errors import GATEWAY_FAULT_MESSAGE
 
@@ -25,18 +30,58 @@ def test_arguments_fall_back_to_type_minima() -> None:
                                               "u": "file:///", "neg": -5, "any": None}
 
 
-def test_arguments_try_simple_strings_against_a_pattern_and_the_first_satisfiable_arm() -> None:
+def test_arguments_take_a_patterned_strings_declared_value_and_the_first_satisfiable_arm() -> None:
     schema = {"type": "object", "required": ["p", "o"], "properties": {
-        "p": {"type": "string", "pattern": "^[0-9]+$"},
+        "p": {"type": "string", "pattern": "^[0-9]+$", "examples": ["42"]},
         "o": {"anyOf": [{"$ref": "#/$defs/x"}, {"type": "integer"}]}}}
-    assert C.synthesize_arguments(schema) == {"p": "0", "o": 0}
+    assert C.synthesize_arguments(schema) == {"p": "42", "o": 0}
 
 
 def test_unsatisfiable_schemas_are_skipped_with_the_reason() -> None:
-    for prop, words in (({"$ref": "#/$defs/x"}, "$ref"), ({"type": "string", "pattern": "^[A-Z]{4}$"}, "pattern"),
+    for prop, words in (({"$ref": "#/$defs/x"}, "$ref"), ({"type": "string", "pattern": "^[0-9]+$"}, "pattern"),
                         ({"type": "frobnicate"}, "unknown type")):
         skip = C.synthesize_arguments({"type": "object", "required": ["x"], "properties": {"x": prop}})
         assert isinstance(skip, C.Skip) and "x:" in skip.reason and words in skip.reason
+
+
+def test_a_pattern_is_never_run_so_a_catastrophic_one_costs_nothing() -> None:
+    # Fed to `re` with the old candidates ("a" * 27 among them), this pattern backtracks 2**27 times.
+    schema = {"type": "object", "required": ["x"], "properties": {
+        "x": {"type": "string", "minLength": 27, "pattern": "^(a|a)+b$"}}}
+    started = time.perf_counter()
+    skip = C.synthesize_arguments(schema)
+    assert time.perf_counter() - started < 0.5
+    assert isinstance(skip, C.Skip) and "x: has a pattern" in skip.reason and "--args" in skip.reason
+
+
+def test_argument_synthesis_is_bounded_in_size() -> None:
+    def skip_reason(prop: dict) -> str:
+        out = C.synthesize_arguments({"type": "object", "required": ["x"], "properties": {"x": prop}})
+        assert isinstance(out, C.Skip), out
+        return out.reason
+
+    assert "larger than the check builds" in skip_reason({"type": "string", "minLength": 4_000_000_000})
+    nested: dict = {"type": "string", "minLength": 8}
+    for _ in range(8):  # 8 ** 8 strings of 8 characters if built
+        nested = {"type": "array", "minItems": 8, "items": nested}
+    assert "larger than the check builds" in skip_reason(nested)
+    big = {"type": "array", "minItems": 10_000, "items": {"const": "y" * 1000}}  # 10 MB of one declared value
+    assert "larger than the check builds" in skip_reason(big)
+    wide = {"type": "object", "required": [f"p{i}" for i in range(100_000)], "properties": {}}
+    assert "larger than the check builds" in skip_reason(wide)
+    assert C.synthesize_arguments({"type": "object", "required": ["x"], "properties": {"x": {
+        "type": "string", "minLength": C.MAX_ARGUMENT_UNITS - 10}}}) == {"x": "x" * (C.MAX_ARGUMENT_UNITS - 10)}
+
+
+def test_malformed_schemas_are_skipped_not_raised() -> None:
+    for prop in ({"type": "string", "minLength": "abc"}, {"type": "string", "minLength": -1},
+                 {"type": "array", "minItems": 1e400}, {"type": "integer", "minimum": "0"},
+                 {"type": "number", "minimum": float("inf")}, {"type": "object", "properties": [1],
+                                                                "required": ["a"]},
+                 {"type": "object", "required": "abc"}, {"type": "object", "required": [["a"]]}):
+        out = C.synthesize_arguments({"type": "object", "required": ["x"], "properties": {"x": prop}})
+        assert isinstance(out, C.Skip) and out.reason.startswith("cannot build arguments from inputSchema: x:"), prop
+    assert C.form_content({"properties": [1, 2]}) == {}
 
 
 def test_canned_answers_are_valid_2025_results() -> None:
@@ -123,3 +168,27 @@ def test_outputs() -> None:
     assert table[-1] == "2 tools: 1 ok, 0 failed, 1 skipped"
     assert reports[0].to_json() == {"name": "a", "status": "ok", "inputs": ["roots"], "rounds": 2, "problems": [],
                                     "error": None}
+
+
+def test_tools_pages_are_read_or_refused_in_one_line() -> None:
+    tool = {"name": "t", "inputSchema": {"type": "object"}}
+    assert C.tools_page({"result": {"tools": [tool], "nextCursor": "c"}}) == ([tool], "c")
+    assert C.tools_page({"result": {"tools": []}}) == ([], None)
+    for message, said in (({"result": {"tools": [1, "x"]}}, "tools[0] is not an object"),
+                          ({"result": {"tools": [{"name": ["t"]}]}}, "tools[0] is not an object with a string name"),
+                          ({"result": {"tools": "abc"}}, "tools is not an array"),
+                          ({"result": {"tools": [], "nextCursor": 5}}, "nextCursor is not a string"),
+                          ({"result": []}, "no result object"), (None, "no result object"),
+                          ({"error": {"code": -32603, "message": "boom"}}, "tools/list failed: -32603 boom")):
+        with pytest.raises(C.Malformed, match=re.escape(said)):
+            C.tools_page(message)
+
+
+def test_a_malformed_discover_result_is_a_verdict_not_a_crash() -> None:
+    for result in ({"supportedVersions": 5}, {"supportedVersions": [{}]}, {"supportedVersions": ["2026-07-28"],
+                                                                            "_meta": []}):
+        verdict = C.judge_server(200, {"result": result}, "", None)
+        assert isinstance(verdict, C.ServerVerdict)
+    assert not C.judge_server(200, {"result": {"supportedVersions": 5}}, "", None).modern
+    assert C.judge_server(200, {"result": {"supportedVersions": ["2026-07-28"], "_meta": {
+        "io.modelcontextprotocol/serverInfo": ["x"]}}}, "", None).modern
