@@ -70,6 +70,11 @@ class ConnectionsConfig(_Frozen):
     max_request_bytes: int = Field(1_048_576, ge=1024)
     request_body_timeout_seconds: float = Field(30.0, gt=0)
     log_repeat_interval_seconds: float = Field(60.0, ge=0)  # one repeated log line per interval; 0: all
+    # The WebSocket and HTTP+SSE doors (gateway.http.door): messages of one socket or stream being served at once
+    # (the next frame or POST is read when one ends), and bytes waiting to be written to a client that is not
+    # reading (past them its socket is closed with 1008, its stream ended).
+    door_max_in_flight: int = Field(32, ge=1)
+    door_max_queued_bytes: int = Field(4 << 20, ge=1024)
 
 
 class StoreConfig(_Frozen):

@@ -12,6 +12,7 @@ stream was opened with (another caller gets 404, as on ``/mcp``).
 from __future__ import annotations
 
 import asyncio
+import logging
 import secrets
 
 import aiohttp
@@ -21,26 +22,23 @@ from adapters.classify import check_origin_host, principal_of
 from adapters.doors import Transport
 from adapters.errors import reject
 from adapters.jsonwire import loads
+from gateway.config.settings import GatewayConfig
 from gateway.http.answers import Acknowledgement, rejection_response
 from gateway.http.door import DoorClient
 from gateway.http.keys import GATEWAY
+from gateway.http.outbox import Outbox
+
+log = logging.getLogger("gateway.http.sse_door")
 
 KEEPALIVE_SECONDS = 15.0
 
 
 class _Stream:
-    """One ``GET /sse``: its door client, and the events waiting to be written on its stream."""
+    """One ``GET /sse``: its door client, and the events waiting to be written on its stream (its ``out``)."""
 
-    def __init__(self, principal: str) -> None:
-        self.principal = principal
-        self.events: asyncio.Queue[bytes | None] = asyncio.Queue()
+    def __init__(self, principal: str, events: Outbox) -> None:
+        self.principal, self.events = principal, events
         self.door: DoorClient | None = None
-
-    def write(self, data: bytes) -> None:  # DoorClient's ``out``: one message per call
-        self.events.put_nowait(data.rstrip(b"\n"))
-
-    def flush(self) -> None:
-        return None
 
 
 STREAMS = web.AppKey("sse_door_streams", dict)
@@ -54,28 +52,52 @@ def own_endpoint(request: web.Request) -> tuple[str, str]:
     return f"http://{host}:{port}/mcp", f"localhost:{port}"
 
 
+def door_connector(config: GatewayConfig) -> aiohttp.TCPConnector:
+    """One door session's loopback connections, bounded: its messages served at once, the forwarded requests its
+    session may have waiting on the client (the endpoint refuses more), its GET stream and its ending."""
+    return aiohttp.TCPConnector(limit=config.connections.door_max_in_flight + config.limits.max_pending_per_session
+                                + 2)
+
+
+def _stream_ended(request: web.Request) -> None:
+    """The client left ``door_max_queued_bytes`` unread: its stream is ended, which ends its session."""
+    log.warning("HTTP+SSE door: the client is not reading its stream; ending it")
+    if request.transport is not None:
+        request.transport.abort()
+
+
 async def open_stream(request: web.Request) -> web.StreamResponse:
     gw = request.app[GATEWAY]
     refused = check_origin_host(request.headers, gw.policy)
     if refused is not None:
         return rejection_response(refused)
     authorization = request.headers.get("Authorization")
-    stream, stream_id = _Stream(principal_of(authorization, gw.policy.tokens)), secrets.token_urlsafe(24)
+    limits = gw.config.connections
+    events = Outbox(limits.door_max_queued_bytes, lambda: _stream_ended(request))
+    stream, stream_id = _Stream(principal_of(authorization, gw.policy.tokens), events), secrets.token_urlsafe(24)
     endpoint, host = own_endpoint(request)
     response = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
     await response.prepare(request)
-    async with aiohttp.ClientSession() as http:
-        stream.door = DoorClient(http, authorization, stream, endpoint, host, gw.door_headers(Transport.HTTP_SSE))
-        request.app[STREAMS][stream_id] = stream
-        try:
-            await response.write(f"event: endpoint\ndata: /messages?session_id={stream_id}\n\n".encode())
-            await _pump(stream, response)
-        except (ConnectionResetError, asyncio.CancelledError):
-            pass  # the client went away: its session ends below
-        finally:
-            request.app[STREAMS].pop(stream_id, None)
-            await asyncio.shield(stream.door.close())  # a second cancellation must not stop the ending halfway
+    http = aiohttp.ClientSession(connector=door_connector(gw.config))
+    stream.door = door = DoorClient(http, authorization, events, endpoint, host,
+                                    gw.door_headers(Transport.HTTP_SSE), in_flight=limits.door_max_in_flight)
+    request.app[STREAMS][stream_id] = stream
+    try:
+        await response.write(f"event: endpoint\ndata: /messages?session_id={stream_id}\n\n".encode())
+        await _pump(stream, response)
+    except (ConnectionResetError, asyncio.CancelledError):
+        pass  # the client went away: its session ends below
+    finally:
+        request.app[STREAMS].pop(stream_id, None)
+        await asyncio.shield(_end(door))  # a second cancellation must not stop the ending halfway
     return response
+
+
+async def _end(door: DoorClient) -> None:
+    try:
+        await door.close()
+    finally:
+        await door.http.close()  # last: the ending's DELETE goes through it
 
 
 async def _pump(stream: _Stream, response: web.StreamResponse) -> None:
@@ -110,7 +132,7 @@ async def post_message(request: web.Request) -> web.StreamResponse:
 
 async def _end_streams(app: web.Application) -> None:
     for stream in list(app[STREAMS].values()):
-        stream.events.put_nowait(None)
+        stream.events.end()
 
 
 def add_sse_door(app: web.Application) -> None:

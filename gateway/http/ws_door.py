@@ -11,31 +11,24 @@ error on the socket; closing the socket ends the session, which cancels its roun
 from __future__ import annotations
 
 import asyncio
+import logging
 
 import aiohttp
-from aiohttp import web
+from aiohttp import WSCloseCode, web
 
 from adapters.classify import check_origin_host
 from adapters.doors import Transport
 from gateway.http.answers import rejection_response
 from gateway.http.door import DoorClient
 from gateway.http.keys import GATEWAY
-from gateway.http.sse_door import own_endpoint
+from gateway.http.outbox import Outbox
+from gateway.http.sse_door import door_connector, own_endpoint
 
+log = logging.getLogger("gateway.http.ws_door")
 SUBPROTOCOL = "mcp"
 
 
-class _Frames:
-    """DoorClient's ``out``: each message the session answers becomes one text frame, in order."""
-
-    def __init__(self) -> None:
-        self.queue: asyncio.Queue[bytes | None] = asyncio.Queue()
-
-    def write(self, data: bytes) -> None:
-        self.queue.put_nowait(data.rstrip(b"\n"))
-
-    def flush(self) -> None:
-        return None
+CLOSE_SECONDS = 1.0  # how long a client that stopped reading gets to take the close frame before it is cut off
 
 
 async def open_socket(request: web.Request) -> web.StreamResponse:
@@ -45,37 +38,59 @@ async def open_socket(request: web.Request) -> web.StreamResponse:
         return rejection_response(refused)
     ws = web.WebSocketResponse(protocols=(SUBPROTOCOL,))
     await ws.prepare(request)
-    frames, endpoint = _Frames(), own_endpoint(request)
-    async with aiohttp.ClientSession() as http:
-        door = DoorClient(http, request.headers.get("Authorization"), frames, *endpoint,
-                          door=gw.door_headers(Transport.WEBSOCKET))
-        sender = asyncio.get_running_loop().create_task(_send(ws, frames))
-        try:
-            await _receive(ws, door)
-        finally:
-            # aiohttp cancels a WebSocket handler whose connection was lost, maybe while it ends the session:
-            # the ending is shielded, so the session is deleted and every door task ends all the same.
-            await asyncio.shield(_end(door, frames, sender))
+    limits = gw.config.connections
+    frames = Outbox(limits.door_max_queued_bytes, lambda: _overflowed(request, ws, sender))
+    http = aiohttp.ClientSession(connector=door_connector(gw.config))
+    door = DoorClient(http, request.headers.get("Authorization"), frames, *own_endpoint(request),
+                      door=gw.door_headers(Transport.WEBSOCKET), in_flight=limits.door_max_in_flight)
+    sender = asyncio.get_running_loop().create_task(_send(ws, frames))
+    try:
+        await _receive(ws, door)
+    finally:
+        # aiohttp cancels a WebSocket handler whose connection was lost, maybe while it ends the session: the
+        # ending (closing the door's client last) is shielded, so the session is deleted and every door task ends
+        # all the same.
+        await asyncio.shield(_end(door, frames, sender))
     return ws
 
 
-async def _end(door: DoorClient, frames: _Frames, sender: asyncio.Task[None]) -> None:
-    await door.close()
-    frames.queue.put_nowait(None)
-    await sender
+def _overflowed(request: web.Request, ws: web.WebSocketResponse, sender: asyncio.Task[None]) -> None:
+    """The client left ``door_max_queued_bytes`` unread. **Choice:** close code 1008 (policy violation), not 1013
+    (try again later): the cause is the client's own reading, which a retry would not change (RFC 6455 §7.4.1)."""
+    log.warning("WebSocket door: the client is not reading its answers; closing with 1008")
+    sender.cancel()
+    asyncio.get_running_loop().create_task(_close(request, ws, WSCloseCode.POLICY_VIOLATION, b"answers not read"))
+
+
+async def _close(request: web.Request, ws: web.WebSocketResponse, code: int, reason: bytes) -> None:
+    try:
+        async with asyncio.timeout(CLOSE_SECONDS):
+            await ws.close(code=code, message=reason)
+    except TimeoutError:  # its buffers are full: nothing more reaches it, so the connection is cut
+        if request.transport is not None:
+            request.transport.abort()
+
+
+async def _end(door: DoorClient, frames: Outbox, sender: asyncio.Task[None]) -> None:
+    try:
+        await door.close()
+        frames.end()
+        await asyncio.gather(sender, return_exceptions=True)
+    finally:
+        await door.http.close()
 
 
 async def _receive(ws: web.WebSocketResponse, door: DoorClient) -> None:
     async for frame in ws:
         if frame.type == aiohttp.WSMsgType.TEXT:
-            await door.handle_line(frame.data.encode())
+            await door.handle_line(frame.data.encode())  # waits for a free slot: no frame is read meanwhile
         elif frame.type == aiohttp.WSMsgType.BINARY:  # one JSON-RPC message per *text* frame
             door.write({"jsonrpc": "2.0", "id": None,
                         "error": {"code": -32700, "message": "binary frames are not JSON-RPC: send text"}})
 
 
-async def _send(ws: web.WebSocketResponse, frames: _Frames) -> None:
-    while (data := await frames.queue.get()) is not None:
+async def _send(ws: web.WebSocketResponse, frames: Outbox) -> None:
+    while (data := await frames.get()) is not None:
         if ws.closed:
             return
         await ws.send_str(data.decode())

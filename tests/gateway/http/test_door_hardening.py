@@ -18,6 +18,9 @@ from aiohttp import web
 from adapters.doors import DOOR_HEADER
 from gateway.config.settings import load_config
 from gateway.http.app import create_app
+from gateway.http.keys import GATEWAY
+from gateway.ops.connections import CappedRunner, ConnectionCap
+from tests.gateway.conftest import FakeUpstream, hang_until_closed, text
 
 INIT = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
     "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "door", "version": "1"}}}
@@ -92,3 +95,136 @@ async def _sse_message(stream: aiohttp.ClientResponse) -> dict[str, Any]:
                 message: dict[str, Any] = json.loads(line[5:])
                 return message
     raise AssertionError("the stream ended")
+
+
+def _call(ident: int, name: str) -> dict[str, Any]:
+    return {"jsonrpc": "2.0", "id": ident, "method": "tools/call", "params": {"name": name, "arguments": {}}}
+
+
+def _scripted(upstream: FakeUpstream, closed: asyncio.Event, big: int = 0) -> None:
+    async def call(body: dict[str, Any], request: web.Request) -> Any:
+        if body["params"]["name"] == "hang":
+            await hang_until_closed(request, closed)
+            return web.Response()
+        return text("x" * big)
+    upstream.script["tools/call"] = call
+
+
+async def _hangs(upstream: FakeUpstream) -> int:
+    return sum(b["params"]["name"] == "hang" for b in upstream.calls("tools/call"))
+
+
+async def test_a_socket_is_read_no_faster_than_its_messages_are_served(upstream: FakeUpstream,
+                                                                      make_gateway: Any) -> None:
+    closed = asyncio.Event()
+    _scripted(upstream, closed)
+    client = await make_gateway(connections={"door_max_in_flight": 2})
+    gw = client.server.app[GATEWAY]
+    async with client.session.ws_connect(client.make_url("/ws"), protocols=("mcp",)) as ws:
+        await ws.send_str(json.dumps(INIT))
+        await _answer(ws, 1)
+        for ident in range(2, 8):
+            await ws.send_str(json.dumps(_call(ident, "hang")))
+        await ws.send_str(json.dumps({"jsonrpc": "2.0", "id": 8, "method": "ping"}))
+        for _ in range(100):
+            if await _hangs(upstream) >= 2:
+                break
+            await asyncio.sleep(0.01)
+        await asyncio.sleep(0.3)
+        assert await _hangs(upstream) == 2  # the rest wait unread behind them, the ping too
+        with pytest.raises(TimeoutError):
+            async with asyncio.timeout(0.2):
+                await ws.receive_str()
+    # The socket closed: what ran is cancelled upstream, and nothing that waited is sent after it.
+    await asyncio.wait_for(closed.wait(), 10)
+    for _ in range(500):
+        if not gw.runtimes:
+            break
+        await asyncio.sleep(0.01)
+    assert not gw.runtimes and await _hangs(upstream) == 2
+
+
+async def test_one_session_per_socket(upstream: FakeUpstream, make_gateway: Any) -> None:
+    client = await make_gateway()
+    gw = client.server.app[GATEWAY]
+    async with client.session.ws_connect(client.make_url("/ws"), protocols=("mcp",)) as ws:
+        await ws.send_str(json.dumps(INIT))
+        assert "result" in await _answer(ws, 1)
+        for ident in range(2, 6):
+            await ws.send_str(json.dumps({**INIT, "id": ident}))
+            assert (await _answer(ws, ident))["error"]["code"] == -32600
+        assert await gw.store.count_sessions("anonymous") == (1, 1)
+        await ws.send_str(json.dumps({"jsonrpc": "2.0", "id": 9, "method": "ping"}))
+        assert (await _answer(ws, 9))["result"] == {}  # the first session goes on
+
+
+async def test_a_client_that_does_not_read_is_closed(upstream: FakeUpstream, make_gateway: Any) -> None:
+    closed = asyncio.Event()
+    _scripted(upstream, closed, big=100_000)
+    client = await make_gateway(connections={"door_max_queued_bytes": 1024, "door_max_in_flight": 4})
+    gw = client.server.app[GATEWAY]
+    sock = await _raw_websocket(client.make_url("/ws"))
+    try:
+        await _raw_send(sock, INIT)
+        for _ in range(500):
+            if await gw.store.count_sessions("anonymous") == (1, 1):
+                break
+            await asyncio.sleep(0.01)
+        assert await gw.store.count_sessions("anonymous") == (1, 1)
+        for ident in range(2, 400):  # 40 MB of answers: more than every buffer between here and the gateway
+            await _raw_send(sock, _call(ident, "big"))
+        for _ in range(1000):
+            if not gw.runtimes and await gw.store.count_sessions("anonymous") == (0, 0):
+                break
+            await asyncio.sleep(0.01)
+        assert not gw.runtimes and await gw.store.count_sessions("anonymous") == (0, 0)
+    finally:
+        sock.close()
+
+
+async def _raw_websocket(url: Any) -> socket.socket:
+    """A WebSocket client that never reads what it is sent (a library's client reads into its own buffer)."""
+    sock = socket.create_connection((url.host, url.port))
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    sock.setblocking(False)
+    loop = asyncio.get_running_loop()
+    await loop.sock_sendall(sock, (b"GET /ws HTTP/1.1\r\nHost: localhost\r\nUpgrade: websocket\r\n"
+                                   b"Connection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n"
+                                   b"Sec-WebSocket-Version: 13\r\nSec-WebSocket-Protocol: mcp\r\n\r\n"))
+    head = b""
+    while b"\r\n\r\n" not in head:
+        head += await loop.sock_recv(sock, 1)
+    assert head.startswith(b"HTTP/1.1 101")
+    return sock
+
+
+async def _raw_send(sock: socket.socket, message: Any) -> None:
+    payload = json.dumps(message).encode()
+    assert len(payload) < 1 << 16
+    length = bytes([0x80 | len(payload)]) if len(payload) < 126 else bytes([0x80 | 126]) + len(payload).to_bytes(2)
+    frame = b"\x81" + length + b"\0\0\0\0" + payload  # masked with a zero key: the text as is
+    try:
+        await asyncio.get_running_loop().sock_sendall(sock, frame)
+    except OSError:
+        pass  # the gateway closed it
+
+
+async def test_a_message_whose_loopback_request_fails_is_answered(tmp_path: Path) -> None:
+    port = _free_port()
+    config = load_config(port=port, usage={"db": str(tmp_path / "usage.sqlite3")})
+    # Room for the socket and one loopback connection: the door's second concurrent request is refused.
+    runner = CappedRunner(create_app(config), ConnectionCap(2))
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", port).start()
+    try:
+        async with aiohttp.ClientSession() as http, http.ws_connect(f"ws://127.0.0.1:{port}/ws",
+                                                                    protocols=("mcp",)) as ws:
+            await ws.send_str(json.dumps(INIT))
+            await _answer(ws, 1)
+            await ws.send_str(json.dumps({"jsonrpc": "2.0", "method": "notifications/initialized"}))
+            await ws.send_str(json.dumps({"jsonrpc": "2.0", "id": 2, "method": "ping"}))
+            await ws.send_str(json.dumps({"jsonrpc": "2.0", "id": 3, "method": "ping"}))
+            answers = [await _answer(ws, 2), await _answer(ws, 3)]
+    finally:
+        await runner.cleanup()
+    assert any(a.get("error", {}).get("code") == -32603 for a in answers)
