@@ -26,6 +26,7 @@ from enum import StrEnum
 from typing import Any, assert_never
 
 from adapters import errors as E
+from adapters import takeover as T
 from adapters.errors import AuthChallenge, ErrorValue
 from adapters.records import PendingRound, Phase
 from adapters.results import Complete, InputRequired, Invalid, classify_result, response
@@ -230,7 +231,10 @@ class BridgeMachine:
         if rec.phase is Phase.AWAITING_CLIENT:
             asks: list[Action] = [SendToClient(self._ask_message(gid)) for gid in rec.outstanding if gid in unsent]
             return [*asks, total, ArmTimer(Timer.CLIENT_ANSWER, limits.client_answer_timeout_seconds, rec.round)]
-        return [total, *self._retry()]
+        resent = T.resent(rec)
+        actions: list[Action] = [total, *self._retry()]
+        rec.resent = resent  # an error answering it no longer says the round failed (T.outcome_unknown)
+        return actions
 
     def _ask_message(self, gateway_id: str) -> dict[str, Any]:
         """The request the client was sent under ``gateway_id`` (as :meth:`_ask` built it)."""
@@ -250,7 +254,8 @@ class BridgeMachine:
             case UpstreamResult(result) if upstream:
                 return self._on_result(result)
             case UpstreamError(error) if upstream:
-                return self._finish_error(E.translate_upstream_error(error))
+                failed = E.translate_upstream_error(error)
+                return self._finish_error(T.outcome_unknown(failed) if self.record.resent else failed)
             case UpstreamFailed(error) if upstream:
                 return self._finish_error(error)
             case UpstreamResult() | UpstreamError() | UpstreamFailed():
@@ -268,6 +273,7 @@ class BridgeMachine:
 
     # --- transitions ------------------------------------------------------------------------------------
     def _on_result(self, result: Any) -> list[Action]:
+        self.record.resent = None  # the resent round was answered: what follows is an ordinary round
         outcome = classify_result(self.record.method, result)
         if isinstance(outcome, Invalid):
             return self._finish_error(outcome.error)
@@ -344,6 +350,7 @@ class BridgeMachine:
 
     def _retry(self) -> list[Action]:
         rec = self.record
+        rec.resent = None
         extra: dict[str, Any] = {}
         if rec.answers:
             extra["inputResponses"] = dict(rec.answers)

@@ -132,6 +132,9 @@ class PendingRound:
     # round is continued only by a replica its client's next message reaches, which brings it (docs/design.md §40,
     # the sweep).
     authorized: bool | None = None
+    # True while the round in flight upstream is one a replica taking it over sent again (adapters.takeover.resent):
+    # the upstream may have acted on its first send, so an error answering it does not say the round failed.
+    resent: bool | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return _to_dict(self)

@@ -16,12 +16,13 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from enum import StrEnum
 
+from adapters.errors import INTERNAL_ERROR, ErrorValue
 from adapters.records import PendingRound, Phase
 from adapters.relay import RelayTo
 
 __all__ = ["LAPSE_MARGIN_SECONDS", "SWEEP_BATCH", "HeldHere", "Lease", "NoRound", "Repeat", "Sweep", "TakeOver",
-           "WaitFor", "decide", "renew_interval", "repeats", "round_for_answer", "round_for_request",
-           "round_for_stream", "sweep_interval", "swept", "token_goes_upstream"]
+           "WaitFor", "decide", "outcome_unknown", "renew_interval", "repeats", "resent", "round_for_answer",
+           "round_for_request", "round_for_stream", "sweep_interval", "swept", "token_goes_upstream"]
 
 # A wait for a lease to lapse ends this much after the store's remaining time, so the claim does not race the
 # expiry itself (Redis expires a key within a millisecond of its deadline).
@@ -137,6 +138,25 @@ def repeats(record: PendingRound) -> Repeat:
     if record.phase is Phase.BACKOFF:
         return Repeat.WAITING_RETRY
     return Repeat.ROUND
+
+
+def resent(record: PendingRound) -> bool | None:
+    """What a continued round's record keeps while its resend is in flight (``PendingRound.resent``): True when
+    the round goes upstream again after the upstream may already have acted on it (:data:`Repeat.ROUND`)."""
+    return True if repeats(record) is Repeat.ROUND else None
+
+
+def outcome_unknown(error: ErrorValue) -> ErrorValue:
+    """The error a client gets when the upstream answers a resent round (:func:`resent`) with an error. That error
+    may be the upstream refusing a step it already carried out on the first send (a used confirmation), or a
+    real failure: the gateway cannot tell which, so it says the outcome is unknown rather than failed, and hands
+    the upstream's error on in ``data.upstreamError`` (2026-07-28 basic/patterns §Multi Round-Trip Requests leaves
+    a repeated round to the server; docs/design.md §40)."""
+    return ErrorValue(INTERNAL_ERROR, "the outcome of the resent round is unknown: another replica took the request "
+                      "over and sent its last round again, which the upstream may already have acted on, and the "
+                      f"upstream answered it with an error ({error.code} {error.message})",
+                      {"outcome": "unknown", "upstreamError": error.to_wire()},
+                      log=f"a resent round was answered with an error: {error.code} {error.message}")
 
 
 def round_for_answer(rounds: Iterable[PendingRound], gateway_id: object) -> PendingRound | None:

@@ -129,3 +129,47 @@ def test_resume_asks_again_only_what_the_client_never_received() -> None:
     asks = [a.message for a in actions if isinstance(a, B.SendToClient)]
     assert asks == [{"jsonrpc": "2.0", "id": "g1", "method": "sampling/createMessage", "params": SAMPLING["params"]}]
     assert again.record.outstanding == {"g0": "a", "g1": "b"}  # the same ids: an answer to either still counts
+
+
+def resent_round() -> B.BridgeMachine:
+    """A round answered by its client and in flight upstream when its replica died, continued by another."""
+    m = asked(machine())
+    m.handle(B.ClientAnswered("g0", {"role": "assistant"}))
+    m.handle(B.ClientAnswered("g1", {"role": "assistant"}))
+    again = B.BridgeMachine(PendingRound.from_dict(m.record.to_dict()), m.ctx)
+    again.resume(1.0)
+    return again
+
+
+def test_an_error_answering_a_resent_round_reports_its_outcome_unknown() -> None:
+    """The upstream may have acted on the round's first send (issue #38, 5): an error answering the resend, such
+    as a used confirmation refused, does not tell the client the round failed."""
+    m = resent_round()
+    assert m.record.resent is True and PendingRound.from_dict(m.record.to_dict()).resent is True  # stored
+    refused = {"code": -32602, "message": "this confirmation was already used"}
+    [finish] = m.handle(B.UpstreamError(refused))
+    assert isinstance(finish, B.Finish) and finish.message is not None
+    error = finish.message["error"]
+    assert error["code"] == -32603 and "outcome of the resent round is unknown" in error["message"]
+    assert error["data"] == {"outcome": "unknown", "upstreamError": refused}
+
+
+def test_only_a_resent_rounds_error_is_reported_unknown() -> None:
+    """A round asked of the client, a waiting retry, or the round after a resend answered normally: an upstream
+    error there is the upstream's word on a round it saw once, passed on as it is."""
+    refused = {"code": -32602, "message": "bad"}
+    fresh = asked(machine())
+    fresh.handle(B.ClientAnswered("g0", {"role": "assistant"}))
+    fresh.handle(B.ClientAnswered("g1", {"role": "assistant"}))
+    assert fresh.handle(B.UpstreamError(refused))[0].message["error"] == refused  # type: ignore[union-attr]
+    backing = asked(machine())
+    backing.record.phase = Phase.BACKOFF
+    waiting = B.BridgeMachine(PendingRound.from_dict(backing.record.to_dict()), backing.ctx)
+    waiting.resume(1.0)
+    assert waiting.record.resent is None
+    assert waiting.handle(B.UpstreamError(refused))[0].message["error"] == refused  # type: ignore[union-attr]
+    m = resent_round()
+    m.handle(B.UpstreamResult({"resultType": "input_required", "requestState": "s2", "inputRequests": {}}))
+    assert m.record.resent is None and m.record.phase is Phase.BACKOFF
+    m.handle(B.TimerFired(B.Timer.BACKOFF, m.record.round))
+    assert m.handle(B.UpstreamError(refused))[0].message["error"] == refused  # type: ignore[union-attr]

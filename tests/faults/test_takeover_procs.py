@@ -17,7 +17,6 @@ import aiohttp
 import mcp_types as types
 import pytest
 from mcp import Client
-from mcp.shared.exceptions import MCPError
 
 from tests.faults.replicas import Front, HoldingUpstream, replica
 from tests.gateway.conftest import Legacy
@@ -126,7 +125,8 @@ async def test_a_replica_killed_while_the_client_answers(stack: Stack) -> None:
 
 async def test_a_confirmed_deletion_happens_once_when_its_replica_dies(stack: Stack) -> None:
     """A dies after the core deleted the note and before the client heard: B, taking the round over from the
-    client's resumed stream, sends the same confirmation again, which the core refuses as already used."""
+    client's resumed stream, sends the same confirmation again, which the core answers with the result it recorded
+    for it (issue #38, 5): the client learns the note was deleted, and it was deleted once."""
     before = stack.standups()
     async with Client(stack.url, mode="legacy", elicitation_callback=confirm_first) as client:
         call = asyncio.ensure_future(client.call_tool("notes_delete", {"workspaceUri": "file:///work/notes",
@@ -134,9 +134,9 @@ async def test_a_confirmed_deletion_happens_once_when_its_replica_dies(stack: St
         await within(stack.upstream.held.wait())  # the core deleted the note; A never got its answer
         assert b"Deleted" in stack.upstream.answers[0]
         stack.kill_a()
-        with pytest.raises(MCPError) as refused:
-            await within(call)
-        assert refused.value.error.code == -32602 and "already used" in refused.value.error.message
+        result = await within(call)
+        assert not result.is_error and result.content[0].text.startswith("Deleted")
+        assert f'"deleted":"{result.structured_content["deleted"]}"'.encode() in stack.upstream.answers[0]
         assert (await within(client.call_tool("echo", {"text": "after"}))).content[0].text == "after"
     assert stack.standups() == before - 1  # deleted once, never twice
     confirmations = stack.upstream.calls("notes_delete")[1:]
@@ -308,7 +308,8 @@ async def pair(aiohttp_server, tmp_path, redis_url, prefix):
 async def test_a_round_whose_client_never_comes_back_is_continued_by_the_sweep(pair, redis_url, prefix) -> None:
     """The client confirmed a deletion on A and then went quiet (no resume, no answer, no cancel). A dies after
     the core deleted the note: B's sweep finds the round nobody holds once its lease ran out, sends the same
-    confirmation again (refused as already used: deleted once) and writes the answer to the stream's copy,
+    confirmation again (answered with the result the core recorded for it: deleted once) and writes the answer to
+    the stream's copy,
     where the client finds it when it does resume. Nothing of the round is left in the store."""
     upstream, (a, b), (on_a, on_b), db = pair
     await on_a.initialize({"elicitation": {}})
@@ -346,4 +347,4 @@ async def test_a_round_whose_client_never_comes_back_is_continued_by_the_sweep(p
     assert stream.status == 200
     messages = [m for m in await within(until_closed(on_b, stream)) if "id" in m]
     assert [m["id"] for m in messages] == [on_a.next_id]
-    assert messages[0]["error"]["code"] == -32602 and "already used" in messages[0]["error"]["message"]
+    assert messages[0]["result"]["structuredContent"] == {"deleted": choice}

@@ -119,6 +119,37 @@ async def test_a_resumption_takes_a_handed_over_round_on(make_gateway, upstream,
     assert len(calls) == 3 and calls[2]["params"] == calls[1]["params"]  # the same round, sent again
 
 
+async def test_an_error_answering_a_resent_round_is_reported_as_an_unknown_outcome(make_gateway, upstream, redis_url,
+                                                                                     prefix) -> None:
+    """Issue #38, 5: the round was in flight when its replica stopped and the upstream already acted on it; the
+    survivor sends it again and this upstream refuses the resend. The client is told the outcome is unknown (the
+    first send may have done it), not that the round failed."""
+    closed = asyncio.Event()
+    refused = {"code": -32602, "message": "this confirmation was already used"}
+
+    async def acted_then_refuses(body, request):
+        if body["params"].get("requestState") is None:
+            return {"resultType": "input_required", "inputRequests": {"a": SAMPLING}, "requestState": "s1"}
+        if len(upstream.calls("tools/call")) == 2:  # acted on; its answer never reaches A, which stops
+            return [lambda: hang_until_closed(request, closed)]
+        return ("error", refused, 200)
+    upstream.script["tools/call"] = acted_then_refuses
+    a, b = await replicas(make_gateway, redis_url, prefix)
+    resp = await a.post("tools/call", {"name": "t", "arguments": {}})
+    await within(a.next_event(resp))
+    last, asked = await within(a.next_event(resp))
+    assert await a.answer(asked["id"], SAMPLED) == 202
+    await until(lambda: _true(len(upstream.calls("tools/call")) == 2))
+    await a.client.server.close()
+    await within(closed.wait())
+    stream = await within(b.resume(last))
+    _, final = await within(b.next_event(stream))
+    assert final["id"] == a.next_id and final["error"]["code"] == -32603
+    assert final["error"]["data"] == {"outcome": "unknown", "upstreamError": refused}
+    calls = upstream.calls("tools/call")
+    assert len(calls) == 3 and calls[2]["params"] == calls[1]["params"]
+
+
 async def until_closed(client: Legacy, resp: Any) -> list[dict[str, Any]]:
     """The stream's messages until it ends, cleanly or with its connection."""
     out: list[dict[str, Any]] = []
