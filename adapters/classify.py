@@ -44,6 +44,9 @@ class HttpView:
     # Sent by one of this process's own doors (its X-Gateway-Door carries the process's door key, adapters.doors):
     # the door checked its client's Origin/Host at its own entry, so its in-process request skips that check.
     own_door: bool = False
+    # The principal the shell verified the request's access token for ([gateway.auth], adapters.authz): the session
+    # is bound to it instead of to the Authorization header.
+    principal: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -263,7 +266,7 @@ def classify(view: HttpView, session: SessionRecord | None, policy: Policy, now_
         # The session's principal is a digest of these bytes, and they would be forwarded upstream: refused here
         # rather than failing either way later.
         return reject("bad_header", "the Authorization header is not UTF-8 text", _request_id(view))
-    principal = principal_of(authorization, policy.tokens)
+    principal = view.principal if view.principal is not None else principal_of(authorization, policy.tokens)
     if view.method == "POST":
         return _classify_post(view, session, policy, now_ms, principal)
     if view.method not in ("GET", "DELETE"):

@@ -129,6 +129,12 @@ REJECTIONS: Final[Mapping[str, tuple[int, int]]] = {
     # (401) or step up its scopes (403), as the upstream itself would have (2025-11-25 basic/authorization).
     "upstream_unauthorized": (401, UPSTREAM_FAILURE),
     "upstream_forbidden": (403, UPSTREAM_FAILURE),
+    # The gateway's own check of the client's access token (adapters.authz; 2025-11-25 basic/authorization "Error
+    # Handling"): no or a bad token 401, too few scopes 403 (step up), its keys or introspection unreachable 503.
+    # Each carries the gateway's own WWW-Authenticate challenge; data.authorization names the cause.
+    "unauthorized": (401, INVALID_REQUEST),
+    "insufficient_scope": (403, INVALID_REQUEST),
+    "authorization_unavailable": (503, INTERNAL_ERROR),
     # Transport bounds on the request itself (README §Limits and failure behaviour): the body is larger than
     # max_request_bytes, or did not arrive within request_body_timeout_seconds. Its id is unknown: the body was
     # never parsed.

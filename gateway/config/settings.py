@@ -11,7 +11,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from adapters.admission import SessionLimits
 from adapters.bridge import BridgeLimits
@@ -114,6 +114,36 @@ class OtelConfig(_Frozen):
     enabled: bool = False  # `serve --otel` sets it
 
 
+class AuthConfig(_Frozen):
+    """``[gateway.auth]``: the gateway as an OAuth 2.1 protected resource for every door (adapters.authz,
+    gateway.auth). No ``authorization_servers``: off, and a client's token is handled as before."""
+
+    authorization_servers: tuple[str, ...] = ()  # issuers whose access tokens are accepted (RFC 8414 metadata)
+    scopes_supported: tuple[str, ...] = ()  # published in the protected-resource metadata
+    required_scopes: tuple[str, ...] = ()  # every request's token must hold these; else 403 insufficient_scope
+    resource_name: str | None = None  # a human-readable name in the metadata (RFC 9728 §2)
+    jwks_uri: str | None = None  # with one issuer: its keys' URL instead of the one its metadata names
+    leeway_seconds: float = Field(30.0, ge=0, le=300)  # clock skew allowed on exp, nbf and iat
+    min_key_refresh_seconds: float = Field(30.0, ge=0)  # an unknown kid refetches the keys at most this often
+    # RFC 7662 introspection for opaque (non-JWT) tokens: the endpoint and the gateway's own client there.
+    introspection_endpoint: str | None = None
+    introspection_client_id: str | None = None
+    introspection_secret_env: str | None = None  # the environment variable holding the client secret
+    introspection_cache_seconds: float = Field(60.0, ge=0)
+
+    @property
+    def enabled(self) -> bool:
+        return bool(self.authorization_servers)
+
+    @field_validator("authorization_servers", "jwks_uri", "introspection_endpoint")
+    @classmethod
+    def _urls(cls, value: Any) -> Any:
+        for url in (value,) if isinstance(value, str) else value or ():
+            if not url.startswith(("https://", "http://")):
+                raise ValueError(f"{url!r} is not an http(s) URL")
+        return value
+
+
 class GatewayConfig(_Frozen):
     host: str = "127.0.0.1"
     port: int = Field(8808, ge=0, le=65535)
@@ -167,7 +197,19 @@ class GatewayConfig(_Frozen):
     store: StoreConfig = StoreConfig()  # [gateway.store]: the session store
     trace: TraceConfig = TraceConfig()  # [gateway.trace]: translation traces
     otel: OtelConfig = OtelConfig()  # [gateway.otel]: OpenTelemetry spans
+    auth: AuthConfig = AuthConfig()  # [gateway.auth]: OAuth 2.1 for the doors
     pins: PinsConfig = PinsConfig()  # the file's top-level [[peers]], [default_peer], [upstreams.*], [[tokens]]
+
+    @model_validator(mode="after")
+    def _auth_has_a_resource(self) -> GatewayConfig:
+        if self.auth.enabled and self.public_base() is None:
+            raise ValueError("[gateway.auth] needs public_url (or a fixed port): the doors' URLs are the audience "
+                             "their tokens must name")
+        if self.auth.introspection_endpoint and not (self.auth.introspection_client_id
+                                                     and self.auth.introspection_secret_env):
+            raise ValueError("[gateway.auth] introspection_endpoint needs introspection_client_id and "
+                             "introspection_secret_env")
+        return self
 
     def policy(self, tokens: dict[str, str] | None = None) -> Policy:
         return Policy(tuple(h.lower() for h in self.allowed_hosts), tuple(self.allowed_origins),

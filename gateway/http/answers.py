@@ -19,7 +19,10 @@ from gateway.session.streams import json_response
 
 
 def rejection_response(rejection: Rejection) -> web.Response:
-    return json_response(rejection.body(), rejection.status)
+    """A refusal's status and body, with the gateway's own ``WWW-Authenticate`` when it refused a credential."""
+    challenge = rejection.error.challenge
+    headers = tuple(("WWW-Authenticate", value) for value in challenge.challenges) if challenge else None
+    return json_response(rejection.body(), rejection.status, headers)
 
 
 def error_answer(ident: Any, error: ErrorValue) -> web.Response:

@@ -17,6 +17,7 @@ from adapters.classify import (
     SINGLE_HEADERS,
     Accepted,
     HttpView,
+    Policy,
     classify,
     kept_while_answering,
     request_id,
@@ -25,9 +26,12 @@ from adapters.classify import (
 )
 from adapters.doors import Transport
 from adapters.errors import ErrorValue, Rejection, answer_not_taken, reject, store_unavailable
+from gateway.auth.resource import auth_settings
+from gateway.auth.validator import TokenValidator
 from gateway.config.settings import GatewayConfig
 from gateway.http import perform
 from gateway.http.answers import rejection_response
+from gateway.http.authorization import AUTHZ, add_auth_routes, authorized
 from gateway.http.health import add_health_routes
 from gateway.http.keys import CORE_URL, GATEWAY, PASSTHROUGHS
 from gateway.http.legacy import write_post
@@ -86,7 +90,10 @@ async def handle_mcp(request: web.Request) -> web.StreamResponse:
     repeated = frozenset(n for n in SINGLE_HEADERS if len(headers.getall(n, ())) > 1)
     now = gw.clock()
     own_door = gw.transport(headers) is not Transport.STREAMABLE_HTTP  # its Host was checked at the door (§35)
-    verdict = await classified(gw, HttpView(request.method, headers, body, repeated, own_door), now)
+    principal = await _verified_principal(request, headers, body, None if own_door else gw.policy)
+    if isinstance(principal, web.StreamResponse):
+        return principal
+    verdict = await classified(gw, HttpView(request.method, headers, body, repeated, own_door, principal), now)
     if isinstance(verdict, Rejection):
         return rejection_response(verdict)
     if verdict.session is not None and touch_due(verdict.session, now, gw.policy.session_idle_ms):
@@ -103,6 +110,16 @@ async def handle_mcp(request: web.Request) -> web.StreamResponse:
         trace_answer(gw, answer)
     gw.observer.answered(request, verdict, answer)  # migration accounting; never raises
     return answer
+
+
+async def _verified_principal(request: web.Request, headers: Any, body: bytes,
+                              policy: Policy | None) -> str | web.StreamResponse | None:
+    """With ``[gateway.auth]`` on: the principal the request's access token was verified for, or its refusal
+    (401/403/503 with the gateway's own challenge). Off: None, and classification reads the header as before."""
+    validator = request.app.get(AUTHZ)
+    if validator is None:
+        return None
+    return await authorized(validator, headers, policy, lambda: request_id(HttpView(request.method, headers, body)))
 
 
 async def classified(gw: Gateway, view: HttpView, now: int) -> Accepted | Rejection:
@@ -182,6 +199,18 @@ def upstream_sizes(config: GatewayConfig) -> UpstreamSizes:
                          config.max_upstream_header_bytes)
 
 
+def install_authorization(app: web.Application, config: GatewayConfig) -> None:
+    """The gateway as a protected resource ([gateway.auth]): its token validator and metadata routes."""
+    validator = TokenValidator(auth_settings(config, os.environ))
+    app[AUTHZ] = validator
+
+    async def close(app: web.Application) -> None:
+        await validator.close()
+
+    app.on_cleanup.append(close)
+    add_auth_routes(app, config)
+
+
 def create_app(config: GatewayConfig, *, store: SessionStore | None = None, tap: Tap | None = None) -> web.Application:
     """The gateway app. With ``config.upstream_url`` unset, the embedded core is started in this event loop on
     a loopback ephemeral port for the app's lifetime."""
@@ -194,7 +223,10 @@ def create_app(config: GatewayConfig, *, store: SessionStore | None = None, tap:
         async with embedded_core(config) as core_url, store_lifetime(config, store) as session_store:
             url = config.upstream_url or core_url
             assert url is not None
-            upstream = UpstreamClient(url, connect_timeout=config.upstream_connect_timeout_seconds,
+            # With [gateway.auth] the client's token was issued for the gateway: it is never passed on (2026-07-28
+            # basic/authorization, "Access Token Privilege Restriction"); the upstream sees no client token.
+            upstream = UpstreamClient(url, auth="none" if config.auth.enabled else "forward",
+                                      connect_timeout=config.upstream_connect_timeout_seconds,
                                       read_timeout=config.upstream_read_timeout_seconds, tap=tap,
                                       max_connections=config.upstream_max_connections,
                                       max_stream_connections=config.upstream_max_stream_connections,
@@ -216,6 +248,8 @@ def create_app(config: GatewayConfig, *, store: SessionStore | None = None, tap:
                 for client in (upstream, *named.values()):
                     await client.close()
 
+    if config.auth.enabled:
+        install_authorization(app, config)
     app[PASSTHROUGHS] = Passthroughs()
     app.cleanup_ctx.append(lifetime)
     app.on_shutdown.append(_end_sessions)

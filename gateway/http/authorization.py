@@ -1,0 +1,62 @@
+"""The doors' OAuth 2.1 side: protected-resource metadata routes and the token check before classification.
+
+With ``[gateway.auth]`` on, every request to ``/mcp`` (and so every door's relayed message) carries an access
+token the gateway verifies itself (2025-11-25 basic/authorization "Access Token Usage"); the session is bound to
+the token's principal (``adapters.authz.Principal.key``), never to the header, and the token goes no further:
+the upstream gets the gateway's own credential, never the client's (2026-07-28 basic/authorization, Security
+Considerations, "Access Token Privilege Restriction").
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable, Mapping
+
+from aiohttp import web
+
+from adapters import authz
+from adapters.classify import Policy, check_origin_host
+from gateway.auth.resource import door_servers
+from gateway.auth.validator import TokenValidator
+from gateway.config.settings import GatewayConfig
+from gateway.http.answers import rejection_response
+from gateway.session.streams import json_response
+
+log = logging.getLogger("gateway.auth")
+AUTHZ = web.AppKey("authz", TokenValidator)
+
+
+def add_auth_routes(app: web.Application, config: GatewayConfig) -> None:
+    """RFC 9728 §3: each door's metadata at its path-suffixed well-known URL; the bare well-known URL describes
+    ``/mcp`` (clients that strip the path find the main door)."""
+    servers = door_servers(config)
+    for server in servers.values():
+        app.router.add_get(authz.metadata_path(server.resource), _metadata_handler(server))
+    app.router.add_get(authz.WELL_KNOWN, _metadata_handler(servers["/mcp"]))
+
+
+def _metadata_handler(server: authz.ResourceServer) -> Callable[[web.Request], Awaitable[web.StreamResponse]]:
+    document = authz.metadata(server)
+
+    async def metadata(request: web.Request) -> web.StreamResponse:
+        # Public and cacheable: browser-based clients read it cross-origin (RFC 9728 §3.1).
+        return json_response(document, 200, (("Cache-Control", "max-age=300"),
+                                              ("Access-Control-Allow-Origin", "*")))
+
+    return metadata
+
+
+async def authorized(validator: TokenValidator, headers: Mapping[str, str], policy: Policy | None,
+                     ident: Callable[[], object] = lambda: None) -> str | web.Response:
+    """The verified principal's session key, or the refusal to send: the Host/Origin check first (a rebinding
+    page learns nothing of the token rules), then the token."""
+    if policy is not None:
+        refused = check_origin_host(headers, policy)
+        if refused is not None:
+            return rejection_response(refused)
+    outcome = await validator.authenticate(headers.get("authorization"))
+    if isinstance(outcome, authz.Failure):
+        if outcome.cause is authz.Cause.UNAVAILABLE:
+            log.warning("token not checked: %s", outcome.detail)
+        return rejection_response(authz.refusal(validator.server, outcome, ident()))
+    return outcome.key
