@@ -44,6 +44,14 @@ KNOWN_METHODS = frozenset({
     "tasks/result", "tasks/cancel", "tasks/update"})
 _LOG_LEVEL_META = "io.modelcontextprotocol/logLevel"
 _LABEL_MAX = 64
+# Well-known ``clientInfo.name`` values: the ones ``/metrics`` labels for any peer (``[gateway.usage]
+# known_clients`` adds more). Apps: Claude Desktop and claude.ai, Claude Code, VS Code (and Insiders), Cursor,
+# the MCP Inspector. SDK defaults, sent when the app names none: the official Python SDK ("mcp",
+# mcp.client.session.DEFAULT_CLIENT_INFO), the Java SDK ("Java SDK MCP Client") and the Rust SDK ("rmcp", its
+# crate name); the TypeScript, Go and Kotlin SDKs require a name.
+KNOWN_CLIENTS = frozenset({
+    "claude-ai", "claude-code", "Visual Studio Code", "Visual Studio Code - Insiders", "cursor-vscode",
+    "mcp-inspector", "mcp", "Java SDK MCP Client", "rmcp"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,6 +74,11 @@ class UsageRecord:
     cause: str = ""
     sunset: str | None = None
     transport: str = Transport.STREAMABLE_HTTP.value
+    labelled: bool = False  # /metrics shows ``client`` (a known name, or a configured peer's client), else other
+
+    @property
+    def metric_client(self) -> str:
+        return self.client if self.labelled else OTHER
 
 
 # --- labels ---------------------------------------------------------------------------------------------
@@ -78,36 +91,51 @@ def clean_label(value: Any) -> str:
 
 @dataclass
 class LabelFolder:
-    """Admits the first ``max_clients`` client names (and ``max_versions`` versions per name) as labels;
-    later ones fold into ``other``, so a client inventing names cannot grow the store or /metrics."""
+    """Client names as labels, bounded so that a client inventing names cannot grow the store or /metrics.
+
+    ``known`` names (:data:`KNOWN_CLIENTS` and the operator's) are always admitted. Names seen on a configured
+    peer's requests (``[[peers]]``) are admitted first come up to ``max_clients``, and so are the rest (the
+    default peer's), in a pool of their own: random names on the default peer can only fill that pool. Past
+    it a name folds into ``other``; ``max_versions`` versions per name likewise. The store keeps every admitted
+    name (the report is per client); /metrics labels only known names and configured peers' clients
+    (:attr:`UsageRecord.labelled`), every other name is ``other`` there."""
 
     max_clients: int = 50
     max_versions: int = 10
     max_peers: int = 100
+    known: frozenset[str] = KNOWN_CLIENTS
     clients: dict[str, set[str]] = field(default_factory=dict)
     peers: set[str] = field(default_factory=set)
-    _memo: dict[tuple[str, str], tuple[str, str]] = field(default_factory=dict, repr=False)
+    pools: dict[bool, int] = field(default_factory=lambda: {False: 0, True: 0})  # admitted, by configured peer
+    _memo: dict[tuple[str, str, bool], tuple[str, str, bool]] = field(default_factory=dict, repr=False)
 
-    def client(self, name: Any, version: Any) -> tuple[str, str]:
-        raw = (name, version) if isinstance(name, str) and isinstance(version, str) else None
+    def client(self, name: Any, version: Any, configured: bool = False) -> tuple[str, str]:
+        return self.labels(name, version, configured)[:2]
+
+    def labels(self, name: Any, version: Any, configured: bool = False) -> tuple[str, str, bool]:
+        """(name, version, whether /metrics shows the name); ``configured``: the request is a configured peer's."""
+        raw = (name, version, configured) if isinstance(name, str) and isinstance(version, str) else None
         folded = self._memo.get(raw) if raw is not None else None
         if folded is None:
-            folded = self._fold_client(clean_label(name), clean_label(version))
+            folded = self._fold_client(clean_label(name), clean_label(version), configured)
             if raw is not None and len(self._memo) < 4096:  # hot path: the same few clients, again and again
                 self._memo[raw] = folded
         return folded
 
-    def _fold_client(self, name: str, version: str) -> tuple[str, str]:
+    def _fold_client(self, name: str, version: str, configured: bool) -> tuple[str, str, bool]:
+        labelled = configured or name in self.known
         if name not in self.clients:
-            if len(self.clients) >= self.max_clients:
-                return OTHER, OTHER
+            if name not in self.known:
+                if self.pools[configured] >= self.max_clients:
+                    return OTHER, OTHER, False
+                self.pools[configured] += 1
             self.clients[name] = set()
         versions = self.clients[name]
         if version not in versions:
             if len(versions) >= self.max_versions:
-                return name, OTHER
+                return name, OTHER, labelled
             versions.add(version)
-        return name, version
+        return name, version, labelled
 
     def peer(self, name: Any) -> str:
         if isinstance(name, str) and name in self.peers:  # the hot path: an admitted peer
@@ -266,21 +294,22 @@ class Facts(NamedTuple):
     outcome: str = "ok"  # from outcome_of(final message): the message itself is never kept
     cause: str = ""
     transport: str = Transport.STREAMABLE_HTTP.value
+    configured: bool = False  # the peer is one of the configured [[peers]] (not the default peer)
 
 
 def build_record(folder: LabelFolder, facts: Facts) -> UsageRecord:
     """``facts.client_info``: the clientInfo mapping, or its ``(name, version)`` pair (hashable facts)."""
     info = facts.client_info
     if isinstance(info, tuple) and len(info) == 2:
-        client, version = folder.client(*info)
+        client, version, labelled = folder.labels(*info, facts.configured)
     else:
         info = info if isinstance(info, Mapping) else {}
-        client, version = folder.client(info.get("name"), info.get("version"))
+        client, version, labelled = folder.labels(info.get("name"), info.get("version"), facts.configured)
     return UsageRecord(facts.ts_ms, folder.peer(facts.peer), client, version, facts.era,
                        fold_revision(facts.revision), fold_method(facts.method), facts.translated, facts.rounds,
                        tuple(k for k in INPUT_KINDS if k in facts.inputs) if facts.inputs else (),
                        ordered(facts.features + transport_features(facts.transport)), facts.outcome, facts.cause,
-                       facts.sunset, fold_transport(facts.transport))
+                       facts.sunset, fold_transport(facts.transport), labelled)
 
 
 KEY_FIELDS = ("bucket", "peer", "client", "client_version", "era", "revision", "method", "translated", "inputs",

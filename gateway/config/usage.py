@@ -18,5 +18,7 @@ class UsageConfig(BaseModel):
     flush_seconds: float = Field(5.0, gt=0)
     max_clients: int = Field(50, ge=1)
     max_versions_per_client: int = Field(10, ge=1)
+    # clientInfo names /metrics labels besides adapters.usage.KNOWN_CLIENTS (an in-house client's name)
+    known_clients: tuple[str, ...] = Field((), max_length=100)
     admin_token_env: str = "GATEWAY_ADMIN_TOKEN"  # the dashboard's token comes from this variable, never the file
     dashboard_refresh_seconds: int = Field(30, ge=1)

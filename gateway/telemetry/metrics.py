@@ -3,8 +3,9 @@
 Owns the metric families and their updates from :class:`adapters.usage.UsageRecord` values. Each app gets its
 own ``CollectorRegistry`` (tests and benchmarks build many apps in one process; the global registry would
 refuse duplicate names). Every label value has already been folded by ``adapters.usage.LabelFolder`` or comes
-from a fixed set, so the number of series is bounded. Client versions are left out of metrics on purpose
-(they are in the report): they multiply series for little operational value.
+from a fixed set, so the number of series is bounded; the ``client`` label is a known client name or a configured
+peer's client, any other name is ``other`` (``UsageRecord.metric_client``). Client versions are left out of
+metrics on purpose (they are in the report): they multiply series for little operational value.
 """
 
 from __future__ import annotations
@@ -52,14 +53,14 @@ class Metrics:
 
     def observe(self, record: UsageRecord, count: int = 1) -> None:
         """``count`` requests that all look like ``record`` (the recorder drains identical facts at once)."""
-        key = (record.peer, record.client, record.era, record.revision, record.method,
+        key = (record.peer, record.metric_client, record.era, record.revision, record.method,
                "true" if record.translated else "false", record.outcome, record.transport)
         child = self._children.get(key)
         if child is None:  # label lookups cost more than the increment; the key set is bounded (folded labels)
             child = self._children[key] = self.requests.labels(*key)
         child.inc(count)
         for feature in record.features:
-            self._child(self.features, record.peer, record.client, feature).inc(count)
+            self._child(self.features, record.peer, record.metric_client, feature).inc(count)
         for kind in record.inputs:
             self.inputs.labels(record.peer, kind).inc(count)
         if record.rounds:

@@ -30,6 +30,7 @@ from adapters.usage import (
     HOUR_MS,
     INPUT_KINDS,
     KEY_FIELDS,
+    KNOWN_CLIENTS,
     Facts,
     LabelFolder,
     add_to_rollup,
@@ -147,7 +148,8 @@ class UsageRecorder:
         self.config, self.metrics = config, metrics
         self.sessions = ActiveSessions(int(session_idle_seconds * 1000))
         self.clock_ms = clock_ms or (lambda: int(time.time() * 1000))
-        self.folder = LabelFolder(config.max_clients, config.max_versions_per_client)
+        self.folder = LabelFolder(config.max_clients, config.max_versions_per_client,
+                                  known=KNOWN_CLIENTS | frozenset(config.known_clients))
         self.pending: dict[Facts, int] = {}
         self.rollup: dict[tuple, list[int]] = {}
         self.peers: dict[str, tuple[str | None, int]] = {}
@@ -280,6 +282,13 @@ def request_identity(gw: Any, session: Any, kind: str, principal: str,
     return info, peer.name, peer.sunset
 
 
+def configured_peer(gw: Any, peer: Any) -> bool:
+    """Whether ``peer`` (a peer's name) is one of the configured ``[[peers]]``, not the default peer: its clients'
+    names are /metrics labels (adapters.usage.LabelFolder)."""
+    table = getattr(gw, "pins", None)
+    return table is not None and isinstance(peer, str) and any(p.name == peer for p in table.peers)
+
+
 def _revision(acc: Any, message: Any) -> Any:
     if acc.session is not None:
         return acc.session.protocol_version
@@ -331,7 +340,8 @@ def _record_plain(recorder: UsageRecorder, request: web.Request, gw: Any, acc: A
     features = legacy_request_features(method) if legacy else modern_request_features(params)
     era = "legacy" if legacy else "modern"
     recorder.note(facts_of(recorder.clock_ms(), era, _revision(acc, message), method, False, info, peer, sunset,
-                           features=features, outcome=outcome_of(message), transport=_transport(gw, request)))
+                           features=features, outcome=outcome_of(message), transport=_transport(gw, request),
+                           configured=configured_peer(gw, peer)))
     if recorder.metrics is not None and _STARTED in request:
         recorder.metrics.request_seconds(era, time.perf_counter() - request[_STARTED])
 
@@ -344,10 +354,11 @@ def _transport(gw: Any, request: web.Request) -> str:
 
 def facts_of(now_ms: int, era: str, revision: Any, method: Any, translated: bool, info: Any, peer: Any,
              sunset: Any, rounds: int = 0, inputs: tuple[str, ...] = (), features: tuple[str, ...] = (),
-             outcome: tuple[str, str] = ("ok", ""), transport: str = Transport.STREAMABLE_HTTP.value) -> Facts:
+             outcome: tuple[str, str] = ("ok", ""), transport: str = Transport.STREAMABLE_HTTP.value,
+             configured: bool = False) -> Facts:
     """Hashable facts: the hour bucket, folded method and revision, plain-string client labels."""
     return Facts(*facts_head(now_ms, era, revision, method, translated, info, peer, sunset), rounds, inputs, features,
-                 *outcome, transport)
+                 *outcome, transport, configured)
 
 
 # The first eight fields of Facts: the hour, era, revision, method, translated, client labels, peer, sunset.
@@ -420,10 +431,11 @@ class ExchangeObserver:
     build, map results) plus scheduling."""
 
     def __init__(self, recorder: UsageRecorder, head: Head, features: tuple[str, ...], transport: str,
-                 started: float) -> None:
+                 started: float, configured: bool = False) -> None:
         """``head``: the request's facts known at its start (:func:`facts_head`); the rest are filled in at the end, and
         the facts built from both at once (one positional tuple: no keyword binding on every request)."""
         self.recorder, self.head, self.transport, self.started = recorder, head, transport, started
+        self.configured = configured  # the request's peer is a configured one (adapters.usage.Facts)
         self.calls, self.features = 0, features
         self.extra: set[str] = set()  # the features its input requests lean on
         self.inputs: set[str] = set()
@@ -480,7 +492,7 @@ class ExchangeObserver:
         inputs = tuple(k for k in INPUT_KINDS if k in self.inputs) if self.inputs else ()
         features = ordered((*self.features, *self.extra) if self.extra else self.features)
         self.recorder.note(Facts(*self.head, max(self.calls - 1, 0), inputs, features, *outcome_of(self.final),
-                                 self.transport))
+                                 self.transport, self.configured))
         metrics = self.recorder.metrics
         if metrics is None:
             return
@@ -499,7 +511,7 @@ def exchange_observer(request: web.Request, gw: Any, session: Any, message: dict
     method = message.get("method")
     head = facts_head(recorder.clock_ms(), "legacy", session.protocol_version, method, True, info, peer, sunset)
     return ExchangeObserver(recorder, head, legacy_request_features(method), _transport(gw, request),
-                            request.get(_STARTED, time.perf_counter()))
+                            request.get(_STARTED, time.perf_counter()), configured_peer(gw, peer))
 
 
 def serve_defaults(config: Any, db: str | None) -> Any:

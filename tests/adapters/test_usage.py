@@ -97,6 +97,26 @@ def test_label_folder_bounds_client_names_and_versions() -> None:
     assert len(LabelFolder().client("y" * 500, "1")[0]) == 64
 
 
+def test_metric_labels_are_known_names_and_configured_peers_clients_not_first_come() -> None:
+    """60 invented names fill the default peer's pool (max_clients 50); a known name and a configured peer's
+    client arriving later are still admitted, and only they are labelled on /metrics."""
+    folder = LabelFolder()
+    invented = [folder.labels(f"rnd-{i}", "1") for i in range(60)]
+    assert invented[:50] == [(f"rnd-{i}", "1", False) for i in range(50)]
+    assert invented[50:] == [(OTHER, OTHER, False)] * 10
+    assert folder.labels("claude-ai", "0.1") == ("claude-ai", "0.1", True)
+    assert folder.labels("mcp", "0.1.0") == ("mcp", "0.1.0", True)  # the official Python SDK's default name
+    assert folder.labels("acme-ci", "3", configured=True) == ("acme-ci", "3", True)
+    assert folder.labels("rnd-1", "1", configured=True) == ("rnd-1", "1", True)  # now a configured peer's
+    assert [folder.labels(f"ci-{i}", "1", configured=True)[2] for i in range(60)].count(True) == 49  # own pool
+    assert LabelFolder(known=frozenset({"in-house"})).labels("in-house", "1") == ("in-house", "1", True)
+    record = build_record(folder, Facts(0, "legacy", "2025-11-25", "tools/call", True, ("rnd-2", "1")))
+    assert (record.client, record.metric_client) == ("rnd-2", OTHER)
+    record = build_record(folder, Facts(0, "legacy", "2025-11-25", "tools/call", True, ("acme-ci", "3"),
+                                        "ci", configured=True))
+    assert (record.client, record.metric_client) == ("acme-ci", "acme-ci")
+
+
 def test_label_folder_seed_keeps_labels_stable_across_restarts() -> None:
     folder = LabelFolder(max_clients=2)
     folder.seed([("old", "1"), ("older", "2"), (OTHER, OTHER)])

@@ -159,11 +159,11 @@ async def test_label_cardinality_is_bounded(aiohttp_server, aiohttp_client, tmp_
     text = await (await http.get("/metrics")).text()
     clients = {s.labels["client"] for f in text_string_to_metric_families(text) for s in f.samples
                if "client" in s.labels}
-    assert clients == {"client-0", "client-1", "client-2", "other"}
+    assert clients == {"other"}  # /metrics labels known names and configured peers' clients: none of these
 
 
 async def test_metrics_parse_with_the_prometheus_parser(aiohttp_server, aiohttp_client, tmp_path) -> None:
-    server, url = await start(aiohttp_server, str(tmp_path / "usage.db"))
+    server, url = await start(aiohttp_server, str(tmp_path / "usage.db"), known_clients=["ide-plugin"])
     await legacy_script(url)
     await modern_script(url)
     http = await aiohttp_client(server)
@@ -187,3 +187,27 @@ async def test_metrics_parse_with_the_prometheus_parser(aiohttp_server, aiohttp_
     assert total("mcp_gateway_request_seconds", "mcp_gateway_request_seconds_count") == 9 + 5 + 1  # + lingering
     assert total("mcp_gateway_active_legacy_sessions", "mcp_gateway_active_legacy_sessions",
                  revision="2025-11-25") >= 1
+
+
+async def test_random_names_cannot_take_the_labels_of_known_and_configured_clients(aiohttp_server, aiohttp_client,
+                                                                                    tmp_path) -> None:
+    """60 invented names first (past max_clients, 50): a well-known client name (Claude Desktop's) and the
+    client of a configured peer arriving afterwards still get their own /metrics label; the invented names are
+    ``other`` there. The store still keeps the first 50 invented names for the report."""
+    config_file = tmp_path / "peers.toml"
+    config_file.write_text('[[peers]]\nname = "ci"\nclient_name = "acme-ci-*"\n')
+    db = str(tmp_path / "usage.db")
+    config = load_config(config_file, sse_retry_ms=50, usage={"db": db, "flush_seconds": 3600})
+    server = await aiohttp_server(create_app(config))
+    http = await aiohttp_client(server)
+    for i in range(60):
+        await initialize(http, f"random-{i}")
+    await initialize(http, "claude-ai")
+    await initialize(http, "acme-ci-runner")
+    text = await (await http.get("/metrics")).text()
+    labels = {(s.labels["peer"], s.labels["client"]) for f in text_string_to_metric_families(text)
+              for s in f.samples if s.name == "mcp_gateway_requests_total"}
+    assert labels == {("default", "other"), ("default", "claude-ai"), ("ci", "acme-ci-runner")}
+    await server.app[USAGE].flush()
+    stored = {r["client"] for r in rows(db)}
+    assert stored == {*(f"random-{i}" for i in range(50)), "other", "claude-ai", "acme-ci-runner"}

@@ -63,7 +63,8 @@ def _metric(text: str, **labels: str) -> float:
 async def test_each_door_is_a_transport_label_and_http_sse_a_deprecated_feature(aiohttp_server,
                                                                                    tmp_path: Path) -> None:
     db = str(tmp_path / "usage.db")
-    server = await aiohttp_server(create_app(load_config(usage={"db": db, "flush_seconds": 3600})))
+    server = await aiohttp_server(create_app(load_config(usage={"db": db, "flush_seconds": 3600,
+                                                                "known_clients": ["old-sse", "ws-tool", "ide"]})))
     base = str(server.make_url("")).rstrip("/")
     await _over_sse(base)
     await _over_websocket(base)
