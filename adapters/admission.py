@@ -1,6 +1,11 @@
 """What a client may make the gateway hold: the pure admission decisions for new sessions and for what a
 session keeps (its resource subscriptions, its cached roots).
 
+A principal is *verified* once something checked its credential: the gateway itself (its ``[[tokens]]`` table,
+or a later token validator: :func:`gateway_verified`) or the upstream, by answering a request that carried it
+(:func:`answer_verifies`). Sessions of principals nobody verified yet share ``max_unverified_sessions``, so a
+flood of made-up bearer tokens (each one a new principal) fills that allowance, never the whole table.
+
 The shell counts (live sessions, a session's subscriptions, encoded sizes) and asks here; each answer is None
 (admitted) or the error to send, whose message and ``data`` name the limit and its configured value, the same
 shape as the bridge limits (:func:`adapters.errors.limit_error`). A refusal never touches existing sessions.
@@ -8,13 +13,15 @@ shape as the bridge limits (:func:`adapters.errors.limit_error`). A refusal neve
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Final
 
 from adapters.errors import ErrorValue, Rejection, limit_error, limit_rejection
 from adapters.jsonwire import dumps
 from adapters.subscriptions import apply_subscribes
+
+ANONYMOUS: Final = "anonymous"  # the principal of every request without a credential (adapters.classify)
 
 
 @dataclass(frozen=True, slots=True)
@@ -23,6 +30,7 @@ class SessionLimits:
 
     max_sessions: int = 50_000
     max_sessions_per_principal: int = 20_000
+    max_unverified_sessions: int = 5_000  # a tenth of max_sessions: what unverified principals share
     max_initialize_bytes: int = 16_384
     max_subscriptions_per_session: int = 256
     max_subscription_bytes: int = 16_384
@@ -32,20 +40,39 @@ class SessionLimits:
 
 @dataclass(frozen=True, slots=True)
 class SessionCounts:
-    """Live sessions now: in total, and of the principal asking for one more (anonymous is one principal)."""
+    """Live sessions now: in total, of the principal asking for one more (anonymous is one principal), and,
+    when that principal is not verified, of every unverified principal together (None: it is verified)."""
 
     total: int
     of_principal: int
+    unverified: int | None = None
 
 
 def admit_session(counts: SessionCounts, limits: SessionLimits, ident: Any) -> Rejection | None:
     """Room for one more session, or an HTTP 503 naming the bound that is full: the gateway is at capacity,
-    which is not the client's fault and may pass (sessions end or expire), so not a 4xx."""
+    which is not the client's fault and may pass (sessions end or expire), so not a 4xx. A verified principal is
+    never refused for what unverified ones hold beyond their allowance."""
     if counts.total >= limits.max_sessions:
         return limit_rejection("max_sessions", limits.max_sessions, ident)
     if counts.of_principal >= limits.max_sessions_per_principal:
         return limit_rejection("max_sessions_per_principal", limits.max_sessions_per_principal, ident)
+    if counts.unverified is not None and counts.unverified >= limits.max_unverified_sessions:
+        return limit_rejection("max_unverified_sessions", limits.max_unverified_sessions, ident)
     return None
+
+
+def gateway_verified(principal: str, named: Collection[str]) -> bool:
+    """Whether the gateway itself vouches for ``principal`` at its handshake: a name its ``[[tokens]]`` table
+    gives a token, or ``anonymous`` (no credential: one principal, bounded by ``max_sessions_per_principal`` as
+    ever, and nothing a flood could make up more of)."""
+    return principal == ANONYMOUS or principal in named
+
+
+def answer_verifies(has_credential: bool, credential_went_upstream: bool) -> bool:
+    """Whether an upstream's answer (any but HTTP 401/403, which fail the request) verifies the principal of the
+    request it answers: only when it judged that principal's own credential (``auth = "forward"``). An upstream
+    called with the gateway's credential, or none, checked nothing of the client's token."""
+    return has_credential and credential_went_upstream
 
 
 def initialize_size_error(capabilities: Any, client_info: Any, limits: SessionLimits) -> ErrorValue | None:

@@ -52,6 +52,8 @@ class SessionsConfig(_Frozen):
 
     max_sessions: int = Field(50_000, ge=1)
     max_sessions_per_principal: int = Field(20_000, ge=1)  # anonymous clients are one principal
+    # Sessions of principals nobody verified yet, all together (adapters.admission); 0: verified principals only.
+    max_unverified_sessions: int = Field(5_000, ge=0)
     max_initialize_bytes: int = Field(16_384, ge=256)  # clientInfo + capabilities, encoded JSON
     max_subscriptions_per_session: int = Field(256, ge=1)
     max_subscription_bytes: int = Field(16_384, ge=256)  # the session's subscribed URIs together, UTF-8

@@ -3,12 +3,13 @@ the session record, and the ``InitializeResult`` built from what the upstream di
 
 from __future__ import annotations
 
+import asyncio
 import secrets
 from typing import Any
 
 from aiohttp import web
 
-from adapters.admission import SessionCounts, admit_session
+from adapters.admission import SessionCounts, admit_session, gateway_verified
 from adapters.bridge import UpstreamError
 from adapters.capabilities import client_caps_to_modern
 from adapters.classify import Accepted
@@ -87,12 +88,15 @@ async def open_session(request: web.Request, gw: Gateway, acc: Accepted, opening
                            server_capabilities=dict(found.get("capabilities") or {}), pins=peer_record(peer),
                            upstream=upstream)
     await gw.sweep_expired()  # each new session pays for ending the expired ones: no timer task needed
+    if gateway_verified(acc.principal, gw.policy.tokens.values()):
+        await gw.verify(acc.principal)
     # Counted after the last wait before the put, so concurrent initializes on one process cannot all pass one free
     # slot; across replicas, the count the put itself makes settles it.
-    full = admit_session(SessionCounts(*await gw.store.count_sessions(acc.principal)),
-                         gw.config.sessions.session_limits, message["id"])
+    (total, own), unverified = await asyncio.gather(gw.store.count_sessions(acc.principal),
+                                                    gw.store.count_unverified(acc.principal))
+    full = admit_session(SessionCounts(total, own, unverified), gw.config.sessions.session_limits, message["id"])
     if full is None:
-        full = await _store_admitted(gw, record, message["id"])
+        full = await _store_admitted(gw, record, message["id"], unverified is not None)
     if full is not None:
         log.warning("initialize refused: %s", full.error.message)
         return rejection_response(full)
@@ -100,13 +104,16 @@ async def open_session(request: web.Request, gw: Gateway, acc: Accepted, opening
     return json_response(response(message["id"], result), headers={"Mcp-Session-Id": record.session_id})
 
 
-async def _store_admitted(gw: Gateway, record: SessionRecord, ident: Any) -> Rejection | None:
+async def _store_admitted(gw: Gateway, record: SessionRecord, ident: Any, unverified: bool) -> Rejection | None:
     """Store the admitted session, or take it back: replicas on one store count, then store, in two steps, so a
     handshake on another replica may take the last free slot in between. The store counts right after each write
     in the same step, so the count without this session says whether a slot was still free when it was stored
-    (docs/design.md §31)."""
+    (docs/design.md §31). An unverified principal's session is counted again after its write: two replicas
+    storing the last unverified slot at once may both take theirs back, never both keep it."""
     total, own = await gw.store.put_session(record)
-    late = admit_session(SessionCounts(total - 1, own - 1), gw.config.sessions.session_limits, ident)
+    after = await gw.store.count_unverified(record.principal) if unverified else None
+    late = admit_session(SessionCounts(total - 1, own - 1, None if after is None else after - 1),
+                         gw.config.sessions.session_limits, ident)
     if late is not None:
         await gw.store.delete_session(record.session_id)
     return late

@@ -26,7 +26,7 @@ import asyncio
 from typing import Any, cast
 
 from adapters import bridge as B
-from adapters.admission import header_maps_storable, roots_cacheable
+from adapters.admission import answer_verifies, header_maps_storable, roots_cacheable
 from adapters.classify import session_expired
 from adapters.errors import INTERNAL_ERROR, ErrorValue, store_unavailable
 from adapters.peers import peer_limits
@@ -626,7 +626,12 @@ class Exchange:
                       if rec.method == "tools/call" else None)
         call = build_request(rec.method, rec.params, request_id=new_id("u"), extra=extra,
                              view=session_view(session, self.authorization), header_map=header_map)
-        return await self.runtime.gateway.upstream_for(session.upstream).call(call, self._on_notification)
+        gateway = self.runtime.gateway
+        answer = await gateway.upstream_for(session.upstream).call(call, self._on_notification)
+        # An answer at all (a 401/403 raised UpstreamFailure): the upstream took the credential it was given.
+        if answer_verifies(self.authorization is not None, rec.authorized is True):
+            await gateway.verify(session.principal)
+        return answer
 
     async def _refresh_header_maps(self, session: Any) -> None:
         """Every page of tools/list learned, then kept once (one record write for the whole refresh)."""

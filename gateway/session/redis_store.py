@@ -10,6 +10,9 @@ read back with ``ENCODED_DEPTH``. Keys, all under a configurable prefix (``[gate
   ``last_seen_ms`` is kept beside the record (as ``InMemoryStore`` keeps it beside the text): a touch writes a
   score, never the record, and :meth:`RedisStore.last_seen` is one ``ZMSCORE`` for any number of ids;
 - ``p:P``: a sorted set of ``P``'s sessions, scored the same way (for the per-principal bound);
+- ``v:P``: present while ``P`` is verified (adapters.admission), with the idle time as TTL, renewed by each put
+  and touch of its sessions; ``u``: a sorted set of the sessions of principals not verified when they were put,
+  scored as ``seen`` (for ``max_unverified_sessions``); marking ``P`` verified takes its sessions out;
 - ``r:B``: a hash, ``r`` = the round's JSON text, ``s`` = its session; ``rs:S``: the set of ``S``'s rounds;
 - ``e:S:N``: the copy of ``S``'s downstream SSE stream ``N`` (docs/design.md §37), a Redis Stream whose entry
   ids carry the event numbers: ``<seq>-0`` an event (field ``m``, the message's JSON text), ``0-1`` "nothing
@@ -108,6 +111,12 @@ local function score(key, sid, seen, ttl)  -- a newer last-seen time only (time 
   redis.call('ZADD', key, 'GT', seen, sid)
   redis.call('PEXPIRE', key, ttl)
 end
+local function unverified(principal, sid, seen, ttl)  -- renews the principal's mark, else its session's score
+  if redis.call('PEXPIRE', P .. 'v:' .. principal, ttl) == 0 then
+    redis.call('ZADD', P .. 'u', 'XX', 'GT', seen, sid)  -- only a session put as unverified is in it
+    redis.call('PEXPIRE', P .. 'u', ttl)
+  end
+end
 local function now_ms()  -- Redis's own clock: every replica's leases are timed by one clock
   local t = redis.call('TIME')
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -120,6 +129,7 @@ local function drop(sid)
   local principal = redis.call('HGET', P .. 's:' .. sid, 'p')
   if principal then redis.call('ZREM', P .. 'p:' .. principal, sid) end
   redis.call('ZREM', P .. 'seen', sid)
+  redis.call('ZREM', P .. 'u', sid)
   for _, bid in ipairs(redis.call('SMEMBERS', P .. 'rs:' .. sid)) do
     redis.call('DEL', P .. 'r:' .. bid)
     redis.call('ZREM', P .. 'rl', bid)
@@ -181,6 +191,10 @@ redis.call('HSET', P .. 's:' .. sid, 'r', ARGV[4], 'p', ARGV[3])
 renew(sid, ttl)
 score(every, sid, ARGV[5], ttl)
 score(mine, sid, ARGV[5], ttl)
+if redis.call('PEXPIRE', P .. 'v:' .. ARGV[3], ttl) == 0 then  -- not verified: one of the shared allowance's
+  redis.call('ZREMRANGEBYSCORE', P .. 'u', '-inf', ARGV[7])
+  score(P .. 'u', sid, ARGV[5], ttl)
+end
 return {redis.call('ZSCORE', every, sid), redis.call('ZCARD', every), redis.call('ZCARD', mine)}
 """
 
@@ -195,7 +209,9 @@ if stored ~= ARGV[3] then return 0 end
 redis.call('HSET', key, 'r', ARGV[4])
 renew(sid, ttl)
 score(P .. 'seen', sid, ARGV[5], ttl)
-score(P .. 'p:' .. redis.call('HGET', key, 'p'), sid, ARGV[5], ttl)
+local principal = redis.call('HGET', key, 'p')
+score(P .. 'p:' .. principal, sid, ARGV[5], ttl)
+unverified(principal, sid, ARGV[5], ttl)
 return redis.call('ZSCORE', P .. 'seen', sid)
 """
 
@@ -204,7 +220,17 @@ _TOUCH: Final = _LUA_COMMON + """
 local sid, ttl = ARGV[2], ARGV[4]
 if renew(sid, ttl) == 0 then return 0 end
 score(P .. 'seen', sid, ARGV[3], ttl)
-score(P .. 'p:' .. redis.call('HGET', P .. 's:' .. sid, 'p'), sid, ARGV[3], ttl)
+local principal = redis.call('HGET', P .. 's:' .. sid, 'p')
+score(P .. 'p:' .. principal, sid, ARGV[3], ttl)
+unverified(principal, sid, ARGV[3], ttl)
+return 1
+"""
+
+# ARGV: prefix, principal, ttl ms: the principal is verified from now on, and its live sessions leave ``u``.
+_MARK_VERIFIED: Final = _LUA_COMMON + """
+redis.call('SET', P .. 'v:' .. ARGV[2], '1', 'PX', ARGV[3])
+local mine = redis.call('ZRANGE', P .. 'p:' .. ARGV[2], 0, -1)
+for i = 1, #mine, 1000 do redis.call('ZREM', P .. 'u', unpack(mine, i, math.min(i + 999, #mine))) end
 return 1
 """
 
@@ -376,6 +402,7 @@ class RedisStore:
         # Every command but the blocking reads and pub/sub: one pipelined connection (docs/design.md §49).
         self.wire = RedisWire(url, timeout_seconds=timeout_seconds)
         self._put, self._touch, self._delete = Script(_PUT_SESSION), Script(_TOUCH), Script(_DELETE)
+        self._mark_verified = Script(_MARK_VERIFIED)
         self._change = Script(_CHANGE_SESSION)
         self._expire, self._rounds_of = Script(_EXPIRE), Script(_ROUNDS_OF)
         self._take, self._renew = Script(_TAKE_LEASE), Script(_RENEW_LEASES)
@@ -454,6 +481,16 @@ class RedisStore:
             ("ZREMRANGEBYSCORE", every, "-inf", cutoff), ("ZREMRANGEBYSCORE", mine, "-inf", cutoff),
             ("ZCARD", every), ("ZCARD", mine)])
         return int(total), int(own)
+
+    async def count_unverified(self, principal: str) -> int | None:
+        unverified = self.key("u")
+        verified, _, count = await self.wire.transaction([
+            ("EXISTS", self.key("v:", principal)), ("ZREMRANGEBYSCORE", unverified, "-inf", self._idle_cutoff()),
+            ("ZCARD", unverified)])
+        return None if int(verified) else int(count)
+
+    async def mark_verified(self, principal: str, now_ms: int) -> None:
+        await self.wire.script(self._mark_verified, [self.prefix, principal, self._ttl_ms])
 
     async def last_seen(self, session_ids: Collection[str]) -> dict[str, int]:
         ids = list(session_ids)

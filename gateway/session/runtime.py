@@ -28,12 +28,13 @@ from adapters.upstream import SessionView
 from gateway.config.settings import GatewayConfig
 from gateway.session.observer import Observer, Unobserved
 from gateway.session.replay import Follower, Mirror, follow, open_follower
-from gateway.session.store import SessionStore
+from gateway.session.store import SessionStore, StoreUnavailable
 from gateway.session.streams import OutStream, Tap
 from gateway.upstream.client import UpstreamClient
 
 log = logging.getLogger("gateway")
 KEEP_FINISHED_STREAMS = FINISHED_STREAMS_KEPT
+VERIFIED_KEPT = 4096  # principals remembered as marked (Gateway.verified); past it the oldest is marked again
 
 
 _PROCESS_TAG = secrets.token_hex(6)
@@ -274,6 +275,9 @@ class Gateway:
     leases: dict[str, Any] = field(default_factory=dict)  # bridge id -> Exchange: the saved rounds run here (§40)
     taking: dict[str, asyncio.Future[None]] = field(default_factory=dict)  # bridge id -> a takeover under way here
     closing: bool = False  # shutting down: rounds are handed over, and none is taken on (the sweep, §40)
+    # Principals this process marked verified in the store, and when (ms): a mark is written again only after half
+    # the idle time, so a request of a verified principal costs the store nothing more (adapters.admission).
+    verified: dict[str, int] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.policy = self.config.policy(self.pins.tokens)
@@ -320,6 +324,23 @@ class Gateway:
         params = acc.message.get("params")
         info = client_info_of(acc.kind is Kind.INITIALIZE, params if isinstance(params, dict) else {})
         return match_peer(self.pins.peers, self.pins.default, acc.principal, info)
+
+    async def verify(self, principal: str) -> None:
+        """Record that ``principal``'s credential was checked (the gateway's own token table or validator, or
+        the upstream's answer: adapters.admission.answer_verifies), so its sessions leave the unverified
+        allowance. A store failure only leaves it unverified until the next such answer."""
+        now = self.clock()
+        if now - self.verified.get(principal, -(10**18)) < self.policy.session_idle_ms // 2:
+            return
+        try:
+            await self.store.mark_verified(principal, now)
+        except StoreUnavailable as exc:
+            log.warning("principal %s stays unverified for now: %s", principal, exc)
+            return
+        self.verified.pop(principal, None)  # re-inserted last: the oldest mark is the first to go
+        while len(self.verified) >= VERIFIED_KEPT:
+            del self.verified[next(iter(self.verified))]
+        self.verified[principal] = now
 
     def peer_of(self, record: SessionRecord) -> Peer:
         runtime = self.runtime(record.session_id)

@@ -76,6 +76,19 @@ class SessionStore(Protocol):
         never a scan."""
         ...
 
+    # Verified principals (adapters.admission, docs/design.md "Unverified principals share an allowance").
+    async def count_unverified(self, principal: str) -> int | None:
+        """None when ``principal`` is verified; else the live sessions of every unverified principal together
+        (counted as :meth:`count_sessions` counts, as cheaply): what ``max_unverified_sessions`` bounds. A new
+        session of an unverified principal joins that count when it is put."""
+        ...
+
+    async def mark_verified(self, principal: str, now_ms: int) -> None:
+        """Something checked ``principal``'s credential: its live sessions leave the unverified count, and its
+        sessions from now on never join it. The mark lasts while the principal has sessions and for the idle time
+        after (a touch renews it), so a principal that comes back later is verified again the same way."""
+        ...
+
     async def last_seen(self, session_ids: Collection[str]) -> dict[str, int]:
         """``last_seen_ms`` of each of ``session_ids`` that still has a record, without reading the records
         (a shared store: one round trip for all of them, e.g. one MGET or one SELECT ... IN)."""
@@ -197,6 +210,8 @@ class InMemoryStore:
         # For count_sessions: each live session's principal, and the live sessions of each principal.
         self._principal: dict[str, str] = {}
         self._per_principal: dict[str, int] = {}
+        self._verified: dict[str, int] = {}  # principal -> when last marked or active (ms), while it counts
+        self._unverified: set[str] = set()  # the live sessions of principals not verified when they were put
         # Ownership: in one process every exchange is local, so these only keep the contract (a TTL included).
         self._owners: dict[str, tuple[str, float, str]] = {}  # key -> (replica, monotonic deadline, round)
         self._leases: dict[str, tuple[str, float]] = {}  # bridge id -> (replica, monotonic deadline)
@@ -223,6 +238,8 @@ class InMemoryStore:
         if record.session_id not in self._principal:  # a new session (a session's principal never changes)
             self._principal[record.session_id] = record.principal
             self._per_principal[record.principal] = self._per_principal.get(record.principal, 0) + 1
+            if record.principal not in self._verified:
+                self._unverified.add(record.session_id)
         return len(self._sessions), self._per_principal[record.principal]
 
     async def change_session(self, session_id: str, change: Callable[[SessionRecord], None]) -> SessionRecord | None:
@@ -243,6 +260,14 @@ class InMemoryStore:
     async def count_sessions(self, principal: str) -> tuple[int, int]:
         return len(self._sessions), self._per_principal.get(principal, 0)
 
+    async def count_unverified(self, principal: str) -> int | None:
+        return None if principal in self._verified else len(self._unverified)
+
+    async def mark_verified(self, principal: str, now_ms: int) -> None:
+        self._verified[principal] = max(now_ms, self._verified.get(principal, now_ms))
+        if self._per_principal.get(principal):
+            self._unverified -= {s for s, p in self._principal.items() if p == principal}
+
     async def last_seen(self, session_ids: Collection[str]) -> dict[str, int]:
         seen = self._seen
         return {s: seen[s] for s in session_ids if s in seen}
@@ -250,14 +275,21 @@ class InMemoryStore:
     async def expire_sessions(self, seen_before_ms: float, keep: Collection[str] = ()) -> list[str]:
         expired = [s for s, seen in self._seen.items() if seen < seen_before_ms and s not in keep]
         self._drop(set(expired))
+        # A mark outlives its principal's last session by the idle time, then goes (any bearer token is one).
+        alive = self._per_principal
+        for principal in [p for p, ms in self._verified.items() if ms < seen_before_ms and p not in alive]:
+            del self._verified[principal]
         return expired
 
     def _drop(self, session_ids: set[str]) -> None:
         """The sessions and their rounds, in one pass over the rounds however many sessions end."""
         for session_id in session_ids:
             self._sessions.pop(session_id, None)
-            self._seen.pop(session_id, None)
+            seen = self._seen.pop(session_id, None)
+            self._unverified.discard(session_id)
             principal = self._principal.pop(session_id, None)
+            if principal is not None and seen is not None and principal in self._verified:
+                self._verified[principal] = max(self._verified[principal], seen)  # its last activity
             if principal is not None:
                 left = self._per_principal[principal] - 1
                 if left:

@@ -6,6 +6,8 @@ from adapters.admission import (
     SessionCounts,
     SessionLimits,
     admit_session,
+    answer_verifies,
+    gateway_verified,
     header_maps_storable,
     initialize_size_error,
     roots_cacheable,
@@ -24,6 +26,25 @@ def test_admit_session_names_the_full_bound_and_keeps_the_id() -> None:
     assert total.body()["error"]["data"] == {"limit": "max_sessions", "value": 3}
     mine = admit_session(SessionCounts(2, 2), LIMITS, 5)
     assert mine is not None and mine.body()["error"]["data"] == {"limit": "max_sessions_per_principal", "value": 2}
+
+
+def test_unverified_principals_share_their_allowance_and_a_verified_one_is_not_held_to_it() -> None:
+    limits = SessionLimits(max_sessions=10, max_sessions_per_principal=5, max_unverified_sessions=2)
+    assert admit_session(SessionCounts(2, 0, 1), limits, 1) is None
+    full = admit_session(SessionCounts(2, 0, 2), limits, 1)
+    assert full is not None and full.status == 503
+    assert full.body()["error"]["data"] == {"limit": "max_unverified_sessions", "value": 2}
+    assert admit_session(SessionCounts(9, 4, None), limits, 1) is None  # verified: only the other bounds
+    whole = admit_session(SessionCounts(10, 0, 0), limits, 1)  # the table itself is full first
+    assert whole is not None and whole.body()["error"]["data"]["limit"] == "max_sessions"
+
+
+def test_who_is_verified_without_an_upstream_and_which_answers_verify() -> None:
+    assert gateway_verified("anonymous", ()) and gateway_verified("acme", ["acme"])
+    assert not gateway_verified("bearer:0123", ["acme"])
+    assert answer_verifies(True, True)  # the upstream judged the client's own token
+    assert not answer_verifies(True, False)  # it was sent the gateway's credential, or none
+    assert not answer_verifies(False, False)  # anonymous: verified by the gateway already
 
 
 def test_initialize_size_counts_capabilities_and_client_info_together() -> None:

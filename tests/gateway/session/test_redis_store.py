@@ -392,7 +392,7 @@ async def test_every_key_expires_and_a_touch_renews_it(redis_url, prefix) -> Non
         await store.put_session(record("s1"))
         await store.put_round(pending("b1", "s1"))
         keys = [store.key("s:", "s1"), store.key("seen"), store.key("p:", "alice"), store.key("r:", "b1"),
-                store.key("rs:", "s1")]
+                store.key("rs:", "s1"), store.key("u")]  # u: alice is not verified (max_unverified_sessions)
         assert sorted(k.decode() for k in await store.redis.keys(f"{prefix}*")) == sorted(keys)
         assert all(0 < ttl <= IDLE * 1000 for ttl in await ttl_ms(store.redis, *keys))
         for key in keys:
