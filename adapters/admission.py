@@ -17,6 +17,8 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
+from adapters.authz import PRINCIPAL_PREFIX
+from adapters.bridge import BridgeLimits
 from adapters.errors import ErrorValue, Rejection, limit_error, limit_rejection
 from adapters.jsonwire import dumps
 from adapters.subscriptions import apply_subscribes
@@ -63,9 +65,35 @@ def admit_session(counts: SessionCounts, limits: SessionLimits, ident: Any) -> R
 
 def gateway_verified(principal: str, named: Collection[str]) -> bool:
     """Whether the gateway itself vouches for ``principal`` at its handshake: a name its ``[[tokens]]`` table
-    gives a token, or ``anonymous`` (no credential: one principal, bounded by ``max_sessions_per_principal`` as
-    ever, and nothing a flood could make up more of)."""
-    return principal == ANONYMOUS or principal in named
+    gives a token, ``anonymous`` (no credential: one principal, bounded by ``max_sessions_per_principal`` as
+    ever, and nothing a flood could make up more of), or the principal of an access token the gateway verified
+    itself (``[gateway.auth]``, :mod:`adapters.authz`)."""
+    return principal == ANONYMOUS or principal in named or principal.startswith(PRINCIPAL_PREFIX)
+
+
+@dataclass(frozen=True, slots=True)
+class WaitingLoad:
+    """What rounds waiting for their client hold in the store right after one more was counted there: rounds of
+    its session, and the bytes of their records of its principal and in all."""
+
+    of_session: int
+    principal_bytes: int
+    total_bytes: int
+
+
+def admit_waiting(load: WaitingLoad, limits: BridgeLimits) -> ErrorValue | None:
+    """A round about to wait for its client (or a backoff) is counted in the store first, where every replica's
+    are: None when it fits, else the limit error it is refused with (and the shell takes it back). Counted with
+    the round included, so of replicas counting at once, none passes a bound both see full. A waiting round's
+    record holds the request's arguments (a 900 KB argument is 900 KB per round): the byte bounds are what keep
+    a principal's waiting calls from taking the store's and the replica's memory."""
+    if load.of_session > limits.max_pending_per_session:
+        return limit_error("max_pending_per_session", limits.max_pending_per_session)
+    if load.principal_bytes > limits.max_waiting_bytes_per_principal:
+        return limit_error("max_waiting_bytes_per_principal", limits.max_waiting_bytes_per_principal)
+    if load.total_bytes > limits.max_waiting_bytes:
+        return limit_error("max_waiting_bytes", limits.max_waiting_bytes)
+    return None
 
 
 def answer_verifies(has_credential: bool, credential_went_upstream: bool) -> bool:

@@ -25,6 +25,8 @@ from urllib.parse import urlsplit
 from adapters.errors import AuthChallenge, ErrorValue, Rejection, reject
 
 WELL_KNOWN: Final = "/.well-known/oauth-protected-resource"
+# Every principal a verified access token names starts so; classification makes none of its own that do.
+PRINCIPAL_PREFIX: Final = "oauth:"
 # A JWT access token is a few hundred bytes to a few KiB; a header far past that is refused before any parse.
 MAX_TOKEN_BYTES: Final = 8192
 # RFC 9068 §4: a resource server MUST check that a JWT access token's "typ" is "at+jwt" (an ID token, or any other
@@ -85,7 +87,7 @@ class Principal:
     @property
     def key(self) -> str:
         ident = "\0".join((self.issuer, self.subject, self.client_id or ""))
-        return "oauth:" + hashlib.sha256(ident.encode("utf-8")).hexdigest()[:32]
+        return PRINCIPAL_PREFIX + hashlib.sha256(ident.encode("utf-8")).hexdigest()[:32]
 
 
 def metadata_path(resource: str) -> str:

@@ -13,6 +13,7 @@ from adapters.admission import (
     roots_cacheable,
     subscription_error,
 )
+from adapters.authz import Principal
 
 LIMITS = SessionLimits(max_sessions=3, max_sessions_per_principal=2, max_initialize_bytes=300,
                        max_subscriptions_per_session=1, max_cached_roots_bytes=50,
@@ -42,6 +43,8 @@ def test_unverified_principals_share_their_allowance_and_a_verified_one_is_not_h
 def test_who_is_verified_without_an_upstream_and_which_answers_verify() -> None:
     assert gateway_verified("anonymous", ()) and gateway_verified("acme", ["acme"])
     assert not gateway_verified("bearer:0123", ["acme"])
+    verified = Principal("https://as.example", "alice", "app", frozenset(), None)
+    assert gateway_verified(verified.key, ())  # a token the gateway verified itself ([gateway.auth])
     assert answer_verifies(True, True)  # the upstream judged the client's own token
     assert not answer_verifies(True, False)  # it was sent the gateway's credential, or none
     assert not answer_verifies(False, False)  # anonymous: verified by the gateway already

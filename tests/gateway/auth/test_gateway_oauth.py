@@ -102,3 +102,12 @@ async def test_a_session_follows_the_principal_not_the_token(gateway: Any, issue
     # The client's tokens never reached the upstream, which did answer the two lists.
     assert len(upstream.calls("tools/list")) == 2
     assert all("authorization" not in {k.lower() for k in h} for h in upstream.headers)
+
+
+async def test_a_verified_token_does_not_draw_on_the_unverified_allowance(make_gateway: Any,
+                                                                         issuer: AuthorizationServer) -> None:
+    gateway = await make_gateway(public_url=PUBLIC, sessions={"max_unverified_sessions": 0},
+                                 auth={"authorization_servers": [issuer.issuer]})
+    holder = Holder(gateway, await issuer.client_token(RESOURCE))
+    await holder.initialize()  # admitted: the gateway verified this principal itself
+    assert holder.session_id
