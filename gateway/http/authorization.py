@@ -26,10 +26,13 @@ log = logging.getLogger("gateway.auth")
 AUTHZ = web.AppKey("authz", TokenValidator)
 
 
+DOOR_SERVERS = web.AppKey("door_servers", dict[str, authz.ResourceServer])  # door path -> its description
+
+
 def add_auth_routes(app: web.Application, config: GatewayConfig) -> None:
     """RFC 9728 §3: each door's metadata at its path-suffixed well-known URL; the bare well-known URL describes
     ``/mcp`` (clients that strip the path find the main door)."""
-    servers = door_servers(config)
+    servers = app[DOOR_SERVERS] = door_servers(config)
     for server in servers.values():
         app.router.add_get(authz.metadata_path(server.resource), _metadata_handler(server))
     app.router.add_get(authz.WELL_KNOWN, _metadata_handler(servers["/mcp"]))
@@ -59,4 +62,18 @@ async def authorized(validator: TokenValidator, headers: Mapping[str, str], poli
         if outcome.cause is authz.Cause.UNAVAILABLE:
             log.warning("token not checked: %s", outcome.detail)
         return rejection_response(authz.refusal(validator.server, outcome, ident()))
+    return outcome.key
+
+
+async def door_principal(request: web.Request, door: str) -> str | web.StreamResponse | None:
+    """At a door's entry (``/sse``, ``/ws``, ``/messages``): with ``[gateway.auth]`` on, the verified principal
+    of the request's token, or the refusal naming that door's own metadata (so a client that connected to
+    ``/sse`` is sent to ``/sse``'s, whose ``resource`` is the URL it connected to); off, None. The Origin and
+    Host were checked by the door already."""
+    validator = request.app.get(AUTHZ)
+    if validator is None:
+        return None
+    outcome = await validator.authenticate(request.headers.get("authorization"))
+    if isinstance(outcome, authz.Failure):
+        return rejection_response(authz.refusal(request.app[DOOR_SERVERS][door], outcome))
     return outcome.key
