@@ -41,6 +41,9 @@ class BridgeLimits:
     client_answer_timeout_seconds: float = 300.0
     total_timeout_seconds: float = 900.0
     max_pending_per_session: int = 32
+    # Bytes of the records of rounds waiting for their client (adapters.admission.admit_waiting), in the store.
+    max_waiting_bytes_per_principal: int = 32 << 20
+    max_waiting_bytes: int = 256 << 20
     state_only_backoff_seconds: float = 0.05
     state_only_backoff_max_seconds: float = 1.0
 

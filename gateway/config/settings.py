@@ -35,6 +35,9 @@ class LimitsConfig(_Frozen):
     client_answer_timeout_seconds: float = Field(300.0, gt=0)
     total_timeout_seconds: float = Field(900.0, gt=0)
     max_pending_per_session: int = Field(32, ge=1)
+    # Bytes of the records of rounds waiting for their client, counted in the store (adapters.admission).
+    max_waiting_bytes_per_principal: int = Field(32 << 20, ge=1024)
+    max_waiting_bytes: int = Field(256 << 20, ge=1024)
     state_only_backoff_seconds: float = Field(0.05, ge=0)
     state_only_backoff_max_seconds: float = Field(1.0, ge=0)
 
@@ -77,6 +80,9 @@ class ConnectionsConfig(_Frozen):
     # reading (past them its socket is closed with 1008, its stream ended).
     door_max_in_flight: int = Field(32, ge=1)
     door_max_queued_bytes: int = Field(4 << 20, ge=1024)
+    # Door sessions (WebSocket, HTTP+SSE) open at once in all, each holding up to door_max_in_flight +
+    # max_pending_per_session + 2 loopback connections; 0: derived from RLIMIT_NOFILE (gateway.ops.connections).
+    door_max_sessions: int = Field(0, ge=0)
 
 
 class StoreConfig(_Frozen):

@@ -26,9 +26,10 @@ import asyncio
 from typing import Any, cast
 
 from adapters import bridge as B
-from adapters.admission import answer_verifies, header_maps_storable, roots_cacheable
+from adapters.admission import WaitingLoad, admit_waiting, answer_verifies, header_maps_storable, roots_cacheable
 from adapters.classify import session_expired
 from adapters.errors import INTERNAL_ERROR, ErrorValue, store_unavailable
+from adapters.jsonwire import dumps
 from adapters.peers import peer_limits
 from adapters.records import PendingRound, SessionRecord
 from adapters.relay import answer_key, request_key
@@ -127,6 +128,15 @@ class HandedOver(Exception):
     it again there, rather than acknowledged (docs/design.md §26, §42)."""
 
 
+class _Refused(Exception):
+    """A round about to wait was past a bound the store counts (adapters.admission.admit_waiting): the request
+    ends with that limit error, before the client is asked anything."""
+
+    def __init__(self, error: ErrorValue) -> None:
+        super().__init__(error.message)
+        self.error = error
+
+
 class _LeaseLost(Exception):
     """A fenced save found the round's lease lapsed or taken (this replica stalled past it, docs/design.md §50):
     the round is another replica's, and this exchange stops as a lost handover does."""
@@ -177,6 +187,7 @@ class Exchange:
         self._task: asyncio.Task | None = None  # run(), once spawned
         self._handed_over = False  # stopped to let another replica continue the saved round (§40, §42)
         self._round_ended = False  # its store records are gone (or left to expire): _end_round ran
+        self._held = False  # counted in the store as a waiting round (hold_round): _end_round gives it back
         meta = record.params.get("_meta")
         self.progress_token = meta.get("progressToken") if isinstance(meta, dict) else None
 
@@ -266,7 +277,7 @@ class Exchange:
         ``stream`` (the request's stream, continued here), from the stored record; ``unsent``: the outstanding
         requests the client never received, asked again."""
         rec, gateway = self.record, self.runtime.gateway
-        self.stream, self._saved = stream, True
+        self.stream, self._saved, self._held = stream, True, True  # held by the replica that began it
         self.runtime.exchanges[rec.downstream_id] = self
         gateway.leases[rec.bridge_id] = self
         for gid in rec.outstanding:
@@ -438,6 +449,9 @@ class Exchange:
         if isinstance(exc, StoreUnavailable):
             log.warning("request %r: %s", self.record.downstream_id, exc)
             return store_unavailable().error
+        if isinstance(exc, _Refused):
+            log.warning("request %r refused: %s", self.record.downstream_id, exc)
+            return exc.error
         log.exception("exchange for request %r failed", self.record.downstream_id, exc_info=exc)
         return _INTERNAL
 
@@ -470,9 +484,10 @@ class Exchange:
         copy = mirror.held_events() if mirror is not None else None
         written = False
         try:
-            if self._saved or release or copy is not None:
+            if self._saved or self._held or release or copy is not None:
                 await gateway.store.end_round(bridge_id, gateway.replica, release=release,
-                                              delete=self._saved and not self._handed_over, copy=copy)
+                                              delete=(self._saved or self._held) and not self._handed_over,
+                                              copy=copy)
             written = True
         except StoreUnavailable as exc:
             log.warning("request %r: its round's records stay until they expire: %s", self.record.downstream_id, exc)
@@ -507,8 +522,23 @@ class Exchange:
         self._claims |= keys
         self._releases -= keys
 
+    async def _hold(self) -> None:
+        """The round waits from this step on: counted in the store first, where every replica's waiting rounds
+        are, and refused past a bound before anything of the step is done (nothing was sent to the client)."""
+        rec, gateway, session = self.record, self.runtime.gateway, self.request_session
+        if session is None:
+            session = await gateway.store.get_session(rec.session_id)
+        principal = session.principal if session is not None else ""
+        load = await gateway.store.hold_round(rec.bridge_id, rec.session_id, principal, len(dumps(rec.to_dict())))
+        self._held = True
+        refused = admit_waiting(WaitingLoad(*load), self.machine.ctx.limits)
+        if refused is not None:
+            raise _Refused(refused)
+
     async def _perform(self, actions: list[Any]) -> None:
         assert self.stream is not None
+        if not self._held and self.record.waiting and not self.machine.done:
+            await self._hold()
         self._observe(actions)
         self._claim(actions)
         sends = sum(isinstance(a, B.SendToClient) for a in actions)

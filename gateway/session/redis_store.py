@@ -14,6 +14,11 @@ read back with ``ENCODED_DEPTH``. Keys, all under a configurable prefix (``[gate
   and touch of its sessions; ``u``: a sorted set of the sessions of principals not verified when they were put,
   scored as ``seen`` (for ``max_unverified_sessions``); marking ``P`` verified takes its sessions out;
 - ``r:B``: a hash, ``r`` = the round's JSON text, ``s`` = its session; ``rs:S``: the set of ``S``'s rounds;
+- waiting rounds held (:meth:`RedisStore.hold_round`, the bounds of ``adapters.admission.admit_waiting``):
+  ``hw``, a hash ``B`` -> ``"<bytes> <S> <P>"``; ``hs:S``, the set of ``S``'s (expiring with the session);
+  ``hb``, a hash ``P`` -> its bytes; ``ht``, the bytes in all; ``hx``, a sorted set ``B`` -> when its session
+  would expire (ms), where each hold first gives back up to 16 holds whose session Redis expired by itself.
+  These four are emptied as rounds end, so they hold nothing once no round waits;
 - ``e:S:N``: the copy of ``S``'s downstream SSE stream ``N`` (docs/design.md §37), a Redis Stream whose entry
   ids carry the event numbers: ``<seq>-0`` an event (field ``m``, the message's JSON text), ``0-1`` "nothing
   evicted", ``<seq>-2`` "ended after event seq". Trimmed on each append to the last ``replay_buffer_events``
@@ -97,6 +102,7 @@ _LUA_COMMON: Final = """
 local P = ARGV[1]
 local function renew(sid, ttl)  -- the TTL of a session's record, rounds and stream copies; 0 if gone
   if redis.call('PEXPIRE', P .. 's:' .. sid, ttl) == 0 then return 0 end
+  redis.call('PEXPIRE', P .. 'hs:' .. sid, ttl)
   if redis.call('PEXPIRE', P .. 'rs:' .. sid, ttl) == 1 then
     for _, bid in ipairs(redis.call('SMEMBERS', P .. 'rs:' .. sid)) do redis.call('PEXPIRE', P .. 'r:' .. bid, ttl) end
   end
@@ -125,7 +131,18 @@ local function leased(bid, ms, ttl)  -- the round's lease runs out in ms: where 
   redis.call('ZADD', P .. 'rl', now_ms() + tonumber(ms), bid)
   redis.call('PEXPIRE', P .. 'rl', ttl)
 end
+local function unhold(bid)  -- a waiting round's bytes and count given back (hold_round)
+  local entry = redis.call('HGET', P .. 'hw', bid)
+  if not entry then return end
+  local size, sid, principal = string.match(entry, '^(%d+) (%S+) (.*)$')
+  redis.call('HDEL', P .. 'hw', bid)
+  redis.call('ZREM', P .. 'hx', bid)
+  redis.call('SREM', P .. 'hs:' .. sid, bid)
+  if redis.call('HINCRBY', P .. 'hb', principal, -tonumber(size)) <= 0 then redis.call('HDEL', P .. 'hb', principal) end
+  if redis.call('DECRBY', P .. 'ht', size) <= 0 then redis.call('DEL', P .. 'ht') end
+end
 local function drop(sid)
+  for _, bid in ipairs(redis.call('SMEMBERS', P .. 'hs:' .. sid)) do unhold(bid) end
   local principal = redis.call('HGET', P .. 's:' .. sid, 'p')
   if principal then redis.call('ZREM', P .. 'p:' .. principal, sid) end
   redis.call('ZREM', P .. 'seen', sid)
@@ -226,6 +243,29 @@ unverified(principal, sid, ARGV[3], ttl)
 return 1
 """
 
+# ARGV: prefix, bridge id, session id, principal, bytes, ttl ms -> after holding the round (once; not while its session
+# is gone): rounds held of the session, bytes of the principal, bytes in all. Holds whose session Redis expired by
+# itself are given back first, a few per call, so the sums never keep a dead session's rounds for long.
+_HOLD_ROUND: Final = _LUA_COMMON + """
+local bid, sid, principal, size, ttl = ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6]
+local now = now_ms()
+for _, old in ipairs(redis.call('ZRANGEBYSCORE', P .. 'hx', '-inf', now, 'LIMIT', 0, 16)) do
+  local entry = redis.call('HGET', P .. 'hw', old)
+  local left = entry and redis.call('PTTL', P .. 's:' .. string.match(entry, '^%d+ (%S+) ')) or -2
+  if left > 0 then redis.call('ZADD', P .. 'hx', now + left, old) else unhold(old) end
+end
+if redis.call('HEXISTS', P .. 'hw', bid) == 0 and redis.call('EXISTS', P .. 's:' .. sid) == 1 then
+  redis.call('HSET', P .. 'hw', bid, size .. ' ' .. sid .. ' ' .. principal)
+  redis.call('SADD', P .. 'hs:' .. sid, bid)
+  redis.call('PEXPIRE', P .. 'hs:' .. sid, ttl)
+  redis.call('HINCRBY', P .. 'hb', principal, size)
+  redis.call('INCRBY', P .. 'ht', size)
+  redis.call('ZADD', P .. 'hx', now + tonumber(ttl), bid)
+end
+return {redis.call('SCARD', P .. 'hs:' .. sid), tonumber(redis.call('HGET', P .. 'hb', principal) or 0),
+        tonumber(redis.call('GET', P .. 'ht') or 0)}
+"""
+
 # ARGV: prefix, principal, ttl ms: the principal is verified from now on, and its live sessions leave ``u``.
 _MARK_VERIFIED: Final = _LUA_COMMON + """
 redis.call('SET', P .. 'v:' .. ARGV[2], '1', 'PX', ARGV[3])
@@ -293,6 +333,7 @@ if ARGV[4] == '1' then
   if sid then redis.call('SREM', P .. 'rs:' .. sid, bid) end
   redis.call('DEL', P .. 'r:' .. bid)
   redis.call('ZREM', P .. 'rl', bid)
+  unhold(bid)
 end
 if redis.call('GET', P .. 'ol:' .. bid) == ARGV[3] then
   redis.call('DEL', P .. 'ol:' .. bid)
@@ -402,7 +443,7 @@ class RedisStore:
         # Every command but the blocking reads and pub/sub: one pipelined connection (docs/design.md §49).
         self.wire = RedisWire(url, timeout_seconds=timeout_seconds)
         self._put, self._touch, self._delete = Script(_PUT_SESSION), Script(_TOUCH), Script(_DELETE)
-        self._mark_verified = Script(_MARK_VERIFIED)
+        self._mark_verified, self._hold = Script(_MARK_VERIFIED), Script(_HOLD_ROUND)
         self._change = Script(_CHANGE_SESSION)
         self._expire, self._rounds_of = Script(_EXPIRE), Script(_ROUNDS_OF)
         self._take, self._renew = Script(_TAKE_LEASE), Script(_RENEW_LEASES)
@@ -528,6 +569,11 @@ class RedisStore:
         keys = list(release)
         await self.wire.script(self._end_round, [self.prefix, bridge_id, replica, int(delete), len(keys), *keys,
                                                  *self._copy_args(copy)])
+
+    async def hold_round(self, bridge_id: str, session_id: str, principal: str, size: int) -> tuple[int, int, int]:
+        rounds, mine, total = await self.wire.script(self._hold, [self.prefix, bridge_id, session_id, principal,
+                                                                  size, self._ttl_ms])
+        return int(rounds), int(mine), int(total)
 
     async def get_round(self, bridge_id: str) -> PendingRound | None:
         text = await self.wire.call("HGET", self.key("r:", bridge_id), "r")

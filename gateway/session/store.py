@@ -113,6 +113,13 @@ class SessionStore(Protocol):
         step, so the store holds either the round or its result."""
         ...
 
+    async def hold_round(self, bridge_id: str, session_id: str, principal: str, size: int) -> tuple[int, int, int]:
+        """Count a round waiting for its client (once per round: holding it again changes nothing), ``size``
+        bytes of ``principal``'s, until :meth:`end_round` deletes it or its session goes; right after, in the
+        same step, what waiting rounds hold (``adapters.admission.WaitingLoad``): rounds of the session, bytes
+        of the principal, bytes in all. Kept for every store, shared or not: these bounds are the store's."""
+        ...
+
     async def get_round(self, bridge_id: str) -> PendingRound | None: ...
     async def rounds_of(self, session_id: str) -> list[PendingRound]: ...
 
@@ -210,6 +217,11 @@ class InMemoryStore:
         # For count_sessions: each live session's principal, and the live sessions of each principal.
         self._principal: dict[str, str] = {}
         self._per_principal: dict[str, int] = {}
+        # Waiting rounds held (hold_round): bridge id -> (session, principal, bytes), and the sums it keeps.
+        self._held: dict[str, tuple[str, str, int]] = {}
+        self._held_rounds: dict[str, int] = {}  # session id -> its rounds held
+        self._held_bytes: dict[str, int] = {}  # principal -> its bytes held
+        self._held_total = 0
         self._verified: dict[str, int] = {}  # principal -> when last marked or active (ms), while it counts
         self._unverified: set[str] = set()  # the live sessions of principals not verified when they were put
         # Ownership: in one process every exchange is local, so these only keep the contract (a TTL included).
@@ -299,6 +311,9 @@ class InMemoryStore:
         for bridge_id in [b for b, (owner, _) in self._rounds.items() if owner in session_ids]:
             del self._rounds[bridge_id]
             self._leased.discard(bridge_id)
+        if self._held:
+            for bridge_id in [b for b, held in self._held.items() if held[0] in session_ids]:
+                self._unhold(bridge_id)
         if self._copies:
             for key in [k for k in self._copies if k[0] in session_ids]:
                 self._copies.pop(key).wake()
@@ -325,9 +340,31 @@ class InMemoryStore:
         if delete:
             self._rounds.pop(bridge_id, None)
             self._leased.discard(bridge_id)
+            self._unhold(bridge_id)
         if self._holds(bridge_id, replica):
             del self._leases[bridge_id]
         self._release(release)
+
+    async def hold_round(self, bridge_id: str, session_id: str, principal: str, size: int) -> tuple[int, int, int]:
+        if bridge_id not in self._held and session_id in self._sessions:
+            self._held[bridge_id] = (session_id, principal, size)
+            self._held_rounds[session_id] = self._held_rounds.get(session_id, 0) + 1
+            self._held_bytes[principal] = self._held_bytes.get(principal, 0) + size
+            self._held_total += size
+        return self._held_rounds.get(session_id, 0), self._held_bytes.get(principal, 0), self._held_total
+
+    def _unhold(self, bridge_id: str) -> None:
+        held = self._held.pop(bridge_id, None)
+        if held is None:
+            return
+        session_id, principal, size = held
+        self._held_total -= size
+        for sums, key, amount in ((self._held_rounds, session_id, 1), (self._held_bytes, principal, size)):
+            left = sums[key] - amount
+            if left:
+                sums[key] = left
+            else:  # no key kept for a session or principal holding nothing
+                del sums[key]
 
     async def get_round(self, bridge_id: str) -> PendingRound | None:
         entry = self._rounds.get(bridge_id)

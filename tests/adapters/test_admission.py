@@ -5,7 +5,9 @@ from __future__ import annotations
 from adapters.admission import (
     SessionCounts,
     SessionLimits,
+    WaitingLoad,
     admit_session,
+    admit_waiting,
     answer_verifies,
     gateway_verified,
     header_maps_storable,
@@ -14,6 +16,7 @@ from adapters.admission import (
     subscription_error,
 )
 from adapters.authz import Principal
+from adapters.bridge import BridgeLimits
 
 LIMITS = SessionLimits(max_sessions=3, max_sessions_per_principal=2, max_initialize_bytes=300,
                        max_subscriptions_per_session=1, max_cached_roots_bytes=50,
@@ -89,3 +92,13 @@ def test_header_maps_go_in_the_record_up_to_their_bound() -> None:
     assert header_maps_storable(small, LIMITS)
     assert not header_maps_storable(small | {"zone": [[["z"], "Zone"]]}, LIMITS)
     assert header_maps_storable({}, LIMITS)
+
+
+def test_a_waiting_round_is_judged_with_itself_counted_and_names_the_bound() -> None:
+    limits = BridgeLimits(max_pending_per_session=2, max_waiting_bytes_per_principal=100, max_waiting_bytes=150)
+    assert admit_waiting(WaitingLoad(2, 100, 150), limits) is None  # exactly full: admitted
+    for load, name in [(WaitingLoad(3, 10, 10), "max_pending_per_session"),
+                       (WaitingLoad(1, 101, 101), "max_waiting_bytes_per_principal"),
+                       (WaitingLoad(1, 50, 151), "max_waiting_bytes")]:
+        error = admit_waiting(load, limits)
+        assert error is not None and error.code == -32000 and error.data["limit"] == name
