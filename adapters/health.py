@@ -17,6 +17,7 @@ __all__ = ["Dependency", "Readiness", "liveness", "readiness"]
 class Dependency(StrEnum):
     STORE = "store"
     UPSTREAM = "upstream"
+    AUTHORIZATION = "authorization"  # [gateway.auth]: an issuer's signing keys cannot be had
 
 
 @dataclass(frozen=True, slots=True)

@@ -82,6 +82,16 @@ class TokenValidator:
         if self._session is not None:
             await self._session.close()
 
+    async def keys_failure(self) -> str | None:
+        """Why some trusted issuer's signing keys cannot be had (readiness), or None: each is fetched once if it
+        never was; keys already held keep serving while a refresh fails."""
+        for issuer in self.issuers.values():
+            try:
+                await issuer.ensure()
+            except AuthServerError as exc:
+                return str(exc)
+        return None
+
     async def authenticate(self, authorization: str | None) -> Principal | Failure:
         token = bearer_token(authorization)
         if isinstance(token, Failure):

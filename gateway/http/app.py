@@ -31,9 +31,9 @@ from gateway.auth.validator import TokenValidator
 from gateway.config.settings import GatewayConfig
 from gateway.http import perform
 from gateway.http.answers import rejection_response
-from gateway.http.authorization import AUTHZ, add_auth_routes, authorized
+from gateway.http.authorization import add_auth_routes, authorized
 from gateway.http.health import add_health_routes
-from gateway.http.keys import CORE_URL, GATEWAY, PASSTHROUGHS
+from gateway.http.keys import AUTHZ, CORE_URL, GATEWAY, PASSTHROUGHS
 from gateway.http.legacy import write_post
 from gateway.http.pages import add_page_routes
 from gateway.http.passthrough import Passthroughs
@@ -119,7 +119,7 @@ async def _verified_principal(request: web.Request, headers: Any, body: bytes,
     validator = request.app.get(AUTHZ)
     if validator is None:
         return None
-    return await authorized(validator, headers, policy, lambda: request_id(HttpView(request.method, headers, body)))
+    return await authorized(request, validator, policy, lambda: request_id(HttpView(request.method, headers, body)))
 
 
 async def classified(gw: Gateway, view: HttpView, now: int) -> Accepted | Rejection:

@@ -10,7 +10,7 @@ Considerations, "Access Token Privilege Restriction").
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable
 
 from aiohttp import web
 
@@ -20,10 +20,11 @@ from gateway.auth.resource import door_servers
 from gateway.auth.validator import TokenValidator
 from gateway.config.settings import GatewayConfig
 from gateway.http.answers import rejection_response
+from gateway.http.keys import AUTHZ
 from gateway.session.streams import json_response
+from gateway.telemetry.usage import USAGE
 
 log = logging.getLogger("gateway.auth")
-AUTHZ = web.AppKey("authz", TokenValidator)
 
 
 DOOR_SERVERS = web.AppKey("door_servers", dict[str, authz.ResourceServer])  # door path -> its description
@@ -49,19 +50,17 @@ def _metadata_handler(server: authz.ResourceServer) -> Callable[[web.Request], A
     return metadata
 
 
-async def authorized(validator: TokenValidator, headers: Mapping[str, str], policy: Policy | None,
+async def authorized(request: web.Request, validator: TokenValidator, policy: Policy | None,
                      ident: Callable[[], object] = lambda: None) -> str | web.Response:
     """The verified principal's session key, or the refusal to send: the Host/Origin check first (a rebinding
     page learns nothing of the token rules), then the token."""
     if policy is not None:
-        refused = check_origin_host(headers, policy)
+        refused = check_origin_host(request.headers, policy)
         if refused is not None:
             return rejection_response(refused)
-    outcome = await validator.authenticate(headers.get("authorization"))
+    outcome = await validator.authenticate(request.headers.get("authorization"))
     if isinstance(outcome, authz.Failure):
-        if outcome.cause is authz.Cause.UNAVAILABLE:
-            log.warning("token not checked: %s", outcome.detail)
-        return rejection_response(authz.refusal(validator.server, outcome, ident()))
+        return _refuse(request.app, validator.server, outcome, "/mcp", ident())
     return outcome.key
 
 
@@ -75,5 +74,17 @@ async def door_principal(request: web.Request, door: str) -> str | web.StreamRes
         return None
     outcome = await validator.authenticate(request.headers.get("authorization"))
     if isinstance(outcome, authz.Failure):
-        return rejection_response(authz.refusal(request.app[DOOR_SERVERS][door], outcome))
+        return _refuse(request.app, request.app[DOOR_SERVERS][door], outcome, door, None)
     return outcome.key
+
+
+def _refuse(app: web.Application, server: authz.ResourceServer, failure: authz.Failure, door: str,
+            ident: object) -> web.Response:
+    """The one place a refused token becomes an answer: logged when it is an outage (the operator's to fix),
+    counted by cause and door in ``/metrics``, answered with the door's challenge."""
+    if failure.cause is authz.Cause.UNAVAILABLE:
+        log.warning("token not checked: %s", failure.detail)
+    recorder = app.get(USAGE)
+    if recorder is not None and recorder.metrics is not None:
+        recorder.metrics.authorization_refused(failure.cause.value, door)
+    return rejection_response(authz.refusal(server, failure, ident))

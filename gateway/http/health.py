@@ -1,7 +1,8 @@
 """``GET /healthz`` and ``GET /readyz`` for load balancers (docs/design.md §34; ``adapters.health`` decides the
 answers). Outside the MCP endpoint, so no Origin or Host check applies: a balancer's probe has neither.
 
-Readiness pings the session store on every request (a shared store is the one thing replicas cannot serve
+Readiness pings the session store on every request, fetches the trusted issuers' signing keys until it has them
+(``[gateway.auth]``) (a shared store is the one thing replicas cannot serve
 without), and opens a TCP connection to the default upstream at most once per :data:`UPSTREAM_CHECK_SECONDS`,
 so a flood of probes costs the upstream nothing more.
 """
@@ -16,7 +17,7 @@ from aiohttp import web
 from yarl import URL
 
 from adapters.health import Dependency, Readiness, liveness, readiness
-from gateway.http.keys import GATEWAY
+from gateway.http.keys import AUTHZ, GATEWAY
 from gateway.session.runtime import Gateway
 from gateway.session.store import StoreUnavailable
 
@@ -54,6 +55,10 @@ async def on_readyz(request: web.Request) -> web.Response:
     upstream_failure = await _upstream_failure(request.app[UPSTREAM_CHECK], gw.upstream.url)
     if upstream_failure is not None:
         failed[Dependency.UPSTREAM] = upstream_failure
+    validator = request.app.get(AUTHZ)
+    keys_failure = await validator.keys_failure() if validator is not None else None
+    if keys_failure is not None:  # no token could be verified: send clients elsewhere
+        failed[Dependency.AUTHORIZATION] = keys_failure
     return _answer(readiness(failed))
 
 

@@ -47,9 +47,16 @@ class Metrics:
                                        buckets=_LATENCY_BUCKETS, registry=r)
         self.sessions = Gauge("mcp_gateway_active_legacy_sessions", "Legacy sessions active, by revision",
                               ["revision"], registry=r)
+        # [gateway.auth]: tokens refused at a door, by adapters.authz.Cause value and door path (both fixed sets).
+        self.authorization = Counter("mcp_gateway_authorization_refusals",
+                                     "Requests refused at the gateway's token check, by cause and door",
+                                     ["cause", "door"], registry=r)
         self._latencies: list[tuple[str, float]] = []  # (era, seconds), not yet in the histogram
         self._rounds: list[float] = []
         self._overheads: list[float] = []
+
+    def authorization_refused(self, cause: str, door: str) -> None:
+        self.authorization.labels(cause, door).inc()
 
     def observe(self, record: UsageRecord, count: int = 1) -> None:
         """``count`` requests that all look like ``record`` (the recorder drains identical facts at once)."""

@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from tests.gateway.auth.keyserver import KeyServer
 from tests.gateway.auth.oidc import AuthorizationServer, authorization_server
 from tests.gateway.conftest import Legacy
 
@@ -111,3 +112,29 @@ async def test_a_verified_token_does_not_draw_on_the_unverified_allowance(make_g
     holder = Holder(gateway, await issuer.client_token(RESOURCE))
     await holder.initialize()  # admitted: the gateway verified this principal itself
     assert holder.session_id
+
+
+async def test_refusals_are_counted_by_cause_and_door(gateway: Any, issuer: AuthorizationServer) -> None:
+    await Holder(gateway).post("ping")
+    await ping_status(gateway, await issuer.client_token("http://127.0.0.1:9999/mcp"))
+    await ping_status(gateway, await issuer.client_token("http://127.0.0.1:9999/mcp"))
+    await ping_status(gateway, await issuer.client_token(RESOURCE))  # accepted: not counted
+    text = await (await gateway.get("/metrics")).text()
+    counted = {line.split(" ")[0]: float(line.split(" ")[1]) for line in text.splitlines()
+               if line.startswith("mcp_gateway_authorization_refusals_total")}
+    assert counted == {'mcp_gateway_authorization_refusals_total{cause="no_token",door="/mcp"}': 1.0,
+                       'mcp_gateway_authorization_refusals_total{cause="wrong_audience",door="/mcp"}': 2.0}
+
+
+async def test_readiness_needs_the_issuers_keys(make_gateway: Any, gateway: Any) -> None:
+    ready = await gateway.get("/readyz")
+    assert ready.status == 200, await ready.text()
+    dead = await make_gateway(public_url=PUBLIC, auth={"authorization_servers": ["http://127.0.0.1:9"]})
+    resp = await dead.get("/readyz")
+    body = await resp.json()
+    assert resp.status == 503 and "127.0.0.1:9" in body["failed"]["authorization"]
+    # A client of that gateway is told to try later (503, no challenge), not that its token is bad.
+    keys = KeyServer(issuer="http://127.0.0.1:9")
+    keys.add_key("k1")
+    status, challenge, answer = await ping_status(dead, keys.token(aud=RESOURCE))
+    assert (status, challenge) == (503, "") and answer["error"]["data"] == {"authorization": "unavailable"}
