@@ -25,6 +25,7 @@ from modern_server.config import CoreConfig
 from modern_server.errors import INTERNAL_ERROR, INVALID_REQUEST, METHOD_NOT_FOUND, PARSE_ERROR, McpError
 from modern_server.framework import REGISTRY, SERVICES, TOKENS, Context, Registry, Services, finish
 from modern_server.methods import METHODS, check_shape
+from modern_server.oauth import Refused, Verifier, metadata_path
 from modern_server.sealing import Sealer
 from modern_server.storage import Store
 from modern_server.wire import Envelope, check_jsonrpc, validate
@@ -124,11 +125,19 @@ async def handle_post(request: web.Request) -> web.StreamResponse:
     services = request.app[SERVICES]
     if not origin_allowed(request.headers.get("Origin"), services.config):
         return web.json_response({"error": "this Origin is not allowed"}, status=403)
+    verifier = request.app.get(VERIFIER)
     try:
-        principal = principal_for(request.headers.get("Authorization"), request.app[TOKENS],
-                                  services.config.anonymous_principal)
+        if verifier is not None:
+            principal = (await verifier.verify(request.headers.get("Authorization"))).sub
+        else:
+            principal = principal_for(request.headers.get("Authorization"), request.app[TOKENS],
+                                      services.config.anonymous_principal)
     except Unauthorized as exc:
         return web.json_response({"error": str(exc)}, status=401, headers={"WWW-Authenticate": "Bearer"})
+    except Refused as exc:
+        assert verifier is not None
+        challenge = {"WWW-Authenticate": verifier.challenge(exc)} if exc.status != 503 else {}
+        return web.json_response({"error": str(exc)}, status=exc.status, headers=challenge)
     body: Any = None
     headers = {k.lower(): v for k, v in request.headers.items()}
     try:
@@ -201,9 +210,30 @@ def create_app(config: CoreConfig | None = None, *, services: Services | None = 
     app.router.add_route("GET", "/mcp", handle_not_allowed)
     app.router.add_route("DELETE", "/mcp", handle_not_allowed)
     app.router.add_routes(tool_routes)
+    if config.oauth is not None:
+        _protect(app, Verifier(config.oauth, app[SERVICES].clock))
     app.on_shutdown.append(_end_listens)
     app.cleanup_ctx.append(_lifetime)
     return app
+
+
+VERIFIER = web.AppKey("verifier", Verifier)
+
+
+def _protect(app: web.Application, verifier: Verifier) -> None:
+    """``[oauth]``: every POST needs a token issued for this core; its RFC 9728 metadata names the issuer."""
+    app[VERIFIER] = verifier
+    document = verifier.metadata()
+
+    async def metadata(request: web.Request) -> web.Response:
+        return web.json_response(document)
+
+    app.router.add_get(metadata_path(verifier.config.resource), metadata)
+
+    async def close(app: web.Application) -> None:
+        await verifier.close()
+
+    app.on_cleanup.append(close)
 
 
 async def _end_listens(app: web.Application) -> None:

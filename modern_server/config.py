@@ -56,6 +56,18 @@ class StateKey(_Frozen):
         return value.encode("utf-8")
 
 
+class OAuthConfig(_Frozen):
+    """``[oauth]``: the core accepts only JWT access tokens its ``issuer`` signed for ``resource`` (its own URL,
+    the audience); see modern_server.oauth. The principal of a request is the token's ``sub``."""
+
+    issuer: str = Field(pattern=r"^https?://")
+    resource: str = Field(pattern=r"^https?://", description="the core's own /mcp URL, as its clients name it")
+    jwks_uri: str | None = Field(default=None, pattern=r"^https?://")  # default: from the issuer's metadata
+    scopes_supported: tuple[str, ...] = ()
+    required_scopes: tuple[str, ...] = ()  # every token must hold these, else 403 insufficient_scope
+    leeway_seconds: float = Field(default=30.0, ge=0, le=300)
+
+
 def _default_workspaces() -> dict[str, tuple[str, ...]]:
     return {"anonymous": ("file:///work/notes",)}
 
@@ -77,6 +89,7 @@ class CoreConfig(_Frozen):
     public_url: str | None = None
     # streamable-http §Security (DNS rebinding): browser Origins trusted besides loopback and public_url's own.
     allowed_origins: tuple[str, ...] = ()
+    oauth: OAuthConfig | None = None  # set: every request needs a JWT access token issued for this core
 
     @field_validator("anonymous_principal")
     @classmethod
