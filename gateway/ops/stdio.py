@@ -8,6 +8,10 @@ has. Each message is POSTed as it arrives (a bridged request's SSE stream stays 
 the sampling, elicitation or roots request it carries on stdin), every message of every answer is written as
 one line, and the session's GET stream carries what is not tied to a request. When stdin closes the session is
 deleted, which cancels its rounds upstream, and the process exits.
+
+A line longer than ``max_request_bytes`` (the endpoint's own bound) is never held whole: its first bytes are kept
+to find its id, the rest is discarded as it arrives, and it is refused under that id (``adapters.doors.too_large``)
+while the session goes on.
 """
 
 from __future__ import annotations
@@ -16,24 +20,76 @@ import asyncio
 import sys
 import tempfile
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
 
 import aiohttp
 from aiohttp import web
 
-from adapters.doors import Transport
+from adapters.doors import ID_SCAN_BYTES, Transport, too_large
 from gateway.config.settings import GatewayConfig
 from gateway.http.app import create_app
 from gateway.http.door import DoorClient
 from gateway.http.keys import GATEWAY
 
+READ_BYTES = 1 << 16  # read from stdin at a time
 
-async def _stdin_lines() -> AsyncIterator[bytes]:
+
+@dataclass(frozen=True, slots=True)
+class Oversized:
+    """A line over the limit: only its first bytes, where its id may be read."""
+
+    prefix: bytes
+
+
+class Lines:
+    """Splits what stdin sends into lines (newline-delimited, 2025-11-25 basic/transports §stdio) of at most
+    ``limit`` bytes. A longer line is reported once, as soon as it passes the limit, and the rest of it is
+    dropped up to its newline: memory stays bounded however long it is."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit, self.buffer, self.dropping = limit, bytearray(), False
+
+    def feed(self, chunk: bytes) -> list[bytes | Oversized]:
+        out: list[bytes | Oversized] = []
+        while chunk:
+            cut = chunk.find(b"\n")
+            part, chunk = (chunk, b"") if cut < 0 else (chunk[:cut], chunk[cut + 1:])
+            if not self.dropping:
+                self.buffer += part
+                if len(self.buffer) > self.limit:
+                    out.append(Oversized(bytes(self.buffer[:ID_SCAN_BYTES])))
+                    self.buffer.clear()
+                    self.dropping = True
+            if cut >= 0:
+                out.extend(self.finish())
+        return out
+
+    def finish(self) -> list[bytes | Oversized]:
+        """The line ended (its newline, or the end of stdin)."""
+        line = bytes(self.buffer)
+        self.buffer.clear()
+        self.dropping = False
+        return [line] if line.strip() else []
+
+
+async def _stdin_lines(limit: int) -> AsyncIterator[bytes | Oversized]:
     loop = asyncio.get_running_loop()
-    reader = asyncio.StreamReader(limit=1 << 24)
+    reader = asyncio.StreamReader()
     await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
-    while line := await reader.readline():
-        if line.strip():
+    lines = Lines(limit)
+    while chunk := await reader.read(READ_BYTES):
+        for line in lines.feed(chunk):
             yield line
+    for line in lines.finish():
+        yield line
+
+
+async def deliver(door: DoorClient, line: bytes | Oversized, limit: int) -> None:
+    """One line of stdin to the door: a line over ``limit`` is refused here, it never reaches the endpoint."""
+    if isinstance(line, Oversized):
+        door.write(too_large(line.prefix, limit))
+    else:
+        await door.handle_line(line)
 
 
 async def serve_stdio(config: GatewayConfig, authorization: str | None) -> None:
@@ -46,9 +102,10 @@ async def serve_stdio(config: GatewayConfig, authorization: str | None) -> None:
             async with aiohttp.ClientSession(connector=aiohttp.UnixConnector(path=path)) as http:
                 door = DoorClient(http, authorization, sys.stdout.buffer,
                                   door=runner.app[GATEWAY].door_headers(Transport.STDIO))
+                limit = config.connections.max_request_bytes
                 try:
-                    async for line in _stdin_lines():
-                        await door.handle_line(line)
+                    async for line in _stdin_lines(limit):
+                        await deliver(door, line, limit)
                 finally:
                     await door.close()
     finally:
