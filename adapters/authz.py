@@ -226,3 +226,71 @@ def refusal(server: ResourceServer, failure: Failure, ident: Any = None) -> Reje
 def _quotable(text: str) -> str:
     """RFC 6750 §3: error_description is printable ASCII without the quote and backslash."""
     return "".join(c for c in text if 0x20 <= ord(c) <= 0x7E and c not in '"\\')
+
+
+@dataclass(frozen=True, slots=True)
+class UpstreamProtection:
+    """What an upstream's 401 and its RFC 9728 metadata say: the resource (the audience its tokens must name),
+    the authorization servers it trusts, the scopes it knows."""
+
+    resource: str
+    authorization_servers: tuple[str, ...]
+    scopes_supported: tuple[str, ...] = ()
+
+
+def challenge_params(challenge: str) -> tuple[str, dict[str, str]]:
+    """A ``WWW-Authenticate`` challenge's scheme and auth-params (RFC 9110 §11.2: ``token`` or quoted-string
+    values, commas between), lower-cased names; a malformed rest is ignored, never raised on."""
+    scheme, _, rest = challenge.strip().partition(" ")
+    params: dict[str, str] = {}
+    i, n = 0, len(rest)
+    while i < n:
+        eq = rest.find("=", i)
+        if eq < 0:
+            break
+        name = rest[i:eq].strip(" ,").lower()
+        value, i = _param_value(rest, eq + 1)
+        if name:
+            params[name] = value
+    return scheme.lower(), params
+
+
+def _param_value(text: str, i: int) -> tuple[str, int]:
+    """One value from ``text[i:]`` and where the next parameter starts."""
+    while i < len(text) and text[i] == " ":
+        i += 1
+    if i < len(text) and text[i] == '"':
+        out, i = [], i + 1
+        while i < len(text) and text[i] != '"':
+            if text[i] == "\\" and i + 1 < len(text):
+                i += 1
+            out.append(text[i])
+            i += 1
+        end = text.find(",", i)
+        return "".join(out), len(text) if end < 0 else end + 1
+    end = text.find(",", i)
+    end = len(text) if end < 0 else end
+    return text[i:end].strip(), end + 1
+
+
+def resource_metadata_location(challenges: Sequence[str], upstream_url: str) -> str:
+    """Where an upstream's protected-resource metadata is: its Bearer challenge's ``resource_metadata``, else the
+    well-known URL its own URL gives (2025-11-25 basic/authorization "Protected Resource Metadata Discovery")."""
+    for challenge in challenges:
+        scheme, params = challenge_params(challenge)
+        if scheme == "bearer" and params.get("resource_metadata", "").startswith(("https://", "http://")):
+            return params["resource_metadata"]
+    return metadata_url(upstream_url)
+
+
+def read_protection(doc: Mapping[str, Any]) -> UpstreamProtection | str:
+    """The upstream's metadata document as an :class:`UpstreamProtection`, or why it cannot be used."""
+    resource, servers = doc.get("resource"), doc.get("authorization_servers")
+    if not isinstance(resource, str) or not resource.startswith(("https://", "http://")):
+        return "its protected-resource metadata names no resource URL"
+    if not isinstance(servers, list) or not servers or not all(
+            isinstance(s, str) and s.startswith(("https://", "http://")) for s in servers):
+        return "its protected-resource metadata names no authorization server"
+    scopes = doc.get("scopes_supported")
+    known = tuple(s for s in scopes if isinstance(s, str)) if isinstance(scopes, list) else ()
+    return UpstreamProtection(resource, tuple(servers), known)

@@ -13,13 +13,15 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Any
 
+from adapters.authz import UpstreamProtection
 from adapters.errors import METHOD_NOT_FOUND, ErrorValue, upstream_failure
 from adapters.handshake import check_discover, server_info_of
 from adapters.jsonwire import loads
 from adapters.protocol import MODERN_VERSION
 from adapters.sse import EventTooLarge, SseDecoder
 
-__all__ = ["ProbeAnswer", "UpstreamKind", "Verdict", "http_failure", "judge", "judge_http", "needs_initialize"]
+__all__ = ["ProbeAnswer", "UpstreamKind", "Verdict", "http_failure", "judge", "judge_http", "needs_initialize",
+           "protected"]
 
 # What 2025-era streamable-HTTP servers say when a request comes without a session (S25 basic/transports
 # §Session Management: "Servers that require a session ID SHOULD respond ... with HTTP 400 Bad Request");
@@ -35,6 +37,7 @@ class UpstreamKind(Enum):
     NOT_MCP = "not_mcp"  # something answered, but not MCP at that path (404, HTML, non-JSON)
     UNREACHABLE = "unreachable"  # connection refused, timeout, DNS
     UNCLEAR = "unclear"  # an MCP-looking answer the gateway cannot place (an auth challenge, another error)
+    PROTECTED = "protected"  # a 401 whose protected-resource metadata names an authorization server (OAuth)
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,12 +48,23 @@ class ProbeAnswer:
     content_type: str = ""
     body: bytes = b""
     failure: str | None = None
+    challenges: tuple[str, ...] = ()  # its WWW-Authenticate values, in order
 
 
 @dataclass(frozen=True, slots=True)
 class Verdict:
     kind: UpstreamKind
     message: str  # one line for the operator's log and the client's error
+    protection: UpstreamProtection | None = None  # PROTECTED: what its metadata says
+
+
+def protected(protection: UpstreamProtection) -> Verdict:
+    """An upstream that answered 401 and described itself (RFC 9728): which resource and authorization servers,
+    and that the gateway needs a credential of its own for it (it never passes a client's token on)."""
+    servers = ", ".join(protection.authorization_servers)
+    return Verdict(UpstreamKind.PROTECTED, f"an OAuth-protected server (resource {protection.resource}, "
+                                           f"authorization server {servers}): give the gateway a credential for it "
+                                           "(docs/operations.md, \"Authorization\")", protection)
 
 
 def judge_http(answer: ProbeAnswer) -> Verdict:

@@ -26,7 +26,8 @@ from pathlib import Path
 from aiohttp import web
 from pydantic import ValidationError
 
-from gateway.config.settings import ConfigError, GatewayConfig, StoreConfig, load_config
+from adapters.authz import UpstreamProtection
+from gateway.config.settings import AuthConfig, ConfigError, GatewayConfig, StoreConfig, load_config
 from gateway.ops.check import add_arguments as add_check_arguments
 from gateway.ops.check import run as run_check
 from gateway.ops.connections import run as run_capped
@@ -186,12 +187,14 @@ def configured(args: argparse.Namespace) -> GatewayConfig:
         raise SystemExit(f"gateway: {exc}") from None
 
 
-def served_app(args: argparse.Namespace) -> tuple[web.Application, GatewayConfig]:
-    """The app ``serve`` runs, with everything its flags add (reload, pid file, GC tuning), and its config."""
+def served_app(args: argparse.Namespace,
+               upstream: UpstreamProtection | None = None) -> tuple[web.Application, GatewayConfig]:
+    """The app ``serve`` runs, with everything its flags add (reload, pid file, GC tuning), and its config;
+    ``upstream``: the default upstream's protection, which the doors then copy (:func:`protected_like`)."""
     from gateway.ops.reload import install_sighup
 
     overrides = _overrides(args)
-    config = usage_serve_defaults(configured(args), args.usage_db)  # serve keeps usage history by default
+    config = usage_serve_defaults(protected_like(configured(args), upstream), args.usage_db)
     if config.embedded_workspace is None:  # serve's demo: the user's own folder is a workspace of the core
         config = config.model_copy(update={"embedded_workspace": os.getcwd()})
     config = with_otel(with_trace(with_store(config, args.store), args.trace, args.trace_content), args.otel)
@@ -221,15 +224,16 @@ def with_store(config: GatewayConfig, url: str | None) -> GatewayConfig:
     return config.model_copy(update={"store": store})
 
 
-def check_upstream(config: GatewayConfig, required: bool) -> None:
+def check_upstream(config: GatewayConfig, required: bool) -> UpstreamProtection | None:
     """The start-up probe (gateway.ops.probe): one line per upstream (the default one and each named one) saying
-    what is there; with ``required``, any that is not a 2026-07-28 server ends start-up with its line."""
+    what is there; with ``required``, any that is not a 2026-07-28 server ends start-up with its line. Returns
+    what the default upstream's protected-resource metadata says, when it answered 401 with one."""
     from adapters.probe import UpstreamKind
     from gateway.ops.probe import probe_all, targets
 
     found = targets(config, os.environ)
     if not found:
-        return  # only the embedded core: nothing to probe
+        return None  # only the embedded core: nothing to probe
     verdicts = asyncio.run(probe_all(found, min(config.upstream_connect_timeout_seconds, 5.0)))
     failed = [target.line(verdict) for target, verdict in verdicts if verdict.kind is not UpstreamKind.MODERN]
     if required and failed:
@@ -239,6 +243,24 @@ def check_upstream(config: GatewayConfig, required: bool) -> None:
             logging.getLogger("gateway").info("%s", target.line(verdict))
         else:
             logging.getLogger("gateway").warning("%s; serving anyway", target.line(verdict))
+    return next((v.protection for t, v in verdicts if t.name is None and v.protection is not None), None)
+
+
+def protected_like(config: GatewayConfig, upstream: UpstreamProtection | None) -> GatewayConfig:
+    """``--upstream`` alone in front of an OAuth-protected server: the doors are protected the same way at once
+    (tokens of the upstream's authorization servers), so clients authorize at the gateway and the upstream gets
+    the gateway's own credential, never theirs. A configured ``[gateway.auth]`` is kept as it is."""
+    if upstream is None or config.auth.enabled:
+        return config
+    auth = AuthConfig(authorization_servers=upstream.authorization_servers,
+                      scopes_supported=upstream.scopes_supported)
+    try:
+        protected = GatewayConfig.model_validate({**config.model_dump(), "auth": auth.model_dump()})
+    except ValidationError as exc:
+        raise SystemExit(f"gateway: the upstream is OAuth-protected: {exc.errors()[0]['msg']}") from None
+    logging.getLogger("gateway").info("doors protected like the upstream: tokens of %s are required",
+                                      ", ".join(upstream.authorization_servers))
+    return protected
 
 
 def serve(args: argparse.Namespace) -> None:
@@ -250,8 +272,8 @@ def serve(args: argparse.Namespace) -> None:
         if problem is not None:
             raise SystemExit(f"gateway: {problem}")
         raise SystemExit(supervise(args.serve_argv, args.workers))
-    check_upstream(config, args.require_upstream)
-    app, config = served_app(args)
+    protection = check_upstream(config, args.require_upstream)
+    app, config = served_app(args, protection)
     access_log = None if args.no_access_log else logging.getLogger("aiohttp.access")
     logging.getLogger().setLevel(args.log_level.upper())
     logging.getLogger("gateway").info("event loop: %s", install(args.loop))

@@ -15,9 +15,11 @@ from typing import Any
 
 import aiohttp
 
+from adapters.authz import read_protection, resource_metadata_location
 from adapters.jsonwire import dumps
-from adapters.probe import ProbeAnswer, Verdict, judge, judge_http, needs_initialize
+from adapters.probe import ProbeAnswer, Verdict, judge, judge_http, needs_initialize, protected
 from adapters.upstream import SessionView, build_discover
+from gateway.auth.fetch import AuthServerError, get_json
 from gateway.config.settings import GatewayConfig
 
 log = logging.getLogger("gateway")
@@ -74,16 +76,36 @@ async def probe(url: str, seconds: float = 5.0, authorization: str | None = None
     limit = aiohttp.ClientTimeout(total=seconds)
     async with aiohttp.ClientSession(timeout=limit) as http:
         discover = await _post(http, url, call.body, headers)
+        if discover.status == 401 and authorization is None:
+            described = await _protection(http, url, discover, seconds)
+            if described is not None:
+                return described
         if not needs_initialize(judge_http(discover)):
             return judge(discover)
         second = {**_INITIALIZE_HEADERS, "Authorization": authorization} if authorization else _INITIALIZE_HEADERS
         return judge(discover, await _post(http, url, _INITIALIZE, second))
 
 
+async def _protection(http: aiohttp.ClientSession, url: str, answer: ProbeAnswer, seconds: float) -> Verdict | None:
+    """A 401's protected-resource metadata (RFC 9728), read where its challenge says; None when there is none."""
+    location = resource_metadata_location(answer.challenges, url)
+    try:
+        doc = await get_json(http, location, seconds=seconds)
+    except AuthServerError as exc:
+        log.info("upstream %s: 401 without readable protected-resource metadata (%s)", url, exc)
+        return None
+    found = read_protection(doc)
+    if isinstance(found, str):
+        log.info("upstream %s: %s", url, found)
+        return None
+    return protected(found)
+
+
 async def _post(http: aiohttp.ClientSession, url: str, body: dict[str, Any], headers: dict[str, str]) -> ProbeAnswer:
     try:
         async with http.post(url, data=dumps(body), headers=headers, allow_redirects=False) as resp:
-            return ProbeAnswer(resp.status, resp.content_type, await _head_of_body(resp))
+            return ProbeAnswer(resp.status, resp.content_type, await _head_of_body(resp),
+                               challenges=tuple(resp.headers.getall("WWW-Authenticate", ())))
     except TimeoutError:
         return ProbeAnswer(failure="no answer in time")
     except aiohttp.ClientConnectorError as exc:

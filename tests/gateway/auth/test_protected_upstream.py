@@ -1,0 +1,117 @@
+"""``--upstream`` in front of an OAuth-protected server: the start-up probe reads the upstream's 401 challenge
+and its RFC 9728 metadata, says which authorization server it trusts, and ``serve`` protects its own doors the
+same way at once (their metadata names that authorization server, and tokens are required)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+from aiohttp import web
+
+from adapters.authz import UpstreamProtection
+from adapters.probe import UpstreamKind
+from gateway.ops.probe import probe
+from tests.gateway.auth.oidc import free_port
+
+ROOT = Path(__file__).resolve().parents[3]
+AS = "https://auth.example.com"
+
+
+async def protected_upstream(aiohttp_server: Any, *, metadata_at: str = "/meta/mcp",
+                             document: dict[str, Any] | None = None) -> str:
+    """A server that refuses every request with a Bearer challenge pointing at its metadata."""
+    base: list[str] = []
+
+    async def refuse(request: web.Request) -> web.Response:
+        challenge = f'Bearer resource_metadata="{base[0]}{metadata_at}", scope="files:read"'
+        return web.Response(status=401, headers={"WWW-Authenticate": challenge})
+
+    async def metadata(request: web.Request) -> web.Response:
+        doc = document if document is not None else {
+            "resource": f"{base[0]}/mcp", "authorization_servers": [AS], "scopes_supported": ["files:read"]}
+        return web.json_response(doc)
+
+    app = web.Application()
+    app.router.add_post("/mcp", refuse)
+    app.router.add_get(metadata_at, metadata)
+    server = await aiohttp_server(app)
+    base.append(str(server.make_url("")).rstrip("/"))
+    return f"{base[0]}/mcp"
+
+
+async def test_the_probe_reads_the_challenge_and_the_metadata(aiohttp_server: Any) -> None:
+    url = await protected_upstream(aiohttp_server)
+    verdict = await probe(url, 5.0)
+    assert verdict.kind is UpstreamKind.PROTECTED
+    assert verdict.protection == UpstreamProtection(url, (AS,), ("files:read",))
+    assert f"resource {url}" in verdict.message and AS in verdict.message
+
+
+async def test_metadata_that_names_no_server_leaves_the_verdict_unclear(aiohttp_server: Any) -> None:
+    url = await protected_upstream(aiohttp_server, document={"resource": "x"})
+    verdict = await probe(url, 5.0)
+    assert verdict.kind is UpstreamKind.UNCLEAR and verdict.protection is None
+
+
+async def test_serve_protects_its_doors_like_the_upstream(aiohttp_server: Any, tmp_path: Path) -> None:
+    url = await protected_upstream(aiohttp_server)
+    port = free_port()
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "gateway", "serve", "--port", str(port), "--upstream", url,
+        "--usage-db", str(tmp_path / "usage.sqlite3"), cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(ROOT)},
+        stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE)
+    try:
+        assert proc.stderr is not None
+        seen: list[str] = []
+        while not any("serving legacy MCP" in line for line in seen):
+            line = (await asyncio.wait_for(proc.stderr.readline(), 30)).decode()
+            assert line, "".join(seen)
+            seen.append(line)
+        text = "".join(seen)
+        assert "an OAuth-protected server" in text and f"doors protected like the upstream: tokens of {AS}" in text
+        base = f"http://127.0.0.1:{port}"
+        async with aiohttp.ClientSession() as http:
+            await listening(http, base)
+            async with http.get(f"{base}/.well-known/oauth-protected-resource/mcp") as resp:
+                doc = await resp.json()
+            assert doc["resource"] == f"{base}/mcp" and doc["authorization_servers"] == [AS]
+            assert doc["scopes_supported"] == ["files:read"]
+            async with http.post(f"{base}/mcp", json={"jsonrpc": "2.0", "id": 1, "method": "ping"}, headers={
+                    "Accept": "application/json, text/event-stream"}) as resp:
+                assert resp.status == 401
+                assert f'resource_metadata="{base}/.well-known/oauth-protected-resource/mcp"' in \
+                    resp.headers["WWW-Authenticate"]
+    finally:
+        proc.terminate()
+        await proc.wait()
+
+
+async def listening(http: aiohttp.ClientSession, base: str) -> None:
+    """The banner is logged as the server starts listening, not after: wait for /healthz (10 s at most)."""
+    for _ in range(200):
+        try:
+            async with http.get(f"{base}/healthz") as resp:
+                if resp.status == 200:
+                    return
+        except aiohttp.ClientConnectorError:
+            await asyncio.sleep(0.05)
+    raise AssertionError(f"{base} never listened")
+
+
+@pytest.mark.parametrize("challenge, expected", [
+    ('Bearer resource_metadata="https://a/.well-known/oauth-protected-resource/x"',
+     "https://a/.well-known/oauth-protected-resource/x"),
+    ('Bearer realm="x"', "https://up.example/.well-known/oauth-protected-resource/mcp"),
+    ('Basic resource_metadata="https://elsewhere/m"', "https://up.example/.well-known/oauth-protected-resource/mcp"),
+    ('Bearer resource_metadata="javascript:alert(1)"', "https://up.example/.well-known/oauth-protected-resource/mcp"),
+])
+def test_where_the_metadata_is(challenge: str, expected: str) -> None:
+    from adapters.authz import resource_metadata_location
+
+    assert resource_metadata_location((challenge,), "https://up.example/mcp") == expected
