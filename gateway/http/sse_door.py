@@ -22,9 +22,10 @@ from adapters.classify import check_origin_host, principal_of
 from adapters.doors import Transport
 from adapters.errors import reject
 from adapters.jsonwire import loads
-from gateway.config.settings import GatewayConfig
 from gateway.http.answers import Acknowledgement, rejection_response
+from gateway.http.authorization import door_principal
 from gateway.http.door import DoorClient
+from gateway.http.door_hop import HOP, door_connector, door_endpoint, enter_door, install_door_hop, leave_door
 from gateway.http.keys import GATEWAY
 from gateway.http.outbox import Outbox
 
@@ -44,21 +45,6 @@ class _Stream:
 STREAMS = web.AppKey("sse_door_streams", dict)
 
 
-def own_endpoint(request: web.Request) -> tuple[str, str]:
-    """This server's /mcp, reached on the address the request came in on, with a loopback Host for the check."""
-    sockname = request.transport.get_extra_info("sockname") if request.transport else None
-    address, port = (sockname[0], sockname[1]) if sockname else ("127.0.0.1", 80)
-    host = f"[{address}]" if ":" in address else address
-    return f"http://{host}:{port}/mcp", f"localhost:{port}"
-
-
-def door_connector(config: GatewayConfig) -> aiohttp.TCPConnector:
-    """One door session's loopback connections, bounded: its messages served at once, the forwarded requests its
-    session may have waiting on the client (the endpoint refuses more), its GET stream and its ending."""
-    return aiohttp.TCPConnector(limit=config.connections.door_max_in_flight + config.limits.max_pending_per_session
-                                + 2)
-
-
 def _stream_ended(request: web.Request) -> None:
     """The client left ``door_max_queued_bytes`` unread: its stream is ended, which ends its session."""
     log.warning("HTTP+SSE door: the client is not reading its stream; ending it")
@@ -71,14 +57,29 @@ async def open_stream(request: web.Request) -> web.StreamResponse:
     refused = check_origin_host(request.headers, gw.policy)
     if refused is not None:
         return rejection_response(refused)
+    principal = await door_principal(request, "/sse")  # [gateway.auth]: 401/403 before the stream opens
+    if isinstance(principal, web.StreamResponse):
+        return principal
+    full = enter_door(request)  # door_max_sessions: refused before the stream opens
+    if full is not None:
+        return full
+    try:
+        return await _serve_stream(request, principal)
+    finally:
+        leave_door(request)
+
+
+async def _serve_stream(request: web.Request, verified: str | None) -> web.StreamResponse:
+    gw = request.app[GATEWAY]
     authorization = request.headers.get("Authorization")
     limits = gw.config.connections
     events = Outbox(limits.door_max_queued_bytes, lambda: _stream_ended(request))
-    stream, stream_id = _Stream(principal_of(authorization, gw.policy.tokens), events), secrets.token_urlsafe(24)
-    endpoint, host = own_endpoint(request)
+    principal = verified or principal_of(authorization, gw.policy.tokens)
+    stream, stream_id = _Stream(principal, events), secrets.token_urlsafe(24)
+    endpoint, host = door_endpoint(request)
     response = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
     await response.prepare(request)
-    http = aiohttp.ClientSession(connector=door_connector(gw.config))
+    http = aiohttp.ClientSession(connector=door_connector(gw.config, request.app[HOP]))
     stream.door = door = DoorClient(http, authorization, events, endpoint, host,
                                     gw.door_headers(Transport.HTTP_SSE), in_flight=limits.door_max_in_flight)
     request.app[STREAMS][stream_id] = stream
@@ -117,10 +118,15 @@ async def post_message(request: web.Request) -> web.StreamResponse:
     refused = check_origin_host(request.headers, gw.policy)
     if refused is not None:
         return rejection_response(refused)
+    verified = await door_principal(request, "/sse")
+    if isinstance(verified, web.StreamResponse):
+        return verified
     stream = request.app[STREAMS].get(request.query.get("session_id", ""))
-    principal = principal_of(request.headers.get("Authorization"), gw.policy.tokens)
+    principal = verified or principal_of(request.headers.get("Authorization"), gw.policy.tokens)
     if stream is None or stream.door is None or stream.principal != principal:
         return rejection_response(reject("unknown_session", "no such HTTP+SSE session"))
+    if verified:  # a refreshed token of the same principal: the door relays the newest one from now on
+        stream.door.authorization = request.headers.get("Authorization")
     body = await request.read()
     try:
         loads(body)
@@ -137,6 +143,7 @@ async def _end_streams(app: web.Application) -> None:
 
 def add_sse_door(app: web.Application) -> None:
     app[STREAMS] = {}
+    install_door_hop(app)
     app.router.add_get("/sse", open_stream)
     app.router.add_post("/messages", post_message)
     app.on_shutdown.append(_end_streams)

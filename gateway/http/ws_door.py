@@ -19,10 +19,11 @@ from aiohttp import WSCloseCode, web
 from adapters.classify import check_origin_host
 from adapters.doors import Transport
 from gateway.http.answers import rejection_response
+from gateway.http.authorization import door_principal
 from gateway.http.door import DoorClient
+from gateway.http.door_hop import HOP, door_connector, door_endpoint, enter_door, install_door_hop, leave_door
 from gateway.http.keys import GATEWAY
 from gateway.http.outbox import Outbox
-from gateway.http.sse_door import door_connector, own_endpoint
 
 log = logging.getLogger("gateway.http.ws_door")
 SUBPROTOCOL = "mcp"
@@ -36,12 +37,26 @@ async def open_socket(request: web.Request) -> web.StreamResponse:
     refused = check_origin_host(request.headers, gw.policy)
     if refused is not None:
         return rejection_response(refused)
+    unauthorized = await door_principal(request, "/ws")  # [gateway.auth]: 401/403 before the upgrade
+    if isinstance(unauthorized, web.StreamResponse):
+        return unauthorized
+    full = enter_door(request)  # door_max_sessions: refused before the upgrade, with a status the client sees
+    if full is not None:
+        return full
+    try:
+        return await _serve_socket(request)
+    finally:
+        leave_door(request)
+
+
+async def _serve_socket(request: web.Request) -> web.WebSocketResponse:
+    gw = request.app[GATEWAY]
     ws = web.WebSocketResponse(protocols=(SUBPROTOCOL,))
     await ws.prepare(request)
     limits = gw.config.connections
     frames = Outbox(limits.door_max_queued_bytes, lambda: _overflowed(request, ws, sender))
-    http = aiohttp.ClientSession(connector=door_connector(gw.config))
-    door = DoorClient(http, request.headers.get("Authorization"), frames, *own_endpoint(request),
+    http = aiohttp.ClientSession(connector=door_connector(gw.config, request.app[HOP]))
+    door = DoorClient(http, request.headers.get("Authorization"), frames, *door_endpoint(request),
                       door=gw.door_headers(Transport.WEBSOCKET), in_flight=limits.door_max_in_flight)
     sender = asyncio.get_running_loop().create_task(_send(ws, frames))
     try:
@@ -97,4 +112,5 @@ async def _send(ws: web.WebSocketResponse, frames: Outbox) -> None:
 
 
 def add_ws_door(app: web.Application) -> None:
+    install_door_hop(app)
     app.router.add_get("/ws", open_socket)

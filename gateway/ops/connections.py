@@ -11,14 +11,19 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import resource
+import shutil
 import signal
+import tempfile
 from collections.abc import Callable
 from typing import Any, cast
 
 from aiohttp import web
 
 from gateway.config.settings import GatewayConfig
+from gateway.http.door_hop import HOP, door_connections
+from gateway.http.keys import GATEWAY
 
 log = logging.getLogger("gateway.ops.connections")
 # Descriptors kept for everything but client and upstream connections: listening sockets, the usage store,
@@ -27,17 +32,38 @@ RESERVED_FDS = 64
 _UNLIMITED_FDS = 1 << 20  # what an unlimited RLIMIT_NOFILE is taken as
 
 
-def derived_cap(config: GatewayConfig, soft_limit: int | None = None) -> int:
-    """``max_client_connections`` when it is 0: what RLIMIT_NOFILE leaves after :data:`RESERVED_FDS` and the
-    upstream connections (``upstream_max_connections`` + ``upstream_max_stream_connections``), these taking at
-    most half of it. At ``ulimit -n 1024``: 480; at a raised limit (the benchmark's) nearly all of it."""
+def _client_descriptors(config: GatewayConfig, soft_limit: int | None) -> int:
+    """What RLIMIT_NOFILE leaves after :data:`RESERVED_FDS` and the upstream connections
+    (``upstream_max_connections`` + ``upstream_max_stream_connections``), these taking at most half of it."""
     if soft_limit is None:
         soft_limit = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
     if soft_limit == resource.RLIM_INFINITY or soft_limit <= 0:
         soft_limit = _UNLIMITED_FDS
     usable = max(0, soft_limit - RESERVED_FDS)
-    upstream = min(config.upstream_max_connections + config.upstream_max_stream_connections, usable // 2)
-    return max(1, usable - upstream)
+    return usable - min(config.upstream_max_connections + config.upstream_max_stream_connections, usable // 2)
+
+
+def door_descriptors(config: GatewayConfig) -> int:
+    """What one door session may hold: two descriptors (both ends) per loopback connection of its hop."""
+    return 2 * door_connections(config)
+
+
+def door_cap(config: GatewayConfig, soft_limit: int | None = None) -> int:
+    """``door_max_sessions``, or when it is 0: as many door sessions as half of what the upstream connections
+    leave can hold descriptors for (:func:`door_descriptors`), at least one. At ``ulimit -n 1024`` with the
+    default door bounds (132 descriptors a session): 1; at 65536: 243."""
+    configured = config.connections.door_max_sessions
+    if configured:
+        return configured
+    return max(1, _client_descriptors(config, soft_limit) // 2 // door_descriptors(config))
+
+
+def derived_cap(config: GatewayConfig, soft_limit: int | None = None) -> int:
+    """``max_client_connections`` when it is 0: what RLIMIT_NOFILE leaves after :data:`RESERVED_FDS`, the
+    upstream connections and the door sessions' hops (:func:`door_cap` of them). At ``ulimit -n 1024``: 348;
+    at a raised limit (the benchmark's) most of it."""
+    rest = _client_descriptors(config, soft_limit) - door_cap(config, soft_limit) * door_descriptors(config)
+    return max(1, rest)
 
 
 def client_cap(config: GatewayConfig) -> int:
@@ -100,16 +126,39 @@ class _Counted(asyncio.Protocol):
 
 class CappedRunner(web.AppRunner):
     """An AppRunner whose sites accept through the cap: a site asks ``runner.server`` for its protocol factory,
-    while the runner's own shutdown and cleanup use the real server."""
+    while the runner's own shutdown and cleanup use the real server. It also serves the app, uncapped, on the
+    doors' hop (gateway.http.door_hop): a Unix socket in a private temporary folder, kept until the app's
+    shutdown is over, since the doors' endings send their DELETE through it."""
 
     def __init__(self, app: web.Application, cap: ConnectionCap, **kwargs: Any) -> None:
         super().__init__(app, **kwargs)
         self.cap = cap
+        self.hop: asyncio.AbstractServer | None = None
+        self.hop_folder: str | None = None
 
     @property
     def server(self) -> Any:
         inner = super().server
         return None if inner is None else self.cap.factory(inner)
+
+    async def setup(self) -> None:
+        await super().setup()
+        hop, inner = self.app.get(HOP), super().server
+        if hop is None or inner is None:
+            return
+        self.hop_folder = tempfile.mkdtemp(prefix="mcp-gateway-doors-")
+        path = os.path.join(self.hop_folder, "doors.sock")
+        self.hop = await asyncio.get_running_loop().create_unix_server(inner, path)
+        hop.path, hop.limit = path, door_cap(self.app[GATEWAY].config)
+
+    async def cleanup(self) -> None:
+        try:
+            await super().cleanup()
+        finally:
+            if self.hop is not None:
+                self.hop.close()
+            if self.hop_folder is not None:
+                shutil.rmtree(self.hop_folder, ignore_errors=True)
 
 
 async def serve_forever(app: web.Application, host: str, port: int, limit: int, reuse_port: bool = False,

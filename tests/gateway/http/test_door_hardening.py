@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import socket
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -18,6 +19,7 @@ from aiohttp import web
 from adapters.doors import DOOR_HEADER
 from gateway.config.settings import load_config
 from gateway.http.app import create_app
+from gateway.http.door_hop import HOP
 from gateway.http.keys import GATEWAY
 from gateway.ops.connections import CappedRunner, ConnectionCap
 from tests.gateway.conftest import FakeUpstream, hang_until_closed, text
@@ -212,7 +214,6 @@ async def _raw_send(sock: socket.socket, message: Any) -> None:
 async def test_a_message_whose_loopback_request_fails_is_answered(tmp_path: Path) -> None:
     port = _free_port()
     config = load_config(port=port, usage={"db": str(tmp_path / "usage.sqlite3")})
-    # Room for the socket and one loopback connection: the door's second concurrent request is refused.
     runner = CappedRunner(create_app(config), ConnectionCap(2))
     await runner.setup()
     await web.TCPSite(runner, "127.0.0.1", port).start()
@@ -221,6 +222,8 @@ async def test_a_message_whose_loopback_request_fails_is_answered(tmp_path: Path
                                                                     protocols=("mcp",)) as ws:
             await ws.send_str(json.dumps(INIT))
             await _answer(ws, 1)
+            # The hop's socket is gone: the door's next new loopback connection fails.
+            os.unlink(str(runner.app[HOP].path))
             await ws.send_str(json.dumps({"jsonrpc": "2.0", "method": "notifications/initialized"}))
             await ws.send_str(json.dumps({"jsonrpc": "2.0", "id": 2, "method": "ping"}))
             await ws.send_str(json.dumps({"jsonrpc": "2.0", "id": 3, "method": "ping"}))
@@ -228,3 +231,68 @@ async def test_a_message_whose_loopback_request_fails_is_answered(tmp_path: Path
     finally:
         await runner.cleanup()
     assert any(a.get("error", {}).get("code") == -32603 for a in answers)
+
+
+async def _capped(config: Any, limit: int) -> tuple[CappedRunner, int]:
+    """A gateway as ``serve`` runs it: its client port through the connection cap, its doors' hop beside it."""
+    port = _free_port()
+    runner = CappedRunner(create_app(config.model_copy(update={"port": port})), ConnectionCap(limit))
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", port).start()
+    return runner, port
+
+
+async def test_a_door_with_many_calls_waiting_leaves_the_connection_cap_to_other_clients(
+        upstream: FakeUpstream, tmp_path: Path) -> None:
+    closed = asyncio.Event()
+    _scripted(upstream, closed)
+    config = load_config(upstream_url=upstream.url, usage={"db": str(tmp_path / "usage.sqlite3")})
+    runner, port = await _capped(config, 4)
+    try:
+        async with aiohttp.ClientSession() as http, http.ws_connect(f"ws://127.0.0.1:{port}/ws",
+                                                                    protocols=("mcp",)) as ws:
+            await ws.send_str(json.dumps(INIT))
+            await _answer(ws, 1)
+            for ident in range(2, 42):  # more than door_max_in_flight (32): that many wait upstream
+                await ws.send_str(json.dumps(_call(ident, "hang")))
+            for _ in range(500):
+                if await _hangs(upstream) >= 32:
+                    break
+                await asyncio.sleep(0.01)
+            assert await _hangs(upstream) == 32  # every one of them reached the upstream through the hop
+            for _ in range(3):  # the cap (4) holds the socket and these clients, one at a time
+                async with aiohttp.ClientSession() as other:
+                    async with other.get(f"http://127.0.0.1:{port}/healthz") as health:
+                        assert health.status == 200
+                    async with other.post(f"http://127.0.0.1:{port}/mcp", json=INIT, headers={
+                            "Accept": "application/json, text/event-stream"}) as init:
+                        assert init.status == 200 and "Mcp-Session-Id" in init.headers
+    finally:
+        await runner.cleanup()
+    assert closed.is_set()  # the socket's end cancelled its waiting calls upstream
+
+
+async def test_door_sessions_over_door_max_sessions_are_refused_before_the_upgrade(
+        upstream: FakeUpstream, tmp_path: Path) -> None:
+    config = load_config(upstream_url=upstream.url, usage={"db": str(tmp_path / "usage.sqlite3")},
+                         connections={"door_max_sessions": 1})
+    runner, port = await _capped(config, 16)
+    try:
+        async with aiohttp.ClientSession() as http, http.ws_connect(f"ws://127.0.0.1:{port}/ws",
+                                                                    protocols=("mcp",)) as ws:
+            await ws.send_str(json.dumps(INIT))
+            await _answer(ws, 1)
+            with pytest.raises(aiohttp.WSServerHandshakeError) as refused:
+                await http.ws_connect(f"ws://127.0.0.1:{port}/ws", protocols=("mcp",))
+            assert refused.value.status == 503
+            async with http.get(f"http://127.0.0.1:{port}/sse") as stream:
+                assert stream.status == 503
+                assert (await stream.json())["error"]["data"]["limit"] == "door_max_sessions"
+        for _ in range(500):  # the first socket closed: its place is free again
+            if runner.app[HOP].open == 0:
+                break
+            await asyncio.sleep(0.01)
+        async with aiohttp.ClientSession() as http, http.get(f"http://127.0.0.1:{port}/sse") as stream:
+            assert stream.status == 200 and (await _sse_endpoint(stream)).startswith("/messages")
+    finally:
+        await runner.cleanup()

@@ -16,7 +16,7 @@ from aiohttp import web
 from gateway.config.settings import load_config
 from gateway.http.app import create_app
 from gateway.ops import logs
-from gateway.ops.connections import CappedRunner, ConnectionCap, client_cap, derived_cap
+from gateway.ops.connections import CappedRunner, ConnectionCap, client_cap, derived_cap, door_cap
 from gateway.ops.logs import RepeatFilter
 
 REQUEST = b"DELETE /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"  # answered by the gateway alone (400: no session)
@@ -75,9 +75,12 @@ async def test_connections_over_the_cap_are_closed_at_once_and_a_freed_slot_is_s
 
 def test_the_cap_is_derived_from_the_descriptor_limit_unless_configured() -> None:
     config = load_config()  # upstream 100 + 1000 connections
-    assert derived_cap(config, 1024) == 480  # (1024 - 64) / 2 left once upstream connections take half
-    assert derived_cap(config, 1_048_576) == 1_048_576 - 64 - 1100
-    assert derived_cap(config, 10) == 1
+    # (1024 - 64) / 2 left once upstream connections take half, less one door session's hop (2 * (32 + 32 + 2))
+    assert derived_cap(config, 1024) == 480 - 132 and door_cap(config, 1024) == 1
+    assert door_cap(config, 65_536) == (65_536 - 64 - 1100) // 2 // 132 == 243
+    assert derived_cap(config, 1_048_576) == 1_048_576 - 64 - 1100 - door_cap(config, 1_048_576) * 132
+    assert derived_cap(config, 10) == 1 and door_cap(config, 10) == 1
+    assert door_cap(load_config(connections={"door_max_sessions": 5}), 1024) == 5
     assert client_cap(load_config(connections={"max_client_connections": 7})) == 7
 
 

@@ -1,0 +1,76 @@
+"""Where the WebSocket and HTTP+SSE doors reach the gateway's own ``/mcp`` (the hop), and how many door
+sessions may be open at once.
+
+Each message of a door session is one loopback request to ``/mcp`` (docs/design.md §35), and a session holds up
+to :func:`door_connections` of them at once, two descriptors each (both ends). Served on the client port they
+counted against ``max_client_connections``: one WebSocket whose calls waited on sampling held every slot, and
+other clients were refused. So ``serve`` (gateway.ops.connections) also serves the app on a Unix socket in a
+private temporary folder, as the stdio door does, which the connection cap never sees; door sessions are
+bounded instead, all of them together, by ``door_max_sessions`` (a WebSocket upgrade or ``GET /sse`` over it
+gets 503). A server with no hop (a plain runner) lets doors reach ``/mcp`` on the address their client used.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import aiohttp
+from aiohttp import web
+
+from adapters.errors import limit_rejection
+from gateway.config.settings import GatewayConfig
+from gateway.http.answers import rejection_response
+
+HOP_ENDPOINT = "http://localhost/mcp"  # on the hop's Unix socket: a loopback name for the Host check
+
+
+@dataclass
+class DoorHop:
+    """The app's door hop: set by the server that runs one; the door sessions open count against ``limit``."""
+
+    path: str | None = None  # the private Unix socket serving this app
+    limit: int = 0  # door sessions open at once; 0: unbounded
+    open: int = 0
+
+
+HOP = web.AppKey("door_hop", DoorHop)
+
+
+def install_door_hop(app: web.Application) -> None:
+    if HOP not in app:
+        app[HOP] = DoorHop()
+
+
+def door_connections(config: GatewayConfig) -> int:
+    """One door session's loopback connections at most: its messages served at once, the forwarded requests its
+    session may have waiting on the client (the endpoint refuses more), its GET stream and its ending."""
+    return config.connections.door_max_in_flight + config.limits.max_pending_per_session + 2
+
+
+def door_connector(config: GatewayConfig, hop: DoorHop) -> aiohttp.BaseConnector:
+    if hop.path is not None:
+        return aiohttp.UnixConnector(path=hop.path, limit=door_connections(config))
+    return aiohttp.TCPConnector(limit=door_connections(config))
+
+
+def door_endpoint(request: web.Request) -> tuple[str, str | None]:
+    """The URL a door POSTs to, and the Host it names when not the URL's."""
+    if request.app[HOP].path is not None:
+        return HOP_ENDPOINT, None
+    sockname = request.transport.get_extra_info("sockname") if request.transport else None
+    address, port = (sockname[0], sockname[1]) if sockname else ("127.0.0.1", 80)
+    host = f"[{address}]" if ":" in address else address
+    return f"http://{host}:{port}/mcp", f"localhost:{port}"
+
+
+def enter_door(request: web.Request) -> web.Response | None:
+    """Counts a new door session in, or the 503 that refuses it when ``door_max_sessions`` are open."""
+    hop = request.app[HOP]
+    if hop.limit and hop.open >= hop.limit:
+        return rejection_response(limit_rejection("door_max_sessions", hop.limit))
+    hop.open += 1
+    return None
+
+
+def leave_door(request: web.Request) -> None:
+    request.app[HOP].open -= 1
