@@ -30,6 +30,7 @@ from adapters import takeover as T
 from adapters.errors import AuthChallenge, ErrorValue
 from adapters.records import PendingRound, Phase
 from adapters.results import Complete, InputRequired, Invalid, classify_result, response
+from adapters.tool_policy import OPEN, ToolPolicy, filter_list
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,6 +55,9 @@ class BridgeContext:
     client_capabilities: Mapping[str, Any]  # as declared at initialize (2025 shape)
     new_id: Callable[[], str]  # injected: gateway request ids and elicitationIds (unique in the session)
     cached_roots: Mapping[str, Any] | None = None
+    # The peer's tool policy, applied to a tools/list result; ``scoped``: tokens carry scopes ([gateway.auth]).
+    tools: ToolPolicy = OPEN
+    scoped: bool = False
 
     @property
     def cache_roots(self) -> bool:
@@ -282,7 +286,10 @@ class BridgeMachine:
             return self._finish_error(outcome.error)
         if isinstance(outcome, Complete):
             done: list[Action] = [SendToClient(_elicitation_complete(eid)) for eid in self.record.url_elicitations]
-            return [*done, self._end(response(self.record.downstream_id, outcome.result))]
+            result = outcome.result
+            if self.record.method == "tools/list":  # tools the peer may not use are not listed (tool_policy)
+                result = filter_list(self.ctx.tools, result, self.ctx.scoped)
+            return [*done, self._end(response(self.record.downstream_id, result))]
         return self._next_round(outcome)
 
     def _next_round(self, outcome: InputRequired) -> list[Action]:

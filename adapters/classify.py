@@ -16,6 +16,7 @@ from enum import StrEnum
 from typing import Any, Final
 from urllib.parse import urlsplit
 
+from adapters.authz import Principal
 from adapters.errors import Rejection, reject
 from adapters.jsonwire import TooDeep, loads
 from adapters.protocol import (
@@ -47,6 +48,9 @@ class HttpView:
     # The principal the shell verified the request's access token for ([gateway.auth], adapters.authz): the session
     # is bound to it instead of to the Authorization header.
     principal: str | None = None
+    # Its verified claims (issuer, subject, client, scopes; never the token): what peers match on and what a tool's
+    # scope is checked against (adapters.peers, adapters.tool_policy).
+    grant: Principal | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,6 +88,7 @@ class Accepted:
     session: SessionRecord | None = None
     last_event_id: str | None = None
     batch: tuple[Accepted | Rejection, ...] = ()
+    grant: Principal | None = None  # HttpView.grant: the request's verified token claims
 
 
 def principal_of(authorization: str | None, tokens: Mapping[str, str] | None = None) -> str:
@@ -258,6 +263,19 @@ def check_session(view: HttpView, session: SessionRecord | None, principal: str,
 
 
 def classify(view: HttpView, session: SessionRecord | None, policy: Policy, now_ms: int) -> Accepted | Rejection:
+    verdict = _classify(view, session, policy, now_ms)
+    if view.grant is None or not isinstance(verdict, Accepted):
+        return verdict
+    return _granted(verdict, view.grant)
+
+
+def _granted(verdict: Accepted, grant: Principal) -> Accepted:
+    """The verdict, and each batch element, carrying the request's verified claims (only with [gateway.auth])."""
+    batch = tuple(_granted(e, grant) if isinstance(e, Accepted) else e for e in verdict.batch)
+    return replace(verdict, grant=grant, batch=batch)
+
+
+def _classify(view: HttpView, session: SessionRecord | None, policy: Policy, now_ms: int) -> Accepted | Rejection:
     refused = (None if view.own_door else check_origin_host(view.headers, policy)) or _check_repeated(view)
     if refused is not None:
         return refused

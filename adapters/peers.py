@@ -3,10 +3,14 @@
 Pure policy over plain values; the shell builds :class:`Peer` values from the configuration and injects
 ``today`` and the canary seed. Decisions:
 
-- **Matching.** First the authenticated principal (a security control): the first peer listing it wins. Then,
-  only for principals no peer lists, the self-reported ``clientInfo`` name/version glob patterns — a
-  convenience for routing and reporting, *not* a security control, since any client can claim any name
-  (2026 basic/index: clientInfo is display data). Otherwise the default peer.
+- **Matching.** First the credential (a security control): the first peer listing the principal (a static
+  ``[[tokens]]`` name), or whose token-claim conditions the verified token meets (``client_ids`` and
+  ``subjects`` globs, ``scopes`` all held; every kind listed must match), wins. Then, only for principals no
+  such peer takes, the self-reported ``clientInfo`` name/version glob patterns of peers with no credential
+  condition — a convenience for routing and reporting, *not* a security control, since any client can claim
+  any name (2026 basic/index: clientInfo is display data). Otherwise the default peer. A session keeps the
+  peer it was opened with (its record's pins); a peer matched on ``scopes`` is also checked on each request,
+  so a token refreshed without them steps up again rather than keeping the peer.
 - **Revisions.** A peer lists the revisions it may speak. A legacy-only peer that probes with a modern request
   (auto-mode clients send ``server/discover`` first) gets -32022 whose ``supported`` lists only legacy
   revisions: dual-era clients (the official SDK's ``mode="auto"``, streamable-http §Backward compatibility)
@@ -26,9 +30,11 @@ from dataclasses import dataclass, field, replace
 from fnmatch import fnmatchcase
 from typing import Any
 
+from adapters.authz import Principal
 from adapters.bridge import BridgeLimits
 from adapters.errors import ErrorValue
 from adapters.protocol import HANDSHAKE_VERSIONS, LEGACY_VERSIONS, MODERN_VERSION
+from adapters.tool_policy import OPEN, ToolPolicy, policy_from_record, policy_record
 
 INVALID_PARAMS, UNSUPPORTED = -32602, -32022
 INPUT_KINDS = ("sampling", "elicitation.form", "elicitation.url", "roots")
@@ -52,6 +58,15 @@ class Peer:
     extra: Mapping[str, Any] = field(default_factory=dict)
     trace: bool | None = None  # translation traces and spans for this peer (None: the gateway's [gateway.trace])
     trace_content: bool | None = None  # with content (None: the gateway's)
+    # Token-claim conditions (a verified token's, adapters.authz.Principal): globs, globs, scopes all held.
+    client_ids: tuple[str, ...] = ()
+    subjects: tuple[str, ...] = ()
+    scopes: tuple[str, ...] = ()
+    tools: ToolPolicy = OPEN  # adapters.tool_policy
+
+    @property
+    def by_claims(self) -> bool:
+        return bool(self.client_ids or self.subjects or self.scopes)
 
     @property
     def legacy(self) -> tuple[str, ...]:
@@ -71,15 +86,32 @@ def _claims(peer: Peer, client_info: Mapping[str, Any] | None) -> bool:
             and (peer.client_version is None or fnmatchcase(version, peer.client_version)))
 
 
+def _token_claims(peer: Peer, grant: Principal | None) -> bool:
+    """Whether a verified token meets every claim condition the peer lists (it lists at least one)."""
+    if grant is None or not peer.by_claims:
+        return False
+    client = grant.client_id
+    return ((not peer.client_ids or (client is not None and any(fnmatchcase(client, g) for g in peer.client_ids)))
+            and (not peer.subjects or any(fnmatchcase(grant.subject, g) for g in peer.subjects))
+            and grant.scopes.issuperset(peer.scopes))
+
+
 def match_peer(peers: Sequence[Peer], default: Peer, principal: str,
-               client_info: Mapping[str, Any] | None) -> Peer:
+               client_info: Mapping[str, Any] | None, grant: Principal | None = None) -> Peer:
+    """The peer of a request's credential, else of its clientInfo, else the default (module docstring).
+    ``grant``: the verified token's claims ([gateway.auth]), never the token."""
     for peer in peers:
-        if principal in peer.principals:
+        if principal in peer.principals or _token_claims(peer, grant):
             return peer
     for peer in peers:
-        if not peer.principals and _claims(peer, client_info):
+        if not peer.principals and not peer.by_claims and _claims(peer, client_info):
             return peer
     return default
+
+
+def scopes_kept(peer: Peer, grant: Principal | None) -> bool:
+    """Whether a session's request still holds the scopes its peer was matched on (module docstring)."""
+    return not peer.scopes or (grant is not None and grant.scopes.issuperset(peer.scopes))
 
 
 def sunset_passed(peer: Peer, today: str) -> bool:
@@ -161,7 +193,7 @@ def peer_record(peer: Peer) -> dict[str, Any]:
             "deprecation_notice": peer.deprecation_notice, "upstream": peer.upstream,
             "input_kinds": list(peer.input_kinds), "max_rounds": peer.max_rounds,
             "answer_timeout_seconds": peer.answer_timeout_seconds, "trace": peer.trace,
-            "trace_content": peer.trace_content}
+            "trace_content": peer.trace_content, "scopes": list(peer.scopes), "tools": policy_record(peer.tools)}
 
 
 def peer_from_record(data: Mapping[str, Any]) -> Peer:
@@ -171,7 +203,8 @@ def peer_from_record(data: Mapping[str, Any]) -> Peer:
                 deprecation_notice=data.get("deprecation_notice"),
                 upstream=data.get("upstream", "default"), input_kinds=tuple(data.get("input_kinds", INPUT_KINDS)),
                 max_rounds=data.get("max_rounds"), answer_timeout_seconds=data.get("answer_timeout_seconds"),
-                trace=data.get("trace"), trace_content=data.get("trace_content"))
+                trace=data.get("trace"), trace_content=data.get("trace_content"),
+                scopes=tuple(data.get("scopes", ())), tools=policy_from_record(data.get("tools")))
 
 
 def client_info_of(initialize: bool, params: Mapping[str, Any]) -> Mapping[str, Any] | None:

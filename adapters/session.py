@@ -20,9 +20,11 @@ from typing import Any, Final, NamedTuple
 
 from adapters import local
 from adapters.admission import SessionLimits, initialize_size_error
+from adapters.authz import ResourceServer, require_scopes
+from adapters.authz import refusal as auth_refusal
 from adapters.bridge import BridgeLimits, admit
 from adapters.classify import Accepted, Kind
-from adapters.errors import ErrorValue, Rejection, refusal
+from adapters.errors import ErrorValue, Rejection, refusal, reject
 from adapters.peers import (
     Peer,
     admit_initialize,
@@ -31,11 +33,13 @@ from adapters.peers import (
     mask_capabilities,
     match_peer,
     peer_limits,
+    scopes_kept,
     sunset_error,
     sunset_passed,
 )
 from adapters.protocol import CLIENT_INFO_META_KEY, LEGACY_VERSIONS, MODERN_VERSION, PROTOCOL_VERSION_META_KEY
 from adapters.results import response
+from adapters.tool_policy import OPEN, ToolPolicy, Verdict, decide_call, unknown_tool
 
 
 class Context(NamedTuple):
@@ -52,6 +56,7 @@ class Context(NamedTuple):
     default_peer: Peer | None = None
     in_flight: Collection[Any] = ()
     offered: tuple[str, ...] = LEGACY_VERSIONS  # the handshake revisions the client's door offers (/mcp: these)
+    resource: ResourceServer | None = None  # [gateway.auth]: the challenge a scope step-up names (else None)
 
 
 # --- actions -----------------------------------------------------------------------------------------------
@@ -139,9 +144,11 @@ class FanOut:
 
 @dataclass(frozen=True, slots=True)
 class PassThrough:
-    """A 2026-07-28 request of a peer allowed to send one: forwarded as it is to the peer's ``upstream``."""
+    """A 2026-07-28 request of a peer allowed to send one: forwarded as it is to the peer's ``upstream``; a
+    ``tools/list`` answer is filtered by the peer's ``tools`` policy."""
 
     upstream: str
+    tools: ToolPolicy = OPEN
 
 
 @dataclass(frozen=True, slots=True)
@@ -173,6 +180,8 @@ def _request(accepted: Accepted, context: Context) -> tuple[Action, ...]:
     ident, version = message["id"], session.protocol_version
     if sunset_passed(peer, context.today):
         return (_reply(ident, error=sunset_error(peer, version)),)
+    if not scopes_kept(peer, accepted.grant):  # matched on scopes this request's token no longer holds
+        return (_step_up(accepted, context, peer.scopes),)
     match local.decide(message["method"], message.get("params") or {}, version):
         case local.Reply(result, error):
             return (_reply(ident, result, error),)
@@ -181,10 +190,42 @@ def _request(accepted: Accepted, context: Context) -> tuple[Action, ...]:
         case local.ChangeSubscription(params, subscribe):
             return (ChangeSubscription(ident, params, subscribe),)
         case local.Forward():
+            denied = _tool_refusal(accepted, peer, context)
+            if denied is not None:
+                return (denied,)
             refused = admit(context.in_flight, ident, context.limits)
             if refused is not None:
                 return (_reply(ident, error=refused),)
             return (Forward(ident, peer_limits(context.limits, peer)),)
+
+
+def _tool_refusal(accepted: Accepted, peer: Peer, context: Context) -> Reply | Refuse | None:
+    """A ``tools/call`` the peer's tool policy refuses (adapters.tool_policy): an unknown tool, or a scope to
+    step up to. Scopes count only with a verified token and a challenge to name them in."""
+    message = accepted.message
+    if peer.tools.open or message["method"] != "tools/call":
+        return None
+    name = message["params"]["name"]  # a str: local.decide validated the params
+    grant = accepted.grant
+    scopes = grant.scopes if grant is not None and context.resource is not None else None
+    decision = decide_call(peer.tools, name, scopes)
+    if decision.verdict is Verdict.HIDDEN:
+        error = unknown_tool(name, peer.name)
+        return Reply(response(message["id"], error=error), error.log)
+    if decision.verdict is Verdict.STEP_UP:
+        return _step_up(accepted, context, decision.scopes)
+    return None
+
+
+def _step_up(accepted: Accepted, context: Context, needed: Sequence[str]) -> Refuse:
+    """403 ``insufficient_scope`` naming the scopes to ask for (2025-11-25 basic/authorization, Scope Challenge
+    Handling); without a verified token or a challenge to send, a plain 403."""
+    ident, grant = accepted.message.get("id"), accepted.grant
+    if grant is None or context.resource is None:
+        return Refuse(reject("insufficient_scope", f"this request needs scope {' '.join(needed)}", ident))
+    failure = require_scopes(grant, needed)
+    assert failure is not None, "called only when a needed scope is missing"
+    return Refuse(auth_refusal(context.resource, failure, ident))
 
 
 def _notification(message: dict[str, Any]) -> tuple[Action, ...]:
@@ -206,7 +247,7 @@ def _initialize(accepted: Accepted, context: Context) -> Reply | OpenSession:
     params = message.get("params") or {}
     info = params.get("clientInfo") or {}
     assert context.default_peer is not None, "initialize is decided with the configured peers"
-    peer = match_peer(context.peers, context.default_peer, accepted.principal, info)
+    peer = match_peer(context.peers, context.default_peer, accepted.principal, info, accepted.grant)
     version = legacy_answer_version(peer, params.get("protocolVersion"), context.offered)
     problem = (local.check_request("initialize", version, params) or admit_initialize(peer, version, context.today)
                or initialize_size_error(params.get("capabilities"), params.get("clientInfo"),
@@ -217,17 +258,28 @@ def _initialize(accepted: Accepted, context: Context) -> Reply | OpenSession:
     return OpenSession(peer, version, dict(caps), dict(info))
 
 
-def _modern(accepted: Accepted, context: Context) -> PassThrough | Refuse:
+def _modern(accepted: Accepted, context: Context) -> PassThrough | Refuse | Reply:
     """A 2026-07-28 request names its client in ``_meta`` (2026-07-28 basic §_meta): its peer's pins say whether
     it may send one (a legacy-pinned peer's probe is steered to ``initialize``) and which upstream serves it."""
     params = accepted.message.get("params")
     meta = (params.get("_meta") if isinstance(params, dict) else None) or {}  # decoded JSON: a dict or nothing
     assert context.default_peer is not None, "a modern request is decided with the configured peers"
-    peer = match_peer(context.peers, context.default_peer, accepted.principal, meta.get(CLIENT_INFO_META_KEY))
+    peer = match_peer(context.peers, context.default_peer, accepted.principal, meta.get(CLIENT_INFO_META_KEY),
+                      accepted.grant)
     refused = admit_modern(peer, str(meta.get(PROTOCOL_VERSION_META_KEY, MODERN_VERSION)))
     if refused is not None:
         return Refuse(refusal("pinned_to_legacy", refused, accepted.message.get("id")))
-    return PassThrough(peer.upstream)
+    return _modern_tool_refusal(accepted, peer, context) or PassThrough(peer.upstream, peer.tools)
+
+
+def _modern_tool_refusal(accepted: Accepted, peer: Peer, context: Context) -> Reply | Refuse | None:
+    """The peer's tool policy on a 2026-07-28 ``tools/call`` too: the same answers as on a session. A name that
+    is not a string is the upstream's to refuse (its params are not checked here)."""
+    params = accepted.message.get("params")
+    name = params.get("name") if isinstance(params, dict) else None
+    if peer.tools.open or accepted.message.get("method") != "tools/call" or not isinstance(name, str):
+        return None
+    return _tool_refusal(accepted, peer, context)
 
 
 def _notified(accepted: Accepted, context: Context) -> tuple[Action, ...]:

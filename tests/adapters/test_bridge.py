@@ -301,3 +301,18 @@ def test_an_abort_withdraws_the_clients_requests_and_answers_with_the_error() ->
     assert [type(a) for a in actions] == [B.SendToClient, B.AbortUpstream, B.Finish]
     assert actions[0].message["method"] == "notifications/cancelled"
     assert actions[-1].message["error"]["data"] == {"gateway": "shutting_down"} and m.done
+
+
+def test_a_tools_list_result_loses_the_tools_the_peers_policy_hides_and_keeps_its_cursor() -> None:
+    from adapters.tool_policy import ToolPolicy
+    page = {"resultType": "complete", "nextCursor": "c/2=", "tools": [
+        {"name": n, "inputSchema": {"type": "object"}} for n in ("read_file", "write_file", "deploy")]}
+    policy = ToolPolicy(denied=("write_*",), scopes=(("deploy", "deploy"),))
+    listed = final(machine(method="tools/list", tools=policy, scoped=True).handle(B.UpstreamResult(page)))
+    assert [t["name"] for t in listed["result"]["tools"]] == ["read_file", "deploy"]
+    assert listed["result"]["nextCursor"] == "c/2="
+    unscoped = final(machine(method="tools/list", tools=policy).handle(B.UpstreamResult(page)))
+    assert [t["name"] for t in unscoped["result"]["tools"]] == ["read_file"]  # deploy could never be called
+    other = final(machine(method="prompts/list", tools=policy).handle(B.UpstreamResult(
+        {"resultType": "complete", "prompts": [{"name": "write_x"}]})))
+    assert other["result"]["prompts"] == [{"name": "write_x"}]  # only tools/list is a tool list

@@ -262,3 +262,18 @@ def test_a_long_lived_answer_keeps_only_its_sessions_identity(kind, slim) -> Non
         ("s1", "anonymous", "2025-11-25")
     assert kept.session.client_capabilities == {} and kept.session.pins == {} and kept.session.subscriptions == []
     assert record.client_capabilities == {"sampling": {}}  # the record itself is untouched
+
+
+def test_the_verified_claims_ride_on_the_verdict_and_every_batch_element() -> None:
+    from dataclasses import replace
+
+    from adapters.authz import Principal
+    grant = Principal("https://as.example", "alice", "ide", frozenset({"mcp"}), None)
+    old = session(protocol_version="2025-03-26", principal=grant.key)
+    view = replace(post([REQ, {**REQ, "id": 2}], **OLD), principal=grant.key, grant=grant)
+    verdict = classify(view, old, Policy(), NOW)
+    assert isinstance(verdict, Accepted) and verdict.grant is grant
+    assert [e.grant for e in verdict.batch] == [grant, grant]
+    plain = classify(replace(post(INIT), principal=grant.key, grant=grant), None, Policy(), NOW)
+    assert isinstance(plain, Accepted) and plain.grant is grant and plain.principal == grant.key
+    assert classify(post(INIT), None, Policy(), NOW).grant is None

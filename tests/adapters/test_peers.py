@@ -106,3 +106,62 @@ def test_a_peers_trace_choices_override_the_gateways() -> None:
     debug = Peer("debug", trace=True, trace_content=True)
     assert trace_policy(debug, False, False) == (True, True)
     assert trace_policy(peer_from_record(peer_record(debug)), False, False) == (True, True)  # kept by sessions
+
+
+# --- token claims ([gateway.auth]: a verified token's client id, subject and scopes) --------------------------
+def grant(client="ide-app", subject="alice", scopes=("mcp",)):
+    from adapters.authz import Principal
+    return Principal("https://as.example", subject, client, frozenset(scopes), None)
+
+
+BY_CLIENT = Peer("by-client", client_ids=("ide-*",))
+BY_SUBJECT_AND_SCOPE = Peer("ops", subjects=("ops-*",), scopes=("admin", "mcp"))
+NAMED = Peer("named", client_name="acme-ide*")  # clientInfo only: never a security control
+CLAIM_PEERS = (BY_SUBJECT_AND_SCOPE, BY_CLIENT, NAMED)
+
+
+@pytest.mark.parametrize("token, info, expected", [
+    (grant(), None, "by-client"),
+    (grant(client="ide-app"), {"name": "acme-ide"}, "by-client"),  # claims beat a claimed clientInfo name
+    (grant(client="cli"), {"name": "acme-ide"}, "named"),
+    (grant(client=None), None, "default"),  # a token naming no client matches no client_ids glob
+    (grant(client="IDE-app"), None, "default"),  # globs are case-sensitive
+    (grant(subject="ops-1", scopes=("admin", "mcp")), None, "ops"),  # first peer in order, every kind matched
+    (grant(subject="ops-1", scopes=("admin",)), None, "by-client"),  # every listed scope must be held
+    (grant(subject="bob", scopes=("admin", "mcp")), None, "by-client"),  # subject must match too
+    (None, None, "default"),  # no verified token: no claim peer
+])
+def test_claims_are_a_credential_match(token, info, expected):
+    assert match_peer(CLAIM_PEERS, DEFAULT, "oauth:x", info, token).name == expected
+
+
+def test_a_claims_peer_is_never_claimed_by_clientinfo():
+    peer = Peer("p", client_ids=("svc",), client_name="acme*")
+    assert match_peer((peer,), DEFAULT, "anonymous", {"name": "acme"}).name == "default"
+
+
+def test_a_static_token_name_still_matches_alongside_claims():
+    both = Peer("both", principals=("ci-bot",), client_ids=("svc",))
+    assert match_peer((both,), DEFAULT, "ci-bot", None).name == "both"
+    assert match_peer((both,), DEFAULT, "oauth:x", None, grant(client="svc")).name == "both"
+
+
+def test_scopes_kept_checks_the_scopes_the_peer_was_matched_on():
+    from adapters.peers import scopes_kept
+    assert scopes_kept(BY_CLIENT, None)  # matched on no scope: nothing to keep
+    assert scopes_kept(BY_SUBJECT_AND_SCOPE, grant(scopes=("admin", "mcp", "x")))
+    assert not scopes_kept(BY_SUBJECT_AND_SCOPE, grant(scopes=("mcp",)))
+    assert not scopes_kept(BY_SUBJECT_AND_SCOPE, None)
+
+
+def test_the_record_keeps_the_tool_policy_and_the_matched_scopes_never_the_claims():
+    from adapters.peers import peer_from_record, peer_record
+    from adapters.tool_policy import ToolPolicy
+    peer = Peer("p", client_ids=("svc",), subjects=("alice",), scopes=("admin",),
+                tools=ToolPolicy(("read_*",), ("read_x",), (("deploy", "deploy"),)))
+    record = peer_record(peer)
+    assert "client_ids" not in record and "subjects" not in record
+    back = peer_from_record(record)
+    assert back.tools == peer.tools and back.scopes == ("admin",)
+    old = {k: v for k, v in record.items() if k not in ("tools", "scopes")}  # a record written before this
+    assert peer_from_record(old).tools.open and peer_from_record(old).scopes == ()

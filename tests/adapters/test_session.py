@@ -10,12 +10,14 @@ import pytest
 
 from adapters import session as S
 from adapters.admission import SessionLimits
+from adapters.authz import Principal, ResourceServer
 from adapters.bridge import BridgeLimits
 from adapters.classify import Accepted, Kind
 from adapters.errors import GATEWAY_LIMIT_EXCEEDED, INVALID_PARAMS, INVALID_REQUEST, METHOD_NOT_FOUND
 from adapters.peers import Peer
 from adapters.protocol import LATEST_LEGACY, LEGACY_VERSIONS, MODERN_VERSION, SSE_ERA_VERSION
 from adapters.records import SessionRecord
+from adapters.tool_policy import ToolPolicy
 
 TODAY = "2026-12-04"
 LIMITS = BridgeLimits()
@@ -235,3 +237,97 @@ def test_initialize_negotiates_only_what_the_clients_door_offers() -> None:
     assert isinstance(opening, S.OpenSession) and opening.version == SSE_ERA_VERSION
     (opening,) = S.handle(initialize(SSE_ERA_VERSION), before_session())  # /mcp: offered the latest instead
     assert isinstance(opening, S.OpenSession) and opening.version == LATEST_LEGACY
+
+
+# --- per-peer tool policy and token claims (adapters.tool_policy, adapters.peers) ---------------------------
+RESOURCE = ResourceServer("https://gw.example/mcp", ("https://as.example",))
+POLICED = Peer("ide", tools=ToolPolicy(allowed=("read_*", "deploy*"), denied=("read_secrets",),
+                                        scopes=(("deploy*", "deploy"),)))
+
+
+def token(*scopes: str, client: str = "ide-app") -> Principal:
+    return Principal("https://as.example", "alice", client, frozenset(scopes), None)
+
+
+def call(name: str, grant: Principal | None = None, ident=9) -> Accepted:
+    message = {"jsonrpc": "2.0", "id": ident, "method": "tools/call", "params": {"name": name, "arguments": {}}}
+    return Accepted(Kind.REQUEST, "oauth:x", message, record(), grant=grant)
+
+
+def with_auth(peer: Peer = POLICED, resource: ResourceServer | None = RESOURCE) -> S.Context:
+    return S.Context(TODAY, LIMITS, SessionLimits(), peer, resource=resource)
+
+
+@pytest.mark.parametrize("name", ["write_file", "read_secrets", "READ_file"])
+def test_a_tool_the_peer_may_not_use_is_an_unknown_tool_and_is_not_forwarded(name) -> None:
+    (reply,) = S.handle(call(name, token("mcp")), with_auth())
+    assert isinstance(reply, S.Reply)
+    assert reply.message["error"] == {"code": INVALID_PARAMS, "message": f"Unknown tool: {name}"}
+    assert reply.message["id"] == 9 and "ide" in (reply.log or "")
+
+
+def test_an_allowed_tool_is_forwarded() -> None:
+    (forward,) = S.handle(call("read_file", token()), with_auth())
+    assert isinstance(forward, S.Forward) and forward.ident == 9
+    (forward,) = S.handle(call("deploy_dev", token("deploy")), with_auth())
+    assert isinstance(forward, S.Forward)
+
+
+def test_a_tool_needing_a_scope_the_token_lacks_steps_up_with_403_naming_it() -> None:
+    (refuse,) = S.handle(call("deploy_dev", token("mcp")), with_auth())
+    assert isinstance(refuse, S.Refuse) and refuse.rejection.status == 403
+    (challenge,) = refuse.rejection.error.challenge.challenges
+    assert 'error="insufficient_scope"' in challenge and 'scope="deploy mcp"' in challenge
+    assert 'resource_metadata="https://gw.example/.well-known/oauth-protected-resource/mcp"' in challenge
+    assert refuse.rejection.body()["id"] == 9
+    assert refuse.rejection.body()["error"]["data"] == {"authorization": "insufficient_scope"}
+
+
+def test_without_a_verified_token_a_scoped_tool_is_never_callable() -> None:
+    (reply,) = S.handle(call("deploy_dev", None), with_auth(resource=None))
+    assert isinstance(reply, S.Reply) and reply.message["error"]["message"] == "Unknown tool: deploy_dev"
+
+
+def test_other_methods_and_open_policies_are_not_checked() -> None:
+    (forward,) = S.handle(request("tools/list", {}), with_auth())
+    assert isinstance(forward, S.Forward)
+    (forward,) = S.handle(call("anything", None), on_session())
+    assert isinstance(forward, S.Forward)
+
+
+def test_a_session_matched_on_scopes_steps_up_when_a_refreshed_token_lost_them() -> None:
+    admins = Peer("admins", scopes=("admin",))
+    (forward,) = S.handle(call("x", token("admin")), with_auth(admins))
+    assert isinstance(forward, S.Forward)
+    (refuse,) = S.handle(request("tools/list", {}), with_auth(admins))  # no token at all: refused
+    assert isinstance(refuse, S.Refuse) and refuse.rejection.status == 403
+    (refuse,) = S.handle(call("x", token("mcp")), with_auth(admins))
+    assert isinstance(refuse, S.Refuse) and 'scope="admin mcp"' in refuse.rejection.error.challenge.challenges[0]
+
+
+def test_initialize_matches_a_peer_on_the_tokens_claims() -> None:
+    by_client = Peer("by-client", client_ids=("ide-*",))
+    granted = dataclasses.replace(initialize(principal="oauth:x"), grant=token(client="ide-app"))
+    (opening,) = S.handle(granted, before_session(by_client))
+    assert isinstance(opening, S.OpenSession) and opening.peer is by_client
+    (opening,) = S.handle(initialize(principal="oauth:x"), before_session(by_client))
+    assert isinstance(opening, S.OpenSession) and opening.peer is PEER
+
+
+def modern_call(name: str, grant: Principal | None = None) -> Accepted:
+    meta = {"io.modelcontextprotocol/protocolVersion": MODERN_VERSION,
+            "io.modelcontextprotocol/clientInfo": {"name": "client", "version": "2"}}
+    message = {"jsonrpc": "2.0", "id": 4, "method": "tools/call", "params": {"name": name, "_meta": meta}}
+    return Accepted(Kind.MODERN, "oauth:x", message, grant=grant)
+
+
+def test_a_modern_request_gets_the_same_tool_policy() -> None:
+    peer = dataclasses.replace(POLICED, client_name="client")
+    context = S.Context(TODAY, LIMITS, SESSION_LIMITS, peers=(peer,), default_peer=PEER, resource=RESOURCE)
+    (reply,) = S.handle(modern_call("write_file", token()), context)
+    assert isinstance(reply, S.Reply) and reply.message["error"]["message"] == "Unknown tool: write_file"
+    (refuse,) = S.handle(modern_call("deploy_x", token()), context)
+    assert isinstance(refuse, S.Refuse) and refuse.rejection.status == 403
+    assert S.handle(modern_call("read_file", token()), context) == (S.PassThrough("default", peer.tools),)
+    list_request = dataclasses.replace(modern(), principal="oauth:x")
+    assert S.handle(list_request, context) == (S.PassThrough("default", peer.tools),)  # filtered by the shell
