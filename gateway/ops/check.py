@@ -11,21 +11,26 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import math
 import os
 import sys
 import tomllib
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import aiohttp
 
 from adapters import check as C
 from adapters.capabilities import client_caps_to_modern
+from adapters.jsonwire import loads
+from adapters.sse import EventTooLarge, SseDecoder
 from adapters.upstream import SessionView, build_request
 from gateway.config.settings import TraceConfig
 from gateway.ops.legacy_client import ACCEPT, MAX_PAGES, LegacyClient, Rounds, Unusable, served_gateway
+
+_T = TypeVar("_T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,8 +40,9 @@ class Options:
     tools: tuple[str, ...] = ()  # empty: every tool
     arguments: Mapping[str, Any] = field(default_factory=dict)
     roots: tuple[str, ...] = ()
-    timeout: float = 60.0
+    timeout: float = 60.0  # each request, and each tool call
     trace: TraceConfig | None = None  # --trace FILE [--trace-content]: the run's translation trace
+    total_timeout: float = 900.0  # the whole run: tools not called by then are skipped
 
     @property
     def authorization(self) -> str | None:
@@ -44,47 +50,100 @@ class Options:
 
 
 # --- the direct 2026-07-28 probe ----------------------------------------------------------------------------
+# The server under check is not trusted: it is never followed elsewhere (a redirect is an answer), and what it
+# sends is bounded in time (connect, silence, each request, the whole run) and in size.
+CONNECT_SECONDS = 10.0
+READ_SECONDS = 30.0  # silence while reading one answer (bounded by --timeout too)
+MAX_BODY_BYTES = 16 * 2**20  # a JSON answer read whole
+MAX_EVENT_BYTES = 8 * 2**20  # one SSE event of an answer
+MAX_TOOLS = 100  # tools called in one run; the rest are named in a note
+_QUOTE = 4096  # the start of a body kept to quote in a verdict
+
+
+def _request_timeout(opts: Options) -> aiohttp.ClientTimeout:
+    return aiohttp.ClientTimeout(total=opts.timeout, sock_connect=CONNECT_SECONDS,
+                                 sock_read=min(READ_SECONDS, opts.timeout))
+
+
 async def _post_modern(http: aiohttp.ClientSession, opts: Options, method: str,
                        params: Mapping[str, Any], ident: int) -> tuple[int, Any, str]:
     view = SessionView(client_caps_to_modern(C.CLIENT_CAPABILITIES), C.CLIENT_INFO, authorization=opts.authorization)
     call = build_request(method, params, request_id=ident, view=view)
-    async with http.post(opts.upstream, data=json.dumps(call.body), headers=call.headers) as resp:
-        text = await resp.text()
-    return resp.status, _last_message(text), text
-
-
-def _last_message(text: str) -> Any:
-    """The JSON body, or the last ``data:`` event of an SSE body (the response comes last)."""
     try:
-        return json.loads(text)
-    except ValueError:
-        events = [line[5:].strip() for line in text.splitlines() if line.startswith("data:") and line[5:].strip()]
-        try:
-            return json.loads(events[-1]) if events else None
-        except ValueError:
-            return None
-
-
-async def probe(http: aiohttp.ClientSession, opts: Options) -> tuple[C.ServerVerdict, list[dict[str, Any]]]:
-    """The verdict on the upstream and its tools as a 2026 client sees them (all pages)."""
-    try:
-        status, message, text = await _post_modern(http, opts, "server/discover", {}, 1)
-    except (aiohttp.ClientError, OSError, TimeoutError) as exc:
+        async with http.post(opts.upstream, data=json.dumps(call.body), headers=call.headers,
+                             allow_redirects=False, timeout=_request_timeout(opts)) as resp:
+            _refuse_redirect(opts, resp)
+            message, text = await _read_answer(resp, method)
+    except TimeoutError:
+        raise Unusable(f"{method}: no complete answer in time (connect {CONNECT_SECONDS:g} s, silence "
+                       f"{min(READ_SECONDS, opts.timeout):g} s, all {opts.timeout:g} s)") from None
+    except (aiohttp.ClientError, OSError) as exc:
         raise Unusable(f"cannot reach {opts.upstream}: {exc or type(exc).__name__}") from None
+    return resp.status, message, text
+
+
+def _refuse_redirect(opts: Options, resp: aiohttp.ClientResponse) -> None:
+    """A redirect is reported, never followed: following it would send the body (and the token) elsewhere."""
+    if 300 <= resp.status < 400:
+        location = resp.headers.get("Location", "(no Location)")[:200]
+        raise Unusable(f"{opts.upstream} answered {resp.status} redirecting to {location!r}; check does not "
+                       "follow redirects: give that URL with --upstream if it is the server")
+
+
+async def _read_answer(resp: aiohttp.ClientResponse, method: str) -> tuple[Any, str]:
+    """The JSON-RPC message of an answer (a JSON body, or the response event of an SSE body) and the start of
+    the body; None when it holds none. Over a size bound: :class:`Unusable`."""
+    if resp.content_type == "text/event-stream":
+        return await _read_events(resp, method), ""
+    body = bytearray()
+    async for chunk in resp.content.iter_any():
+        body += chunk
+        if len(body) > MAX_BODY_BYTES:
+            raise Unusable(f"{method}: the answer is larger than {MAX_BODY_BYTES} bytes")
+    text = bytes(body[:_QUOTE]).decode("utf-8", errors="replace")
+    try:
+        return loads(bytes(body)), text
+    except ValueError:
+        return None, text
+
+
+async def _read_events(resp: aiohttp.ClientResponse, method: str) -> Any:
+    """The first response (a message with a result or an error) of an SSE body, else its last message."""
+    decoder, last = SseDecoder(MAX_EVENT_BYTES), None
+    try:
+        async for chunk in resp.content.iter_any():
+            for data in decoder.feed(chunk):
+                try:
+                    last = loads(data)
+                except ValueError:
+                    continue
+                if isinstance(last, Mapping) and ("result" in last or "error" in last):
+                    return last
+    except EventTooLarge:
+        raise Unusable(f"{method}: an SSE event of the answer is larger than {MAX_EVENT_BYTES} bytes") from None
+    return last
+
+
+async def probe(http: aiohttp.ClientSession, opts: Options) -> tuple[C.ServerVerdict, list[Mapping[str, Any]]]:
+    """The verdict on the upstream and its tools as a 2026 client sees them (all pages)."""
+    status, message, text = await _post_modern(http, opts, "server/discover", {}, 1)
     legacy = None
     if not (isinstance(message, Mapping) and "result" in message):
         legacy = await _legacy_version(http, opts)
     verdict = C.judge_server(status, message, text, legacy)
     if not verdict.modern:
         raise Unusable(verdict.description)
-    tools: list[dict[str, Any]] = []
+    tools: list[Mapping[str, Any]] = []
     cursor = None
     for page in range(MAX_PAGES):
         params: dict[str, Any] = {"cursor": cursor} if cursor else {}
         _status, message, _text = await _post_modern(http, opts, "tools/list", params, 2 + page)
-        result = message.get("result", {}) if isinstance(message, Mapping) else {}
-        tools.extend(result.get("tools") or [])
-        if not (cursor := result.get("nextCursor")):
+        try:
+            found, cursor = C.tools_page(message)
+        except C.Malformed as exc:
+            raise Unusable(str(exc)) from None
+        tools.extend(found)
+        if not cursor:
             break
     return verdict, tools
 
@@ -94,16 +153,21 @@ async def _legacy_version(http: aiohttp.ClientSession, opts: Options) -> str | N
     body = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
         "protocolVersion": C.LEGACY, "capabilities": {}, "clientInfo": C.CLIENT_INFO}}
     headers = {"Accept": ACCEPT, "Content-Type": "application/json", **_auth(opts)}
+    timeout = _request_timeout(opts)
     try:
-        async with http.post(opts.upstream, data=json.dumps(body), headers=headers) as resp:
-            message, session = _last_message(await resp.text()), resp.headers.get("Mcp-Session-Id")
+        async with http.post(opts.upstream, data=json.dumps(body), headers=headers, allow_redirects=False,
+                             timeout=timeout) as resp:
+            message, _text = await _read_answer(resp, "initialize")
+            session = resp.headers.get("Mcp-Session-Id")
         if session:
-            async with http.delete(opts.upstream, headers={**headers, "Mcp-Session-Id": session}):
+            async with http.delete(opts.upstream, headers={**headers, "Mcp-Session-Id": session},
+                                   allow_redirects=False, timeout=timeout):
                 pass
-    except (aiohttp.ClientError, OSError, TimeoutError):
+    except (aiohttp.ClientError, OSError, TimeoutError, Unusable):
         return None
     result = message.get("result") if isinstance(message, Mapping) else None
-    return result.get("protocolVersion") if isinstance(result, Mapping) else None
+    version = result.get("protocolVersion") if isinstance(result, Mapping) else None
+    return version if isinstance(version, str) else None
 
 
 def _auth(opts: Options) -> dict[str, str]:
@@ -115,30 +179,59 @@ def _auth(opts: Options) -> dict[str, str]:
 class Outcome:
     verdict: C.ServerVerdict
     reports: tuple[C.ToolReport, ...]
-    notes: tuple[str, ...] = ()  # gateway-level findings (initialize, the lists)
+    notes: tuple[str, ...] = ()  # gateway-level findings (initialize, the lists, tools not checked)
+    unchecked: int = 0  # tools past MAX_TOOLS or the run's total time
 
 
 async def run_check(opts: Options) -> Outcome:
     """Raises :class:`Unusable` when the upstream cannot be checked."""
-    timeout = aiohttp.ClientTimeout(total=None, sock_connect=10)
+    deadline = asyncio.get_running_loop().time() + opts.total_timeout
+    timeout = aiohttp.ClientTimeout(total=None, sock_connect=CONNECT_SECONDS)
     async with aiohttp.ClientSession(timeout=timeout) as http:
-        verdict, upstream_tools = await probe(http, opts)
+        verdict, upstream_tools = await _before(deadline, opts, probe(http, opts))
         rounds = Rounds()
         async with served_gateway(opts.upstream, rounds, opts.trace) as url:
             client = LegacyClient(http, url, _canned(opts), opts.authorization)
             try:
-                notes, legacy_tools = await _session_checks(client)
-                reports = await _tool_reports(client, opts, rounds, upstream_tools, legacy_tools)
+                notes, legacy_tools = await _before(deadline, opts, _session_checks(client, opts))
+                reports = await _tool_reports(client, opts, rounds, upstream_tools, legacy_tools, deadline)
             finally:
                 await client.close()
-    return Outcome(verdict, reports, notes)
+    names = _names(opts, upstream_tools)
+    late = sum(r.error == _LATE for r in reports)
+    if len(names) > MAX_TOOLS:
+        notes += (f"checked the first {MAX_TOOLS} of {len(names)} tools (the check's cap); "
+                  f"{len(names) - MAX_TOOLS} not checked: name them with --tools",)
+    if late:
+        notes += (f"{late} tools not called: the run's total time ({opts.total_timeout:g} s) ran out",)
+    return Outcome(verdict, reports, notes, max(len(names) - MAX_TOOLS, 0) + late)
+
+
+async def _before(deadline: float, opts: Options, step: Awaitable[_T]) -> _T:
+    """``step`` within the run's total time."""
+    try:
+        async with asyncio.timeout_at(deadline):
+            return await step
+    except TimeoutError:
+        raise Unusable(f"the check took longer than its total time ({opts.total_timeout:g} s, "
+                       "--total-timeout)") from None
 
 
 def _canned(opts: Options) -> Callable[[str, Mapping[str, Any]], dict[str, Any] | None]:
     return lambda method, params: C.canned_answer(method, params, opts.roots)
 
 
-async def _session_checks(client: LegacyClient) -> tuple[tuple[str, ...], list[dict[str, Any]]]:
+async def _session_checks(client: LegacyClient, opts: Options) -> tuple[tuple[str, ...], list[dict[str, Any]]]:
+    """The session's initialize and lists through the gateway, each page within ``--timeout``."""
+    try:
+        async with asyncio.timeout(opts.timeout * 4):
+            return await _session_lists(client)
+    except TimeoutError:
+        raise Unusable(f"initialize and the lists through the gateway took longer than {opts.timeout * 4:g} s "
+                       "(4 x --timeout)") from None
+
+
+async def _session_lists(client: LegacyClient) -> tuple[tuple[str, ...], list[dict[str, Any]]]:
     notes = []
     init = await client.initialize()
     if error := C.legacy_schema_error("initialize", init):
@@ -155,26 +248,36 @@ async def _session_checks(client: LegacyClient) -> tuple[tuple[str, ...], list[d
     return tuple(notes), tools
 
 
+_LATE = "not called: the run's total time (--total-timeout) ran out"
+
+
+def _names(opts: Options, upstream_tools: Sequence[Mapping[str, Any]]) -> list[str]:
+    return list(opts.tools) or [str(t["name"]) for t in upstream_tools]
+
+
 async def _tool_reports(client: LegacyClient, opts: Options, rounds: Rounds,
-                        upstream_tools: Sequence[Mapping[str, Any]],
-                        legacy_tools: Sequence[Mapping[str, Any]]) -> tuple[C.ToolReport, ...]:
+                        upstream_tools: Sequence[Mapping[str, Any]], legacy_tools: Sequence[Mapping[str, Any]],
+                        deadline: float) -> tuple[C.ToolReport, ...]:
+    """One report per tool, for the first :data:`MAX_TOOLS`; past ``deadline`` a tool is skipped uncalled."""
     listed = C.listing_problems(upstream_tools, legacy_tools)
     by_name: dict[Any, Mapping[str, Any]] = {t.get("name"): t for t in upstream_tools}  # names as listed: unchecked
-    names = list(opts.tools) or list(by_name)
-    reports = []
-    for name in names:
-        problems = listed.get(name, ())
+    names = _names(opts, upstream_tools)
+    loop, reports = asyncio.get_running_loop(), []
+    for name in names[:MAX_TOOLS]:
+        problems, left = listed.get(name, ()), deadline - loop.time()
         if name not in by_name:
             reports.append(C.ToolReport(name, C.Status.FAILED, error="not in the server's tools/list"))
         elif any(p.kind is C.ProblemKind.DROPPED for p in problems):
             reports.append(C.dropped_report(name, problems))
+        elif left <= 0:
+            reports.append(C.ToolReport(name, C.Status.SKIPPED, problems=problems, error=_LATE))
         else:
-            reports.append(await _call_one(client, opts, rounds, by_name[name], problems))
+            reports.append(await _call_one(client, opts, rounds, by_name[name], problems, min(opts.timeout, left)))
     return tuple(reports)
 
 
 async def _call_one(client: LegacyClient, opts: Options, rounds: Rounds, tool: Mapping[str, Any],
-                    listed: tuple[C.Problem, ...]) -> C.ToolReport:
+                    listed: tuple[C.Problem, ...], seconds: float) -> C.ToolReport:
     name = tool["name"]
     arguments = opts.arguments.get(name)
     if arguments is None:
@@ -184,10 +287,12 @@ async def _call_one(client: LegacyClient, opts: Options, rounds: Rounds, tool: M
     rounds.count = 0
     inputs: list[C.InputKind] = []
     try:
-        async with asyncio.timeout(opts.timeout):
+        async with asyncio.timeout(seconds):
             message = await client.request("tools/call", {"name": name, "arguments": arguments}, inputs)
     except TimeoutError:
         await client.cancel("python -m gateway check: no answer in time")
+        if seconds < opts.timeout:  # cut short by the run's total time, not the tool's own slowness
+            return C.ToolReport(name, C.Status.SKIPPED, tuple(inputs), rounds.count, listed, _LATE)
         return C.judge(C.Observation(name, tuple(inputs), rounds.count, timed_out=True), listed)
     observed = C.Observation(name, tuple(inputs), rounds.count, message.get("result"), message.get("error"))
     return C.judge(observed, listed)
@@ -200,7 +305,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--tools", help="comma-separated tool names (default: every tool)")
     parser.add_argument("--args", metavar="FILE", help="JSON or TOML file: tool name -> arguments")
     parser.add_argument("--roots", help="comma-separated root URIs for roots/list (default: the current directory)")
-    parser.add_argument("--timeout", type=float, default=60.0, help="seconds per tool call (default 60)")
+    parser.add_argument("--timeout", type=_seconds, default=60.0,
+                        help="seconds for each request and each tool call (default 60)")
+    parser.add_argument("--total-timeout", type=_seconds, default=900.0,
+                        help="seconds for the whole run; tools not called by then are skipped (default 900)")
     parser.add_argument("--json", action="store_true", help="print one JSON document instead of a table")
     parser.add_argument("--trace", metavar="FILE", help="write the run's translation trace here (JSON Lines, as "
                         "`serve --trace`; `python -m gateway trace FILE` renders it)")
@@ -216,7 +324,18 @@ def options(args: argparse.Namespace) -> Options:
             raise Unusable(f"environment variable {args.token_env} is not set")
     roots = _split(args.roots) or (Path.cwd().resolve().as_uri(),)
     trace = TraceConfig(file=_writable(args.trace), content=args.trace_content) if args.trace else None
-    return Options(args.upstream, token, _split(args.tools), load_arguments(args.args), roots, args.timeout, trace)
+    return Options(args.upstream, token, _split(args.tools), load_arguments(args.args), roots, args.timeout, trace,
+                   args.total_timeout)
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not 0 < value <= 86_400:
+        raise argparse.ArgumentTypeError(f"expected seconds between 0 and 86400, not {text!r}")
+    return value
 
 
 def _writable(path: str) -> str:
@@ -254,11 +373,15 @@ def run(args: argparse.Namespace) -> int:
     except Unusable as exc:
         _print_unusable(args, str(exc))
         return 2
+    except (ValueError, TypeError, KeyError, AttributeError) as exc:  # a shape the checks above missed
+        _print_unusable(args, f"malformed data ({type(exc).__name__}: {str(exc)[:200]})")
+        return 2
     server = {"url": args.upstream, "name": outcome.verdict.info.get("name"),
               "version": outcome.verdict.info.get("version"), "notes": list(outcome.notes)}
     if args.json:
+        summary = {**C.summary(outcome.reports), "unchecked": outcome.unchecked}
         print(json.dumps({"server": server, "tools": [r.to_json() for r in outcome.reports],
-                          "summary": C.summary(outcome.reports)}, indent=2))
+                          "summary": summary}, indent=2))
     else:
         print(f"server: {args.upstream} ({outcome.verdict.description}) through the 2025-11-25 gateway")
         for note in outcome.notes:
