@@ -27,8 +27,8 @@ from adapters.errors import AuthChallenge, ErrorValue, Rejection, reject
 WELL_KNOWN: Final = "/.well-known/oauth-protected-resource"
 # Every principal a verified access token names starts so; classification makes none of its own that do.
 PRINCIPAL_PREFIX: Final = "oauth:"
-# A JWT access token is a few hundred bytes to a few KiB; a header far past that is refused before any parse.
-MAX_TOKEN_BYTES: Final = 8192
+# A JWT access token is a few hundred bytes to a few KiB; a longer one is refused before any parse.
+MAX_TOKEN_BYTES: Final = 8000  # under aiohttp's 8190-byte header field limit, so it is ours to refuse
 # RFC 9068 §4: a resource server MUST check that a JWT access token's "typ" is "at+jwt" (an ID token, or any other
 # JWT the same issuer signed, is not an access token).
 ACCESS_TOKEN_TYPES: Final = frozenset({"at+jwt", "application/at+jwt"})
