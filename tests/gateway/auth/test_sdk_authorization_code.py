@@ -28,6 +28,8 @@ import pytest
 from aiohttp import web
 from mcp import Client
 from mcp.client.auth.oauth2 import OAuthClientProvider
+from mcp.client.session import ClientSession
+from mcp.client.sse import sse_client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
 from mcp.shared.auth import AuthorizationCodeResult, OAuthClientMetadata, OAuthToken
@@ -38,7 +40,7 @@ from gateway.http.app import create_app
 from gateway.http.authorization import AUTHZ
 from tests.gateway.auth.oidc import AuthorizationServer, authorization_server, free_port
 from tests.gateway.auth.test_sdk_oauth import Memory
-from tests.gateway.http.test_e2e_sdk import elicitation_answering, pick_first, sampling
+from tests.gateway.http.test_e2e_sdk import elicitation_answering, pick_first, roots, sampling
 
 core_app = pytest.importorskip("modern_server.app")
 core_config = pytest.importorskip("modern_server.config")
@@ -240,3 +242,26 @@ async def test_insufficient_scope_steps_up_in_the_same_session(stack: Stack) -> 
     after = [s for s in stack.seen[stack.seen.index(refused[0]) + 1:] if s.method == "POST"]
     assert after and all(s.status < 400 and s.token != refused[0].token for s in after)
     assert len(stack.sessions()) == 1
+
+
+async def test_authorization_code_at_the_sse_door(stack: Stack) -> None:
+    """The HTTP+SSE door: the SDK connects to ``/sse``, is sent to that door's own metadata (whose resource is the
+    URL it connected to), authorizes for it and works through the door."""
+    sse = stack.url.removesuffix("/mcp") + "/sse"
+    storage = History()
+    provider, browser = interactive(sse, storage)
+    elicit = elicitation_answering(action="accept", content=pick_first)
+    async with sse_client(sse, auth=provider) as (read, write), ClientSession(
+            read, write, sampling_callback=sampling, elicitation_callback=elicit,
+            list_roots_callback=roots) as session:
+        await session.initialize()
+        names = {tool.name for tool in (await session.list_tools()).tools}
+        summary = await session.call_tool("summarize_repo", {})
+        deleted = await session.call_tool("notes_delete", {"workspaceUri": "file:///work/notes", "title": "Standup"})
+        await session.send_ping()  # the deletion's list_changed notifications arrive before the session closes
+    assert {"summarize_repo", "notes_delete"} <= names
+    assert not summary.is_error and "parser" in summary.content[0].text
+    assert deleted.content[0].text.startswith("Deleted 'Standup'")
+    assert len(browser.visited) == 1 and browser.visited[0]["resource"] == [sse]
+    assert claims(storage.issued[0].access_token)["aud"] == sse
+    assert [s.status for s in stack.seen if s.path == "/.well-known/oauth-protected-resource/sse"] == [200]
