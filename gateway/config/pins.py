@@ -23,6 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from adapters.peers import INPUT_KINDS, Peer
 from adapters.protocol import HANDSHAKE_VERSIONS, MODERN_VERSION
+from adapters.tool_policy import ToolPolicy, glob_problem, scope_problem
 
 Revision = Literal["2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25", "2026-07-28"]
 InputKind = Literal["sampling", "elicitation.form", "elicitation.url", "roots"]
@@ -82,6 +83,14 @@ class PeerConfig(_Frozen):
     canary: dict[str, int] = Field(default_factory=dict)
     bridge: BridgePolicyConfig = BridgePolicyConfig()
     trace: PeerTraceConfig = PeerTraceConfig()
+    # Token claims ([gateway.auth]): globs of client ids and subjects, scopes all held; every kind listed must match.
+    client_ids: tuple[str, ...] = ()
+    subjects: tuple[str, ...] = ()
+    scopes: tuple[str, ...] = ()
+    # Tool policy (adapters.tool_policy): unset tools_allowed lets every tool not denied through.
+    tools_allowed: tuple[str, ...] | None = None
+    tools_denied: tuple[str, ...] = ()
+    tool_scopes: dict[str, str] = Field(default_factory=dict)  # tool glob -> the scope its calls need
 
     @model_validator(mode="after")
     def _sane(self) -> PeerConfig:
@@ -89,7 +98,28 @@ class PeerConfig(_Frozen):
             raise ValueError("revisions must list at least one revision")
         if any(p < 0 for p in self.canary.values()) or sum(self.canary.values()) > 100:
             raise ValueError("canary percentages must be >= 0 and add up to at most 100")
+        problems = self._policy_problems()
+        if problems:
+            raise ValueError(f"peer {self.name!r}: {'; '.join(problems)}")
         return self
+
+    def _policy_problems(self) -> list[str]:
+        """Every bad glob or scope of the claim conditions and the tool policy, each with its key."""
+        globs = {"client_ids": self.client_ids, "subjects": self.subjects, "tools_allowed": self.tools_allowed or (),
+                 "tools_denied": self.tools_denied, "tool_scopes": tuple(self.tool_scopes)}
+        problems = [f"{key}: {problem}" for key, values in globs.items() for v in values
+                    if (problem := glob_problem(v)) is not None]
+        scopes = {"scopes": self.scopes, "tool_scopes": tuple(self.tool_scopes.values())}
+        problems += [f"{key}: {problem}" for key, values in scopes.items() for v in values
+                     if (problem := scope_problem(v)) is not None]
+        return problems
+
+    @property
+    def by_claims(self) -> bool:
+        return bool(self.client_ids or self.subjects or self.scopes)
+
+    def tool_policy(self) -> ToolPolicy:
+        return ToolPolicy(self.tools_allowed, self.tools_denied, tuple(self.tool_scopes.items()))
 
     def to_peer(self) -> Peer:
         bridge = self.bridge
@@ -97,7 +127,8 @@ class PeerConfig(_Frozen):
                     self.sunset.isoformat() if self.sunset else None, self.deprecation_notice, self.upstream,
                     tuple(self.canary.items()),
                     tuple(bridge.input_kinds), bridge.max_rounds, bridge.answer_timeout_seconds,
-                    trace=self.trace.enabled, trace_content=self.trace.content)
+                    trace=self.trace.enabled, trace_content=self.trace.content, client_ids=self.client_ids,
+                    subjects=self.subjects, scopes=self.scopes, tools=self.tool_policy())
 
 
 class TokenConfig(_Frozen):
@@ -125,6 +156,8 @@ class PinsConfig(_Frozen):
         duplicates = sorted({n for n in names if names.count(n) > 1})
         if duplicates:
             raise ValueError(f"duplicate peer name(s): {', '.join(duplicates)}")
+        if self.default_peer.by_claims:  # it serves whatever no peer matched: it has nothing to match on
+            raise ValueError("default_peer: client_ids, subjects and scopes are for [[peers]] only")
         known = set(self.upstreams) | {"default"}
         for peer in (*self.peers, self.default_peer):
             missing = sorted({peer.upstream, *peer.canary} - known)

@@ -220,6 +220,12 @@ class GatewayConfig(_Frozen):
                                                      and self.auth.introspection_secret_env):
             raise ValueError("[gateway.auth] introspection_endpoint needs introspection_client_id and "
                              "introspection_secret_env")
+        # Claims and scopes exist only on tokens the gateway verified: without [gateway.auth] such a peer would
+        # never match and such a tool never be callable.
+        needing = [p.name for p in (*self.pins.peers, self.pins.default_peer) if p.by_claims or p.tool_scopes]
+        if needing and not self.auth.enabled:
+            raise ValueError(f"peer(s) {', '.join(needing)}: client_ids, subjects, scopes and tool_scopes need "
+                             "[gateway.auth] (only a token the gateway verified has claims)")
         return self
 
     def policy(self, tokens: dict[str, str] | None = None) -> Policy:

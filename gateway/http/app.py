@@ -13,6 +13,7 @@ from typing import Any
 
 from aiohttp import web
 
+from adapters.authz import Principal
 from adapters.classify import (
     SINGLE_HEADERS,
     Accepted,
@@ -93,7 +94,8 @@ async def handle_mcp(request: web.Request) -> web.StreamResponse:
     principal = await _verified_principal(request, headers, body, None if own_door else gw.policy)
     if isinstance(principal, web.StreamResponse):
         return principal
-    verdict = await classified(gw, HttpView(request.method, headers, body, repeated, own_door, principal), now)
+    key = principal.key if principal is not None else None  # the verified claims ride along as the view's grant
+    verdict = await classified(gw, HttpView(request.method, headers, body, repeated, own_door, key, principal), now)
     if isinstance(verdict, Rejection):
         return rejection_response(verdict)
     if verdict.session is not None and touch_due(verdict.session, now, gw.policy.session_idle_ms):
@@ -113,7 +115,7 @@ async def handle_mcp(request: web.Request) -> web.StreamResponse:
 
 
 async def _verified_principal(request: web.Request, headers: Any, body: bytes,
-                              policy: Policy | None) -> str | web.StreamResponse | None:
+                              policy: Policy | None) -> Principal | web.StreamResponse | None:
     """With ``[gateway.auth]`` on: the principal the request's access token was verified for, or its refusal
     (401/403/503 with the gateway's own challenge). Off: None, and classification reads the header as before."""
     validator = request.app.get(AUTHZ)

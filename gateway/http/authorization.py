@@ -51,9 +51,10 @@ def _metadata_handler(server: authz.ResourceServer) -> Callable[[web.Request], A
 
 
 async def authorized(request: web.Request, validator: TokenValidator, policy: Policy | None,
-                     ident: Callable[[], object] = lambda: None) -> str | web.Response:
-    """The verified principal's session key, or the refusal to send: the Host/Origin check first (a rebinding
-    page learns nothing of the token rules), then the token."""
+                     ident: Callable[[], object] = lambda: None) -> authz.Principal | web.Response:
+    """The verified principal (its ``key`` binds the session; its claims match peers and tool scopes), or the
+    refusal to send: the Host/Origin check first (a rebinding page learns nothing of the token rules), then the
+    token."""
     if policy is not None:
         refused = check_origin_host(request.headers, policy)
         if refused is not None:
@@ -61,7 +62,7 @@ async def authorized(request: web.Request, validator: TokenValidator, policy: Po
     outcome = await validator.authenticate(request.headers.get("authorization"))
     if isinstance(outcome, authz.Failure):
         return _refuse(request.app, validator.server, outcome, "/mcp", ident())
-    return outcome.key
+    return outcome
 
 
 async def door_principal(request: web.Request, door: str) -> str | web.StreamResponse | None:

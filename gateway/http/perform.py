@@ -5,7 +5,7 @@ response, or a bridge exchange's stream for the caller to write); no protocol de
 from __future__ import annotations
 
 from collections.abc import Awaitable
-from typing import Any, assert_never
+from typing import assert_never
 
 from aiohttp import web
 
@@ -30,6 +30,7 @@ from adapters.session import (
 from gateway.http.answers import Acknowledgement, ready, rejection_response
 from gateway.http.batch import on_batch
 from gateway.http.handshake import open_session
+from gateway.http.keys import AUTHZ
 from gateway.http.legacy import cancel, deliver, forward, update_session
 from gateway.http.modern import on_modern
 from gateway.http.sse import on_delete, on_open_stream, on_resume
@@ -40,16 +41,18 @@ from gateway.session.streams import OutStream, json_response
 Answer = web.StreamResponse | OutStream
 
 
-def context(gw: Gateway, acc: Accepted, headers: Any) -> Context:
+def context(gw: Gateway, acc: Accepted, request: web.Request) -> Context:
     session, limits, today = acc.session, gw.config.limits.bridge_limits, gw.today()
+    validator = request.app.get(AUTHZ)  # [gateway.auth]: a tool's scope is stepped up to with its challenge
+    resource = validator.server if validator is not None else None
     if session is None:  # initialize or a modern request: decided with the configured peers
-        offered = gw.offered_versions(headers)  # the client's door: 2024-11-05 on HTTP+SSE, stdio, WebSocket
+        offered = gw.offered_versions(request.headers)  # the client's door: 2024-11-05 on HTTP+SSE, stdio, WebSocket
         return Context(today, limits, gw.config.sessions.session_limits, None, gw.pins.peers, gw.pins.default,
-                       (), offered)
+                       (), offered, resource)
     if acc.kind is not Kind.REQUEST:  # no peer or runtime is looked up (made) for what does not need one
         return Context(today, limits, gw.config.sessions.session_limits)
     return Context(today, limits, gw.config.sessions.session_limits, gw.peer_of(session), (), None,
-                   gw.runtime(session.session_id).exchanges.keys())
+                   gw.runtime(session.session_id).exchanges.keys(), resource=resource)
 
 
 def perform(request: web.Request, gw: Gateway, acc: Accepted, actions: tuple[Action, ...]) -> Awaitable[Answer]:
@@ -76,8 +79,8 @@ def _perform(request: web.Request, gw: Gateway, acc: Accepted, action: Action) -
         case Forward(_, limits):
             assert session is not None
             return forward(request, gw, session, acc.message, limits)
-        case PassThrough(upstream):
-            return on_modern(request, gw, acc, upstream)
+        case PassThrough(upstream, tools):
+            return on_modern(request, gw, acc, upstream, tools)
         case Reply(message, warning):
             if warning:
                 log.warning("%s refused: %s", acc.message.get("method"), warning)
@@ -110,13 +113,13 @@ def _perform(request: web.Request, gw: Gateway, acc: Accepted, action: Action) -
 
 def answer(request: web.Request, gw: Gateway, acc: Accepted) -> Awaitable[Answer]:
     """The answer to one accepted message: the session core's actions, performed."""
-    return perform(request, gw, acc, handle(acc, context(gw, acc, request.headers)))
+    return perform(request, gw, acc, handle(acc, context(gw, acc, request)))
 
 
 async def _element(request: web.Request, gw: Gateway, element: Accepted) -> Answer:
     """A batch element, as if posted alone. A request answered here is counted here; a forwarded one is
     counted by its exchange's observer."""
-    actions = handle(element, context(gw, element, request.headers))
+    actions = handle(element, context(gw, element, request))
     result = await perform(request, gw, element, actions)
     if element.kind is Kind.REQUEST and not any(isinstance(a, Forward) for a in actions):
         assert isinstance(result, web.StreamResponse), "an answer given here is never a stream"

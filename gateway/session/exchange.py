@@ -146,10 +146,13 @@ def bridge_context(runtime: SessionRuntime, session: SessionRecord,
                    limits: B.BridgeLimits | None = None) -> B.BridgeContext:
     """The bridge's context for a request of ``session``: ``limits`` (the session core's ``Forward`` carries
     them), else the configured limits under its peer's pins (a round taken over from another replica)."""
+    gateway = runtime.gateway
+    peer = gateway.peer_of(session)
     if limits is None:
-        gateway = runtime.gateway
-        limits = peer_limits(gateway.config.limits.to_limits(), gateway.peer_of(session))
-    return B.BridgeContext(limits, session.client_capabilities, random_id, cached_roots=session.cached_roots)
+        limits = peer_limits(gateway.config.limits.to_limits(), peer)
+    # The peer's tool policy filters a tools/list result (adapters.tool_policy); scopes exist with [gateway.auth].
+    return B.BridgeContext(limits, session.client_capabilities, random_id, cached_roots=session.cached_roots,
+                           tools=peer.tools, scoped=gateway.config.auth.enabled)
 
 
 def _backs_off(actions: list[Any]) -> bool:

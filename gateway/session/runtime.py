@@ -318,12 +318,12 @@ class Gateway:
 
     def request_peer(self, acc: Accepted) -> Peer:
         """The peer a request is served for: its session's pinned one, else (a handshake, a 2026 request) the one
-        its principal and clientInfo match now. Reads only: no runtime is made for it."""
+        its principal, token claims and clientInfo match now. Reads only: no runtime is made for it."""
         if acc.session is not None:
             return peer_from_record(acc.session.pins)
         params = acc.message.get("params")
         info = client_info_of(acc.kind is Kind.INITIALIZE, params if isinstance(params, dict) else {})
-        return match_peer(self.pins.peers, self.pins.default, acc.principal, info)
+        return match_peer(self.pins.peers, self.pins.default, acc.principal, info, acc.grant)
 
     async def verify(self, principal: str) -> None:
         """Record that ``principal``'s credential was checked (the gateway's own token table or validator, or

@@ -265,7 +265,7 @@ _MAX_PARSED_BODY = 256 * 1024  # bigger passthrough bodies are judged by HTTP st
 
 
 def request_identity(gw: Any, session: Any, kind: str, principal: str,
-                     params: Any) -> tuple[Any, Any, str | None]:
+                     params: Any, grant: Any = None) -> tuple[Any, Any, str | None]:
     """(clientInfo, peer name, sunset) of a classified request: the session's pins snapshot, else
     the pins' matching for a session-less request, else the default peer with no sunset."""
     params = params if isinstance(params, dict) else {}
@@ -278,7 +278,7 @@ def request_identity(gw: Any, session: Any, kind: str, principal: str,
     if table is None:
         return info, None, None
     from adapters.peers import match_peer
-    peer = match_peer(table.peers, table.default, principal, info if isinstance(info, dict) else None)
+    peer = match_peer(table.peers, table.default, principal, info if isinstance(info, dict) else None, grant)
     return info, peer.name, peer.sunset
 
 
@@ -336,7 +336,7 @@ def _record_plain(recorder: UsageRecorder, request: web.Request, gw: Any, acc: A
                   response: web.StreamResponse) -> None:
     message, legacy = _final_message(response, acc.kind), acc.kind != "modern"
     method, params = acc.message.get("method"), acc.message.get("params")
-    info, peer, sunset = request_identity(gw, acc.session, acc.kind, acc.principal, params)
+    info, peer, sunset = request_identity(gw, acc.session, acc.kind, acc.principal, params, acc.grant)
     features = legacy_request_features(method) if legacy else modern_request_features(params)
     era = "legacy" if legacy else "modern"
     recorder.note(facts_of(recorder.clock_ms(), era, _revision(acc, message), method, False, info, peer, sunset,
