@@ -36,7 +36,9 @@ def add_auth_routes(app: web.Application, config: GatewayConfig) -> None:
     servers = app[DOOR_SERVERS] = door_servers(config)
     for server in servers.values():
         app.router.add_get(authz.metadata_path(server.resource), _metadata_handler(server))
+        app.router.add_route("OPTIONS", authz.metadata_path(server.resource), _metadata_preflight)
     app.router.add_get(authz.WELL_KNOWN, _metadata_handler(servers["/mcp"]))
+    app.router.add_route("OPTIONS", authz.WELL_KNOWN, _metadata_preflight)
 
 
 def _metadata_handler(server: authz.ResourceServer) -> Callable[[web.Request], Awaitable[web.StreamResponse]]:
@@ -48,6 +50,17 @@ def _metadata_handler(server: authz.ResourceServer) -> Callable[[web.Request], A
                                               ("Access-Control-Allow-Origin", "*")))
 
     return metadata
+
+
+async def _metadata_preflight(request: web.Request) -> web.StreamResponse:
+    """The CORS preflight a browser sends before reading the metadata with a non-safelisted header (the
+    TypeScript SDK sends ``MCP-Protocol-Version``): the document is public and read without credentials, so any
+    origin may read it with the headers it asks for. Without this answer the browser's first read fails."""
+    asked = request.headers.get("Access-Control-Request-Headers", "")
+    return web.Response(status=204, headers={"Access-Control-Allow-Origin": "*",
+                                             "Access-Control-Allow-Methods": "GET, HEAD",
+                                             "Access-Control-Allow-Headers": asked or "MCP-Protocol-Version",
+                                             "Access-Control-Max-Age": "3600"})
 
 
 async def authorized(request: web.Request, validator: TokenValidator, policy: Policy | None,
