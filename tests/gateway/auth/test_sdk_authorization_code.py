@@ -6,9 +6,9 @@ authorization code grant with PKCE through a headless browser that follows the a
 
 Beyond the first token: the SDK refreshes an expired token while an elicitation round waits for its answer, and
 the session and the round survive (the session is bound to the token's issuer, subject and client, not to the
-token); a request the token lacks a scope for gets the gateway's 403 ``insufficient_scope``, the SDK re-authorizes
-with the scopes the challenge names (2025-11-25 basic/authorization, "Scope Challenge Handling") and the call
-succeeds in the same session.
+token); a tool call needing a scope the token lacks (the peer's ``tool_scopes``) gets the gateway's 403
+``insufficient_scope``, the SDK re-authorizes with the scopes the challenge names (2025-11-25 basic/authorization,
+"Scope Challenge Handling") and the call succeeds in the same session.
 """
 
 from __future__ import annotations
@@ -37,7 +37,6 @@ from pydantic import AnyUrl
 
 from gateway.config.settings import load_config
 from gateway.http.app import create_app
-from gateway.http.authorization import AUTHZ
 from tests.gateway.auth.oidc import AuthorizationServer, authorization_server, free_port
 from tests.gateway.auth.test_sdk_oauth import Memory
 from tests.gateway.http.test_e2e_sdk import elicitation_answering, pick_first, roots, sampling
@@ -130,8 +129,7 @@ async def issuer() -> AsyncIterator[AuthorizationServer]:
         yield server
 
 
-@pytest.fixture
-async def stack(aiohttp_server: Any, tmp_path: Path, issuer: AuthorizationServer) -> Stack:
+async def serve(aiohttp_server: Any, tmp_path: Path, issuer: AuthorizationServer, **settings: Any) -> Stack:
     core = core_app.create_app(core_config.CoreConfig(database=str(tmp_path / "core.db")))
     core_server = await aiohttp_server(core)
     port = free_port()
@@ -139,7 +137,8 @@ async def stack(aiohttp_server: Any, tmp_path: Path, issuer: AuthorizationServer
     # client refreshed it.
     config = load_config(upstream_url=str(core_server.make_url("/mcp")), port=port,
                          auth={"authorization_servers": [issuer.issuer], "leeway_seconds": 0,
-                               "scopes_supported": ["mcp:tools", "mcp:admin"], "required_scopes": ["mcp:tools"]})
+                               "scopes_supported": ["mcp:tools", "mcp:admin"], "required_scopes": ["mcp:tools"]},
+                         **settings)
     app = create_app(config)
     seen: list[Seen] = []
 
@@ -155,6 +154,11 @@ async def stack(aiohttp_server: Any, tmp_path: Path, issuer: AuthorizationServer
     app.middlewares.append(record)
     await aiohttp_server(app, port=port)
     return Stack(f"http://127.0.0.1:{port}/mcp", app, seen)
+
+
+@pytest.fixture
+async def stack(aiohttp_server: Any, tmp_path: Path, issuer: AuthorizationServer) -> Stack:
+    return await serve(aiohttp_server, tmp_path, issuer)
 
 
 def interactive(url: str, storage: History) -> tuple[OAuthClientProvider, Browser]:
@@ -216,20 +220,19 @@ async def test_authorization_code_with_pkce_then_refresh_in_a_waiting_round(stac
     assert claims(storage.issued[-1].access_token)["sub"] == token["sub"]
 
 
-async def test_insufficient_scope_steps_up_in_the_same_session(stack: Stack) -> None:
+async def test_a_tool_needing_a_scope_steps_up_in_the_same_session(aiohttp_server: Any, tmp_path: Path,
+                                                                   issuer: AuthorizationServer) -> None:
+    stack = await serve(aiohttp_server, tmp_path, issuer,
+                        pins={"default_peer": {"name": "default", "tool_scopes": {"summarize_repo": "mcp:admin"}}})
     storage = History()
     provider, browser = interactive(stack.url, storage)
-    validator = stack.app[AUTHZ]
     async with create_mcp_http_client(auth=provider) as http:
         transport = streamable_http_client(stack.url, http_client=http)
         async with Client(transport, mode="legacy", sampling_callback=sampling) as client:
             await client.list_tools()
             assert claims(storage.issued[-1].access_token)["scope"].split() == ["mcp:tools"]
-            # From here on every request needs mcp:admin too (what a tool's own scope would ask for).
-            validator.settings = dataclasses.replace(validator.settings, server=dataclasses.replace(
-                validator.server, required_scopes=("mcp:tools", "mcp:admin")))
             summary = await client.call_tool("summarize_repo", {"repo": "demo"})
-    assert not summary.is_error
+    assert not summary.is_error and summary.structured_content["files"][0] == "README.md"  # sampled, too
     # The SDK met the 403, re-authorized asking for the union the challenge named, and retried.
     assert len(browser.visited) == 2
     assert {"mcp:tools", "mcp:admin"} <= set(browser.visited[1]["scope"][0].split())
