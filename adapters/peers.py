@@ -188,12 +188,19 @@ def allowed_input_kind(peer: Peer, method: str, params: Mapping[str, Any]) -> st
 
 
 def peer_record(peer: Peer) -> dict[str, Any]:
-    """A JSON-compatible snapshot of a peer's pins, kept in the session record."""
-    return {"name": peer.name, "revisions": list(peer.revisions), "sunset": peer.sunset,
-            "deprecation_notice": peer.deprecation_notice, "upstream": peer.upstream,
-            "input_kinds": list(peer.input_kinds), "max_rounds": peer.max_rounds,
-            "answer_timeout_seconds": peer.answer_timeout_seconds, "trace": peer.trace,
-            "trace_content": peer.trace_content, "scopes": list(peer.scopes), "tools": policy_record(peer.tools)}
+    """A JSON-compatible snapshot of a peer's pins, kept in the session record (the tool policy and matched
+    scopes only when there are some: every idle session holds its record)."""
+    record: dict[str, Any] = {
+        "name": peer.name, "revisions": list(peer.revisions), "sunset": peer.sunset,
+        "deprecation_notice": peer.deprecation_notice, "upstream": peer.upstream,
+        "input_kinds": list(peer.input_kinds), "max_rounds": peer.max_rounds,
+        "answer_timeout_seconds": peer.answer_timeout_seconds, "trace": peer.trace,
+        "trace_content": peer.trace_content}
+    if peer.scopes:
+        record["scopes"] = list(peer.scopes)
+    if not peer.tools.open:
+        record["tools"] = policy_record(peer.tools)
+    return record
 
 
 def peer_from_record(data: Mapping[str, Any]) -> Peer:

@@ -165,3 +165,4 @@ def test_the_record_keeps_the_tool_policy_and_the_matched_scopes_never_the_claim
     assert back.tools == peer.tools and back.scopes == ("admin",)
     old = {k: v for k, v in record.items() if k not in ("tools", "scopes")}  # a record written before this
     assert peer_from_record(old).tools.open and peer_from_record(old).scopes == ()
+    assert peer_record(Peer("plain")).keys() == old.keys()  # nothing more kept for a peer without either
