@@ -7,7 +7,11 @@
 // the access token has expired and calls again: the SDK meets the 401, refreshes, and the call goes on in the same
 // session with no second authorization. Exits non-zero on the first broken expectation; prints "ok - ..." lines and
 // a last line "result JSON" (the session id, every access token it was given, its client id) for the test.
-// Usage: node oauth_client.mjs http://HOST:PORT/mcp [TTL_SECONDS]
+// With STEP_UP_TOOL (a tool the gateway's policy gives a scope the token lacks), it records how SDK 1.32.2 meets
+// the gateway's 403 insufficient_scope: holding a refresh token, it refreshes with the same scope, meets the same
+// 403 and gives up ("403 after trying upscoping"); holding none, it re-authorizes asking for the scopes the
+// challenge names, and after finishAuth the call succeeds in the same session.
+// Usage: node oauth_client.mjs http://HOST:PORT/mcp [TTL_SECONDS|0] [STEP_UP_TOOL]
 import { randomUUID } from 'node:crypto';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { UnauthorizedError } from '@modelcontextprotocol/sdk/client/auth.js';
@@ -15,7 +19,7 @@ import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
 import { CreateMessageRequestSchema, ElicitRequestSchema } from '@modelcontextprotocol/sdk/types.js';
 
-const [target, ttlArg] = process.argv.slice(2);
+const [target, ttlArg, stepUpTool] = process.argv.slice(2);
 const url = new URL(target);
 const ttl = Number(ttlArg || 0);
 
@@ -90,6 +94,7 @@ class HeadlessProvider {
   }
 
   takeCode() { const code = this.#code; this.#code = undefined; return code; }
+  forgetRefreshToken() { this.#tokens = { ...this.#tokens, refresh_token: undefined }; }
 }
 
 function connected(provider) {
@@ -152,12 +157,31 @@ async function main() {
       && provider.authorizations.length === 1, 'the SDK refreshed the token without authorizing again');
     check(transport.sessionId === session, 'the refreshed token kept the session');
   }
+  if (stepUpTool) await stepUp(provider, client, transport, session);
   await client.close();
   console.log(`result ${JSON.stringify({
     session, client_id: provider.clientInformation().client_id,
     auth_method: provider.clientInformation().token_endpoint_auth_method,
     tokens: provider.issued.map((t) => t.access_token),
   })}`);
+}
+
+async function stepUp(provider, client, transport, session) {
+  const call = () => client.callTool({ name: stepUpTool, arguments: { text: 'stepped up' } });
+  const refused = await call().then(() => undefined, (error) => error);
+  check(refused?.code === 403 && provider.authorizations.length === 1,
+    'with a refresh token the SDK answers the step-up with a same-scope refresh, then gives up with the 403');
+  await client.ping(); // a success clears the transport's memory of the challenge it tried
+  provider.forgetRefreshToken();
+  const redirected = await call().then(() => undefined, (error) => error);
+  check(redirected instanceof UnauthorizedError && provider.authorizations.length === 2,
+    'without a refresh token the SDK re-authorizes on the 403');
+  const asked = provider.authorizations[1].searchParams.get('scope').split(' ');
+  check(asked.includes('mcp:admin') && asked.includes('mcp:tools'), 'it asks for the scopes the challenge names');
+  await transport.finishAuth(provider.takeCode());
+  const stepped = await call();
+  check(!stepped.isError && stepped.content[0].text.includes('stepped up') && transport.sessionId === session,
+    'the stepped-up call is answered in the same session');
 }
 
 main().then(() => process.exit(0)).catch((error) => { console.error(error); process.exit(1); });
