@@ -31,6 +31,7 @@ from gateway.config.settings import AuthConfig, ConfigError, GatewayConfig, Stor
 from gateway.ops.check import add_arguments as add_check_arguments
 from gateway.ops.check import run as run_check
 from gateway.ops.connections import run as run_capped
+from gateway.ops.flags import refuse_upstream
 from gateway.ops.logs import RedactingAccessLogger
 from gateway.ops.logs import install as install_log_filter
 from gateway.ops.loops import CHOICES, install, tune_gc
@@ -334,6 +335,10 @@ def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else argv
     args = parser().parse_args(glue_request_ids(argv))
     args.serve_argv = argv[1:]  # what a worker is started with
+    refusal = refuse_upstream(f"gateway {args.command}", getattr(args, "upstream", None))
+    if refusal is not None:  # before the probe, the banner or a worker: nothing else is printed
+        print(refusal, file=sys.stderr)
+        raise SystemExit(2)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     if args.command == "check-config":
         raise SystemExit(check_config(args.file))
