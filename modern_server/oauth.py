@@ -51,6 +51,7 @@ class Accepted:
     sub: str
     aud: tuple[str, ...]
     scope: str
+    exp: float
 
 
 def metadata_path(resource: str) -> str:
@@ -124,7 +125,7 @@ class Verifier:
         aud = claims["aud"]
         client = claims.get("client_id")
         return Accepted(client if isinstance(client, str) else None, str(claims["sub"]),
-                        tuple(aud) if isinstance(aud, list) else (str(aud),), " ".join(scopes))
+                        tuple(aud) if isinstance(aud, list) else (str(aud),), " ".join(scopes), float(claims["exp"]))
 
     def _decode_at(self, token: str, key: jwt.PyJWK, alg: str) -> dict[str, Any]:
         """PyJWT checks the signature, ``iss``, ``aud`` and ``nbf``; ``exp`` against this verifier's clock."""

@@ -33,26 +33,52 @@ class _Frozen(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
 
-class UpstreamConfig(_Frozen):
+class UpstreamAuthConfig(_Frozen):
+    """How the gateway authorizes itself to an upstream (adapters.credentials, gateway.auth.credentials): the keys
+    of ``[upstreams.NAME]`` and of ``[gateway.upstream_auth]`` (the main ``--upstream``)."""
+
+    auth: Literal["none", "forward", "gateway", "static", "client_credentials", "token_exchange"] = "none"
+    shares_audience: bool = False  # forward: the upstream accepts tokens issued for the gateway's own resource
+    token_env: str | None = None  # static ("gateway" is its older name): the variable holding the token
+    # client_credentials / token_exchange: the authorization server (its RFC 8414 metadata names the token
+    # endpoint, unless token_endpoint is given) and the gateway's own client there (secret from client_secret_env).
+    issuer: str | None = Field(None, pattern=r"^https?://")
+    token_endpoint: str | None = Field(None, pattern=r"^https?://")
+    client_id: str | None = None
+    client_secret_env: str | None = None
+    resource: str | None = Field(None, pattern=r"^https?://")  # default: the upstream's RFC 9728 resource, or URL
+    scopes: tuple[str, ...] = ()  # asked for; an exchanged token never gets more than the client's token holds
+    refresh_before_seconds: float = Field(60.0, ge=0)  # a token is fetched again this long before it expires
+
+    @model_validator(mode="after")
+    def _credentials_coherent(self) -> UpstreamAuthConfig:
+        if self.auth == "forward" and not self.shares_audience:
+            raise ValueError("auth = \"forward\" passes the client's token on; allowed only with shares_audience = "
+                             "true (the upstream's metadata names the gateway's own resource); else use "
+                             "token_exchange or client_credentials")
+        if self.auth in ("gateway", "static") and not self.token_env:
+            raise ValueError(f'auth = "{self.auth}" needs token_env (the environment variable holding the credential)')
+        if self.auth in ("client_credentials", "token_exchange"):
+            missing = [k for k in ("client_id", "client_secret_env") if not getattr(self, k)]
+            if not (self.issuer or self.token_endpoint):
+                missing.append("issuer (or token_endpoint)")
+            if missing:
+                raise ValueError(f'auth = "{self.auth}" needs {", ".join(missing)}')
+        return self
+
+
+class UpstreamConfig(UpstreamAuthConfig):
     url: str = Field(description='"embedded" (the in-process core) or an http(s) URL of a 2026-07-28 server')
     revision: Literal["2026-07-28"] = MODERN_VERSION
     connect_timeout_seconds: float = Field(10.0, gt=0)
     read_timeout_seconds: float = Field(600.0, gt=0)
     max_connections: int = Field(100, ge=1)
     max_stream_connections: int = Field(1000, ge=1)
-    auth: Literal["none", "forward", "gateway"] = "none"
-    shares_audience: bool = False
-    token_env: str | None = None
 
     @model_validator(mode="after")
     def _coherent(self) -> UpstreamConfig:
         if self.url != "embedded" and not self.url.startswith(("http://", "https://")):
             raise ValueError('url must be "embedded" or an http(s) URL')
-        if self.auth == "forward" and not self.shares_audience:
-            raise ValueError("auth = \"forward\" passes the client's token on; "
-                             "allowed only with shares_audience = true")
-        if self.auth == "gateway" and not self.token_env:
-            raise ValueError('auth = "gateway" needs token_env (the environment variable holding the credential)')
         return self
 
 

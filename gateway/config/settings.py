@@ -18,7 +18,7 @@ from adapters.bridge import BridgeLimits
 from adapters.capabilities import BridgedFeatures
 from adapters.classify import LOOPBACK_HOSTS, Policy
 from gateway.config.keys import suggestion
-from gateway.config.pins import PinsConfig
+from gateway.config.pins import PinsConfig, UpstreamAuthConfig
 from gateway.config.usage import UsageConfig
 
 MEMORY_STORE = "memory"  # [gateway.store] url / serve --store: the in-process store (the default)
@@ -209,7 +209,27 @@ class GatewayConfig(_Frozen):
     trace: TraceConfig = TraceConfig()  # [gateway.trace]: translation traces
     otel: OtelConfig = OtelConfig()  # [gateway.otel]: OpenTelemetry spans
     auth: AuthConfig = AuthConfig()  # [gateway.auth]: OAuth 2.1 for the doors
+    # [gateway.upstream_auth]: the main upstream's credential (as [upstreams.NAME]); unset: none with
+    # [gateway.auth], else the client's token (the embedded core shares the gateway's audience).
+    upstream_auth: UpstreamAuthConfig | None = None
     pins: PinsConfig = PinsConfig()  # the file's top-level [[peers]], [default_peer], [upstreams.*], [[tokens]]
+
+    @model_validator(mode="after")
+    def _exchange_needs_verified_tokens(self) -> GatewayConfig:
+        named = [(f"upstreams.{n}", u.auth) for n, u in self.pins.upstreams.items()]
+        exchanging = [where for where, auth in [("gateway.upstream_auth", self.main_upstream_auth().auth), *named]
+                      if auth == "token_exchange"]
+        if exchanging and not self.auth.enabled:
+            raise ValueError(f"{', '.join(exchanging)}: auth = \"token_exchange\" needs [gateway.auth] (only a "
+                             "token the gateway verified is exchanged)")
+        return self
+
+    def main_upstream_auth(self) -> UpstreamAuthConfig:
+        """The main upstream's credential: [gateway.upstream_auth], or the default (module docstring of pins)."""
+        if self.upstream_auth is not None:
+            return self.upstream_auth
+        return UpstreamAuthConfig(auth="none") if self.auth.enabled else UpstreamAuthConfig(auth="forward",
+                                                                                            shares_audience=True)
 
     @model_validator(mode="after")
     def _auth_has_a_resource(self) -> GatewayConfig:

@@ -27,6 +27,7 @@ from adapters.classify import (
 )
 from adapters.doors import Transport
 from adapters.errors import ErrorValue, Rejection, answer_not_taken, reject, store_unavailable
+from gateway.auth.credentials import credentials_for
 from gateway.auth.resource import auth_settings
 from gateway.auth.validator import TokenValidator
 from gateway.config.settings import GatewayConfig
@@ -172,12 +173,11 @@ async def _end_sessions(app: web.Application) -> None:
 def named_upstreams(config: GatewayConfig, core_url: str | None, tap: Tap | None) -> dict[str, UpstreamClient]:
     clients = {}
     for name, up in config.pins.upstreams.items():
-        credential = os.environ.get(up.token_env) if up.token_env else None
         url = core_url if up.url == "embedded" else up.url
         if url is None:  # the embedded core runs only when the config at start had an embedded upstream
             raise ValueError(f"upstream {name!r} is embedded, but no embedded core is running")
-        clients[name] = UpstreamClient(url, tap=tap, auth=up.auth,
-                                       connect_timeout=up.connect_timeout_seconds, credential=credential,
+        clients[name] = UpstreamClient(url, tap=tap, credentials=credentials_for(up, url, config, os.environ),
+                                       connect_timeout=up.connect_timeout_seconds,
                                        read_timeout=up.read_timeout_seconds, max_connections=up.max_connections,
                                        max_stream_connections=up.max_stream_connections,
                                        sizes=upstream_sizes(config))
@@ -226,8 +226,9 @@ def create_app(config: GatewayConfig, *, store: SessionStore | None = None, tap:
             url = config.upstream_url or core_url
             assert url is not None
             # With [gateway.auth] the client's token was issued for the gateway: it is never passed on (2026-07-28
-            # basic/authorization, "Access Token Privilege Restriction"); the upstream sees no client token.
-            upstream = UpstreamClient(url, auth="none" if config.auth.enabled else "forward",
+            # basic/authorization, "Access Token Privilege Restriction"); the upstream gets [gateway.upstream_auth].
+            credentials = credentials_for(config.main_upstream_auth(), url, config, os.environ)
+            upstream = UpstreamClient(url, credentials=credentials,
                                       connect_timeout=config.upstream_connect_timeout_seconds,
                                       read_timeout=config.upstream_read_timeout_seconds, tap=tap,
                                       max_connections=config.upstream_max_connections,

@@ -46,7 +46,7 @@ async def forward(request: web.Request, gw: Gateway, session: SessionRecord, mes
     stream or task is made), else the exchange's stream (not written yet)."""
     runtime = gw.runtime(session.session_id)
     ident, authorization = message["id"], request.headers.get("Authorization")
-    carried = token_goes_upstream(authorization, gw.upstream_for(session.upstream).forwards_token)
+    carried = token_goes_upstream(authorization, gw.upstream_for(session.upstream).needs_client_token)
     record = PendingRound(new_id("b"), session.session_id, ident, message["method"], message.get("params") or {},
                           started_ms=gw.clock(), authorized=carried)
     exchange = Exchange(runtime, record, bridge_context(runtime, session, limits), authorization, session)

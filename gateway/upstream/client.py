@@ -19,12 +19,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from adapters.bridge import UpstreamError, UpstreamResult
+from adapters.credentials import Grant, Refusal, after_refusal, step_up
 from adapters.errors import ErrorValue, token_refused, upstream_failure
 from adapters.jsonwire import dumps, loads
 from adapters.probe import ProbeAnswer, http_failure
 from adapters.sse import EventTooLarge, SseDecoder
 from adapters.trace import TapKind, every_kind
 from adapters.upstream import UpstreamCall
+from gateway.auth.credentials import CredentialError, CredentialSettings, UpstreamCredentials
 from gateway.upstream.h1 import BrokenResponse, H1Pool, PoolBusy, TooLarge, Unreachable
 from gateway.upstream.transport import Response, Transport
 
@@ -57,7 +59,7 @@ class UpstreamClient:
                  tap: Callable[[str, Any], None] | None = None, auth: str = "forward",
                  credential: str | None = None, max_connections: int = 100,
                  max_stream_connections: int = 1000, sizes: UpstreamSizes = UpstreamSizes(),
-                 transport: Transport | None = None) -> None:
+                 transport: Transport | None = None, credentials: UpstreamCredentials | None = None) -> None:
         self.url = url
         # No cookies are kept: one pool serves every session and principal, so a cookie an upstream set for one
         # would be sent for all. ``transport``: another HTTP client behind the same seam (tests inject one).
@@ -68,29 +70,41 @@ class UpstreamClient:
         self._tap = tap
         # A trace also sees every answer (adapters.trace.every_kind); None keeps the answer path free of it.
         self._answers = tap if every_kind(tap) else None
-        # gateway.config.pins: "forward" (shared audience), "gateway" (our own credential) or "none".
-        self._auth, self._credential = auth, credential
-
-    def authorize(self, headers: dict[str, str]) -> dict[str, str]:
-        """The headers with the Authorization this upstream may see (no token passthrough across audiences)."""
-        if self._auth == "forward":
-            return headers
-        out = {k: v for k, v in headers.items() if k.lower() != "authorization"}
-        if self._auth == "gateway" and self._credential:
-            out["Authorization"] = f"Bearer {self._credential}"
-        return out
+        # gateway.config.pins / adapters.credentials.Grant: which credential this upstream is sent.
+        self.credentials = credentials or UpstreamCredentials(CredentialSettings(Grant.of(auth), url,
+                                                                                 static_token=credential))
 
     async def close(self) -> None:
         await self.pool.close()
+        await self.credentials.close()
 
     async def post(self, body: bytes, headers: dict[str, str]) -> Response:
-        """One POST with this upstream's authorization rules; failures as :class:`UpstreamFailure`."""
+        """One POST with this upstream's credential (never the client's token across audiences); a 401 to a
+        credential the gateway obtained is sent once more with a fresh one (adapters.credentials.after_refusal).
+        Failures as :class:`UpstreamFailure`."""
         extra = CALL_HEADERS.get()
         if extra is not None:
             headers = {**headers, **extra()}
+        client = next((v for k, v in headers.items() if k.lower() == "authorization"), None)
+        resp = await self._send(body, headers, client)
+        if resp.status == 401 and after_refusal(401, (), self.grant, retried=False) is Refusal.RETRY:
+            async with resp:
+                await resp.read()  # small, and read whole so the connection goes back to the pool
+            self.credentials.forget(client)
+            resp = await self._send(body, headers, client)
+        return resp
+
+    async def _send(self, body: bytes, headers: dict[str, str], client: str | None) -> Response:
+        try:
+            value = await self.credentials.header(client)
+        except CredentialError as exc:
+            raise UpstreamFailure(upstream_failure("credential", str(exc))) from None
+        sent = {k: v for k, v in headers.items() if k.lower() != "authorization"}
+        if value:
+            sent["Authorization"] = value
         try:
             async with FAILURES:
-                return await self.pool.post(body, self.authorize(headers), stream=_is_listen(headers))
+                return await self.pool.post(body, sent, stream=_is_listen(headers))
         except ValueError as exc:  # a header that would break the framing: nothing was sent
             raise UpstreamFailure(upstream_failure("stream_broken", str(exc))) from exc
 
@@ -152,8 +166,18 @@ class UpstreamClient:
         return resp
 
     @property
+    def grant(self) -> Grant:
+        return self.credentials.grant
+
+    @property
     def forwards_token(self) -> bool:
-        return self._auth == "forward"
+        return self.grant is Grant.FORWARD
+
+    @property
+    def needs_client_token(self) -> bool:
+        """Its calls depend on the client's current token (passed on, or exchanged): a round continued without
+        its client's next message could not be authorized (adapters.takeover.token_goes_upstream)."""
+        return self.grant in (Grant.FORWARD, Grant.TOKEN_EXCHANGE)
 
     async def refused(self, resp: Response) -> ErrorValue:
         """An HTTP 401/403 answer (read and released) as the error for the request (adapters.errors.token_refused)."""
@@ -164,8 +188,12 @@ class UpstreamClient:
         except ValueError:
             body = None
         error = body.get("error") if isinstance(body, dict) else None
-        return token_refused(resp.status, resp.getall("www-authenticate"),
-                             error if isinstance(error, dict) else None, self.forwards_token)
+        challenges = resp.getall("www-authenticate")
+        own = self.credentials.settings.own
+        if own is not None and after_refusal(resp.status, challenges, self.grant, retried=True) is Refusal.STEP_UP:
+            return step_up(own, challenges)  # the client's token bounds the exchanged one's scopes: its to step up
+        return token_refused(resp.status, challenges, error if isinstance(error, dict) else None,
+                             self.forwards_token)
 
     async def messages(self, call: UpstreamCall) -> AsyncGenerator[dict[str, Any]]:
         """Every JSON-RPC message the upstream sends for one POST (one for JSON, many for SSE)."""

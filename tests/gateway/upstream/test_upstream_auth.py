@@ -6,7 +6,9 @@ from __future__ import annotations
 
 from aiohttp import web
 
+from adapters.credentials import Grant
 from adapters.upstream import UpstreamCall
+from gateway.auth.credentials import CredentialSettings, UpstreamCredentials
 from gateway.upstream.client import UpstreamClient, UpstreamFailure
 from tests.gateway.conftest import text
 from tests.gateway.http.test_bridge_shell import SAMPLED, SAMPLING
@@ -101,7 +103,8 @@ async def test_a_modern_passthrough_refused_for_the_gateways_credential_is_a_502
     from gateway.http.app import GATEWAY
     upstream.script["tools/call"] = refuse(401, EXPIRED)
     client = legacy.client.app[GATEWAY].upstream_for("default")
-    client._auth, client._credential = "gateway", "ours"  # as a named upstream with auth = "gateway" is built
+    # as a named upstream with auth = "gateway" (static) is built
+    client.credentials = UpstreamCredentials(CredentialSettings(Grant.STATIC, client.url, static_token="ours"))
     resp = await legacy.client.post("/mcp", json=CALL, headers=headers("tools/call"))
     assert resp.status == 502 and "WWW-Authenticate" not in resp.headers
     message = await resp.json()
