@@ -146,14 +146,21 @@ def _is_core_config(path: str) -> bool:
 
 
 def send_reload(pid: int | None, pid_file: str | None, config: str | None = None) -> int:
-    """SIGHUP to the gateway; with ``config``, only once the file passes the checks the gateway will make."""
+    """SIGHUP to the gateway, only when it serves ``config`` (when given) and the file it serves passes the checks
+    the gateway will make (gateway.ops.reload.refusal)."""
+    from gateway.ops.reload import refusal, served_by
+
+    target = pid if pid is not None else _read_pid(pid_file or "")
+    if (refused := refusal(target, config)) is not None:
+        print(refused, file=sys.stderr)
+        return 2
+    config = config or served_by(target).config
     if config is not None:
         try:
             load_config(config)
         except ConfigError as exc:
             print(f"reload: not sent, the gateway would refuse the file: {exc}", file=sys.stderr)
             return 2
-    target = pid if pid is not None else _read_pid(pid_file or "")
     try:
         os.kill(target, signal.SIGHUP)
     except ProcessLookupError:

@@ -1,6 +1,10 @@
 """Configuration reload (per-peer pins, upstreams, tokens): ``SIGHUP`` or ``python -m gateway reload --pid PID``
 re-reads the file.
 
+``reload`` signals only a gateway that serves a file, and with ``--config FILE`` only the one serving FILE: the
+file a process serves is read from its command line and working directory (``/proc``), so no second record can
+go stale. Where ``/proc`` is missing (not Linux) the command cannot tell, and signals as asked.
+
 A file that fails validation keeps the running configuration and logs why. A good one replaces the pins that
 *new* sessions are opened under; live sessions keep the snapshot in their records (``SessionRecord.pins``) until
 they end. Listen addresses, the default upstream, the embedded core and the session store are fixed at start;
@@ -12,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+from dataclasses import dataclass
 from pathlib import Path
 
 from aiohttp import web
@@ -57,3 +62,48 @@ def install_sighup(app: web.Application, path: str | Path, **overrides: object) 
 
     app.on_startup.append(on_startup)
     app.on_cleanup.append(on_cleanup)
+
+
+@dataclass(frozen=True, slots=True)
+class Served:
+    """What a process's command line says it serves: ``known`` False when it cannot be read."""
+
+    known: bool
+    config: str | None = None  # the absolute path of its --config file; None: it serves none
+
+
+def served_by(pid: int, proc: Path = Path("/proc")) -> Served:
+    try:
+        argv = (proc / str(pid) / "cmdline").read_bytes().split(b"\0")
+        cwd = os.readlink(proc / str(pid) / "cwd")
+    except OSError:
+        return Served(False)
+    words = [a.decode(errors="surrogateescape") for a in argv]
+    for i, word in enumerate(words):
+        value = words[i + 1] if word == "--config" and i + 1 < len(words) else None
+        value = word.removeprefix("--config=") if word.startswith("--config=") else value
+        if value:
+            return Served(True, os.path.normpath(os.path.join(cwd, value)))
+    return Served(True)
+
+
+def refusal(pid: int, config: str | None) -> str | None:
+    """Why SIGHUP must not go to ``pid`` (one line), or None: a process serving no file would only be stopped
+    by it (no handler), and one serving another file would reload that one, not ``config``."""
+    served = served_by(pid)
+    if not served.known:
+        return None
+    if served.config is None:
+        return (f"reload: not sent: process {pid} serves no configuration file (started without --config), so "
+                "SIGHUP would stop it instead")
+    if config is not None and not _same(config, served.config):
+        return (f"reload: not sent: process {pid} serves {served.config}, not {os.path.abspath(config)}: edit "
+                "that file, or restart the gateway with --config naming this one")
+    return None
+
+
+def _same(given: str, served: str) -> bool:
+    try:
+        return os.path.samefile(given, served)
+    except OSError:
+        return os.path.realpath(given) == os.path.realpath(served)

@@ -69,26 +69,28 @@ def typo(key: str, near: str) -> str:
     return f"{key}: Extra inputs are not permitted (unknown key; did you mean {near!r}?)"
 
 
-def hup_catcher() -> subprocess.Popen[str]:
-    """A process that exits 7 on SIGHUP, so a test sees whether ``reload`` signalled it."""
+def hup_catcher(*args: str) -> subprocess.Popen[str]:
+    """A process that exits 7 on SIGHUP, so a test sees whether ``reload`` signalled it; ``args`` are on its command
+    line (``serve --config FILE``: what reload reads to know the file it serves)."""
     code = ("import signal, sys, time\nsignal.signal(signal.SIGHUP, lambda *a: sys.exit(7))\n"
             "print('ready', flush=True)\ntime.sleep(60)\n")
-    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    proc = subprocess.Popen([sys.executable, "-c", code, *args], stdout=subprocess.PIPE, text=True)
     assert proc.stdout is not None and proc.stdout.readline() == "ready\n"
     return proc
 
 
 def test_reload_validates_the_file_before_signalling(tmp_path) -> None:
-    target = hup_catcher()
+    served = tmp_path / "gw.toml"
+    target = hup_catcher("serve", "--config", str(served))
     try:
-        bad = tmp_path / "bad.toml"
-        bad.write_text("[gateway]\nprot = 1\n")
-        one_line_error(cli("reload", "--pid", str(target.pid), "--config", str(bad)),
+        served.write_text("[gateway]\nprot = 1\n")
+        one_line_error(cli("reload", "--pid", str(target.pid), "--config", str(served)),
+                       "the gateway would refuse the file", typo("gateway.prot", "port"))
+        one_line_error(cli("reload", "--pid", str(target.pid)),  # the file it serves, read from its command line
                        "the gateway would refuse the file", typo("gateway.prot", "port"))
         assert target.poll() is None  # no signal was sent
-        good = tmp_path / "good.toml"
-        good.write_text("[gateway]\nport = 9000\n")
-        run = cli("reload", "--pid", str(target.pid), "--config", str(good))
+        served.write_text("[gateway]\nport = 9000\n")
+        run = cli("reload", "--pid", str(target.pid), "--config", str(served))
         assert run.returncode == 0 and f"sent SIGHUP to {target.pid}" in run.stdout
         assert target.wait(timeout=60) == 7
     finally:
