@@ -16,8 +16,9 @@ The shell (``gateway.auth``) fetches keys, verifies signatures, reads the clock 
 from __future__ import annotations
 
 import hashlib
+import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any, Final
 from urllib.parse import urlsplit
@@ -29,6 +30,9 @@ WELL_KNOWN: Final = "/.well-known/oauth-protected-resource"
 PRINCIPAL_PREFIX: Final = "oauth:"
 # A JWT access token is a few hundred bytes to a few KiB; a longer one is refused before any parse.
 MAX_TOKEN_BYTES: Final = 8000  # under aiohttp's 8190-byte header field limit, so it is ours to refuse
+# RFC 6750 §2.1: b64token = 1*( ALPHA / DIGIT / "-" / "." / "_" / "~" / "+" / "/" ) *"=" (checked in C: every
+# request pays for it).
+_B64TOKEN: Final = re.compile(r"[A-Za-z0-9\-._~+/]+=*")
 # RFC 9068 §4: a resource server MUST check that a JWT access token's "typ" is "at+jwt" (an ID token, or any other
 # JWT the same issuer signed, is not an access token).
 ACCESS_TOKEN_TYPES: Final = frozenset({"at+jwt", "application/at+jwt"})
@@ -83,11 +87,11 @@ class Principal:
     client_id: str | None
     scopes: frozenset[str]
     expires_at: float | None  # seconds since the epoch; a cached verification lasts no longer
+    key: str = field(init=False, compare=False)  # computed once: every request of the principal reads it
 
-    @property
-    def key(self) -> str:
+    def __post_init__(self) -> None:
         ident = "\0".join((self.issuer, self.subject, self.client_id or ""))
-        return PRINCIPAL_PREFIX + hashlib.sha256(ident.encode("utf-8")).hexdigest()[:32]
+        object.__setattr__(self, "key", PRINCIPAL_PREFIX + hashlib.sha256(ident.encode("utf-8")).hexdigest()[:32])
 
 
 def metadata_path(resource: str) -> str:
@@ -136,7 +140,7 @@ def bearer_token(authorization: str | None) -> str | Failure:
         return Failure(Cause.MALFORMED, "the Authorization header is not a Bearer token")
     if len(token) > MAX_TOKEN_BYTES:
         return Failure(Cause.MALFORMED, f"the access token is longer than {MAX_TOKEN_BYTES} bytes")
-    if not token.isascii() or any(c.isspace() for c in token):
+    if _B64TOKEN.fullmatch(token) is None:
         return Failure(Cause.MALFORMED, "the access token holds characters a bearer token cannot")
     return token
 
