@@ -171,7 +171,7 @@ class UpstreamCredentials:
 def credentials_for(auth: UpstreamAuthConfig, upstream_url: str, config: GatewayConfig,
                     environ: Mapping[str, str]) -> UpstreamCredentials:
     """An upstream's credential from its configuration; a secret named but not set is a ValueError at start."""
-    grant = Grant.of(auth.auth)
+    grant = Grant.of(auth.auth or "none")
     secret = static = None
     if grant.minted:
         secret = environ.get(auth.client_secret_env or "")

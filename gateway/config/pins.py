@@ -37,7 +37,8 @@ class UpstreamAuthConfig(_Frozen):
     """How the gateway authorizes itself to an upstream (adapters.credentials, gateway.auth.credentials): the keys
     of ``[upstreams.NAME]`` and of ``[gateway.upstream_auth]`` (the main ``--upstream``)."""
 
-    auth: Literal["none", "forward", "gateway", "static", "client_credentials", "token_exchange"] = "none"
+    # Unset: "none" for a named upstream; for the main one, the default of [gateway.upstream_auth] (settings).
+    auth: Literal["none", "forward", "gateway", "static", "client_credentials", "token_exchange"] | None = None
     shares_audience: bool = False  # forward: the upstream accepts tokens issued for the gateway's own resource
     token_env: str | None = None  # static ("gateway" is its older name): the variable holding the token
     # client_credentials / token_exchange: the authorization server (its RFC 8414 metadata names the token

@@ -211,7 +211,7 @@ class GatewayConfig(_Frozen):
     auth: AuthConfig = AuthConfig()  # [gateway.auth]: OAuth 2.1 for the doors
     # [gateway.upstream_auth]: the main upstream's credential (as [upstreams.NAME]); unset: none with
     # [gateway.auth], else the client's token (the embedded core shares the gateway's audience).
-    upstream_auth: UpstreamAuthConfig | None = None
+    upstream_auth: UpstreamAuthConfig = UpstreamAuthConfig()
     pins: PinsConfig = PinsConfig()  # the file's top-level [[peers]], [default_peer], [upstreams.*], [[tokens]]
 
     @model_validator(mode="after")
@@ -226,7 +226,7 @@ class GatewayConfig(_Frozen):
 
     def main_upstream_auth(self) -> UpstreamAuthConfig:
         """The main upstream's credential: [gateway.upstream_auth], or the default (module docstring of pins)."""
-        if self.upstream_auth is not None:
+        if self.upstream_auth.auth is not None:
             return self.upstream_auth
         return UpstreamAuthConfig(auth="none") if self.auth.enabled else UpstreamAuthConfig(auth="forward",
                                                                                             shares_audience=True)

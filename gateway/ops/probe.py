@@ -58,7 +58,7 @@ def targets(config: GatewayConfig, env: Mapping[str, str]) -> list[Target]:
     for name, upstream in config.pins.upstreams.items():
         if upstream.url == "embedded":
             continue
-        credential = env.get(upstream.token_env or "") if upstream.auth == "gateway" else None
+        credential = env.get(upstream.token_env or "") if upstream.auth in ("gateway", "static") else None
         found.append(Target(name, upstream.url, f"Bearer {credential}" if credential else None))
     return found
 
