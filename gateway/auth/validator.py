@@ -189,7 +189,9 @@ class TokenValidator:
         exp = answer.get("exp")
         if isinstance(exp, int | float) and not isinstance(exp, bool) and exp <= now:
             return Failure(Cause.EXPIRED, "the access token has expired")
-        claims = {"iss": answer.get("iss", self.server.authorization_servers[0]), "sub": answer.get("sub"),
+        # RFC 7662 §2.2: sub is optional; a client-credentials token speaks for its client, so that names it.
+        claims = {"iss": answer.get("iss", self.server.authorization_servers[0]),
+                  "sub": answer.get("sub") or answer.get("client_id"),
                   "client_id": answer.get("client_id"), "scope": answer.get("scope")}
         principal = principal_of_claims(claims)
         if isinstance(principal, Failure):

@@ -46,8 +46,10 @@ const provider = new Provider(issuer, {
       enabled: true,
       defaultResource: (ctx, c, oneOf) => oneOf,
       useGrantedResource: () => true,
+      // A resource whose path holds "/opaque/" gets opaque tokens (for the introspection tests), others JWTs.
       getResourceServerInfo: (ctx, resource) => ({
-        scope: SCOPES, audience: resource, accessTokenTTL: ttl, accessTokenFormat: 'jwt',
+        scope: SCOPES, audience: resource, accessTokenTTL: ttl,
+        accessTokenFormat: new URL(resource).pathname.includes('/opaque/') ? 'opaque' : 'jwt',
       }),
     },
   },
