@@ -13,7 +13,7 @@ from collections.abc import Callable
 from typing import Any
 
 import aiohttp
-from jwt import PyJWK, PyJWKError
+from jwt import PyJWK, PyJWKError, PyJWTError
 
 from adapters.authz import authorization_server_metadata_urls
 from gateway.auth.fetch import AuthServerError, get_json
@@ -111,10 +111,11 @@ def _signing_keys(doc: dict[str, Any]) -> dict[str | None, PyJWK]:
     for entry in entries if isinstance(entries, list) else []:
         if len(keys) >= MAX_KEYS:
             break
-        if not isinstance(entry, dict) or entry.get("use", "sig") != "sig":
+        # Signature keys of asymmetric types only: a shared secret ("oct") has no place in a published key set.
+        if not isinstance(entry, dict) or entry.get("use", "sig") != "sig" or entry.get("kty") == "oct":
             continue
         try:
             keys[entry.get("kid") if isinstance(entry.get("kid"), str) else None] = PyJWK(entry)
-        except (PyJWKError, ValueError, TypeError, KeyError):
-            continue  # a key type or curve this build cannot use
+        except (PyJWTError, PyJWKError, ValueError, TypeError, KeyError):
+            continue  # malformed, or a key type or curve this build cannot use
     return keys

@@ -4,6 +4,7 @@ test signs with (PyJWT, RSA and EC keys from ``cryptography``)."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 from dataclasses import dataclass, field
@@ -24,6 +25,9 @@ class KeyServer:
     keys: dict[str, Any] = field(default_factory=dict)  # kid -> private key
     jwks_hits: int = 0
     down: bool = False
+    delay: float = 0.0  # seconds before each answer: a slow server
+    claimed_issuer: str | None = None  # what the metadata says the issuer is (None: the truth)
+    jwks_body: bytes | None = None  # a JWKS answer of this body instead of the keys (a lying server)
 
     def app(self) -> web.Application:
         app = web.Application()
@@ -32,13 +36,17 @@ class KeyServer:
         return app
 
     async def metadata(self, request: web.Request) -> web.Response:
-        return web.json_response({"issuer": self.issuer, "jwks_uri": f"{self.issuer}/jwks",
+        await asyncio.sleep(self.delay)
+        return web.json_response({"issuer": self.claimed_issuer or self.issuer, "jwks_uri": f"{self.issuer}/jwks",
                                   "token_endpoint": f"{self.issuer}/token"})
 
     async def jwks(self, request: web.Request) -> web.Response:
         self.jwks_hits += 1
+        await asyncio.sleep(self.delay)
         if self.down:
             return web.Response(status=503)
+        if self.jwks_body is not None:
+            return web.Response(body=self.jwks_body, content_type="application/json")
         keys = []
         for kid, key in self.keys.items():
             public = json.loads(jwt.algorithms.get_default_algorithms()[_alg(key)].to_jwk(key.public_key()))

@@ -178,3 +178,29 @@ async def test_the_cache_is_bounded(keys: KeyServer) -> None:
         assert len(v._verified) == 3
     finally:
         await v.close()
+
+
+async def test_a_slow_key_server_is_an_outage_within_the_fetch_timeout(keys: KeyServer) -> None:
+    keys.delay = 5.0
+    server = ResourceServer(RESOURCE, (keys.issuer,))
+    v = TokenValidator(AuthSettings(server, (RESOURCE,), fetch_timeout_seconds=0.5))
+    try:
+        began = time.monotonic()
+        assert await cause(v, keys.token()) is Cause.UNAVAILABLE
+        assert time.monotonic() - began < 3  # both discovery URLs tried, each within its timeout
+    finally:
+        await v.close()
+
+
+async def test_metadata_naming_another_issuer_is_not_trusted(keys: KeyServer, validator: TokenValidator) -> None:
+    keys.claimed_issuer = "https://evil.example"
+    assert await cause(validator, keys.token()) is Cause.UNAVAILABLE
+    assert keys.jwks_hits == 0  # its keys were never fetched
+
+
+@pytest.mark.parametrize("body", [b"not json", b"[]", b'{"keys": "x"}', b'{"keys": [{"kty": "RSA", "n": "!"}]}',
+                                  b'{"keys": [' + b'{"kty": "oct", "k": "c2VjcmV0"},' * 3 + b'{}]}'])
+async def test_a_lying_key_set_refuses_tokens_without_an_error(keys: KeyServer, validator: TokenValidator,
+                                                               body: bytes) -> None:
+    keys.jwks_body = body
+    assert await cause(validator, keys.token()) in (Cause.INVALID, Cause.UNAVAILABLE)
