@@ -37,6 +37,7 @@ from gateway.ops.logs import install as install_log_filter
 from gateway.ops.loops import CHOICES, install, tune_gc
 from gateway.ops.replay import add_arguments as add_replay_arguments
 from gateway.ops.replay import run as run_replay
+from gateway.ops.stdio import add_arguments as add_stdio_arguments
 from gateway.ops.trace import add_arguments as add_trace_arguments
 from gateway.ops.trace import add_serve_arguments as add_serve_trace_arguments
 from gateway.ops.trace import glue_request_ids, otel_exporting, traced_app, with_otel, with_trace
@@ -106,11 +107,8 @@ def parser() -> argparse.ArgumentParser:
                              "gateway would refuse it")
     add_report_arguments(commands.add_parser("report", help="the migration report from the usage store"))
     add_check_arguments(commands.add_parser("check", help="play a 2025-11-25 client through the gateway, tool by tool"))
-    stdio = commands.add_parser("stdio", help="serve one legacy session on stdin/stdout (for desktop clients)")
-    stdio.add_argument("--upstream", default=None, help="2026-07-28 server URL (default: the embedded core)")
-    stdio.add_argument("--config", default=None, help="TOML config file (see config/gateway.example.toml)")
-    stdio.add_argument("--token-env", default=None, metavar="VAR",
-                       help="the environment variable holding the bearer token for the upstream (never a flag)")
+    add_stdio_arguments(commands.add_parser("stdio", help="serve one legacy session on stdin/stdout (for desktop "
+                                                          "clients)"))
     add_replay_arguments(commands.add_parser("replay", help="replay scenario files of 2025-11-25 client steps"))
     add_trace_arguments(commands.add_parser("trace", help="summarize a translation trace per legacy request"))
     return root
@@ -313,16 +311,19 @@ def _remove_pid_file(pid_file: str | None) -> None:
 
 def run_stdio(args: argparse.Namespace) -> int:
     """``stdio``: stdout carries only JSON-RPC, so every log line goes to stderr (logging's default stream)."""
-    from gateway.ops.stdio import serve_stdio
+    from gateway.ops.stdio import desktop_config, serve_stdio
 
+    try:
+        config = usage_serve_defaults(load_config(args.config, upstream_url=args.upstream), args.usage_db)
+    except ConfigError as exc:
+        print(f"gateway stdio: {exc}", file=sys.stderr)
+        return 2
+    if args.print_config is not None:
+        print(desktop_config(args.print_config, args, config))
+        return 0
     token = os.environ.get(args.token_env) if args.token_env else None
     if args.token_env and not token:
         print(f"gateway stdio: the environment variable {args.token_env} is not set", file=sys.stderr)
-        return 2
-    try:
-        config = load_config(args.config, upstream_url=args.upstream)
-    except ConfigError as exc:
-        print(f"gateway stdio: {exc}", file=sys.stderr)
         return 2
     asyncio.run(serve_stdio(config, f"Bearer {token}" if token else None))
     return 0

@@ -9,6 +9,11 @@ the sampling, elicitation or roots request it carries on stdin), every message o
 one line, and the session's GET stream carries what is not tied to a request. When stdin closes the session is
 deleted, which cancels its rounds upstream, and the process exits.
 
+Like ``serve``, the door records usage by default in ``gateway-usage.sqlite3`` in the working directory (``--usage-db``,
+else ``[gateway.usage].db``), so its sessions reach the migration report; ``--print-config NAME`` prints the
+desktop client's entry that launches it, with absolute paths (a desktop client's PATH has no virtual environment,
+and its working directory is not the operator's), the usage database included.
+
 A line longer than ``max_request_bytes`` (the endpoint's own bound) is never held whole: its first bytes are kept
 to find its id, the rest is discarded as it arrives, and it is refused under that id (``adapters.doors.too_large``)
 while the session goes on.
@@ -16,7 +21,10 @@ while the session goes on.
 
 from __future__ import annotations
 
+import argparse
 import asyncio
+import json
+import os
 import sys
 import tempfile
 from collections.abc import AsyncIterator
@@ -99,6 +107,7 @@ async def serve_stdio(config: GatewayConfig, authorization: str | None) -> None:
         with tempfile.TemporaryDirectory(prefix="mcp-gateway-stdio-") as folder:
             path = f"{folder}/gateway.sock"
             await web.UnixSite(runner, path).start()
+            print(banner(config), file=sys.stderr, flush=True)  # stdout is the client's: JSON-RPC only
             async with aiohttp.ClientSession(connector=aiohttp.UnixConnector(path=path)) as http:
                 door = DoorClient(http, authorization, sys.stdout.buffer,
                                   door=runner.app[GATEWAY].door_headers(Transport.STDIO))
@@ -110,3 +119,38 @@ async def serve_stdio(config: GatewayConfig, authorization: str | None) -> None:
                     await door.close()
     finally:
         await runner.cleanup()
+
+
+def banner(config: GatewayConfig) -> str:
+    """The one line the door prints on stderr once it serves (a desktop client shows it in its server log)."""
+    usage = (os.path.abspath(config.usage.db) if config.usage.db else "memory") if config.usage.enabled else "off"
+    return (f"gateway stdio: one 2025-11-25 session on stdin/stdout; upstream: "
+            f"{config.upstream_url or 'the embedded core'}; usage database: {usage}")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--upstream", default=None, help="2026-07-28 server URL (default: the embedded core)")
+    parser.add_argument("--config", default=None, help="TOML config file (see config/gateway.example.toml)")
+    parser.add_argument("--token-env", default=None, metavar="VAR",
+                        help="the environment variable holding the bearer token for the upstream (never a flag)")
+    parser.add_argument("--usage-db", default=None,
+                        help="usage store (default [gateway.usage].db, else gateway-usage.sqlite3 here)")
+    parser.add_argument("--print-config", default=None, metavar="NAME",
+                        help="print the desktop client's JSON entry NAME that launches this command with these "
+                             "flags (absolute paths), and exit")
+
+
+def desktop_config(name: str, args: argparse.Namespace, config: GatewayConfig) -> str:
+    """``{"mcpServers": {NAME: {"command": ..., "args": [...]}}}`` launching ``stdio`` as asked, by absolute
+    paths: this Python (its virtual environment's, not resolved through the link) with ``-m gateway``."""
+    argv = ["-m", "gateway", "stdio"]
+    if args.upstream:
+        argv += ["--upstream", args.upstream]
+    if args.config:
+        argv += ["--config", os.path.abspath(args.config)]
+    if args.token_env:
+        argv += ["--token-env", args.token_env]
+    if config.usage.enabled and config.usage.db:
+        argv += ["--usage-db", os.path.abspath(config.usage.db)]
+    entry = {"command": os.path.abspath(sys.executable), "args": argv}
+    return json.dumps({"mcpServers": {name: entry}}, indent=2)

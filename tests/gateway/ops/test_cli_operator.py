@@ -4,9 +4,15 @@ desktop configuration, and ``check-config`` naming every problem in plain words.
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 
-from tests.gateway.ops.test_cli_errors import cli, hup_catcher, one_line_error
+from tests.gateway.ops.test_cli_errors import ENV, ROOT, cli, hup_catcher, one_line_error
 
 MALFORMED = {
     "notaurl": "'notaurl' is not a URL",
@@ -53,3 +59,53 @@ def test_reload_refuses_a_gateway_serving_no_file(tmp_path) -> None:
     finally:
         target.kill()
         target.wait()
+
+
+INITIALIZE = ('{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25",'
+              '"capabilities":{},"clientInfo":{"name":"desk-app","version":"1"}}}\n'
+              '{"jsonrpc":"2.0","method":"notifications/initialized"}\n'
+              '{"jsonrpc":"2.0","id":2,"method":"tools/list"}\n')
+
+
+def _one_session(command: list[str], cwd: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    """A desktop client's session: initialize, tools/list, then stdin closes once both answers arrived."""
+    proc = subprocess.Popen(command, cwd=cwd, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    assert proc.stdin is not None and proc.stdout is not None
+    proc.stdin.write(INITIALIZE)
+    proc.stdin.flush()
+    lines = [proc.stdout.readline(), proc.stdout.readline()]
+    out, err = proc.communicate(timeout=60)
+    assert all('"result"' in line for line in lines), (lines, err)
+    return subprocess.CompletedProcess(command, proc.returncode, "".join(lines) + out, err)
+
+
+def test_stdio_prints_one_banner_line_and_records_usage_by_default(tmp_path) -> None:
+    run = _one_session([sys.executable, "-m", "gateway", "stdio"], tmp_path, ENV)
+    banners = [line for line in run.stderr.splitlines() if line.startswith("gateway stdio:")]
+    db = tmp_path / "gateway-usage.sqlite3"
+    assert banners == [f"gateway stdio: one 2025-11-25 session on stdin/stdout; upstream: the embedded core; "
+                       f"usage database: {db}"], run.stderr
+    assert "Traceback" not in run.stderr and run.returncode == 0
+    report = cli("report", "--db", str(db))
+    assert report.returncode == 0 and "desk-app" in report.stdout, report.stdout
+    assert "transports: stdio" in report.stdout, report.stdout
+
+
+def test_stdio_print_config_launches_from_a_desktop_clients_bare_environment(tmp_path) -> None:
+    """The printed entry works where a desktop client runs it: another working directory, a PATH without the
+    virtual environment, no PYTHONPATH."""
+    run = cli("stdio", "--print-config", "legacy-gateway", "--usage-db", "records/u.sqlite3")
+    assert run.returncode == 0, run.stderr
+    entry = json.loads(run.stdout)["mcpServers"]["legacy-gateway"]
+    assert entry["command"] == sys.executable and os.path.isabs(entry["command"])
+    assert entry["args"] == ["-m", "gateway", "stdio", "--usage-db", str(ROOT / "records" / "u.sqlite3")]
+    entry["args"][-1] = str(tmp_path / "u.sqlite3")  # the same entry, its database where a test may write
+    elsewhere = tmp_path / "desktop"
+    elsewhere.mkdir()
+    session = _one_session([entry["command"], *entry["args"]], elsewhere, {"PATH": "/usr/bin:/bin"})
+    assert session.returncode == 0 and "Traceback" not in session.stderr, session.stderr
+    assert (tmp_path / "u.sqlite3").exists()
+    upstream = cli("stdio", "--print-config", "x", "--upstream", "http://127.0.0.1:19110/mcp", "--token-env", "T")
+    args = json.loads(upstream.stdout)["mcpServers"]["x"]["args"]
+    assert args[3:7] == ["--upstream", "http://127.0.0.1:19110/mcp", "--token-env", "T"]
