@@ -1,15 +1,18 @@
 """``python -m bench.auth [--duration S] [--warmup S] [--slice S] [--concurrency 1,32] [--check]``.
 
-What checking tokens at the doors (``[gateway.auth]``) costs the gateway: the same translated call (a legacy
-``tools/call echo`` through the gateway to the reference core) on two gateways side by side, interleaved in short
-slices as ``python -m bench`` does, one without authorization and one verifying a JWT access token on every
-request. Each client keeps its token, as a real client does until it expires, so the steady state is a digest
-lookup; ``translated_auth_cold`` sends a new token on every request (each pays a signature check), reported for
-scale, not judged.
+What authorization costs the gateway, on the same translated call (a legacy ``tools/call echo`` through the
+gateway to the reference core), every scenario interleaved in short slices as ``python -m bench`` does:
 
-The signing keys are served by this process (RFC 8414 metadata and a JWKS on loopback) and the tokens signed
-with PyJWT here, so no authorization server is needed. Target: gateway CPU per authenticated call at most 1.05 times per
-unauthenticated one (docs/benchmarks.md).
+- ``translated`` against ``translated_auth``: a gateway without authorization, and one verifying a JWT access
+  token on every request (``[gateway.auth]``). Each client keeps its token, as a real client does until it
+  expires, so the steady state is a digest lookup. Target: gateway CPU at most 1.05 times.
+- ``translated_auth_cold``: a new token on every request, each paying a signature check (reported).
+- ``forwarded`` against ``exchanged``: in front of a core that checks tokens itself (``[oauth]``), a gateway that
+  passes the client's token on (one audience) and one that verifies it and sends the core a token exchanged for
+  the core (RFC 8693, one exchange per subject, then cached). Reported.
+
+This process is the authorization server: RFC 8414 metadata, a JWKS, a token endpoint for token exchange, and
+tokens signed with PyJWT, so no other server is needed.
 """
 
 from __future__ import annotations
@@ -17,12 +20,12 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import sys
 import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import aiohttp
 import jwt
@@ -49,6 +52,7 @@ class Keys:
         app = web.Application()
         app.router.add_get("/.well-known/oauth-authorization-server", self._metadata)
         app.router.add_get("/jwks", self._jwks)
+        app.router.add_post("/token", self._exchange)
         self.runner = web.AppRunner(app, access_log=None)
         await self.runner.setup()
         site = web.TCPSite(self.runner, "127.0.0.1", 0)
@@ -57,15 +61,25 @@ class Keys:
         self.issuer = f"http://127.0.0.1:{port}"
 
     async def _metadata(self, request: web.Request) -> web.Response:
-        return web.json_response({"issuer": self.issuer, "jwks_uri": f"{self.issuer}/jwks"})
+        return web.json_response({"issuer": self.issuer, "jwks_uri": f"{self.issuer}/jwks",
+                                  "token_endpoint": f"{self.issuer}/token"})
+
+    async def _exchange(self, request: web.Request) -> web.Response:
+        """RFC 8693 at its smallest: a subject token this issuer signed becomes one for ``resource``."""
+        form = await request.post()
+        subject = jwt.decode(str(form["subject_token"]), self.key.public_key(), algorithms=["RS256"],
+                             options={"verify_aud": False})
+        token = self.token(subject["sub"], audience=str(form["resource"]))
+        return web.json_response({"access_token": token, "token_type": "Bearer", "expires_in": 3600,
+                                  "issued_token_type": "urn:ietf:params:oauth:token-type:access_token"})
 
     async def _jwks(self, request: web.Request) -> web.Response:
         public = json.loads(jwt.algorithms.RSAAlgorithm.to_jwk(self.key.public_key()))
         return web.json_response({"keys": [{**public, "kid": "bench", "use": "sig", "alg": "RS256"}]})
 
-    def token(self, subject: str) -> str:
+    def token(self, subject: str, audience: str = f"{PUBLIC}/mcp") -> str:
         now = int(time.time())
-        claims = {"iss": self.issuer, "sub": subject, "aud": f"{PUBLIC}/mcp", "client_id": "bench",
+        claims = {"iss": self.issuer, "sub": subject, "aud": audience, "client_id": "bench",
                   "scope": "mcp:tools", "iat": now, "exp": now + 3600, "jti": f"{subject}-{time.perf_counter_ns()}"}
         return jwt.encode(claims, self.key, algorithm="RS256", headers={"kid": "bench", "typ": "at+jwt"})
 
@@ -83,39 +97,65 @@ class BearerClient(LegacyClient):
         return {**super()._headers(), "Authorization": f"Bearer {self.current}"}
 
 
-def gateway(core: Child, config: str | None) -> Child:
+CORE = "http://bench-core.invalid/mcp"  # the checking core's resource: the audience its tokens must name
+
+
+def gateway(core: Child, config: Path | None) -> Child:
     args = ["-m", "gateway", "serve", "--port", "{port}", "--upstream", core.url, "--no-access-log",
             "--usage-db", scratch_usage_db()]
     if config is not None:
-        args += ["--config", config]
-    return Child("gateway-auth" if config else "gateway", args)
+        args += ["--config", str(config)]
+    return Child("gateway", args)
+
+
+def _files(folder: Path, issuer: str) -> dict[str, Path]:
+    """The configurations: the checking gateway's, the exchanging gateway's, the checking core's."""
+    auth = (f'[gateway]\npublic_url = "{PUBLIC}"\n\n[gateway.auth]\nauthorization_servers = ["{issuer}"]\n'
+            'required_scopes = ["mcp:tools"]\n')
+    files = {"auth": auth,
+             "exchange": auth + f'\n[gateway.upstream_auth]\nauth = "token_exchange"\nissuer = "{issuer}"\n'
+                                'client_id = "bench-gateway"\nclient_secret_env = "BENCH_GATEWAY_SECRET"\n'
+                                f'resource = "{CORE}"\n',
+             "core": f'[oauth]\nissuer = "{issuer}"\nresource = "{CORE}"\n'}
+    for name, text in files.items():
+        (folder / f"{name}.toml").write_text(text)
+    return {name: folder / f"{name}.toml" for name in files}
 
 
 async def run(args: argparse.Namespace) -> list[Stats]:
     keys = Keys()
     await keys.start()
-    folder = Path(tempfile.mkdtemp(prefix="gateway-bench-auth-"))
-    config = folder / "auth.toml"
-    config.write_text(f'[gateway]\npublic_url = "{PUBLIC}"\n\n[gateway.auth]\n'
-                      f'authorization_servers = ["{keys.issuer}"]\nrequired_scopes = ["mcp:tools"]\n')
-    core = Child("core", ["-m", "modern_server", "--port", "{port}", "--no-access-log"])
-    plain, authed = gateway(core, None), gateway(core, str(config))
-    results: list[Stats] = []
+    files = _files(Path(tempfile.mkdtemp(prefix="gateway-bench-auth-")), keys.issuer)
+    os.environ["BENCH_GATEWAY_SECRET"] = "bench"  # the exchanging gateway's client secret (this server takes any)
+    started: list[Child] = []
     try:
+        core = _kept(started, Child("core", ["-m", "modern_server", "--port", "{port}", "--no-access-log"]))
+        checking = _kept(started, Child("core-oauth", ["-m", "modern_server", "--port", "{port}", "--no-access-log",
+                                                       "--config", str(files["core"])]))
+        front = {"translated": _kept(started, gateway(core, None)),
+                 "translated_auth": _kept(started, gateway(core, files["auth"])),
+                 "forwarded": _kept(started, gateway(checking, None)),
+                 "exchanged": _kept(started, gateway(checking, files["exchange"]))}
+        front["translated_auth_cold"] = front["translated_auth"]
+        results: list[Stats] = []
         async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as http:
             for conc in args.concurrency:
-                ops = await _ops(http, plain, authed, keys, conc)
-                front = {"translated": plain, "translated_auth": authed, "translated_auth_cold": authed}
-                results += await interleaved(ops, conc, args, front, core)
+                ops = await _ops(http, front, keys, conc)
+                results += await interleaved(ops, conc, args, front)
+        return results
     finally:
-        for child in (plain, authed, core):
+        for child in reversed(started):
             child.stop()
         if keys.runner is not None:
             await keys.runner.cleanup()
-    return results
 
 
-async def _ops(http: aiohttp.ClientSession, plain: Child, authed: Child, keys: Keys, conc: int) -> dict[str, list[Op]]:
+def _kept(started: list[Child], child: Child) -> Child:
+    started.append(child)
+    return child
+
+
+async def _ops(http: aiohttp.ClientSession, front: dict[str, Child], keys: Keys, conc: int) -> dict[str, list[Op]]:
     async def one(make: Callable[[int], LegacyClient], n: int) -> Op:
         client = make(n)
         await client.start()
@@ -125,15 +165,18 @@ async def _ops(http: aiohttp.ClientSession, plain: Child, authed: Child, keys: K
                 raise RuntimeError("echo through the gateway failed")
         return op
 
-    def each(make: Callable[[int], LegacyClient]) -> Any:
-        return asyncio.gather(*(one(make, n) for n in range(conc)))
+    async def each(make: Callable[[int], LegacyClient]) -> list[Op]:
+        return list(await asyncio.gather(*(one(make, n) for n in range(conc))))
+
+    def bearer(scenario: str, audience: str = f"{PUBLIC}/mcp", fresh: bool = False) -> Callable[[int], LegacyClient]:
+        return lambda n: BearerClient(http, front[scenario].url, lambda: keys.token(f"{scenario}{n}", audience), fresh)
 
     return {
-        "translated": list(await each(lambda n: LegacyClient(http, plain.url))),
-        "translated_auth": list(await each(lambda n: BearerClient(http, authed.url, lambda: keys.token(f"u{n}"),
-                                                                  False))),
-        "translated_auth_cold": list(await each(lambda n: BearerClient(
-            http, authed.url, lambda: keys.token(f"c{n}"), True))),
+        "translated": await each(lambda n: LegacyClient(http, front["translated"].url)),
+        "translated_auth": await each(bearer("translated_auth")),
+        "translated_auth_cold": await each(bearer("translated_auth_cold", fresh=True)),
+        "forwarded": await each(bearer("forwarded", CORE)),  # the client's token is for the core itself
+        "exchanged": await each(bearer("exchanged")),
     }
 
 
@@ -150,7 +193,8 @@ def report(results: list[Stats]) -> bool:
         ok = warm <= TARGET
         met &= ok
         print(f"c={conc}: gateway CPU authenticated / unauthenticated {warm:.3f} (target <= {TARGET}: "
-              f"{'met' if ok else 'MISSED'}); a new token every request {cold:.3f} (reported)")
+              f"{'met' if ok else 'MISSED'}); a new token every request {cold:.3f} (reported); "
+              f"exchanged / forwarded {cpu['exchanged'] / cpu['forwarded']:.3f} (reported)")
     return met
 
 

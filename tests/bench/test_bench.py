@@ -156,15 +156,19 @@ def test_every_store_operation_the_count_measures_runs_on_redis() -> None:
 
 
 def test_the_authorization_benchmark_compares_authenticated_calls(tmp_path: Path) -> None:
-    """``python -m bench.auth``: both gateways answered, and the ratio line reads the two CPU figures."""
+    """``python -m bench.auth``: every gateway answered (the exchanging one through a real token exchange to a core
+    that checks tokens), and the ratio line reads the CPU figures of the table."""
     run = subprocess.run([sys.executable, "-m", "bench.auth", "--duration", "0.4", "--warmup", "0.1", "--slice",
                           "0.2", "--concurrency", "1"], capture_output=True, text=True, cwd=tmp_path, timeout=300,
                          env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert run.returncode == 0, run.stderr[-2000:]
     rows = {line.split()[0]: line.split() for line in run.stdout.splitlines()
             if line.startswith("translated")}
-    assert set(rows) == {"translated", "translated_auth", "translated_auth_cold"}
+    rows |= {line.split()[0]: line.split() for line in run.stdout.splitlines()
+             if line.startswith(("forwarded", "exchanged"))}
+    assert set(rows) == {"translated", "translated_auth", "translated_auth_cold", "forwarded", "exchanged"}
     cpu = {name: float(row[-1]) for name, row in rows.items()}
     assert all(int(row[2]) > 0 for row in rows.values())
     (line,) = [line for line in run.stdout.splitlines() if line.startswith("c=1:")]
-    assert f"{cpu['translated_auth'] / cpu['translated']:.3f}" in line
+    assert f"authenticated / unauthenticated {cpu['translated_auth'] / cpu['translated']:.3f}" in line
+    assert f"exchanged / forwarded {cpu['exchanged'] / cpu['forwarded']:.3f}" in line
