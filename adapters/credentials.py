@@ -163,3 +163,19 @@ def _auth_params(text: str) -> dict[str, str]:
         params[name.strip().strip(",").strip().lower()] = value.strip()
         rest = rest.lstrip().removeprefix(",").lstrip()
     return params
+
+
+CLIENT_ASSERTION_TYPE: Final = "urn:ietf:params:oauth:client-assertion-type:jwt-bearer"
+ASSERTION_SECONDS: Final = 60  # a client assertion is good for one token request: short-lived (RFC 7523 §3)
+
+
+def client_assertion_claims(client_id: str, token_endpoint: str, now: float, jti: str) -> dict[str, Any]:
+    """private_key_jwt (RFC 7523 §3, RFC 7521 §5.2): the client is issuer and subject, the token endpoint the
+    audience, a unique ``jti`` so the authorization server can refuse a replay."""
+    return {"iss": client_id, "sub": client_id, "aud": token_endpoint, "iat": int(now),
+            "exp": int(now) + ASSERTION_SECONDS, "jti": jti}
+
+
+def assertion_fields(client_id: str, assertion: str) -> dict[str, str]:
+    """The form fields that authenticate the client with its signed assertion instead of a secret."""
+    return {"client_id": client_id, "client_assertion_type": CLIENT_ASSERTION_TYPE, "client_assertion": assertion}

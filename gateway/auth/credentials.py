@@ -11,17 +11,25 @@ it expires, at most :data:`MAX_EXCHANGED` of them. Concurrent requests needing t
 from __future__ import annotations
 
 import asyncio
+import secrets
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
 
 import aiohttp
+import jwt
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import ec, rsa
 
 from adapters.authz import ResourceServer, authorization_server_metadata_urls, bearer_token, metadata_url
 from adapters.credentials import (
     Grant,
     Issued,
+    assertion_fields,
+    client_assertion_claims,
     client_credentials_form,
     exchange_form,
     exchange_key,
@@ -54,6 +62,8 @@ class CredentialSettings:
     static_token: str | None = field(default=None, repr=False)
     own: ResourceServer | None = None  # the gateway's own description, for a step-up challenge to its client
     timeout_seconds: float = 5.0
+    assertion_key: Any = field(default=None, repr=False)  # private_key_jwt: the key the client signs with
+    assertion_kid: str | None = None
 
 
 class UpstreamCredentials:
@@ -123,10 +133,12 @@ class UpstreamCredentials:
             assert isinstance(subject, str), "checked by _key"
             form = exchange_form(subject, resource, settings.scopes)
         endpoint = await self._token_endpoint()
+        basic: tuple[str, str] | None = (settings.client_id or "", settings.client_secret or "")
+        if settings.assertion_key is not None:
+            form |= assertion_fields(settings.client_id or "", self._assertion(endpoint))
+            basic = None
         try:
-            answer = await get_json(self._http(), endpoint, data=form,
-                                    basic=(settings.client_id or "", settings.client_secret or ""),
-                                    seconds=settings.timeout_seconds)
+            answer = await get_json(self._http(), endpoint, data=form, basic=basic, seconds=settings.timeout_seconds)
         except AuthServerError as exc:
             raise CredentialError(f"{self.grant.value} at {endpoint} failed: {exc}") from None
         issued = read_token_answer(answer, self._clock())
@@ -138,6 +150,14 @@ class UpstreamCredentials:
         while len(self._tokens) > MAX_EXCHANGED:
             self._tokens.popitem(last=False)
         return issued
+
+    def _assertion(self, endpoint: str) -> str:
+        """A fresh private_key_jwt assertion for one token request, signed with PyJWT."""
+        settings = self.settings
+        claims = client_assertion_claims(settings.client_id or "", endpoint, self._clock(), secrets.token_urlsafe(18))
+        alg = "ES256" if isinstance(settings.assertion_key, ec.EllipticCurvePrivateKey) else "RS256"
+        headers = {"kid": settings.assertion_kid} if settings.assertion_kid else None
+        return jwt.encode(claims, settings.assertion_key, algorithm=alg, headers=headers)
 
     async def _token_endpoint(self) -> str:
         if self._endpoint is None:
@@ -172,8 +192,10 @@ def credentials_for(auth: UpstreamAuthConfig, upstream_url: str, config: Gateway
                     environ: Mapping[str, str]) -> UpstreamCredentials:
     """An upstream's credential from its configuration; a secret named but not set is a ValueError at start."""
     grant = Grant.of(auth.auth or "none")
-    secret = static = None
-    if grant.minted:
+    secret = static = key = None
+    if grant.minted and auth.client_assertion_key_file:
+        key = _assertion_key(auth.client_assertion_key_file)
+    elif grant.minted:
         secret = environ.get(auth.client_secret_env or "")
         if not secret:
             raise ValueError(f"auth = {auth.auth!r}: ${auth.client_secret_env} (client_secret_env) is not set")
@@ -182,4 +204,16 @@ def credentials_for(auth: UpstreamAuthConfig, upstream_url: str, config: Gateway
     own = door_servers(config)["/mcp"] if config.auth.enabled else None
     return UpstreamCredentials(CredentialSettings(
         grant, upstream_url, auth.issuer, auth.token_endpoint, auth.client_id, secret, auth.resource,
-        auth.scopes, auth.refresh_before_seconds, static, own))
+        auth.scopes, auth.refresh_before_seconds, static, own, assertion_key=key,
+        assertion_kid=auth.client_assertion_kid))
+
+
+def _assertion_key(path: str) -> Any:
+    """The PEM private key of client_assertion_key_file (RSA or EC), or a one-line ValueError at start."""
+    try:
+        key = serialization.load_pem_private_key(Path(path).read_bytes(), password=None)
+    except (OSError, ValueError, TypeError) as exc:
+        raise ValueError(f"client_assertion_key_file {path}: {exc}") from None
+    if not isinstance(key, rsa.RSAPrivateKey | ec.EllipticCurvePrivateKey):
+        raise ValueError(f"client_assertion_key_file {path}: an RSA or EC private key is needed")
+    return key

@@ -47,6 +47,9 @@ class UpstreamAuthConfig(_Frozen):
     token_endpoint: str | None = Field(None, pattern=r"^https?://")
     client_id: str | None = None
     client_secret_env: str | None = None
+    # private_key_jwt (RFC 7523) instead of a secret: a PEM private key (RSA or EC) and its kid at the server.
+    client_assertion_key_file: str | None = None
+    client_assertion_kid: str | None = None
     resource: str | None = Field(None, pattern=r"^https?://")  # default: the upstream's RFC 9728 resource, or URL
     scopes: tuple[str, ...] = ()  # asked for; an exchanged token never gets more than the client's token holds
     refresh_before_seconds: float = Field(60.0, ge=0)  # a token is fetched again this long before it expires
@@ -60,7 +63,9 @@ class UpstreamAuthConfig(_Frozen):
         if self.auth in ("gateway", "static") and not self.token_env:
             raise ValueError(f'auth = "{self.auth}" needs token_env (the environment variable holding the credential)')
         if self.auth in ("client_credentials", "token_exchange"):
-            missing = [k for k in ("client_id", "client_secret_env") if not getattr(self, k)]
+            missing = ["client_id"] if not self.client_id else []
+            if not (self.client_secret_env or self.client_assertion_key_file):
+                missing.append("client_secret_env (or client_assertion_key_file)")
             if not (self.issuer or self.token_endpoint):
                 missing.append("issuer (or token_endpoint)")
             if missing:

@@ -26,6 +26,16 @@ const ACCOUNT = 'test-user';
 const TOKEN_EXCHANGE = 'urn:ietf:params:oauth:grant-type:token-exchange';
 const ACCESS_TOKEN_TYPE = 'urn:ietf:params:oauth:token-type:access_token';
 
+// With PKJWT_JWKS set (a JSON key set of public keys), the client "gateway-pkjwt" authenticates with
+// private_key_jwt (RFC 7523) signed by those keys, for client credentials.
+function privateKeyJwtClient() {
+  if (!process.env.PKJWT_JWKS) return [];
+  return [{
+    client_id: 'gateway-pkjwt', grant_types: ['client_credentials'], redirect_uris: [], response_types: [],
+    scope: SCOPES, token_endpoint_auth_method: 'private_key_jwt', jwks: JSON.parse(process.env.PKJWT_JWKS),
+  }];
+}
+
 const client = (id) => ({
   client_id: id, client_secret: `secret-${id}`, grant_types: ['client_credentials'], redirect_uris: [],
   response_types: [], scope: SCOPES,
@@ -35,7 +45,8 @@ const provider = new Provider(issuer, {
   jwks: { keys: [signing] },
   findAccount: (ctx, id) => ({ accountId: id, claims: () => ({ sub: id }) }),
   issueRefreshToken: (ctx, c) => c.grantTypeAllowed('refresh_token'),
-  clients: [client('gateway-tests'), { ...client('gateway-upstream'), grant_types: ['client_credentials', TOKEN_EXCHANGE] }],
+  clients: [client('gateway-tests'), { ...client('gateway-upstream'), grant_types: ['client_credentials', TOKEN_EXCHANGE] },
+    ...privateKeyJwtClient()],
   scopes: ['openid', 'offline_access', 'mcp:tools', 'mcp:admin'],
   features: {
     devInteractions: { enabled: false },
