@@ -179,3 +179,15 @@ def client_assertion_claims(client_id: str, token_endpoint: str, now: float, jti
 def assertion_fields(client_id: str, assertion: str) -> dict[str, str]:
     """The form fields that authenticate the client with its signed assertion instead of a secret."""
     return {"client_id": client_id, "client_assertion_type": CLIENT_ASSERTION_TYPE, "client_assertion": assertion}
+
+
+def forward_refusal(where: str, upstream_resource: str, own_resources: Sequence[str]) -> str | None:
+    """``forward`` passes the client's token on, which is allowed only where that token was issued for the
+    upstream too: its protected-resource metadata must name one of the gateway's own resources (one audience:
+    2026-07-28 basic/authorization, Security Considerations, "Access Token Privilege Restriction"). The reason to
+    refuse the start, or None."""
+    if upstream_resource in own_resources:
+        return None
+    own = ", ".join(own_resources) or "unknown (set [gateway] public_url)"
+    return (f"{where}: auth = \"forward\" would pass clients' tokens to {upstream_resource}, whose metadata names "
+            f"another resource than the gateway's ({own}); use token_exchange or client_credentials")

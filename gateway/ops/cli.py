@@ -27,6 +27,7 @@ from aiohttp import web
 from pydantic import ValidationError
 
 from adapters.authz import UpstreamProtection
+from adapters.probe import Verdict
 from gateway.config.settings import AuthConfig, ConfigError, GatewayConfig, StoreConfig, load_config
 from gateway.ops.check import add_arguments as add_check_arguments
 from gateway.ops.check import run as run_check
@@ -35,6 +36,7 @@ from gateway.ops.flags import refuse_upstream
 from gateway.ops.logs import RedactingAccessLogger
 from gateway.ops.logs import install as install_log_filter
 from gateway.ops.loops import CHOICES, install, tune_gc
+from gateway.ops.probe import Target
 from gateway.ops.replay import add_arguments as add_replay_arguments
 from gateway.ops.replay import run as run_replay
 from gateway.ops.stdio import add_arguments as add_stdio_arguments
@@ -249,7 +251,25 @@ def check_upstream(config: GatewayConfig, required: bool) -> UpstreamProtection 
             logging.getLogger("gateway").info("%s", target.line(verdict))
         else:
             logging.getLogger("gateway").warning("%s; serving anyway", target.line(verdict))
+    refused = [problem for target, verdict in verdicts if (problem := _forward_problem(config, target, verdict))]
+    if refused:
+        raise SystemExit(f"gateway: {'; '.join(refused)}")
     return next((v.protection for t, v in verdicts if t.name is None and v.protection is not None), None)
+
+
+def _forward_problem(config: GatewayConfig, target: Target, verdict: Verdict) -> str | None:
+    """An upstream configured to get the client's token (``forward``) whose metadata names another resource."""
+    from adapters.credentials import forward_refusal
+
+    auth = config.upstream_auth.auth if target.name is None else config.pins.upstreams[target.name].auth
+    if auth != "forward" or verdict.protection is None:
+        return None
+    base = config.public_base()
+    own = [base + door for door in ("/mcp", "/sse", "/ws")] if base else []
+    where = "gateway.upstream_auth" if target.name is None else f"upstreams.{target.name}"
+    return forward_refusal(where, verdict.protection.resource, own)
+
+
 
 
 def protected_like(config: GatewayConfig, upstream: UpstreamProtection | None) -> GatewayConfig:

@@ -115,3 +115,52 @@ def test_where_the_metadata_is(challenge: str, expected: str) -> None:
     from adapters.authz import resource_metadata_location
 
     assert resource_metadata_location((challenge,), "https://up.example/mcp") == expected
+
+
+async def _serve_forwarding(tmp_path: Path, url: str, port: int) -> tuple[int | None, str]:
+    """``serve`` with the main upstream configured to get clients' tokens: its exit status (None: it served)
+    and what it logged up to its banner or its end."""
+    config = tmp_path / "forward.toml"
+    config.write_text('[gateway.upstream_auth]\nauth = "forward"\nshares_audience = true\n')
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "gateway", "serve", "--port", str(port), "--upstream", url, "--config", str(config),
+        "--usage-db", str(tmp_path / "usage.sqlite3"), cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(ROOT)},
+        stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE)
+    assert proc.stderr is not None
+    seen: list[str] = []
+    try:
+        while not any("serving legacy MCP" in line for line in seen):
+            line = (await asyncio.wait_for(proc.stderr.readline(), 30)).decode()
+            if not line:
+                return await proc.wait(), "".join(seen)
+            seen.append(line)
+        return None, "".join(seen)
+    finally:
+        if proc.returncode is None:
+            proc.terminate()
+            await proc.wait()
+
+
+async def test_forward_to_an_upstream_of_another_audience_stops_the_start(aiohttp_server: Any,
+                                                                          tmp_path: Path) -> None:
+    url = await protected_upstream(aiohttp_server)  # its metadata names its own URL as the resource
+    status, text = await _serve_forwarding(tmp_path, url, free_port())
+    assert status not in (None, 0) and "Traceback" not in text
+    assert f'gateway.upstream_auth: auth = "forward" would pass clients\' tokens to {url}' in text.splitlines()[-1]
+
+
+async def test_forward_to_an_upstream_of_the_same_audience_serves(aiohttp_server: Any, tmp_path: Path) -> None:
+    port = free_port()
+    own = f"http://127.0.0.1:{port}/mcp"
+    url = await protected_upstream(aiohttp_server, document={"resource": own, "authorization_servers": [AS]})
+    status, text = await _serve_forwarding(tmp_path, url, port)
+    assert status is None, text
+
+
+def test_forward_refusal_names_both_audiences() -> None:
+    from adapters.credentials import forward_refusal
+
+    assert forward_refusal("x", "https://gw/mcp", ["https://gw/mcp", "https://gw/sse"]) is None
+    refused = forward_refusal("upstreams.a", "https://up/mcp", ["https://gw/mcp"])
+    assert refused is not None and "https://up/mcp" in refused and "https://gw/mcp" in refused
+    assert "public_url" in (forward_refusal("x", "https://up/mcp", []) or "")
