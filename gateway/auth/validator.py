@@ -135,7 +135,8 @@ class TokenValidator:
         refused = check_header(header)
         if refused is not None:
             return refused
-        issuer = self.issuers.get(unverified.get("iss"))  # type: ignore[arg-type]
+        iss = unverified.get("iss")
+        issuer = self.issuers.get(iss) if isinstance(iss, str) else None
         if issuer is None:
             return Failure(Cause.WRONG_ISSUER, "the token's issuer is not an authorization server this gateway trusts")
         kid = header.get("kid")
