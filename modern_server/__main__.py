@@ -6,12 +6,13 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import re
 import sys
 
 from aiohttp import web
 
 from modern_server.app import create_app
-from modern_server.config import ConfigError, load_config
+from modern_server.config import ConfigError, CoreConfig, load_config
 
 
 def check_config(argv: list[str]) -> int:
@@ -48,9 +49,23 @@ def main(argv: list[str] | None = None) -> None:
     except (ConfigError, ValueError) as exc:
         raise SystemExit(f"modern_server: {exc}") from None
     _install_loop(args.loop)
+
+    def bound(message: str) -> None:  # aiohttp's "Running on URL" line, printed once the sockets are bound
+        found = re.search(r"Running on (\S+)", message)
+        logging.getLogger("modern_server").info("%s", banner(config, found.group(1) if found else
+                                                             f"http://{args.host}:{args.port}"))
     # 2026 cancellation: a client closing the response stream cancels the request's handler.
-    web.run_app(app, host=args.host, port=args.port, handler_cancellation=True, print=None,
+    web.run_app(app, host=args.host, port=args.port, handler_cancellation=True, print=bound,
                 access_log=None if args.no_access_log else logging.getLogger("aiohttp.access"))
+
+
+def banner(config: CoreConfig, base: str) -> str:
+    """One line: where the core serves, how states are sealed (whether they outlive this process) and where its
+    notes are kept."""
+    keys = f"state keys {', '.join(k.id for k in config.state_keys)}" if config.state_keys else \
+        "a random state key (requestState does not outlive this process; see state_keys)"
+    database = config.database or "a temporary file (notes do not outlive this process)"
+    return f"serving MCP 2026-07-28 at {base}/mcp; {keys}; database: {database}"
 
 
 def _install_loop(choice: str) -> None:

@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import errno
 import logging
 import os
 import signal
@@ -25,13 +24,16 @@ from pathlib import Path
 
 from aiohttp import web
 from pydantic import ValidationError
+from yarl import URL
 
 from adapters.authz import UpstreamProtection
 from adapters.probe import Verdict
 from gateway.config.settings import AuthConfig, ConfigError, GatewayConfig, StoreConfig, load_config
 from gateway.ops.check import add_arguments as add_check_arguments
 from gateway.ops.check import run as run_check
+from gateway.ops.connections import listen_refusal
 from gateway.ops.connections import run as run_capped
+from gateway.ops.files import FileRefused, make_folder, make_folders, write_pid_file
 from gateway.ops.flags import refuse_upstream
 from gateway.ops.logs import RedactingAccessLogger
 from gateway.ops.logs import install as install_log_filter
@@ -59,10 +61,6 @@ def port_flag(text: str) -> int:
     if not 0 <= port <= 65535:
         raise argparse.ArgumentTypeError(f"{text!r} is not a port number (0-65535; 0 picks a free one)")
     return port
-
-
-# Binding errors an operator fixes by choosing another address or port (not bugs: no traceback).
-_LISTEN_ERRORS = frozenset({errno.EADDRINUSE, errno.EADDRNOTAVAIL, errno.EACCES})
 
 
 def parser() -> argparse.ArgumentParser:
@@ -206,6 +204,7 @@ def served_app(args: argparse.Namespace,
     if config.embedded_workspace is None:  # serve's demo: the user's own folder is a workspace of the core
         config = config.model_copy(update={"embedded_workspace": os.getcwd()})
     config = with_otel(with_trace(with_store(config, args.store), args.trace, args.trace_content), args.otel)
+    written_folders(args, config)
     app = traced_app(config)  # create_app, with the trace as its tap when one is configured
     exporting = otel_exporting(app, config)
     if exporting is not None:
@@ -213,12 +212,25 @@ def served_app(args: argparse.Namespace,
     if args.config:
         install_sighup(app, args.config, **overrides)
     if args.pid_file:
-        Path(args.pid_file).write_text(f"{os.getpid()}\n")
+        try:
+            write_pid_file(args.pid_file)
+        except FileRefused as exc:
+            raise SystemExit(f"gateway: {exc}") from None
 
     async def tuned(_app: web.Application) -> None:  # a start-up hook: after the embedded core and stores started
         tune_gc(args.gc_gen0)
     app.on_startup.append(tuned)
     return app, config
+
+
+def written_folders(args: argparse.Namespace, config: GatewayConfig) -> None:
+    """The folders of every file ``serve`` writes, made before serving, or start-up ends with one line."""
+    try:
+        make_folders([("--pid-file", args.pid_file), ("usage database (--usage-db)", config.usage.db),
+                      ("trace file (--trace)", config.trace.file)])
+        make_folder("state_dir", config.state_dir)
+    except FileRefused as exc:
+        raise SystemExit(f"gateway: {exc}") from None
 
 
 def with_store(config: GatewayConfig, url: str | None) -> GatewayConfig:
@@ -270,8 +282,6 @@ def _forward_problem(config: GatewayConfig, target: Target, verdict: Verdict) ->
     return forward_refusal(where, verdict.protection.resource, own)
 
 
-
-
 def protected_like(config: GatewayConfig, upstream: UpstreamProtection | None) -> GatewayConfig:
     """``--upstream`` alone in front of an OAuth-protected server: the doors are protected the same way at once
     (tokens of the upstream's authorization servers), so clients authorize at the gateway and the upstream gets
@@ -303,20 +313,23 @@ def serve(args: argparse.Namespace) -> None:
     access_log = None if args.no_access_log else logging.getLogger("aiohttp.access")
     logging.getLogger().setLevel(args.log_level.upper())
     logging.getLogger("gateway").info("event loop: %s", install(args.loop))
-    logging.getLogger("gateway").info("%s", banner(config))
     install_log_filter(config.connections.log_repeat_interval_seconds)
+
+    def bound(port: int) -> None:  # the banner only once the socket is bound: never before "cannot listen"
+        logging.getLogger("gateway").info("%s", banner(config.model_copy(update={"port": port})))
     try:
         # aiohttp's wait for open handlers comes after the drain (Gateway.drain): together, the configured timeout.
         run_capped(app, config, access_log=access_log, reuse_port=args.reuse_port,  # run_app, with the cap
                    access_log_class=RedactingAccessLogger,  # no SSE session id or admin token in the log
-                   shutdown_timeout=config.shutdown_timeout_seconds * (1 - DRAIN_FRACTION))
+                   shutdown_timeout=config.shutdown_timeout_seconds * (1 - DRAIN_FRACTION), bound=bound)
     except OSError as exc:
-        if exc.errno not in _LISTEN_ERRORS:
+        unbound = listen_refusal(exc, config.host, config.port)
+        if unbound is None:
             raise
-        raise SystemExit(f"gateway: cannot listen on {config.host}:{config.port}: {os.strerror(exc.errno)} "
-                         "(another process holds the port? pick one with --port)") from None
+        raise SystemExit(f"gateway: {unbound}") from None
     finally:
         _remove_pid_file(args.pid_file)
+    logging.getLogger("gateway").info("gateway stopped")
 
 
 def _remove_pid_file(pid_file: str | None) -> None:
@@ -332,6 +345,7 @@ def _remove_pid_file(pid_file: str | None) -> None:
 def run_stdio(args: argparse.Namespace) -> int:
     """``stdio``: stdout carries only JSON-RPC, so every log line goes to stderr (logging's default stream)."""
     from gateway.ops.stdio import desktop_config, serve_stdio
+    from gateway.ops.stdio_login import upstream_setup
 
     try:
         config = usage_serve_defaults(load_config(args.config, upstream_url=args.upstream), args.usage_db)
@@ -345,7 +359,11 @@ def run_stdio(args: argparse.Namespace) -> int:
     if args.token_env and not token:
         print(f"gateway stdio: the environment variable {args.token_env} is not set", file=sys.stderr)
         return 2
-    asyncio.run(serve_stdio(config, f"Bearer {token}" if token else None))
+    upstream = upstream_setup(args, config)
+    if isinstance(upstream, str):
+        print(f"gateway stdio: {upstream}", file=sys.stderr)
+        return 2
+    asyncio.run(serve_stdio(config, f"Bearer {token}" if token else None, upstream))
     return 0
 
 
@@ -356,7 +374,16 @@ def banner(config: GatewayConfig) -> str:
     dashboard = "enabled" if os.environ.get(config.usage.admin_token_env) else \
         f"disabled (set {config.usage.admin_token_env})"
     return (f"serving legacy MCP at {config.public_base() or f'http://{config.host}:{config.port}'}/mcp; "
-            f"upstream: {upstream}; usage database: {usage}; /migration {dashboard}")
+            f"upstream: {upstream}; session store: {store_name(config.store.url)}; usage database: {usage}; "
+            f"/migration {dashboard}")
+
+
+def store_name(url: str | None) -> str:
+    """The session store as the banner names it: ``memory``, or the Redis URL without its password."""
+    if not url:
+        return "memory"
+    parsed = URL(url)
+    return str(parsed.with_password(None)) if parsed.password else url
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -10,11 +10,13 @@ bytes are read, and the descriptors stay available for the upstream connections 
 from __future__ import annotations
 
 import asyncio
+import errno
 import logging
 import os
 import resource
 import shutil
 import signal
+import socket
 import tempfile
 from collections.abc import Callable
 from typing import Any, cast
@@ -162,12 +164,13 @@ class CappedRunner(web.AppRunner):
 
 
 async def serve_forever(app: web.Application, host: str, port: int, limit: int, reuse_port: bool = False,
-                        **runner_args: Any) -> None:
+                        bound: Callable[[int], None] | None = None, **runner_args: Any) -> None:
     """What ``web.run_app`` does, with the cap; ``reuse_port``: one of several workers on the same port
-    (gateway.ops.workers). SIGINT/SIGTERM end it gracefully: the site stops accepting, then the app shuts down
-    while every other task still runs (docs/design.md §42: exchanges hand their rounds over as they end). The
-    signal only sets an event: aiohttp's own handler raises out of the loop, and ``asyncio.run`` would then
-    cancel every task at once, before the app's shutdown could reach them."""
+    (gateway.ops.workers); ``bound``: called with the port once the socket is bound (the banner comes only then).
+    SIGINT/SIGTERM end it gracefully: the site stops accepting, then the app shuts down while every other task
+    still runs (docs/design.md §42: exchanges hand their rounds over as they end). The signal only sets an event:
+    aiohttp's own handler raises out of the loop, and ``asyncio.run`` would then cancel every task at once, before
+    the app's shutdown could reach them."""
     runner = CappedRunner(app, ConnectionCap(limit), handle_signals=False, **runner_args)
     await runner.setup()
     stop, loop = asyncio.Event(), asyncio.get_running_loop()
@@ -177,6 +180,8 @@ async def serve_forever(app: web.Application, host: str, port: int, limit: int, 
         site = web.TCPSite(runner, host, port, reuse_port=reuse_port or None)
         await site.start()
         print(f"======== Running on {site.name} (max_client_connections {limit}) ========", flush=True)
+        if bound is not None:
+            bound(runner.addresses[0][1] if runner.addresses else port)
         await stop.wait()
     finally:
         await runner.cleanup()
@@ -184,8 +189,31 @@ async def serve_forever(app: web.Application, host: str, port: int, limit: int, 
             loop.remove_signal_handler(signum)
 
 
-def run(app: web.Application, config: GatewayConfig, reuse_port: bool = False, **runner_args: Any) -> None:
+def run(app: web.Application, config: GatewayConfig, reuse_port: bool = False,
+        bound: Callable[[int], None] | None = None, **runner_args: Any) -> None:
     try:
-        asyncio.run(serve_forever(app, config.host, config.port, client_cap(config), reuse_port, **runner_args))
+        asyncio.run(serve_forever(app, config.host, config.port, client_cap(config), reuse_port, bound,
+                                  **runner_args))
     except (web.GracefulExit, KeyboardInterrupt):  # the signal's exit: cleanup already ran as the task ended
         pass
+
+
+# Why a socket cannot be bound, per errno, and what the operator changes for each.
+_LISTEN_HINTS = {
+    errno.EADDRINUSE: "another process holds the port? pick another with --port",
+    errno.EADDRNOTAVAIL: "{host} is not an address of this machine: pick one of its addresses with --host "
+                         "(0.0.0.0 for all)",
+    errno.EACCES: "ports below 1024 need privileges: pick one from 1024 up with --port",
+}
+
+
+def listen_refusal(exc: OSError, host: str, port: int) -> str | None:
+    """The one line saying why ``host:port`` cannot be listened on and what to change, or None for an error that
+    is not the operator's choice of address (a bug, left to its traceback)."""
+    where = f"cannot listen on {host}:{port}"
+    if isinstance(exc, socket.gaierror):
+        return f"{where}: {host} does not resolve ({exc.strerror}): pick an address with --host"
+    hint = _LISTEN_HINTS.get(exc.errno or 0)
+    if hint is None:
+        return None
+    return f"{where}: {os.strerror(exc.errno or 0)} ({hint.format(host=host)})"

@@ -67,11 +67,15 @@ def with_trace(config: GatewayConfig, file: str | None, content: bool) -> Gatewa
 
 def traced_app(config: GatewayConfig) -> web.Application:
     """``create_app`` with the configured trace as its tap (none without ``[gateway.trace] file``); the trace's
-    last records are written when the app shuts down."""
+    last records are written when the app shuts down. A file that cannot be written ends start-up in one line."""
     if config.trace.file is None:
         return create_app(config)
-    tracer = Tracer(config.trace.file, max_bytes=config.trace.max_bytes, content=config.trace.content,
-                    enabled=config.trace.enabled)
+    try:
+        tracer = Tracer(config.trace.file, max_bytes=config.trace.max_bytes, content=config.trace.content,
+                        enabled=config.trace.enabled)
+    except OSError as exc:  # start-up ends: serving on without the trace asked for would hide it
+        raise SystemExit(f"gateway: trace file {config.trace.file} (--trace or [gateway.trace] file): cannot write "
+                         f"it: {exc.strerror or exc}") from None
     app = create_app(config, tap=tracer)
 
     async def close(_app: web.Application) -> None:

@@ -9,7 +9,9 @@ be written on afterwards) and written by one thread: a file write per message on
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
+import logging
 import os
 import queue
 import threading
@@ -21,6 +23,8 @@ from typing import Any
 
 from adapters.jsonwire import dumps
 from adapters.trace import Seen, TapKind, every_kind, trace_record
+
+log = logging.getLogger("gateway.trace")
 
 
 @dataclass
@@ -65,6 +69,9 @@ class Tracer:
         self.path, self.max_bytes, self.content = Path(path), max_bytes, content
         self.enabled = enabled  # for messages outside any request's scope (the peers' choices are in the scope)
         self._queue: queue.SimpleQueue[bytes | None] = queue.SimpleQueue()
+        # Opened here, on the caller's thread: a file that cannot be written stops start-up (OSError) instead of
+        # killing the writer thread while the gateway serves on without its trace.
+        self._writer = _RotatingFile(self.path, self.max_bytes)
         self._thread = threading.Thread(target=self._drain, name="gateway-trace", daemon=True)
         self._thread.start()
 
@@ -86,7 +93,7 @@ class Tracer:
         self._thread.join()
 
     def _drain(self) -> None:
-        writer = _RotatingFile(self.path, self.max_bytes)
+        writer: _RotatingFile | None = self._writer
         try:
             while True:
                 line = self._queue.get()
@@ -94,11 +101,26 @@ class Tracer:
                 while line is not None and not self._queue.empty():  # everything queued meanwhile: one flush
                     line = self._queue.get()
                     lines.append(line)
-                writer.write([one for one in lines if one is not None])
+                writer = self._write(writer, [one for one in lines if one is not None])
                 if line is None:
                     return
         finally:
-            writer.close()
+            if writer is not None:
+                writer.close()
+
+    def _write(self, writer: _RotatingFile | None, lines: list[bytes]) -> _RotatingFile | None:
+        """A write that fails (disk full, the folder removed) is said once; the records after it are dropped, so
+        the queue does not grow without bound."""
+        if writer is None:
+            return None
+        try:
+            writer.write(lines)
+        except OSError as exc:
+            log.error("trace %s: cannot write (%s): tracing stops", self.path, exc.strerror or exc)
+            with contextlib.suppress(OSError):
+                writer.close()
+            return None
+        return writer
 
 
 class Tee:

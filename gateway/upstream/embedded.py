@@ -22,6 +22,7 @@ from modern_server.config import CoreConfig
 from modern_server.config import load_config as load_core_config
 
 CORE_DATABASE = "embedded-core.sqlite3"
+EMBEDDED_SHUTDOWN_SECONDS = 0.5  # how long the core's handlers still running at exit are waited for
 
 
 def needs_embedded_core(config: GatewayConfig) -> bool:
@@ -40,7 +41,10 @@ async def embedded_core(config: GatewayConfig) -> AsyncIterator[str | None]:
         # The gateway's access log is the one that matters; the core's internal requests are logged only when
         # asked for, under their own logger.
         access = logging.getLogger("modern_server.access") if config.embedded_access_log else None
-        runner = web.AppRunner(create_core(embedded_settings(config, folder)), access_log=access)
+        # The core stops after the gateway's own handlers ended: what still runs there serves no client any more,
+        # and waiting for it (aiohttp's default is a minute) would hold the exit past shutdown_timeout_seconds.
+        runner = web.AppRunner(create_core(embedded_settings(config, folder)), access_log=access,
+                               shutdown_timeout=EMBEDDED_SHUTDOWN_SECONDS)
         await runner.setup()
         try:
             site = web.TCPSite(runner, "127.0.0.1", 0)

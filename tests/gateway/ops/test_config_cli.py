@@ -162,7 +162,10 @@ def test_the_banner_says_where_what_and_where_records_go(monkeypatch) -> None:
     monkeypatch.delenv("GATEWAY_ADMIN_TOKEN", raising=False)
     line = banner(load_config(port=8808, usage={"db": "/var/gw/usage.sqlite3"}))
     assert line == ("serving legacy MCP at http://127.0.0.1:8808/mcp; upstream: the embedded core; "
-                    "usage database: /var/gw/usage.sqlite3; /migration disabled (set GATEWAY_ADMIN_TOKEN)")
+                    "session store: memory; usage database: /var/gw/usage.sqlite3; "
+                    "/migration disabled (set GATEWAY_ADMIN_TOKEN)")
+    shared = banner(load_config(port=1, store={"url": "redis://user:s3cret@redis.internal:6379/2"}))
+    assert "session store: redis://user@redis.internal:6379/2;" in shared and "s3cret" not in shared
     monkeypatch.setenv("GATEWAY_ADMIN_TOKEN", "t")
     assert "upstream: http://u/mcp" in banner(load_config(upstream_url="http://u/mcp", port=1))
     assert banner(load_config(port=1)).endswith("/migration enabled")
