@@ -9,7 +9,9 @@ the upstream's ``server/discover`` answer, and the human and JSON renderings. Th
 
 from __future__ import annotations
 
+import html
 import math
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import Enum
@@ -406,10 +408,25 @@ def judge_server(status: int, message: Any, text: str, legacy_version: str | Non
             return ServerVerdict(True, f"{info.get('name', '?')} {info.get('version', '?')}", info)
         return ServerVerdict(False, f"a server supporting {versions[:8]}, not {MODERN_VERSION}", info)
     error = message.get("error") if isinstance(message, Mapping) else None
-    said = str(error.get("message"))[:120] if isinstance(error, Mapping) else text.strip()[:120]
+    said = str(error.get("message"))[:120] if isinstance(error, Mapping) else body_summary(text)
     if legacy_version:
         return ServerVerdict(False, f"a {legacy_version[:4]}-era server: it answered {status} {said}", {})
     return ServerVerdict(False, f"not a {MODERN_VERSION} server: it answered {status} {said}", {})
+
+
+_TITLE = re.compile(r"<title[^>]*>([^<]{0,400})</title>", re.IGNORECASE)
+_TAG = re.compile(r"<[^>]{0,2000}>")
+
+
+def body_summary(text: str, limit: int = 120) -> str:
+    """The start of a non-JSON answer's body as one line: an HTML page (a proxy's or a web server's error page)
+    by its title, else its text without tags; whitespace and newlines collapsed."""
+    head = text.lstrip()[:200].lower()
+    if head.startswith(("<!doctype html", "<html")) or "<body" in head or "<title" in head:
+        title = _TITLE.search(text)
+        words = " ".join(html.unescape(title.group(1) if title else _TAG.sub(" ", text)).split())
+        return f"an HTML page ({words[:limit]})" if words else "an HTML page"
+    return " ".join(text.split())[:limit]
 
 
 # --- the direct tools/list ---------------------------------------------------------------------------------

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Any
 
-from adapters.check import InputKind
+from adapters.check import InputKind, Observation, Status, ToolReport
 from adapters.client_answers import roots_result, sampling_result
 
 _ACTIONS = ("accept", "decline", "cancel")
@@ -244,6 +244,16 @@ def result_texts(value: Any) -> list[str]:
     if isinstance(value, list):
         return [t for item in value for t in result_texts(item)]
     return []
+
+
+def expected(report: ToolReport, step: Step, obs: Observation) -> ToolReport:
+    """``check --answers``: a tool's report, failed when the step's expectations were not met (a report the
+    check already failed keeps its own reason)."""
+    seen = StepObservation(obs.inputs, obs.rounds, obs.result, obs.error, obs.timed_out)
+    failures = judge_step(step, seen).failures
+    if not failures or report.status is Status.FAILED or obs.timed_out:
+        return report
+    return ToolReport(report.name, Status.FAILED, report.inputs, report.rounds, report.problems, "; ".join(failures))
 
 
 # --- output -------------------------------------------------------------------------------------------------

@@ -3,7 +3,13 @@ against a 2026-07-28 server, tool by tool.
 
 Owns the I/O of a check: the direct 2026 probe of the upstream (``server/discover``, ``tools/list``), then the
 legacy session of :mod:`gateway.ops.legacy_client` through an in-process gateway, answering every live request
-with the canned answers of :mod:`adapters.check`, which also judges what it saw.
+with the answers of ``--answers FILE`` (a scenario file, :mod:`adapters.scenario`: each tool's first ``call``
+step gives its arguments, answers and expectations) or else the canned answers of :mod:`adapters.check`, which
+also judges what it saw. One progress line per tool goes to stderr as it ends.
+
+A URL elicitation the check accepts is only consent (2026-07-28 client §Elicitation): the server then waits for a
+step out of band, at that URL, which no scripted client takes; the tool is skipped with that reason
+:data:`OUT_OF_BAND_SECONDS` after it was asked, not at the end of the tool's whole timeout.
 """
 
 from __future__ import annotations
@@ -13,16 +19,18 @@ import asyncio
 import json
 import math
 import os
+import socket
 import sys
 import tomllib
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, TypeVar
 
 import aiohttp
 
 from adapters import check as C
+from adapters import scenario as S
 from adapters.capabilities import client_caps_to_modern
 from adapters.jsonwire import loads
 from adapters.sse import EventTooLarge, SseDecoder
@@ -43,6 +51,8 @@ class Options:
     timeout: float = 60.0  # each request, and each tool call
     trace: TraceConfig | None = None  # --trace FILE [--trace-content]: the run's translation trace
     total_timeout: float = 900.0  # the whole run: tools not called by then are skipped
+    answers: Mapping[str, S.Step] = field(default_factory=dict)  # --answers: each tool's first call step
+    progress: Callable[[int, int, C.ToolReport, float], None] | None = None  # (index, of, report, seconds)
 
     @property
     def authorization(self) -> str | None:
@@ -57,6 +67,7 @@ READ_SECONDS = 30.0  # silence while reading one answer (bounded by --timeout to
 MAX_BODY_BYTES = 16 * 2**20  # a JSON answer read whole
 MAX_EVENT_BYTES = 8 * 2**20  # one SSE event of an answer
 MAX_TOOLS = 100  # tools called in one run; the rest are named in a note
+OUT_OF_BAND_SECONDS = 5.0  # after a URL elicitation was asked: its out-of-band step is not waited for longer
 _QUOTE = 4096  # the start of a body kept to quote in a verdict
 
 
@@ -78,8 +89,21 @@ async def _post_modern(http: aiohttp.ClientSession, opts: Options, method: str,
         raise Unusable(f"{method}: no complete answer in time (connect {CONNECT_SECONDS:g} s, silence "
                        f"{min(READ_SECONDS, opts.timeout):g} s, all {opts.timeout:g} s)") from None
     except (aiohttp.ClientError, OSError) as exc:
-        raise Unusable(f"cannot reach {opts.upstream}: {exc or type(exc).__name__}") from None
+        raise Unusable(unreachable(exc)) from None
     return resp.status, message, text
+
+
+def unreachable(exc: BaseException) -> str:
+    """Why a request did not reach the server, in the operator's words (the URL is said once, by the caller)."""
+    if isinstance(exc, aiohttp.ClientConnectorError):
+        cause = exc.os_error
+        if isinstance(exc, aiohttp.ClientConnectorDNSError) or isinstance(cause, socket.gaierror):
+            return f"cannot resolve the host {exc.host!r}"
+        why = os.strerror(cause.errno) if cause.errno else (cause.strerror or str(cause))
+        return f"cannot connect to {exc.host}:{exc.port}: {why.lower()}"
+    if isinstance(exc, aiohttp.ServerDisconnectedError):
+        return "the server closed the connection without answering"
+    return f"the request failed: {exc or type(exc).__name__}"
 
 
 def _refuse_redirect(opts: Options, resp: aiohttp.ClientResponse) -> None:
@@ -189,12 +213,13 @@ async def run_check(opts: Options) -> Outcome:
     timeout = aiohttp.ClientTimeout(total=None, sock_connect=CONNECT_SECONDS)
     async with aiohttp.ClientSession(timeout=timeout) as http:
         verdict, upstream_tools = await _before(deadline, opts, probe(http, opts))
-        rounds = Rounds()
+        rounds, answering = Rounds(), Answering(opts.roots)
         async with served_gateway(opts.upstream, rounds, opts.trace) as url:
-            client = LegacyClient(http, url, _canned(opts), opts.authorization)
+            client = LegacyClient(http, url, answering, opts.authorization)
             try:
                 notes, legacy_tools = await _before(deadline, opts, _session_checks(client, opts))
-                reports = await _tool_reports(client, opts, rounds, upstream_tools, legacy_tools, deadline)
+                drive = _Drive(client, opts, rounds, answering)
+                reports = await _tool_reports(drive, upstream_tools, legacy_tools, deadline)
             finally:
                 await client.close()
     names = _names(opts, upstream_tools)
@@ -217,8 +242,38 @@ async def _before(deadline: float, opts: Options, step: Awaitable[_T]) -> _T:
                        "--total-timeout)") from None
 
 
-def _canned(opts: Options) -> Callable[[str, Mapping[str, Any]], dict[str, Any] | None]:
-    return lambda method, params: C.canned_answer(method, params, opts.roots)
+class Answering:
+    """The client's Answerer: the current tool's answers from ``--answers`` (the n-th request of a kind gets the
+    n-th answer), else the canned ones; asked a URL elicitation, it calls ``on_url`` (the out-of-band wait)."""
+
+    def __init__(self, roots: Sequence[str]) -> None:
+        self.roots, self.answers, self.seen = roots, S.Answers(), dict[C.InputKind, int]()
+        self.on_url: Callable[[], None] | None = None
+
+    def start(self, answers: S.Answers, on_url: Callable[[], None] | None) -> None:
+        self.answers, self.seen, self.on_url = answers, {}, on_url
+
+    def __call__(self, method: str, params: Mapping[str, Any]) -> dict[str, Any] | None:
+        kind = C.input_kind(method, params)
+        if kind is C.InputKind.ELICITATION_URL and self.on_url is not None:
+            self.on_url()
+        if kind is not None:
+            # Form and URL elicitations take their answers from one sequence, as a scenario file gives them.
+            key = C.InputKind.ELICITATION_FORM if kind is C.InputKind.ELICITATION_URL else kind
+            index = self.seen[key] = self.seen.get(key, -1) + 1
+            if (given := self.answers.result(kind, index)) is not None:
+                return given
+        return C.canned_answer(method, params, self.roots)
+
+
+@dataclass(frozen=True, slots=True)
+class _Drive:
+    """What calling one tool needs: the session, the options, the round counter and the answers."""
+
+    client: LegacyClient
+    opts: Options
+    rounds: Rounds
+    answering: Answering
 
 
 async def _session_checks(client: LegacyClient, opts: Options) -> tuple[tuple[str, ...], list[dict[str, Any]]]:
@@ -255,47 +310,59 @@ def _names(opts: Options, upstream_tools: Sequence[Mapping[str, Any]]) -> list[s
     return list(opts.tools) or [str(t["name"]) for t in upstream_tools]
 
 
-async def _tool_reports(client: LegacyClient, opts: Options, rounds: Rounds,
-                        upstream_tools: Sequence[Mapping[str, Any]], legacy_tools: Sequence[Mapping[str, Any]],
-                        deadline: float) -> tuple[C.ToolReport, ...]:
+async def _tool_reports(drive: _Drive, upstream_tools: Sequence[Mapping[str, Any]],
+                        legacy_tools: Sequence[Mapping[str, Any]], deadline: float) -> tuple[C.ToolReport, ...]:
     """One report per tool, for the first :data:`MAX_TOOLS`; past ``deadline`` a tool is skipped uncalled."""
+    opts = drive.opts
     listed = C.listing_problems(upstream_tools, legacy_tools)
     by_name: dict[Any, Mapping[str, Any]] = {t.get("name"): t for t in upstream_tools}  # names as listed: unchecked
-    names = _names(opts, upstream_tools)
+    names = _names(opts, upstream_tools)[:MAX_TOOLS]
     loop, reports = asyncio.get_running_loop(), []
-    for name in names[:MAX_TOOLS]:
-        problems, left = listed.get(name, ()), deadline - loop.time()
+    for index, name in enumerate(names, 1):
+        problems, started = listed.get(name, ()), loop.time()
         if name not in by_name:
-            reports.append(C.ToolReport(name, C.Status.FAILED, error="not in the server's tools/list"))
+            report = C.ToolReport(name, C.Status.FAILED, error="not in the server's tools/list")
         elif any(p.kind is C.ProblemKind.DROPPED for p in problems):
-            reports.append(C.dropped_report(name, problems))
-        elif left <= 0:
-            reports.append(C.ToolReport(name, C.Status.SKIPPED, problems=problems, error=_LATE))
+            report = C.dropped_report(name, problems)
+        elif deadline - started <= 0:
+            report = C.ToolReport(name, C.Status.SKIPPED, problems=problems, error=_LATE)
         else:
-            reports.append(await _call_one(client, opts, rounds, by_name[name], problems, min(opts.timeout, left)))
+            report = await _call_one(drive, by_name[name], problems, min(opts.timeout, deadline - started))
+        reports.append(report)
+        if opts.progress is not None:
+            opts.progress(index, len(names), report, loop.time() - started)
     return tuple(reports)
 
 
-async def _call_one(client: LegacyClient, opts: Options, rounds: Rounds, tool: Mapping[str, Any],
-                    listed: tuple[C.Problem, ...], seconds: float) -> C.ToolReport:
-    name = tool["name"]
+async def _call_one(drive: _Drive, tool: Mapping[str, Any], listed: tuple[C.Problem, ...],
+                    seconds: float) -> C.ToolReport:
+    name, opts, step = tool["name"], drive.opts, drive.opts.answers.get(tool["name"])
     arguments = opts.arguments.get(name)
     if arguments is None:
-        arguments = C.synthesize_arguments(tool.get("inputSchema"))
+        arguments = dict(step.arguments) if step else C.synthesize_arguments(tool.get("inputSchema"))
     if isinstance(arguments, C.Skip):
         return C.ToolReport(name, C.Status.SKIPPED, problems=listed, error=arguments.reason)
-    rounds.count = 0
+    drive.rounds.count = 0
     inputs: list[C.InputKind] = []
+    loop = asyncio.get_running_loop()
     try:
-        async with asyncio.timeout(seconds):
-            message = await client.request("tools/call", {"name": name, "arguments": arguments}, inputs)
+        async with asyncio.timeout(seconds) as budget:
+            def out_of_band() -> None:  # the wait for a step no scripted client takes starts now, and is short
+                budget.reschedule(min(budget.when() or math.inf, loop.time() + OUT_OF_BAND_SECONDS))
+            drive.answering.start(step.answers if step else S.Answers(), out_of_band)
+            message = await drive.client.request("tools/call", {"name": name, "arguments": arguments}, inputs)
     except TimeoutError:
-        await client.cancel("python -m gateway check: no answer in time")
+        await drive.client.cancel("python -m gateway check: no answer in time")
+        observed = C.Observation(name, tuple(inputs), drive.rounds.count, timed_out=True)
+        if C.InputKind.ELICITATION_URL in inputs:
+            report = C.judge(observed, listed)
+            return replace(report, error=f"{report.error} (waited {OUT_OF_BAND_SECONDS:g} s)")
         if seconds < opts.timeout:  # cut short by the run's total time, not the tool's own slowness
-            return C.ToolReport(name, C.Status.SKIPPED, tuple(inputs), rounds.count, listed, _LATE)
-        return C.judge(C.Observation(name, tuple(inputs), rounds.count, timed_out=True), listed)
-    observed = C.Observation(name, tuple(inputs), rounds.count, message.get("result"), message.get("error"))
-    return C.judge(observed, listed)
+            return C.ToolReport(name, C.Status.SKIPPED, tuple(inputs), drive.rounds.count, listed, _LATE)
+        return C.judge(observed, listed)
+    observed = C.Observation(name, tuple(inputs), drive.rounds.count, message.get("result"), message.get("error"))
+    report = C.judge(observed, listed)
+    return S.expected(report, step, observed) if step else report
 
 
 # --- the command line ---------------------------------------------------------------------------------------
@@ -304,6 +371,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--token-env", metavar="VAR", help="send 'Authorization: Bearer $VAR' (upstream and gateway)")
     parser.add_argument("--tools", help="comma-separated tool names (default: every tool)")
     parser.add_argument("--args", metavar="FILE", help="JSON or TOML file: tool name -> arguments")
+    parser.add_argument("--answers", metavar="FILE",
+                        help="a scenario file (config/scenarios/ format): each tool's first [[step]] call gives its "
+                             "arguments, the answers to its sampling, elicitation and roots requests, and "
+                             "expectations (config/check/reference-core.toml: the reference core's)")
     parser.add_argument("--roots", help="comma-separated root URIs for roots/list (default: the current directory)")
     parser.add_argument("--timeout", type=_seconds, default=60.0,
                         help="seconds for each request and each tool call (default 60)")
@@ -325,7 +396,29 @@ def options(args: argparse.Namespace) -> Options:
     roots = _split(args.roots) or (Path.cwd().resolve().as_uri(),)
     trace = TraceConfig(file=_writable(args.trace), content=args.trace_content) if args.trace else None
     return Options(args.upstream, token, _split(args.tools), load_arguments(args.args), roots, args.timeout, trace,
-                   args.total_timeout)
+                   args.total_timeout, load_answers(args.answers), _progress)
+
+
+def _progress(index: int, total: int, report: C.ToolReport, seconds: float) -> None:
+    why = f": {report.error}" if report.status is not C.Status.OK and report.error else ""
+    print(f"check: [{index}/{total}] {report.name} {report.status.value} ({seconds:.1f} s){why}", file=sys.stderr,
+          flush=True)
+
+
+def load_answers(path: str | None) -> dict[str, S.Step]:
+    """``--answers``: a scenario file; each tool's first ``call`` step (a prompt or resource step is refused)."""
+    if path is None:
+        return {}
+    try:
+        scenario = S.parse(tomllib.loads(Path(path).read_text(encoding="utf-8")), path)
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError, S.ScenarioError) as exc:
+        raise Unusable(f"--answers {path}: {exc}") from None
+    steps: dict[str, S.Step] = {}
+    for step in scenario.steps:
+        if step.target is not S.Target.CALL:
+            raise Unusable(f"--answers {path}: {step.label}: check calls tools; give prompts and resources to replay")
+        steps.setdefault(step.name, step)
+    return steps
 
 
 def _seconds(text: str) -> float:

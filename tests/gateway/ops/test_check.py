@@ -3,6 +3,7 @@ nothing listening. The CLI runs as a subprocess (exit codes, output) while the t
 
 from __future__ import annotations
 
+import asyncio
 import json
 import socket
 from pathlib import Path
@@ -11,7 +12,7 @@ from typing import Any
 from aiohttp import web
 
 from adapters.check import ProblemKind, Status
-from gateway.ops.check import Options, run_check
+from gateway.ops.check import OUT_OF_BAND_SECONDS, Options, run_check
 from modern_server.app import create_app as create_core
 from modern_server.config import CoreConfig
 from tests.gateway.conftest import gateway_cli
@@ -126,7 +127,11 @@ async def test_nothing_listening_exits_2(tmp_path) -> None:
         port = sock.getsockname()[1]
     code, out, _err = await cli(tmp_path, "--upstream", f"http://127.0.0.1:{port}/mcp", "--json")
     doc = json.loads(out)
-    assert code == 2 and "cannot reach" in doc["server"]["error"] and doc["tools"] == []
+    assert code == 2 and doc["server"]["error"] == f"cannot connect to 127.0.0.1:{port}: connection refused"
+    assert doc["tools"] == []
+    code, _out, err = await cli(tmp_path, "--upstream", f"http://127.0.0.1:{port}/mcp")
+    url = f"http://127.0.0.1:{port}/mcp"  # named once, and no TLS words for plain HTTP
+    assert code == 2 and err == f"cannot check {url}: cannot connect to 127.0.0.1:{port}: connection refused\n"
 
 
 async def test_an_unset_token_variable_exits_2(tmp_path) -> None:
@@ -158,3 +163,48 @@ async def test_check_trace_to_an_unwritable_file_exits_2(tmp_path) -> None:
     code, _out, err = await cli(tmp_path, "--upstream", "http://127.0.0.1:9/mcp", "--trace",
                                 str(tmp_path / "no-such-dir" / "t.jsonl"))
     assert code == 2 and "--trace" in err and "No such file" in err
+
+
+async def test_the_shipped_answers_pass_every_core_tool_but_the_out_of_band_one(aiohttp_server, tmp_path) -> None:
+    """config/check/reference-core.toml: every tool ok but connect_service, skipped a few seconds after its URL
+    elicitation (not at the end of --timeout); one progress line per tool on stderr; twice, the same."""
+    core = await aiohttp_server(create_core(CoreConfig(database=str(tmp_path / "core.sqlite3"))))
+    answers = ROOT / "config" / "check" / "reference-core.toml"
+    for _run in range(2):  # repeatable: nothing the answers do changes what the next run sees
+        started = asyncio.get_running_loop().time()
+        code, out, err = await cli(tmp_path, "--upstream", str(core.make_url("/mcp")), "--answers", str(answers),
+                                   "--json")
+        elapsed = asyncio.get_running_loop().time() - started
+        doc = json.loads(out)
+        statuses = {t["name"]: t["status"] for t in doc["tools"]}
+        assert code == 0 and elapsed < 30, (elapsed, err)
+        assert statuses == {"connect_service": "skipped", "echo": "ok", "notes_delete": "ok", "notes_timeline": "ok",
+                            "slow_count": "ok", "summarize_repo": "ok", "workspace_scan": "ok"}
+        progress = [line for line in err.splitlines() if line.startswith("check: [")]
+        assert all(f"/7] {name} " in line for name, line in zip(sorted(statuses), progress, strict=True))
+        [skipped] = [line for line in progress if "connect_service" in line]
+        assert "skipped" in skipped and f"waited {OUT_OF_BAND_SECONDS:g} s" in skipped, skipped
+
+
+async def test_answers_that_do_not_meet_their_expectations_fail_the_tool(aiohttp_server, tmp_path) -> None:
+    core = await aiohttp_server(create_core(CoreConfig(database=str(tmp_path / "core.sqlite3"))))
+    (tmp_path / "a.toml").write_text('[[step]]\ncall = "echo"\narguments = { text = "a" }\nexpect_text = "b"\n')
+    code, out, _err = await cli(tmp_path, "--upstream", str(core.make_url("/mcp")), "--tools", "echo",
+                                "--answers", "a.toml", "--json")
+    [echo] = json.loads(out)["tools"]
+    assert code == 1 and echo["status"] == "failed" and "expected text containing 'b'" in echo["error"]
+    (tmp_path / "p.toml").write_text('[[step]]\nprompt = "draft_note"\n')
+    code, out, err = await cli(tmp_path, "--upstream", str(core.make_url("/mcp")), "--answers", "p.toml")
+    assert code == 2 and "--answers p.toml: step 1 (prompt draft_note): check calls tools" in err
+    assert err.count("\n") == 1 and "Traceback" not in err
+
+
+async def test_an_html_error_page_is_one_line(aiohttp_server, tmp_path) -> None:
+    page = ("<!DOCTYPE html>\n<html>\n<head><title>502 Bad Gateway</title></head>\n<body>\n<center><h1>502 Bad "
+            "Gateway</h1></center>\n<hr><center>nginx</center>\n</body>\n</html>\n")
+    app = web.Application()
+    app.router.add_post("/mcp", lambda _r: web.Response(status=502, text=page, content_type="text/html"))
+    server = await aiohttp_server(app)
+    code, out, err = await cli(tmp_path, "--upstream", str(server.make_url("/mcp")))
+    assert code == 2 and out == "" and err.count("\n") == 1, err
+    assert err.endswith("it answered 502 an HTML page (502 Bad Gateway)\n") and "<" not in err, err
