@@ -160,8 +160,10 @@ def _requests(text: str, client: str) -> dict[tuple[str, str], float]:
 @pytest.mark.parametrize("door", list(DOORS))
 async def test_the_bridged_flows_with_the_1x_sdk_client(door: str, sdk1_python: Path, aiohttp_server: Any,
                                                         tmp_path: Path) -> None:
+    # /metrics labels only known client names (docs/operations.md, "Label bound"): this one is made known.
     server = await aiohttp_server(create_app(load_config(usage={"db": str(tmp_path / "usage.db"),
-                                                                "flush_seconds": 3600})))
+                                                                "flush_seconds": 3600,
+                                                                "known_clients": [f"sdk1-{door}"]})))
     base = str(server.make_url("")).rstrip("/")
     summary = await _run_flows(sdk1_python, door, base)
     assert summary == EXPECTED
