@@ -32,6 +32,9 @@ log = logging.getLogger("gateway.ops.connections")
 # log files, the embedded core's listener.
 RESERVED_FDS = 64
 _UNLIMITED_FDS = 1 << 20  # what an unlimited RLIMIT_NOFILE is taken as
+# What ``serve`` raises RLIMIT_NOFILE's soft limit to, when the hard limit allows: a 1024 soft limit (a common
+# default) leaves room for one door session; this one, for about 240 of them and tens of thousands of clients.
+RAISED_FDS = 65536
 
 
 def _client_descriptors(config: GatewayConfig, soft_limit: int | None) -> int:
@@ -189,8 +192,29 @@ async def serve_forever(app: web.Application, host: str, port: int, limit: int, 
             loop.remove_signal_handler(signum)
 
 
+def raise_descriptor_limit(config: GatewayConfig) -> None:
+    """Raise RLIMIT_NOFILE's soft limit to min(hard, :data:`RAISED_FDS`) when it is lower, as servers commonly do
+    at start (the caps are derived from it after this); when the hard limit keeps it lower, warn that door
+    sessions are few and what to change."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    target = RAISED_FDS if hard == resource.RLIM_INFINITY else min(hard, RAISED_FDS)
+    if soft != resource.RLIM_INFINITY and soft < target:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+            log.info("descriptor limit raised from %d to %d", soft, target)
+            soft = target
+        except (ValueError, OSError) as exc:
+            log.warning("descriptor limit not raised from %d: %s", soft, exc)
+    if soft != resource.RLIM_INFINITY and soft < RAISED_FDS:
+        log.warning("descriptor limit is %d (hard limit %s): door_max_sessions is %d and max_client_connections "
+                    "%d; raise the hard limit (ulimit -n, LimitNOFILE) to %d for more", soft,
+                    "unlimited" if hard == resource.RLIM_INFINITY else hard, door_cap(config), client_cap(config),
+                    RAISED_FDS)
+
+
 def run(app: web.Application, config: GatewayConfig, reuse_port: bool = False,
         bound: Callable[[int], None] | None = None, **runner_args: Any) -> None:
+    raise_descriptor_limit(config)  # before the caps are derived from it
     try:
         asyncio.run(serve_forever(app, config.host, config.port, client_cap(config), reuse_port, bound,
                                   **runner_args))

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import resource
 import subprocess
 import sys
 from pathlib import Path
@@ -27,15 +28,17 @@ total_timeout_seconds = {TOTAL_TIMEOUT}
 
 
 class Proc:
-    """One child process on a free port; stdout and stderr go to files in ``tmp`` (never a full pipe)."""
+    """One child process on a free port; stdout and stderr go to files in ``tmp`` (never a full pipe);
+    ``nofile``: the (soft, hard) RLIMIT_NOFILE it starts with."""
 
-    def __init__(self, name: str, args: list[str], tmp: Path) -> None:
+    def __init__(self, name: str, args: list[str], tmp: Path, nofile: tuple[int, int] | None = None) -> None:
         self.name, self.port = name, free_port()
         self.stderr_path = tmp / f"{name}.stderr"
         cmd = [sys.executable, *[a.replace("{port}", str(self.port)) for a in args]]
         env = {**os.environ, "PYTHONPATH": str(ROOT)}
         with open(tmp / f"{name}.stdout", "wb") as out, open(self.stderr_path, "wb") as err:
-            self.proc = subprocess.Popen(cmd, stdout=out, stderr=err, cwd=ROOT, env=env)
+            self.proc = subprocess.Popen(cmd, stdout=out, stderr=err, cwd=ROOT, env=env, preexec_fn=None if nofile
+                                         is None else lambda: resource.setrlimit(resource.RLIMIT_NOFILE, nofile))
         self.url = f"http://127.0.0.1:{self.port}/mcp"
 
     async def listening(self, seconds: float = 30.0) -> None:
@@ -70,8 +73,12 @@ def faulty_upstream(tmp: Path) -> Proc:
     return Proc("upstream", [str(ROOT / "tests" / "faults" / "faulty_upstream.py"), "--port", "{port}"], tmp)
 
 
-def gateway(tmp: Path, upstream_url: str, name: str = "gateway") -> Proc:
+def gateway(tmp: Path, upstream_url: str, name: str = "gateway", extra_config: str = "",
+            nofile: tuple[int, int] | None = None) -> Proc:
+    """``extra_config``: TOML appended to :data:`CONFIG`, whose last table is ``[gateway.limits]``: keys before any
+    table header of its own land there."""
     config = tmp / f"{name}.toml"
-    config.write_text(CONFIG)
+    config.write_text(CONFIG + extra_config)
     return Proc(name, ["-m", "gateway", "serve", "--upstream", upstream_url, "--port", "{port}", "--config",
-                       str(config), "--usage-db", str(tmp / f"{name}-usage.sqlite3"), "--no-access-log"], tmp)
+                       str(config), "--usage-db", str(tmp / f"{name}-usage.sqlite3"), "--no-access-log"], tmp,
+                nofile)

@@ -11,6 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import aiohttp
 from aiohttp import web
 
 from gateway.config.settings import load_config
@@ -18,6 +19,8 @@ from gateway.http.app import create_app
 from gateway.ops import logs
 from gateway.ops.connections import CappedRunner, ConnectionCap, client_cap, derived_cap, door_cap
 from gateway.ops.logs import RepeatFilter
+from tests.faults import procs
+from tests.faults.procs import faulty_upstream
 
 REQUEST = b"DELETE /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"  # answered by the gateway alone (400: no session)
 
@@ -146,3 +149,36 @@ async def test_serve_applies_the_configured_cap(tmp_path) -> None:
         proc.wait(30)
         log.close()
     assert b"max_client_connections (1)" in (tmp_path / "stderr.log").read_bytes()
+
+
+def _open_files(pid: int) -> tuple[int, int]:
+    """A process's (soft, hard) RLIMIT_NOFILE as the kernel shows it."""
+    for line in Path(f"/proc/{pid}/limits").read_text().splitlines():
+        if line.startswith("Max open files"):
+            soft, hard = line.split()[3:5]
+            return int(soft), int(hard)
+    raise AssertionError("no open files line")
+
+
+async def test_serve_raises_a_low_descriptor_soft_limit_before_deriving_its_caps(tmp_path: Path) -> None:
+    upstream = faulty_upstream(tmp_path)
+    gateway = procs.gateway(tmp_path, upstream.url, nofile=(1024, 4096))
+    try:
+        await upstream.listening()
+        await gateway.listening()
+        async with aiohttp.ClientSession() as http, http.get(f"http://127.0.0.1:{gateway.port}/healthz") as health:
+            assert health.status == 200
+        assert _open_files(gateway.proc.pid) == (4096, 4096)
+        for _ in range(100):  # the banner is printed just after the bind
+            if "max_client_connections" in (tmp_path / "gateway.stdout").read_text():
+                break
+            await asyncio.sleep(0.05)
+        # Derived at 4096, not 1024 (348): (4096 - 64 - 1100) less 11 door sessions' 132 descriptors.
+        assert "(max_client_connections 1480)" in (tmp_path / "gateway.stdout").read_text()
+        assert "descriptor limit raised from 1024 to 4096" in gateway.stderr()
+        # 4096 is still under what serve raises to: the operator is told what it costs and what to change.
+        warning = next(line for line in gateway.stderr().splitlines() if "descriptor limit is 4096" in line)
+        assert "WARNING" in warning and "door_max_sessions is 11" in warning and "ulimit -n" in warning
+    finally:
+        gateway.stop()
+        upstream.stop()
