@@ -314,6 +314,38 @@ async def test_sampling_over_two_rounds_with_every_request_on_another_replica(cl
     assert route.replica_of("POST tools/call")[0] not in route.replica_of("POST answer")  # relayed to the owner
 
 
+BALANCED_CALLS = 5  # two-round calls each way; the fastest of each is compared
+BALANCER_SLOWDOWN = 5.0  # at most this many times the fastest call on one replica (held events: over 20 times)
+
+
+async def test_a_bridged_round_through_the_balancer_is_not_held_back(cluster) -> None:
+    """A balancer that holds back an event of an unfinished SSE answer (HAProxy sends it with MSG_MORE unless
+    ``option http-no-delay``; the kernel keeps it until its 200 ms timer) adds that wait to every round, whichever
+    replica runs it. The same two-round call runs alternately on one replica directly and through the balancer,
+    where both answers of each call reach other replicas than the call's; the fastest call of each is compared.
+    The fastest, not the median: a busy machine only adds time to some calls, while a held event adds its wait to
+    every call through the balancer (the fastest was over 250 ms against about 12 ms on one replica, before)."""
+    route, direct, balanced = Route(cluster), list[float](), list[float]()
+    replica = Client(streamable_http_client(cluster.gateways[0].url), mode="legacy", sampling_callback=sampling)
+    async with legacy(cluster, route) as through, replica as alone:
+        for client in (through, alone):  # warm both paths (connections, the GET streams)
+            await client.call_tool("summarize_repo", {"repo": "demo"})
+        for _ in range(BALANCED_CALLS):
+            for client, took in ((alone, direct), (through, balanced)):
+                began = time.perf_counter()
+                result = await client.call_tool("summarize_repo", {"repo": "demo"})
+                took.append(time.perf_counter() - began)
+                assert not result.is_error and result.structured_content["summary"]
+    calls, crossed = [], 0
+    for name, answered_by in route.requests():
+        if name == "POST tools/call":
+            calls.append(answered_by)
+        elif name == "POST answer":
+            crossed += answered_by != calls[-1]
+    assert len(calls) == BALANCED_CALLS + 1 and crossed == 2 * len(calls), route.requests()
+    assert min(balanced) <= BALANCER_SLOWDOWN * min(direct), (sorted(balanced), sorted(direct))
+
+
 async def test_form_elicitation_and_roots(cluster) -> None:
     route = Route(cluster)
     elicit = elicitation_answering(content=pick_first)
