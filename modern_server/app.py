@@ -28,6 +28,7 @@ from modern_server.methods import METHODS, check_shape
 from modern_server.oauth import Refused, Verifier, metadata_path
 from modern_server.sealing import Sealer
 from modern_server.storage import Store
+from modern_server.taskrun import stop_runners
 from modern_server.wire import Envelope, check_jsonrpc, validate
 
 log = logging.getLogger("modern_server")
@@ -242,4 +243,5 @@ async def _end_listens(app: web.Application) -> None:
 
 async def _lifetime(app: web.Application):  # type: ignore[no-untyped-def]
     yield
+    await stop_runners(app[SERVICES])  # before the store closes: their leases are released in it
     app[SERVICES].store.close()

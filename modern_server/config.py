@@ -90,6 +90,14 @@ class CoreConfig(_Frozen):
     # streamable-http §Security (DNS rebinding): browser Origins trusted besides loopback and public_url's own.
     allowed_origins: tuple[str, ...] = ()
     oauth: OAuthConfig | None = None  # set: every request needs a JWT access token issued for this core
+    # The tasks extension (modern_server.taskrun): how long a task is kept, the poll interval suggested to
+    # clients, the bounds on tasks, and how long a process's claim on running a task lasts without renewal.
+    task_ttl_seconds: float = Field(default=3600.0, gt=0, le=7 * 86400)
+    task_poll_interval_ms: int = Field(default=1000, ge=50, le=60_000)
+    max_active_tasks_per_principal: int = Field(default=16, ge=1)
+    max_tasks: int = Field(default=1000, ge=1)
+    task_lease_seconds: float = Field(default=15.0, gt=0)
+    build_step_seconds: float = Field(default=1.0, ge=0, le=60)  # build_project: the time each build step takes
 
     @field_validator("anonymous_principal")
     @classmethod

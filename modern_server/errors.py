@@ -19,12 +19,17 @@ from mcp_types.jsonrpc import (
     UNSUPPORTED_PROTOCOL_VERSION,
 )
 
+# Implementation-defined server-error band (JSON-RPC 2.0 §5.1): a bound of this server was reached. Like every
+# application-defined code it rides on HTTP 200.
+LIMIT_EXCEEDED = -32000
+
 __all__ = [
     "HEADER_MISMATCH",
     "HTTP_STATUS",
     "INTERNAL_ERROR",
     "INVALID_PARAMS",
     "INVALID_REQUEST",
+    "LIMIT_EXCEEDED",
     "METHOD_NOT_FOUND",
     "MISSING_REQUIRED_CLIENT_CAPABILITY",
     "PARSE_ERROR",

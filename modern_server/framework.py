@@ -10,6 +10,7 @@ from earlier requests (basic/index §Statelessness).
 from __future__ import annotations
 
 import asyncio
+import secrets
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -31,24 +32,27 @@ MRTR_METHODS = frozenset({"tools/call", "prompts/get", "resources/read"})
 Emit = Callable[[str, dict[str, Any]], Awaitable[None]]
 
 
+Event = tuple[str, dict[str, Any], str | None]  # method, params, the only principal it may reach (None: anyone)
+
+
 class Bus:
     """Change notifications for ``subscriptions/listen`` streams in this process (None ends a stream)."""
 
     def __init__(self) -> None:
-        self._queues: set[asyncio.Queue[tuple[str, dict[str, Any]] | None]] = set()
+        self._queues: set[asyncio.Queue[Event | None]] = set()
 
-    def subscribe(self) -> asyncio.Queue[tuple[str, dict[str, Any]] | None]:
-        queue: asyncio.Queue[tuple[str, dict[str, Any]] | None] = asyncio.Queue(maxsize=1000)
+    def subscribe(self) -> asyncio.Queue[Event | None]:
+        queue: asyncio.Queue[Event | None] = asyncio.Queue(maxsize=1000)
         self._queues.add(queue)
         return queue
 
     def unsubscribe(self, queue: asyncio.Queue[Any]) -> None:
         self._queues.discard(queue)
 
-    def publish(self, method: str, params: dict[str, Any]) -> None:
+    def publish(self, method: str, params: dict[str, Any], principal: str | None = None) -> None:
         for queue in list(self._queues):
             if not queue.full():  # a listener that stopped reading loses events rather than memory
-                queue.put_nowait((method, params))
+                queue.put_nowait((method, params, principal))
 
     def close(self) -> None:
         for queue in list(self._queues):
@@ -67,6 +71,9 @@ class Services:
     clock: Callable[[], float]
     new_id: Callable[[], str]
     bus: Bus = field(default_factory=Bus)
+    # Tasks this process is running (task id -> its runner) and this process's name on the leases it holds.
+    running: dict[str, asyncio.Task[None]] = field(default_factory=dict)
+    instance: str = field(default_factory=lambda: secrets.token_hex(8))
 
 
 @dataclass
@@ -191,6 +198,8 @@ def finish(result: dict[str, Any], services: Services) -> dict[str, Any]:
 
 
 Handler = Callable[[Context], Awaitable[dict[str, Any]]]
+# A task's body (modern_server.taskrun.Run -> CallToolResult); typed loosely here to keep this module first.
+Job = Callable[[Any], Awaitable[dict[str, Any]]]
 
 
 @dataclass(frozen=True)
@@ -203,6 +212,7 @@ class Tool:
     output_schema: dict[str, Any] | None = None
     ui_resource: str | None = None
     annotations: dict[str, Any] | None = None
+    job: Job | None = None  # set: the tool can run as a task (the tasks extension); its body, found on resume
 
     def describe(self, ctx: Context) -> dict[str, Any]:
         tool: dict[str, Any] = {"name": self.name, "description": self.description, "inputSchema": self.input_schema}

@@ -13,9 +13,10 @@ from typing import Any
 from mcp_types import methods as wire_methods
 from pydantic import ValidationError
 
-from modern_server import SUPPORTED_VERSIONS
+from modern_server import SUPPORTED_VERSIONS, taskrun
 from modern_server.errors import METHOD_NOT_FOUND, McpError
 from modern_server.framework import UI_EXTENSION, Context, Registry
+from modern_server.tasks import EXTENSION as TASKS_EXTENSION
 from modern_server.wire import check_param_headers
 
 # server/utilities/caching: every cacheable result carries ttlMs and cacheScope. Discover, prompts and
@@ -34,6 +35,9 @@ Method = Callable[[Context, Registry], Awaitable[dict[str, Any]]]
 
 
 def check_shape(ctx: Context) -> None:
+    if ctx.env.method in taskrun.TASK_METHODS:
+        taskrun.check_params(ctx)
+        return
     try:
         wire_methods.validate_client_request(ctx.env.method, ctx.env.version, ctx.params)
     except KeyError:
@@ -63,7 +67,10 @@ async def discover(ctx: Context, reg: Registry) -> dict[str, Any]:
         "resources": {"subscribe": True, "listChanged": True},
         "completions": {},
         "logging": {},
-        "extensions": {UI_EXTENSION: {"mimeTypes": ["text/html;profile=mcp-app"]}},
+        # ext-tasks §Capability Negotiation: no settings are defined, so an empty object. Offered to every
+        # caller, so the answer stays the same for all (a public cache entry); a task is still only ever
+        # returned to a request that declares the extension itself.
+        "extensions": {UI_EXTENSION: {"mimeTypes": ["text/html;profile=mcp-app"]}, TASKS_EXTENSION: {}},
     }
     result = {"supportedVersions": list(SUPPORTED_VERSIONS), "capabilities": caps,
               "instructions": ctx.services.config.instructions}
@@ -134,13 +141,17 @@ async def listen(ctx: Context, reg: Registry) -> dict[str, Any]:
     wanted = dict(ctx.params["notifications"])
     honoured = {k: v for k, v in wanted.items()
                 if k in ("toolsListChanged", "promptsListChanged", "resourcesListChanged", "resourceSubscriptions")}
+    if "taskIds" in wanted:  # the tasks extension's filter (ext-tasks §Task Status Notifications)
+        honoured["taskIds"] = taskrun.subscribable(ctx, wanted["taskIds"])
     meta = {SUBSCRIPTION_ID: ctx.env.id}
     queue = ctx.services.bus.subscribe()
     try:
         await ctx.emit("notifications/subscriptions/acknowledged", {"notifications": honoured, "_meta": meta})
+        for task in taskrun.snapshots(ctx, honoured.get("taskIds", ())):
+            await ctx.emit("notifications/tasks", {**task, "_meta": meta})
         while (event := await queue.get()) is not None:
-            method, params = event
-            if _wanted(honoured, method, params):
+            method, params, audience = event
+            if (audience is None or audience == ctx.principal) and _wanted(honoured, method, params):
                 await ctx.emit(method, {**params, "_meta": meta})
     finally:
         ctx.services.bus.unsubscribe(queue)
@@ -154,6 +165,8 @@ def _wanted(filt: dict[str, Any], method: str, params: dict[str, Any]) -> bool:
              "notifications/resources/list_changed": "resourcesListChanged"}
     if method in flags:
         return bool(filt.get(flags[method]))
+    if method == "notifications/tasks":
+        return params.get("taskId") in filt.get("taskIds", ())
     if method == "notifications/resources/updated":
         uri = params.get("uri", "")
         return any(uri == w or uri.startswith(w.rstrip("/") + "/") for w in filt.get("resourceSubscriptions", []))
@@ -171,6 +184,7 @@ METHODS: dict[str, Method] = {
     "resources/read": resources_read,
     "completion/complete": complete,
     "subscriptions/listen": listen,
+    **taskrun.METHODS,
 }
 
 __all__ = ["METHODS", "check_shape"]

@@ -1,4 +1,4 @@
-"""SQLite storage: notes, the replay (nonce) store, and out-of-band connection records.
+"""SQLite storage: notes, the replay (nonce) store, out-of-band connection records and tasks.
 
 Claiming a confirmation's nonce and deleting its note happen in one ``BEGIN IMMEDIATE`` transaction, so two
 server processes sharing the file can never both execute one confirmation: the second one's INSERT of the same
@@ -7,6 +7,11 @@ under the nonce (:class:`Reply`), so a resend of that very step (the same state,
 that lost the answer and sent the round again) is answered with what happened, not refused as a replay. The
 recorded results expire with their state and at most ``MAX_RECORDED_REPLIES`` are kept. WAL mode and a busy
 timeout let several processes share the file.
+
+Tasks (the tasks extension) are rows holding a serialized record (``modern_server.tasks``) plus the columns the
+store needs to bound, expire and lease them: a task is created in one transaction that also enforces the bounds,
+changed only by compare-and-set on its ``version``, and run by the process that holds its lease (``owner`` until
+``lease_until``), so a task whose process died is taken over by whichever process sees it next.
 """
 
 from __future__ import annotations
@@ -27,6 +32,11 @@ CREATE TABLE IF NOT EXISTS replies (nonce TEXT PRIMARY KEY, answer TEXT NOT NULL
 CREATE INDEX IF NOT EXISTS replies_by_expiry ON replies (expires);
 CREATE TABLE IF NOT EXISTS connections (id TEXT PRIMARY KEY, principal TEXT NOT NULL, service TEXT NOT NULL,
                                         completed INTEGER NOT NULL DEFAULT 0);
+CREATE TABLE IF NOT EXISTS tasks (id TEXT PRIMARY KEY, principal TEXT NOT NULL, active INTEGER NOT NULL,
+                                  created REAL NOT NULL, expires REAL NOT NULL, version INTEGER NOT NULL,
+                                  owner TEXT NOT NULL, lease_until REAL NOT NULL, record TEXT NOT NULL);
+CREATE INDEX IF NOT EXISTS tasks_by_principal ON tasks (principal, active);
+CREATE INDEX IF NOT EXISTS tasks_by_expiry ON tasks (expires);
 """
 
 SEED_NOTES = (
@@ -52,6 +62,20 @@ class Reply:
     answer: str
     result: dict[str, Any]
     expires: float
+
+
+@dataclass(frozen=True, slots=True)
+class TaskRow:
+    """A stored task: its serialized record and who runs it (``owner``) until when (``lease_until``)."""
+
+    record: str
+    version: int
+    owner: str
+    lease_until: float
+
+
+class TaskLimitError(Exception):
+    """Creating the task would pass a bound; ``args[0]`` names it (``per_principal`` or ``total``)."""
 
 
 class ReplayError(Exception):
@@ -151,3 +175,54 @@ class Store:
         cur = self._db.execute("UPDATE connections SET completed = 1 WHERE id = ? AND principal = ?",
                                (conn_id, principal))
         return cur.rowcount == 1
+
+    # ------------------------------------------------------------------------------------------ tasks
+
+    def create_task(self, task_id: str, principal: str, record: str, *, created: float, expires: float,
+                    owner: str, lease_until: float, max_active: int, max_total: int) -> None:
+        """Insert a working task, or raise :class:`TaskLimitError`. Expired tasks go first; past ``max_total``
+        the oldest finished tasks make room; live tasks are never evicted."""
+        self._db.execute("BEGIN IMMEDIATE")
+        try:
+            self._db.execute("DELETE FROM tasks WHERE expires <= ?", (created,))
+            (active,) = self._db.execute("SELECT COUNT(*) FROM tasks WHERE principal = ? AND active = 1",
+                                         (principal,)).fetchone()
+            if active >= max_active:
+                raise TaskLimitError("per_principal")
+            (total,) = self._db.execute("SELECT COUNT(*) FROM tasks").fetchone()
+            if total >= max_total:
+                self._db.execute("DELETE FROM tasks WHERE id IN (SELECT id FROM tasks WHERE active = 0 "
+                                 "ORDER BY created LIMIT ?)", (total - max_total + 1,))
+                (total,) = self._db.execute("SELECT COUNT(*) FROM tasks").fetchone()
+                if total >= max_total:
+                    raise TaskLimitError("total")
+            self._db.execute("INSERT INTO tasks VALUES (?, ?, 1, ?, ?, 0, ?, ?, ?)",
+                             (task_id, principal, created, expires, owner, lease_until, record))
+        except BaseException:
+            self._db.execute("ROLLBACK")
+            raise
+        self._db.execute("COMMIT")
+
+    def task(self, task_id: str) -> TaskRow | None:
+        row = self._db.execute("SELECT record, version, owner, lease_until FROM tasks WHERE id = ?",
+                               (task_id,)).fetchone()
+        return TaskRow(*row) if row else None
+
+    def save_task(self, task_id: str, expected_version: int, version: int, record: str, active: bool) -> bool:
+        """Compare-and-set: False when the stored version is no longer ``expected_version`` (or the row is gone)."""
+        cur = self._db.execute("UPDATE tasks SET record = ?, version = ?, active = ? WHERE id = ? AND version = ?",
+                               (record, version, int(active), task_id, expected_version))
+        return cur.rowcount == 1
+
+    def lease_task(self, task_id: str, owner: str, now: float, until: float) -> bool:
+        """Take (or renew) the right to run a live task: granted when ``owner`` holds it or its lease ran out."""
+        cur = self._db.execute("UPDATE tasks SET owner = ?, lease_until = ? WHERE id = ? AND active = 1 AND "
+                               "(owner = ? OR lease_until <= ?)", (owner, until, task_id, owner, now))
+        return cur.rowcount == 1
+
+    def delete_task(self, task_id: str) -> None:
+        self._db.execute("DELETE FROM tasks WHERE id = ?", (task_id,))
+
+    def release_task(self, task_id: str, owner: str) -> None:
+        """Give up running a task (this process stops): the next process that sees it may resume it at once."""
+        self._db.execute("UPDATE tasks SET lease_until = 0 WHERE id = ? AND owner = ?", (task_id, owner))

@@ -35,7 +35,9 @@ from modern_server.errors import (
 )
 
 # streamable-http §Request headers: the params key each name-bearing method mirrors into Mcp-Name.
-NAME_PARAM = {"tools/call": "name", "prompts/get": "name", "resources/read": "uri"}
+# The tasks extension routes its methods by task (ext-tasks §Streamable HTTP: Routing Headers).
+NAME_PARAM = {"tools/call": "name", "prompts/get": "name", "resources/read": "uri",
+              "tasks/get": "taskId", "tasks/update": "taskId", "tasks/cancel": "taskId"}
 LOG_LEVELS = ("debug", "info", "notice", "warning", "error", "critical", "alert", "emergency")
 _SENTINEL = re.compile(r"=\?base64\?([A-Za-z0-9+/=]*)\?=")
 

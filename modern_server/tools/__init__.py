@@ -5,7 +5,7 @@ from __future__ import annotations
 from aiohttp import web
 
 from modern_server.framework import Registry
-from modern_server.tools import basic, connect, notes, prompts, summarize, timeline, workspace
+from modern_server.tools import basic, build, connect, notes, prompts, summarize, timeline, workspace
 
 routes = web.RouteTableDef()
 connect.add_routes(routes)
@@ -13,7 +13,7 @@ connect.add_routes(routes)
 
 def build_registry() -> Registry:
     registry = Registry()
-    for module in (basic, summarize, notes, connect, workspace, timeline):
+    for module in (basic, summarize, notes, connect, workspace, timeline, build):
         for tool in module.TOOLS:
             registry.tools[tool.name] = tool
     for prompt in prompts.PROMPTS:

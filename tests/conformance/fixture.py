@@ -33,7 +33,7 @@ from pydantic import ValidationError
 
 from modern_server.app import create_app
 from modern_server.config import CoreConfig
-from modern_server.errors import McpError
+from modern_server.errors import INTERNAL_ERROR, McpError
 from modern_server.framework import (
     Context,
     Prompt,
@@ -46,6 +46,8 @@ from modern_server.framework import (
     next_round,
     text_result,
 )
+from modern_server.taskrun import TASKS_CAPS, Run, start_task, task_tool
+from modern_server.tasks import EXTENSION, TaskSupport
 
 # The suite's own sample payloads (everything-server.ts): a 1x1 red PNG and a minimal WAV.
 IMAGE_PNG = ("iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8DwHwAFBQIAX8jx0gAAAABJRU5ErkJggg==")
@@ -422,6 +424,78 @@ async def irr_capabilities(ctx: Context) -> dict[str, Any]:
     return text_result(f"capabilities-ok: received {','.join(got)}")
 
 
+# ---------------------------------------------------------------------------------------------- tasks
+
+# The tasks extension scenarios' fixtures (the suite's src/scenarios/server/tasks/*.ts name them): one sync tool
+# and task tools run by the core's task runner (modern_server.taskrun).
+
+async def add(ctx: Context) -> dict[str, Any]:
+    args = arguments(ctx)
+    numbers = [args.get(k, 0) for k in ("a", "b")]
+    if not all(isinstance(n, (int, float)) and not isinstance(n, bool) for n in numbers):
+        raise McpError.invalid_params("a and b must be numbers")
+    return text_result(str(numbers[0] + numbers[1]))
+
+
+async def greet(ctx: Context) -> dict[str, Any]:
+    return text_result(f"Hello, {arguments(ctx).get('name', 'World')}!")
+
+
+async def slow_compute(run: Run) -> dict[str, Any]:
+    seconds, label = float(run.job_input.get("seconds", 1)), str(run.job_input.get("label", ""))
+    await run.status(f"computing {label} for {seconds:g}s")
+    await run.sleep(seconds)
+    return text_result(f"computed {label} in {seconds:g}s")
+
+
+def _slow_compute_args(ctx: Context) -> None:
+    seconds = arguments(ctx).get("seconds", 1)
+    if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not 0 <= seconds <= 600:
+        raise McpError.invalid_params("seconds must be a number from 0 to 600")
+
+
+async def failing_job(run: Run) -> dict[str, Any]:
+    await run.sleep(0.3)
+    return text_result("the job failed: input rejected by the worker", error=True)
+
+
+async def protocol_error_job(run: Run) -> dict[str, Any]:
+    await run.sleep(0.1)
+    raise McpError(INTERNAL_ERROR, "the job's worker crashed")
+
+
+async def confirm_delete(run: Run) -> dict[str, Any]:
+    filename = str(run.job_input.get("filename", "file"))
+    ask = _elicit(f"Delete {filename}?", {"confirm": {"type": "boolean"}}, ["confirm"])
+    answer = (await run.ask({"confirm": ask}, f"waiting for confirmation to delete {filename}"))["confirm"]
+    deleted = answer.get("action") == "accept" and _field(answer, "confirm", "false") is True
+    return text_result(f"{'deleted' if deleted else 'kept'} {filename}")
+
+
+async def multi_input(run: Run) -> dict[str, Any]:
+    asks = {key: _elicit(f"Name for {key}?", {"name": {"type": "string"}}, ["name"]) for key in ("first", "second")}
+    answers = await run.ask(asks, "waiting for two names")
+    return text_result(f"names: {_field(answers['first'], 'name')}, {_field(answers['second'], 'name')}")
+
+
+async def greet_task(run: Run) -> dict[str, Any]:
+    await run.sleep(0.2)
+    return text_result(f"Hello, {run.job_input['user_name']}! (from a task)")
+
+
+async def tool_with_task(ctx: Context) -> dict[str, Any]:
+    """MRTR first, then a task (ext-tasks §Task Creation: input before the task is gathered synchronously)."""
+    ctx.require(ctx.declares_extension(EXTENSION), TASKS_CAPS, "test_tool_with_task runs only as a task")
+    _needs_form(ctx, "test_tool_with_task")
+    answer = _elicit_answer(ctx.input_responses(), "user_name")
+    if answer is None:
+        return input_required({"user_name": _elicit("What is your name?", {"name": {"type": "string"}},
+                                                    ["name"])}, None)
+    return await start_task(ctx, greet_task, {"user_name": str(_field(answer, "name"))})
+
+
+
+
 # ---------------------------------------------------------------------------------------------- prompts
 
 def _prompt_args(ctx: Context) -> Mapping[str, Any]:
@@ -586,9 +660,30 @@ TOOLS = (
 )
 
 
+SLOW_COMPUTE_SCHEMA = {"type": "object", "properties": {"seconds": {"type": "number"}, "label": {"type": "string"}}}
+ADD_SCHEMA = {"type": "object", "properties": {"a": {"type": "number"}, "b": {"type": "number"}}}
+TASK_TOOLS = (
+    # Named to be listed first: the suite's http-header-validation scenario calls the first listed tool with no
+    # arguments and no extension declared, which the task-only tools below (confirm_delete ...) would refuse.
+    Tool("add", "Sync: adds a and b (both default to 0)", ADD_SCHEMA, add),
+    Tool("greet", "Sync-only: returns Hello, {name}!", _string_arg("name", "Who to greet"), greet),
+    task_tool("slow_compute", "Task-supporting (optional): sleeps `seconds`, then answers", SLOW_COMPUTE_SCHEMA,
+              slow_compute, TaskSupport.OPTIONAL, check=_slow_compute_args),
+    task_tool("failing_job", "Task-required: ends with a tool error", NO_ARGS, failing_job, TaskSupport.REQUIRED),
+    task_tool("protocol_error_job", "Task-required: ends with a JSON-RPC error", NO_ARGS, protocol_error_job,
+              TaskSupport.REQUIRED),
+    task_tool("confirm_delete", "Task-required: asks for a confirmation through the task",
+              _string_arg("filename", "The file to delete"), confirm_delete, TaskSupport.REQUIRED),
+    task_tool("multi_input", "Task-required: asks two questions at once", NO_ARGS, multi_input,
+              TaskSupport.REQUIRED),
+    Tool("test_tool_with_task", "MRTR then a task: asks a name, then greets from a task", NO_ARGS, tool_with_task,
+         job=greet_task),
+)
+
+
 def build_registry() -> Registry:
     registry = Registry()
-    for tool in TOOLS:
+    for tool in (*TOOLS, *TASK_TOOLS):
         registry.tools[tool.name] = tool
     for prompt in PROMPTS:
         registry.prompts[prompt.name] = prompt
@@ -597,7 +692,7 @@ def build_registry() -> Registry:
 
 
 def build_app(config: CoreConfig | None = None) -> web.Application:
-    config = config or CoreConfig(server_name="mcp-conformance-fixture", seed_notes=False,
+    config = config or CoreConfig(server_name="mcp-conformance-fixture", seed_notes=False, task_poll_interval_ms=200,
                                   instructions="Conformance fixture: the official suite's tools on the core.")
     return create_app(config, registry=build_registry())
 

@@ -59,7 +59,7 @@ async def test_unsupported_version_exact_data(client):
 
 
 @pytest.mark.parametrize("method", ["initialize", "ping", "logging/setLevel", "resources/subscribe",
-                                    "resources/unsubscribe", "tasks/get", "no/such"])
+                                    "resources/unsubscribe", "tasks/result", "tasks/list", "no/such"])
 async def test_removed_and_unknown_methods_are_404(client, method):
     reply = await client.call(method, {"level": "info", "uri": "x"} if method != "initialize" else {})
     assert reply.status == 404 and reply.error["code"] == -32601 and reply.final["id"] is not None
