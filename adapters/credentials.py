@@ -41,6 +41,7 @@ class Grant(Enum):
     STATIC = "static"  # a fixed credential from an environment variable ("gateway" is its older name)
     CLIENT_CREDENTIALS = "client_credentials"
     TOKEN_EXCHANGE = "token_exchange"
+    LOGIN = "login"  # the stdio door's user's own token, from their login (adapters.oauth_client), never a client's
 
     @classmethod
     def of(cls, name: str) -> Grant:
@@ -49,7 +50,7 @@ class Grant(Enum):
     @property
     def minted(self) -> bool:
         """A credential the gateway obtains at the authorization server, so a fresh one can be had after a 401."""
-        return self in (Grant.CLIENT_CREDENTIALS, Grant.TOKEN_EXCHANGE)
+        return self in (Grant.CLIENT_CREDENTIALS, Grant.TOKEN_EXCHANGE, Grant.LOGIN)
 
 
 @dataclass(frozen=True, slots=True)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import os
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
 from aiohttp import web
@@ -27,7 +27,7 @@ from adapters.classify import (
 )
 from adapters.doors import Transport
 from adapters.errors import ErrorValue, Rejection, answer_not_taken, reject, store_unavailable
-from gateway.auth.credentials import credentials_for
+from gateway.auth.credentials import UpstreamCredentials, credentials_for
 from gateway.auth.resource import auth_settings
 from gateway.auth.validator import TokenValidator
 from gateway.config.settings import GatewayConfig
@@ -213,9 +213,13 @@ def install_authorization(app: web.Application, config: GatewayConfig) -> None:
     add_auth_routes(app, config)
 
 
-def create_app(config: GatewayConfig, *, store: SessionStore | None = None, tap: Tap | None = None) -> web.Application:
+def create_app(config: GatewayConfig, *, store: SessionStore | None = None, tap: Tap | None = None,
+               credentials: UpstreamCredentials | None = None,
+               upstream_headers: Mapping[str, str] | None = None) -> web.Application:
     """The gateway app. With ``config.upstream_url`` unset, the embedded core is started in this event loop on
-    a loopback ephemeral port for the app's lifetime."""
+    a loopback ephemeral port for the app's lifetime. ``credentials`` and ``upstream_headers``: what the main
+    upstream is sent instead of ``[gateway.upstream_auth]``'s credential, and besides it (the stdio door's user
+    login and ``--header``s, gateway.auth.login)."""
     # aiohttp refuses a body of client_max_size bytes or more; max_request_bytes itself is allowed.
     app = web.Application(middlewares=[error_middleware], client_max_size=config.connections.max_request_bytes + 1)
 
@@ -227,8 +231,8 @@ def create_app(config: GatewayConfig, *, store: SessionStore | None = None, tap:
             assert url is not None
             # With [gateway.auth] the client's token was issued for the gateway: it is never passed on (2026-07-28
             # basic/authorization, "Access Token Privilege Restriction"); the upstream gets [gateway.upstream_auth].
-            credentials = credentials_for(config.main_upstream_auth(), url, config, os.environ)
-            upstream = UpstreamClient(url, credentials=credentials,
+            own = credentials or credentials_for(config.main_upstream_auth(), url, config, os.environ)
+            upstream = UpstreamClient(url, credentials=own, headers=upstream_headers,
                                       connect_timeout=config.upstream_connect_timeout_seconds,
                                       read_timeout=config.upstream_read_timeout_seconds, tap=tap,
                                       max_connections=config.upstream_max_connections,

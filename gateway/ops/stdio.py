@@ -38,6 +38,8 @@ from gateway.config.settings import GatewayConfig
 from gateway.http.app import create_app
 from gateway.http.door import DoorClient
 from gateway.http.keys import GATEWAY
+from gateway.ops.stdio_login import UpstreamSetup, login_argv
+from gateway.ops.stdio_login import add_arguments as add_login_arguments
 
 READ_BYTES = 1 << 16  # read from stdin at a time
 
@@ -100,8 +102,12 @@ async def deliver(door: DoorClient, line: bytes | Oversized, limit: int) -> None
         await door.handle_line(line)
 
 
-async def serve_stdio(config: GatewayConfig, authorization: str | None) -> None:
-    runner = web.AppRunner(create_app(config), access_log=None)
+async def serve_stdio(config: GatewayConfig, authorization: str | None,
+                      upstream: UpstreamSetup | None = None) -> None:
+    """``upstream``: the user's login and extra headers for the upstream (gateway.ops.stdio_login)."""
+    upstream = upstream or UpstreamSetup()
+    app = create_app(config, credentials=upstream.login, upstream_headers=upstream.headers)
+    runner = web.AppRunner(app, access_log=None)
     await runner.setup()
     try:
         with tempfile.TemporaryDirectory(prefix="mcp-gateway-stdio-") as folder:
@@ -138,6 +144,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--print-config", default=None, metavar="NAME",
                         help="print the desktop client's JSON entry NAME that launches this command with these "
                              "flags (absolute paths), and exit")
+    add_login_arguments(parser)
 
 
 def desktop_config(name: str, args: argparse.Namespace, config: GatewayConfig) -> str:
@@ -152,5 +159,6 @@ def desktop_config(name: str, args: argparse.Namespace, config: GatewayConfig) -
         argv += ["--token-env", args.token_env]
     if config.usage.enabled and config.usage.db:
         argv += ["--usage-db", os.path.abspath(config.usage.db)]
+    argv += login_argv(args)
     entry = {"command": os.path.abspath(sys.executable), "args": argv}
     return json.dumps({"mcpServers": {name: entry}}, indent=2)

@@ -14,7 +14,7 @@ its subscriber: it takes a slot of the pool's stream limit, never one of the req
 from __future__ import annotations
 
 import contextvars
-from collections.abc import AsyncGenerator, AsyncIterator, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -59,8 +59,10 @@ class UpstreamClient:
                  tap: Callable[[str, Any], None] | None = None, auth: str = "forward",
                  credential: str | None = None, max_connections: int = 100,
                  max_stream_connections: int = 1000, sizes: UpstreamSizes = UpstreamSizes(),
-                 transport: Transport | None = None, credentials: UpstreamCredentials | None = None) -> None:
+                 transport: Transport | None = None, credentials: UpstreamCredentials | None = None,
+                 headers: Mapping[str, str] | None = None) -> None:
         self.url = url
+        self.headers = dict(headers or {})  # the operator's extra headers (``stdio --header``), on every request
         # No cookies are kept: one pool serves every session and principal, so a cookie an upstream set for one
         # would be sent for all. ``transport``: another HTTP client behind the same seam (tests inject one).
         self.pool: Transport = transport or H1Pool(
@@ -99,7 +101,7 @@ class UpstreamClient:
             value = await self.credentials.header(client)
         except CredentialError as exc:
             raise UpstreamFailure(upstream_failure("credential", str(exc))) from None
-        sent = {k: v for k, v in headers.items() if k.lower() != "authorization"}
+        sent = {**self.headers, **{k: v for k, v in headers.items() if k.lower() != "authorization"}}
         if value:
             sent["Authorization"] = value
         try:

@@ -10,7 +10,7 @@ from adapters.authz import ResourceServer
 
 def test_grants_and_their_older_name() -> None:
     assert C.Grant.of("gateway") is C.Grant.STATIC
-    assert [g for g in C.Grant if g.minted] == [C.Grant.CLIENT_CREDENTIALS, C.Grant.TOKEN_EXCHANGE]
+    assert [g for g in C.Grant if g.minted] == [C.Grant.CLIENT_CREDENTIALS, C.Grant.TOKEN_EXCHANGE, C.Grant.LOGIN]
 
 
 def test_forms_name_the_upstreams_resource() -> None:
