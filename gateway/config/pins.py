@@ -15,7 +15,7 @@ spec forbids, so the configuration refuses to express it.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import date
 from typing import Literal, cast
 
@@ -184,17 +184,12 @@ class PinsConfig(_Frozen):
 
     @model_validator(mode="after")
     def _references(self) -> PinsConfig:
-        names = [p.name for p in self.peers] + [self.default_peer.name]
-        duplicates = sorted({n for n in names if names.count(n) > 1})
-        if duplicates:
-            raise ValueError(f"duplicate peer name(s): {', '.join(duplicates)}")
+        problems = reference_problems([(p.name, p.upstream, tuple(p.canary)) for p in (*self.peers, self.default_peer)],
+                                      self.upstreams)
         if self.default_peer.by_claims:  # it serves whatever no peer matched: it has nothing to match on
-            raise ValueError("default_peer: client_ids, subjects and scopes are for [[peers]] only")
-        known = set(self.upstreams) | {"default"}
-        for peer in (*self.peers, self.default_peer):
-            missing = sorted({peer.upstream, *peer.canary} - known)
-            if missing:
-                raise ValueError(f"peer {peer.name!r} names unknown upstream(s): {', '.join(missing)}")
+            problems.append("default_peer: client_ids, subjects and scopes are for [[peers]] only")
+        if problems:
+            raise ValueError("; ".join(problems))
         return self
 
     def peer_values(self) -> tuple[tuple[Peer, ...], Peer]:
@@ -209,3 +204,17 @@ class PinsConfig(_Frozen):
             elif value := env.get(entry.token_env or ""):
                 table[hashlib.sha256(value.encode()).hexdigest()] = entry.principal
         return table
+
+
+def reference_problems(peers: Sequence[tuple[str, str, Iterable[str]]], upstreams: Iterable[str]) -> list[str]:
+    """Every duplicate peer name and every upstream a peer names that is not declared, from (name, upstream,
+    canary upstreams) per peer: also run on the file's raw tables, so a peer with another problem is still
+    checked (``check-config`` lists every problem in one run)."""
+    names = [name for name, _upstream, _canary in peers]
+    duplicates = sorted({n for n in names if names.count(n) > 1})
+    problems = [f"duplicate peer name(s): {', '.join(duplicates)}"] if duplicates else []
+    known = set(upstreams) | {"default"}
+    for name, upstream, canary in peers:
+        if missing := sorted({upstream, *canary} - known):
+            problems.append(f"peer {name!r} names unknown upstream(s): {', '.join(missing)}")
+    return problems

@@ -17,8 +17,8 @@ from adapters.admission import SessionLimits
 from adapters.bridge import BridgeLimits
 from adapters.capabilities import BridgedFeatures
 from adapters.classify import LOOPBACK_HOSTS, Policy
-from gateway.config.keys import suggestion
-from gateway.config.pins import PinsConfig, UpstreamAuthConfig
+from gateway.config.keys import loose_values, plain, suggestion, where
+from gateway.config.pins import PinsConfig, UpstreamAuthConfig, reference_problems
 from gateway.config.usage import UsageConfig
 
 MEMORY_STORE = "memory"  # [gateway.store] url / serve --store: the in-process store (the default)
@@ -260,13 +260,6 @@ class ConfigError(Exception):
     """A configuration that cannot be used; the message names the file, the key path and the problem."""
 
 
-def _where(loc: tuple[object, ...]) -> str:
-    parts = [str(p) for p in loc]
-    if parts[:1] == ["pins"]:
-        return ".".join(parts[1:]) or "(top level)"
-    return ".".join(["gateway", *parts])
-
-
 def load_config(path: str | Path | None = None, **overrides: object) -> GatewayConfig:
     """Defaults, then the TOML file (``[gateway]`` and the pins sections), then CLI overrides."""
     raw: dict[str, object] = {}
@@ -281,20 +274,45 @@ def load_config(path: str | Path | None = None, **overrides: object) -> GatewayC
     data = dict(raw.pop("gateway", {}) or {})  # type: ignore[call-overload]
     data["pins"] = raw
     data.update({k: v for k, v in overrides.items() if v is not None})
+    # Every problem of the file at once, not one per run: strict numbers and booleans, pydantic's findings, and
+    # the peers' references, checked on the raw tables too (pydantic skips them when a peer has another problem).
+    loose = loose_values(GatewayConfig, data)
+    problems = [_said(loc, what, raw) for loc, what in loose]
+    config = None
     try:
-        return GatewayConfig.model_validate(data)
-    except ValidationError as exc:  # every problem of the file at once, not one per run
-        problems = "; ".join(_problem(e) for e in exc.errors())
-        raise ConfigError(f"{path or '(defaults)'}: {problems}") from None
+        config = GatewayConfig.model_validate(data)
+    except ValidationError as exc:
+        found = [_problem(e, raw) for e in exc.errors() if tuple(e["loc"]) not in {loc for loc, _ in loose}]
+        problems += found + [p for p in _raw_references(raw) if not any(p in f for f in found)]
+    if problems or config is None:
+        raise ConfigError(f"{path or '(defaults)'}: {'; '.join(dict.fromkeys(problems))}")
+    return config
 
 
-def _problem(error: Any) -> str:
+def _said(loc: tuple[Any, ...], what: str, raw: dict[str, Any]) -> str:
+    place = where(loc, raw)
+    what = what.removeprefix(f"{place}: ")  # a peer's own validator already names the peer
+    return f"{place}: {what}" if place else what
+
+
+def _problem(error: Any, raw: dict[str, Any]) -> str:
     """One validation error as ``key.path: what``; an unknown key names the nearest known one."""
     loc = tuple(error["loc"])
     if error["type"] != "extra_forbidden":
-        return f"{_where(loc)}: {error['msg']}"
+        return _said(loc, plain(error), raw)
     if loc[:1] == ("pins",):  # the file's top level: the pins sections and the [gateway] table
         near = suggestion(PinsConfig, loc[1:], top_level=("gateway",))
     else:
         near = suggestion(GatewayConfig, loc)
-    return f"{_where(loc)}: {error['msg']} (unknown key" + (f"; did you mean {near!r}?)" if near else ")")
+    return _said(loc, "unknown key" + (f" (did you mean {near!r}?)" if near else ""), raw)
+
+
+def _raw_references(raw: dict[str, Any]) -> list[str]:
+    """:func:`reference_problems` of the file's own tables, whatever else is wrong in them."""
+    tables = [p for p in raw.get("peers", ()) if isinstance(p, dict)] if isinstance(raw.get("peers"), list) else []
+    default: dict[str, Any] = raw["default_peer"] if isinstance(raw.get("default_peer"), dict) else {}
+    peers = [(str(t.get("name", "default" if t is default else "?")), str(t.get("upstream", "default")),
+              tuple(map(str, t.get("canary", {}))) if isinstance(t.get("canary"), dict) else ())
+             for t in (*tables, default)]
+    upstreams = raw.get("upstreams")
+    return reference_problems(peers, map(str, upstreams) if isinstance(upstreams, dict) else ())

@@ -20,6 +20,7 @@ import logging
 import os
 import signal
 import sys
+from datetime import date
 from pathlib import Path
 
 from aiohttp import web
@@ -127,6 +128,10 @@ def check_config(path: str) -> int:
     peers = ", ".join(p.name for p in config.pins.peers) or "(none)"
     print(f"ok: {path}: peers {peers}; default peer {config.pins.default_peer.name}; "
           f"upstreams {', '.join(config.pins.upstreams) or '(default only)'}")
+    for peer in (*config.pins.peers, config.pins.default_peer):  # valid, but probably not what was meant
+        if peer.sunset is not None and peer.sunset < date.today():
+            print(f"warning: peer {peer.name!r}: its sunset {peer.sunset} has passed: its clients' legacy "
+                  "revisions are refused now", file=sys.stderr)
     return 0
 
 

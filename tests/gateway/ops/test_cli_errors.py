@@ -66,7 +66,7 @@ def test_reload_with_a_missing_or_bad_pid_file(tmp_path) -> None:
 
 
 def typo(key: str, near: str) -> str:
-    return f"{key}: Extra inputs are not permitted (unknown key; did you mean {near!r}?)"
+    return f"{key}: unknown key (did you mean {near!r}?)"
 
 
 def hup_catcher(*args: str) -> subprocess.Popen[str]:
@@ -124,7 +124,7 @@ def test_check_config_lists_every_problem_with_suggestions(tmp_path) -> None:
                    typo("gateway.prot", "port"),
                    typo("gateway.hots", "host"),
                    typo("gateway.limits.max_round", "max_rounds"),
-                   typo("peers.0.upstrem", "upstream"),
+                   typo("peer 'a'.upstrem", "upstream"),
                    typo("gatewy", "gateway"))
 
 

@@ -109,3 +109,30 @@ def test_stdio_print_config_launches_from_a_desktop_clients_bare_environment(tmp
     upstream = cli("stdio", "--print-config", "x", "--upstream", "http://127.0.0.1:19110/mcp", "--token-env", "T")
     args = json.loads(upstream.stdout)["mcpServers"]["x"]["args"]
     assert args[3:7] == ["--upstream", "http://127.0.0.1:19110/mcp", "--token-env", "T"]
+
+
+def test_check_config_names_every_problem_in_plain_words_in_one_run(tmp_path) -> None:
+    path = tmp_path / "bad.toml"
+    path.write_text('[gateway]\nport = "19101"\nbridge_subscriptions = "yes"\n[gateway.limits]\nmax_rounds = 2.5\n'
+                    '[[peers]]\nname = "alpha"\nupstream = "nowhere"\ncanary = { default = 80, other = 30 }\n'
+                    '[[peers]]\nname = "alpha"\n[[peers]]\nname = "beta"\nupsteam = "x"\n')
+    run = cli("check-config", str(path))
+    err = one_line_error(run, "gateway.port: must be an integer, not the string '19101'",
+                         "gateway.bridge_subscriptions: must be true or false, not the string 'yes'",
+                         "gateway.limits.max_rounds: must be an integer, not 2.5",
+                         "peer 'alpha': canary percentages must be >= 0 and add up to at most 100",
+                         "duplicate peer name(s): alpha",
+                         "peer 'alpha' names unknown upstream(s): nowhere, other",
+                         "peer 'beta'.upsteam: unknown key (did you mean 'upstream'?)")
+    assert run.returncode == 2 and err.count("\n") == 1
+    assert not any(words in err for words in ("Value error", "(top level)", "Extra inputs", "peers.", "Input should"))
+
+
+def test_check_config_warns_of_a_sunset_already_past(tmp_path) -> None:
+    path = tmp_path / "sunset.toml"
+    path.write_text('[[peers]]\nname = "old-ide"\nclient_name = "x"\nsunset = 2020-01-01\n'
+                    '[[peers]]\nname = "later"\nclient_name = "y"\nsunset = 2099-01-01\n')
+    run = cli("check-config", str(path))
+    assert run.returncode == 0 and run.stdout.startswith(f"ok: {path}"), run.stderr
+    assert run.stderr == ("warning: peer 'old-ide': its sunset 2020-01-01 has passed: its clients' legacy revisions "
+                          "are refused now\n")
