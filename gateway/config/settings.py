@@ -164,6 +164,9 @@ class GatewayConfig(_Frozen):
     # temporary folder removed at exit), and a folder added to its anonymous workspaces (serve: --workspace,
     # default the current directory) so a client's own roots are scanned.
     state_dir: str | None = None
+    # The environment variable holding the embedded core's requestState key, the same in every process on one
+    # shared store (unset: a key file created once in the state folder; gateway.upstream.embedded).
+    embedded_state_key_env: str | None = Field(None, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
     embedded_workspace: str | None = None
     embedded_access_log: bool = False  # log the embedded core's own (internal) requests too
     # The base URL clients reach the gateway at (no /mcp): the embedded core's out-of-band pages (connect_service)

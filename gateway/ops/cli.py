@@ -51,6 +51,7 @@ from gateway.session.runtime import DRAIN_FRACTION
 from gateway.telemetry.report import add_arguments as add_report_arguments
 from gateway.telemetry.report import run as run_report
 from gateway.telemetry.usage import serve_defaults as usage_serve_defaults
+from gateway.upstream.embedded import shared_key_refusal
 
 
 def port_flag(text: str) -> int:
@@ -315,6 +316,9 @@ def serve(args: argparse.Namespace) -> None:
         raise SystemExit(supervise(args.serve_argv, args.workers))
     protection = check_upstream(config, args.require_upstream)
     app, config = served_app(args, protection)
+    unshared = asyncio.run(shared_key_refusal(config, os.environ))  # before anything is served
+    if unshared is not None:
+        raise SystemExit(f"gateway: {unshared}")
     access_log = None if args.no_access_log else logging.getLogger("aiohttp.access")
     logging.getLogger().setLevel(args.log_level.upper())
     logging.getLogger("gateway").info("event loop: %s", install(args.loop))
