@@ -313,7 +313,16 @@ def serve(args: argparse.Namespace) -> None:
         problem = refusal(with_store(config, args.store), args.workers)
         if problem is not None:
             raise SystemExit(f"gateway: {problem}")
-        raise SystemExit(supervise(args.serve_argv, args.workers))
+        if args.pid_file:  # the parent's: SIGHUP to it reaches every worker (`reload --pid-file`)
+            try:
+                make_folders([("--pid-file", args.pid_file)])
+                write_pid_file(args.pid_file)
+            except FileRefused as exc:
+                raise SystemExit(f"gateway: {exc}") from None
+        try:
+            raise SystemExit(supervise(args.serve_argv, args.workers))
+        finally:
+            _remove_pid_file(args.pid_file)
     protection = check_upstream(config, args.require_upstream)
     app, config = served_app(args, protection)
     unshared = asyncio.run(shared_key_refusal(config, os.environ))  # before anything is served

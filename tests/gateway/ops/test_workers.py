@@ -171,7 +171,7 @@ async def test_a_worker_killed_under_load_is_restarted_and_the_service_stays_up(
     config.write_text(f'[gateway.store]\nurl = "{REDIS}"\nprefix = "{prefix}"\n')
     log = tmp_path / "parent.stderr"
     proc = _start(["--workers", "2", "--port", str(port), "--config", str(config), "--usage-db",
-                   str(tmp_path / "u.db"), "--no-access-log"], tmp_path, log)
+                   str(tmp_path / "u.db"), "--no-access-log", "--pid-file", "var/gw.pid"], tmp_path, log)
     base, headers = f"http://127.0.0.1:{port}", {"Accept": "application/json, text/event-stream"}
     stop, results = asyncio.Event(), []
     try:
@@ -186,6 +186,7 @@ async def test_a_worker_killed_under_load_is_restarted_and_the_service_stays_up(
         session_headers = {**headers, "Mcp-Session-Id": session, "MCP-Protocol-Version": "2025-11-25"}
         before = _children(proc.pid)
         assert len(before) == 2
+        assert (tmp_path / "var" / "gw.pid").read_text().strip() == str(proc.pid)  # the parent's, folder made
         loads = [asyncio.create_task(_load(base, session_headers, results, stop, first))
                  for first in (100, 1_000_000)]
         while results.count("ok") < 20:
@@ -217,5 +218,5 @@ async def test_a_worker_killed_under_load_is_restarted_and_the_service_stays_up(
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=60) == 0, log.read_text()
         await _forget(prefix)
-    assert "workers stopped" in log.read_text()
+    assert "workers stopped" in log.read_text() and not (tmp_path / "var" / "gw.pid").exists()
     assert not any(Path(f"/proc/{pid}").exists() for pid in now)  # every worker ended with the parent
