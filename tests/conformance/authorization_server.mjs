@@ -51,6 +51,9 @@ const provider = new Provider(issuer, {
   features: {
     devInteractions: { enabled: false },
     clientCredentials: { enabled: true },
+    // RFC 8628 for the stdio door's device login; the confirmation page's form is posted by the test's headless
+    // user agent, and the login and consent that follow answer themselves like any interaction.
+    deviceFlow: { enabled: true },
     introspection: { enabled: true },
     registration: { enabled: true },
     resourceIndicators: {

@@ -162,6 +162,43 @@ async def test_extra_headers_reach_the_upstream(aiohttp_server: Any, tmp_path: P
     assert not result.is_error and len(seen) >= 3 and set(seen) == {("blue", "t1")}
 
 
+DEVICE_LINE = re.compile(r"\(or open: (http\S+)\)")
+HIDDEN = re.compile(r'<input type="hidden" name="([^"]+)" value="([^"]*)"')
+
+
+async def confirm_device(errlog: Path, logins: list[str]) -> None:
+    """The user on another device: opens the printed verification URL (the code filled in), posts the
+    confirmation form, and follows the authorization server's login and consent to its success page."""
+    async with httpx2.AsyncClient(follow_redirects=True, max_redirects=10) as browser:
+        while not (found := DEVICE_LINE.findall(errlog.read_text() if errlog.exists() else "")):
+            await asyncio.sleep(0.05)
+        logins.append(found[0])
+        page = await browser.get(found[0])
+        form = dict(HIDDEN.findall(page.text))
+        assert "xsrf" in form, page.text[:500]
+        done = await browser.post(str(page.url.join("/device")), data={**form, "confirm": "yes"})
+        assert done.status_code == 200 and "Success" in done.text, (done.status_code, done.text[:500])
+
+
+async def test_the_device_code_login(aiohttp_server: Any, tmp_path: Path, issuer: AuthorizationServer) -> None:
+    core = await start_core(aiohttp_server, tmp_path, issuer.issuer, scopes_supported=("mcp:tools",))
+    errlog, logins = tmp_path / "device.stderr", list[str]()
+    user = asyncio.create_task(confirm_device(errlog, logins))
+    try:
+        with errlog.open("w") as err:
+            async with Client(stdio_client(door(tmp_path, core, "--grant", "device_code"), errlog=err),
+                              mode="legacy") as session:
+                result = await asyncio.wait_for(session.call_tool("echo", {"text": "hi"}), 90)
+        await asyncio.wait_for(user, 10)
+    finally:
+        user.cancel()
+        await asyncio.gather(user, return_exceptions=True)
+    [token] = stored(tmp_path)
+    assert len(logins) == 1 and not result.is_error and token["resource"] == core.url
+    assert "enter the code" in errlog.read_text() and token["access_token"] not in errlog.read_text()
+    assert core.accepted and {a.aud for a in core.accepted} == {(core.url,)}
+
+
 @pytest.mark.parametrize(("flags", "said"), [
     (["--header", "Content-Type: text/plain"], "Content-Type is the gateway's to set"),
     (["--header", "no colon"], "not 'Name: value'"),
