@@ -17,19 +17,27 @@ import platform
 import resource
 import statistics
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import asdict, dataclass
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 import aiohttp
 
+from bench.balancer import BALANCED_SCENARIOS, BalancedGateways, balanced_ratios, haproxy_binary, store_trips
 from bench.clients import LegacyClient, ModernClient
 from bench.echo import hop_rtt_us
 from bench.procs import Child, scratch_usage_db
 from bench.redis_side import REDIS_SCENARIOS, WORKERS_SCENARIO, RedisGateways, idle_bytes, redis_ratios, resolve_url
 from bench.targets import missed, print_verdicts, verdicts
 
-_Started = TypeVar("_Started", Child, RedisGateways)
+_Started = TypeVar("_Started", Child, RedisGateways, BalancedGateways)
+
+
+class Front(Protocol):
+    """What a scenario's client talks to, whose CPU is read around its slices (a process, or the balanced
+    replicas together)."""
+
+    def cpu_times(self) -> tuple[float, float]: ...
 
 Op = Callable[[], Awaitable[Any]]
 SCENARIOS = ("direct", "forwarder", "passthrough", "translated", "mrtr_direct", "mrtr_forwarder", "bridged",
@@ -87,7 +95,7 @@ async def _load(ops: list[Op], seconds: float) -> list[float]:
 
 
 async def interleaved(ops: dict[str, list[Op]], conc: int, args: argparse.Namespace,
-                      front: dict[str, Child], behind: Child | None = None) -> list[Stats]:
+                      front: Mapping[str, Front], behind: Child | None = None) -> list[Stats]:
     """Every scenario in short alternating slices (order reversed every round) instead of one after another:
     this machine's speed drifts by tens of percent over seconds (a shared host), and a drift then slows all
     scenarios alike instead of skewing the ratios between them. The CPU of each scenario's front process (the
@@ -116,7 +124,8 @@ async def interleaved(ops: dict[str, list[Op]], conc: int, args: argparse.Namesp
 
 
 def makers(http: aiohttp.ClientSession, core: Child, gw: Child, fwd: Child,
-           redis: RedisGateways | None = None) -> dict[str, Callable[[], Awaitable[Op]]]:
+           redis: RedisGateways | None = None,
+           balanced: BalancedGateways | None = None) -> dict[str, Callable[[], Awaitable[Op]]]:
     async def modern(url: str) -> Op:
         return ModernClient(http, url).echo
 
@@ -126,8 +135,8 @@ def makers(http: aiohttp.ClientSession, core: Child, gw: Child, fwd: Child,
     async def one_round(url: str) -> Op:
         return ModernClient(http, url).draft
 
-    async def legacy_prompt(name: str, arguments: dict[str, Any]) -> Op:
-        client = LegacyClient(http, gw.url)
+    async def legacy_prompt(name: str, arguments: dict[str, Any], url: str = gw.url) -> Op:
+        client = LegacyClient(http, url)
         await client.start()
 
         async def op() -> None:
@@ -161,6 +170,11 @@ def makers(http: aiohttp.ClientSession, core: Child, gw: Child, fwd: Child,
         made["translated_redis"] = lambda: legacy("echo", {"text": "hi"}, redis.one.url)
         made["bridged_redis"] = lambda: legacy("summarize_repo", {"repo": "bench"}, redis.one.url)
         made[WORKERS_SCENARIO] = lambda: legacy("echo", {"text": "hi"}, redis.two.url)
+    if balanced is not None:  # the same through the balancer: each request of a session on another replica
+        rr = balanced.front_url
+        made["translated_rr"] = lambda: legacy("echo", {"text": "hi"}, rr)
+        made["bridged_rr"] = lambda: legacy("summarize_repo", {"repo": "bench"}, rr)
+        made["bridged_one_rr"] = lambda: legacy_prompt("draft_note", {"topic": "bench"}, rr)
     return made
 
 
@@ -183,8 +197,8 @@ async def idle_sessions(http: aiohttp.ClientSession, gw: Child, count: int) -> d
             "kib_per_session": round((after - before) / count / 1024, 2), "held": held}
 
 
-def ratios(results: list[Stats], idle: list[dict[str, Any]],
-           redis_idle: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+def ratios(results: list[Stats], idle: list[dict[str, Any]], redis_idle: list[dict[str, Any]] | None = None,
+           trips: dict[str, Any] | None = None) -> dict[str, Any]:
     at = {(r.scenario, r.concurrency): r for r in results}
     out: dict[str, Any] = {}
     for conc in sorted({r.concurrency for r in results}):
@@ -210,9 +224,10 @@ def ratios(results: list[Stats], idle: list[dict[str, Any]],
             "gateway_cpu_us_per_translated": at[("translated", conc)].front_cpu_us_per_request,
             "gateway_cpu_us_per_passthrough": at[("passthrough", conc)].front_cpu_us_per_request,
             "forwarder_cpu_us": at[("forwarder", conc)].front_cpu_us_per_request,
-        } | _machine_ratios(at, conc) | redis_ratios(at, conc)
+        } | _machine_ratios(at, conc) | redis_ratios(at, conc) | balanced_ratios(at, conc)
     out["idle"] = idle
     out["redis_idle"] = redis_idle or []
+    out["store_trips"] = trips or {}  # Redis round trips per two-round bridged call (bench.balancer)
     return out
 
 
@@ -301,7 +316,7 @@ def print_table(results: list[Stats], summary: dict[str, Any]) -> None:
     print(json.dumps(summary, indent=2))
 
 
-def _kept(started: list[Child | RedisGateways], child: _Started) -> _Started:
+def _kept(started: list[Child | RedisGateways | BalancedGateways], child: _Started) -> _Started:
     started.append(child)
     return child
 
@@ -309,7 +324,7 @@ def _kept(started: list[Child | RedisGateways], child: _Started) -> _Started:
 async def run(args: argparse.Namespace) -> dict[str, Any]:
     loop = ["--loop", args.loop]
     redis_url = resolve_url(args.redis)
-    started: list[Child | RedisGateways] = []  # stopped at the end, also when a later one fails to start
+    started: list[Child | RedisGateways | BalancedGateways] = []  # stopped at the end, also on a failed start
     results: list[Stats] = []
     try:
         core = _kept(started, Child("core", ["-m", "modern_server", "--port", "{port}", "--no-access-log", *loop]))
@@ -321,24 +336,34 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         echo = _kept(started, Child("echo", ["-m", "bench.echo", "--port", "{port}", *loop]))
         redis = (_kept(started, RedisGateways(redis_url, core.url, [*loop, "--gc-gen0", str(args.gc_gen0)]))
                  if redis_url else None)
+        binary = haproxy_binary() if redis_url else None
+        balanced = (_kept(started, BalancedGateways(binary, redis_url, core.url, [*loop, "--gc-gen0",
+                                                                                  str(args.gc_gen0)]))
+                    if binary and redis_url else None)
         hops = [await hop_rtt_us(echo.port)]
+        trips: dict[str, Any] = {}
         async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as http:
-            make = makers(http, core, gw, fwd, redis)
-            front = {"direct": core, "mrtr_direct": core, "forwarder": fwd, "mrtr_forwarder": fwd,
-                     "mrtr_forwarder_one": fwd}
+            make = makers(http, core, gw, fwd, redis, balanced)
+            front: dict[str, Front] = {"direct": core, "mrtr_direct": core, "forwarder": fwd, "mrtr_forwarder": fwd,
+                                       "mrtr_forwarder_one": fwd}
             if redis is not None:
                 front |= dict.fromkeys(REDIS_SCENARIOS, redis.one) | {WORKERS_SCENARIO: redis.two}
+            if balanced is not None:
+                front |= dict.fromkeys(BALANCED_SCENARIOS, balanced)
             for conc in args.concurrency:
                 ops = {name: [await make[name]() for _ in range(conc)] for name in make}
                 results.extend(await interleaved(ops, conc, args, {n: front.get(n, gw) for n in make}, core))
             hops.append(await hop_rtt_us(echo.port))  # before the idle sessions' memory is taken
             idle = [await idle_sessions(http, gw, n) for n in args.idle]
             redis_idle = [await idle_bytes(http, redis, args.redis_idle)] if redis and args.redis_idle else []
+            if redis_url:
+                trips = await store_trips(http, redis_url, core.url, [*loop, "--gc-gen0", str(args.gc_gen0)])
     finally:
         for child in reversed(started):
             child.stop()
-    summary, host = ratios(results, idle, redis_idle), machine(args, hops)
+    summary, host = ratios(results, idle, redis_idle, trips), machine(args, hops)
     host["redis"] = redis_url
+    host["balancer"] = binary  # the replicas behind it ran the _rr scenarios (None: not run)
     if redis is not None:
         host["redis_prefix"] = redis.prefix  # its keys are deleted at the end
     print("machine: " + ", ".join(f"{k} {v}" for k, v in host.items()))

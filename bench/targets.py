@@ -55,7 +55,7 @@ def targets_for(ratios: dict[str, Any]) -> list[Target]:
                           _at(conc, "bridged_one/mrtr_forwarder_one")))
         out.append(Target(f"gateway CPU per bridged round / per translated call, c={conc}", 1.10,
                           _at(conc, "bridged_round_cpu/translated_cpu")))
-    out += _redis_targets(ratios)
+    out += _redis_targets(ratios) + _balanced_targets(ratios)
     for index, idle in enumerate(ratios.get("idle") or []):
         count = idle["sessions"]
         out.append(Target(f"KiB per idle session, {count} sessions", 24.0,
@@ -84,6 +84,23 @@ def _redis_targets(ratios: dict[str, Any]) -> list[Target]:
     for index, idle in enumerate(ratios.get("redis_idle") or []):
         out.append(Target(f"bytes in Redis per idle session, {idle['sessions']} sessions", 4096.0,
                           _redis_idle(index)))
+    return out
+
+
+def _balanced_targets(ratios: dict[str, Any]) -> list[Target]:
+    """Three replicas behind the balancer against one gateway on Redis (when they ran, bench.balancer): a bridged
+    call at every concurrency (its rounds cross replicas, so a wait on that path shows at any load), a translated
+    one at c=1; and the Redis round trips of a two-round bridged call on one replica (when counted)."""
+    measured = sorted(int(key[1:]) for key in ratios if key.startswith("c") and key[1:].isdigit())
+    out = []
+    if any("bridged_rr/bridged_redis p50" in ratios[f"c{conc}"] for conc in measured):
+        out.append(Target("translated_rr/translated_redis median, c=1", 1.15,
+                          _at(1, "translated_rr/translated_redis p50")))
+        out += [Target(f"bridged_rr/bridged_redis median, c={conc}", 1.30, _at(conc, "bridged_rr/bridged_redis p50"))
+                for conc in measured]
+    if (ratios.get("store_trips") or {}).get("one replica") is not None:
+        out.append(Target("Redis round trips per two-round bridged call", 6.0,
+                          lambda r: r["store_trips"]["one replica"]))
     return out
 
 

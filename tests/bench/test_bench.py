@@ -78,7 +78,7 @@ def test_the_redis_store_runs_beside_memory_in_the_same_run(tmp_path: Path) -> N
     out = tmp_path / "bench.json"
     run = subprocess.run([sys.executable, "-m", "bench", "--duration", "0.4", "--warmup", "0.1", "--slice", "0.2",
                           "--concurrency", "1,2", "--idle", "", "--redis-idle", "20", "--redis", REDIS_URL,
-                          "--json", str(out)], capture_output=True, text=True, cwd=ROOT, timeout=180)
+                          "--json", str(out)], capture_output=True, text=True, cwd=ROOT, timeout=300)
     assert run.returncode == 0, run.stderr[-2000:]
     report = json.loads(out.read_text())
     seen = {(r["scenario"], r["concurrency"]) for r in report["results"] if r["requests"] > 0}
@@ -96,6 +96,18 @@ def test_the_redis_store_runs_beside_memory_in_the_same_run(tmp_path: Path) -> N
     assert {"translated redis/memory median, c=1", "bridged redis/memory gateway CPU per request, c=2",
             "bytes in Redis per idle session, 20 sessions"} <= judged
     assert report["machine"]["redis"] == REDIS_URL
+    trips = report["ratios"]["store_trips"]  # counted, whatever the machine: a count is not a timing
+    assert trips["one replica"] >= 5 and trips["answers on another replica"] > trips["one replica"], trips
+    assert "Redis round trips per two-round bridged call" in judged
+    if shutil.which("haproxy") or Path("/usr/sbin/haproxy").exists():  # three replicas behind the balancer
+        assert {(name, conc) for name in ("translated_rr", "bridged_rr", "bridged_one_rr") for conc in (1, 2)} <= seen
+        for conc in ("c1", "c2"):
+            ratios = report["ratios"][conc]
+            assert all(ratios[f"{name} p50"] > 0 for name in ("translated_rr/translated_redis",
+                                                              "bridged_rr/bridged_redis", "bridged_one_rr/bridged_one"))
+        assert {"translated_rr/translated_redis median, c=1", "bridged_rr/bridged_redis median, c=1",
+                "bridged_rr/bridged_redis median, c=2"} <= judged
+        assert report["machine"]["balancer"]
     import redis
 
     client = redis.Redis.from_url(REDIS_URL)  # the run deleted its keys (a prefix of its own)

@@ -123,3 +123,17 @@ def test_all_cpu_counts_the_process_behind_the_front_once() -> None:
              for name in by}
     assert 1.0 < ratio["direct"] < 1.1
     assert 2.0 < ratio["forwarder"] < 2.1
+
+
+def test_the_balanced_replicas_and_the_store_round_trips_are_judged_when_they_ran() -> None:
+    assert not any("_rr" in name or "round trips" in name for name in _by_name(_ratios()))  # not run: no rows
+    ratios = _ratios(**{"translated_rr/translated_redis p50": 1.15, "bridged_rr/bridged_redis p50": 1.30})
+    ratios["c32"]["bridged_rr/bridged_redis p50"] = 1.31
+    ratios["store_trips"] = {"one replica": 6, "answers on another replica": 14}
+    judged = _by_name(ratios)
+    assert judged["translated_rr/translated_redis median, c=1"]["met"] is True
+    assert judged["bridged_rr/bridged_redis median, c=1"]["met"] is True
+    assert judged["Redis round trips per two-round bridged call"]["met"] is True
+    assert missed(verdicts(ratios)) == ["bridged_rr/bridged_redis median, c=32"]
+    ratios["store_trips"]["one replica"] = 7
+    assert "Redis round trips per two-round bridged call" in missed(verdicts(ratios))
