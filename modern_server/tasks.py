@@ -101,7 +101,13 @@ def move(record: TaskRecord, status: TaskStatus, now: float, **changes: Any) -> 
 
 
 def report(record: TaskRecord, now: float, message: str, checkpoint: Mapping[str, Any] | None = None) -> TaskRecord:
-    """A progress step: still working, with a new status message (and the job's checkpoint, if it gave one)."""
+    """A progress step: still working, with a new status message (and the job's checkpoint, if it gave one).
+
+    While a question is outstanding (a resumed job replaying the steps before it) the task stays
+    ``input_required`` with its question's message: status is ``input_required`` exactly when requests are
+    outstanding, so an answer sent meanwhile is never refused for a momentary ``working``."""
+    if record.input_requests:
+        return record if checkpoint is None else move(record, _S.INPUT_REQUIRED, now, checkpoint=dict(checkpoint))
     changes: dict[str, Any] = {"status_message": message}
     if checkpoint is not None:
         changes["checkpoint"] = dict(checkpoint)

@@ -21,7 +21,8 @@ from tests import schema
 V = "2026-07-28"
 ALICE, BOB = "alice-token", "bob-token"
 ALL_CAPS = {"sampling": {}, "elicitation": {"form": {}, "url": {}}, "roots": {}}
-NAME_PARAM = {"tools/call": "name", "prompts/get": "name", "resources/read": "uri"}
+NAME_PARAM = {"tools/call": "name", "prompts/get": "name", "resources/read": "uri",
+              "tasks/get": "taskId", "tasks/update": "taskId", "tasks/cancel": "taskId"}
 
 
 def sha(token: str) -> str:
