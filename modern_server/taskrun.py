@@ -27,7 +27,18 @@ from pydantic import BaseModel, ValidationError
 from modern_server import tasks
 from modern_server.config import CoreConfig
 from modern_server.errors import INTERNAL_ERROR, LIMIT_EXCEEDED, McpError
-from modern_server.framework import Context, Job, Registry, Services, Tool, arguments, finish
+from modern_server.framework import (
+    Context,
+    Job,
+    Registry,
+    Services,
+    Tool,
+    arguments,
+    bound_call,
+    finish,
+    input_required,
+    next_round,
+)
 from modern_server.storage import TaskLimitError
 from modern_server.tasks import EXTENSION, TaskRecord, TaskSupport
 
@@ -146,22 +157,44 @@ class DurableRun:
         self._live()
 
 
+class _NeedInput(Exception):
+    def __init__(self, requests: Mapping[str, Any]) -> None:
+        super().__init__("input required")
+        self.requests = dict(requests)
+
+
 class InlineRun:
-    """An OPTIONAL task tool run for a client without the extension: within its own request, asking nothing."""
+    """An OPTIONAL task tool run for a client without the extension: within its own request. A question is
+    asked the 2026 way instead (basic/patterns/mrtr): the call answers ``input_required`` with a sealed
+    ``requestState`` holding the job's checkpoint, and the retry runs the job again from there with the answers."""
 
     def __init__(self, ctx: Context) -> None:
+        opened = ctx.open_state(bound_call(ctx))
+        self.round = next_round(ctx, opened)
         self.config, self.job_input = ctx.services.config, dict(arguments(ctx))
-        self.checkpoint: Mapping[str, Any] = {}
+        self.checkpoint: Mapping[str, Any] = dict(opened.values.get("checkpoint", {})) if opened else {}
+        self._answers = ctx.input_responses() if opened is not None else {}
         self._ctx = ctx
 
     async def status(self, message: str, checkpoint: Mapping[str, Any] | None = None) -> None:
+        if checkpoint is not None:
+            self.checkpoint = dict(checkpoint)
         await self._ctx.log("info", message, logger="task")
 
     async def ask(self, requests: Mapping[str, Any], message: str) -> dict[str, Any]:
-        raise McpError.missing_capability(TASKS_CAPS, f"this tool needs input mid-way: declare {EXTENSION}")
+        if any(key not in self._answers for key in requests):
+            raise _NeedInput(requests)
+        answers = {key: self._answers[key] for key in requests}
+        _check_answers(requests, answers)
+        return answers
 
     async def sleep(self, seconds: float) -> None:
         await asyncio.sleep(seconds)
+
+    def asking(self, need: _NeedInput) -> dict[str, Any]:
+        state = self._ctx.seal(bound_call(self._ctx), "task-inline", {"round": self.round,
+                                                                      "checkpoint": dict(self.checkpoint)})
+        return input_required(need.requests, state)
 
 
 # ---------------------------------------------------------------------------------------------- runners
@@ -265,7 +298,11 @@ def task_tool(name: str, description: str, schema: dict[str, Any], job: Job, sup
             return await start_task(ctx, job, dict(arguments(ctx)))
         if support is TaskSupport.REQUIRED:
             raise McpError.missing_capability(TASKS_CAPS, f"{name} runs only as a task: declare {EXTENSION}")
-        return await job(InlineRun(ctx))
+        run = InlineRun(ctx)
+        try:
+            return await job(run)
+        except _NeedInput as need:
+            return run.asking(need)
 
     return Tool(name, description, schema, handler, title=title, job=job)
 
@@ -298,9 +335,9 @@ async def tasks_get(ctx: Context, reg: Registry) -> dict[str, Any]:
     return tasks.detailed(_owned(ctx, reg))
 
 
-def _check_answers(record: TaskRecord, responses: Mapping[str, Any]) -> None:
+def _check_answers(requests: Mapping[str, Any], responses: Mapping[str, Any]) -> None:
     for key, value in responses.items():
-        request = record.input_requests.get(key)
+        request = requests.get(key)
         method = request.get("method", "") if isinstance(request, Mapping) else ""
         model = ANSWER_TYPES.get(method)
         if model is None:
@@ -315,7 +352,7 @@ def _check_answers(record: TaskRecord, responses: Mapping[str, Any]) -> None:
 async def tasks_update(ctx: Context, reg: Registry) -> dict[str, Any]:
     record = _owned(ctx, reg)
     responses = ctx.params["inputResponses"]
-    _check_answers(record, responses)  # all or nothing: one bad answer stores none of them
+    _check_answers(record.input_requests, responses)  # all or nothing: one bad answer stores none of them
     now = ctx.services.clock()
     change(ctx.services, record.task_id, lambda r: tasks.answer(r, responses, now)[0])
     return {}  # an empty acknowledgement (ext-tasks §Task Update Requests, Response)

@@ -8,8 +8,9 @@ After compiling it asks for a confirmation (key ``publish``, a form elicitation 
 - ``cancel`` (the user dismissed the question) -> the task ends ``cancelled``.
 ``tasks/cancel`` stops it at its next step. ``simulate_failure`` demonstrates the two ways a task ends badly:
 ``tool_error`` completes with ``isError`` (the build broke), ``protocol_error`` fails the task with a JSON-RPC
-error (ext-tasks §Task Execution Errors). The tool runs only as a task (-32021 naming the extension otherwise):
-its confirmation needs one. After a restart the build resumes from the step it last reported.
+error (ext-tasks §Task Execution Errors). For a client that did not declare the extension the build runs within
+its call and asks the 2026 way (an ``input_required`` round whose sealed ``requestState`` carries the step
+reached). After a restart a task resumes from the step it last reported.
 """
 
 from __future__ import annotations
@@ -89,6 +90,7 @@ async def build(run: Run) -> dict[str, Any]:
     project, failure = args["project"], args.get("simulate_failure", "none")
     for step in range(int(run.checkpoint.get("step", 0)), len(STEPS)):
         if step == CONFIRM_AT:
+            await run.status(f"{project} compiled", {"step": step})  # a resumed or retried run starts here
             answers = await run.ask({CONFIRM: _question(project)}, f"waiting for confirmation to publish {project}")
             if not _consented(project, answers[CONFIRM]):
                 return _outcome(project, "declined", f"{project} compiled; testing and publishing were declined")
@@ -101,6 +103,6 @@ async def build(run: Run) -> dict[str, Any]:
 
 TOOLS = (
     task_tool("build_project", "Build, test and publish a project (long-running: runs as a task, asks for a "
-              "confirmation before publishing)", SCHEMA, build, TaskSupport.REQUIRED, title="Build project",
+              "confirmation before publishing)", SCHEMA, build, TaskSupport.OPTIONAL, title="Build project",
               check=_check),
 )

@@ -12,7 +12,9 @@ import aiohttp
 import pytest
 
 from modern_server.app import build_services, create_app
-from modern_server.framework import SERVICES
+from modern_server.framework import SERVICES, Registry
+from modern_server.taskrun import task_tool
+from modern_server.tasks import TaskSupport
 from tests import schema
 from tests.modern_server.conftest import ALICE, BOB, CoreClient, V, core_config, parse_sse
 
@@ -127,10 +129,38 @@ async def test_another_principal_cannot_see_or_touch_a_task(client):
     assert (await get(client, task_id))["status"] == "input_required"  # alice's task is untouched
 
 
-async def test_without_the_extension_nothing_returns_a_task(client):
-    refused = await client.tool(BUILD, {"project": "demo"}, caps={"elicitation": {"form": {}}})
-    assert refused.error["code"] == -32021
-    assert refused.error["data"] == {"requiredCapabilities": {"extensions": {TASKS: {}}}}
+async def test_without_the_extension_the_build_runs_in_its_call_and_asks_through_mrtr(client):
+    form = {"elicitation": {"form": {}}}
+    first = await client.tool(BUILD, {"project": "demo"}, caps=form)
+    assert first.result["resultType"] == "input_required" and "taskId" not in first.result
+    assert first.result["inputRequests"]["publish"]["method"] == "elicitation/create"
+    done = await client.tool(BUILD, {"project": "demo"}, caps=form, requestState=first.result["requestState"],
+                             inputResponses=confirm(True))
+    assert done.result["resultType"] == "complete"
+    assert done.result["structuredContent"] == {"project": "demo", "outcome": "published"}
+    bad = await client.tool(BUILD, {"project": "demo"}, caps=form, requestState=first.result["requestState"],
+                            inputResponses={"publish": {"action": "maybe"}})
+    assert bad.error["code"] == -32602
+
+
+async def test_a_task_only_tool_refuses_a_client_without_the_extension(aiohttp_server, config, clock):
+    async def job(run: Any) -> dict[str, Any]:
+        return {"content": []}
+
+    registry = Registry(tools={"only_task": task_tool("only_task", "t", {"type": "object"}, job,
+                                                      TaskSupport.REQUIRED)})
+    server = await aiohttp_server(create_app(config, services=build_services(config, env={}, clock=clock),
+                                             registry=registry))
+    async with aiohttp.ClientSession() as session:
+        client = CoreClient(session, str(server.make_url("/mcp")))
+        refused = await client.tool("only_task", caps={})
+        assert refused.status == 400 and refused.error["code"] == -32021
+        assert refused.error["data"] == {"requiredCapabilities": {"extensions": {TASKS: {}}}}
+        created = await client.tool("only_task", caps=CAPS)
+        assert created.result["resultType"] == "task"
+
+
+async def test_tasks_methods_need_the_extension(client):
     for method, extra in (("tasks/get", {}), ("tasks/update", {"inputResponses": {}}), ("tasks/cancel", {})):
         reply = await client.call(method, {"taskId": "x", **extra}, caps={})
         assert reply.status == 400 and reply.error["code"] == -32021

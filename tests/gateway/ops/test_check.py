@@ -178,10 +178,10 @@ async def test_the_shipped_answers_pass_every_core_tool_but_the_out_of_band_one(
         doc = json.loads(out)
         statuses = {t["name"]: t["status"] for t in doc["tools"]}
         assert code == 0 and elapsed < 30, (elapsed, err)
-        assert statuses == {"connect_service": "skipped", "echo": "ok", "notes_delete": "ok", "notes_timeline": "ok",
-                            "slow_count": "ok", "summarize_repo": "ok", "workspace_scan": "ok"}
+        assert statuses == {"build_project": "ok", "connect_service": "skipped", "echo": "ok", "notes_delete": "ok",
+                            "notes_timeline": "ok", "slow_count": "ok", "summarize_repo": "ok", "workspace_scan": "ok"}
         progress = [line for line in err.splitlines() if line.startswith("check: [")]
-        assert all(f"/7] {name} " in line for name, line in zip(sorted(statuses), progress, strict=True))
+        assert all(f"/8] {name} " in line for name, line in zip(sorted(statuses), progress, strict=True))
         [skipped] = [line for line in progress if "connect_service" in line]
         assert "skipped" in skipped and f"waited {OUT_OF_BAND_SECONDS:g} s" in skipped, skipped
 
