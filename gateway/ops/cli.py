@@ -323,6 +323,10 @@ def serve(args: argparse.Namespace) -> None:
             raise SystemExit(supervise(args.serve_argv, args.workers))
         finally:
             _remove_pid_file(args.pid_file)
+    if args.reuse_port:  # a worker of serve --workers
+        from gateway.ops.workers import die_with_parent
+
+        die_with_parent(os.environ)
     protection = check_upstream(config, args.require_upstream)
     app, config = served_app(args, protection)
     unshared = asyncio.run(shared_key_refusal(config, os.environ))  # before anything is served

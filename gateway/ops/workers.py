@@ -9,18 +9,21 @@ ends on its own (killed, crashed) is logged in one line and started again after 
 serving: only its own in-flight requests are lost (a round saved in the shared store is taken over). The one
 exception is start-up: a first worker ending with a status within :data:`STEADY_SECONDS` refused the
 configuration (its one line says why), and every worker would refuse it the same way, so the service stops
-with that status. SIGTERM or SIGINT stops every worker and then this process.
+with that status. SIGTERM or SIGINT stops every worker and then this process; should this process itself be
+killed, its workers are sent SIGTERM by the kernel.
 """
 
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import logging
+import os
 import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from gateway.config.settings import GatewayConfig
@@ -56,6 +59,23 @@ RESTART_MAX_SECONDS = 30.0
 STEADY_SECONDS = 60.0
 POLL_SECONDS = 0.1
 log = logging.getLogger("gateway.workers")
+PR_SET_PDEATHSIG = 1  # linux/prctl.h
+
+
+SUPERVISOR_ENV = "MCP_GATEWAY_SUPERVISOR"  # a worker's parent's pid, set by the supervisor
+
+
+def die_with_parent(env: Mapping[str, str]) -> None:
+    """Called by each worker as it starts: SIGTERM to it when the supervisor dies, even by SIGKILL (Linux's
+    PR_SET_PDEATHSIG), so no orphaned worker keeps serving the port unsupervised; elsewhere nothing. A supervisor
+    already gone by then (the signal would never come) ends the worker at once."""
+    supervisor = env.get(SUPERVISOR_ENV, "")
+    if not supervisor.isdigit():
+        return
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+    if os.getppid() != int(supervisor):
+        raise SystemExit("gateway: the supervising process is gone; not serving")
 
 
 @dataclass
@@ -87,8 +107,11 @@ class Supervisor:
         self.command, self.clock = command, clock
         self.stopping: int | None = None  # the signal that asked to stop
         self.pending: list[int] = []  # signals received, not yet passed on
-        self.workers = [Worker(n, subprocess.Popen(command), clock()) for n in range(1, workers + 1)]
+        self.workers = [Worker(n, self.start(), clock()) for n in range(1, workers + 1)]
         log.info("supervising %d workers (pids %s)", workers, ", ".join(str(w.proc.pid) for w in self.workers))
+
+    def start(self) -> subprocess.Popen[bytes]:
+        return subprocess.Popen(self.command, env={**os.environ, SUPERVISOR_ENV: str(os.getpid())})
 
     def signalled(self, signum: int, _frame: object) -> None:
         """Only noted here (a handler interrupts the loop anywhere); :meth:`run` passes it on."""
@@ -131,7 +154,7 @@ class Supervisor:
         now = self.clock()
         if worker.due is not None:
             if now >= worker.due:
-                worker.proc, worker.started, worker.due = subprocess.Popen(self.command), now, None
+                worker.proc, worker.started, worker.due = self.start(), now, None
                 worker.starts += 1
                 log.info("worker %d restarted (pid %d)", worker.number, worker.proc.pid)
             return None

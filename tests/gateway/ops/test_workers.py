@@ -4,6 +4,7 @@ reach different workers and every worker serves every session (a session opened 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import secrets
 import signal
@@ -220,3 +221,44 @@ async def test_a_worker_killed_under_load_is_restarted_and_the_service_stays_up(
         await _forget(prefix)
     assert "workers stopped" in log.read_text() and not (tmp_path / "var" / "gw.pid").exists()
     assert not any(Path(f"/proc/{pid}").exists() for pid in now)  # every worker ended with the parent
+
+
+@pytest.mark.skipif(not _redis_answers() or not sys.platform.startswith("linux"),
+                    reason="no Redis at 127.0.0.1:6379, or not Linux (PR_SET_PDEATHSIG)")
+async def test_workers_end_when_their_supervisor_is_killed(tmp_path: Path) -> None:
+    port, prefix = _free_port(), f"test-workers-{secrets.token_hex(4)}:"
+    config = tmp_path / "g.toml"
+    config.write_text(f'[gateway.store]\nurl = "{REDIS}"\nprefix = "{prefix}"\n')
+    log = tmp_path / "parent.stderr"
+    proc = _start(["--workers", "2", "--port", str(port), "--config", str(config), "--usage-db",
+                   str(tmp_path / "u.db"), "--no-access-log"], tmp_path, log)
+    workers: set[int] = set()
+    try:
+        for _ in range(600):
+            if log.read_text().count("serving legacy MCP") == 2:
+                break
+            await asyncio.sleep(0.1)
+        workers = _children(proc.pid)
+        assert len(workers) == 2, log.read_text()
+        proc.kill()
+        proc.wait()
+        for _ in range(300):  # each gets SIGTERM from the kernel and stops within its shutdown budget
+            if not any(Path(f"/proc/{pid}").exists() and "zombie" not in _state(pid) for pid in workers):
+                break
+            await asyncio.sleep(0.1)
+        assert not [pid for pid in workers if Path(f"/proc/{pid}").exists() and "zombie" not in _state(pid)]
+        assert log.read_text().count("gateway stopped") == 2, log.read_text()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        for pid in workers:  # orphans, should the test fail
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
+        await _forget(prefix)
+
+
+def _state(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/status").read_text().split("State:")[1].splitlines()[0].lower()
+    except (OSError, IndexError):
+        return "zombie"  # gone meanwhile
