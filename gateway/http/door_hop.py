@@ -8,11 +8,15 @@ other clients were refused. So ``serve`` (gateway.ops.connections) also serves t
 private temporary folder, as the stdio door does, which the connection cap never sees; door sessions are
 bounded instead, all of them together, by ``door_max_sessions`` (a WebSocket upgrade or ``GET /sse`` over it
 gets 503). A server with no hop (a plain runner) lets doors reach ``/mcp`` on the address their client used.
+A door session also ends as soon as its client's connection is gone (:func:`serve_until_gone`).
 """
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Coroutine
 from dataclasses import dataclass
+from typing import Any
 
 import aiohttp
 from aiohttp import web
@@ -22,6 +26,7 @@ from gateway.config.settings import GatewayConfig
 from gateway.http.answers import rejection_response
 
 HOP_ENDPOINT = "http://localhost/mcp"  # on the hop's Unix socket: a loopback name for the Host check
+GONE_POLL_SECONDS = 0.2  # how soon a door session notices that its client's connection is gone
 
 
 @dataclass
@@ -74,3 +79,31 @@ def enter_door(request: web.Request) -> web.Response | None:
 
 def leave_door(request: web.Request) -> None:
     request.app[HOP].open -= 1
+
+
+async def serve_until_gone(request: web.Request, serving: Coroutine[Any, Any, None]) -> None:
+    """Runs a door session's ``serving`` until it ends or the client's connection is lost, whichever comes first.
+
+    aiohttp does not cancel the handler of a lost connection (``handler_cancellation`` stays off,
+    gateway/http/passthrough.py), and a WebSocket still yields the frames it read before the loss: a door
+    served a departed client's buffered flood for seconds, and one waiting for a place among its messages in
+    flight (all of them waiting on the upstream) never noticed the client leave."""
+    task, watch = asyncio.ensure_future(serving), asyncio.ensure_future(_gone(request))
+    try:
+        await asyncio.wait((task, watch), return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        task.cancel()
+        watch.cancel()
+        await asyncio.gather(task, watch, return_exceptions=True)
+    error = None if task.cancelled() else task.exception()
+    if error is not None:
+        raise error
+
+
+def client_gone(request: web.Request) -> bool:
+    return request.transport is None or request.transport.is_closing()
+
+
+async def _gone(request: web.Request) -> None:
+    while not client_gone(request):  # noqa: ASYNC110  (aiohttp offers no event for a lost connection)
+        await asyncio.sleep(GONE_POLL_SECONDS)

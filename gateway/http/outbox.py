@@ -4,12 +4,16 @@ waiting to be written, bounded in bytes.
 A client that does not read its socket would otherwise grow the gateway's memory with every answer. Past
 ``door_max_queued_bytes`` the door gives up on the client (its socket closed, its stream ended), which ends its
 session like any close. A message reaching an empty outbox is always taken, whatever its size: the bound is
-on what waits, not on one answer (answers have their own bound, ``max_upstream_response_bytes``).
+on what waits, not on one answer (answers have their own bound, ``max_upstream_response_bytes``). Such a client
+is cut off with a reset (:func:`cut_off`).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import socket
+import struct
 from collections.abc import Callable
 
 
@@ -44,3 +48,16 @@ class Outbox:
         data = await self.queue.get()
         self.size -= len(data or b"")
         return data
+
+
+def cut_off(transport: asyncio.Transport | None) -> None:
+    """Ends a connection at once, with what the kernel still holds for it: closed with a zero linger the socket
+    is reset. A plain close would leave the kernel delivering the megabytes already in its buffers to a client
+    that does not read, for minutes after the gateway let go, and the client would not learn it was cut off."""
+    if transport is None:
+        return
+    sock = transport.get_extra_info("socket")
+    if sock is not None:
+        with contextlib.suppress(OSError):
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    transport.abort()

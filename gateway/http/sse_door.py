@@ -27,7 +27,7 @@ from gateway.http.authorization import door_principal
 from gateway.http.door import DoorClient
 from gateway.http.door_hop import HOP, door_connector, door_endpoint, enter_door, install_door_hop, leave_door
 from gateway.http.keys import GATEWAY
-from gateway.http.outbox import Outbox
+from gateway.http.outbox import Outbox, cut_off
 
 log = logging.getLogger("gateway.http.sse_door")
 
@@ -48,8 +48,7 @@ STREAMS = web.AppKey("sse_door_streams", dict)
 def _stream_ended(request: web.Request) -> None:
     """The client left ``door_max_queued_bytes`` unread: its stream is ended, which ends its session."""
     log.warning("HTTP+SSE door: the client is not reading its stream; ending it")
-    if request.transport is not None:
-        request.transport.abort()
+    cut_off(request.transport)
 
 
 async def open_stream(request: web.Request) -> web.StreamResponse:

@@ -21,9 +21,18 @@ from adapters.doors import Transport
 from gateway.http.answers import rejection_response
 from gateway.http.authorization import door_principal
 from gateway.http.door import DoorClient
-from gateway.http.door_hop import HOP, door_connector, door_endpoint, enter_door, install_door_hop, leave_door
+from gateway.http.door_hop import (
+    HOP,
+    client_gone,
+    door_connector,
+    door_endpoint,
+    enter_door,
+    install_door_hop,
+    leave_door,
+    serve_until_gone,
+)
 from gateway.http.keys import GATEWAY
-from gateway.http.outbox import Outbox
+from gateway.http.outbox import Outbox, cut_off
 
 log = logging.getLogger("gateway.http.ws_door")
 SUBPROTOCOL = "mcp"
@@ -60,7 +69,7 @@ async def _serve_socket(request: web.Request) -> web.WebSocketResponse:
                       door=gw.door_headers(Transport.WEBSOCKET), in_flight=limits.door_max_in_flight)
     sender = asyncio.get_running_loop().create_task(_send(ws, frames))
     try:
-        await _receive(ws, door)
+        await serve_until_gone(request, _receive(request, ws, door))
     finally:
         # aiohttp cancels a WebSocket handler whose connection was lost, maybe while it ends the session: the
         # ending (closing the door's client last) is shielded, so the session is deleted and every door task ends
@@ -74,16 +83,27 @@ def _overflowed(request: web.Request, ws: web.WebSocketResponse, sender: asyncio
     (try again later): the cause is the client's own reading, which a retry would not change (RFC 6455 §7.4.1)."""
     log.warning("WebSocket door: the client is not reading its answers; closing with 1008")
     sender.cancel()
-    asyncio.get_running_loop().create_task(_close(request, ws, WSCloseCode.POLICY_VIOLATION, b"answers not read"))
+    # The transport is held here: once the handler has ended, aiohttp closes it gently (which waits for ever on
+    # a client that does not read) and lets go of it.
+    closing = asyncio.get_running_loop().create_task(
+        _close(request.transport, ws, WSCloseCode.POLICY_VIOLATION, b"answers not read"))
+    _CLOSING.add(closing)
+    closing.add_done_callback(_CLOSING.discard)
 
 
-async def _close(request: web.Request, ws: web.WebSocketResponse, code: int, reason: bytes) -> None:
+_CLOSING: set[asyncio.Task[None]] = set()  # closes under way (a task nobody holds may be collected midway)
+
+
+async def _close(transport: asyncio.Transport | None, ws: web.WebSocketResponse, code: int, reason: bytes) -> None:
+    """The close frame, if the client takes it within :data:`CLOSE_SECONDS`; then, either way, the connection
+    is cut: a client that did not read its answers does not hold a descriptor and its buffers any longer."""
     try:
         async with asyncio.timeout(CLOSE_SECONDS):
             await ws.close(code=code, message=reason)
-    except TimeoutError:  # its buffers are full: nothing more reaches it, so the connection is cut
-        if request.transport is not None:
-            request.transport.abort()
+    except TimeoutError:
+        pass
+    finally:
+        cut_off(transport)
 
 
 async def _end(door: DoorClient, frames: Outbox, sender: asyncio.Task[None]) -> None:
@@ -95,8 +115,10 @@ async def _end(door: DoorClient, frames: Outbox, sender: asyncio.Task[None]) -> 
         await door.http.close()
 
 
-async def _receive(ws: web.WebSocketResponse, door: DoorClient) -> None:
+async def _receive(request: web.Request, ws: web.WebSocketResponse, door: DoorClient) -> None:
     async for frame in ws:
+        if client_gone(request):  # frames it sent before it left (aiohttp still yields them) are not served
+            return
         if frame.type == aiohttp.WSMsgType.TEXT:
             await door.handle_line(frame.data.encode())  # waits for a free slot: no frame is read meanwhile
         elif frame.type == aiohttp.WSMsgType.BINARY:  # one JSON-RPC message per *text* frame

@@ -3,7 +3,8 @@ can misbehave below the HTTP library level (1xx heads, short bodies, garbage, by
 
 ``python tests/faults/faulty_upstream.py --port N``. ``server/discover`` is always answered correctly (so
 ``initialize`` works); a ``tools/call`` picks its misbehaviour from ``params.name`` (see ``TOOLS``) and echoes
-``arguments.nonce`` when it answers, so the client can tell its answer from anyone else's.
+``arguments.nonce`` when it answers, so the client can tell its answer from anyone else's. ``tools/list`` lists
+one tool. ``faults/stats`` (not counted itself) answers how many requests of each method arrived so far.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+from collections import Counter
 from typing import Any
 
 MODERN = "2026-07-28"
@@ -19,6 +21,9 @@ DISCOVER = {"resultType": "complete", "supportedVersions": [MODERN], "ttlMs": 60
             "instructions": "faulty upstream", "_meta": {"io.modelcontextprotocol/serverInfo":
                                                           {"name": "faulty", "version": "1"}}}
 HUGE_BYTES = 40 * 1024 * 1024
+BIG_BYTES = 256 * 1024  # a large answer that every limit lets through
+TOOL_LIST = {"resultType": "complete", "tools": [{"name": "echo", "inputSchema": {"type": "object"}}]}
+COUNTS: Counter[str] = Counter()  # requests received, by method
 Writer = asyncio.StreamWriter
 
 
@@ -129,6 +134,11 @@ async def huge(body: dict[str, Any], _r: Any, w: Writer) -> bool:
     return True
 
 
+async def big(body: dict[str, Any], _r: Any, w: Writer) -> bool:
+    w.write(reply(body, text("B" * BIG_BYTES + body["params"]["arguments"]["nonce"])))
+    return True
+
+
 async def sse_forever(body: dict[str, Any], _r: Any, w: Writer) -> bool:
     """A stream whose events never include the response (only notifications, often enough to beat the read
     timeout), until the gateway closes it."""
@@ -163,12 +173,19 @@ async def sample(body: dict[str, Any], _r: Any, w: Writer) -> bool:
 
 
 TOOLS = {f.__name__: f for f in (echo, refuse, hang, trickle, truncate, early_hints, dup_length, garbage, wrong_id,
-                                 huge, sse_forever, sample)}
+                                 huge, big, sse_forever, sample)}
 
 
 async def answer(body: dict[str, Any], reader: asyncio.StreamReader, w: Writer) -> bool:
+    if body.get("method") == "faults/stats":
+        w.write(reply(body, dict(COUNTS)))
+        return True
+    COUNTS[str(body.get("method"))] += 1
     if body.get("method") == "server/discover":
         w.write(reply(body, DISCOVER))
+        return True
+    if body.get("method") == "tools/list":
+        w.write(reply(body, TOOL_LIST))
         return True
     if body.get("method") == "tools/call":
         tool = TOOLS.get(body["params"]["name"], echo)  # an unknown name is ordinary traffic
