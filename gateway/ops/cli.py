@@ -385,6 +385,10 @@ def run_stdio(args: argparse.Namespace) -> int:
     if isinstance(upstream, str):
         print(f"gateway stdio: {upstream}", file=sys.stderr)
         return 2
+    unshared = asyncio.run(shared_key_refusal(config, os.environ))  # the embedded core's key, as serve checks it
+    if unshared is not None:
+        print(f"gateway stdio: {unshared}", file=sys.stderr)
+        return 2
     asyncio.run(serve_stdio(config, f"Bearer {token}" if token else None, upstream))
     return 0
 

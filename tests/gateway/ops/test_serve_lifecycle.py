@@ -189,3 +189,17 @@ async def test_ctrl_c_with_a_call_in_flight_ends_within_the_shutdown_budget(tmp_
         gateway.stop()
         if upstream is not None:
             upstream.stop()
+
+
+def test_an_unset_state_key_variable_is_refused_by_serve_and_stdio(tmp_path: Path) -> None:
+    config = tmp_path / "g.toml"
+    config.write_text('[gateway]\nembedded_state_key_env = "TEST_UNSET_STATE_KEY"\n')
+    env = {k: v for k, v in ENV.items() if k != "TEST_UNSET_STATE_KEY"}
+    expected = "embedded_state_key_env names TEST_UNSET_STATE_KEY, which is not set"
+    refused(subprocess.run([sys.executable, "-m", "gateway", "serve", "--port", "0", "--config", str(config),
+                            "--usage-db", str(tmp_path / "u.db")], cwd=tmp_path, env=env, capture_output=True,
+                           text=True, timeout=60), "gateway: ", expected)
+    run = subprocess.run([sys.executable, "-m", "gateway", "stdio", "--config", str(config)], cwd=tmp_path, env=env,
+                         input="", capture_output=True, text=True, timeout=60)
+    assert run.returncode == 2, run.stderr
+    refused(run, "gateway stdio: ", expected)
