@@ -32,6 +32,7 @@ from pathlib import Path
 from aiohttp import web
 
 from gateway.config.settings import GatewayConfig
+from modern_server.config import ConfigError as CoreConfigError
 from modern_server.config import CoreConfig, StateKey
 from modern_server.config import load_config as load_core_config
 
@@ -116,7 +117,11 @@ def state_dir(config: GatewayConfig) -> Iterator[Path]:
 
 def state_key(config: GatewayConfig, env: Mapping[str, str]) -> SharedKey:
     """The embedded core's state key (module docstring); a key file is created here when there is none."""
-    if load_core_config(config.core_config).state_keys:
+    try:
+        core = load_core_config(config.core_config)
+    except CoreConfigError as exc:  # checked here first: serve's one line, not a traceback from the core's start
+        raise StateKeyError(f"[gateway] core_config: {exc}") from None
+    if core.state_keys:
         return SharedKey(KeySource.CORE_CONFIG, where=config.core_config or "")
     if config.embedded_state_key_env is not None:
         value = env.get(config.embedded_state_key_env)

@@ -203,3 +203,11 @@ def test_an_unset_state_key_variable_is_refused_by_serve_and_stdio(tmp_path: Pat
                          input="", capture_output=True, text=True, timeout=60)
     assert run.returncode == 2, run.stderr
     refused(run, "gateway stdio: ", expected)
+
+
+def test_a_bad_core_config_is_one_line(tmp_path: Path) -> None:
+    (tmp_path / "core.toml").write_text("bogus = 1\n")
+    config = tmp_path / "g.toml"
+    config.write_text(f'[gateway]\ncore_config = "{tmp_path / "core.toml"}"\n')
+    refused(serve(tmp_path, "--port", "0", "--config", str(config), "--usage-db", str(tmp_path / "u.db")),
+            "gateway: [gateway] core_config: ", "core.toml: bogus")
