@@ -1,0 +1,220 @@
+"""The reverse bridge's wire rules (docs/design.md §61): a 2026-07-28 client in front of a 2025-11-25 server.
+
+Owns what the gateway, acting as a strict 2026-07-28 server, checks on a client's request (the validation ladder
+in the order the official conformance suite uses: 2026-07-28 basic §Error Codes), which era an upstream is served
+in, and how messages change era: the legacy ``initialize`` result becomes ``server/discover``, a legacy result
+gets ``resultType`` (and ``ttlMs``/``cacheScope`` where 2026 requires them), a 2026 request loses its ``_meta``
+protocol keys before it reaches the 2025 server.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from enum import Enum
+from typing import Any, Final
+
+from mcp_types.jsonrpc import HEADER_MISMATCH, UNSUPPORTED_PROTOCOL_VERSION
+
+from adapters import errors as E
+from adapters.probe import UpstreamKind
+from adapters.protocol import (
+    CLIENT_CAPABILITIES_META_KEY,
+    CLIENT_INFO_META_KEY,
+    LOG_LEVEL_META_KEY,
+    LOG_LEVELS,
+    MODERN_VERSION,
+    NAME_PARAM,
+    PROTOCOL_VERSION_META_KEY,
+    SERVER_INFO_META_KEY,
+)
+
+SUPPORTED: Final = (MODERN_VERSION,)
+# 2026-07-28 server/utilities/caching: these complete results carry ttlMs and cacheScope.
+CACHEABLE: Final = frozenset({"server/discover", "tools/list", "prompts/list", "resources/list",
+                              "resources/templates/list", "resources/read"})
+# A shared intermediary answers for one principal at a time: nothing it relays may be reused across
+# authorization contexts (2026-07-28 server/utilities/caching, "private"), and the legacy server says nothing
+# about freshness, so nothing is fresh (ttlMs 0).
+CACHE_FIELDS: Final = {"ttlMs": 0, "cacheScope": "private"}
+# Each relayed method and the legacy server capability it needs (2026-07-28 basic §Error Codes: a method gated
+# behind a capability the server did not advertise is -32601).
+RELAYED: Final[Mapping[str, str | None]] = {
+    "server/discover": None, "tools/list": "tools", "tools/call": "tools", "prompts/list": "prompts",
+    "prompts/get": "prompts", "resources/list": "resources", "resources/read": "resources",
+    "resources/templates/list": "resources", "completion/complete": "completions"}
+_SENTINEL = re.compile(r"=\?base64\?([A-Za-z0-9+/=]*)\?=")
+# 2025-11-25 server capabilities a 2026-07-28 discover result has no field for (tasks moved to an extension).
+_LEGACY_ONLY_CAPS: Final = frozenset({"tasks"})
+_MIRRORED: Final = (PROTOCOL_VERSION_META_KEY, CLIENT_CAPABILITIES_META_KEY, CLIENT_INFO_META_KEY,
+                    LOG_LEVEL_META_KEY)
+
+
+class Era(Enum):
+    MODERN = "2026-07-28"  # passed through (docs/design.md: the passthrough)
+    LEGACY = "2025-11-25"  # served in reverse
+
+
+def era_of(configured: str, probed: UpstreamKind | None) -> Era:
+    """``upstream_era``: a fixed era, or ``auto``, the start-up probe's verdict (only a 2025-era server found
+    there is served in reverse; anything else keeps today's passthrough)."""
+    if configured == "auto":
+        return Era.LEGACY if probed is UpstreamKind.LEGACY else Era.MODERN
+    return Era(configured)
+
+
+@dataclass(frozen=True, slots=True)
+class Request:
+    """One validated 2026-07-28 request, as a view of the client's own dict."""
+
+    ident: str | int
+    method: str
+    params: Mapping[str, Any]
+    capabilities: Mapping[str, Any]
+    client_info: Mapping[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class Refused:
+    """A request refused before it reaches the legacy server: its HTTP status and error."""
+
+    status: int
+    error: E.ErrorValue
+
+
+def decode_header(value: str | None) -> str | None:
+    """Undo the ``=?base64?...?=`` sentinel (2026-07-28 basic/transports §Value encoding); corrupt: None."""
+    match = _SENTINEL.fullmatch(value) if value is not None else None
+    if match is None:
+        return value
+    try:
+        return base64.b64decode(match.group(1), validate=True).decode("utf-8")
+    except (binascii.Error, UnicodeDecodeError):
+        return None
+
+
+def _meta(params: Any) -> Mapping[str, Any] | str:
+    meta = params.get("_meta") if isinstance(params, Mapping) else None
+    if not isinstance(meta, Mapping) or not isinstance(meta.get(PROTOCOL_VERSION_META_KEY), str):
+        return f"params._meta[{PROTOCOL_VERSION_META_KEY!r}] is required and must be a string"
+    if not isinstance(meta.get(CLIENT_CAPABILITIES_META_KEY), Mapping):
+        return f"params._meta[{CLIENT_CAPABILITIES_META_KEY!r}] is required and must be an object"
+    info = meta.get(CLIENT_INFO_META_KEY)
+    if info is not None and not isinstance(info, Mapping):
+        return f"params._meta[{CLIENT_INFO_META_KEY!r}] must be an object"
+    level = meta.get(LOG_LEVEL_META_KEY)
+    if level is not None and level not in LOG_LEVELS:
+        return f"params._meta[{LOG_LEVEL_META_KEY!r}] must be one of {list(LOG_LEVELS)}"
+    return meta
+
+
+def _bad(status: int, code: int, message: str, data: Any = None) -> Refused:
+    return Refused(status, E.ErrorValue(code, message, data))
+
+
+def validate(headers: Mapping[str, str], message: Mapping[str, Any],
+             server_caps: Mapping[str, Any] | None) -> Request | Refused:
+    """The 2026-07-28 ladder (headers keyed case-insensitively): -32020, -32602, -32020, -32022, -32020 for
+    ``Mcp-Method``/``Mcp-Name``, then -32601 (404) for a method not relayed or not advertised by the server
+    (``server_caps``: its initialize capabilities; None: not known yet, checked later)."""
+    header = headers.get("mcp-protocol-version")
+    if header is None:
+        return _bad(400, HEADER_MISMATCH, "the MCP-Protocol-Version header is required")
+    params, method = message.get("params"), message["method"]
+    meta = _meta(params)
+    if isinstance(meta, str):
+        return _bad(400, E.INVALID_PARAMS, meta)
+    assert isinstance(params, Mapping)
+    version = meta[PROTOCOL_VERSION_META_KEY]
+    if header != version:
+        return _bad(400, HEADER_MISMATCH, "the MCP-Protocol-Version header does not match params._meta")
+    if version not in SUPPORTED:
+        return _bad(400, UNSUPPORTED_PROTOCOL_VERSION, f"unsupported protocol version {version!r}",
+                    {"supported": list(SUPPORTED), "requested": version})
+    routing = _routing(headers, method, params)
+    if routing is not None:
+        return routing
+    if method not in RELAYED or not gated_open(method, server_caps):
+        return _bad(404, E.METHOD_NOT_FOUND, f"method not found: {method}")
+    return Request(message["id"], method, params, meta[CLIENT_CAPABILITIES_META_KEY],
+                   meta.get(CLIENT_INFO_META_KEY) or {})
+
+
+def _routing(headers: Mapping[str, str], method: str, params: Mapping[str, Any]) -> Refused | None:
+    if headers.get("mcp-method") != method:
+        return _bad(400, HEADER_MISMATCH, f"the Mcp-Method header must be present and equal {method!r}")
+    key = NAME_PARAM.get(method)
+    if key is None:
+        return None
+    value = params.get(key)
+    if not isinstance(value, str):
+        return _bad(400, E.INVALID_PARAMS, f"params.{key} must be a string")
+    if decode_header(headers.get("mcp-name")) != value:
+        return _bad(400, HEADER_MISMATCH, f"the Mcp-Name header must be present and equal params.{key}")
+    return None
+
+
+def gated_open(method: str, server_caps: Mapping[str, Any] | None) -> bool:
+    """Whether the legacy server advertised the capability ``method`` needs (unknown caps: not yet judged)."""
+    need = RELAYED.get(method)
+    return need is None or server_caps is None or isinstance(server_caps.get(need), Mapping)
+
+
+def legacy_params(params: Mapping[str, Any]) -> dict[str, Any]:
+    """A 2026 request's params for the 2025 server: the protocol ``_meta`` keys (said once, at ``initialize``)
+    and the MRTR fields removed; other ``_meta`` keys (``progressToken``, tracing, vendors') stay."""
+    out = {k: v for k, v in params.items() if k not in ("_meta", "inputResponses", "requestState")}
+    meta = params.get("_meta")
+    if isinstance(meta, Mapping):
+        kept = {k: v for k, v in meta.items() if k not in _MIRRORED}
+        if kept:
+            out["_meta"] = kept
+    return out
+
+
+def initialize_params(capabilities: Mapping[str, Any], client_info: Mapping[str, Any]) -> dict[str, Any]:
+    """The 2025-11-25 ``initialize`` params a pooled session opens with: the 2026 client's capabilities (roots
+    without listChanged: 2026 has no roots/list_changed) and its clientInfo, or the gateway's name."""
+    caps = {k: v for k, v in capabilities.items() if k in ("roots", "sampling", "elicitation", "experimental")}
+    info = dict(client_info) if client_info.get("name") and client_info.get("version") else {
+        "name": "mcp-legacy-gateway-reverse", "version": "1"}
+    return {"protocolVersion": "2025-11-25", "capabilities": caps, "clientInfo": info}
+
+
+def discover_result(initialized: Mapping[str, Any]) -> dict[str, Any]:
+    """``server/discover`` (2026-07-28 server/discover) from the legacy server's ``initialize`` result."""
+    caps = initialized.get("capabilities")
+    caps = {k: v for k, v in caps.items() if k not in _LEGACY_ONLY_CAPS} if isinstance(caps, Mapping) else {}
+    out: dict[str, Any] = {"resultType": "complete", "supportedVersions": list(SUPPORTED), "capabilities": caps,
+                           **CACHE_FIELDS}
+    if isinstance(initialized.get("instructions"), str):
+        out["instructions"] = initialized["instructions"]
+    info = initialized.get("serverInfo")
+    if isinstance(info, Mapping):
+        out["_meta"] = {SERVER_INFO_META_KEY: dict(info)}
+    return out
+
+
+def complete_result(method: str, result: Any) -> dict[str, Any]:
+    """A legacy result as a 2026 one: ``resultType`` "complete", and the cache fields where required."""
+    out = dict(result) if isinstance(result, Mapping) else {}
+    out["resultType"] = "complete"
+    if method in CACHEABLE:
+        out.update(CACHE_FIELDS)
+    return out
+
+
+def modern_error(error: Any) -> E.ErrorValue:
+    """A legacy server's error for a 2026 client: -32002 (resource not found) was retired for -32602
+    (2026-07-28 basic §Error Codes); codes 2026 reserves (-32020..-32099) are never passed on as they are."""
+    if not isinstance(error, Mapping) or not isinstance(error.get("code"), int):
+        return E.ErrorValue(E.INTERNAL_ERROR, "the upstream server sent a malformed error")
+    code, message = error["code"], str(error.get("message", ""))
+    if code == E.RESOURCE_NOT_FOUND_2025:
+        code = E.INVALID_PARAMS
+    elif -32099 <= code <= -32020:
+        code = E.INTERNAL_ERROR
+    return E.ErrorValue(code, message, error.get("data"))
