@@ -3,6 +3,8 @@ validation ladder, era translation, the session pool, the sealed state's claims 
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from adapters import reverse as R
@@ -12,7 +14,7 @@ from adapters.probe import UpstreamKind
 META = {"io.modelcontextprotocol/protocolVersion": "2026-07-28", "io.modelcontextprotocol/clientCapabilities": {}}
 HEADERS = {"mcp-protocol-version": "2026-07-28", "mcp-method": "tools/call", "mcp-name": "t"}
 CALL = {"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "t", "arguments": {}, "_meta": META}}
-CAPS = {"sampling": {}, "elicitation": {"form": {}, "url": {}}, "roots": {}}
+CAPS: dict[str, Any] = {"sampling": {}, "elicitation": {"form": {}, "url": {}}, "roots": {}}
 SAMPLE = {"messages": [], "maxTokens": 5, "_meta": {"x": 1}}
 FORM = {"mode": "form", "message": "ok?", "requestedSchema": {"type": "object", "properties": {}}}
 URL = {"mode": "url", "message": "open", "url": "https://x/1", "elicitationId": "e-1"}
@@ -138,12 +140,13 @@ def test_a_state_is_checked_against_the_retry(change, now, why) -> None:
     expected = R.Claims(**{**{f: getattr(CLAIMS, f) for f in CLAIMS.__slots__}, **change})
     error = R.check_claims(R.decode_claims(CLAIMS.encode()), expected, now)
     assert (None if error is None else error.code) == (None if why is None else -32602)
-    assert why is None or why in error.message
+    assert why is None or (error is not None and why in error.message)
 
 
 def test_undecodable_claims_are_refused_and_the_digest_ignores_meta() -> None:
     assert R.decode_claims(b"[1,2]") is None and R.decode_claims(b"\xff") is None
-    assert R.check_claims(None, CLAIMS, 0).code == -32602
+    refused = R.check_claims(None, CLAIMS, 0)
+    assert refused is not None and refused.code == -32602
     assert R.digest({"name": "t", "_meta": {"a": 1}, "requestState": "x"}) == R.digest({"name": "t"})
 
 
