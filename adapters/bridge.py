@@ -15,7 +15,17 @@ action                      the shell ...
 ``AbortUpstream()``         closes the in-flight upstream response (the 2026 cancel: basic/patterns §Cancellation)
 ``StoreRoots(result)``      caches the client's roots in the session record
 ``Finish(message)``         writes the final response (``None``: cancelled, nothing is sent, as in 2025-11-25)
+``PollTask(id)``            sends ``tasks/get`` for the upstream task and feeds back the outcome as for ``CallUpstream``
+``UpdateTask(id, answers)`` sends ``tasks/update`` with the client's answers, feeds back the outcome likewise
+``CancelTask(id)``          sends ``tasks/cancel`` and feeds back nothing (the call is over)
+``TaskEnded(outcome)``      counts the task's outcome (telemetry)
 ==========================  =====================================================================
+
+A call that comes back as a task (``resultType: "task"``, io.modelcontextprotocol/tasks, when the shell declared
+the extension: ``adapters.task_poll.declare``) stays open: the machine polls the task (``Timer.POLL``), turns
+status messages into progress, an ``input_required`` task's ``inputRequests`` into requests to the client whose
+answers go back with ``tasks/update``, and ends with the task's result or error; a task it gives up on (the client
+cancelled, a limit, shutdown) is cancelled upstream (docs/design.md "Tasks for legacy clients").
 """
 
 from __future__ import annotations
@@ -23,13 +33,15 @@ from __future__ import annotations
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any, assert_never
+from typing import Any, assert_never, cast
 
 from adapters import errors as E
 from adapters import takeover as T
+from adapters import task_poll as TP
 from adapters.errors import AuthChallenge, ErrorValue
 from adapters.records import PendingRound, Phase
 from adapters.results import Complete, InputRequired, Invalid, classify_result, response
+from adapters.task_poll import TaskOutcome, TaskState, TaskView
 from adapters.tool_policy import OPEN, ToolPolicy, filter_list
 
 
@@ -47,6 +59,12 @@ class BridgeLimits:
     max_waiting_bytes: int = 256 << 20
     state_only_backoff_seconds: float = 0.05
     state_only_backoff_max_seconds: float = 1.0
+    # Tasks (adapters.task_poll): tasks one session drives at once, the poll interval's floor and backoff ceiling,
+    # and how long a task may take (from its creation; after a takeover, from the request's arrival).
+    max_tasks_per_session: int = 8
+    task_poll_floor_seconds: float = 0.25
+    task_poll_max_seconds: float = 5.0
+    task_total_seconds: float = 3600.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,6 +76,8 @@ class BridgeContext:
     # The peer's tool policy, applied to a tools/list result; ``scoped``: tokens carry scopes ([gateway.auth]).
     tools: ToolPolicy = OPEN
     scoped: bool = False
+    # Injected: how many other requests of the session are driving a task now (max_tasks_per_session).
+    tasks_running: Callable[[], int] = lambda: 0
 
     @property
     def cache_roots(self) -> bool:
@@ -109,6 +129,8 @@ class Timer(StrEnum):
     CLIENT_ANSWER = "client_answer"  # the client's answers to one round are late
     TOTAL = "total"  # the whole bridged request is late
     BACKOFF = "backoff"  # a waiting round's delay is over: retry
+    POLL = "poll"  # the upstream task is due for its next tasks/get
+    TASK = "task"  # the upstream task took longer than task_total_seconds
 
 
 @dataclass(frozen=True, slots=True)
@@ -159,6 +181,36 @@ class StoreRoots:
 
 
 @dataclass(frozen=True, slots=True)
+class PollTask:
+    task_id: str
+
+    def request(self) -> tuple[str, dict[str, Any]]:
+        return "tasks/get", {"taskId": self.task_id}
+
+
+@dataclass(frozen=True, slots=True)
+class UpdateTask:
+    task_id: str
+    responses: dict[str, Any]
+
+    def request(self) -> tuple[str, dict[str, Any]]:
+        return "tasks/update", {"taskId": self.task_id, "inputResponses": dict(self.responses)}
+
+
+@dataclass(frozen=True, slots=True)
+class CancelTask:
+    task_id: str
+
+    def request(self) -> tuple[str, dict[str, Any]]:
+        return "tasks/cancel", {"taskId": self.task_id}
+
+
+@dataclass(frozen=True, slots=True)
+class TaskEnded:
+    outcome: TaskOutcome
+
+
+@dataclass(frozen=True, slots=True)
 class Finish:
     message: dict[str, Any] | None
     log: str | None = None
@@ -166,7 +218,9 @@ class Finish:
 
 
 Event = UpstreamResult | UpstreamError | UpstreamFailed | ClientAnswered | TimerFired | Cancelled | Aborted
-Action = CallUpstream | SendToClient | ArmTimer | AbortUpstream | StoreRoots | Finish
+Action = (CallUpstream | SendToClient | ArmTimer | AbortUpstream | StoreRoots | Finish | PollTask | UpdateTask
+          | CancelTask | TaskEnded)
+_TASK_CALLS = (Phase.TASK_POLL, Phase.TASK_UPDATE)
 
 
 def admit(in_flight: Collection[Any], ident: Any, limits: BridgeLimits) -> ErrorValue | None:
@@ -231,13 +285,18 @@ class BridgeMachine:
         rec, limits = self.record, self.ctx.limits
         if self.done:
             return []
-        left = limits.total_timeout_seconds - elapsed_seconds
+        task = rec.task_id is not None  # a task's own limit bounds it (counted here from the request's arrival)
+        name, limit = ("task_total_seconds", limits.task_total_seconds) if task else (
+            "total_timeout_seconds", limits.total_timeout_seconds)
+        left = limit - elapsed_seconds
         if left <= 0:
-            return self._finish_error(E.limit_error("total_timeout_seconds", limits.total_timeout_seconds))
-        total = ArmTimer(Timer.TOTAL, left, 0)
+            return self._settle_task(self._finish_error(E.limit_error(name, limit)), cancelled=False)
+        total = ArmTimer(Timer.TASK if task else Timer.TOTAL, left, 0)
         if rec.phase is Phase.AWAITING_CLIENT:
             asks: list[Action] = [SendToClient(self._ask_message(gid)) for gid in rec.outstanding if gid in unsent]
             return [*asks, total, ArmTimer(Timer.CLIENT_ANSWER, limits.client_answer_timeout_seconds, rec.round)]
+        if task:  # the task is durable upstream: poll it again (or resend answers whose update was in flight)
+            return [total, *self._poll()]
         resent = T.resent(rec)
         actions: list[Action] = [total, *self._retry()]
         rec.resent = resent  # an error answering it no longer says the round failed (T.outcome_unknown)
@@ -256,8 +315,21 @@ class BridgeMachine:
     def handle(self, event: Event) -> list[Action]:
         if self.done:
             return []  # late answers and stale timers after the end are ignored (2026-07-28 §Cancellation)
-        upstream = self.record.phase is Phase.UPSTREAM
+        return self._settle_task(self._dispatch(event), cancelled=isinstance(event, Cancelled))
+
+    def _dispatch(self, event: Event) -> list[Action]:
+        phase = self.record.phase
+        upstream = phase is Phase.UPSTREAM
         match event:
+            case UpstreamResult(result) if phase is Phase.TASK_POLL:
+                return self._on_task(result)
+            case UpstreamResult() if phase is Phase.TASK_UPDATE:
+                self.record.answers = {}  # stored upstream: the task goes on, and is polled at once
+                return self._poll()
+            case UpstreamError(error) if phase in _TASK_CALLS:
+                return self._finish_error(E.translate_upstream_error(error))
+            case UpstreamFailed(error) if phase in _TASK_CALLS:
+                return self._task_call_failed(error)
             case UpstreamResult(result) if upstream:
                 return self._on_result(result)
             case UpstreamError(error) if upstream:
@@ -281,6 +353,8 @@ class BridgeMachine:
     # --- transitions ------------------------------------------------------------------------------------
     def _on_result(self, result: Any) -> list[Action]:
         self.record.resent = None  # the resent round was answered: what follows is an ordinary round
+        if self.record.method == "tools/call" and TP.is_task(result):
+            return self._on_task_created(result)
         outcome = classify_result(self.record.method, result)
         if isinstance(outcome, Invalid):
             return self._finish_error(outcome.error)
@@ -316,7 +390,7 @@ class BridgeMachine:
         if rec.outstanding:
             rec.phase = Phase.AWAITING_CLIENT
             return [*sends, ArmTimer(Timer.CLIENT_ANSWER, limits.client_answer_timeout_seconds, rec.round)]
-        return self._backoff_or_retry(not waiting)
+        return self._send_answers(not waiting)
 
     def _is_waiting(self, outcome: InputRequired) -> bool:
         """Nothing new to ask: requestState only, or only URLs the client already accepted in this bridge
@@ -383,7 +457,7 @@ class BridgeMachine:
         actions = self._record_answer(key, entry, event.result)
         if rec.outstanding:
             return actions
-        return actions + self._backoff_or_retry(True)
+        return actions + self._send_answers(True)
 
     def _record_answer(self, key: str, entry: Mapping[str, Any], result: Mapping[str, Any]) -> list[Action]:
         rec, method = self.record, entry["method"]
@@ -400,6 +474,11 @@ class BridgeMachine:
 
     def _on_timer(self, event: TimerFired) -> list[Action]:
         rec, limits = self.record, self.ctx.limits
+        if event.name is Timer.TOTAL and rec.task_id is not None:
+            return []  # a task is bounded by task_total_seconds instead (Timer.TASK)
+        if event.name is Timer.TASK:
+            return [*self._cancel_outstanding(), AbortUpstream(),
+                    *self._finish_error(E.limit_error("task_total_seconds", limits.task_total_seconds))]
         if event.name is Timer.TOTAL:
             return [*self._cancel_outstanding(), AbortUpstream(),
                     *self._finish_error(E.limit_error("total_timeout_seconds", limits.total_timeout_seconds))]
@@ -407,10 +486,113 @@ class BridgeMachine:
             return []
         if event.name is Timer.BACKOFF and rec.phase is Phase.BACKOFF:
             return self._retry()
+        if event.name is Timer.POLL and rec.phase is Phase.TASK_WAIT:
+            return self._poll()
         if event.name is Timer.CLIENT_ANSWER and rec.phase is Phase.AWAITING_CLIENT:
             return self._cancel_outstanding() + self._finish_error(
                 E.limit_error("client_answer_timeout_seconds", limits.client_answer_timeout_seconds))
         return []
+
+    # --- tasks (io.modelcontextprotocol/tasks; adapters.task_poll) --------------------------------------------
+    def _send_answers(self, immediate: bool) -> list[Action]:
+        """Every input of the round is answered: a task gets them with tasks/update, an MRTR round is retried."""
+        rec = self.record
+        if rec.task_id is None:
+            return self._backoff_or_retry(immediate)
+        rec.phase = Phase.TASK_UPDATE
+        return [UpdateTask(rec.task_id, dict(rec.answers))]
+
+    def _on_task_created(self, result: Any) -> list[Action]:
+        view, limits = TP.read_task(result, None), self.ctx.limits
+        if isinstance(view, ErrorValue):
+            return self._finish_error(view)
+        if self.ctx.tasks_running() >= limits.max_tasks_per_session:
+            return [CancelTask(view.task_id), TaskEnded(TaskOutcome.ABANDONED),
+                    *self._finish_error(E.limit_error("max_tasks_per_session", limits.max_tasks_per_session))]
+        self.record.task_id = view.task_id
+        timer = ArmTimer(Timer.TASK, limits.task_total_seconds, 0)
+        # Only a working task is waited for: any other status is fetched at once with its payload.
+        return [timer, *self._task_moved(view), *(self._wait() if view.state is TaskState.WORKING else self._poll())]
+
+    def _on_task(self, value: Any) -> list[Action]:
+        """A tasks/get answer (ext-tasks §Getting Tasks)."""
+        rec = self.record
+        view = TP.read_task(value, rec.task_id)
+        if isinstance(view, ErrorValue):
+            return self._finish_error(view)
+        rec.task_failures = None
+        moved = self._task_moved(view)
+        if view.state is TaskState.COMPLETED:
+            outcome = classify_result(rec.method, view.payload)
+            if isinstance(outcome, Invalid):
+                return [*moved, *self._finish_error(outcome.error)]
+            done = [SendToClient(_elicitation_complete(eid)) for eid in rec.url_elicitations]
+            result = response(rec.downstream_id, outcome.result) if isinstance(outcome, Complete) else None
+            if result is None:  # a task's result is final: it cannot ask for another round
+                return [*moved, *self._finish_error(E.upstream_failure("invalid_result", "the task's result is "
+                                                                       "not complete"))]
+            return [*moved, *done, TaskEnded(TaskOutcome.COMPLETED), self._end(result)]
+        if view.state.terminal:
+            outcome_ = TaskOutcome.FAILED if view.state is TaskState.FAILED else TaskOutcome.CANCELLED
+            return [*moved, TaskEnded(outcome_), *self._finish_error(TP.ended_error(view))]
+        if view.state is TaskState.INPUT_REQUIRED:
+            asked = classify_result(rec.method, {"resultType": "input_required", "inputRequests": view.payload})
+            if isinstance(asked, Invalid):
+                return [*moved, *self._finish_error(asked.error)]
+            rec.request_state = None
+            return [*moved, *self._next_round(cast(InputRequired, asked))]
+        return [*moved, *self._wait()]
+
+    def _task_moved(self, view: TaskView) -> list[Action]:
+        """Notes what the task shows; a new status message is the client's progress when it gave a token."""
+        rec = self.record
+        rec.task_poll_ms = view.poll_ms or rec.task_poll_ms
+        if view.seen == rec.task_seen:
+            rec.task_unchanged = (rec.task_unchanged or 0) + 1
+            return []
+        rec.task_seen, rec.task_unchanged = view.seen, None
+        meta = rec.params.get("_meta")
+        token = meta.get("progressToken") if isinstance(meta, Mapping) else None
+        if token is None or not view.message:
+            return []
+        rec.task_progress = (rec.task_progress or 0) + 1
+        return [SendToClient(TP.progress(token, rec.task_progress, view.message))]
+
+    def _wait(self) -> list[Action]:
+        rec, limits = self.record, self.ctx.limits
+        rec.round += 1  # a new wait: an older poll timer is stale
+        rec.phase = Phase.TASK_WAIT
+        delay = TP.poll_delay(rec.task_poll_ms, rec.task_unchanged or 0, limits.task_poll_floor_seconds,
+                              limits.task_poll_max_seconds)
+        return [ArmTimer(Timer.POLL, delay, rec.round)]
+
+    def _poll(self) -> list[Action]:
+        """The next task call: answers whose tasks/update got no answer are sent again (the server ignores keys
+        it already has: ext-tasks §Task Update Requests), else tasks/get."""
+        rec = self.record
+        assert rec.task_id is not None
+        if rec.answers:
+            rec.phase = Phase.TASK_UPDATE
+            return [UpdateTask(rec.task_id, dict(rec.answers))]
+        rec.phase = Phase.TASK_POLL
+        return [PollTask(rec.task_id)]
+
+    def _task_call_failed(self, error: ErrorValue) -> list[Action]:
+        rec = self.record
+        rec.task_failures = (rec.task_failures or 0) + 1
+        if error.challenge is not None or rec.task_failures >= TP.TASK_CALL_FAILURES:
+            return self._finish_error(error)
+        rec.task_unchanged = (rec.task_unchanged or 0) + 1  # backs off like an unchanged poll
+        return self._wait()
+
+    def _settle_task(self, actions: list[Action], cancelled: bool) -> list[Action]:
+        """A call that ends with its task still live upstream cancels it (ext-tasks §Cancelling Tasks): nobody
+        would collect it. Its outcome is counted once."""
+        task_id = self.record.task_id
+        if task_id is None or not self.done or any(isinstance(a, TaskEnded) for a in actions):
+            return actions
+        outcome = TaskOutcome.CLIENT_CANCELLED if cancelled else TaskOutcome.ABANDONED
+        return [CancelTask(task_id), TaskEnded(outcome), *actions]
 
     # --- endings ----------------------------------------------------------------------------------------
     def _cancel_outstanding(self) -> list[SendToClient]:

@@ -94,6 +94,10 @@ class Phase(StrEnum):
     UPSTREAM = "upstream"  # a round is in flight upstream
     AWAITING_CLIENT = "awaiting_client"  # the client was asked; its answers are awaited
     BACKOFF = "backoff"  # a waiting round: retried after a delay
+    # The call came back as a task (io.modelcontextprotocol/tasks, adapters.task_poll): the gateway drives it.
+    TASK_WAIT = "task_wait"  # waiting for the next tasks/get
+    TASK_POLL = "task_poll"  # a tasks/get is in flight upstream
+    TASK_UPDATE = "task_update"  # a tasks/update carrying the client's answers (``answers``) is in flight
     DONE = "done"
 
 
@@ -135,6 +139,15 @@ class PendingRound:
     # True while the round in flight upstream is one a replica taking it over sent again (adapters.takeover.resent):
     # the upstream may have acted on its first send, so an error answering it does not say the round failed.
     resent: bool | None = None
+    # The upstream task driving the call (docs/design.md "Tasks for legacy clients"): its id, the server's last
+    # pollIntervalMs, its last status and message as seen (``adapters.task_poll.TaskView.seen``), polls in a row
+    # that found it unchanged (the backoff), progress notifications sent, and task calls in a row that failed.
+    task_id: str | None = None
+    task_poll_ms: int | None = None
+    task_seen: str | None = None
+    task_unchanged: int | None = None
+    task_progress: int | None = None
+    task_failures: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return _to_dict(self)
@@ -142,7 +155,7 @@ class PendingRound:
     @property
     def waiting(self) -> bool:
         """Waiting on the client or a backoff: what another process would need the record for."""
-        return self.phase in (Phase.AWAITING_CLIENT, Phase.BACKOFF)
+        return self.phase in (Phase.AWAITING_CLIENT, Phase.BACKOFF, Phase.TASK_WAIT)
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> PendingRound:

@@ -135,7 +135,9 @@ class Repeat(StrEnum):
 def repeats(record: PendingRound) -> Repeat:
     if record.phase is Phase.AWAITING_CLIENT:
         return Repeat.NOTHING
-    if record.phase is Phase.BACKOFF:
+    if record.phase in (Phase.BACKOFF, Phase.TASK_WAIT, Phase.TASK_POLL, Phase.TASK_UPDATE):
+        # A task's call again is a tasks/get, or a tasks/update whose keys the server already has are ignored
+        # (ext-tasks §Task Update Requests): nothing the task acts on twice.
         return Repeat.WAITING_RETRY
     return Repeat.ROUND
 
