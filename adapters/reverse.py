@@ -31,7 +31,7 @@ from mcp_types.jsonrpc import MISSING_REQUIRED_CLIENT_CAPABILITY
 
 from adapters import errors as E
 from adapters.errors import ErrorValue
-from adapters.protocol import INPUT_REQUEST_METHODS
+from adapters.protocol import INPUT_REQUEST_METHODS, MRTR_METHODS
 from adapters.reverse_wire import complete_result, modern_error
 
 
@@ -338,6 +338,9 @@ def _asked(state: CallState, event: ServerAsked) -> Step:
     if event.method not in INPUT_REQUEST_METHODS:
         return state, (AnswerServer(event.upstream_id, error=ErrorValue(
             E.METHOD_NOT_FOUND, f"the gateway's client cannot answer {event.method}")),)
+    if state.method not in MRTR_METHODS:  # only these may answer input_required (2026-07-28 §MRTR)
+        return state, (AnswerServer(event.upstream_id, error=ErrorValue(
+            E.INTERNAL_ERROR, f"the client cannot be asked during {state.method}")),)
     needed = missing_capability(event.method, event.params, state.capabilities)
     if needed is not None:
         error = ErrorValue(MISSING_REQUIRED_CLIENT_CAPABILITY, f"the server needs the client capability "

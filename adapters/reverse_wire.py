@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Any, Final
 
-from mcp_types.jsonrpc import HEADER_MISMATCH, UNSUPPORTED_PROTOCOL_VERSION
+from mcp_types.jsonrpc import HEADER_MISMATCH, MISSING_REQUIRED_CLIENT_CAPABILITY, UNSUPPORTED_PROTOCOL_VERSION
 
 from adapters import errors as E
 from adapters.probe import UpstreamKind
@@ -205,6 +205,18 @@ def complete_result(method: str, result: Any) -> dict[str, Any]:
     if method in CACHEABLE:
         out.update(CACHE_FIELDS)
     return out
+
+
+# 2026-07-28 basic §Error Codes: the ladder's errors are 400, an unknown or removed method 404 (as modern_server).
+_STATUS: Final[Mapping[int, int]] = {E.PARSE_ERROR: 400, E.INVALID_REQUEST: 400, E.INVALID_PARAMS: 400,
+                                     HEADER_MISMATCH: 400, MISSING_REQUIRED_CLIENT_CAPABILITY: 400,
+                                     UNSUPPORTED_PROTOCOL_VERSION: 400, E.METHOD_NOT_FOUND: 404,
+                                     E.INTERNAL_ERROR: 500}
+
+
+def modern_status(code: int) -> int:
+    """The HTTP status of a 2026 error answer; other codes (a tool's own) ride on 200."""
+    return _STATUS.get(code, 200)
 
 
 def modern_error(error: Any) -> E.ErrorValue:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import tomllib
 from functools import cached_property
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
@@ -155,6 +155,19 @@ class AuthConfig(_Frozen):
         return value
 
 
+class ReverseConfig(_Frozen):
+    """[gateway.reverse]: 2026-07-28 clients in front of a 2025-11-25 upstream (docs/design.md §61)."""
+
+    max_sessions: int = Field(256, ge=1)  # pooled legacy sessions (principal x capabilities x client)
+    session_idle_seconds: float = Field(300.0, gt=0)  # an unused pooled session is closed (DELETE) after this
+    answer_timeout_seconds: float = Field(300.0, gt=0)  # a parked call without a retry is cancelled upstream
+    max_rounds: int = Field(10, ge=1)
+    max_input_requests_per_round: int = Field(16, ge=1)
+    # The environment variable holding the requestState key (the same on every replica); unset: a random key
+    # per process, so a restart voids the states it minted.
+    state_key_env: str | None = Field(None, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
 class GatewayConfig(_Frozen):
     host: str = "127.0.0.1"
     port: int = Field(8808, ge=0, le=65535)
@@ -216,6 +229,10 @@ class GatewayConfig(_Frozen):
     # [gateway.auth], else the client's token (the embedded core shares the gateway's audience).
     upstream_auth: UpstreamAuthConfig = UpstreamAuthConfig()
     pins: PinsConfig = PinsConfig()  # the file's top-level [[peers]], [default_peer], [upstreams.*], [[tokens]]
+    # The main upstream's era: "auto" takes the start-up probe's verdict (a 2025-era server is served in reverse,
+    # adapters.reverse_wire.era_of); "2025-11-25" serves it in reverse without asking; "2026-07-28" passes through.
+    upstream_era: Literal["auto", "2026-07-28", "2025-11-25"] = "auto"
+    reverse: ReverseConfig = ReverseConfig()  # [gateway.reverse]
 
     @model_validator(mode="after")
     def _exchange_needs_verified_tokens(self) -> GatewayConfig:

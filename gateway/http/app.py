@@ -13,6 +13,7 @@ from typing import Any
 
 from aiohttp import web
 
+from adapters import reverse as R
 from adapters.authz import Principal
 from adapters.classify import (
     SINGLE_HEADERS,
@@ -27,6 +28,7 @@ from adapters.classify import (
 )
 from adapters.doors import Transport
 from adapters.errors import ErrorValue, Rejection, answer_not_taken, reject, store_unavailable
+from adapters.reverse_wire import Era, era_of
 from gateway.auth.credentials import UpstreamCredentials, credentials_for
 from gateway.auth.resource import auth_settings
 from gateway.auth.validator import TokenValidator
@@ -35,10 +37,11 @@ from gateway.http import perform
 from gateway.http.answers import rejection_response
 from gateway.http.authorization import add_auth_routes, authorized
 from gateway.http.health import add_health_routes
-from gateway.http.keys import AUTHZ, CORE_URL, GATEWAY, PASSTHROUGHS
+from gateway.http.keys import AUTHZ, CORE_URL, GATEWAY, PASSTHROUGHS, REVERSE
 from gateway.http.legacy import write_post
 from gateway.http.pages import add_page_routes
 from gateway.http.passthrough import Passthroughs
+from gateway.http.reverse import ReverseBridge, ReverseSettings
 from gateway.http.sse_door import add_sse_door
 from gateway.http.telemetry import install_usage
 from gateway.http.tracing import trace_answer, trace_request
@@ -184,6 +187,19 @@ def named_upstreams(config: GatewayConfig, core_url: str | None, tap: Tap | None
     return clients
 
 
+def reverse_bridge(config: GatewayConfig, url: str) -> ReverseBridge | None:
+    """The reverse bridge when the main upstream is served in its 2025 era (``upstream_era``; ``serve`` turns
+    "auto" into what its start-up probe found, docs/design.md §61), else None: today's passthrough."""
+    if era_of(config.upstream_era, None) is not Era.LEGACY:
+        return None
+    rev = config.reverse
+    key = os.environ.get(rev.state_key_env) if rev.state_key_env else None
+    return ReverseBridge(ReverseSettings(
+        url, R.PoolLimits(rev.max_sessions, rev.session_idle_seconds),
+        R.CallLimits(rev.max_rounds, rev.max_input_requests_per_round), rev.answer_timeout_seconds,
+        config.max_sse_event_bytes, config.upstream_connect_timeout_seconds, key.encode() if key else None))
+
+
 def watchers(gateway: Gateway) -> Observer:
     """Who watches the traffic: migration accounting, and OpenTelemetry spans when ``[gateway.otel]`` is on (the
     optional ``otel`` extra is imported only then)."""
@@ -244,6 +260,10 @@ def create_app(config: GatewayConfig, *, store: SessionStore | None = None, tap:
             gateway.hub = ListenHub(gateway)
             gateway.observer = watchers(gateway)
             app[GATEWAY] = gateway
+            reverse = reverse_bridge(config, url)
+            if reverse is not None:
+                await reverse.start()
+                app[REVERSE] = reverse
             if core_url is not None:
                 app[CORE_URL] = core_url
             try:
@@ -252,6 +272,8 @@ def create_app(config: GatewayConfig, *, store: SessionStore | None = None, tap:
                     yield
             finally:
                 await gateway.close()
+                if reverse is not None:
+                    await reverse.close()
                 for client in (upstream, *named.values()):
                     await client.close()
 

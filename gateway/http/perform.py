@@ -30,7 +30,7 @@ from adapters.session import (
 from gateway.http.answers import Acknowledgement, ready, rejection_response
 from gateway.http.batch import on_batch
 from gateway.http.handshake import open_session
-from gateway.http.keys import AUTHZ
+from gateway.http.keys import AUTHZ, PASSTHROUGHS, REVERSE
 from gateway.http.legacy import cancel, deliver, forward, update_session
 from gateway.http.modern import on_modern
 from gateway.http.sse import on_delete, on_open_stream, on_resume
@@ -80,6 +80,9 @@ def _perform(request: web.Request, gw: Gateway, acc: Accepted, action: Action) -
             assert session is not None
             return forward(request, gw, session, acc.message, limits)
         case PassThrough(upstream, tools):
+            reverse = request.app.get(REVERSE) if upstream == "default" else None
+            if reverse is not None:  # a 2025-era upstream: answered as a 2026-07-28 server (docs/design.md §61)
+                return reverse.handle(request, acc.principal, acc.message, request.app[PASSTHROUGHS])
             return on_modern(request, gw, acc, upstream, tools)
         case Reply(message, warning):
             if warning:

@@ -73,6 +73,9 @@ def parser() -> argparse.ArgumentParser:
     serve.add_argument("--port", type=port_flag, default=None, help="listen port (default 8808)")
     serve.add_argument("--upstream", default=None, help="2026-07-28 server URL (default: the embedded core)")
     serve.add_argument("--config", default=None, help="TOML config file (see config/gateway.example.toml)")
+    serve.add_argument("--upstream-era", choices=("auto", "2026-07-28", "2025-11-25"), default=None,
+                       help="the upstream's era (default auto: the start-up probe decides; a 2025-11-25 server is "
+                            "served to 2026-07-28 clients in reverse)")
     serve.add_argument("--no-access-log", action="store_true", help="do not log every request (benchmarks)")
     serve.add_argument("--workers", type=int, default=1, metavar="N",
                        help="N processes on one port (SO_REUSEPORT); needs a shared --store (default 1)")
@@ -188,7 +191,7 @@ def _read_pid(pid_file: str) -> int:
 
 def _overrides(args: argparse.Namespace) -> dict[str, object]:
     return {"host": args.host, "port": args.port, "upstream_url": args.upstream,
-            "embedded_workspace": args.workspace}
+            "embedded_workspace": args.workspace, "upstream_era": getattr(args, "upstream_era", None)}
 
 
 def configured(args: argparse.Namespace) -> GatewayConfig:
@@ -250,29 +253,38 @@ def with_store(config: GatewayConfig, url: str | None) -> GatewayConfig:
     return config.model_copy(update={"store": store})
 
 
-def check_upstream(config: GatewayConfig, required: bool) -> UpstreamProtection | None:
+def check_upstream(config: GatewayConfig, required: bool) -> tuple[UpstreamProtection | None, str | None]:
     """The start-up probe (gateway.ops.probe): one line per upstream (the default one and each named one) saying
-    what is there; with ``required``, any that is not a 2026-07-28 server ends start-up with its line. Returns
-    what the default upstream's protected-resource metadata says, when it answered 401 with one."""
+    what is there; with ``required``, any that is not a 2026-07-28 server ends start-up with its line (a 2025-era
+    default upstream served in reverse is fine). Returns what the default upstream's protected-resource metadata
+    says, when it answered 401 with one, and its era when "auto" found a 2025-era server (docs/design.md §61)."""
     from adapters.probe import UpstreamKind
+    from adapters.reverse_wire import Era, era_of
     from gateway.ops.probe import probe_all, targets
 
     found = targets(config, os.environ)
     if not found:
-        return None  # only the embedded core: nothing to probe
+        return None, None  # only the embedded core: nothing to probe
     verdicts = asyncio.run(probe_all(found, min(config.upstream_connect_timeout_seconds, 5.0)))
-    failed = [target.line(verdict) for target, verdict in verdicts if verdict.kind is not UpstreamKind.MODERN]
+    main = next((v.kind for t, v in verdicts if t.name is None), None)
+    reverse = main is UpstreamKind.LEGACY and era_of(config.upstream_era, main) is Era.LEGACY
+    if reverse:
+        logging.getLogger("gateway").info("upstream %s: a 2025-era server, served to 2026-07-28 clients in reverse",
+                                          config.upstream_url)
+    failed = [target.line(verdict) for target, verdict in verdicts if verdict.kind is not UpstreamKind.MODERN
+              and not (reverse and target.name is None)]
     if required and failed:
         raise SystemExit(f"gateway: {'; '.join(failed)} (--require-upstream)")
     for target, verdict in verdicts:
-        if verdict.kind is UpstreamKind.MODERN:
+        if verdict.kind is UpstreamKind.MODERN or (reverse and target.name is None):
             logging.getLogger("gateway").info("%s", target.line(verdict))
         else:
             logging.getLogger("gateway").warning("%s; serving anyway", target.line(verdict))
     refused = [problem for target, verdict in verdicts if (problem := _forward_problem(config, target, verdict))]
     if refused:
         raise SystemExit(f"gateway: {'; '.join(refused)}")
-    return next((v.protection for t, v in verdicts if t.name is None and v.protection is not None), None)
+    protection = next((v.protection for t, v in verdicts if t.name is None and v.protection is not None), None)
+    return protection, (Era.LEGACY.value if reverse else None)
 
 
 def _forward_problem(config: GatewayConfig, target: Target, verdict: Verdict) -> str | None:
@@ -327,7 +339,9 @@ def serve(args: argparse.Namespace) -> None:
         from gateway.ops.workers import die_with_parent
 
         die_with_parent(os.environ)
-    protection = check_upstream(config, args.require_upstream)
+    protection, era = check_upstream(config, args.require_upstream)
+    if era is not None:
+        args.upstream_era = era  # "auto", decided by the probe: the app and every reload serve it in reverse
     app, config = served_app(args, protection)
     unshared = asyncio.run(shared_key_refusal(config, os.environ))  # before anything is served
     if unshared is not None:

@@ -202,6 +202,11 @@ def test_a_question_for_an_undeclared_capability_ends_the_call_with_32021(method
     assert finish.error.data == {"requiredCapabilities": needed} and state.phase is R.Phase.DONE
 
 
+def test_a_list_cannot_ask_the_client() -> None:
+    state, actions = R.handle(R.start("tools/list", CAPS), R.ServerAsked(9, "roots/list", {}))
+    assert actions[0].error.code == -32603 and state.phase is R.Phase.RUNNING  # type: ignore[union-attr]
+
+
 def test_ping_and_unknown_server_requests_are_answered_at_once() -> None:
     _, out = run([R.ServerAsked(4, "ping"), R.ServerAsked(5, "tasks/get")])
     assert out[0] == (R.AnswerServer(4, {}),)

@@ -1,0 +1,336 @@
+"""The reverse bridge's shell (docs/design.md §61): 2026-07-28 requests served from a 2025-11-25 upstream.
+
+It keeps the pool of legacy sessions (``adapters.reverse.plan`` decides), the parked calls (the legacy request
+still open while the client answers an ``input_required``), and the sealed ``requestState``s (AES-GCM over the
+claims ``adapters.reverse.Claims`` names); each call's rules are ``adapters.reverse.handle``'s, performed here.
+A parked call lives in this process only: its upstream connection is here.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import binascii
+import contextlib
+import hashlib
+import os
+import time
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import aiohttp
+from aiohttp import web
+from cryptography.exceptions import InvalidTag
+from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+
+from adapters import reverse as R
+from adapters import reverse_wire as W
+from adapters.errors import ErrorValue, passthrough_ended, upstream_failure
+from adapters.protocol import MRTR_METHODS, NAME_PARAM
+from gateway.http.passthrough import Passthroughs
+from gateway.session.runtime import log
+from gateway.session.streams import json_response
+from gateway.upstream.legacy_session import BROKE, LegacyFailure, LegacySession, Message, SessionGone
+
+_AAD = b"mcp-legacy-gateway reverse requestState v1"
+_FAILURES = (LegacyFailure, aiohttp.ClientError, TimeoutError, ValueError)
+
+
+@dataclass(frozen=True, slots=True)
+class ReverseSettings:
+    url: str
+    pool: R.PoolLimits = field(default_factory=R.PoolLimits)
+    call: R.CallLimits = field(default_factory=R.CallLimits)
+    answer_timeout_seconds: float = 300.0
+    max_event_bytes: int = 8 << 20
+    connect_timeout_seconds: float = 10.0
+    state_key: bytes | None = None  # None: a random key of this process (a restart voids open states)
+
+
+class Sealer:
+    """``requestState`` = base64url(nonce || AES-GCM(claims)): opaque to the client, tamper-evident here."""
+
+    def __init__(self, key: bytes | None) -> None:
+        self.aead = AESGCM(hashlib.sha256(key).digest() if key is not None else AESGCM.generate_key(256))
+
+    def seal(self, claims: R.Claims) -> str:
+        nonce = os.urandom(12)
+        return base64.urlsafe_b64encode(nonce + self.aead.encrypt(nonce, claims.encode(), _AAD)).decode()
+
+    def unseal(self, token: object) -> R.Claims | None:
+        if not isinstance(token, str):
+            return None
+        try:
+            raw = base64.urlsafe_b64decode(token.encode("ascii"))
+            return R.decode_claims(self.aead.decrypt(raw[:12], raw[12:], _AAD))
+        except (InvalidTag, binascii.Error, ValueError, UnicodeEncodeError):
+            return None
+
+
+@dataclass(eq=False)
+class Pooled:
+    session: LegacySession
+    opened: asyncio.Task[Mapping[str, Any]]
+    last_used_ms: int
+    busy: int = 0
+    calls: dict[str, Call] = field(default_factory=dict)  # in progress on it: the GET stream's requests go there
+
+
+@dataclass(eq=False)
+class Call:
+    ident: str
+    pooled: Pooled
+    upstream_id: str
+    queue: asyncio.Queue[Message]
+    reader: asyncio.Task[None]
+    state: R.CallState
+    claims: R.Claims  # what its states bind (call, principal, method, name, digest); round/expiry per state
+    timer: asyncio.TimerHandle | None = None
+    busy: bool = False  # a request of its client drives it now: no other may
+
+
+def now_ms() -> int:
+    return int(time.monotonic() * 1000)
+
+
+def answer(ident: Any, result: Any = None, error: ErrorValue | None = None) -> web.Response:
+    if error is not None:
+        return json_response({"jsonrpc": "2.0", "id": ident, "error": error.to_wire()}, W.modern_status(error.code))
+    return json_response({"jsonrpc": "2.0", "id": ident, "result": result})
+
+
+class ReverseBridge:
+    """One legacy upstream served to 2026-07-28 clients."""
+
+    def __init__(self, settings: ReverseSettings) -> None:
+        self.settings, self.sealer = settings, Sealer(settings.state_key)
+        self.pool: dict[R.PoolKey, Pooled] = {}
+        self.parked: dict[str, Call] = {}
+        self.http: aiohttp.ClientSession | None = None
+        self.reaper: asyncio.Task[None] | None = None
+        self.tasks: set[asyncio.Task[Any]] = set()  # timers' and GET-stream refusals' work, kept until done
+
+    def spawn(self, step: Any) -> None:
+        task = asyncio.create_task(step)
+        self.tasks.add(task)
+        task.add_done_callback(self.tasks.discard)
+
+    async def start(self) -> None:
+        timeout = aiohttp.ClientTimeout(sock_connect=self.settings.connect_timeout_seconds)
+        self.http = aiohttp.ClientSession(timeout=timeout)
+        self.reaper = asyncio.create_task(self._reap())
+
+    async def close(self) -> None:
+        if self.reaper is not None:
+            self.reaper.cancel()
+        for call in list(self.parked.values()):
+            await self._feed(call, R.AnswerTimedOut(call.state.round))
+        await asyncio.gather(*(self._drop(key) for key in list(self.pool)), return_exceptions=True)
+        if self.http is not None:
+            await self.http.close()
+
+    # --- the pool ---------------------------------------------------------------------------------------
+    async def _reap(self) -> None:
+        every = max(0.05, min(self.settings.pool.idle_seconds / 4, 30.0))
+        while True:
+            await asyncio.sleep(every)
+            for key in R.expired(self._entries(), now_ms(), self.settings.pool):
+                await self._drop(key)
+
+    def _entries(self) -> dict[R.PoolKey, R.Entry]:
+        return {k: R.Entry(p.last_used_ms, p.busy) for k, p in self.pool.items()}
+
+    async def _drop(self, key: R.PoolKey) -> None:
+        pooled = self.pool.pop(key, None)
+        if pooled is not None:
+            await pooled.session.close()
+
+    async def _session(self, key: R.PoolKey, req: W.Request) -> Pooled | ErrorValue:
+        """The key's session, opened (``initialize``) on first use; other keys' idle sessions make room."""
+        decision = R.plan(self._entries(), key, self.settings.pool)
+        if isinstance(decision, R.Full):
+            return decision.error
+        for old in decision.evict if isinstance(decision, R.Open) else ():
+            await self._drop(old)
+        pooled = self.pool.get(key)
+        if pooled is None:
+            assert self.http is not None, "the bridge was started"
+            session = LegacySession(self.http, self.settings.url, self.settings.max_event_bytes)
+            opened = asyncio.create_task(session.open(W.initialize_params(req.capabilities, req.client_info)))
+            pooled = self.pool[key] = Pooled(session, opened, now_ms())
+            session.on_unrelated = lambda message: self._unrelated(pooled, message)
+        try:
+            await asyncio.shield(pooled.opened)
+        except (*_FAILURES, SessionGone) as exc:
+            self.pool.pop(key, None)
+            return upstream_failure("initialize", str(exc) or type(exc).__name__)
+        pooled.last_used_ms = now_ms()
+        return pooled
+
+    def _unrelated(self, pooled: Pooled, message: Message) -> None:
+        """A server request of the GET stream goes to the session's one call in progress, else it is refused."""
+        owner = R.owner_of_unrelated(list(pooled.calls))
+        if owner is not None:
+            pooled.calls[owner].queue.put_nowait(message)
+            return
+        error = {"code": -32603, "message": "no request of this session is in progress to ask its client"}
+        self.spawn(_quietly(pooled.session.respond(message["id"], error=error)))
+
+    # --- requests ---------------------------------------------------------------------------------------
+    async def handle(self, request: web.Request, principal: str, message: Mapping[str, Any],
+                     relays: Passthroughs) -> web.StreamResponse:
+        """One 2026-07-28 request; ``relays`` notice its client's hang-up and end it at shutdown."""
+        req = W.validate(request.headers, message, None)
+        if isinstance(req, W.Refused):
+            return answer(message.get("id"), error=req.error)
+        if req.method in MRTR_METHODS and "requestState" in req.params:
+            return await self._retry(request, req, principal, relays)
+        key = R.pool_key(principal, req.capabilities, req.client_info)
+        for attempt in range(2):  # a 404 means the session ended: one new session, one more try
+            pooled = await self._session(key, req)
+            if isinstance(pooled, ErrorValue):
+                return answer(req.ident, error=pooled)
+            caps = pooled.session.initialized.get("capabilities")
+            if not W.gated_open(req.method, caps if isinstance(caps, Mapping) else {}):
+                return answer(req.ident, error=ErrorValue(-32601, f"method not found: {req.method}"))
+            if req.method == "server/discover":
+                return answer(req.ident, W.discover_result(pooled.session.initialized))
+            try:
+                return await self._relay(request, pooled, req, principal, relays)
+            except SessionGone:  # 2025-11-25 basic/transports §Session Management: 404 -> initialize again
+                if attempt:
+                    break
+                await self._drop(key)
+        return answer(req.ident, error=upstream_failure("session", "the upstream session ended"))
+
+    async def _relay(self, request: web.Request, pooled: Pooled, req: W.Request, principal: str,
+                     relays: Passthroughs) -> web.StreamResponse:
+        upstream_id = pooled.session.new_id()
+        body = {"jsonrpc": "2.0", "id": upstream_id, "method": req.method, "params": W.legacy_params(req.params)}
+        try:
+            queue, reader = await pooled.session.request(body)
+        except _FAILURES as exc:
+            return answer(req.ident, error=upstream_failure("session", str(exc) or type(exc).__name__))
+        name = str(req.params.get(NAME_PARAM.get(req.method, "name"), ""))
+        claims = R.Claims(uuid.uuid4().hex, 0, principal, req.method, name, R.digest(req.params), 0)
+        state = R.start(req.method, req.capabilities, self.settings.call)
+        call = Call(claims.call, pooled, upstream_id, queue, reader, state, claims)
+        pooled.busy += 1
+        pooled.calls[call.ident] = call
+        return await self._drive(request, relays, call, req.ident)
+
+    async def _retry(self, request: web.Request, req: W.Request, principal: str,
+                     relays: Passthroughs) -> web.StreamResponse:
+        """A retry's state must name a parked call waiting for exactly this round, for this very request."""
+        claims = self.sealer.unseal(req.params.get("requestState"))
+        call = self.parked.get(claims.call) if claims is not None else None
+        waiting = call is not None and not call.busy and call.state.phase is R.Phase.WAITING
+        name = str(req.params.get(NAME_PARAM[req.method], ""))
+        expected = R.Claims(claims.call if claims else "", call.state.round if call and waiting else -1, principal,
+                            req.method, name, R.digest(req.params), 0)
+        error = R.check_claims(claims, expected, now_ms())
+        if error is not None or call is None:
+            return answer(req.ident, error=error)
+        call.busy = True
+        if call.timer is not None:
+            call.timer.cancel()
+        responses = req.params.get("inputResponses")
+        return await self._drive(request, relays, call, req.ident, R.Retried(responses if isinstance(responses, Mapping)
+                                                                     else {}))
+
+    async def _drive(self, request: web.Request, relays: Passthroughs, call: Call, ident: Any,
+                     first: R.Event | None = None) -> web.StreamResponse:
+        """Run the call until it asks the client or ends; the client's hang-up (or shutdown) cancels it."""
+        relay = relays.relay(request)
+        outcome: R.AskClient | R.Finish | None = None
+        with relay:
+            outcome = await self._feed(call, first) if first is not None else None
+            outcome = outcome or await self._run(call)
+        if outcome is None:  # the client is gone (the 2026 cancel) or the gateway stops
+            await self._feed(call, R.ClientGone())
+            self._end(call)
+            return answer(ident, error=passthrough_ended())
+        if isinstance(outcome, R.Finish):
+            return answer(ident, outcome.result, outcome.error)
+        return answer(ident, self._park(call, outcome))
+
+    async def _run(self, call: Call) -> R.AskClient | R.Finish:
+        while True:
+            try:
+                message = call.queue.get_nowait()
+            except asyncio.QueueEmpty:
+                outcome = await self._feed(call, R.Drained())
+                if outcome is not None:
+                    return outcome
+                message = await call.queue.get()
+            event = _event(call, message)
+            outcome = await self._feed(call, event) if event is not None else None
+            if outcome is not None:
+                return outcome
+
+    async def _feed(self, call: Call, event: R.Event) -> R.AskClient | R.Finish | None:
+        """One event through the machine, its actions performed; the client's answer when there is one."""
+        call.state, actions = R.handle(call.state, event)
+        outcome: R.AskClient | R.Finish | None = None
+        session = call.pooled.session
+        for action in actions:
+            match action:
+                case R.AnswerServer(upstream_id, result, error):
+                    try:
+                        await session.respond(upstream_id, result, error.to_wire() if error else None)
+                    except (*_FAILURES, SessionGone) as exc:
+                        return await self._feed(call, R.UpstreamBroke(f"answering it failed: {exc}"))
+                case R.CancelServer(reason):
+                    params = {"requestId": call.upstream_id, "reason": reason}
+                    await _quietly(session.notify("notifications/cancelled", params))
+                case R.AskClient() | R.Finish():
+                    outcome = action
+        if call.state.phase is R.Phase.DONE:
+            self._end(call)
+        return outcome
+
+    def _park(self, call: Call, ask: R.AskClient) -> dict[str, Any]:
+        """The call waits for its client's retry (at most ``answer_timeout_seconds``): input_required."""
+        seconds = self.settings.answer_timeout_seconds
+        claims = R.Claims(call.ident, ask.round, call.claims.principal, call.claims.method, call.claims.name,
+                          call.claims.digest, now_ms() + int(seconds * 1000))
+        call.busy = False
+        self.parked[call.ident] = call
+        call.timer = asyncio.get_running_loop().call_later(seconds, self._expire, call, ask.round)
+        return {"resultType": "input_required", "inputRequests": ask.requests,
+                "requestState": self.sealer.seal(claims)}
+
+    def _expire(self, call: Call, rnd: int) -> None:
+        if not call.busy:
+            log.info("reverse bridge: call %s had no retry in time: cancelled upstream", call.ident)
+            self.spawn(self._feed(call, R.AnswerTimedOut(rnd)))
+
+    def _end(self, call: Call) -> None:
+        if self.parked.pop(call.ident, None) is None and call.ident not in call.pooled.calls:
+            return
+        call.pooled.calls.pop(call.ident, None)
+        call.reader.cancel()
+        if call.timer is not None:
+            call.timer.cancel()
+        call.pooled.busy -= 1
+        call.pooled.last_used_ms = now_ms()
+
+
+def _event(call: Call, message: Message) -> R.Event | None:
+    if BROKE in message:
+        return R.UpstreamBroke(str(message[BROKE]))
+    if "method" in message:
+        params = message.get("params")
+        if "id" not in message:
+            return None  # a notification (progress, log): not relayed yet
+        return R.ServerAsked(message["id"], str(message["method"]), params if isinstance(params, Mapping) else {})
+    if message.get("id") == call.upstream_id:
+        return R.ServerAnswered(message.get("result"), message.get("error"))
+    return None
+
+
+async def _quietly(step: Any) -> None:
+    with contextlib.suppress(*_FAILURES, SessionGone):
+        await step

@@ -1,0 +1,165 @@
+"""One 2025-11-25 session at a legacy upstream, as the reverse bridge's client of it (docs/design.md §61): the
+``initialize`` handshake, requests whose answers (and the server's own requests on their SSE streams) arrive as
+messages on a queue, responses and notifications POSTed back, the session's GET stream, and ``DELETE`` at the end
+(2025-11-25 basic/lifecycle, basic/transports §Streamable HTTP).
+
+Only performing lives here; what a message means is decided in ``adapters.reverse``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import logging
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import aiohttp
+
+from adapters.jsonwire import dumps, loads
+from adapters.reverse import reinitialize
+from adapters.sse import EventTooLarge, SseDecoder
+
+log = logging.getLogger("gateway")
+Message = dict[str, Any]
+BROKE = "dev.legacy-gateway/broke"  # the key of the queue's last item when a stream ended without its answer
+
+
+class SessionGone(Exception):
+    """The server answered 404 for the session id: it ended the session (re-initialize)."""
+
+
+class LegacyFailure(Exception):
+    """The server's answer was not usable (a status other than 2xx/404, not JSON-RPC, unreachable)."""
+
+
+class LegacySession:
+    """A session opened by :meth:`open`; ``on_unrelated`` gets each server request of the GET stream."""
+
+    def __init__(self, http: aiohttp.ClientSession, url: str, max_event_bytes: int,
+                 headers: Mapping[str, str] | None = None) -> None:
+        self.http, self.url, self.max_event_bytes = http, url, max_event_bytes
+        self.extra = dict(headers or {})
+        self.session_id: str | None = None
+        self.version = "2025-11-25"
+        self.initialized: Mapping[str, Any] = {}
+        self.ids = itertools.count(1)
+        self.listener: asyncio.Task[None] | None = None
+        self.on_unrelated: Callable[[Message], None] = lambda message: None
+
+    def headers(self) -> dict[str, str]:
+        out = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json",
+               "MCP-Protocol-Version": self.version, **self.extra}
+        if self.session_id is not None:
+            out["Mcp-Session-Id"] = self.session_id
+        return out
+
+    async def open(self, params: Mapping[str, Any]) -> Mapping[str, Any]:
+        """``initialize``, then ``notifications/initialized``, then the GET stream (a 405 means there is none)."""
+        queue: asyncio.Queue[Message] = asyncio.Queue()
+        ident = f"gw-init-{next(self.ids)}"
+        async with self.http.post(self.url, data=dumps({"jsonrpc": "2.0", "id": ident, "method": "initialize",
+                                                        "params": dict(params)}), headers=self.headers()) as resp:
+            if resp.status != 200:
+                raise LegacyFailure(f"initialize answered HTTP {resp.status}")
+            self.session_id = resp.headers.get("mcp-session-id")
+            await self._read(resp, queue, ident)
+        answer = queue.get_nowait()
+        result = answer.get("result")
+        if not isinstance(result, Mapping) or not isinstance(result.get("protocolVersion"), str):
+            raise LegacyFailure(f"initialize was not answered with a result: {answer.get('error')}")
+        self.version, self.initialized = result["protocolVersion"], result
+        await self.notify("notifications/initialized")
+        self.listener = asyncio.create_task(self._listen())
+        return result
+
+    def new_id(self) -> str:
+        return f"gw-{next(self.ids)}"
+
+    async def request(self, message: Message) -> tuple[asyncio.Queue[Message], asyncio.Task[None]]:
+        """POST a request; its messages (server requests and notifications, then its answer) arrive on the
+        returned queue, read by the returned task, which ends with the answer or the stream (then ``BROKE``)."""
+        resp = await self.http.post(self.url, data=dumps(message), headers=self.headers())
+        if reinitialize(resp.status):
+            resp.release()
+            raise SessionGone(self.url)
+        if resp.status != 200:
+            resp.release()
+            raise LegacyFailure(f"{message.get('method')} answered HTTP {resp.status}")
+        queue: asyncio.Queue[Message] = asyncio.Queue()
+        return queue, asyncio.create_task(self._read_all(resp, queue, message["id"]))
+
+    async def _read_all(self, resp: aiohttp.ClientResponse, queue: asyncio.Queue[Message], ident: Any) -> None:
+        try:
+            async with resp:
+                if not await self._read(resp, queue, ident):
+                    queue.put_nowait({BROKE: "the upstream stream ended before its answer"})
+        except (aiohttp.ClientError, EventTooLarge, ValueError) as exc:
+            queue.put_nowait({BROKE: f"the upstream stream broke ({type(exc).__name__})"})
+
+    async def _read(self, resp: aiohttp.ClientResponse, queue: asyncio.Queue[Message], ident: Any) -> bool:
+        """Every message of a JSON or SSE answer onto ``queue``; True once the answer to ``ident`` came."""
+        if resp.content_type != "text/event-stream":
+            message = loads(await resp.read())
+            queue.put_nowait(message)
+            return isinstance(message, dict) and message.get("id") == ident
+        decoder = SseDecoder(self.max_event_bytes)
+        async for chunk in resp.content.iter_any():
+            for data in decoder.feed(chunk):
+                message = loads(data) if data.strip() else None
+                if not isinstance(message, dict):
+                    continue  # a priming event (2025-11-25 basic/transports): no message
+                queue.put_nowait(message)
+                if message.get("id") == ident and "method" not in message:
+                    return True
+        return False
+
+    async def _listen(self) -> None:
+        """The session's GET stream (2025-11-25 basic/transports §Listening for Messages from the Server)."""
+        headers = {k: v for k, v in self.headers().items() if k != "Content-Type"}
+        headers["Accept"] = "text/event-stream"
+        try:
+            async with self.http.get(self.url, headers=headers, timeout=aiohttp.ClientTimeout()) as resp:
+                if resp.status != 200:
+                    return  # 405: the server offers no GET stream
+                decoder = SseDecoder(self.max_event_bytes)
+                async for chunk in resp.content.iter_any():
+                    for data in decoder.feed(chunk):
+                        message = loads(data) if data.strip() else None
+                        if isinstance(message, dict) and "method" in message and "id" in message:
+                            self.on_unrelated(message)
+        except (aiohttp.ClientError, EventTooLarge, ValueError) as exc:
+            log.info("legacy upstream %s: the session's GET stream ended (%s)", self.url, exc)
+
+    async def post(self, message: Message) -> None:
+        """A response or notification: 202 expected; 404: the session is gone."""
+        async with self.http.post(self.url, data=dumps(message), headers=self.headers()) as resp:
+            if reinitialize(resp.status):
+                raise SessionGone(self.url)
+            if resp.status >= 300:
+                raise LegacyFailure(f"the upstream answered HTTP {resp.status} to a {_what(message)}")
+
+    async def respond(self, ident: Any, result: Any = None, error: Mapping[str, Any] | None = None) -> None:
+        body: Message = {"jsonrpc": "2.0", "id": ident}
+        body.update({"error": dict(error)} if error is not None else {"result": result})
+        await self.post(body)
+
+    async def notify(self, method: str, params: Mapping[str, Any] | None = None) -> None:
+        await self.post({"jsonrpc": "2.0", "method": method, **({"params": dict(params)} if params else {})})
+
+    async def close(self) -> None:
+        """The GET stream stops and the session ends (``DELETE``; a 405 refusal is fine)."""
+        if self.listener is not None:
+            self.listener.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self.listener
+        if self.session_id is None:
+            return
+        with contextlib.suppress(aiohttp.ClientError, TimeoutError):
+            async with self.http.delete(self.url, headers=self.headers()):
+                pass
+
+
+def _what(message: Message) -> str:
+    return "response" if "method" not in message else str(message["method"])

@@ -1,0 +1,251 @@
+"""The reverse bridge end to end with code we did not write (docs/design.md §61): the official 2026 client (Python
+``mcp`` 2.3, pinned to 2026-07-28) -> the gateway -> a 2025-11-25-only server written with the official ``mcp``
+1.x SDK (tests/gateway/http/legacy_sdk1_server.py, in the 1.x venv of test_doors_sdk1), all real processes on
+loopback. Plus the faults: tampered, replayed and foreign states, other arguments, and a client that never
+retries."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import socket
+import subprocess
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import mcp_types as types
+import pytest
+from mcp import Client
+from mcp.shared.exceptions import MCPError
+
+from gateway.config.settings import load_config
+from gateway.http.app import create_app
+from gateway.http.keys import REVERSE
+from tests.gateway.http.test_doors_sdk1 import _client_env, sdk1_python  # noqa: F401  (a fixture)
+
+SERVER = Path(__file__).with_name("legacy_sdk1_server.py")
+META = {"io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientCapabilities": {"sampling": {}, "elicitation": {}, "roots": {}},
+        "io.modelcontextprotocol/clientInfo": {"name": "raw-test", "version": "1"}}
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@pytest.fixture
+def legacy_url(sdk1_python: Path) -> Iterator[str]:  # noqa: F811
+    port = _free_port()
+    proc = subprocess.Popen([str(sdk1_python), "-I", str(SERVER), str(port)], env=_client_env(),
+                            cwd=tempfile.gettempdir(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        for _ in range(200):
+            try:
+                socket.create_connection(("127.0.0.1", port), 0.1).close()
+                break
+            except OSError:
+                assert proc.poll() is None, proc.stderr.read().decode()[-2000:] if proc.stderr else ""
+                subprocess.run(["sleep", "0.05"], check=True)
+        yield f"http://127.0.0.1:{port}/mcp"
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+async def _gateway(aiohttp_server: Any, url: str, **reverse: Any) -> Any:
+    config = load_config(upstream_url=url, upstream_era="2025-11-25", reverse=reverse)
+    return await aiohttp_server(create_app(config))
+
+
+@pytest.fixture
+async def gateway(aiohttp_server: Any, legacy_url: str) -> Any:
+    return await _gateway(aiohttp_server, legacy_url)
+
+
+def text_of(result: types.CallToolResult) -> str:
+    block = result.content[0]
+    assert isinstance(block, types.TextContent)
+    return block.text
+
+
+async def sampling(context: Any, params: types.CreateMessageRequestParams) -> types.CreateMessageResult:
+    prompt = params.messages[0].content
+    said = prompt.text if isinstance(prompt, types.TextContent) else "?"
+    return types.CreateMessageResult(role="assistant", content=types.TextContent(type="text", text=f"<{said}>"),
+                                     model="m")
+
+
+async def roots(context: Any) -> types.ListRootsResult:
+    return types.ListRootsResult(roots=[types.Root(uri="file:///work/a", name="a")])
+
+
+def elicit(action: str, confirm: bool = True) -> Any:
+    async def answer(context: Any, params: Any) -> types.ElicitResult:
+        return types.ElicitResult(action=action, content={"confirm": confirm} if action == "accept" else None)
+    return answer
+
+
+def modern(gateway: Any, **kwargs: Any) -> Client:
+    return Client(str(gateway.make_url("/mcp")), mode="2026-07-28", sampling_callback=sampling,
+                  list_roots_callback=roots, **kwargs)
+
+
+async def test_every_flow_of_a_legacy_server_reaches_a_2026_client(gateway: Any) -> None:
+    async with modern(gateway, elicitation_callback=elicit("accept")) as client:
+        assert client.protocol_version == "2026-07-28"
+        names = {tool.name for tool in (await client.list_tools()).tools}
+        assert {"ask_model", "two_rounds", "delete_note", "show_roots", "echo"} <= names
+        assert text_of(await client.call_tool("echo", {"text": "plain"})) == "plain"
+        assert text_of(await client.call_tool("ask_model", {"topic": "owls"})) == "model said: <about owls>"
+        assert text_of(await client.call_tool("two_rounds", {})) == "<first> then <second after <first>>"
+        assert text_of(await client.call_tool("delete_note", {"note": "n1"})) == "deleted n1"
+        assert text_of(await client.call_tool("show_roots", {})) == "file:///work/a"
+        prompt = await client.get_prompt("greet", {"name": "Ada"})
+        assert "Ada" in str(prompt.messages[0].content)
+        read = await client.read_resource("notes://readme")
+        assert "the readme" in str(read.contents[0])
+        assert [r.uri for r in (await client.list_resources()).resources] == ["notes://readme"]
+    bridge = gateway.app[REVERSE]
+    assert len(bridge.pool) == 1 and not bridge.parked  # one session for all, no call left parked
+
+
+@pytest.mark.parametrize("action", ["decline", "cancel"])
+async def test_a_declined_or_cancelled_elicitation_reaches_the_legacy_tool(gateway: Any, action: str) -> None:
+    async with modern(gateway, elicitation_callback=elicit(action)) as client:
+        assert text_of(await client.call_tool("delete_note", {"note": "n1"})) == f"{action}: nothing deleted"
+
+
+async def _post(http: aiohttp.ClientSession, gateway: Any, ident: int, method: str, params: dict[str, Any],
+                name: str | None = None, meta: dict[str, Any] | None = None) -> tuple[int, dict[str, Any]]:
+    headers = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json",
+               "MCP-Protocol-Version": "2026-07-28", "Mcp-Method": method}
+    if name is not None:
+        headers["Mcp-Name"] = name
+    body = {"jsonrpc": "2.0", "id": ident, "method": method, "params": {**params, "_meta": meta or META}}
+    async with http.post(gateway.make_url("/mcp"), json=body, headers=headers) as resp:
+        return resp.status, await resp.json()
+
+
+async def _ask(http: aiohttp.ClientSession, gateway: Any, ident: int = 1, **extra: Any) -> tuple[int, dict]:
+    return await _post(http, gateway, ident, "tools/call", {"name": "ask_model", "arguments": {"topic": "t"},
+                                                            **extra}, "ask_model")
+
+
+SAMPLED = {"role": "assistant", "content": {"type": "text", "text": "hi"}, "model": "m"}
+
+
+async def test_discover_and_the_strict_2026_checks(gateway: Any) -> None:
+    async with aiohttp.ClientSession() as http:
+        status, found = await _post(http, gateway, 1, "server/discover", {})
+        assert status == 200 and found["result"]["supportedVersions"] == ["2026-07-28"]
+        assert found["result"]["_meta"]["io.modelcontextprotocol/serverInfo"]["name"] == "legacy-notes"
+        assert (found["result"]["ttlMs"], found["result"]["cacheScope"]) == (0, "private")
+        assert found["result"]["instructions"] == "A 2025-era notes server."
+        status, wrong = await _post(http, gateway, 2, "tools/call", {"name": "echo", "arguments": {"text": "x"}},
+                                    "other")
+        assert (status, wrong["error"]["code"], wrong["id"]) == (400, -32020, 2)
+        status, listen = await _post(http, gateway, 3, "subscriptions/listen", {"notifications": {}})
+        assert (status, listen["error"]["code"]) == (404, -32601)
+        no_sampling = {**META, "io.modelcontextprotocol/clientCapabilities": {}}
+        status, needs = await _post(http, gateway, 4, "tools/call",
+                                    {"name": "ask_model", "arguments": {"topic": "t"}}, "ask_model", no_sampling)
+        assert (status, needs["error"]["code"]) == (400, -32021)
+        assert needs["error"]["data"] == {"requiredCapabilities": {"sampling": {}}}
+
+
+async def test_tampered_replayed_foreign_and_changed_retries_are_refused(gateway: Any) -> None:
+    async with aiohttp.ClientSession() as http:
+        _, first = await _ask(http, gateway)
+        state = first["result"]["requestState"]
+        assert first["result"]["resultType"] == "input_required"
+        raw = bytearray(base64.urlsafe_b64decode(state))
+        raw[-1] ^= 1
+        tampered = base64.urlsafe_b64encode(bytes(raw)).decode()
+        answers = {"inputResponses": {"in1": SAMPLED}}
+        for ident, params in [(2, {"requestState": tampered}), (3, {"requestState": "not-a-state"})]:
+            status, refused = await _ask(http, gateway, ident, **answers, **params)
+            assert (status, refused["error"]["code"]) == (400, -32602), refused
+        other = await _post(http, gateway, 4, "tools/call", {"name": "ask_model", "arguments": {"topic": "u"},
+                                                             "requestState": state, **answers}, "ask_model")
+        assert other[1]["error"]["code"] == -32602 and "another request" in other[1]["error"]["message"]
+        status, done = await _ask(http, gateway, 5, requestState=state, **answers)
+        assert done["result"] == {"content": [{"type": "text", "text": "model said: hi"}], "isError": False,
+                                  "structuredContent": {"result": "model said: hi"}, "resultType": "complete"}
+        status, replayed = await _ask(http, gateway, 6, requestState=state, **answers)
+        assert (status, replayed["error"]["code"]) == (400, -32602)
+
+
+async def test_a_state_of_another_principal_is_refused(gateway: Any) -> None:
+    async with aiohttp.ClientSession(headers={"Authorization": "Bearer alice"}) as alice, \
+            aiohttp.ClientSession(headers={"Authorization": "Bearer bob"}) as bob:
+        _, first = await _ask(alice, gateway)
+        state = first["result"]["requestState"]
+        status, refused = await _ask(bob, gateway, 2, requestState=state, inputResponses={"in1": SAMPLED})
+        assert (status, refused["error"]["code"]) == (400, -32602)
+        _, done = await _ask(alice, gateway, 3, requestState=state, inputResponses={"in1": SAMPLED})
+        assert done["result"]["resultType"] == "complete"
+        await _post(bob, gateway, 4, "tools/call", {"name": "echo", "arguments": {"text": "b"}}, "echo")
+    sessions = {p.session.session_id for p in gateway.app[REVERSE].pool.values()}
+    assert len(sessions) == 2  # one legacy session per principal, never shared
+
+
+async def test_a_call_nobody_retries_is_cancelled_upstream(aiohttp_server: Any, legacy_url: str) -> None:
+    gateway = await _gateway(aiohttp_server, legacy_url, answer_timeout_seconds=0.3)
+    bridge = gateway.app[REVERSE]
+    async with aiohttp.ClientSession() as http:
+        _, first = await _ask(http, gateway)
+        assert bridge.parked
+        for _ in range(100):
+            if not bridge.parked:
+                break
+            await asyncio.sleep(0.05)
+        assert not bridge.parked and all(p.busy == 0 for p in bridge.pool.values())
+        status, late = await _ask(http, gateway, 2, requestState=first["result"]["requestState"],
+                                  inputResponses={"in1": SAMPLED})
+        assert (status, late["error"]["code"]) == (400, -32602)
+        status, fine = await _post(http, gateway, 3, "tools/call", {"name": "echo", "arguments": {"text": "ok"}},
+                                   "echo")
+        assert fine["result"]["content"][0]["text"] == "ok"  # the session still serves
+
+
+async def test_the_official_client_sees_refusals_as_errors(gateway: Any) -> None:
+    async with modern(gateway) as client:  # no elicitation callback: elicitation is not declared
+        with pytest.raises(MCPError) as refused:
+            await client.call_tool("delete_note", {"note": "n1"})
+    assert refused.value.error.code == -32021
+
+
+async def test_an_idle_session_is_closed_and_a_new_one_opens(aiohttp_server: Any, legacy_url: str) -> None:
+    gateway = await _gateway(aiohttp_server, legacy_url, session_idle_seconds=0.2)
+    bridge = gateway.app[REVERSE]
+    async with aiohttp.ClientSession() as http:
+        await _post(http, gateway, 1, "tools/call", {"name": "echo", "arguments": {"text": "a"}}, "echo")
+        first = next(iter(bridge.pool.values())).session.session_id
+        for _ in range(100):
+            if not bridge.pool:
+                break
+            await asyncio.sleep(0.05)
+        assert not bridge.pool
+        _, again = await _post(http, gateway, 2, "tools/call", {"name": "echo", "arguments": {"text": "b"}}, "echo")
+        assert again["result"]["content"][0]["text"] == "b"
+        assert next(iter(bridge.pool.values())).session.session_id != first
+
+
+async def test_a_session_the_server_ended_is_initialized_again(gateway: Any) -> None:
+    bridge = gateway.app[REVERSE]
+    async with aiohttp.ClientSession() as http:
+        await _post(http, gateway, 1, "tools/call", {"name": "echo", "arguments": {"text": "a"}}, "echo")
+        pooled = next(iter(bridge.pool.values()))
+        gone = pooled.session.session_id
+        headers = {"Mcp-Session-Id": gone, "MCP-Protocol-Version": pooled.session.version}
+        async with http.delete(pooled.session.url, headers=headers) as resp:  # the server ends it behind our back
+            assert resp.status == 200
+        _, again = await _post(http, gateway, 2, "tools/call", {"name": "echo", "arguments": {"text": "b"}}, "echo")
+        assert again["result"]["content"][0]["text"] == "b"
+        assert next(iter(bridge.pool.values())).session.session_id != gone
+
