@@ -157,6 +157,21 @@ def _routing(headers: Mapping[str, str], method: str, params: Mapping[str, Any])
     return None
 
 
+def relayed_as_is(http_method: str, headers: Mapping[str, str], message: Any) -> bool:
+    """Whether a request at a reverse-bridged endpoint is a 2025-era one, relayed to the legacy server as it is
+    (its own session, live requests and GET stream: 2025-11-25 basic/transports): every GET and DELETE, and a POST
+    that is not a 2026-07-28 request (adapters.classify.is_modern: its header, ``_meta`` or ``server/discover``)."""
+    if http_method != "POST":
+        return True
+    if not isinstance(message, Mapping) or not isinstance(message.get("method"), str) or "id" not in message:
+        return True  # a response, a notification, a batch, or junk: the legacy server judges it
+    params = message.get("params")
+    meta = params.get("_meta") if isinstance(params, Mapping) else None
+    modern = (headers.get("mcp-protocol-version") == MODERN_VERSION or message["method"] == "server/discover"
+              or (isinstance(meta, Mapping) and PROTOCOL_VERSION_META_KEY in meta))
+    return not modern
+
+
 def gated_open(method: str, server_caps: Mapping[str, Any] | None) -> bool:
     """Whether the legacy server advertised the capability ``method`` needs (unknown caps: not yet judged)."""
     need = RELAYED.get(method)

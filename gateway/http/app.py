@@ -20,6 +20,7 @@ from adapters.classify import (
     Accepted,
     HttpView,
     Policy,
+    check_origin_host,
     classify,
     kept_while_answering,
     request_id,
@@ -28,7 +29,8 @@ from adapters.classify import (
 )
 from adapters.doors import Transport
 from adapters.errors import ErrorValue, Rejection, answer_not_taken, reject, store_unavailable
-from adapters.reverse_wire import Era, era_of
+from adapters.jsonwire import loads
+from adapters.reverse_wire import Era, era_of, relayed_as_is
 from gateway.auth.credentials import UpstreamCredentials, credentials_for
 from gateway.auth.resource import auth_settings
 from gateway.auth.validator import TokenValidator
@@ -99,6 +101,12 @@ async def handle_mcp(request: web.Request) -> web.StreamResponse:
     if isinstance(principal, web.StreamResponse):
         return principal
     key = principal.key if principal is not None else None  # the verified claims ride along as the view's grant
+    reverse = request.app.get(REVERSE)
+    if reverse is not None and relayed_as_is(request.method, headers, _parsed(body)):  # docs/design.md §61
+        refused = None if own_door else check_origin_host(headers, gw.policy)
+        if refused is not None:
+            return rejection_response(refused)
+        return await reverse.relay_legacy(request, body, not gw.config.auth.enabled)
     verdict = await classified(gw, HttpView(request.method, headers, body, repeated, own_door, key, principal), now)
     if isinstance(verdict, Rejection):
         return rejection_response(verdict)
@@ -116,6 +124,13 @@ async def handle_mcp(request: web.Request) -> web.StreamResponse:
         trace_answer(gw, answer)
     gw.observer.answered(request, verdict, answer)  # migration accounting; never raises
     return answer
+
+
+def _parsed(body: bytes) -> object:
+    try:
+        return loads(body) if body else None
+    except ValueError:
+        return None  # the legacy server answers it
 
 
 async def _verified_principal(request: web.Request, headers: Any, body: bytes,

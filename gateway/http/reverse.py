@@ -36,6 +36,10 @@ from gateway.upstream.legacy_session import BROKE, LegacyFailure, LegacySession,
 
 _AAD = b"mcp-legacy-gateway reverse requestState v1"
 _FAILURES = (LegacyFailure, aiohttp.ClientError, TimeoutError, ValueError)
+# What a 2025 request and its answer carry that matters between client and server (2025-11-25 basic/transports).
+_LEGACY_HEADERS = frozenset({"accept", "content-type", "mcp-session-id", "mcp-protocol-version", "last-event-id",
+                             "authorization", "traceparent", "tracestate", "baggage"})
+_ANSWER_HEADERS = frozenset({"content-type", "mcp-session-id", "www-authenticate", "cache-control", "allow"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -177,6 +181,28 @@ class ReverseBridge:
             return
         error = {"code": -32603, "message": "no request of this session is in progress to ask its client"}
         self.spawn(_quietly(pooled.session.respond(message["id"], error=error)))
+
+    # --- 2025 clients: relayed as they are ---------------------------------------------------------------
+    async def relay_legacy(self, request: web.Request, body: bytes, forward_token: bool) -> web.StreamResponse:
+        """A 2025-era request passed to the legacy server and its answer streamed back (sessions, live requests
+        and the GET stream are the server's own); ``forward_token``: the client's Authorization goes along."""
+        assert self.http is not None, "the bridge was started"
+        names = _LEGACY_HEADERS if forward_token else _LEGACY_HEADERS - {"authorization"}
+        headers = {k: v for k, v in request.headers.items() if k.lower() in names}
+        try:
+            up = await self.http.request(request.method, self.settings.url, data=body or None, headers=headers,
+                                         allow_redirects=False)
+        except _FAILURES as exc:
+            error = upstream_failure("unreachable", str(exc) or type(exc).__name__)
+            return json_response({"jsonrpc": "2.0", "id": None, "error": error.to_wire()}, 502)
+        async with up:
+            kept = {k: v for k, v in up.headers.items() if k.lower() in _ANSWER_HEADERS}
+            out = web.StreamResponse(status=up.status, headers=kept)
+            await out.prepare(request)
+            with contextlib.suppress(ConnectionResetError, aiohttp.ClientError):
+                async for chunk in up.content.iter_any():
+                    await out.write(chunk)
+            return out
 
     # --- requests ---------------------------------------------------------------------------------------
     async def handle(self, request: web.Request, principal: str, message: Mapping[str, Any],

@@ -63,6 +63,20 @@ def test_a_method_is_relayed_only_when_the_server_advertised_it(method, caps, st
     assert (verdict.status if isinstance(verdict, W.Refused) else None) == status
 
 
+@pytest.mark.parametrize(("http", "headers", "message", "relayed"), [
+    ("GET", {}, None, True), ("DELETE", {}, None, True),
+    ("POST", {}, {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {}}, True),
+    ("POST", {}, {"jsonrpc": "2.0", "id": 1, "result": {}}, True),  # an answer to the legacy server
+    ("POST", {}, {"jsonrpc": "2.0", "method": "notifications/initialized"}, True),
+    ("POST", {}, [{"jsonrpc": "2.0", "id": 1, "method": "ping"}], True),
+    ("POST", HEADERS, CALL, False),
+    ("POST", {}, CALL, False),  # the _meta says 2026
+    ("POST", {}, {"jsonrpc": "2.0", "id": 1, "method": "server/discover"}, False),
+])
+def test_which_requests_are_relayed_to_the_legacy_server_as_they_are(http, headers, message, relayed) -> None:
+    assert W.relayed_as_is(http, headers, message) is relayed
+
+
 @pytest.mark.parametrize(("configured", "probed", "era"), [
     ("auto", UpstreamKind.LEGACY, W.Era.LEGACY), ("auto", UpstreamKind.MODERN, W.Era.MODERN),
     ("auto", UpstreamKind.UNREACHABLE, W.Era.MODERN), ("auto", None, W.Era.MODERN),

@@ -249,3 +249,16 @@ async def test_a_session_the_server_ended_is_initialized_again(gateway: Any) -> 
         assert again["result"]["content"][0]["text"] == "b"
         assert next(iter(bridge.pool.values())).session.session_id != gone
 
+
+
+async def test_a_2025_client_is_relayed_to_the_legacy_server_as_it_is(gateway: Any) -> None:
+    """Before the relay, its initialize got -32603 "...the answer was for another request (id 'server-error')"."""
+    url = str(gateway.make_url("/mcp"))
+    async with Client(url, mode="legacy", sampling_callback=sampling, list_roots_callback=roots,
+                      elicitation_callback=elicit("accept", confirm=False)) as client:
+        assert client.protocol_version == "2025-11-25"
+        assert text_of(await client.call_tool("ask_model", {"topic": "owls"})) == "model said: <about owls>"
+        assert text_of(await client.call_tool("delete_note", {"note": "n1"})) == "kept n1"
+        assert text_of(await client.call_tool("show_roots", {})) == "file:///work/a"  # on the relayed GET stream
+        assert "Ada" in str((await client.get_prompt("greet", {"name": "Ada"})).messages[0].content)
+    assert not gateway.app[REVERSE].pool  # the server's own session: none of the bridge's
