@@ -25,7 +25,9 @@ async def cli(tmp_path: Path, *args: str) -> tuple[int, str, str]:
 
 
 async def test_reference_core_every_tool_ok_or_skipped(aiohttp_server, tmp_path) -> None:
-    core = await aiohttp_server(create_core(CoreConfig(database=str(tmp_path / "core.sqlite3"))))
+    # build_project's four steps take a second each by default: shorter here, to fit --timeout 3.
+    core = await aiohttp_server(create_core(CoreConfig(database=str(tmp_path / "core.sqlite3"),
+                                                       build_step_seconds=0.1)))
     args_file = tmp_path / "args.json"
     args_file.write_text(json.dumps({"notes_delete": {"workspaceUri": "file:///work/notes", "title": "none"}}))
     code, out, _err = await cli(tmp_path, "--upstream", str(core.make_url("/mcp")), "--json", "--timeout", "3",
