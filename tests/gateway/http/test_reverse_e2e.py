@@ -262,3 +262,14 @@ async def test_a_2025_client_is_relayed_to_the_legacy_server_as_it_is(gateway: A
         assert text_of(await client.call_tool("show_roots", {})) == "file:///work/a"  # on the relayed GET stream
         assert "Ada" in str((await client.get_prompt("greet", {"name": "Ada"})).messages[0].content)
     assert not gateway.app[REVERSE].pool  # the server's own session: none of the bridge's
+
+
+def test_auto_takes_the_probes_verdict(legacy_url: str) -> None:
+    from gateway.ops.cli import check_upstream
+
+    # --require-upstream passes: the 2025 server is served in reverse, and serve's app is then made with its era.
+    assert check_upstream(load_config(upstream_url=legacy_url), True) == (None, "2025-11-25")
+    pinned = load_config(upstream_url=legacy_url, upstream_era="2026-07-28")
+    assert check_upstream(pinned, False) == (None, None)
+    with pytest.raises(SystemExit, match="2025-era"):
+        check_upstream(pinned, True)
