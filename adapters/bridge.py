@@ -25,7 +25,7 @@ A call that comes back as a task (``resultType: "task"``, io.modelcontextprotoco
 the extension: ``adapters.task_poll.declare``) stays open: the machine polls the task (``Timer.POLL``), turns
 status messages into progress, an ``input_required`` task's ``inputRequests`` into requests to the client whose
 answers go back with ``tasks/update``, and ends with the task's result or error; a task it gives up on (the client
-cancelled, a limit, shutdown) is cancelled upstream (docs/design.md "Tasks for legacy clients").
+cancelled, a limit, shutdown) is cancelled upstream (docs/design.md §17).
 """
 
 from __future__ import annotations

@@ -2,8 +2,9 @@
 Negotiation, 2026-07-28 basic §_meta, server/discover).
 
 Client (2025 -> 2026): ``roots{listChanged}`` -> ``roots{}``; ``sampling``/``elicitation`` kept; ``tasks`` dropped
-(the gateway never handles ``resultType:"task"``, docs/design.md §17); ``experimental``/``extensions`` passed
-through (MCP Apps declares ``extensions["io.modelcontextprotocol/ui"]`` in initialize capabilities).
+(the gateway drives upstream tasks itself and offers legacy clients no 2025 tasks, docs/design.md §17);
+``experimental``/``extensions`` passed through (MCP Apps declares ``extensions["io.modelcontextprotocol/ui"]`` in
+initialize capabilities).
 
 Server (2026 -> 2025): ``extensions`` travel inside ``capabilities``; ``listChanged``/``subscribe`` are only
 claimed when the upstream offers them AND the gateway bridges them through ``subscriptions/listen``; ``tasks``

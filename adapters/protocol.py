@@ -50,6 +50,8 @@ FORWARDED_METHODS: Final = frozenset(
 ) | MRTR_METHODS
 # streamable-http §Request headers: the params key mirrored into Mcp-Name.
 NAME_PARAM: Final = {"tools/call": "name", "prompts/get": "name", "resources/read": "uri"}
+# The same for the tasks extension's requests (io.modelcontextprotocol/tasks): Mcp-Name carries the taskId.
+TASK_NAME_PARAM: Final = {"tasks/get": "taskId", "tasks/update": "taskId", "tasks/cancel": "taskId"}
 # Server -> client request methods an upstream input request may carry (2026-07-28 basic/patterns
 # §Multi Round-Trip Requests).
 INPUT_REQUEST_METHODS: Final = frozenset({"sampling/createMessage", "elicitation/create", "roots/list"})

@@ -139,7 +139,7 @@ class PendingRound:
     # True while the round in flight upstream is one a replica taking it over sent again (adapters.takeover.resent):
     # the upstream may have acted on its first send, so an error answering it does not say the round failed.
     resent: bool | None = None
-    # The upstream task driving the call (docs/design.md "Tasks for legacy clients"): its id, the server's last
+    # The upstream task driving the call (docs/design.md §17): its id, the server's last
     # pollIntervalMs, its last status and message as seen (``adapters.task_poll.TaskView.seen``), polls in a row
     # that found it unchanged (the backoff), progress notifications sent, and task calls in a row that failed.
     task_id: str | None = None

@@ -24,6 +24,7 @@ from adapters.protocol import (
     MODERN_VERSION,
     NAME_PARAM,
     PROTOCOL_VERSION_META_KEY,
+    TASK_NAME_PARAM,
 )
 
 _SENTINEL = re.compile(r"^=\?base64\?.*\?=$")
@@ -114,7 +115,7 @@ def build_headers(method: str, params: Mapping[str, Any], view: SessionView,
         "MCP-Protocol-Version": MODERN_VERSION,  # must equal _meta protocolVersion (2026-07-28 basic/transports)
         "Mcp-Method": method,
     }
-    name_key = NAME_PARAM.get(method)
+    name_key = NAME_PARAM.get(method) or TASK_NAME_PARAM.get(method)
     if name_key is not None and isinstance(params.get(name_key), str):
         headers["Mcp-Name"] = encode_header_value(params[name_key], "Mcp-Name")
     if method == "tools/call" and header_map:

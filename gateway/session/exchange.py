@@ -23,6 +23,7 @@ meanwhile is queued for the exchange's task, which is also where every failure i
 from __future__ import annotations
 
 import asyncio
+from dataclasses import replace
 from typing import Any, cast
 
 from adapters import bridge as B
@@ -34,6 +35,7 @@ from adapters.peers import peer_limits
 from adapters.records import PendingRound, SessionRecord
 from adapters.relay import answer_key, request_key
 from adapters.results import progress_advances, request_notification, response
+from adapters.task_poll import declare
 from adapters.upstream import UnencodableHeader, build_request, header_map_of, learned_header_maps, needs_header_refresh
 from gateway.session.observer import ExchangeWatcher
 from gateway.session.runtime import SessionRuntime, log, new_id, random_id, session_view
@@ -152,11 +154,22 @@ def bridge_context(runtime: SessionRuntime, session: SessionRecord,
         limits = peer_limits(gateway.config.limits.to_limits(), peer)
     # The peer's tool policy filters a tools/list result (adapters.tool_policy); scopes exist with [gateway.auth].
     return B.BridgeContext(limits, session.client_capabilities, random_id, cached_roots=session.cached_roots,
-                           tools=peer.tools, scoped=gateway.config.auth.enabled)
+                           tools=peer.tools, scoped=gateway.config.auth.enabled,
+                           tasks_running=lambda: _tasks_running(runtime))
+
+
+def _tasks_running(runtime: SessionRuntime) -> int:
+    """The session's requests driving an upstream task on this replica (max_tasks_per_session)."""
+    return sum(exchange.record.task_id is not None and not exchange.machine.done
+               for exchange in runtime.exchanges.values())
 
 
 def _backs_off(actions: list[Any]) -> bool:
     return any(isinstance(a, B.ArmTimer) and a.name is B.Timer.BACKOFF for a in actions)
+
+
+def _polls(actions: list[Any]) -> bool:
+    return any(isinstance(a, B.ArmTimer) and a.name is B.Timer.POLL for a in actions)
 
 
 class Exchange:
@@ -517,7 +530,8 @@ class Exchange:
         asks = {answer_key(a.message["id"]) for a in actions if isinstance(a, B.SendToClient) and "id" in a.message}
         keys = {key for key in asks if key is not None}
         request = request_key(self.record.session_id, self.record.downstream_id)
-        if not keys and not (request in self._owned and _backs_off(actions)):
+        # A task's wait claims it too, from its first poll: the task may run long before (or without) any question.
+        if not keys and not _polls(actions) and not (request in self._owned and _backs_off(actions)):
             return
         # A waiting round renews the request's claim too: a cancel reaching another replica long after the
         # client's last answer (the user still on the out-of-band page) must still find this exchange.
@@ -570,6 +584,11 @@ class Exchange:
         if isinstance(action, B.CallUpstream):
             self._upstream_began = False
             self._upstream = self.runtime.spawn(self._call_upstream(action.extra, self._session), leaves=True)
+        elif isinstance(action, (B.PollTask, B.UpdateTask)):
+            self._upstream_began = False
+            self._upstream = self.runtime.spawn(self._call_upstream({}, self._session, action), leaves=True)
+        elif isinstance(action, B.CancelTask):
+            self.runtime.spawn(self._cancel_task(action))
         elif isinstance(action, B.SendToClient):
             if "id" in action.message:
                 self.runtime.awaiting[action.message["id"]] = self
@@ -598,22 +617,25 @@ class Exchange:
             return None
         return mirror if mirror.hold() else None
 
-    async def _call_upstream(self, extra: dict[str, Any], session: SessionRecord | None) -> None:
-        """One upstream round's task (spawned with ``leaves``: nothing here raises but its cancellation)."""
+    async def _call_upstream(self, extra: dict[str, Any], session: SessionRecord | None,
+                             task: B.PollTask | B.UpdateTask | None = None) -> None:
+        """One upstream round's task, or a task call's (spawned with ``leaves``: nothing here raises but its
+        cancellation)."""
         self._upstream_began = True
         try:
-            event = await self._upstream_event(extra, session)
+            event = await self._upstream_event(extra, session, task)
             if not await self.offer(event):
                 self.events.put_nowait(event)
         finally:
             self.runtime.left()
 
-    async def _upstream_event(self, extra: dict[str, Any], session: SessionRecord | None) -> Any:
+    async def _upstream_event(self, extra: dict[str, Any], session: SessionRecord | None,
+                              task: B.PollTask | B.UpdateTask | None = None) -> Any:
         """One upstream round -> the machine's event for its outcome. Always an event, whatever goes wrong: the
         exchange waits for it, so a round that raised would hold the request (and its pending slot) until the
         total limit and then blame the wrong thing."""
         try:
-            return await self._round(extra, session)
+            return await self._round(extra, session, task)
         except UpstreamFailure as failure:
             return B.UpstreamFailed(failure.error)
         except UnencodableHeader as bad:  # raised while building, so nothing was sent (header value encoding)
@@ -621,7 +643,8 @@ class Exchange:
         except Exception as exc:  # answered at once, like a failure in run() or begin()
             return B.UpstreamFailed(self._failure(exc))
 
-    async def _round(self, extra: dict[str, Any], session: SessionRecord | None) -> Any:
+    async def _round(self, extra: dict[str, Any], session: SessionRecord | None,
+                     task: B.PollTask | B.UpdateTask | None = None) -> Any:
         """``session``: the record read by the handler whose request or answer starts this round; None (a
         timer's retry) reads it again, since the session may have ended or changed meanwhile."""
         rec, self._session = self.record, None
@@ -634,6 +657,8 @@ class Exchange:
                 return B.Cancelled("session expired")
         if session is None:
             return B.Cancelled("session ended")
+        if task is not None:
+            return await self._send(session, extra, task)
         answer = await self._send(session, extra)
         if isinstance(answer, B.UpstreamError) and needs_header_refresh(rec.method, answer.error) \
                 and not self._refreshed:
@@ -652,19 +677,41 @@ class Exchange:
         gateway = self.runtime.gateway
         return session_expired(session, gateway.clock(), gateway.policy.session_idle_ms)
 
-    async def _send(self, session: Any, extra: dict[str, Any]) -> Answer:
+    async def _send(self, session: Any, extra: dict[str, Any],
+                    task: B.PollTask | B.UpdateTask | B.CancelTask | None = None) -> Answer:
         rec = self.record
+        method, params = task.request() if task is not None else (rec.method, rec.params)
+        if task is not None and "inputResponses" in params:  # the bridge's own field: build_request adds it as such
+            params, extra = {**params}, {**extra, "inputResponses": params["inputResponses"]}
+            del params["inputResponses"]
         # A tools/call's name is a str: adapters.local.check_request validated the params.
         header_map = (header_map_of(self._header_maps(session), cast(str, rec.params.get("name")))
-                      if rec.method == "tools/call" else None)
-        call = build_request(rec.method, rec.params, request_id=new_id("u"), extra=extra,
-                             view=session_view(session, self.authorization), header_map=header_map)
+                      if method == "tools/call" else None)
+        view = session_view(session, self.authorization)
+        # The tasks extension is declared where the upstream offers it and the bridge drives tasks (task_poll).
+        view = replace(view, capabilities=declare(view.capabilities, session.server_capabilities, method))
+        call = build_request(method, params, request_id=new_id("u"), extra=extra, view=view, header_map=header_map)
         gateway = self.runtime.gateway
         answer = await gateway.upstream_for(session.upstream).call(call, self._on_notification)
         # An answer at all (a 401/403 raised UpstreamFailure): the upstream took the credential it was given.
         if answer_verifies(self.authorization is not None, rec.authorized is True):
             await gateway.verify(session.principal)
         return answer
+
+    async def _cancel_task(self, action: B.CancelTask) -> None:
+        """``tasks/cancel`` for a task the call gave up on; its answer changes nothing (the call is over), a
+        failure is logged (the task then ends at its own TTL upstream: ext-tasks §Task Lifetime)."""
+        try:
+            session = await self.runtime.gateway.store.get_session(self.record.session_id)
+            if session is None:
+                session = self.request_session
+            if session is not None:
+                answer = await self._send(session, {}, action)
+                if isinstance(answer, B.UpstreamError):
+                    log.info("request %r: tasks/cancel answered %s", self.record.downstream_id, answer.error)
+        except Exception as exc:  # UpstreamFailure, StoreUnavailable, ...: nothing more to do for a finished call
+            log.warning("request %r: task %s was not cancelled upstream: %s", self.record.downstream_id,
+                        action.task_id, exc)
 
     async def _refresh_header_maps(self, session: Any) -> None:
         """Every page of tools/list learned, then kept once (one record write for the whole refresh)."""

@@ -51,9 +51,15 @@ class Metrics:
         self.authorization = Counter("mcp_gateway_authorization_refusals",
                                      "Requests refused at the gateway's token check, by cause and door",
                                      ["cause", "door"], registry=r)
+        # Upstream tasks driven for legacy clients (adapters.task_poll.TaskOutcome values: a fixed set).
+        self.tasks = Counter("mcp_gateway_tasks", "Upstream tasks driven for legacy clients, by outcome",
+                             ["outcome"], registry=r)
         self._latencies: list[tuple[str, float]] = []  # (era, seconds), not yet in the histogram
         self._rounds: list[float] = []
         self._overheads: list[float] = []
+
+    def task_ended(self, outcome: str) -> None:
+        self.tasks.labels(outcome).inc()
 
     def authorization_refused(self, cause: str, door: str) -> None:
         self.authorization.labels(cause, door).inc()

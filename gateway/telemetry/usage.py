@@ -417,7 +417,7 @@ class ActiveSessions:
         return counts
 
 
-_GOING_ON = (B.CallUpstream, B.Finish)
+_GOING_ON = (B.CallUpstream, B.UpdateTask, B.Finish)  # what ends a wait for the client
 
 
 class ExchangeObserver:
@@ -477,6 +477,8 @@ class ExchangeObserver:
             self._client_since = now
         elif isinstance(action, B.Finish) and self.finished is None:
             self.final, self.finished = action.message, now
+        elif isinstance(action, B.TaskEnded) and self.recorder.metrics is not None:
+            self.recorder.metrics.task_ended(action.outcome.value)
 
     def done(self) -> None:
         if self._recorded:
