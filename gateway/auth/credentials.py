@@ -19,7 +19,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import aiohttp
 import jwt
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
@@ -36,7 +35,7 @@ from adapters.credentials import (
     read_token_answer,
     usable_until,
 )
-from gateway.auth.fetch import AuthServerError, get_json
+from gateway.auth.fetch import AuthServerError, LazySession, get_json
 from gateway.auth.resource import door_servers
 from gateway.config.pins import UpstreamAuthConfig
 from gateway.config.settings import GatewayConfig
@@ -72,21 +71,15 @@ class UpstreamCredentials:
     def __init__(self, settings: CredentialSettings, clock: Callable[[], float] = time.time) -> None:
         self.settings, self._clock = settings, clock
         self.grant = settings.grant
-        self._session: aiohttp.ClientSession | None = None
+        self._http = LazySession()
         self._tokens: OrderedDict[str, tuple[Issued, float]] = OrderedDict()  # key -> (token, used until)
         self._fetching: dict[str, asyncio.Future[Issued]] = {}
         self._endpoint: str | None = settings.token_endpoint
         self._resource: str | None = settings.resource
         self.fetched = 0  # tokens obtained from the authorization server (operators and tests read it)
 
-    def _http(self) -> aiohttp.ClientSession:
-        if self._session is None or self._session.closed:
-            self._session = aiohttp.ClientSession()
-        return self._session
-
     async def close(self) -> None:
-        if self._session is not None:
-            await self._session.close()
+        await self._http.close()
 
     async def header(self, client_authorization: str | None) -> str | None:
         grant = self.grant

@@ -16,6 +16,23 @@ from adapters.jsonwire import loads
 MAX_BODY_BYTES = 512 << 10  # a JWKS or a metadata document is a few KiB
 
 
+class LazySession:
+    """One aiohttp client session for an owner's fetches, made on first use (inside the serving loop, not when
+    the owner is built) and made again if it was closed; ``await close()`` when the owner ends."""
+
+    def __init__(self) -> None:
+        self._session: aiohttp.ClientSession | None = None
+
+    def __call__(self) -> aiohttp.ClientSession:
+        if self._session is None or self._session.closed:
+            self._session = aiohttp.ClientSession()
+        return self._session
+
+    async def close(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+
+
 class AuthServerError(Exception):
     """An authorization server (or its key set) could not be read; the message says which URL and why."""
 

@@ -15,7 +15,6 @@ from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 
-import aiohttp
 import jwt
 
 from adapters.authz import (
@@ -31,7 +30,7 @@ from adapters.authz import (
     require_scopes,
     scopes_of,
 )
-from gateway.auth.fetch import AuthServerError, get_json
+from gateway.auth.fetch import AuthServerError, LazySession, get_json
 from gateway.auth.keys import Issuer
 
 
@@ -62,7 +61,7 @@ class TokenValidator:
 
     def __init__(self, settings: AuthSettings, clock: Callable[[], float] = time.time) -> None:
         self.settings, self._clock = settings, clock
-        self._session: aiohttp.ClientSession | None = None
+        self.http = LazySession()
         self.issuers = {iss: Issuer(iss, self.http, clock, jwks_uri=settings.jwks_uri,
                                     min_refresh_seconds=settings.min_key_refresh_seconds,
                                     timeout=settings.fetch_timeout_seconds)
@@ -73,14 +72,8 @@ class TokenValidator:
     def server(self) -> ResourceServer:
         return self.settings.server
 
-    def http(self) -> aiohttp.ClientSession:
-        if self._session is None or self._session.closed:
-            self._session = aiohttp.ClientSession()
-        return self._session
-
     async def close(self) -> None:
-        if self._session is not None:
-            await self._session.close()
+        await self.http.close()
 
     async def keys_failure(self) -> str | None:
         """Why some trusted issuer's signing keys cannot be had (readiness), or None: each is fetched once if it
