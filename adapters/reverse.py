@@ -218,6 +218,12 @@ class ServerAnswered:
 
 
 @dataclass(frozen=True, slots=True)
+class ServerNotified:
+    method: str
+    params: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
 class Drained:
     """Nothing more from the legacy server for now: what it asked so far goes to the client as one round."""
 
@@ -242,7 +248,7 @@ class UpstreamBroke:
     detail: str
 
 
-Event = ServerAsked | ServerAnswered | Drained | Retried | AnswerTimedOut | ClientGone | UpstreamBroke
+Event = ServerAsked | ServerNotified | ServerAnswered | Drained | Retried | AnswerTimedOut | ClientGone | UpstreamBroke
 
 
 # actions
@@ -270,7 +276,14 @@ class CancelServer:
     reason: str
 
 
-Action = AnswerServer | AskClient | Finish | CancelServer
+@dataclass(frozen=True, slots=True)
+class Notify:
+    """A request-scoped notification for the client, on the request's SSE answer (2026-07-28 basic/transports)."""
+
+    message: dict[str, Any]
+
+
+Action = AnswerServer | AskClient | Finish | CancelServer | Notify
 Step = tuple[CallState, tuple[Action, ...]]
 
 
@@ -308,6 +321,8 @@ def handle(state: CallState, event: Event) -> Step:
     match event:
         case ServerAsked():
             return _asked(state, event)
+        case ServerNotified(method, params):
+            return state, _notified(state, method, params)
         case ServerAnswered(result, error):
             return _answered(state, result, error)
         case Drained():
@@ -348,6 +363,25 @@ def _asked(state: CallState, event: ServerAsked) -> Step:
         return _done(state), (CancelServer("the client lacks a capability"), Finish(error=error))
     asked = Asked(f"in{state.asked_count + 1}", event.upstream_id, event.method, event.params)
     return replace(state, asked_count=state.asked_count + 1, gathered=(*state.gathered, asked)), ()
+
+
+def _notified(state: CallState, method: str, params: Mapping[str, Any]) -> tuple[Action, ...]:
+    """Progress reaches the client while its request is open (2026-07-28 basic/patterns §Progress); log messages
+    do not: 2026 sends them only to a request that set ``_meta.logLevel``, and the legacy session never set one.
+    A parked call has no open request: its progress is dropped."""
+    if method != "notifications/progress" or state.phase is not Phase.RUNNING:
+        return ()
+    return (Notify({"jsonrpc": "2.0", "method": method, "params": dict(params)}),)
+
+
+def progress_for(message: Mapping[str, Any], token: Any) -> dict[str, Any] | None:
+    """A legacy progress notification for the request driving the call now: the legacy call keeps the token of
+    the request that started it, while each 2026 round is its own request with its own token (2026-07-28
+    basic/patterns §Progress), so the token is the current request's; one that asked for none gets nothing."""
+    params = message.get("params")
+    if token is None or isinstance(token, bool) or not isinstance(params, Mapping):
+        return None
+    return {**message, "params": {**params, "progressToken": token}}
 
 
 def _answered(state: CallState, result: Any, error: Any) -> Step:

@@ -29,6 +29,7 @@ from adapters import reverse as R
 from adapters import reverse_wire as W
 from adapters.errors import ErrorValue, passthrough_ended, upstream_failure
 from adapters.protocol import MRTR_METHODS, NAME_PARAM
+from adapters.sse import encode_event
 from gateway.http.passthrough import Passthroughs
 from gateway.session.runtime import log
 from gateway.session.streams import json_response
@@ -93,6 +94,9 @@ class Call:
     claims: R.Claims  # what its states bind (call, principal, method, name, digest); round/expiry per state
     timer: asyncio.TimerHandle | None = None
     busy: bool = False  # a request of its client drives it now: no other may
+    request: web.Request | None = None  # that request, while it drives the call
+    token: Any = None  # that request's progressToken
+    stream: web.StreamResponse | None = None  # its SSE answer, once a notification needed one
 
 
 def now_ms() -> int:
@@ -245,7 +249,7 @@ class ReverseBridge:
         call = Call(claims.call, pooled, upstream_id, queue, reader, state, claims)
         pooled.busy += 1
         pooled.calls[call.ident] = call
-        return await self._drive(request, relays, call, req.ident)
+        return await self._drive(request, relays, call, req)
 
     async def _retry(self, request: web.Request, req: W.Request, principal: str,
                      relays: Passthroughs) -> web.StreamResponse:
@@ -263,24 +267,26 @@ class ReverseBridge:
         if call.timer is not None:
             call.timer.cancel()
         responses = req.params.get("inputResponses")
-        return await self._drive(request, relays, call, req.ident, R.Retried(responses if isinstance(responses, Mapping)
+        return await self._drive(request, relays, call, req, R.Retried(responses if isinstance(responses, Mapping)
                                                                      else {}))
 
-    async def _drive(self, request: web.Request, relays: Passthroughs, call: Call, ident: Any,
+    async def _drive(self, request: web.Request, relays: Passthroughs, call: Call, req: W.Request,
                      first: R.Event | None = None) -> web.StreamResponse:
         """Run the call until it asks the client or ends; the client's hang-up (or shutdown) cancels it."""
         relay = relays.relay(request)
+        call.request, call.stream, call.token = request, None, _progress_token(req)
         outcome: R.AskClient | R.Finish | None = None
         with relay:
             outcome = await self._feed(call, first) if first is not None else None
             outcome = outcome or await self._run(call)
+        call.request = None
         if outcome is None:  # the client is gone (the 2026 cancel) or the gateway stops
             await self._feed(call, R.ClientGone())
             self._end(call)
-            return answer(ident, error=passthrough_ended())
+            return await _final(call.stream, req.ident, None, passthrough_ended())
         if isinstance(outcome, R.Finish):
-            return answer(ident, outcome.result, outcome.error)
-        return answer(ident, self._park(call, outcome))
+            return await _final(call.stream, req.ident, outcome.result, outcome.error)
+        return await _final(call.stream, req.ident, self._park(call, outcome))
 
     async def _run(self, call: Call) -> R.AskClient | R.Finish:
         while True:
@@ -311,11 +317,25 @@ class ReverseBridge:
                 case R.CancelServer(reason):
                     params = {"requestId": call.upstream_id, "reason": reason}
                     await _quietly(session.notify("notifications/cancelled", params))
+                case R.Notify(message):
+                    await _quietly(self._notify(call, message))
                 case R.AskClient() | R.Finish():
                     outcome = action
         if call.state.phase is R.Phase.DONE:
             self._end(call)
         return outcome
+
+    async def _notify(self, call: Call, message: Message) -> None:
+        """The request's answer turns into an SSE stream at its first notification (2026-07-28 basic/transports)."""
+        relayed = R.progress_for(message, call.token) if call.request is not None else None
+        if relayed is None or call.request is None:
+            return
+        if call.stream is None:
+            call.stream = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache",
+                                                      "X-Accel-Buffering": "no"})
+            await call.stream.prepare(call.request)
+        with contextlib.suppress(ConnectionResetError):
+            await call.stream.write(encode_event(None, relayed))
 
     def _park(self, call: Call, ask: R.AskClient) -> dict[str, Any]:
         """The call waits for its client's retry (at most ``answer_timeout_seconds``): input_required."""
@@ -344,13 +364,30 @@ class ReverseBridge:
         call.pooled.last_used_ms = now_ms()
 
 
+def _progress_token(req: W.Request) -> Any:
+    meta = req.params.get("_meta")
+    return meta.get("progressToken") if isinstance(meta, Mapping) else None
+
+
+async def _final(stream: web.StreamResponse | None, ident: Any, result: Any = None,
+                 error: ErrorValue | None = None) -> web.StreamResponse:
+    """The answer: a JSON body, or the last event of the SSE stream notifications opened."""
+    if stream is None:
+        return answer(ident, result, error)
+    body = {"jsonrpc": "2.0", "id": ident, **({"error": error.to_wire()} if error else {"result": result})}
+    with contextlib.suppress(ConnectionResetError):
+        await stream.write(encode_event(None, body))
+        await stream.write_eof()
+    return stream
+
+
 def _event(call: Call, message: Message) -> R.Event | None:
     if BROKE in message:
         return R.UpstreamBroke(str(message[BROKE]))
     if "method" in message:
         params = message.get("params")
         if "id" not in message:
-            return None  # a notification (progress, log): not relayed yet
+            return R.ServerNotified(str(message["method"]), params if isinstance(params, Mapping) else {})
         return R.ServerAsked(message["id"], str(message["method"]), params if isinstance(params, Mapping) else {})
     if message.get("id") == call.upstream_id:
         return R.ServerAnswered(message.get("result"), message.get("error"))

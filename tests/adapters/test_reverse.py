@@ -221,6 +221,24 @@ def test_a_list_cannot_ask_the_client() -> None:
     assert actions[0].error.code == -32603 and state.phase is R.Phase.RUNNING  # type: ignore[union-attr]
 
 
+def test_progress_reaches_an_open_request_only_and_logs_never() -> None:
+    progress = R.ServerNotified("notifications/progress", {"progressToken": 1, "progress": 1})
+    _, out = run([progress, R.ServerNotified("notifications/message", {"level": "info", "data": "x"}),
+                  R.ServerAsked(1, "roots/list", {}), R.Drained(), progress])
+    assert out[0] == (R.Notify({"jsonrpc": "2.0", "method": "notifications/progress",
+                                "params": {"progressToken": 1, "progress": 1}}),)
+    assert out[1] == () and out[4] == ()
+
+
+@pytest.mark.parametrize(("token", "expected"), [
+    ("round-2", {"jsonrpc": "2.0", "method": "notifications/progress", "params": {"progressToken": "round-2",
+                                                                                  "progress": 1}}),
+    (None, None), (True, None)])
+def test_progress_carries_the_token_of_the_request_driving_the_call(token, expected) -> None:
+    sent = {"jsonrpc": "2.0", "method": "notifications/progress", "params": {"progressToken": 7, "progress": 1}}
+    assert R.progress_for(sent, token) == expected
+
+
 def test_ping_and_unknown_server_requests_are_answered_at_once() -> None:
     _, out = run([R.ServerAsked(4, "ping"), R.ServerAsked(5, "tasks/get")])
     assert out[0] == (R.AnswerServer(4, {}),)

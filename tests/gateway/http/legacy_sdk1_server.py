@@ -62,6 +62,16 @@ async def show_roots(ctx: Context) -> str:
 
 
 @app.tool()
+async def count(n: int, ctx: Context) -> str:
+    """Progress, then a sampling round, then progress again."""
+    for i in range(n):
+        await ctx.report_progress(i + 1, n + 1)
+    said = await ctx.session.create_message(_ask("go on"), max_tokens=5, related_request_id=ctx.request_id)
+    await ctx.report_progress(n + 1, n + 1)
+    return f"counted {n}, {_text(said)}"
+
+
+@app.tool()
 def echo(text: str) -> str:
     return text
 

@@ -114,6 +114,18 @@ async def test_every_flow_of_a_legacy_server_reaches_a_2026_client(gateway: Any)
     assert len(bridge.pool) == 1 and not bridge.parked  # one session for all, no call left parked
 
 
+async def test_progress_of_a_bridged_call_reaches_the_client(gateway: Any) -> None:
+    seen: list[float] = []
+
+    async def on_progress(progress: float, total: float | None, message: str | None) -> None:
+        seen.append(progress)
+
+    async with modern(gateway) as client:
+        result = await client.call_tool("count", {"n": 2}, progress_callback=on_progress)
+    assert text_of(result) == "counted 2, <go on>"
+    assert seen == [1, 2, 3]  # before the round, and in the retry's answer after it
+
+
 @pytest.mark.parametrize("action", ["decline", "cancel"])
 async def test_a_declined_or_cancelled_elicitation_reaches_the_legacy_tool(gateway: Any, action: str) -> None:
     async with modern(gateway, elicitation_callback=elicit(action)) as client:
