@@ -17,6 +17,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from adapters.task_poll import EXTENSION as TASKS_EXTENSION
+
 _PASS_THROUGH_CLIENT = ("sampling", "elicitation", "experimental", "extensions")
 
 
@@ -68,6 +70,11 @@ def server_caps_to_legacy(caps: Mapping[str, Any] | None, features: BridgedFeatu
     for name in ("logging", "completions", "experimental", "extensions"):
         if isinstance(caps.get(name), Mapping):
             out[name] = dict(caps[name])
+    # The tasks extension is the gateway's to use (it drives the upstream's tasks, docs/design.md §17); a legacy
+    # client offered it would find no tasks/* here (-32601).
+    out.get("extensions", {}).pop(TASKS_EXTENSION, None)
+    if out.get("extensions") == {}:
+        del out["extensions"]
     return out
 
 

@@ -125,3 +125,12 @@ def test_cache_policy(result, key, expires) -> None:
 
 def test_private_discover_is_looked_up_per_principal_first() -> None:
     assert discover_cache_keys("alice") == ("server/discover|private|alice", "server/discover|public")
+
+
+def test_the_tasks_extension_is_not_offered_to_legacy_clients() -> None:
+    """The gateway drives the upstream's tasks itself (docs/design.md §17); other extensions pass."""
+    ui = {"mimeTypes": ["text/html;profile=mcp-app"]}
+    caps = {"tools": {}, "extensions": {"io.modelcontextprotocol/tasks": {}, "io.modelcontextprotocol/ui": ui}}
+    assert server_caps_to_legacy(caps, BridgedFeatures())["extensions"] == {"io.modelcontextprotocol/ui": ui}
+    assert "extensions" not in server_caps_to_legacy({"extensions": {"io.modelcontextprotocol/tasks": {}}},
+                                                     BridgedFeatures())

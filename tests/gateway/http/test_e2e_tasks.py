@@ -118,6 +118,7 @@ async def test_completed_with_the_confirmation_accepted(stack) -> None:
     core, gateway, wire = stack
     elicit = confirming("accept")
     async with legacy(gateway, elicit) as client:
+        assert EXTENSION not in str(client.server_capabilities.model_dump())  # the gateway's to use, not offered
         result = await client.call_tool("build_project", {"project": "demo"})
     assert not result.is_error and result.structured_content == {"project": "demo", "outcome": "published"}
     assert len(elicit.seen) == 1 and "demo compiled" in elicit.seen[0].message
