@@ -17,6 +17,7 @@ import mcp_types as types
 import pytest
 from mcp import Client
 from mcp.shared.exceptions import MCPError
+from prometheus_client.parser import text_string_to_metric_families
 
 from adapters.task_poll import EXTENSION
 from adapters.upstream import SessionView, build_request
@@ -108,6 +109,14 @@ async def task_status(core, task_id: str) -> str:
     return str(body["result"]["status"])
 
 
+async def tasks_counted(gateway) -> dict[str, float]:
+    """``mcp_gateway_tasks`` by outcome, as /metrics shows it."""
+    async with aiohttp.ClientSession() as http, http.get(gateway.make_url("/metrics")) as resp:
+        text = await resp.text()
+    return {s.labels["outcome"]: s.value for family in text_string_to_metric_families(text)
+            for s in family.samples if s.name == "mcp_gateway_tasks_total"}
+
+
 def the_task(wire: Wire) -> str:
     ids = {b["params"]["taskId"] for b in wire.calls("tasks/get")}
     assert len(ids) == 1, ids
@@ -127,6 +136,7 @@ async def test_completed_with_the_confirmation_accepted(stack) -> None:
     (update,) = wire.calls("tasks/update")
     assert update["params"]["inputResponses"] == {"publish": {"action": "accept", "content": {"confirm": True}}}
     assert await task_status(core, the_task(wire)) == "completed" and not wire.calls("tasks/cancel")
+    assert await tasks_counted(gateway) == {"completed": 1}
 
 
 async def test_declined(stack) -> None:
@@ -198,5 +208,6 @@ async def test_cancelled_mid_way_by_the_client_cancels_the_task_upstream(slow_st
         task_id = the_task(wire)
         assert [b["params"]["taskId"] for b in wire.calls("tasks/cancel")] == [task_id]
         assert await task_status(core, task_id) == "cancelled"
+        assert await tasks_counted(gateway) == {"client_cancelled": 1}
         assert (await client.call_tool("echo", {"text": "still here"})).content[0].text == "still here"
     assert not wire.sent("elicitation/create")  # cancelled before its confirmation
