@@ -33,7 +33,7 @@ from adapters.sse import encode_event
 from gateway.http.passthrough import Passthroughs
 from gateway.session.runtime import log
 from gateway.session.streams import json_response
-from gateway.upstream.legacy_session import BROKE, LegacyFailure, LegacySession, Message, SessionGone
+from gateway.upstream.legacy_session import BROKE, GONE, LegacyFailure, LegacySession, Message, SessionGone
 
 _AAD = b"mcp-legacy-gateway reverse requestState v1"
 _FAILURES = (LegacyFailure, aiohttp.ClientError, TimeoutError, ValueError)
@@ -239,10 +239,7 @@ class ReverseBridge:
                      relays: Passthroughs) -> web.StreamResponse:
         upstream_id = pooled.session.new_id()
         body = {"jsonrpc": "2.0", "id": upstream_id, "method": req.method, "params": W.legacy_params(req.params)}
-        try:
-            queue, reader = await pooled.session.request(body)
-        except _FAILURES as exc:
-            return answer(req.ident, error=upstream_failure("session", str(exc) or type(exc).__name__))
+        queue, reader = pooled.session.request(body)
         name = str(req.params.get(NAME_PARAM.get(req.method, "name"), ""))
         claims = R.Claims(uuid.uuid4().hex, 0, principal, req.method, name, R.digest(req.params), 0)
         state = R.start(req.method, req.capabilities, self.settings.call)
@@ -276,17 +273,30 @@ class ReverseBridge:
         relay = relays.relay(request)
         call.request, call.stream, call.token = request, None, _progress_token(req)
         outcome: R.AskClient | R.Finish | None = None
-        with relay:
-            outcome = await self._feed(call, first) if first is not None else None
-            outcome = outcome or await self._run(call)
+        try:
+            with relay:
+                outcome = await self._feed(call, first) if first is not None else None
+                outcome = outcome or await self._run(call)
+        except SessionGone:  # before the server took the call: the caller opens a new session and sends it again
+            self._end(call)
+            raise
+        except asyncio.CancelledError:  # the server cancelled the handler (its client is gone): cancel upstream
+            call.request = None
+            self.spawn(self._gone(call, req))
+            raise
         call.request = None
         if outcome is None:  # the client is gone (the 2026 cancel) or the gateway stops
-            await self._feed(call, R.ClientGone())
-            self._end(call)
+            await self._gone(call, req)
             return await _final(call.stream, req.ident, None, passthrough_ended())
         if isinstance(outcome, R.Finish):
             return await _final(call.stream, req.ident, outcome.result, outcome.error)
         return await _final(call.stream, req.ident, self._park(call, outcome))
+
+    async def _gone(self, call: Call, req: W.Request) -> None:
+        log.info("reverse bridge: %s %r ended by its client or shutdown: cancelled upstream", req.method,
+                 call.claims.name)
+        await self._feed(call, R.ClientGone())
+        self._end(call)
 
     async def _run(self, call: Call) -> R.AskClient | R.Finish:
         while True:
@@ -384,6 +394,8 @@ async def _final(stream: web.StreamResponse | None, ident: Any, result: Any = No
 def _event(call: Call, message: Message) -> R.Event | None:
     if BROKE in message:
         return R.UpstreamBroke(str(message[BROKE]))
+    if GONE in message:
+        raise SessionGone(call.pooled.session.url)
     if "method" in message:
         params = message.get("params")
         if "id" not in message:

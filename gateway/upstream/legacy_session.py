@@ -24,6 +24,7 @@ from adapters.sse import EventTooLarge, SseDecoder
 log = logging.getLogger("gateway")
 Message = dict[str, Any]
 BROKE = "dev.legacy-gateway/broke"  # the key of the queue's last item when a stream ended without its answer
+GONE = "dev.legacy-gateway/gone"  # the key of the queue's only item when the server no longer knows the session
 
 
 class SessionGone(Exception):
@@ -77,25 +78,24 @@ class LegacySession:
     def new_id(self) -> str:
         return f"gw-{next(self.ids)}"
 
-    async def request(self, message: Message) -> tuple[asyncio.Queue[Message], asyncio.Task[None]]:
+    def request(self, message: Message) -> tuple[asyncio.Queue[Message], asyncio.Task[None]]:
         """POST a request; its messages (server requests and notifications, then its answer) arrive on the
-        returned queue, read by the returned task, which ends with the answer or the stream (then ``BROKE``)."""
-        resp = await self.http.post(self.url, data=dumps(message), headers=self.headers())
-        if reinitialize(resp.status):
-            resp.release()
-            raise SessionGone(self.url)
-        if resp.status != 200:
-            resp.release()
-            raise LegacyFailure(f"{message.get('method')} answered HTTP {resp.status}")
+        returned queue, read by the returned task, which ends with the answer, or with ``GONE`` (a 404: the session
+        ended, the request was not taken) or ``BROKE`` (no answer will come). Nothing here waits: a server may
+        send its answer's headers only with its first event, and the caller must notice its client's hang-up."""
         queue: asyncio.Queue[Message] = asyncio.Queue()
-        return queue, asyncio.create_task(self._read_all(resp, queue, message["id"]))
+        return queue, asyncio.create_task(self._exchange(message, queue))
 
-    async def _read_all(self, resp: aiohttp.ClientResponse, queue: asyncio.Queue[Message], ident: Any) -> None:
+    async def _exchange(self, message: Message, queue: asyncio.Queue[Message]) -> None:
         try:
-            async with resp:
-                if not await self._read(resp, queue, ident):
+            async with self.http.post(self.url, data=dumps(message), headers=self.headers()) as resp:
+                if reinitialize(resp.status):
+                    queue.put_nowait({GONE: True})
+                elif resp.status != 200:
+                    queue.put_nowait({BROKE: f"the upstream answered HTTP {resp.status}"})
+                elif not await self._read(resp, queue, message["id"]):
                     queue.put_nowait({BROKE: "the upstream stream ended before its answer"})
-        except (aiohttp.ClientError, EventTooLarge, ValueError) as exc:
+        except (aiohttp.ClientError, EventTooLarge, ValueError, TimeoutError) as exc:
             queue.put_nowait({BROKE: f"the upstream stream broke ({type(exc).__name__})"})
 
     async def _read(self, resp: aiohttp.ClientResponse, queue: asyncio.Queue[Message], ident: Any) -> bool:

@@ -8,11 +8,15 @@ from __future__ import annotations
 
 import sys
 
+import anyio
 from mcp.server.fastmcp import Context, FastMCP
 from mcp.types import SamplingMessage, TextContent
 from pydantic import BaseModel
 
 app = FastMCP("legacy-notes", instructions="A 2025-era notes server.", host="127.0.0.1", port=int(sys.argv[1]))
+
+
+CANCELLED: list[str] = []  # the tools whose call a notifications/cancelled ended, in order
 
 
 class Confirm(BaseModel):
@@ -31,9 +35,29 @@ def _text(result: object) -> str:
 @app.tool()
 async def ask_model(topic: str, ctx: Context) -> str:
     """One sampling round."""
-    answer = await ctx.session.create_message(_ask(f"about {topic}"), max_tokens=20,
-                                              related_request_id=ctx.request_id)
+    try:
+        answer = await ctx.session.create_message(_ask(f"about {topic}"), max_tokens=20,
+                                                  related_request_id=ctx.request_id)
+    except anyio.get_cancelled_exc_class():
+        CANCELLED.append("ask_model")
+        raise
     return f"model said: {_text(answer)}"
+
+
+@app.tool()
+async def slow() -> str:
+    """Works for long: for a client that hangs up."""
+    try:
+        await anyio.sleep(30)
+    except anyio.get_cancelled_exc_class():
+        CANCELLED.append("slow")
+        raise
+    return "done"
+
+
+@app.tool()
+def cancelled() -> str:
+    return ",".join(CANCELLED)
 
 
 @app.tool()

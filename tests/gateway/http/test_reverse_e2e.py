@@ -217,12 +217,33 @@ async def test_a_call_nobody_retries_is_cancelled_upstream(aiohttp_server: Any, 
                 break
             await asyncio.sleep(0.05)
         assert not bridge.parked and all(p.busy == 0 for p in bridge.pool.values())
+        assert await _cancelled(http, gateway) == "ask_model"  # the legacy tool was cancelled
         status, late = await _ask(http, gateway, 2, requestState=first["result"]["requestState"],
                                   inputResponses={"in1": SAMPLED})
         assert (status, late["error"]["code"]) == (400, -32602)
         status, fine = await _post(http, gateway, 3, "tools/call", {"name": "echo", "arguments": {"text": "ok"}},
                                    "echo")
         assert fine["result"]["content"][0]["text"] == "ok"  # the session still serves
+
+
+async def _cancelled(http: aiohttp.ClientSession, gateway: Any) -> str:
+    for _ in range(40):
+        _, said = await _post(http, gateway, 99, "tools/call", {"name": "cancelled", "arguments": {}}, "cancelled")
+        text = str(said["result"]["content"][0]["text"]) if said["result"]["content"] else ""
+        if text:
+            return text
+        await asyncio.sleep(0.05)
+    return ""
+
+
+async def test_a_client_that_hangs_up_cancels_the_legacy_call(gateway: Any) -> None:
+    bridge = gateway.app[REVERSE]
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=0.5)) as http:
+        with pytest.raises(TimeoutError):
+            await _post(http, gateway, 1, "tools/call", {"name": "slow", "arguments": {}}, "slow")
+    async with aiohttp.ClientSession() as http:
+        assert await _cancelled(http, gateway) == "slow"  # 2026-07-28: a closed stream is the cancel
+        assert all(not p.calls for p in bridge.pool.values())
 
 
 async def test_the_official_client_sees_refusals_as_errors(gateway: Any) -> None:
