@@ -1,7 +1,8 @@
 """The architecture, read from the folders: every import (top-level or inside a function) points down.
 
-Floors, bottom first: ``adapters`` (pure) < ``gateway.config`` < ``gateway.auth`` < ``gateway.upstream`` < ``gateway.session`` <
-``gateway.telemetry`` < ``gateway.http`` < ``gateway.ops``. A module may import its own folder and the floors
+Floors, bottom first: ``adapters`` (pure) < ``gateway.config`` < ``gateway.auth`` < ``gateway.upstream`` <
+``gateway.session`` < ``gateway.telemetry`` < ``gateway.http`` < ``gateway.ops``. A module may import its own
+folder and the floors
 below it, never one above; and no set of modules imports itself round in a circle (in the gateway, the
 adapters and the reference core), since a circle held apart by imports inside functions is still a circle.
 """

@@ -88,9 +88,6 @@ class ConnectionsConfig(_Frozen):
     # Door sessions (WebSocket, HTTP+SSE) open at once in all, each holding up to door_max_in_flight +
     # max_pending_per_session + 2 loopback connections; 0: derived from RLIMIT_NOFILE (gateway.ops.connections).
     door_max_sessions: int = Field(0, ge=0)
-    # Door sessions (WebSocket, HTTP+SSE) open at once in all, each holding up to door_max_in_flight +
-    # max_pending_per_session + 2 loopback connections; 0: derived from RLIMIT_NOFILE (gateway.ops.connections).
-    door_max_sessions: int = Field(0, ge=0)
 
 
 class StoreConfig(_Frozen):
