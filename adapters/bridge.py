@@ -78,6 +78,9 @@ class BridgeContext:
     scoped: bool = False
     # Injected: how many other requests of the session are driving a task now (max_tasks_per_session).
     tasks_running: Callable[[], int] = lambda: 0
+    # Whether the shell declared the tasks extension on this call (adapters.task_poll.declare): a task answer to
+    # a call that did not is the upstream's error (ext-tasks: a task only for a request that declared it).
+    tasks_declared: bool = True
 
     @property
     def cache_roots(self) -> bool:
@@ -354,6 +357,9 @@ class BridgeMachine:
     def _on_result(self, result: Any) -> list[Action]:
         self.record.resent = None  # the resent round was answered: what follows is an ordinary round
         if self.record.method == "tools/call" and TP.is_task(result):
+            if not self.ctx.tasks_declared:
+                return self._finish_error(E.upstream_failure(
+                    "invalid_result", "resultType 'task' for a call that did not declare the tasks extension"))
             return self._on_task_created(result)
         outcome = classify_result(self.record.method, result)
         if isinstance(outcome, Invalid):

@@ -35,7 +35,7 @@ from adapters.peers import peer_limits
 from adapters.records import PendingRound, SessionRecord
 from adapters.relay import answer_key, request_key
 from adapters.results import progress_advances, request_notification, response
-from adapters.task_poll import declare
+from adapters.task_poll import declare, offered
 from adapters.upstream import UnencodableHeader, build_request, header_map_of, learned_header_maps, needs_header_refresh
 from gateway.session.observer import ExchangeWatcher
 from gateway.session.runtime import SessionRuntime, log, new_id, random_id, session_view
@@ -155,7 +155,8 @@ def bridge_context(runtime: SessionRuntime, session: SessionRecord,
     # The peer's tool policy filters a tools/list result (adapters.tool_policy); scopes exist with [gateway.auth].
     return B.BridgeContext(limits, session.client_capabilities, random_id, cached_roots=session.cached_roots,
                            tools=peer.tools, scoped=gateway.config.auth.enabled,
-                           tasks_running=lambda: _tasks_running(runtime))
+                           tasks_running=lambda: _tasks_running(runtime),
+                           tasks_declared=offered(session.server_capabilities))
 
 
 def _tasks_running(runtime: SessionRuntime) -> int:

@@ -35,13 +35,14 @@ def task(status="working", message="working", task_id="t-1", **payload):
     return {**out, **payload}
 
 
-def machine(caps=CAPS, limits=LIMITS, token=None, running=0):
+def machine(caps=CAPS, limits=LIMITS, token=None, running=0, declared=True):
     counter = itertools.count(1)
     params = {"name": "build_project", "arguments": {"project": "demo"}}
     if token is not None:
         params["_meta"] = {"progressToken": token}
     record = PendingRound("b1", "s1", 7, "tools/call", params)
-    ctx = B.BridgeContext(limits, caps, lambda: f"g{next(counter)}", tasks_running=lambda: running)
+    ctx = B.BridgeContext(limits, caps, lambda: f"g{next(counter)}", tasks_running=lambda: running,
+                          tasks_declared=declared)
     m = B.BridgeMachine(record, ctx)
     m.start()
     return m
@@ -337,3 +338,12 @@ def test_a_task_is_not_accepted_for_methods_other_than_tools_call() -> None:
     m = B.BridgeMachine(record, B.BridgeContext(LIMITS, CAPS, lambda: f"g{next(counter)}"))
     m.start()
     assert final(m.handle(B.UpstreamResult(created())))["error"]["code"] == -32603
+
+
+def test_a_task_for_a_call_that_did_not_declare_the_extension_is_the_upstreams_error() -> None:
+    m = machine(declared=False)
+    actions = m.handle(B.UpstreamResult(created()))
+    assert not only(actions, B.PollTask) and not only(actions, B.ArmTimer)
+    error = final(actions)["error"]
+    assert error["code"] == E.INTERNAL_ERROR and error["data"] == {"upstream": "invalid_result"}
+    assert "did not declare the tasks extension" in error["message"]
