@@ -14,7 +14,9 @@ A door session also ends as soon as its client's connection is gone (:func:`serv
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Coroutine
+import contextlib
+import socket
+from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any
 
@@ -27,6 +29,8 @@ from gateway.http.answers import rejection_response
 
 HOP_ENDPOINT = "http://localhost/mcp"  # on the hop's Unix socket: a loopback name for the Host check
 GONE_POLL_SECONDS = 0.2  # how soon a door session notices that its client's connection is gone
+PROBE_SECONDS = 1.0  # how often a door session that may not be reading its client writes to it (a ping)
+_TCP_ESTABLISHED = 1  # tcp_info.tcpi_state (Linux include/net/tcp_states.h)
 
 
 @dataclass
@@ -81,14 +85,17 @@ def leave_door(request: web.Request) -> None:
     request.app[HOP].open -= 1
 
 
-async def serve_until_gone(request: web.Request, serving: Coroutine[Any, Any, None]) -> None:
+async def serve_until_gone(request: web.Request, serving: Coroutine[Any, Any, None],
+                           probe: Callable[[], Awaitable[None]] | None = None) -> None:
     """Runs a door session's ``serving`` until it ends or the client's connection is lost, whichever comes first.
 
     aiohttp does not cancel the handler of a lost connection (``handler_cancellation`` stays off,
     gateway/http/passthrough.py), and a WebSocket still yields the frames it read before the loss: a door
     served a departed client's buffered flood for seconds, and one waiting for a place among its messages in
-    flight (all of them waiting on the upstream) never noticed the client leave."""
-    task, watch = asyncio.ensure_future(serving), asyncio.ensure_future(_gone(request))
+    flight (all of them waiting on the upstream) never noticed the client leave. ``probe`` (a WebSocket ping),
+    sent every :data:`PROBE_SECONDS`: a client that closed its socket with frames still unsent (its FIN waits
+    behind them) answers anything written to it with a reset, which :func:`client_gone` then sees."""
+    task, watch = asyncio.ensure_future(serving), asyncio.ensure_future(_gone(request, probe))
     try:
         await asyncio.wait((task, watch), return_when=asyncio.FIRST_COMPLETED)
     finally:
@@ -101,9 +108,29 @@ async def serve_until_gone(request: web.Request, serving: Coroutine[Any, Any, No
 
 
 def client_gone(request: web.Request) -> bool:
-    return request.transport is None or request.transport.is_closing()
+    transport = request.transport
+    return transport is None or transport.is_closing() or _peer_left(transport.get_extra_info("socket"))
 
 
-async def _gone(request: web.Request) -> None:
-    while not client_gone(request):  # noqa: ASYNC110  (aiohttp offers no event for a lost connection)
+def _peer_left(sock: socket.socket | None) -> bool:
+    """The kernel's word that the client reset or closed its end (the TCP state is no longer established). A
+    transport learns it only by reading, and a door whose client floods it has paused reading (its frames wait
+    unread): the kernel's view is then the only one. Where TCP_INFO is not offered, False."""
+    if sock is None or sock.family not in (socket.AF_INET, socket.AF_INET6) or not hasattr(socket, "TCP_INFO"):
+        return False
+    try:
+        return sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, 1)[0] != _TCP_ESTABLISHED
+    except OSError:
+        return False
+
+
+async def _gone(request: web.Request, probe: Callable[[], Awaitable[None]] | None) -> None:
+    loop = asyncio.get_running_loop()
+    probed = loop.time()
+    while not client_gone(request):  # aiohttp offers no event for a lost connection
         await asyncio.sleep(GONE_POLL_SECONDS)
+        if probe is not None and loop.time() - probed >= PROBE_SECONDS:
+            probed = loop.time()
+            with contextlib.suppress(aiohttp.ClientError, ConnectionError, RuntimeError, TimeoutError):
+                async with asyncio.timeout(GONE_POLL_SECONDS):  # a client that does not read: the outbox's case
+                    await probe()

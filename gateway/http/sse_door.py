@@ -25,7 +25,15 @@ from adapters.jsonwire import loads
 from gateway.http.answers import Acknowledgement, rejection_response
 from gateway.http.authorization import door_principal
 from gateway.http.door import DoorClient
-from gateway.http.door_hop import HOP, door_connector, door_endpoint, enter_door, install_door_hop, leave_door
+from gateway.http.door_hop import (
+    HOP,
+    door_connector,
+    door_endpoint,
+    enter_door,
+    install_door_hop,
+    leave_door,
+    serve_until_gone,
+)
 from gateway.http.keys import GATEWAY
 from gateway.http.outbox import Outbox, cut_off
 
@@ -84,7 +92,7 @@ async def _serve_stream(request: web.Request, verified: str | None) -> web.Strea
     request.app[STREAMS][stream_id] = stream
     try:
         await response.write(f"event: endpoint\ndata: /messages?session_id={stream_id}\n\n".encode())
-        await _pump(stream, response)
+        await serve_until_gone(request, _pump(stream, response))  # its calls end as soon as it is gone
     except (ConnectionResetError, asyncio.CancelledError):
         pass  # the client went away: its session ends below
     finally:

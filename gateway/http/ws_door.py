@@ -69,7 +69,7 @@ async def _serve_socket(request: web.Request) -> web.WebSocketResponse:
                       door=gw.door_headers(Transport.WEBSOCKET), in_flight=limits.door_max_in_flight)
     sender = asyncio.get_running_loop().create_task(_send(ws, frames))
     try:
-        await serve_until_gone(request, _receive(request, ws, door))
+        await serve_until_gone(request, _receive(request, ws, door), probe=ws.ping)
     finally:
         # aiohttp cancels a WebSocket handler whose connection was lost, maybe while it ends the session: the
         # ending (closing the door's client last) is shielded, so the session is deleted and every door task ends

@@ -4,7 +4,8 @@ can misbehave below the HTTP library level (1xx heads, short bodies, garbage, by
 ``python tests/faults/faulty_upstream.py --port N``. ``server/discover`` is always answered correctly (so
 ``initialize`` works); a ``tools/call`` picks its misbehaviour from ``params.name`` (see ``TOOLS``) and echoes
 ``arguments.nonce`` when it answers, so the client can tell its answer from anyone else's. ``tools/list`` lists
-one tool. ``faults/stats`` (not counted itself) answers how many requests of each method arrived so far.
+one tool. ``faults/stats`` (not counted itself) answers how many requests of each method arrived so far, and
+under ``hanging`` how many ``hang`` calls it holds right now.
 """
 
 from __future__ import annotations
@@ -71,7 +72,11 @@ async def refuse(_b: Any, _r: Any, w: Writer) -> bool:
 
 
 async def hang(_b: Any, reader: asyncio.StreamReader, _w: Writer) -> bool:
-    await reader.read()  # never answers; waits until the gateway gives up and closes
+    COUNTS["hanging"] += 1  # calls held right now (faults/stats)
+    try:
+        await reader.read()  # never answers; waits until the gateway gives up and closes
+    finally:
+        COUNTS["hanging"] -= 1
     return False
 
 

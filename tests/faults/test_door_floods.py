@@ -343,3 +343,122 @@ async def test_an_sse_client_that_does_not_read(stack: tuple[Proc, Proc]) -> Non
     assert before_leaving > 10
     await assert_quiet_after_leaving(upstream, before_leaving)
     assert gateway.alive() and "Traceback" not in gateway.stderr()
+
+
+# A gateway under a low hard descriptor limit (it cannot raise it), with door bounds lowered so that a few door
+# sessions fit: each may hold 4 + 4 + 2 loopback connections (20 descriptors); upstream connections take 30.
+# Derived: (256 - 64 - 30) // 2 // 20 = 4 door sessions, 162 - 4 * 20 = 82 client connections.
+LOW_NOFILE = (256, 256)
+LOW_DOORS = 4
+LOW_CONFIG = """max_pending_per_session = 4
+
+[gateway.connections]
+door_max_in_flight = 4
+"""
+UPSTREAM_CONNECTIONS = "upstream_max_connections = 20\nupstream_max_stream_connections = 10\n"
+
+
+def hang_call(ident: int) -> dict[str, Any]:
+    return {"jsonrpc": "2.0", "id": ident, "method": "tools/call",
+            "params": {"name": "hang", "arguments": {"nonce": str(ident)}}}
+
+
+async def upstream_hanging(upstream: Proc) -> int:
+    async with aiohttp.ClientSession() as http, http.post(upstream.url, json={
+            "jsonrpc": "2.0", "id": 1, "method": "faults/stats"}) as resp:
+        return int((await resp.json())["result"].get("hanging", 0))
+
+
+async def poll_health(port: int, seconds: float) -> list[int | str]:
+    """``/healthz`` every 100 ms, each on a new connection: the status of each, or the error instead."""
+    statuses: list[int | str] = []
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + seconds
+    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(force_close=True),
+                                     timeout=aiohttp.ClientTimeout(total=2)) as http:
+        while loop.time() < deadline:
+            try:
+                async with http.get(f"http://127.0.0.1:{port}/healthz") as resp:
+                    statuses.append(resp.status)
+            except (aiohttp.ClientError, TimeoutError) as exc:
+                statuses.append(repr(exc))
+            await asyncio.sleep(0.1)
+    return statuses
+
+
+async def flood_hangs(ws: aiohttp.ClientWebSocketResponse, seconds: float) -> None:
+    """Calls that wait on the upstream, as fast as the door takes them; answers are read (timeouts, mostly)."""
+    reader = asyncio.get_running_loop().create_task(_count_answers(ws, [0]))
+    with contextlib.suppress(TimeoutError):
+        async with asyncio.timeout(seconds):
+            for ident in range(1, 1 << 30):
+                await ws.send_str(json.dumps(hang_call(ident)))
+    reader.cancel()
+    await asyncio.gather(reader, return_exceptions=True)
+
+
+async def sse_hangs(http: aiohttp.ClientSession, base: str, seconds: float) -> aiohttp.ClientResponse:
+    """An HTTP+SSE session posting calls that wait on the upstream, as fast as the door takes them; its stream."""
+    stream = await http.get(f"{base}/sse")
+    url = base + await sse_endpoint(stream.content)
+    loop = asyncio.get_running_loop()
+    await post_until(http, url, [INIT, INITIALIZED], loop.time() + 10)
+    reader = loop.create_task(_count_sse_answers(stream.content, [0]))
+    await post_until(http, url, map(hang_call, range(1, 1 << 30)), loop.time() + seconds)
+    reader.cancel()
+    return stream
+
+
+async def test_door_sessions_under_a_low_descriptor_limit(tmp_path: Path) -> None:
+    upstream = procs.faulty_upstream(tmp_path)
+    config = procs.CONFIG.replace("[gateway.limits]", UPSTREAM_CONNECTIONS + "\n[gateway.limits]")
+    gateway = procs.Proc("gateway", ["-m", "gateway", "serve", "--upstream", upstream.url, "--port", "{port}",
+                                     "--config", str(_config(tmp_path, config + LOW_CONFIG)), "--usage-db",
+                                     str(tmp_path / "usage.sqlite3"), "--no-access-log"], tmp_path, LOW_NOFILE)
+    base = f"http://127.0.0.1:{gateway.port}"
+    try:
+        await asyncio.gather(upstream.listening(), gateway.listening())
+        async with aiohttp.ClientSession() as http:
+            sockets = [await http.ws_connect(f"{base}/ws", protocols=("mcp",)) for _ in range(LOW_DOORS - 1)]
+            for ws in sockets:
+                await ws.send_str(json.dumps(INIT))
+                await _ws_answer(ws, 0)
+                await ws.send_str(json.dumps(INITIALIZED))
+            sse = asyncio.get_running_loop().create_task(sse_hangs(http, base, RUN_SECONDS))
+            while (await upstream_hanging(upstream)) == 0:  # the stream is open: every door place is taken
+                await asyncio.sleep(0.05)
+            refused = []
+            for _ in range(3):  # past door_max_sessions: refused before the upgrade, the others unharmed
+                with pytest.raises(aiohttp.WSServerHandshakeError) as extra:
+                    await http.ws_connect(f"{base}/ws", protocols=("mcp",))
+                refused.append(extra.value.status)
+            async with http.get(f"{base}/sse") as over:
+                refused.append(over.status)
+                limit = (await over.json())["error"]["data"]["limit"]
+            health, *_ = await asyncio.gather(poll_health(gateway.port, RUN_SECONDS),
+                                              *(flood_hangs(ws, RUN_SECONDS) for ws in sockets))
+            stream = await sse
+            held = await upstream_hanging(upstream)
+            for ws in sockets:
+                vanish(ws)
+            assert stream.connection is not None and stream.connection.transport is not None
+            stream.connection.transport.abort()
+            await asyncio.sleep(1.0)  # under the upstream read timeout (2 s): released by the doors' ends
+            still_held = await upstream_hanging(upstream)
+    finally:
+        gateway.stop()
+        upstream.stop()
+    log = gateway.stderr()
+    print(f"\nlow descriptors: {len(health)} /healthz, held {held} hanging calls, {still_held} after leaving")
+    assert "door_max_sessions is 4" in log  # the derived values kept, the operator warned
+    assert refused == [503] * 4 and limit == "door_max_sessions"
+    assert health and all(status == 200 for status in health), health
+    assert held >= LOW_DOORS  # every session had calls waiting on the upstream
+    assert still_held == 0, "calls of clients that left still wait on the upstream"
+    assert not any(word in log for word in ("EMFILE", "Too many open files", "Traceback")), log[-3000:]
+
+
+def _config(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "gateway.toml"
+    path.write_text(text)
+    return path

@@ -5,6 +5,7 @@ served, a client that does not read is closed, and every message is answered."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import socket
@@ -296,3 +297,41 @@ async def test_door_sessions_over_door_max_sessions_are_refused_before_the_upgra
             assert stream.status == 200 and (await _sse_endpoint(stream)).startswith("/messages")
     finally:
         await runner.cleanup()
+
+
+async def test_a_client_gone_behind_its_unread_flood_has_its_calls_ended(upstream: FakeUpstream,
+                                                                          make_gateway: Any) -> None:
+    """A client that closes its socket while the door is not reading it (every place taken by calls waiting on
+    the upstream): its FIN waits in its kernel behind the frames it sent, which the door will not read. The
+    door's ping draws a reset from the closed socket, and the door ends: its calls are cancelled upstream."""
+    closed = asyncio.Event()
+    _scripted(upstream, closed)
+    client = await make_gateway(connections={"door_max_in_flight": 2})
+    gw = client.server.app[GATEWAY]
+    sock = await _raw_websocket(client.make_url("/ws"))
+    await _raw_send(sock, INIT)
+    for _ in range(500):
+        if gw.runtimes:
+            break
+        await asyncio.sleep(0.01)
+    await asyncio.sleep(0.2)
+    ident, stalled = 2, 0
+    while stalled < 5:  # until neither kernel takes more (the door reads 2 of these): the rest wait in ours
+        stalled += 1
+        with contextlib.suppress(BlockingIOError):
+            while True:
+                payload = json.dumps(_call(ident, "hang")).encode()
+                sock.send(b"\x81" + bytes([0x80 | len(payload)]) + b"\0\0\0\0" + payload)
+                ident, stalled = ident + 1, 0
+        await asyncio.sleep(0.1)
+    assert await _hangs(upstream) == 2 and not closed.is_set()
+    with contextlib.suppress(BlockingIOError):
+        while sock.recv(1 << 16):  # everything it was sent: nothing unread, so closing sends a FIN, not a reset
+            pass
+    sock.close()
+    await asyncio.wait_for(closed.wait(), 3)  # the upstream read timeout is 600 s: only the door's end does it
+    for _ in range(300):
+        if not gw.runtimes:
+            break
+        await asyncio.sleep(0.01)
+    assert not gw.runtimes
