@@ -85,6 +85,9 @@ def _add_transport_column(conn: sqlite3.Connection) -> None:
         raise
 
 
+OPEN_SECONDS = 10.0  # how long opening the usage database retries a file another process is preparing
+
+
 class UsageDb:
     """One SQLite file (or ``:memory:``). Used from one thread at a time: the flush runs in a worker thread
     while the event loop never touches the connection (``check_same_thread=False`` for that hand-off)."""
@@ -92,11 +95,25 @@ class UsageDb:
     def __init__(self, path: str | None) -> None:
         self.path = path or ":memory:"
         self.conn = sqlite3.connect(self.path, check_same_thread=False, timeout=10)
-        if self.path != ":memory:":
-            self.conn.execute("PRAGMA journal_mode=WAL")  # `report` can read while `serve` writes
-        _add_transport_column(self.conn)
-        self.conn.executescript(_SCHEMA)
+        self._prepare()
         self.lock = threading.Lock()  # the flush thread and a report thread may overlap
+
+    def _prepare(self) -> None:
+        """WAL and the schema. Workers starting together open the same file at once, and SQLite answers a
+        schema or journal change that meets another with "database is locked" at once, without its busy
+        handler (it would deadlock): so the preparation is tried again, for up to :data:`OPEN_SECONDS`."""
+        deadline = time.monotonic() + OPEN_SECONDS
+        while True:
+            try:
+                if self.path != ":memory:":
+                    self.conn.execute("PRAGMA journal_mode=WAL")  # `report` can read while `serve` writes
+                _add_transport_column(self.conn)
+                self.conn.executescript(_SCHEMA)
+                return
+            except sqlite3.OperationalError as exc:
+                if "locked" not in str(exc) or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.05)
 
     def close(self) -> None:
         with self.lock:  # a flush thread still writing finishes first

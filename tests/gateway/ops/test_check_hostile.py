@@ -21,12 +21,15 @@ from tests.gateway.conftest import DISCOVER, ROOT
 Handler = Callable[[web.Request, dict[str, Any]], Awaitable[web.StreamResponse]]
 
 
-# With PEAK_ENV naming a file, the check writes its own peak resident size (KiB) there as it exits.
+# With PEAK_ENV naming a file, the check writes its own peak resident size (KiB) there as it exits: VmHWM of
+# its own memory map (getrusage's maxrss would not do: Linux carries it over from the forking parent, pytest).
 PEAK_ENV = "TEST_CHECK_PEAK_FILE"
-_PEAK_WRAPPER = ("import atexit, os, resource, sys\n"
+_PEAK_WRAPPER = ("import atexit, os, sys\n"
                  "path = os.environ.get('" + PEAK_ENV + "')\n"
-                 "if path: atexit.register(lambda: open(path, 'w').write(str("
-                 "resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)))\n"
+                 "def peak():\n"
+                 "    hwm = [l.split()[1] for l in open('/proc/self/status') if l.startswith('VmHWM:')]\n"
+                 "    open(path, 'w').write(hwm[0])\n"
+                 "if path: atexit.register(peak)\n"
                  "sys.argv[0] = 'gateway'\n"
                  "from gateway.ops.cli import main\n"
                  "main()\n")
