@@ -127,6 +127,8 @@ def _decide(ctx: Context, workspace: str, answer: dict[str, Any], opened: Opened
     if note_id not in signed:
         raise McpError.invalid_params(f"note {note_id!r} was not one of the offered candidates")
     note = ctx.services.store.note(note_id)
+    if note is None and ctx.services.store.nonce_used(opened.nonce):
+        return _recorded(ctx, opened)  # another process carried this very step out since the check above
     # Re-authorize at the moment of mutation: the allow-list or the note may have changed since round 1.
     if note is None or not allowed(workspaces(ctx), note.uri) or not allowed((workspace,), note.uri):
         raise McpError.invalid_params(f"note {note_id!r} is no longer deletable here")
