@@ -32,6 +32,22 @@ class Request:
         return next((r["method"] for r in self.records if r.get("method")), "?")
 
     @property
+    def target(self) -> str | None:
+        """What the request names beside its method: a tool's or prompt's name, a resource's URI (not content:
+        traces keep them without ``--trace-content``)."""
+        for record in self.records:
+            params = (record.get("message") or {}).get("params") if record.get("method") else None
+            if isinstance(params, dict):
+                found = params.get("name", params.get("uri"))
+                return found if isinstance(found, str) else None
+        return None
+
+    @property
+    def title(self) -> str:
+        """The method, and its target when it names one (``tools/call summarize_repo``)."""
+        return f"{self.method} {self.target}" if self.target else self.method
+
+    @property
     def duration_ms(self) -> float:
         return float(self.records[-1]["t_ms"] - self.records[0]["t_ms"])
 
@@ -100,7 +116,7 @@ def summary(requests: list[Request]) -> str:
     for req in requests:
         rounds = {r["round"] for r in req.records if r.get("round") is not None}
         state = "FAILED" if req.failed else "ok"
-        lines.append(printable(f"== {req.corr}  {req.method}  {len(req.records)} messages, "
+        lines.append(printable(f"== {req.corr}  {req.title}  {len(req.records)} messages, "
                                f"{len(rounds) or 1} round(s), {req.duration_ms:.1f} ms, {state}"))
         start = req.records[0]["t_ms"]
         for r in req.records:
@@ -141,7 +157,7 @@ def diagram(req: Request) -> str:
     body = "".join(_round_boxes(req.records)) + lanes + "".join(_arrow(r, i) for i, r in enumerate(req.records))
     state = "failed" if req.failed else "ok"
     return (f'<section class="request {state}" data-corr="{escape(req.corr)}"><h2>{escape(req.corr)} '
-            f'{escape(req.method)} <small>{req.duration_ms:.1f} ms, {len(req.records)} messages</small></h2>'
+            f'{escape(req.title)} <small>{req.duration_ms:.1f} ms, {len(req.records)} messages</small></h2>'
             f'<svg width="820" height="{height + 10}" xmlns="http://www.w3.org/2000/svg">{body}</svg>'
             f'</section>')
 
@@ -149,8 +165,10 @@ def diagram(req: Request) -> str:
 _DEFS = ('<svg width="0" height="0"><defs>'
          '<marker id="head" markerWidth="8" markerHeight="8" refX="8" refY="4" orient="auto">'
          '<path d="M0,0 L8,4 L0,8 z"/></marker></defs></svg>')  # the one arrowhead every diagram uses
+# Lanes: the dashed stroke is the line's only; their names are plain bold text (a stroke on text blurs it).
 _STYLE = ("body{font-family:sans-serif}svg text{font-size:12px;text-anchor:middle}line{stroke:#333}"
-          ".lane{stroke:#bbb;stroke-dasharray:4}.error line{stroke:#c00}.error text{fill:#c00}"
+          "line.lane{stroke:#bbb;stroke-dasharray:4}text.lane{font-weight:bold;fill:#333}"
+          ".error line{stroke:#c00}.error text{fill:#c00}"
           ".round rect{fill:#eef3ff}.round text{text-anchor:start;fill:#669}section.failed h2{color:#c00}")
 
 

@@ -113,12 +113,16 @@ async def test_the_cli_summarizes_and_draws_a_request(upstream, aiohttp_client, 
         main(["trace", str(tmp_path / "t.jsonl"), "--request", mine[0]["corr"], "--html", str(out)])
     assert done.value.code == 0
     text = capsys.readouterr().out
-    assert text.startswith(f"== {mine[0]['corr']}  tools/call  {len(mine)} messages, 3 round(s)")
+    # The heading names the tool beside the method (the name is not content: kept without --trace-content).
+    assert text.startswith(f"== {mine[0]['corr']}  tools/call t  {len(mine)} messages, 3 round(s)")
     assert text.count("\n") == len(mine) + 1 and "-> upstream" in text and "!!" not in text
     page = out.read_text()
     section = page.split(f'data-corr="{mine[0]["corr"]}"')[1]
     assert page.count('<section class="request') == 1 and section.count('<g class="arrow') == len(mine)
     assert section.count('<g class="round">') == 3 and "<script" not in page and "http" not in page.split("<svg")[0]
+    assert "tools/call t <small>" in section
+    # Lane names are plain text: the lanes' dashed stroke is drawn on their lines only.
+    assert "line.lane{stroke:#bbb;stroke-dasharray:4}" in page and ".lane{stroke" not in page.replace("line.lane", "")
 
 
 def test_a_request_whose_session_id_starts_with_a_dash_is_found(tmp_path: Path, capsys) -> None:
