@@ -71,9 +71,9 @@ async def _serve_socket(request: web.Request) -> web.WebSocketResponse:
     try:
         await serve_until_gone(request, _receive(request, ws, door), probe=ws.ping)
     finally:
-        # aiohttp cancels a WebSocket handler whose connection was lost, maybe while it ends the session: the
-        # ending (closing the door's client last) is shielded, so the session is deleted and every door task ends
-        # all the same.
+        # The handler may be cancelled while it ends the session (shutdown; aiohttp itself does not cancel it
+        # when the connection is lost, which is why serve_until_gone watches): the ending (closing the door's
+        # client last) is shielded, so the session is deleted and every door task ends all the same.
         await asyncio.shield(_end(door, frames, sender))
     return ws
 
