@@ -163,6 +163,20 @@ async def test_delete_ends_the_session(legacy) -> None:
     assert (await legacy.client.delete("/mcp", headers=legacy.headers())).status == 404
 
 
+async def test_the_get_stream_ends_with_its_session_and_carries_nothing_after(legacy) -> None:
+    """What an SDK reads on its GET stream after it ended the session: nothing but the end (issue #37: the
+    Python SDKs' 'Error parsing SSE message ... ClosedResourceError' at close comes from notifications that
+    reach them before their own DELETE, never from the gateway writing after it)."""
+    await legacy.initialize()
+    stream = await legacy.client.get("/mcp", headers={**legacy.headers(), "Accept": "text/event-stream"})
+    assert stream.status == 200
+    assert (await legacy.client.delete("/mcp", headers=legacy.headers())).status == 204
+    async with asyncio.timeout(5):  # ends with the session, not at a keep-alive or a timeout
+        events = await legacy.events(stream)
+    assert events == []  # only the priming event (no data) was ever written on it
+    assert stream.content.at_eof()
+
+
 @pytest.mark.parametrize("method, params", [("logging/setLevel", {"level": "debug"}),
                                             ("notifications/initialized", None)])
 async def test_a_delete_between_a_changes_read_and_its_write_stands(legacy, method, params) -> None:
