@@ -77,7 +77,7 @@ def check(version: str, message: dict[str, Any], method: str | None = None) -> N
 
 def _is_task_message(message: dict[str, Any], method: str | None) -> bool:
     result = message.get("result")
-    return (message.get("method") == "notifications/tasks"
+    return (message.get("method") == "notifications/tasks" or message.get("method") in TASK_METHODS
             or (isinstance(result, dict) and (method in TASK_METHODS or result.get("resultType") == "task")))
 
 

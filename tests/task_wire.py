@@ -82,10 +82,24 @@ def check_ack(result: dict[str, Any]) -> None:
     assert result.get("resultType") == "complete" and set(result) <= {"resultType", "_meta"}, result
 
 
+def check_request(message: dict[str, Any]) -> None:
+    """A ``tasks/get``, ``tasks/update`` or ``tasks/cancel`` request: an id, the task it names, and for an update
+    the answers keyed by input request (ext-tasks, its request shapes)."""
+    ident, params = message.get("id"), message.get("params")
+    assert isinstance(ident, str | int) and not isinstance(ident, bool), message
+    assert isinstance(params, dict) and isinstance(params.get("taskId"), str) and params["taskId"], message
+    if message["method"] == "tasks/update":
+        assert isinstance(params.get("inputResponses"), dict), message
+    meta = params.get("_meta")
+    assert isinstance(meta, dict) and meta.get("io.modelcontextprotocol/protocolVersion") == "2026-07-28", message
+
+
 def check_message(message: dict[str, Any], method: str | None) -> None:
     """One successful task-bearing message (routed here by :func:`tests.schema.check`)."""
     assert message.get("jsonrpc") == "2.0", message
-    if message.get("method") == "notifications/tasks":
+    if message.get("method") in ("tasks/get", "tasks/update", "tasks/cancel"):
+        check_request(message)
+    elif message.get("method") == "notifications/tasks":
         assert "id" not in message, message
         check_detailed(message["params"], notification=True)
     elif method == "tasks/get":
