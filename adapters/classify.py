@@ -272,7 +272,9 @@ def classify(view: HttpView, session: SessionRecord | None, policy: Policy, now_
 def _granted(verdict: Accepted, grant: Principal) -> Accepted:
     """The verdict, and each batch element, carrying the request's verified claims (only with [gateway.auth])."""
     batch = tuple(_granted(e, grant) if isinstance(e, Accepted) else e for e in verdict.batch)
-    return replace(verdict, grant=grant, batch=batch)
+    # Built directly: dataclasses.replace introspects the fields on every call, and every request pays this.
+    return Accepted(verdict.kind, verdict.principal, verdict.message, verdict.session, verdict.last_event_id,
+                    batch, grant)
 
 
 def _classify(view: HttpView, session: SessionRecord | None, policy: Policy, now_ms: int) -> Accepted | Rejection:
