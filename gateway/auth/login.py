@@ -97,6 +97,7 @@ class LoginSettings:
     login_timeout_seconds: float = 300.0  # how long the user has to finish the browser or device flow
     headers: tuple[tuple[str, str], ...] = ()  # the extra upstream headers, sent with discovery's request too
     say: Callable[[str], None] = say
+    program: str = "gateway stdio"  # who says the lines: the stdio door, or ``check`` with the same login
 
 
 @dataclass(frozen=True, slots=True)
@@ -289,7 +290,7 @@ class UserLogin(UpstreamCredentials):
         fresh = read_user_token(answer, self._clock(), found.issuer, token.resource, client, token) \
             if status == 200 else None
         if isinstance(fresh, str) or fresh is None:
-            self.login.say(f"gateway stdio: the stored token for {token.resource} could not be refreshed "
+            self.login.say(f"{self.login.program}: the stored token for {token.resource} could not be refreshed "
                            f"({answer.get('error', fresh)}); logging in again")
             return None
         self.refreshes += 1
@@ -358,7 +359,7 @@ class UserLogin(UpstreamCredentials):
             assert client.redirect_uri is not None
             url = authorization_url(found.endpoint("authorization_endpoint"), client.client_id, client.redirect_uri,
                                     challenge, state, found.protection.resource, scopes)
-            self.login.say(f"gateway stdio: {found.protection.resource} needs a login at {found.issuer}; "
+            self.login.say(f"{self.login.program}: {found.protection.resource} needs a login at {found.issuer}; "
                            f"open: {url}")
             if self.login.open_browser and can_open_browser(os.environ, sys.platform):
                 await asyncio.get_running_loop().run_in_executor(None, webbrowser.open, url)
@@ -379,8 +380,8 @@ class UserLogin(UpstreamCredentials):
         device = read_device_authorization(answer) if status == 200 else f"HTTP {status} {answer.get('error')}"
         if isinstance(device, str):
             raise CredentialError(f"the device authorization at {found.issuer} failed: {device}")
-        self.login.say(f"gateway stdio: {found.protection.resource} needs a login at {found.issuer}; on any device "
-                       f"open {device.verification_uri} and enter the code {device.user_code}"
+        self.login.say(f"{self.login.program}: {found.protection.resource} needs a login at {found.issuer}; on any "
+                       f"device open {device.verification_uri} and enter the code {device.user_code}"
                        + (f" (or open: {device.verification_uri_complete})" if device.verification_uri_complete
                           else ""))
         form = device_token_form(device.device_code, client.client_id, found.protection.resource)

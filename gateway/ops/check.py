@@ -35,8 +35,12 @@ from adapters.capabilities import client_caps_to_modern
 from adapters.jsonwire import loads
 from adapters.sse import EventTooLarge, SseDecoder
 from adapters.upstream import SessionView, build_request
-from gateway.config.settings import TraceConfig
+from gateway.auth.credentials import CredentialError
+from gateway.auth.login import UserLogin
+from gateway.config.settings import ConfigError, TraceConfig, load_config
 from gateway.ops.legacy_client import ACCEPT, MAX_PAGES, LegacyClient, Rounds, Unusable, served_gateway
+from gateway.ops.stdio_login import UpstreamSetup, upstream_setup
+from gateway.ops.stdio_login import add_arguments as add_login_arguments
 
 _T = TypeVar("_T")
 
@@ -53,6 +57,8 @@ class Options:
     total_timeout: float = 900.0  # the whole run: tools not called by then are skipped
     answers: Mapping[str, S.Step] = field(default_factory=dict)  # --answers: each tool's first call step
     progress: Callable[[int, int, C.ToolReport, float], None] | None = None  # (index, of, report, seconds)
+    login: UserLogin | None = None  # the stdio door's login (its flags, its token folder): the upstream's token
+    headers: Mapping[str, str] = field(default_factory=dict)  # --header / --headers-file: every upstream request
 
     @property
     def authorization(self) -> str | None:
@@ -76,12 +82,35 @@ def _request_timeout(opts: Options) -> aiohttp.ClientTimeout:
                                  sock_read=min(READ_SECONDS, opts.timeout))
 
 
+async def upstream_authorization(opts: Options) -> str | None:
+    """What the upstream is sent: ``--token-env``'s token, else the user's login's (stored, refreshed, or
+    obtained by the login flow now); a login that cannot be had makes the upstream uncheckable."""
+    if opts.login is None:
+        return opts.authorization
+    try:
+        return await opts.login.header(None)
+    except CredentialError as exc:
+        raise Unusable(f"no token for the upstream: {exc}") from None
+
+
 async def _post_modern(http: aiohttp.ClientSession, opts: Options, method: str,
                        params: Mapping[str, Any], ident: int) -> tuple[int, Any, str]:
-    view = SessionView(client_caps_to_modern(C.CLIENT_CAPABILITIES), C.CLIENT_INFO, authorization=opts.authorization)
+    """One 2026 request; with a login, an upstream 401 is retried once with a fresh token (as the gateway's
+    upstream client does, gateway.auth.login)."""
+    answer = await _post_once(http, opts, method, params, ident)
+    if answer[0] == 401 and opts.login is not None:
+        opts.login.forget(None)
+        answer = await _post_once(http, opts, method, params, ident)
+    return answer
+
+
+async def _post_once(http: aiohttp.ClientSession, opts: Options, method: str,
+                     params: Mapping[str, Any], ident: int) -> tuple[int, Any, str]:
+    view = SessionView(client_caps_to_modern(C.CLIENT_CAPABILITIES), C.CLIENT_INFO,
+                       authorization=await upstream_authorization(opts))
     call = build_request(method, params, request_id=ident, view=view)
     try:
-        async with http.post(opts.upstream, data=json.dumps(call.body), headers=call.headers,
+        async with http.post(opts.upstream, data=json.dumps(call.body), headers={**opts.headers, **call.headers},
                              allow_redirects=False, timeout=_request_timeout(opts)) as resp:
             _refuse_redirect(opts, resp)
             message, text = await _read_answer(resp, method)
@@ -176,7 +205,8 @@ async def _legacy_version(http: aiohttp.ClientSession, opts: Options) -> str | N
     """What a 2025 ``initialize`` negotiates there (None when it fails too); its session is deleted at once."""
     body = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
         "protocolVersion": C.LEGACY, "capabilities": {}, "clientInfo": C.CLIENT_INFO}}
-    headers = {"Accept": ACCEPT, "Content-Type": "application/json", **_auth(opts)}
+    headers = {**opts.headers, "Accept": ACCEPT, "Content-Type": "application/json",
+               **_auth(await upstream_authorization(opts))}
     timeout = _request_timeout(opts)
     try:
         async with http.post(opts.upstream, data=json.dumps(body), headers=headers, allow_redirects=False,
@@ -194,8 +224,8 @@ async def _legacy_version(http: aiohttp.ClientSession, opts: Options) -> str | N
     return version if isinstance(version, str) else None
 
 
-def _auth(opts: Options) -> dict[str, str]:
-    return {"Authorization": opts.authorization} if opts.authorization else {}
+def _auth(authorization: str | None) -> dict[str, str]:
+    return {"Authorization": authorization} if authorization else {}
 
 
 # --- the run ------------------------------------------------------------------------------------------------
@@ -209,12 +239,20 @@ class Outcome:
 
 async def run_check(opts: Options) -> Outcome:
     """Raises :class:`Unusable` when the upstream cannot be checked."""
+    try:
+        return await _run_check(opts)
+    finally:
+        if opts.login is not None:
+            await opts.login.close()  # its session to the authorization server (the app closes it too)
+
+
+async def _run_check(opts: Options) -> Outcome:
     deadline = asyncio.get_running_loop().time() + opts.total_timeout
     timeout = aiohttp.ClientTimeout(total=None, sock_connect=CONNECT_SECONDS)
     async with aiohttp.ClientSession(timeout=timeout) as http:
         verdict, upstream_tools = await _before(deadline, opts, probe(http, opts))
         rounds, answering = Rounds(), Answering(opts.roots)
-        async with served_gateway(opts.upstream, rounds, opts.trace) as url:
+        async with served_gateway(opts.upstream, rounds, opts.trace, opts.login, opts.headers) as url:
             client = LegacyClient(http, url, answering, opts.authorization)
             try:
                 notes, legacy_tools = await _before(deadline, opts, _session_checks(client, opts))
@@ -385,6 +423,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         "`serve --trace`; `python -m gateway trace FILE` renders it)")
     parser.add_argument("--trace-content", action="store_true",
                         help="keep arguments, sampling/elicitation content and results in the trace")
+    add_login_arguments(parser)  # the stdio door's login: the same flags, the same token folder
 
 
 def options(args: argparse.Namespace) -> Options:
@@ -395,8 +434,20 @@ def options(args: argparse.Namespace) -> Options:
             raise Unusable(f"environment variable {args.token_env} is not set")
     roots = _split(args.roots) or (Path.cwd().resolve().as_uri(),)
     trace = TraceConfig(file=_writable(args.trace), content=args.trace_content) if args.trace else None
+    upstream = _upstream_setup(args)
     return Options(args.upstream, token, _split(args.tools), load_arguments(args.args), roots, args.timeout, trace,
-                   args.total_timeout, load_answers(args.answers), _progress)
+                   args.total_timeout, load_answers(args.answers), _progress, upstream.login, upstream.headers)
+
+
+def _upstream_setup(args: argparse.Namespace) -> UpstreamSetup:
+    """The login and headers of the stdio door's flags (gateway.ops.stdio_login), for this upstream."""
+    try:
+        setup = upstream_setup(args, load_config(upstream_url=args.upstream), program="check")
+    except ConfigError as exc:
+        raise Unusable(str(exc)) from None
+    if isinstance(setup, str):
+        raise Unusable(setup)
+    return setup
 
 
 def _progress(index: int, total: int, report: C.ToolReport, seconds: float) -> None:

@@ -19,6 +19,7 @@ import aiohttp
 from aiohttp import web
 
 from adapters import check as C
+from gateway.auth.credentials import UpstreamCredentials
 from gateway.config.settings import TraceConfig, load_config
 from gateway.http.app import create_app
 from gateway.http.door import sse_messages
@@ -57,14 +58,18 @@ class Rounds:
 
 
 @asynccontextmanager
-async def served_gateway(upstream: str, tap: Rounds, trace: TraceConfig | None = None) -> AsyncIterator[str]:
+async def served_gateway(upstream: str, tap: Rounds, trace: TraceConfig | None = None,
+                         credentials: UpstreamCredentials | None = None,
+                         headers: Mapping[str, str] | None = None) -> AsyncIterator[str]:
     """The gateway for ``upstream`` on 127.0.0.1:<ephemeral>; yields its /mcp URL. Usage recording is off: a
     check, a replay or a test is not traffic. With ``trace`` (a file), the run's translation trace is written
-    there, as ``serve --trace`` writes it."""
+    there, as ``serve --trace`` writes it. ``credentials`` and ``headers``: what the upstream is sent (the user's
+    login and extra headers, as the stdio door sends them)."""
     config = load_config(upstream_url=upstream, port=0, usage={"enabled": False})
     tracer = None if trace is None or trace.file is None else Tracer(trace.file, max_bytes=trace.max_bytes,
                                                                       content=trace.content)
-    runner = web.AppRunner(create_app(config, tap=tap if tracer is None else Tee(tracer, tap)), access_log=None)
+    runner = web.AppRunner(create_app(config, tap=tap if tracer is None else Tee(tracer, tap), credentials=credentials,
+                                      upstream_headers=headers), access_log=None)
     await runner.setup()
     try:
         site = web.TCPSite(runner, "127.0.0.1", 0)

@@ -51,9 +51,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--headers-file", default=None, help="extra upstream headers, one 'Name: value' a line")
 
 
-def upstream_setup(args: argparse.Namespace, config: GatewayConfig,
-                   environ: Mapping[str, str] = os.environ) -> UpstreamSetup | str:
-    """The stdio process's upstream login and headers from its flags, or why they cannot be used (one line)."""
+def upstream_setup(args: argparse.Namespace, config: GatewayConfig, environ: Mapping[str, str] = os.environ,
+                   program: str = "gateway stdio") -> UpstreamSetup | str:
+    """The upstream login and headers from these flags (the stdio door's, or ``check``'s: ``program`` names
+    who says the login's lines), or why they cannot be used (one line)."""
     headers = _headers(args)
     if isinstance(headers, str):
         return headers
@@ -62,15 +63,21 @@ def upstream_setup(args: argparse.Namespace, config: GatewayConfig,
     if (url is None or grant is LoginGrant.NONE or args.token_env or has_authorization(headers)
             or config.upstream_auth.auth is not None):
         return UpstreamSetup(None, headers)
+    login = _login(args, url, grant, headers, environ, program)
+    return login if isinstance(login, str) else UpstreamSetup(login, headers)
+
+
+def _login(args: argparse.Namespace, url: str, grant: LoginGrant, headers: dict[str, str],
+           environ: Mapping[str, str], program: str) -> UserLogin | str:
     secret = environ.get(args.client_secret_env) if args.client_secret_env else None
     if args.client_secret_env and not secret:
         return f"the environment variable {args.client_secret_env} (--client-secret-env) is not set"
     if grant is LoginGrant.CLIENT_CREDENTIALS and not (args.client_id and secret):
         return "--grant client_credentials needs --client-id and --client-secret-env"
     folder = Path(args.token_dir) if args.token_dir else default_token_dir(dict(environ))
-    return UpstreamSetup(UserLogin(LoginSettings(
-        url, folder, grant, args.client_id, secret, tuple(args.scope), open_browser=not args.no_browser,
-        headers=tuple(headers.items()))), headers)
+    return UserLogin(LoginSettings(url, folder, grant, args.client_id, secret, tuple(args.scope),
+                                   open_browser=not args.no_browser, headers=tuple(headers.items()),
+                                   program=program))
 
 
 def _headers(args: argparse.Namespace) -> dict[str, str] | str:
