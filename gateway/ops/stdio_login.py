@@ -1,4 +1,5 @@
-"""The stdio door's flags for its upstream: the user's login (``gateway.auth.login``) and extra headers.
+"""The stdio door's flags for its upstream: the user's login (``gateway.auth.login``) and extra headers; ``check``
+takes the same flags, so one token folder serves both.
 
 With ``--upstream URL`` (or the config file's upstream) the stdio process is the user's own OAuth client: when the
 upstream answers 401 it logs in (``--grant``: the browser by default, device code for a headless machine, or
