@@ -287,7 +287,7 @@ class UserLogin(UpstreamCredentials):
         client = token.client or ClientRegistration(self.login.client_id or "")
         form = refresh_form(token.refresh_token, client.client_id, token.resource)
         status, answer = await self._post(found.endpoint("token_endpoint"), form, client)
-        fresh = read_user_token(answer, self._clock(), found.issuer, token.resource, client, token) \
+        fresh = read_user_token(answer, self._clock(), found.issuer, token.resource, self._kept(client), token) \
             if status == 200 else None
         if isinstance(fresh, str) or fresh is None:
             self.login.say(f"{self.login.program}: the stored token for {token.resource} could not be refreshed "
@@ -296,10 +296,19 @@ class UserLogin(UpstreamCredentials):
         self.refreshes += 1
         return fresh
 
+    def _kept(self, client: ClientRegistration) -> ClientRegistration:
+        """The client as the token file keeps it: a configured client's secret stays in the environment (it is
+        the user's, given by ``--client-secret-env``); a registered client's is kept, nothing else knows it."""
+        if self.login.client_id and client.client_id == self.login.client_id:
+            return ClientRegistration(client.client_id, client.redirect_uri)
+        return client
+
     async def _post(self, url: str, form: dict[str, str], client: ClientRegistration) -> tuple[int, dict[str, Any]]:
         """A token-endpoint request: a confidential client authenticates (RFC 6749 §2.3.1), a public one names
         itself in the form."""
-        basic = (client.client_id, client.client_secret) if client.client_secret else None
+        secret = client.client_secret or (self.login.client_secret if client.client_id == self.login.client_id
+                                          else None)
+        basic = (client.client_id, secret) if secret else None
         try:
             return await post_json(self._http(), url, form=form, basic=basic, seconds=self.login.timeout_seconds)
         except AuthServerError as exc:
@@ -321,7 +330,7 @@ class UserLogin(UpstreamCredentials):
 
     async def _issued(self, found: Discovered, client: ClientRegistration, form: dict[str, str]) -> StoredToken:
         status, answer = await self._post(found.endpoint("token_endpoint"), form, client)
-        token = read_user_token(answer, self._clock(), found.issuer, found.protection.resource, client) \
+        token = read_user_token(answer, self._clock(), found.issuer, found.protection.resource, self._kept(client)) \
             if status == 200 else f"HTTP {status} {answer.get('error', '')}: {answer.get('error_description', '')}"
         if isinstance(token, str):
             raise CredentialError(f"the token request at {found.issuer} failed: {token}")
@@ -398,7 +407,7 @@ class UserLogin(UpstreamCredentials):
             interval += SLOW_DOWN_SECONDS if poll is Poll.SLOW_DOWN else 0.0
 
     async def _read(self, found: Discovered, client: ClientRegistration, answer: dict[str, Any]) -> StoredToken:
-        token = read_user_token(answer, self._clock(), found.issuer, found.protection.resource, client)
+        token = read_user_token(answer, self._clock(), found.issuer, found.protection.resource, self._kept(client))
         if isinstance(token, str):
             raise CredentialError(f"the token answer of {found.issuer}: {token}")
         return token

@@ -214,3 +214,23 @@ async def test_bad_login_flags_are_refused_in_one_line(tmp_path: Path, flags: li
     out, err = await asyncio.wait_for(proc.communicate(), 60)
     assert proc.returncode == 2 and out == b""
     assert said in err.decode() and len(err.decode().strip().splitlines()) == 1, err
+
+
+async def test_the_client_credentials_login(aiohttp_server: Any, tmp_path: Path, issuer: AuthorizationServer,
+                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """``--grant client_credentials``: no browser, no registration; the configured client's token for the core
+    is stored (its secret is not: it stays in the environment) and the next run reuses it."""
+    monkeypatch.setenv("TEST_STDIO_CLIENT_SECRET", "secret-gateway-tests")
+    core = await start_core(aiohttp_server, tmp_path, issuer.issuer, scopes_supported=("mcp:tools",))
+    flags = ("--grant", "client_credentials", "--client-id", "gateway-tests",
+             "--client-secret-env", "TEST_STDIO_CLIENT_SECRET")
+    logins, stderr, result = await session_run(tmp_path, core, "first", *flags)
+    [token] = stored(tmp_path)
+    assert logins == [] and not result.is_error and result.content[0].text == "hi"
+    assert token["resource"] == core.url and token["access_token"] not in stderr
+    assert not list((tmp_path / "tokens").glob("client-*"))  # a configured client is not registered
+    assert all("secret-gateway-tests" not in p.read_text() for p in (tmp_path / "tokens").iterdir())
+    assert {(a.client_id, a.aud) for a in core.accepted} == {("gateway-tests", (core.url,))}
+    logins, _, result = await session_run(tmp_path, core, "second", *flags)
+    assert logins == [] and not result.is_error
+    assert [t["access_token"] for t in stored(tmp_path)] == [token["access_token"]]
