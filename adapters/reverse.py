@@ -32,6 +32,7 @@ from mcp_types.jsonrpc import MISSING_REQUIRED_CLIENT_CAPABILITY
 from adapters import errors as E
 from adapters.errors import ErrorValue
 from adapters.protocol import INPUT_REQUEST_METHODS, MRTR_METHODS
+from adapters.reverse_listen import LOG_MESSAGE, log_wanted
 from adapters.reverse_wire import complete_result, modern_error
 
 
@@ -201,6 +202,7 @@ class CallState:
     gathered: tuple[Asked, ...] = ()  # asked by the server, not yet sent to the client
     waiting: tuple[Asked, ...] = ()  # sent to the client, not yet answered
     final: tuple[Any, ErrorValue | None] | None = None  # the server answered while the client held a state
+    log_level: str | None = None  # the driving request's ``_meta`` logLevel (each retry says its own)
 
 
 # events
@@ -231,6 +233,7 @@ class Drained:
 @dataclass(frozen=True, slots=True)
 class Retried:
     responses: Mapping[str, Any]
+    log_level: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -311,8 +314,9 @@ def input_request(asked: Asked) -> dict[str, Any]:
     return {"method": asked.method, "params": {k: v for k, v in asked.params.items() if k not in drop}}
 
 
-def start(method: str, capabilities: Mapping[str, Any], limits: CallLimits = CallLimits()) -> CallState:
-    return CallState(method, capabilities, limits)
+def start(method: str, capabilities: Mapping[str, Any], limits: CallLimits = CallLimits(),
+          log_level: str | None = None) -> CallState:
+    return CallState(method, capabilities, limits, log_level=log_level)
 
 
 def handle(state: CallState, event: Event) -> Step:
@@ -327,8 +331,8 @@ def handle(state: CallState, event: Event) -> Step:
             return _answered(state, result, error)
         case Drained():
             return _drained(state)
-        case Retried(responses):
-            return _retried(state, responses)
+        case Retried(responses, level):
+            return _retried(replace(state, log_level=level), responses)
         case AnswerTimedOut(round=rnd):
             if state.phase is Phase.WAITING and rnd == state.round:
                 return _done(state), (CancelServer("the client did not answer in time"),)
@@ -366,12 +370,21 @@ def _asked(state: CallState, event: ServerAsked) -> Step:
 
 
 def _notified(state: CallState, method: str, params: Mapping[str, Any]) -> tuple[Action, ...]:
-    """Progress reaches the client while its request is open (2026-07-28 basic/patterns §Progress); log messages
-    do not: 2026 sends them only to a request that set ``_meta.logLevel``, and the legacy session never set one.
-    A parked call has no open request: its progress is dropped."""
-    if method != "notifications/progress" or state.phase is not Phase.RUNNING:
+    """Progress reaches the client while its request is open (2026-07-28 basic/patterns §Progress); a log message
+    only when that request set ``_meta`` logLevel, at or above it (2026-07-28 server/utilities/logging). A parked
+    call has no open request: what it says meanwhile is dropped."""
+    if state.phase is not Phase.RUNNING:
         return ()
-    return (Notify({"jsonrpc": "2.0", "method": method, "params": dict(params)}),)
+    if method == "notifications/progress" or (method == LOG_MESSAGE and log_wanted(params.get("level"),
+                                                                                     state.log_level)):
+        return (Notify({"jsonrpc": "2.0", "method": method, "params": dict(params)}),)
+    return ()
+
+
+def for_request(message: Mapping[str, Any], token: Any) -> Mapping[str, Any] | None:
+    """A notification :class:`Notify` gave, as the driving request's stream carries it: progress under that
+    request's token, anything else as it is."""
+    return progress_for(message, token) if message.get("method") == "notifications/progress" else message
 
 
 def progress_for(message: Mapping[str, Any], token: Any) -> dict[str, Any] | None:

@@ -45,7 +45,10 @@ CACHE_FIELDS: Final = {"ttlMs": 0, "cacheScope": "private"}
 RELAYED: Final[Mapping[str, str | None]] = {
     "server/discover": None, "tools/list": "tools", "tools/call": "tools", "prompts/list": "prompts",
     "prompts/get": "prompts", "resources/list": "resources", "resources/read": "resources",
-    "resources/templates/list": "resources", "completion/complete": "completions"}
+    "resources/templates/list": "resources", "completion/complete": "completions",
+    # served from the session's GET stream and resources/subscribe (adapters.reverse_listen), what the server
+    # offers of it told in the acknowledgement
+    "subscriptions/listen": None}
 _SENTINEL = re.compile(r"=\?base64\?([A-Za-z0-9+/=]*)\?=")
 # 2025-11-25 server capabilities a 2026-07-28 discover result has no field for (tasks moved to an extension).
 _LEGACY_ONLY_CAPS: Final = frozenset({"tasks"})
@@ -75,6 +78,7 @@ class Request:
     params: Mapping[str, Any]
     capabilities: Mapping[str, Any]
     client_info: Mapping[str, Any]
+    log_level: str | None = None  # ``_meta`` logLevel: this request's opt-in to log messages
 
 
 @dataclass(frozen=True, slots=True)
@@ -140,7 +144,7 @@ def validate(headers: Mapping[str, str], message: Mapping[str, Any],
     if method not in RELAYED or not gated_open(method, server_caps):
         return _bad(404, E.METHOD_NOT_FOUND, f"method not found: {method}")
     return Request(message["id"], method, params, meta[CLIENT_CAPABILITIES_META_KEY],
-                   meta.get(CLIENT_INFO_META_KEY) or {})
+                   meta.get(CLIENT_INFO_META_KEY) or {}, meta.get(LOG_LEVEL_META_KEY))
 
 
 def _routing(headers: Mapping[str, str], method: str, params: Mapping[str, Any]) -> Refused | None:

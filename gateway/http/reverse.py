@@ -26,6 +26,7 @@ from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 from adapters import reverse as R
+from adapters import reverse_listen as RL
 from adapters import reverse_wire as W
 from adapters.errors import ErrorValue, passthrough_ended, upstream_failure
 from adapters.protocol import MRTR_METHODS, NAME_PARAM
@@ -81,6 +82,9 @@ class Pooled:
     last_used_ms: int
     busy: int = 0
     calls: dict[str, Call] = field(default_factory=dict)  # in progress on it: the GET stream's requests go there
+    listens: set[asyncio.Queue[Message | None]] = field(default_factory=set)  # its GET stream's changes go there
+    watched: dict[str, int] = field(default_factory=dict)  # URIs it subscribed to, by listens watching each
+    log_level: str | None = None  # what its last logging/setLevel said
 
 
 @dataclass(eq=False)
@@ -169,6 +173,7 @@ class ReverseBridge:
             opened = asyncio.create_task(session.open(W.initialize_params(req.capabilities, req.client_info)))
             pooled = self.pool[key] = Pooled(session, opened, now_ms())
             session.on_unrelated = lambda message: self._unrelated(pooled, message)
+            session.on_notified = lambda message: self._changed(pooled, message)
         try:
             await asyncio.shield(pooled.opened)
         except (*_FAILURES, SessionGone) as exc:
@@ -185,6 +190,11 @@ class ReverseBridge:
             return
         error = {"code": -32603, "message": "no request of this session is in progress to ask its client"}
         self.spawn(_quietly(pooled.session.respond(message["id"], error=error)))
+
+    def _changed(self, pooled: Pooled, message: Message | None) -> None:
+        """A notification of the GET stream goes to each listen of the session; None (it ended) ends them."""
+        for queue in pooled.listens:
+            queue.put_nowait(message)
 
     # --- 2025 clients: relayed as they are ---------------------------------------------------------------
     async def relay_legacy(self, request: web.Request, body: bytes, forward_token: bool) -> web.StreamResponse:
@@ -228,6 +238,9 @@ class ReverseBridge:
             if req.method == "server/discover":
                 return answer(req.ident, W.discover_result(pooled.session.initialized))
             try:
+                if req.method == "subscriptions/listen":
+                    return await self._listen(request, pooled, req, relays)
+                await self._set_level(pooled, req.log_level)
                 return await self._relay(request, pooled, req, principal, relays)
             except SessionGone:  # 2025-11-25 basic/transports §Session Management: 404 -> initialize again
                 if attempt:
@@ -242,7 +255,7 @@ class ReverseBridge:
         queue, reader = pooled.session.request(body)
         name = str(req.params.get(NAME_PARAM.get(req.method, "name"), ""))
         claims = R.Claims(uuid.uuid4().hex, 0, principal, req.method, name, R.digest(req.params), 0)
-        state = R.start(req.method, req.capabilities, self.settings.call)
+        state = R.start(req.method, req.capabilities, self.settings.call, req.log_level)
         call = Call(claims.call, pooled, upstream_id, queue, reader, state, claims)
         pooled.busy += 1
         pooled.calls[call.ident] = call
@@ -263,9 +276,11 @@ class ReverseBridge:
         call.busy = True
         if call.timer is not None:
             call.timer.cancel()
+        with contextlib.suppress(SessionGone):  # the call's session is gone: answering it says so
+            await self._set_level(call.pooled, req.log_level)
         responses = req.params.get("inputResponses")
-        return await self._drive(request, relays, call, req, R.Retried(responses if isinstance(responses, Mapping)
-                                                                     else {}))
+        retried = R.Retried(responses if isinstance(responses, Mapping) else {}, req.log_level)
+        return await self._drive(request, relays, call, req, retried)
 
     async def _drive(self, request: web.Request, relays: Passthroughs, call: Call, req: W.Request,
                      first: R.Event | None = None) -> web.StreamResponse:
@@ -337,7 +352,7 @@ class ReverseBridge:
 
     async def _notify(self, call: Call, message: Message) -> None:
         """The request's answer turns into an SSE stream at its first notification (2026-07-28 basic/transports)."""
-        relayed = R.progress_for(message, call.token) if call.request is not None else None
+        relayed = R.for_request(message, call.token) if call.request is not None else None
         if relayed is None or call.request is None:
             return
         if call.stream is None:
@@ -346,6 +361,87 @@ class ReverseBridge:
             await call.stream.prepare(call.request)
         with contextlib.suppress(ConnectionResetError):
             await call.stream.write(encode_event(None, relayed))
+
+    # --- subscriptions/listen and log levels ------------------------------------------------------------
+    async def _listen(self, request: web.Request, pooled: Pooled, req: W.Request,
+                      relays: Passthroughs) -> web.StreamResponse:
+        """A listen stream fed by the session's GET stream, its URIs subscribed upstream while it lasts; it ends
+        when its client leaves, or gracefully when the GET stream ended (adapters.reverse_listen)."""
+        filt = RL.wanted(req.params)
+        if isinstance(filt, ErrorValue):
+            return answer(req.ident, error=filt)
+        caps = pooled.session.initialized.get("capabilities")
+        honour = RL.honoured(filt, caps if isinstance(caps, Mapping) else {})
+        queue: asyncio.Queue[Message | None] = asyncio.Queue()
+        pooled.busy += 1
+        pooled.listens.add(queue)
+        taken: tuple[str, ...] = ()
+        try:
+            pooled.session.listen()
+            taken = await self._subscribe(pooled, honour.get(RL.SUBSCRIPTIONS, []))
+            return await self._stream_listen(request, req, RL.acknowledged(honour, taken), queue, relays)
+        finally:
+            pooled.listens.discard(queue)
+            pooled.busy -= 1
+            pooled.last_used_ms = now_ms()
+            self.spawn(self._unsubscribe(pooled, taken))
+
+    async def _stream_listen(self, request: web.Request, req: W.Request, honour: Mapping[str, Any],
+                             queue: asyncio.Queue[Message | None], relays: Passthroughs) -> web.StreamResponse:
+        stream = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache",
+                                             "X-Accel-Buffering": "no"})
+        await stream.prepare(request)
+        relay = relays.relay(request, "subscriptions/listen")
+        with relay, contextlib.suppress(ConnectionResetError):
+            await stream.write(encode_event(None, RL.ack(req.ident, honour)))
+            while (message := await queue.get()) is not None:
+                out = RL.delivered(honour, req.ident, message)
+                if out is not None:
+                    await stream.write(encode_event(None, out))
+            await _final(stream, req.ident, RL.ended(req.ident))
+        return stream
+
+    async def _subscribe(self, pooled: Pooled, uris: list[str]) -> tuple[str, ...]:
+        """The URIs the session watches for this listen: each one no other listen of it watched is
+        ``resources/subscribe``d first, and kept only when the server took it."""
+        pooled.watched, first = RL.subscribe(pooled.watched, uris)
+        refused: list[str] = []
+        for uri in first:
+            try:
+                said = await pooled.session.call("resources/subscribe", {"uri": uri})
+            except _FAILURES as exc:
+                said = {"error": {"message": str(exc)}}
+            if "error" in said:
+                log.info("reverse bridge: the upstream refused resources/subscribe: %s", said["error"])
+                refused.append(uri)
+        pooled.watched, _ = RL.unsubscribe(pooled.watched, refused)
+        return tuple(u for u in uris if u not in refused)
+
+    async def _unsubscribe(self, pooled: Pooled, uris: tuple[str, ...]) -> None:
+        pooled.watched, last = RL.unsubscribe(pooled.watched, uris)
+        if not any(p is pooled for p in self.pool.values()):
+            return  # the session was closed meanwhile: its subscriptions ended with it
+        for uri in last:
+            await _quietly(pooled.session.call("resources/unsubscribe", {"uri": uri}))
+
+    async def _set_level(self, pooled: Pooled, level: str | None) -> None:
+        """``logging/setLevel`` on the session when the requests in progress on it want another level than its
+        own (adapters.reverse_listen.level_to_set); only to a server that offers logging."""
+        caps = pooled.session.initialized.get("capabilities")
+        if level is None or not isinstance(caps, Mapping) or not isinstance(caps.get("logging"), Mapping):
+            return
+        levels = [c.state.log_level for c in pooled.calls.values() if c.state.log_level is not None]
+        target = RL.level_to_set(pooled.log_level, [level, *levels])
+        if target is None:
+            return
+        pooled.log_level = target
+        try:
+            said = await pooled.session.call("logging/setLevel", {"level": target})
+        except _FAILURES as exc:
+            said = {"error": {"message": str(exc)}}
+        if "error" in said:  # its messages are still filtered here, by each request's level
+            pooled.log_level = None
+            log.info("reverse bridge: the upstream refused logging/setLevel: %s", said["error"])
 
     def _park(self, call: Call, ask: R.AskClient) -> dict[str, Any]:
         """The call waits for its client's retry (at most ``answer_timeout_seconds``): input_required."""

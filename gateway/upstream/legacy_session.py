@@ -36,7 +36,8 @@ class LegacyFailure(Exception):
 
 
 class LegacySession:
-    """A session opened by :meth:`open`; ``on_unrelated`` gets each server request of the GET stream."""
+    """A session opened by :meth:`open`; ``on_unrelated`` gets each server request of the GET stream,
+    ``on_notified`` each of its notifications, and None when it ended."""
 
     def __init__(self, http: aiohttp.ClientSession, url: str, max_event_bytes: int,
                  headers: Mapping[str, str] | None = None) -> None:
@@ -48,6 +49,7 @@ class LegacySession:
         self.ids = itertools.count(1)
         self.listener: asyncio.Task[None] | None = None
         self.on_unrelated: Callable[[Message], None] = lambda message: None
+        self.on_notified: Callable[[Message | None], None] = lambda message: None
 
     def headers(self) -> dict[str, str]:
         out = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json",
@@ -72,8 +74,13 @@ class LegacySession:
             raise LegacyFailure(f"initialize was not answered with a result: {answer.get('error')}")
         self.version, self.initialized = result["protocolVersion"], result
         await self.notify("notifications/initialized")
-        self.listener = asyncio.create_task(self._listen())
+        self.listen()
         return result
+
+    def listen(self) -> None:
+        """(Re)open the GET stream when it is not open: a listen that wants it after it ended asks again."""
+        if self.listener is None or self.listener.done():
+            self.listener = asyncio.create_task(self._listen())
 
     def new_id(self) -> str:
         return f"gw-{next(self.ids)}"
@@ -127,10 +134,28 @@ class LegacySession:
                 async for chunk in resp.content.iter_any():
                     for data in decoder.feed(chunk):
                         message = loads(data) if data.strip() else None
-                        if isinstance(message, dict) and "method" in message and "id" in message:
-                            self.on_unrelated(message)
+                        if isinstance(message, dict) and "method" in message:
+                            (self.on_unrelated if "id" in message else self.on_notified)(message)
         except (aiohttp.ClientError, EventTooLarge, ValueError) as exc:
             log.info("legacy upstream %s: the session's GET stream ended (%s)", self.url, exc)
+        finally:
+            self.on_notified(None)
+
+    async def call(self, method: str, params: Mapping[str, Any]) -> Message:
+        """A request of the gateway's own (``resources/subscribe``, ``logging/setLevel``): its answer message.
+        Raises :class:`SessionGone` (404) or :class:`LegacyFailure` (no answer)."""
+        ident = self.new_id()
+        queue, reader = self.request({"jsonrpc": "2.0", "id": ident, "method": method, "params": dict(params)})
+        await reader
+        while not queue.empty():
+            message = queue.get_nowait()
+            if GONE in message:
+                raise SessionGone(self.url)
+            if BROKE in message:
+                raise LegacyFailure(str(message[BROKE]))
+            if message.get("id") == ident and "method" not in message:
+                return message
+        raise LegacyFailure(f"{method} was not answered")
 
     async def post(self, message: Message) -> None:
         """A response or notification: 202 expected; 404: the session is gone."""

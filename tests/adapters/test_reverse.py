@@ -53,7 +53,8 @@ def test_the_ladder_accepts_a_base64_name_and_echoes_the_requested_version() -> 
 
 @pytest.mark.parametrize(("method", "caps", "status"), [
     ("prompts/list", {"tools": {}}, 404),  # not advertised by the legacy server
-    ("subscriptions/listen", {"tools": {}}, 404),  # not relayed (yet)
+    ("subscriptions/listen", {"tools": {}}, None),  # served from the session's GET stream, whatever it offers
+    ("logging/setLevel", {"logging": {}}, 404),  # removed in 2026: _meta logLevel instead
     ("initialize", {"tools": {}}, 404),  # removed in 2026
     ("prompts/list", {"prompts": {}}, None),
 ])

@@ -10,13 +10,76 @@ import sys
 
 import anyio
 from mcp.server.fastmcp import Context, FastMCP
+from mcp.server.lowlevel.server import NotificationOptions
 from mcp.types import SamplingMessage, TextContent
-from pydantic import BaseModel
+from pydantic import AnyUrl, BaseModel
 
 app = FastMCP("legacy-notes", instructions="A 2025-era notes server.", host="127.0.0.1", port=int(sys.argv[1]))
 
 
 CANCELLED: list[str] = []  # the tools whose call a notifications/cancelled ended, in order
+SUBSCRIBED: dict[object, set[str]] = {}  # each session's resources/subscribe URIs
+LEVELS: list[str] = []  # every logging/setLevel, in order
+_options = app._mcp_server.create_initialization_options
+
+
+def _initialization_options(*args: object, **kwargs: object) -> object:
+    """list_changed for every list, and resources/subscribe, as a 1.x server that sends them declares."""
+    options = _options(NotificationOptions(prompts_changed=True, resources_changed=True, tools_changed=True))
+    assert options.capabilities.resources is not None
+    options.capabilities.resources.subscribe = True
+    return options
+
+
+app._mcp_server.create_initialization_options = _initialization_options  # type: ignore[method-assign]
+
+
+@app._mcp_server.subscribe_resource()
+async def _subscribe(uri: AnyUrl) -> None:
+    SUBSCRIBED.setdefault(app._mcp_server.request_context.session, set()).add(str(uri))
+
+
+@app._mcp_server.unsubscribe_resource()
+async def _unsubscribe(uri: AnyUrl) -> None:
+    SUBSCRIBED.get(app._mcp_server.request_context.session, set()).discard(str(uri))
+
+
+@app._mcp_server.set_logging_level()
+async def _set_level(level: str) -> None:
+    LEVELS.append(level)
+
+
+@app.tool()
+async def touch(uri: str) -> str:
+    """resources/updated to every session subscribed to ``uri``, then list_changed of tools to every session that
+    subscribed to anything (all on their GET streams)."""
+    for session, uris in list(SUBSCRIBED.items()):
+        try:
+            if any(uri == u or uri.startswith(u.rstrip("/") + "/") for u in uris):
+                await session.send_resource_updated(AnyUrl(uri))
+            await session.send_tool_list_changed()
+        except Exception:  # a session that ended meanwhile
+            SUBSCRIBED.pop(session, None)
+    return "touched"
+
+
+@app.tool()
+def subscribed() -> str:
+    return ",".join(sorted(u for uris in SUBSCRIBED.values() for u in uris))
+
+
+@app.tool()
+async def chatty(ctx: Context) -> str:
+    """One log message of each of three levels, on the call's own stream."""
+    await ctx.debug("a debug line")
+    await ctx.info("an info line")
+    await ctx.warning("a warning line")
+    return "said"
+
+
+@app.tool()
+def levels() -> str:
+    return ",".join(LEVELS)
 
 
 class Confirm(BaseModel):

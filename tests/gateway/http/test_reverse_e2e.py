@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import json
 import socket
 import subprocess
 import tempfile
@@ -161,8 +162,8 @@ async def test_discover_and_the_strict_2026_checks(gateway: Any) -> None:
         status, wrong = await _post(http, gateway, 2, "tools/call", {"name": "echo", "arguments": {"text": "x"}},
                                     "other")
         assert (status, wrong["error"]["code"], wrong["id"]) == (400, -32020, 2)
-        status, listen = await _post(http, gateway, 3, "subscriptions/listen", {"notifications": {}})
-        assert (status, listen["error"]["code"]) == (404, -32601)
+        status, removed = await _post(http, gateway, 3, "logging/setLevel", {"level": "info"})
+        assert (status, removed["error"]["code"]) == (404, -32601)  # removed in 2026: _meta logLevel instead
         no_sampling = {**META, "io.modelcontextprotocol/clientCapabilities": {}}
         status, needs = await _post(http, gateway, 4, "tools/call",
                                     {"name": "ask_model", "arguments": {"topic": "t"}}, "ask_model", no_sampling)
@@ -306,3 +307,108 @@ def test_auto_takes_the_probes_verdict(legacy_url: str) -> None:
     assert check_upstream(pinned, False) == (None, None)
     with pytest.raises(SystemExit, match="2025-era"):
         check_upstream(pinned, True)
+
+
+async def _eventually(http: aiohttp.ClientSession, gateway: Any, tool: str, expected: str) -> str:
+    """A legacy tool's text once it says ``expected`` (what the gateway does after an answer, it does soon after)."""
+    text = ""
+    for _ in range(60):
+        _, said = await _post(http, gateway, 98, "tools/call", {"name": tool, "arguments": {}}, tool)
+        content = said["result"]["content"]
+        text = str(content[0]["text"]) if content else ""
+        if text == expected:
+            break
+        await asyncio.sleep(0.05)
+    return text
+
+
+async def test_a_listen_gets_the_legacy_sessions_changes_it_opted_into(gateway: Any) -> None:
+    from mcp.client.subscriptions import ResourceUpdated, ToolsListChanged
+
+    async with modern(gateway) as client:
+        async with client.listen(tools_list_changed=True, resource_subscriptions=["notes://readme"]) as sub:
+            assert sub.honored.tools_list_changed and sub.honored.resource_subscriptions == ["notes://readme"]
+            assert text_of(await client.call_tool("subscribed", {})) == "notes://readme"  # subscribed upstream
+            await client.call_tool("touch", {"uri": "notes://readme/part"})  # a sub-resource counts
+            seen = [await sub.__anext__(), await sub.__anext__()]
+        assert ResourceUpdated(uri="notes://readme/part") in seen and ToolsListChanged() in seen
+    async with aiohttp.ClientSession() as http:  # the listen ended: the legacy subscription with it
+        assert await _eventually(http, gateway, "subscribed", "") == ""
+    assert all(p.busy == 0 and not p.listens for p in gateway.app[REVERSE].pool.values())
+
+
+async def test_a_listen_acknowledges_only_what_it_asked_and_the_server_offers(gateway: Any) -> None:
+    body = {"notifications": {"promptsListChanged": True, "resourceSubscriptions": ["notes://x"]}}
+    headers = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json",
+               "MCP-Protocol-Version": "2026-07-28", "Mcp-Method": "subscriptions/listen"}
+    message = {"jsonrpc": "2.0", "id": "l1", "method": "subscriptions/listen", "params": {**body, "_meta": META}}
+    async with aiohttp.ClientSession() as http:
+        async with http.post(gateway.make_url("/mcp"), json=message, headers=headers) as resp:
+            assert resp.headers["Content-Type"] == "text/event-stream"
+            line = b""
+            while not line.startswith(b"data:"):
+                line = await resp.content.readline()
+        ack = json.loads(line[5:])
+        assert ack["method"] == "notifications/subscriptions/acknowledged"
+        assert ack["params"] == {"notifications": {"promptsListChanged": True, "resourceSubscriptions": ["notes://x"]},
+                                 "_meta": {"io.modelcontextprotocol/subscriptionId": "l1"}}
+        bad = await _post(http, gateway, 2, "subscriptions/listen", {"notifications": {"resourceSubscriptions": "x"}})
+        assert bad[0] == 400 and bad[1]["error"]["code"] == -32602
+
+
+async def test_listens_of_two_principals_get_only_their_own_subscriptions(gateway: Any) -> None:
+    async with aiohttp.ClientSession(headers={"Authorization": "Bearer alice"}) as alice, \
+            aiohttp.ClientSession(headers={"Authorization": "Bearer bob"}) as bob:
+        streams = [await _open_listen(alice, gateway, "a", ["notes://a"]), await _open_listen(bob, gateway, "b",
+                                                                                               ["notes://b"])]
+        await _post(alice, gateway, 3, "tools/call", {"name": "touch", "arguments": {"uri": "notes://b"}}, "touch")
+        got = [await _next_data(s) for s in streams]
+        for resp in streams:
+            resp.close()
+    # alice's listen: the tools list changed (its session subscribed), not bob's resource
+    assert got[0]["method"] == "notifications/tools/list_changed"
+    assert got[0]["params"]["_meta"] == {"io.modelcontextprotocol/subscriptionId": "a"}
+    assert got[1]["method"] == "notifications/resources/updated" and got[1]["params"]["uri"] == "notes://b"
+    assert got[1]["params"]["_meta"] == {"io.modelcontextprotocol/subscriptionId": "b"}
+
+
+async def _open_listen(http: aiohttp.ClientSession, gateway: Any, ident: str, uris: list[str]) -> Any:
+    headers = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json",
+               "MCP-Protocol-Version": "2026-07-28", "Mcp-Method": "subscriptions/listen"}
+    params = {"notifications": {"toolsListChanged": True, "resourceSubscriptions": uris}, "_meta": META}
+    resp = await http.post(gateway.make_url("/mcp"), json={"jsonrpc": "2.0", "id": ident,
+                                                           "method": "subscriptions/listen", "params": params},
+                           headers=headers)
+    ack = await _next_data(resp)
+    assert ack["method"] == "notifications/subscriptions/acknowledged"
+    return resp
+
+
+async def _next_data(resp: Any) -> dict[str, Any]:
+    while True:
+        line = await resp.content.readline()
+        assert line, "the stream ended"
+        if line.startswith(b"data:") and line[5:].strip():
+            return dict(json.loads(line[5:]))
+
+
+async def test_a_requests_log_level_sets_the_legacy_sessions_level_once(gateway: Any) -> None:
+    said: list[tuple[str, str]] = []
+
+    async def on_log(params: types.LoggingMessageNotificationParams) -> None:
+        said.append((params.level, str(params.data)))
+
+    async with modern(gateway, log_level="info", logging_callback=on_log) as client:
+        assert text_of(await client.call_tool("chatty", {})) == "said"
+        assert said == [("info", "an info line"), ("warning", "a warning line")]  # at or above info only
+        assert text_of(await client.call_tool("chatty", {})) == "said"
+        assert text_of(await client.call_tool("levels", {})) == "info"  # set once: it did not change
+    said.clear()
+    async with modern(gateway, log_level="warning", logging_callback=on_log) as client:
+        await client.call_tool("chatty", {})
+        assert said == [("warning", "a warning line")]
+        assert text_of(await client.call_tool("levels", {})) == "info,warning"
+    said.clear()
+    async with modern(gateway, logging_callback=on_log) as client:  # no logLevel: no log messages at all
+        await client.call_tool("chatty", {})
+    assert said == []
