@@ -142,12 +142,33 @@ def callback_code(query: str, state: str) -> str | tuple[str, str]:
     """The code a loopback callback carries (RFC 6749 §4.1.2), or ``(error, why)``: another state is a forged or
     stale callback (RFC 6749 §10.12), an ``error`` is the authorization server's refusal (§4.1.2.1)."""
     params = {k: v[0] for k, v in parse_qs(query, keep_blank_values=True).items() if v}
-    if params.get("state") != state:
+    if not params.get("state"):
+        return ("invalid_state", "the callback carries no state")
+    if params["state"] != state:
         return ("invalid_state", "the callback's state is not the one this login sent")
     if "error" in params:
         return (params["error"], params.get("error_description", "the authorization server refused"))
     code = params.get("code")
     return code if code else ("invalid_request", "the callback carries no code")
+
+
+MAX_SAID_CHARS: Final = 200  # of the authorization server's error_description, quoted on the callback page
+
+
+def callback_page(result: str | tuple[str, str], ended: bool) -> tuple[int, str]:
+    """What the browser shows at the loopback callback (status, plain text): the login's outcome, or why this
+    callback was not taken. A callback with a missing or other state is not this login's answer (RFC 6749
+    §10.12): it is refused and the login goes on waiting for its own; one after the login ended changes nothing."""
+    if isinstance(result, tuple) and result[0] == "invalid_state":
+        return 400, (f"Not taken: {result[1]}. It is not the answer to the login this program started, which "
+                     "still waits for its own.\n")
+    if ended:
+        return 409, "Not taken: this program's login has already ended. You can close this window.\n"
+    if isinstance(result, str):
+        return 200, "Logged in: you can close this window.\n"
+    error, why = (part[:MAX_SAID_CHARS].replace("\n", " ") for part in result)
+    return 400, (f"Login refused by the authorization server: {error} ({why}). Nothing was stored; "
+                 "the program says so too. You can close this window.\n")
 
 
 def scopes_to_ask(challenge_scope: str | None, scopes_supported: Sequence[str], configured: Sequence[str]) -> tuple[

@@ -35,6 +35,7 @@ from adapters.credentials import Grant, client_credentials_form
 from adapters.jsonwire import dumps, loads
 from adapters.oauth_client import (
     CALLBACK_PATH,
+    MAX_SAID_CHARS,
     SLOW_DOWN_SECONDS,
     ClientRegistration,
     LoginGrant,
@@ -42,6 +43,7 @@ from adapters.oauth_client import (
     StoredToken,
     authorization_url,
     callback_code,
+    callback_page,
     can_open_browser,
     client_file_name,
     code_form,
@@ -206,12 +208,10 @@ async def loopback(port: int, state: str) -> AsyncIterator[tuple[int, asyncio.Fu
 
     async def callback(request: web.Request) -> web.Response:
         result = callback_code(request.query_string, state)
-        if isinstance(result, tuple) and result[0] == "invalid_state":
-            return web.Response(status=400, text="This is not the login this program started.\n")
-        if not answer.done():
+        status, text = callback_page(result, answer.done())
+        if not answer.done() and not (isinstance(result, tuple) and result[0] == "invalid_state"):
             answer.set_result(result)
-        text = "Logged in: you can close this window.\n" if isinstance(result, str) else "Login refused.\n"
-        return web.Response(text=text)
+        return web.Response(status=status, text=text)
 
     app = web.Application()
     app.router.add_get(CALLBACK_PATH, callback)
@@ -377,7 +377,9 @@ class UserLogin(UpstreamCredentials):
             except TimeoutError:
                 raise CredentialError(f"no login within {self.login.login_timeout_seconds:.0f} s") from None
         if isinstance(result, tuple):
-            raise CredentialError(f"the authorization server refused the login: {result[0]} ({result[1]})")
+            why = f"the authorization server refused the login: {result[0]} ({result[1][:MAX_SAID_CHARS]})"
+            self.login.say(f"{self.login.program}: {why}")
+            raise CredentialError(why)
         form = code_form(result, client.redirect_uri, challenge, client.client_id, found.protection.resource)
         return await self._issued(found, client, form)
 

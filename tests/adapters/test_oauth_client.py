@@ -36,7 +36,9 @@ def test_the_authorization_url_names_the_resource_the_challenge_and_the_state() 
 @pytest.mark.parametrize(("query", "result"), [
     ("code=abc&state=st", "abc"),
     ("code=abc&state=other", ("invalid_state", "the callback's state is not the one this login sent")),
-    ("code=abc", ("invalid_state", "the callback's state is not the one this login sent")),
+    ("code=abc", ("invalid_state", "the callback carries no state")),
+    ("code=abc&state=", ("invalid_state", "the callback carries no state")),
+    ("error=access_denied&state=other", ("invalid_state", "the callback's state is not the one this login sent")),
     ("error=access_denied&error_description=no&state=st", ("access_denied", "no")),
     ("state=st", ("invalid_request", "the callback carries no code")),
 ])
