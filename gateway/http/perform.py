@@ -37,6 +37,7 @@ from gateway.http.sse import on_delete, on_open_stream, on_resume
 from gateway.http.subscriptions import on_subscribe
 from gateway.session.runtime import Gateway, log
 from gateway.session.streams import OutStream, json_response
+from gateway.telemetry.reverse import reverse_watch
 
 Answer = web.StreamResponse | OutStream
 
@@ -82,7 +83,8 @@ def _perform(request: web.Request, gw: Gateway, acc: Accepted, action: Action) -
         case PassThrough(upstream, tools):
             reverse = request.app.get(REVERSE) if upstream == "default" else None
             if reverse is not None:  # a 2025-era upstream: answered as a 2026-07-28 server (docs/design.md §61)
-                return reverse.handle(request, acc.principal, acc.message, request.app[PASSTHROUGHS])
+                watch = reverse_watch(request, gw, acc.principal, acc.message, acc.grant)
+                return reverse.handle(request, acc.principal, acc.message, request.app[PASSTHROUGHS], watch)
             return on_modern(request, gw, acc, upstream, tools)
         case Reply(message, warning):
             if warning:

@@ -18,7 +18,7 @@ import time
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import aiohttp
 from aiohttp import web
@@ -37,6 +37,15 @@ from gateway.session.streams import json_response
 from gateway.upstream.legacy_session import BROKE, GONE, LegacyFailure, LegacySession, Message, SessionGone
 
 _AAD = b"mcp-legacy-gateway reverse requestState v1"
+
+
+class Watch(Protocol):
+    """What usage accounting hears of one request (gateway.telemetry.reverse.ReverseWatch)."""
+
+    def asked(self, requests: Mapping[str, Any]) -> None: ...
+    def ended(self, error: ErrorValue | None, cancelled: bool = False) -> None: ...
+    def done(self, response: web.StreamResponse) -> None: ...
+
 _FAILURES = (LegacyFailure, aiohttp.ClientError, TimeoutError, ValueError)
 # What a 2025 request and its answer carry that matters between client and server (2025-11-25 basic/transports).
 _LEGACY_HEADERS = frozenset({"accept", "content-type", "mcp-session-id", "mcp-protocol-version", "last-event-id",
@@ -151,6 +160,17 @@ class ReverseBridge:
             for key in R.expired(self._entries(), now_ms(), self.settings.pool):
                 await self._drop(key)
 
+    def upstreams(self) -> dict[tuple[str, str], int]:
+        """The pool's open sessions by the legacy server's name and the revision it speaks (telemetry: which
+        legacy servers are behind the gateway)."""
+        out: dict[tuple[str, str], int] = {}
+        for pooled in self.pool.values():
+            info = pooled.session.initialized.get("serverInfo")
+            if pooled.opened.done() and isinstance(info, Mapping):
+                key = (str(info.get("name", "")), pooled.session.version)
+                out[key] = out.get(key, 0) + 1
+        return out
+
     def _entries(self) -> dict[R.PoolKey, R.Entry]:
         return {k: R.Entry(p.last_used_ms, p.busy) for k, p in self.pool.items()}
 
@@ -220,13 +240,21 @@ class ReverseBridge:
 
     # --- requests ---------------------------------------------------------------------------------------
     async def handle(self, request: web.Request, principal: str, message: Mapping[str, Any],
-                     relays: Passthroughs) -> web.StreamResponse:
-        """One 2026-07-28 request; ``relays`` notice its client's hang-up and end it at shutdown."""
+                     relays: Passthroughs, watch: Watch | None = None) -> web.StreamResponse:
+        """One 2026-07-28 request; ``relays`` notice its client's hang-up and end it at shutdown; ``watch``
+        (usage accounting) hears of its round and outcome, and records it once answered."""
+        response = await self._answer(request, principal, message, relays, watch)
+        if watch is not None:
+            watch.done(response)
+        return response
+
+    async def _answer(self, request: web.Request, principal: str, message: Mapping[str, Any],
+                      relays: Passthroughs, watch: Watch | None) -> web.StreamResponse:
         req = W.validate(request.headers, message, None)
         if isinstance(req, W.Refused):
             return answer(message.get("id"), error=req.error)
         if req.method in MRTR_METHODS and "requestState" in req.params:
-            return await self._retry(request, req, principal, relays)
+            return await self._retry(request, req, principal, relays, watch)
         key = R.pool_key(principal, req.capabilities, req.client_info)
         for attempt in range(2):  # a 404 means the session ended: one new session, one more try
             pooled = await self._session(key, req)
@@ -241,7 +269,7 @@ class ReverseBridge:
                 if req.method == "subscriptions/listen":
                     return await self._listen(request, pooled, req, relays)
                 await self._set_level(pooled, req.log_level)
-                return await self._relay(request, pooled, req, principal, relays)
+                return await self._relay(request, pooled, req, principal, relays, watch)
             except SessionGone:  # 2025-11-25 basic/transports §Session Management: 404 -> initialize again
                 if attempt:
                     break
@@ -249,7 +277,7 @@ class ReverseBridge:
         return answer(req.ident, error=upstream_failure("session", "the upstream session ended"))
 
     async def _relay(self, request: web.Request, pooled: Pooled, req: W.Request, principal: str,
-                     relays: Passthroughs) -> web.StreamResponse:
+                     relays: Passthroughs, watch: Watch | None) -> web.StreamResponse:
         upstream_id = pooled.session.new_id()
         body = {"jsonrpc": "2.0", "id": upstream_id, "method": req.method, "params": W.legacy_params(req.params)}
         queue, reader = pooled.session.request(body)
@@ -259,10 +287,10 @@ class ReverseBridge:
         call = Call(claims.call, pooled, upstream_id, queue, reader, state, claims)
         pooled.busy += 1
         pooled.calls[call.ident] = call
-        return await self._drive(request, relays, call, req)
+        return await self._drive(request, relays, call, req, watch)
 
     async def _retry(self, request: web.Request, req: W.Request, principal: str,
-                     relays: Passthroughs) -> web.StreamResponse:
+                     relays: Passthroughs, watch: Watch | None) -> web.StreamResponse:
         """A retry's state must name a parked call waiting for exactly this round, for this very request."""
         claims = self.sealer.unseal(req.params.get("requestState"))
         call = self.parked.get(claims.call) if claims is not None else None
@@ -280,10 +308,10 @@ class ReverseBridge:
             await self._set_level(call.pooled, req.log_level)
         responses = req.params.get("inputResponses")
         retried = R.Retried(responses if isinstance(responses, Mapping) else {}, req.log_level)
-        return await self._drive(request, relays, call, req, retried)
+        return await self._drive(request, relays, call, req, watch, retried)
 
     async def _drive(self, request: web.Request, relays: Passthroughs, call: Call, req: W.Request,
-                     first: R.Event | None = None) -> web.StreamResponse:
+                     watch: Watch | None, first: R.Event | None = None) -> web.StreamResponse:
         """Run the call until it asks the client or ends; the client's hang-up (or shutdown) cancels it."""
         relay = relays.relay(request)
         call.request, call.stream, call.token = request, None, _progress_token(req)
@@ -302,9 +330,15 @@ class ReverseBridge:
         call.request = None
         if outcome is None:  # the client is gone (the 2026 cancel) or the gateway stops
             await self._gone(call, req)
+            if watch is not None:
+                watch.ended(None, cancelled=True)
             return await _final(call.stream, req.ident, None, passthrough_ended())
         if isinstance(outcome, R.Finish):
+            if watch is not None:
+                watch.ended(outcome.error)
             return await _final(call.stream, req.ident, outcome.result, outcome.error)
+        if watch is not None:
+            watch.asked(outcome.requests)
         return await _final(call.stream, req.ident, self._park(call, outcome))
 
     async def _gone(self, call: Call, req: W.Request) -> None:

@@ -14,7 +14,7 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-from adapters.usage import FAILURE_CAUSES, UsageRecord
+from adapters.usage import FAILURE_CAUSES, UsageRecord, clean_label
 
 # Timings wait in lists until the next drain (every flush, scrape and dashboard read), as request facts do: an
 # observe walks the buckets in Python and takes a lock, three per request. Past this many, they fold at once.
@@ -54,6 +54,10 @@ class Metrics:
         # Upstream tasks driven for legacy clients (adapters.task_poll.TaskOutcome values: a fixed set).
         self.tasks = Counter("mcp_gateway_tasks", "Upstream tasks driven for legacy clients, by outcome",
                              ["outcome"], registry=r)
+        # The reverse bridge's pooled sessions at a 2025-era upstream, by its serverInfo name and revision.
+        self.legacy_upstreams = Gauge("mcp_gateway_legacy_upstream_sessions",
+                                      "Sessions the reverse bridge holds at legacy upstream servers",
+                                      ["server", "revision"], registry=r)
         self._latencies: list[tuple[str, float]] = []  # (era, seconds), not yet in the histogram
         self._rounds: list[float] = []
         self._overheads: list[float] = []
@@ -117,3 +121,10 @@ class Metrics:
         self.sessions.clear()
         for revision, count in by_revision.items():
             self.sessions.labels(revision).set(count)
+
+    def set_legacy_upstreams(self, by_server: dict[tuple[str, str], int]) -> None:
+        """``by_server``: (server name, revision) -> sessions; a name is the upstream's own (operator-chosen
+        upstreams, so few), cleaned to a printable label."""
+        self.legacy_upstreams.clear()
+        for (server, revision), count in by_server.items():
+            self.legacy_upstreams.labels(clean_label(server), clean_label(revision)).set(count)

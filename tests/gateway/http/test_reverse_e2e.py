@@ -412,3 +412,31 @@ async def test_a_requests_log_level_sets_the_legacy_sessions_level_once(gateway:
     async with modern(gateway, logging_callback=on_log) as client:  # no logLevel: no log messages at all
         await client.call_tool("chatty", {})
     assert said == []
+
+
+async def test_reverse_bridged_requests_are_counted_once_with_their_rounds(aiohttp_server: Any, legacy_url: str,
+                                                                           tmp_path: Path) -> None:
+    from prometheus_client.parser import text_string_to_metric_families
+
+    config = load_config(upstream_url=legacy_url, upstream_era="2025-11-25",
+                         usage={"db": str(tmp_path / "usage.db"), "flush_seconds": 3600})
+    gateway = await aiohttp_server(create_app(config))
+    async with modern(gateway, elicitation_callback=elicit("accept")) as client:
+        await client.call_tool("echo", {"text": "x"})  # 1 request
+        await client.call_tool("ask_model", {"topic": "owls"})  # 2: input_required (sampling), then the retry
+        await client.call_tool("show_roots", {})  # 2: input_required (roots), then the retry
+    async with aiohttp.ClientSession() as http:
+        async with http.get(gateway.make_url("/metrics")) as resp:
+            families = {f.name: f for f in text_string_to_metric_families(await resp.text())}
+
+    def total(name: str, **labels: str) -> float:
+        return sum(s.value for s in families[name].samples
+                   if s.name.endswith("_total") or name.endswith("sessions")
+                   if all(s.labels.get(k) == v for k, v in labels.items()))
+    calls = {"era": "modern", "method": "tools/call"}
+    assert total("mcp_gateway_requests", translated="true", outcome="ok", **calls) == 5
+    assert total("mcp_gateway_requests", translated="false", **calls) == 0  # not counted a second time
+    assert total("mcp_gateway_mrtr_rounds") == 2
+    assert total("mcp_gateway_bridged_inputs", input_kind="sampling") == 1
+    assert total("mcp_gateway_bridged_inputs", input_kind="roots") == 1
+    assert total("mcp_gateway_legacy_upstream_sessions", server="legacy-notes", revision="2025-11-25") == 1

@@ -1,0 +1,103 @@
+"""Usage accounting of the reverse bridge (docs/design.md §61): a 2026-07-28 request served from a 2025-11-25
+upstream is recorded once, as the forward direction's bridged requests are, in the same store and ``/metrics``
+families: era ``modern`` (the client's), ``translated`` (the gateway carried it across eras), the round it asked
+its client (an ``input_required`` answer is one bridged round) and the kinds of the legacy server's requests in it
+(``mcp_gateway_bridged_inputs``: which legacy features 2026 clients still reach); its deprecated features are the
+client's own, as for a passthrough (adapters.usage.modern_request_features). Which legacy servers are behind
+the gateway is the ``mcp_gateway_legacy_upstream_sessions`` gauge, set from the bridge's pool at each scrape.
+
+Only labels and counts are kept, never a message's content (adapters.usage).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Mapping
+from typing import Any
+
+from aiohttp import web
+
+from adapters.errors import ErrorValue
+from adapters.jsonwire import loads
+from adapters.usage import INPUT_KINDS, input_kind, modern_request_features, ordered, outcome_of
+from gateway.telemetry.usage import (
+    _BRIDGED,
+    _STARTED,
+    USAGE,
+    UsageRecorder,
+    configured_peer,
+    facts_of,
+    request_identity,
+)
+
+log = logging.getLogger("gateway")
+_REVISION_META = "io.modelcontextprotocol/protocolVersion"
+
+
+class ReverseWatch:
+    """One reverse-bridged HTTP request, recorded at :meth:`done`. Never raises into the request."""
+
+    def __init__(self, recorder: UsageRecorder, request: web.Request, gw: Any, principal: str,
+                 message: Mapping[str, Any], grant: Any = None) -> None:
+        self.recorder, self.request, self.gw = recorder, request, gw
+        self.principal, self.message, self.grant = principal, message, grant
+        self.rounds = 0
+        self.inputs: set[str] = set()
+        self.outcome: tuple[str, str] | None = None
+        request[_BRIDGED] = True  # recorded here: the plain answer's accounting must not count it again
+
+    def asked(self, requests: Mapping[str, Any]) -> None:
+        """The request was answered ``input_required``: one round, with these legacy server requests."""
+        self.rounds += 1
+        for entry in requests.values():
+            kind, _ = input_kind(entry)  # its deprecated features count on the retry that answers it
+            if kind is not None:
+                self.inputs.add(kind)
+
+    def ended(self, error: ErrorValue | None, cancelled: bool = False) -> None:
+        self.outcome = outcome_of(None if cancelled else {"error": error.to_wire()} if error else {"result": 0})
+
+    def done(self, response: web.StreamResponse) -> None:
+        try:
+            self._record(response)
+        except Exception:
+            log.exception("usage accounting failed for a reverse-bridged request (it was answered)")
+
+    def _record(self, response: web.StreamResponse) -> None:
+        params = self.message.get("params")
+        params = params if isinstance(params, Mapping) else {}
+        meta = params.get("_meta")
+        meta = meta if isinstance(meta, Mapping) else {}
+        info, peer, sunset = request_identity(self.gw, None, "modern", self.principal, dict(params), self.grant)
+        outcome = self.outcome or _outcome_of(response)
+        features = ordered(modern_request_features(params))
+        inputs = tuple(k for k in INPUT_KINDS if k in self.inputs)
+        recorder = self.recorder
+        recorder.note(facts_of(recorder.clock_ms(), "modern", meta.get(_REVISION_META, "2026-07-28"),
+                               self.message.get("method"), True, info, peer, sunset, rounds=self.rounds,
+                               inputs=inputs, features=features, outcome=outcome,
+                               configured=configured_peer(self.gw, peer)))
+        if recorder.metrics is not None and _STARTED in self.request:
+            recorder.metrics.request_seconds("modern", time.perf_counter() - self.request[_STARTED])
+
+
+def _outcome_of(response: web.StreamResponse) -> tuple[str, str]:
+    """An answer the bridge gave without running a call (a refusal of the 2026 ladder, discover, a listen): its
+    JSON error, if it is one (the gateway's own small body); otherwise an answer."""
+    body = getattr(response, "body", None)
+    if isinstance(body, bytes) and b'"error"' in body and len(body) < 64 << 10:
+        try:
+            return outcome_of(loads(body))
+        except ValueError:
+            pass
+    return outcome_of({"result": 0} if response.status < 400 else {"error": {"code": -32603}})
+
+
+def reverse_watch(request: web.Request, gw: Any, principal: str, message: Mapping[str, Any],
+                  grant: Any = None) -> ReverseWatch | None:
+    """The watch of a request about to be reverse-bridged, or None when usage recording is off."""
+    recorder = request.app.get(USAGE)
+    if recorder is None or not recorder.config.enabled:
+        return None
+    return ReverseWatch(recorder, request, gw, principal, message, grant)
