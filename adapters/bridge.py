@@ -36,6 +36,7 @@ from enum import StrEnum
 from typing import Any, assert_never, cast
 
 from adapters import errors as E
+from adapters import legacy_tasks as LT
 from adapters import takeover as T
 from adapters import task_poll as TP
 from adapters.errors import AuthChallenge, ErrorValue
@@ -81,6 +82,9 @@ class BridgeContext:
     # Whether the shell declared the tasks extension on this call (adapters.task_poll.declare): a task answer to
     # a call that did not is the upstream's error (ext-tasks: a task only for a request that declared it).
     tasks_declared: bool = True
+    # The session has 2025 tasks (adapters.legacy_tasks.enabled): a task-augmented tools/call is answered with
+    # its CreateTaskResult, and tasks/get, tasks/result and tasks/cancel are driven here.
+    legacy_tasks: bool = False
 
     @property
     def cache_roots(self) -> bool:
@@ -214,6 +218,15 @@ class TaskEnded:
 
 
 @dataclass(frozen=True, slots=True)
+class RememberTask:
+    """Keep ``task`` (a 2025 Task) in the session's registry (adapters.legacy_tasks.remember); ``created``: the
+    session just made it."""
+
+    task: dict[str, Any]
+    created: bool = False
+
+
+@dataclass(frozen=True, slots=True)
 class Finish:
     message: dict[str, Any] | None
     log: str | None = None
@@ -222,7 +235,7 @@ class Finish:
 
 Event = UpstreamResult | UpstreamError | UpstreamFailed | ClientAnswered | TimerFired | Cancelled | Aborted
 Action = (CallUpstream | SendToClient | ArmTimer | AbortUpstream | StoreRoots | Finish | PollTask | UpdateTask
-          | CancelTask | TaskEnded)
+          | CancelTask | TaskEnded | RememberTask)
 _TASK_CALLS = (Phase.TASK_POLL, Phase.TASK_UPDATE)
 
 
@@ -276,6 +289,9 @@ class BridgeMachine:
 
     def start(self) -> list[Action]:
         self.record.phase = Phase.UPSTREAM
+        if self.record.method == "tasks/result":  # a 2025 task's result: its upstream task is polled until it ends
+            self.record.task_id = str(self.record.params["taskId"])
+            return [ArmTimer(Timer.TASK, self.ctx.limits.task_total_seconds, 0), *self._poll()]
         return [ArmTimer(Timer.TOTAL, self.ctx.limits.total_timeout_seconds, 0), CallUpstream({})]
 
     def resume(self, elapsed_seconds: float, unsent: Collection[str] = ()) -> list[Action]:
@@ -313,6 +329,8 @@ class BridgeMachine:
         params = dict(entry.get("params") or {})
         if key in rec.minted_ids:
             params["elicitationId"] = rec.minted_ids[key]
+        if rec.method == "tasks/result" and rec.task_id is not None:
+            params = LT.ask_params(params, rec.task_id)
         return {"jsonrpc": "2.0", "id": gateway_id, "method": entry["method"], "params": params}
 
     def handle(self, event: Event) -> list[Action]:
@@ -355,11 +373,19 @@ class BridgeMachine:
 
     # --- transitions ------------------------------------------------------------------------------------
     def _on_result(self, result: Any) -> list[Action]:
-        self.record.resent = None  # the resent round was answered: what follows is an ordinary round
-        if self.record.method == "tools/call" and TP.is_task(result):
+        rec = self.record
+        rec.resent = None  # the resent round was answered: what follows is an ordinary round
+        if rec.method == "tasks/get":
+            return self._legacy_task(result)
+        if rec.method == "tasks/cancel":  # acknowledged upstream ({}): the 2025 answer is the task as it now is
+            rec.task_id = str(rec.params["taskId"])
+            return self._poll()
+        if rec.method == "tools/call" and TP.is_task(result):
             if not self.ctx.tasks_declared:
                 return self._finish_error(E.upstream_failure(
                     "invalid_result", "resultType 'task' for a call that did not declare the tasks extension"))
+            if self.ctx.legacy_tasks and LT.augmented(rec.method, rec.params):
+                return self._legacy_created(result)
             return self._on_task_created(result)
         outcome = classify_result(self.record.method, result)
         if isinstance(outcome, Invalid):
@@ -523,17 +549,20 @@ class BridgeMachine:
     def _on_task(self, value: Any) -> list[Action]:
         """A tasks/get answer (ext-tasks §Getting Tasks)."""
         rec = self.record
+        if rec.method == "tasks/cancel":
+            return self._legacy_task(value)
         view = TP.read_task(value, rec.task_id)
         if isinstance(view, ErrorValue):
             return self._finish_error(view)
         rec.task_failures = None
-        moved = self._task_moved(view)
+        moved = [*self._status_changed(value, view), *self._task_moved(view)]
         if view.state is TaskState.COMPLETED:
-            outcome = classify_result(rec.method, view.payload)
+            outcome = classify_result(self._underlying, view.payload)
             if isinstance(outcome, Invalid):
                 return [*moved, *self._finish_error(outcome.error)]
             done = [SendToClient(_elicitation_complete(eid)) for eid in rec.url_elicitations]
-            result = response(rec.downstream_id, outcome.result) if isinstance(outcome, Complete) else None
+            result = response(rec.downstream_id, self._task_result(outcome.result)) if isinstance(
+                outcome, Complete) else None
             if result is None:  # a task's result is final: it cannot ask for another round
                 return [*moved, *self._finish_error(E.upstream_failure("invalid_result", "the task's result is "
                                                                        "not complete"))]
@@ -542,7 +571,8 @@ class BridgeMachine:
             outcome_ = TaskOutcome.FAILED if view.state is TaskState.FAILED else TaskOutcome.CANCELLED
             return [*moved, TaskEnded(outcome_), *self._finish_error(TP.ended_error(view))]
         if view.state is TaskState.INPUT_REQUIRED:
-            asked = classify_result(rec.method, {"resultType": "input_required", "inputRequests": view.payload})
+            asked = classify_result(self._underlying, {"resultType": "input_required",
+                                                       "inputRequests": view.payload})
             if isinstance(asked, Invalid):
                 return [*moved, *self._finish_error(asked.error)]
             rec.request_state = None
@@ -595,10 +625,46 @@ class BridgeMachine:
         """A call that ends with its task still live upstream cancels it (ext-tasks §Cancelling Tasks): nobody
         would collect it. Its outcome is counted once."""
         task_id = self.record.task_id
+        if self.record.method in LT.DRIVEN:  # a 2025 task lives on past its requests: only tasks/cancel ends it
+            return [a for a in actions if not isinstance(a, TaskEnded)]
         if task_id is None or not self.done or any(isinstance(a, TaskEnded) for a in actions):
             return actions
         outcome = TaskOutcome.CLIENT_CANCELLED if cancelled else TaskOutcome.ABANDONED
         return [CancelTask(task_id), TaskEnded(outcome), *actions]
+
+    # --- 2025 tasks (adapters.legacy_tasks) -----------------------------------------------------------------
+    @property
+    def _underlying(self) -> str:
+        """The method a task's result and input requests belong to: a 2025 task is always a tools/call's."""
+        return "tools/call" if self.record.method == "tasks/result" else self.record.method
+
+    def _task_result(self, result: dict[str, Any]) -> dict[str, Any]:
+        task_id = self.record.task_id
+        return LT.with_related(result, task_id) if self.record.method == "tasks/result" and task_id else result
+
+    def _legacy_created(self, result: Any) -> list[Action]:
+        """A task-augmented call's answer: its CreateTaskResult, the task kept in the session's registry."""
+        view = TP.read_task(result, None)
+        if isinstance(view, ErrorValue):
+            return self._finish_error(view)
+        created = LT.created_result(result)
+        return [RememberTask(created["task"], True), self._end(response(self.record.downstream_id, created))]
+
+    def _legacy_task(self, value: Any) -> list[Action]:
+        """tasks/get or tasks/cancel: the upstream task as a 2025 Task (2025-11-25 basic/utilities/tasks §Getting
+        Tasks, §Cancelling Tasks)."""
+        view = TP.read_task(value, str(self.record.params["taskId"]))
+        if isinstance(view, ErrorValue):
+            return self._finish_error(view)
+        task = LT.to_legacy(value)
+        return [RememberTask(task), self._end(response(self.record.downstream_id, task))]
+
+    def _status_changed(self, value: Mapping[str, Any], view: TaskView) -> list[Action]:
+        """While tasks/result waits: a new status is kept and told (notifications/tasks/status)."""
+        if self.record.method != "tasks/result" or view.seen == self.record.task_seen:
+            return []
+        task = LT.to_legacy(value)
+        return [RememberTask(task), SendToClient(LT.status_notification(task))]
 
     # --- endings ----------------------------------------------------------------------------------------
     def _cancel_outstanding(self) -> list[SendToClient]:

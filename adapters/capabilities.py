@@ -2,13 +2,14 @@
 Negotiation, 2026-07-28 basic §_meta, server/discover).
 
 Client (2025 -> 2026): ``roots{listChanged}`` -> ``roots{}``; ``sampling``/``elicitation`` kept; ``tasks`` dropped
-(the gateway drives upstream tasks itself and offers legacy clients no 2025 tasks, docs/design.md §17);
+(the gateway drives upstream tasks itself, docs/design.md §17);
 ``experimental``/``extensions`` passed through (MCP Apps declares ``extensions["io.modelcontextprotocol/ui"]`` in
 initialize capabilities).
 
 Server (2026 -> 2025): ``extensions`` travel inside ``capabilities``; ``listChanged``/``subscribe`` are only
 claimed when the upstream offers them AND the gateway bridges them through ``subscriptions/listen``; ``tasks``
-is never advertised.
+(2025-11-25 basic/utilities/tasks) only to a client that declared ``tasks`` itself, backed by the upstream's tasks
+extension (adapters.legacy_tasks).
 """
 
 from __future__ import annotations
@@ -17,7 +18,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from adapters.legacy_tasks import capability as legacy_task_capability
 from adapters.task_poll import EXTENSION as TASKS_EXTENSION
+from adapters.task_poll import offered
 
 _PASS_THROUGH_CLIENT = ("sampling", "elicitation", "experimental", "extensions")
 
@@ -55,8 +58,10 @@ def _list_section(section: Any, claim_list_changed: bool, extra: dict[str, Any] 
     return out
 
 
-def server_caps_to_legacy(caps: Mapping[str, Any] | None, features: BridgedFeatures) -> dict[str, Any]:
-    """The ``InitializeResult.capabilities`` for a 2026 upstream's discovered capabilities."""
+def server_caps_to_legacy(caps: Mapping[str, Any] | None, features: BridgedFeatures,
+                          client_tasks: bool = False) -> dict[str, Any]:
+    """The ``InitializeResult.capabilities`` for a 2026 upstream's discovered capabilities; ``client_tasks``:
+    the client declared 2025 tasks (adapters.legacy_tasks.enabled then says whether they are offered)."""
     caps = caps if isinstance(caps, Mapping) else {}
     out: dict[str, Any] = {}
     for name in ("tools", "prompts"):
@@ -70,8 +75,10 @@ def server_caps_to_legacy(caps: Mapping[str, Any] | None, features: BridgedFeatu
     for name in ("logging", "completions", "experimental", "extensions"):
         if isinstance(caps.get(name), Mapping):
             out[name] = dict(caps[name])
-    # The tasks extension is the gateway's to use (it drives the upstream's tasks, docs/design.md §17); a legacy
-    # client offered it would find no tasks/* here (-32601).
+    # The tasks extension is the gateway's to use (it drives the upstream's tasks, docs/design.md §17); a client
+    # that speaks 2025 tasks is offered those instead, backed by it.
+    if client_tasks and offered(caps):
+        out["tasks"] = legacy_task_capability()
     out.get("extensions", {}).pop(TASKS_EXTENSION, None)
     if out.get("extensions") == {}:
         del out["extensions"]

@@ -38,11 +38,15 @@ def check_discover(discover: Any) -> ErrorValue | None:
 
 
 def build_initialize_result(discover: Mapping[str, Any], requested_version: Any, features: BridgedFeatures,
-                            offered: tuple[str, ...] = LEGACY_VERSIONS) -> dict[str, Any]:
-    """``offered``: the revisions the client's door negotiates (adapters.doors.offered_versions)."""
+                            offered: tuple[str, ...] = LEGACY_VERSIONS,
+                            client_capabilities: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """``offered``: the revisions the client's door negotiates (adapters.doors.offered_versions);
+    ``client_capabilities``: the client's, as kept for its session (2025 tasks are offered only to a client that
+    declared them: adapters.legacy_tasks)."""
     result: dict[str, Any] = {
         "protocolVersion": negotiate_version(requested_version, offered),
-        "capabilities": server_caps_to_legacy(discover.get("capabilities"), features),
+        "capabilities": server_caps_to_legacy(discover.get("capabilities"), features,
+                                              isinstance((client_capabilities or {}).get("tasks"), Mapping)),
         "serverInfo": server_info_of(discover),
     }
     if isinstance(discover.get("instructions"), str):

@@ -72,6 +72,9 @@ class SessionRecord:
     # the record so that every replica mirrors the same Mcp-Param-* headers (docs/design.md §19); None: none
     # learned, or too large to keep here (adapters.admission.header_maps_storable).
     header_maps: dict[str, Any] | None = None
+    # The 2025 tasks this session created (adapters.legacy_tasks): task id -> the 2025 Task as last seen, in
+    # creation order; None while it has none.
+    legacy_tasks: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return _to_dict(self)

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any, Final, NamedTuple
 
+from adapters import legacy_tasks as LT
 from adapters import local
 from adapters.admission import SessionLimits, initialize_size_error
 from adapters.authz import ResourceServer, require_scopes
@@ -182,6 +183,9 @@ def _request(accepted: Accepted, context: Context) -> tuple[Action, ...]:
         return (_reply(ident, error=sunset_error(peer, version)),)
     if not scopes_kept(peer, accepted.grant):  # matched on scopes this request's token no longer holds
         return (_step_up(accepted, context, peer.scopes),)
+    tasks = _legacy_tasks(accepted, context, peer)
+    if tasks is not None:
+        return tasks
     match local.decide(message["method"], message.get("params") or {}, version):
         case local.Reply(result, error):
             return (_reply(ident, result, error),)
@@ -197,6 +201,26 @@ def _request(accepted: Accepted, context: Context) -> tuple[Action, ...]:
             if refused is not None:
                 return (_reply(ident, error=refused),)
             return (Forward(ident, peer_limits(context.limits, peer)),)
+
+
+def _legacy_tasks(accepted: Accepted, context: Context, peer: Peer) -> tuple[Action, ...] | None:
+    """2025-11-25 tasks (adapters.legacy_tasks): a ``tasks/*`` request answered here or driven upstream, a
+    task-augmented ``tools/call`` refused past the session's task bound; None for everything else."""
+    message, session = accepted.message, accepted.session
+    assert session is not None
+    method, params, ident = message["method"], message.get("params") or {}, message["id"]
+    on = LT.enabled(session.client_capabilities, session.server_capabilities)
+    limits = peer_limits(context.limits, peer)
+    if method in LT.METHODS:
+        decided = LT.decide(method, params, session.legacy_tasks, on)
+        if isinstance(decided, LT.Answer):
+            return (_reply(ident, decided.result, decided.error),)
+        refused = admit(context.in_flight, ident, context.limits)
+        return (_reply(ident, error=refused),) if refused is not None else (Forward(ident, limits),)
+    if on and LT.augmented(method, params):
+        full = LT.admit(session.legacy_tasks, limits.max_tasks_per_session)
+        return (_reply(ident, error=full),) if full is not None else None
+    return None
 
 
 def _tool_refusal(accepted: Accepted, peer: Peer, context: Context) -> Reply | Refuse | None:

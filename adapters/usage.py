@@ -29,8 +29,8 @@ DEFAULT_PEER = "default"
 OTHER = "other"
 
 # The order is the verdict's order: what the client must change first comes first.
-FEATURES = ("legacy handshake", "HTTP+SSE transport", "sampling", "roots", "elicitation url ids", "includeContext",
-            "logging/setLevel", "resources/subscribe", "ping")
+FEATURES = ("legacy handshake", "HTTP+SSE transport", "2025 tasks", "sampling", "roots", "elicitation url ids",
+            "includeContext", "logging/setLevel", "resources/subscribe", "ping")
 INPUT_KINDS = ("sampling", "elicitation.form", "elicitation.url", "roots")
 # Causes that count as *translation failures* in the report (the gateway could not carry the request over).
 FAILURE_CAUSES = ("missing capability", "round cap", "client timeout", "upstream error", "sunset refusal",
@@ -167,17 +167,25 @@ def fold_transport(transport: Any) -> str:
 
 
 # --- deprecated features --------------------------------------------------------------------------------
+_TASK_METHODS = frozenset({"tasks/get", "tasks/result", "tasks/list", "tasks/cancel"})
 _LEGACY_EXTRA = {"ping": ("legacy handshake", "ping"), "logging/setLevel": ("legacy handshake", "logging/setLevel"),
                  "resources/subscribe": ("legacy handshake", "resources/subscribe"),
                  "resources/unsubscribe": ("legacy handshake", "resources/subscribe")}
 
 
-def legacy_request_features(method: Any) -> tuple[str, ...]:
+def legacy_request_features(method: Any, params: Any = None) -> tuple[str, ...]:
     """Features a legacy request itself leans on (those 2026-07-28 removed, answered locally or
     via listen: 2026-07-28 changelog).
 
-    Every legacy request rides on the handshake session, so each one counts ``legacy handshake``."""
-    return _LEGACY_EXTRA.get(method, ("legacy handshake",)) if isinstance(method, str) else ("legacy handshake",)
+    Every legacy request rides on the handshake session, so each one counts ``legacy handshake``; a ``tasks/*``
+    request or a task-augmented ``tools/call`` (``params.task``) counts ``2025 tasks`` (2025-11-25
+    basic/utilities/tasks, moved to the io.modelcontextprotocol/tasks extension in 2026-07-28)."""
+    if not isinstance(method, str):
+        return ("legacy handshake",)
+    if method in _TASK_METHODS or (method == "tools/call" and isinstance(params, Mapping)
+                                   and isinstance(params.get("task"), Mapping)):
+        return ("legacy handshake", "2025 tasks")
+    return _LEGACY_EXTRA.get(method, ("legacy handshake",))
 
 
 def transport_features(transport: Any) -> tuple[str, ...]:

@@ -100,7 +100,8 @@ async def open_session(request: web.Request, gw: Gateway, acc: Accepted, opening
     if full is not None:
         log.warning("initialize refused: %s", full.error.message)
         return rejection_response(full)
-    result = with_notice(build_initialize_result(found, version, gw.config.features(), (version,)), peer, gw.today())
+    result = with_notice(build_initialize_result(found, version, gw.config.features(), (version,),
+                                                 opening.capabilities), peer, gw.today())
     return json_response(response(message["id"], result), headers={"Mcp-Session-Id": record.session_id})
 
 

@@ -27,6 +27,7 @@ from dataclasses import replace
 from typing import Any, cast
 
 from adapters import bridge as B
+from adapters import legacy_tasks
 from adapters.admission import WaitingLoad, admit_waiting, answer_verifies, header_maps_storable, roots_cacheable
 from adapters.classify import session_expired
 from adapters.errors import INTERNAL_ERROR, ErrorValue, store_unavailable
@@ -44,7 +45,8 @@ from gateway.session.streams import Mirror, OutStream
 from gateway.upstream.client import Answer, UpstreamFailure
 
 REFRESH_PAGE_CAP = 20
-_SILENT = (B.Finish, B.AbortUpstream)  # after begin() there is no upstream task left to abort
+# After begin() there is no upstream task left to abort; a task to remember is remembered before the answer.
+_SILENT = (B.Finish, B.AbortUpstream, B.RememberTask)
 _TOTAL_TIMEOUT = B.TimerFired(B.Timer.TOTAL, 0)
 _INTERNAL = ErrorValue(INTERNAL_ERROR, "internal gateway error")  # a gateway bug: nothing more for the client
 _CARRIED = (B.SendToClient, B.ArmTimer)  # the actions of a step whose events its save can carry
@@ -156,7 +158,9 @@ def bridge_context(runtime: SessionRuntime, session: SessionRecord,
     return B.BridgeContext(limits, session.client_capabilities, random_id, cached_roots=session.cached_roots,
                            tools=peer.tools, scoped=gateway.config.auth.enabled,
                            tasks_running=lambda: _tasks_running(runtime),
-                           tasks_declared=offered(session.server_capabilities))
+                           tasks_declared=offered(session.server_capabilities),
+                           legacy_tasks=legacy_tasks.enabled(session.client_capabilities,
+                                                             session.server_capabilities))
 
 
 def _tasks_running(runtime: SessionRuntime) -> int:
@@ -221,7 +225,8 @@ class Exchange:
         """Only when the upstream has nothing to stream meanwhile: progress needs a token and request logs a
         level (2026-07-28 basic/transports §Streamable HTTP); a notification that comes anyway is kept and sent
         first, after the escalation."""
-        return self.progress_token is None and session.log_level is None
+        # tasks/result starts by polling its task, not with the request's own round.
+        return self.progress_token is None and session.log_level is None and self.record.method != "tasks/result"
 
     async def begin(self) -> B.Finish | None:
         """The first round in the caller's task: the machine's ``Finish`` when that is all there is to do (its
@@ -256,6 +261,9 @@ class Exchange:
         finish = next((a for a in actions if isinstance(a, B.Finish)), None)
         if finish is not None and not self._early and all(isinstance(a, _SILENT) for a in actions):
             self._observe(actions)
+            for action in actions:
+                if isinstance(action, B.RememberTask):
+                    await self._remember(action)
             self._end()
             return finish
         # Escalate: the total limit still counts from the request's arrival.
@@ -602,6 +610,8 @@ class Exchange:
             self._upstream.cancel()  # closing the upstream response is the 2026 cancel
         elif isinstance(action, B.StoreRoots):
             await self._store_roots(action.result)
+        elif isinstance(action, B.RememberTask):
+            await self._remember(action)
         elif isinstance(action, B.Finish):
             if action.log:
                 log.warning("request %r: %s", self.record.downstream_id, action.log)
@@ -769,6 +779,21 @@ class Exchange:
                 self.stream.push(legacy)
             elif keep:
                 self._early.append(legacy)  # begin() is running: sent first once it escalates
+
+    async def _remember(self, action: B.RememberTask) -> None:
+        """A 2025 task as last seen, kept in the session's registry (adapters.legacy_tasks): written only when it
+        changed there, so tasks/list and tasks/cancel on any replica see it."""
+        known = self.request_session.legacy_tasks if self.request_session is not None else None
+        if legacy_tasks.remember(known, action.task, action.created) is None and known is not None:
+            return  # the record this request read already holds it
+
+        def apply(stored: SessionRecord) -> None:
+            changed = legacy_tasks.remember(stored.legacy_tasks, action.task, action.created)
+            if changed is not None:
+                stored.legacy_tasks = changed
+        await self.runtime.gateway.store.change_session(self.record.session_id, apply)
+        if self.request_session is not None:  # this request's later steps see it too
+            self.request_session.legacy_tasks = legacy_tasks.remember(known, action.task, action.created) or known
 
     async def _store_roots(self, result: dict[str, Any]) -> None:
         gateway = self.runtime.gateway

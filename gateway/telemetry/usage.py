@@ -354,7 +354,7 @@ def _record_plain(recorder: UsageRecorder, request: web.Request, gw: Any, acc: A
     message, legacy = _final_message(response, acc.kind), acc.kind != "modern"
     method, params = acc.message.get("method"), acc.message.get("params")
     info, peer, sunset = request_identity(gw, acc.session, acc.kind, acc.principal, params, acc.grant)
-    features = legacy_request_features(method) if legacy else modern_request_features(params)
+    features = legacy_request_features(method, params) if legacy else modern_request_features(params)
     era = "legacy" if legacy else "modern"
     recorder.note(facts_of(recorder.clock_ms(), era, _revision(acc, message), method, False, info, peer, sunset,
                            features=features, outcome=outcome_of(message), transport=_transport(gw, request),
@@ -529,7 +529,8 @@ def exchange_observer(request: web.Request, gw: Any, session: Any, message: dict
     info, peer, sunset = request_identity(gw, session, "request", session.principal, message.get("params"))
     method = message.get("method")
     head = facts_head(recorder.clock_ms(), "legacy", session.protocol_version, method, True, info, peer, sunset)
-    return ExchangeObserver(recorder, head, legacy_request_features(method), _transport(gw, request),
+    features = legacy_request_features(method, message.get("params"))
+    return ExchangeObserver(recorder, head, features, _transport(gw, request),
                             request.get(_STARTED, time.perf_counter()), configured_peer(gw, peer))
 
 

@@ -1,0 +1,159 @@
+"""2025-11-25 tasks for legacy clients that declare them, backed by the upstream's tasks extension
+(2025-11-25 basic/utilities/tasks; ``io.modelcontextprotocol/tasks``, ext-tasks specification/draft/tasks.md;
+docs/design.md §17): pure rules, no I/O, no clock.
+
+What is here: when a session gets 2025 tasks (:func:`enabled`) and the ``tasks`` capability it is offered
+(:func:`capability`), what a ``tasks/*`` request becomes (:func:`decide`: answered here, or driven upstream by
+:class:`adapters.bridge.BridgeMachine`), the translation of an extension ``Task`` into a 2025 ``Task``
+(:func:`to_legacy`), the ``related-task`` metadata, ``notifications/tasks/status``, and the session's bounded
+registry of the tasks it created (:func:`remember`, :func:`admit`), which ``tasks/list`` answers from.
+
+Task ids are the upstream's, passed through opaque (never parsed or re-encoded): the registry is what makes an id
+the session's, so an id the session did not create is unknown here whoever made it upstream.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Final
+
+from adapters.errors import INVALID_PARAMS, METHOD_NOT_FOUND, ErrorValue, limit_error
+from adapters.task_poll import EXTENSION, TaskState, offered
+
+RELATED_TASK: Final = "io.modelcontextprotocol/related-task"
+METHODS: Final = frozenset({"tasks/get", "tasks/result", "tasks/list", "tasks/cancel"})
+# Requests the bridge machine drives for a 2025 task (adapters.bridge): each names one task of the session.
+DRIVEN: Final = frozenset({"tasks/get", "tasks/result", "tasks/cancel"})
+# Terminal tasks the registry keeps beyond the live ones, for tasks/list and a late tasks/result; the oldest go
+# first (2025-11-25 basic/utilities/tasks §Task Lifetime: a receiver may forget a task after its ttl anyway).
+KEPT_TERMINAL: Final = 16
+# Extension Task fields -> 2025 Task fields (2025-11-25 schema "Task"); the rest of the extension's task
+# (inputRequests, result, error, resultType) is not part of a 2025 Task.
+_FIELDS: Final = {"taskId": "taskId", "status": "status", "statusMessage": "statusMessage",
+                  "createdAt": "createdAt", "lastUpdatedAt": "lastUpdatedAt", "ttlMs": "ttl",
+                  "pollIntervalMs": "pollInterval"}
+
+
+def enabled(client_capabilities: Mapping[str, Any] | None, server_capabilities: Mapping[str, Any] | None) -> bool:
+    """2025 tasks for a session: its client declared ``tasks`` at initialize (it speaks 2025 tasks) and the
+    upstream offers the extension that backs them (ext-tasks §Capability Negotiation)."""
+    return isinstance((client_capabilities or {}).get("tasks"), Mapping) and offered(server_capabilities)
+
+
+def capability() -> dict[str, Any]:
+    """The server ``tasks`` capability a 2025 client is offered (2025-11-25 basic/utilities/tasks
+    §Capabilities): task-augmented ``tools/call``, ``tasks/list`` and ``tasks/cancel``."""
+    return {"list": {}, "cancel": {}, "requests": {"tools": {"call": {}}}}
+
+
+def augmented(method: str, params: Mapping[str, Any] | None) -> bool:
+    """A task-augmented request the gateway runs as a task: ``tools/call`` with ``params.task``."""
+    return method == "tools/call" and isinstance((params or {}).get("task"), Mapping)
+
+
+def to_legacy(task: Mapping[str, Any]) -> dict[str, Any]:
+    """An extension ``Task`` (or ``DetailedTask``) as a 2025 ``Task``: milliseconds fields renamed, ``ttl``
+    present (null: unlimited), values passed as they are."""
+    out = {legacy: task[name] for name, legacy in _FIELDS.items() if task.get(name) is not None}
+    out.setdefault("ttl", None)
+    return out
+
+
+def created_result(task: Mapping[str, Any]) -> dict[str, Any]:
+    """``CreateTaskResult`` for a task-augmented call the upstream answered with a task."""
+    return {"task": to_legacy(task)}
+
+
+def status_notification(task: Mapping[str, Any]) -> dict[str, Any]:
+    """``notifications/tasks/status``: the 2025 task as its params."""
+    return {"jsonrpc": "2.0", "method": "notifications/tasks/status", "params": dict(task)}
+
+
+def related(task_id: str) -> dict[str, Any]:
+    return {RELATED_TASK: {"taskId": task_id}}
+
+
+def with_related(result: Mapping[str, Any], task_id: str) -> dict[str, Any]:
+    """A ``tasks/result`` answer carries the related-task metadata (2025-11-25 basic/utilities/tasks §Related
+    Task Metadata: MUST, since the result itself does not name the task)."""
+    meta = result.get("_meta")
+    return {**result, "_meta": {**(meta if isinstance(meta, Mapping) else {}), **related(task_id)}}
+
+
+def ask_params(params: Mapping[str, Any], task_id: str) -> dict[str, Any]:
+    """A request the task needs answered (elicitation, sampling), marked as the task's (§Related Task
+    Metadata: requests sent on behalf of a task carry it)."""
+    return with_related(params, task_id)
+
+
+# --- the session's registry -------------------------------------------------------------------------------
+def _live(tasks: Mapping[str, Any]) -> int:
+    return sum(not TaskState(t["status"]).terminal for t in tasks.values() if t.get("status") in _STATUSES)
+
+
+_STATUSES = frozenset(s.value for s in TaskState)
+
+
+def admit(tasks: Mapping[str, Any] | None, limit: int) -> ErrorValue | None:
+    """A new task-augmented call, refused when the session already has ``limit`` tasks not known to be over."""
+    if _live(tasks or {}) >= limit:
+        return limit_error("max_tasks_per_session", limit)
+    return None
+
+
+def remember(tasks: Mapping[str, Any] | None, task: Mapping[str, Any], created: bool) -> dict[str, Any] | None:
+    """The registry with ``task`` as last seen (``created``: a task the session just made), or None when nothing
+    changes (a task it does not hold, or no new status), so an unchanged poll writes nothing."""
+    tasks, ident = dict(tasks or {}), task.get("taskId")
+    if not isinstance(ident, str) or (not created and ident not in tasks) or tasks.get(ident) == task:
+        return None
+    tasks[ident] = dict(task)
+    terminal = [k for k, t in tasks.items() if t.get("status") in _STATUSES and TaskState(t["status"]).terminal]
+    for old in terminal[:max(0, len(terminal) - KEPT_TERMINAL)]:
+        del tasks[old]
+    return tasks
+
+
+# --- what a tasks/* request becomes ---------------------------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class Answer:
+    """Answered here: ``result``, or ``error`` when it is not None."""
+
+    result: dict[str, Any] | None = None
+    error: ErrorValue | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Drive:
+    """Sent through a bridge exchange (tasks/get, tasks/result, tasks/cancel of a task the session holds)."""
+
+
+def unknown(task_id: Any) -> ErrorValue:
+    """2025-11-25 basic/utilities/tasks §Error Handling: an invalid or nonexistent taskId is -32602."""
+    return ErrorValue(INVALID_PARAMS, "Failed to retrieve task: Task not found", {"taskId": task_id})
+
+
+def decide(method: str, params: Any, tasks: Mapping[str, Any] | None, on: bool) -> Answer | Drive:
+    """A ``tasks/*`` request of a session: -32601 when the session has no 2025 tasks (none were offered),
+    ``tasks/list`` from the registry (one page: it is bounded), an id the session does not hold -32602, a
+    ``tasks/cancel`` of a task already over -32602 (§Cancelling Tasks: MUST reject); the rest is driven."""
+    if not on:
+        return Answer(error=ErrorValue(METHOD_NOT_FOUND, f"method not found: {method}"))
+    held = tasks or {}
+    if method == "tasks/list":
+        return Answer({"tasks": [dict(t) for t in held.values()]})
+    task_id = params.get("taskId") if isinstance(params, Mapping) else None
+    if not isinstance(task_id, str):
+        return Answer(error=ErrorValue(INVALID_PARAMS, f"invalid params for {method}: taskId must be a string"))
+    if task_id not in held:
+        return Answer(error=unknown(task_id))
+    status = held[task_id].get("status")
+    if method == "tasks/cancel" and status in _STATUSES and TaskState(status).terminal:
+        return Answer(error=ErrorValue(INVALID_PARAMS, f"Cannot cancel task: already in terminal status "
+                                                       f"'{status}'", {"taskId": task_id}))
+    return Drive()
+
+
+__all__ = ["EXTENSION", "METHODS", "RELATED_TASK", "Answer", "Drive", "admit", "augmented", "capability",
+           "created_result", "decide", "enabled", "remember", "status_notification", "to_legacy", "with_related"]

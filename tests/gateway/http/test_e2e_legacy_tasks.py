@@ -1,0 +1,96 @@
+"""2025-11-25 tasks through the gateway (docs/design.md §17, adapters.legacy_tasks): the official Python SDK's
+1.x client with its experimental task support (``sdk1_tasks_client.py``, in the isolated venv
+``test_doors_sdk1`` builds) runs the real core's ``build_project`` as 2025 tasks, backed by the core's
+``io.modelcontextprotocol/tasks`` tasks: completed with the confirmation answered, declined, dismissed (the task
+ends cancelled), failed, cancelled mid-way with ``tasks/cancel``; ``tasks/list`` and an unknown id.
+
+Every message the gateway sends the client is checked against the 2025-11-25 schema, its task results also with
+the ``mcp-types`` 2025-11-25 models; every request it sends upstream against the 2026-07-28 schema (task requests
+against the extension's shapes: tests.task_wire).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from mcp_types import _v2025_11_25 as v2025
+
+from tests import schema
+from tests.gateway.http.test_doors_sdk1 import _client_env, sdk1_python  # noqa: F401 (the venv's fixture)
+from tests.gateway.http.test_e2e_tasks import make_stack
+
+CLIENT = Path(__file__).with_name("sdk1_tasks_client.py")
+RELATED = "io.modelcontextprotocol/related-task"
+
+
+def check_downstream(message: dict[str, Any]) -> None:
+    """The 2025-11-25 schema for every message; the task shapes with the mcp-types models too."""
+    kind = "ServerRequest" if "id" in message and "method" in message else (
+        "ServerNotification" if "method" in message else "JSONRPCMessage")
+    if schema.available("2025-11-25"):
+        problems = schema.errors("2025-11-25", kind, message)
+        assert not problems, (message, problems[:3])
+    result = message.get("result")
+    if isinstance(result, dict) and "task" in result:
+        v2025.CreateTaskResult.model_validate(result)
+    elif isinstance(result, dict) and {"taskId", "status"} <= result.keys():
+        v2025.GetTaskResult.model_validate(result)
+        assert "ttlMs" not in result and "inputRequests" not in result and "result" not in result, result
+    elif isinstance(result, dict) and "tasks" in result:
+        v2025.ListTasksResult.model_validate(result)
+    if message.get("method") == "notifications/tasks/status":
+        v2025.TaskStatusNotification.model_validate(message)
+    if message.get("method") == "elicitation/create":
+        assert message["params"]["_meta"][RELATED]["taskId"], message
+
+
+async def run_client(python: Path, base: str) -> dict[str, Any]:
+    proc = await asyncio.create_subprocess_exec(str(python), "-I", str(CLIENT), base, env=_client_env(),
+                                                cwd=tempfile.gettempdir(), stdout=asyncio.subprocess.PIPE,
+                                                stderr=asyncio.subprocess.PIPE)
+    try:
+        out, err = await asyncio.wait_for(proc.communicate(), 120)
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
+    assert proc.returncode == 0, err.decode()[-3000:]
+    summary: dict[str, Any] = json.loads(out.decode().splitlines()[-1])
+    return summary
+
+
+async def test_the_sdk1_client_runs_builds_as_2025_tasks(aiohttp_server, tmp_path, sdk1_python) -> None:  # noqa: F811
+    _core, gateway, wire = await make_stack(aiohttp_server, tmp_path, 0.05)
+    out = await run_client(sdk1_python, str(gateway.make_url("")).rstrip("/"))
+
+    assert out["tasks_capability"] == {"list": {}, "cancel": {}, "requests": {"tools": {"call": {}}}}
+    accepted = out["accepted"]
+    task_id = accepted["created"]["taskId"]
+    assert accepted["created"]["status"] == "working" and accepted["created"]["ttl"] > 0
+    assert accepted["result"] == {"isError": False, "structured": {"project": "demo", "outcome": "published"},
+                                  "related": {"taskId": task_id}}
+    assert accepted["final"] == "completed"
+    assert accepted["asked"] == [{"message": "demo compiled. Run its tests and publish it?",
+                                  "related": {"taskId": task_id}}]
+    assert out["declined"]["result"]["structured"] == {"project": "demo", "outcome": "declined"}
+    assert out["dismissed"]["error"]["code"] == -32603 and out["dismissed"]["final"] == "cancelled"
+    assert out["failed"]["error"]["code"] == -32603 and "crashed" in out["failed"]["error"]["message"]
+    assert out["failed"]["final"] == "failed" and out["failed"]["asked"] == []
+
+    cancelled = out["cancelled"]
+    assert cancelled["before"] == "working" and cancelled["cancel"] == "cancelled" and cancelled["final"] == "cancelled"
+    assert cancelled["again"]["code"] == -32602 and cancelled["result"]["code"] == -32603
+    assert out["listed"] == ["cancelled", "cancelled", "completed", "completed", "failed"]
+    assert out["unknown"]["code"] == -32602 and out["plain"] is False
+    assert {"input_required", "completed"} <= set(out["statuses"]), out["statuses"]
+
+    for message in wire.downstream:
+        check_downstream(message)
+    for body in wire.upstream:
+        schema.check("2026-07-28", body)
+        assert "task" not in body.get("params", {}) or body["method"] != "tools/call", body  # params.task stripped
+    assert len(wire.calls("tasks/cancel")) == 1  # only the client's: a 2025 task outlives its tasks/result
