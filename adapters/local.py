@@ -32,8 +32,8 @@ NOTIFICATION_ROUTES: Final = {
 
 
 def route_request(method: str) -> str:
-    """``tasks/*`` and anything unknown end here as ``not_found`` (we advertise no tasks, docs/design.md
-    §17)."""
+    """``tasks/*`` and anything unknown end here as ``not_found``: a session offered 2025 tasks has its
+    ``tasks/*`` decided before this (adapters.legacy_tasks, docs/design.md §17)."""
     return REQUEST_ROUTES.get(method, "not_found")
 
 
@@ -133,8 +133,9 @@ _ALREADY = ErrorValue(INVALID_REQUEST, "the session is already initialized")
 
 def decide(method: str, params: Any, version: str) -> Decision:
     """What the gateway does with a request on a live session (a session past its peer's sunset is refused before
-    this). ``ping`` is answered here (2026-07-28 removed it); unknown and ``tasks/*`` methods are -32601 (no
-    tasks are advertised); anything else is checked against the session's revision before it goes anywhere."""
+    this). ``ping`` is answered here (2026-07-28 removed it); unknown and ``tasks/*`` methods are -32601 (a
+    session offered 2025 tasks has those decided before: adapters.legacy_tasks); anything else is checked
+    against the session's revision before it goes anywhere."""
     route = route_request(method)
     if route == "ping":
         return Reply({})
