@@ -81,17 +81,34 @@ class WaitingLoad:
     total_bytes: int
 
 
+def waiting_ceilings(limits: BridgeLimits) -> WaitingLoad:
+    """The most each count of a :class:`WaitingLoad` may reach: :func:`admit_waiting` refuses a load exactly when
+    one count is past its ceiling (:func:`past_ceilings`). A shared store applies them in the step that counts the
+    round, so a refused round is never written (gateway.session.store.Hold)."""
+    return WaitingLoad(limits.max_pending_per_session, limits.max_waiting_bytes_per_principal,
+                       limits.max_waiting_bytes)
+
+
+def past_ceilings(load: WaitingLoad, ceilings: WaitingLoad) -> bool:
+    """Whether one count of ``load`` is past its ceiling (:func:`waiting_ceilings`): the load is refused."""
+    return (load.of_session > ceilings.of_session or load.principal_bytes > ceilings.principal_bytes
+            or load.total_bytes > ceilings.total_bytes)
+
+
 def admit_waiting(load: WaitingLoad, limits: BridgeLimits) -> ErrorValue | None:
     """A round about to wait for its client (or a backoff) is counted in the store first, where every replica's
-    are: None when it fits, else the limit error it is refused with (and the shell takes it back). Counted with
+    are: None when it fits, else the limit error it is refused with (the shell takes the count back, or a store that
+    applied :func:`waiting_ceilings` never made it). Counted with
     the round included, so of replicas counting at once, none passes a bound both see full. A waiting round's
     record holds the request's arguments (a 900 KB argument is 900 KB per round): the byte bounds are what keep
-    a principal's waiting calls from taking the store's and the replica's memory."""
-    if load.of_session > limits.max_pending_per_session:
+    a principal's waiting calls from taking the store's and the replica's memory. Refused exactly when
+    :func:`past_ceilings` says so, naming the first count past its ceiling."""
+    most = waiting_ceilings(limits)
+    if load.of_session > most.of_session:
         return limit_error("max_pending_per_session", limits.max_pending_per_session)
-    if load.principal_bytes > limits.max_waiting_bytes_per_principal:
+    if load.principal_bytes > most.principal_bytes:
         return limit_error("max_waiting_bytes_per_principal", limits.max_waiting_bytes_per_principal)
-    if load.total_bytes > limits.max_waiting_bytes:
+    if load.total_bytes > most.total_bytes:
         return limit_error("max_waiting_bytes", limits.max_waiting_bytes)
     return None
 

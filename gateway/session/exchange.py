@@ -28,7 +28,14 @@ from typing import Any, cast
 
 from adapters import bridge as B
 from adapters import legacy_tasks
-from adapters.admission import WaitingLoad, admit_waiting, answer_verifies, header_maps_storable, roots_cacheable
+from adapters.admission import (
+    WaitingLoad,
+    admit_waiting,
+    answer_verifies,
+    header_maps_storable,
+    roots_cacheable,
+    waiting_ceilings,
+)
 from adapters.classify import session_expired
 from adapters.errors import INTERNAL_ERROR, ErrorValue, store_unavailable
 from adapters.jsonwire import dumps
@@ -40,7 +47,7 @@ from adapters.task_poll import declare, offered
 from adapters.upstream import UnencodableHeader, build_request, header_map_of, learned_header_maps, needs_header_refresh
 from gateway.session.observer import ExchangeWatcher
 from gateway.session.runtime import SessionRuntime, log, new_id, random_id, session_view
-from gateway.session.store import Owners, StoreUnavailable
+from gateway.session.store import Hold, Owners, StoreUnavailable, WaitingFull
 from gateway.session.streams import Mirror, OutStream
 from gateway.upstream.client import Answer, UpstreamFailure
 
@@ -208,7 +215,8 @@ class Exchange:
         self._task: asyncio.Task | None = None  # run(), once spawned
         self._handed_over = False  # stopped to let another replica continue the saved round (§40, §42)
         self._round_ended = False  # its store records are gone (or left to expire): _end_round ran
-        self._held = False  # counted in the store as a waiting round (hold_round): _end_round gives it back
+        # Counted in the store as a waiting round (hold_round, or a save's Hold): _end_round gives it back.
+        self._held = False
         meta = record.params.get("_meta")
         self.progress_token = meta.get("progressToken") if isinstance(meta, dict) else None
 
@@ -413,16 +421,19 @@ class Exchange:
             return False
         return self.record.waiting or (self._saved and gateway.relay is not None)
 
-    async def _save(self, sends: int, mirror: Mirror | None = None) -> None:
+    async def _save(self, sends: int, mirror: Mirror | None = None, *, hold: Hold | None = None,
+                    actions: list[Any] | None = None) -> None:
         """Save the record if :meth:`_saves`; a step that asks the client is saved before the client can see it
         (docs/design.md §40): before its ``sends`` messages are pushed, or with them when ``mirror`` holds the
-        stream's copy, whose next append then rides on this save (§50).
+        stream's copy, whose next append then rides on this save (§50); ``hold``: the round starts waiting with
+        this save (:meth:`_hold`), whose ``actions`` are observed once it is admitted.
         The first save takes the round's lease, renewed while this replica lives (gateway.session.takeover)."""
         rec, gateway = self.record, self.runtime.gateway
         if not self._saves():
             # A step that claims asks the client or backs off, so its round waits and is saved: no claim is left
             # behind here.
             assert not self._claims or self.machine.done
+            assert hold is None  # a hold rides only on a save
             return
         assert self.stream is not None
         shared = gateway.relay is not None
@@ -437,13 +448,27 @@ class Exchange:
         holder = gateway.replica if shared and not first else None
         copy, written = mirror.held_events() if mirror is not None else None, False
         try:
-            written = await gateway.store.put_round(rec, lease, owners, holder=holder, copy=copy)
+            written = await gateway.store.put_round(rec, lease, owners, holder=holder, copy=copy, hold=hold)
+        except WaitingFull as full:  # nothing was written: no round, lease or claim (its pushes are forgotten)
+            self._saved = False
+            if gateway.leases.get(rec.bridge_id) is self:
+                del gateway.leases[rec.bridge_id]
+            raise _Refused(self._refusal(full.load)) from None
         finally:
             if mirror is not None:
                 mirror.released(copy, written)
         if not written:
             raise _LeaseLost
         self._written(owners)
+        if hold is not None:
+            self._held = True
+            self._observe(actions or [])
+
+    def _refusal(self, load: WaitingLoad) -> ErrorValue:
+        """The limit error of a load a store refused against ``adapters.admission.waiting_ceilings``."""
+        refused = admit_waiting(load, self.machine.ctx.limits)
+        assert refused is not None, "a store refuses only what admit_waiting refuses"
+        return refused
 
     def _owner_changes(self, releases: bool = True) -> Owners | None:
         """What the next write claims and releases, for as long as the client may take to answer."""
@@ -548,29 +573,38 @@ class Exchange:
         self._claims |= keys
         self._releases -= keys
 
-    async def _hold(self) -> None:
+    async def _hold(self, actions: list[Any], sends: int) -> Hold | None:
         """The round waits from this step on: counted in the store first, where every replica's waiting rounds
-        are, and refused past a bound before anything of the step is done (nothing was sent to the client)."""
+        are, and refused past a bound before anything of the step is seen (nothing was sent to the client). A
+        round this step saves is counted by that save (the :class:`Hold` returned; a refused one writes
+        nothing), when nothing of the step is done before it that a refusal cannot take back: the save comes
+        before the step's actions, or these only push (the held copy then forgets them) and arm timers."""
         rec, gateway, session = self.record, self.runtime.gateway, self.request_session
         if session is None:
             session = await gateway.store.get_session(rec.session_id)
         principal = session.principal if session is not None else ""
-        load = await gateway.store.hold_round(rec.bridge_id, rec.session_id, principal, len(dumps(rec.to_dict())))
+        size, limits = len(dumps(rec.to_dict())), self.machine.ctx.limits
+        if self._saves() and (sends or all(isinstance(a, _CARRIED) for a in actions)):
+            return Hold(principal, size, waiting_ceilings(limits))
+        load = await gateway.store.hold_round(rec.bridge_id, rec.session_id, principal, size)
         self._held = True
-        refused = admit_waiting(WaitingLoad(*load), self.machine.ctx.limits)
+        refused = admit_waiting(WaitingLoad(*load), limits)
         if refused is not None:
             raise _Refused(refused)
+        return None
 
     async def _perform(self, actions: list[Any]) -> None:
         assert self.stream is not None
-        if not self._held and self.record.waiting and not self.machine.done:
-            await self._hold()
-        self._observe(actions)
-        self._claim(actions)
         sends = sum(isinstance(a, B.SendToClient) for a in actions)
+        hold = None
+        if not self._held and self.record.waiting and not self.machine.done:
+            hold = await self._hold(actions, sends)
+        if hold is None:  # else once its save admitted it: a refused step is not observed
+            self._observe(actions)
+        self._claim(actions)
         mirror = self._carrier(actions) if sends else None
         if sends and mirror is None:  # saved before the client can see what it is asked (a replica taking over
-            await self._save(sends)   # must find it)
+            await self._save(sends, hold=hold, actions=actions)  # must find it)
         # The step writes what it sends to a waiting writer itself (docs/design.md §52), once the copy for other
         # replicas (if any) holds it: after the save that carries it.
         stream, hushed = self.stream, any(isinstance(a, _SENDS) for a in actions)
@@ -580,12 +614,12 @@ class Exchange:
             for action in actions:
                 await self._act(action)
             if mirror is not None:  # pushed, held back until this save has written them too
-                await self._save(0, mirror)
+                await self._save(0, mirror, hold=hold, actions=actions)
         finally:
             if hushed:
                 await stream.flush()
         if mirror is None and not sends:  # after the upstream round left: saved before the step is
-            await self._save(0)           # acknowledged, off its path
+            await self._save(0, hold=hold, actions=actions)  # acknowledged, off its path
 
     async def _act(self, action: Any) -> None:
         """One action of a step (its save is :meth:`_perform`'s)."""

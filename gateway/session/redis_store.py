@@ -14,7 +14,8 @@ read back with ``ENCODED_DEPTH``. Keys, all under a configurable prefix (``[gate
   and touch of its sessions; ``u``: a sorted set of the sessions of principals not verified when they were put,
   scored as ``seen`` (for ``max_unverified_sessions``); marking ``P`` verified takes its sessions out;
 - ``r:B``: a hash, ``r`` = the round's JSON text, ``s`` = its session; ``rs:S``: the set of ``S``'s rounds;
-- waiting rounds held (:meth:`RedisStore.hold_round`, the bounds of ``adapters.admission.admit_waiting``):
+- waiting rounds held (by a round's first waiting save, ``put_round``'s ``hold``, else :meth:`RedisStore.hold_round`;
+  the bounds of ``adapters.admission.admit_waiting``):
   ``hw``, a hash ``B`` -> ``"<bytes> <S> <P>"``; ``hs:S``, the set of ``S``'s (expiring with the session);
   ``hb``, a hash ``P`` -> its bytes; ``ht``, the bytes in all; ``hx``, a sorted set ``B`` -> when its session
   would expire (ms), where each hold first gives back up to 16 holds whose session Redis expired by itself.
@@ -81,12 +82,13 @@ from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 from redis.exceptions import RedisError
 
+from adapters.admission import WaitingLoad
 from adapters.jsonwire import ENCODED_DEPTH, dumps, loads
 from adapters.records import PendingRound, SessionRecord
 from adapters.sse import FINISHED_STREAMS_KEPT, PRIMING_SEQ, Event, StoredEvents, resumable
 from adapters.takeover import Lease
 from gateway.session.redis_wire import RedisWire, Script
-from gateway.session.store import Owners, StoreUnavailable, StreamAppend
+from gateway.session.store import Hold, Owners, StoreUnavailable, StreamAppend, WaitingFull
 
 # The longest a follow_events call blocks in Redis: its connection's read timeout is this plus the store's.
 FOLLOW_WAIT_MAX_SECONDS: Final = 10.0
@@ -140,6 +142,38 @@ local function unhold(bid)  -- a waiting round's bytes and count given back (hol
   redis.call('SREM', P .. 'hs:' .. sid, bid)
   if redis.call('HINCRBY', P .. 'hb', principal, -tonumber(size)) <= 0 then redis.call('HDEL', P .. 'hb', principal) end
   if redis.call('DECRBY', P .. 'ht', size) <= 0 then redis.call('DEL', P .. 'ht') end
+end
+-- A round waiting for its client counted (once; not while its session is gone) -> whether it fits, and what waiting
+-- rounds hold with it: {rounds held of the session, bytes of the principal, bytes in all}. With ``most`` (those
+-- three ceilings), one count past its ceiling (adapters.admission.past_ceilings) holds nothing: refused. Holds
+-- whose session Redis expired by itself are given back first, a few per call, so the sums never keep a dead
+-- session's rounds for long.
+local function hold(bid, sid, principal, size, ttl, most)
+  local now = now_ms()
+  for _, old in ipairs(redis.call('ZRANGEBYSCORE', P .. 'hx', '-inf', now, 'LIMIT', 0, 16)) do
+    local entry = redis.call('HGET', P .. 'hw', old)
+    local left = entry and redis.call('PTTL', P .. 's:' .. string.match(entry, '^%d+ (%S+) ')) or -2
+    if left > 0 then redis.call('ZADD', P .. 'hx', now + left, old) else unhold(old) end
+  end
+  local new = redis.call('HEXISTS', P .. 'hw', bid) == 0 and redis.call('EXISTS', P .. 's:' .. sid) == 1
+  local added = new and tonumber(size) or 0
+  local load = {redis.call('SCARD', P .. 'hs:' .. sid) + (new and 1 or 0),
+                tonumber(redis.call('HGET', P .. 'hb', principal) or 0) + added,
+                tonumber(redis.call('GET', P .. 'ht') or 0) + added}
+  if most then
+    for i = 1, 3 do
+      if load[i] > tonumber(most[i]) then return false, load end
+    end
+  end
+  if new then
+    redis.call('HSET', P .. 'hw', bid, size .. ' ' .. sid .. ' ' .. principal)
+    redis.call('SADD', P .. 'hs:' .. sid, bid)
+    redis.call('PEXPIRE', P .. 'hs:' .. sid, ttl)
+    redis.call('HINCRBY', P .. 'hb', principal, size)
+    redis.call('INCRBY', P .. 'ht', size)
+    redis.call('ZADD', P .. 'hx', now + tonumber(ttl), bid)
+  end
+  return true, load
 end
 local function drop(sid)
   for _, bid in ipairs(redis.call('SMEMBERS', P .. 'hs:' .. sid)) do unhold(bid) end
@@ -243,27 +277,10 @@ unverified(principal, sid, ARGV[3], ttl)
 return 1
 """
 
-# ARGV: prefix, bridge id, session id, principal, bytes, ttl ms -> after holding the round (once; not while its session
-# is gone): rounds held of the session, bytes of the principal, bytes in all. Holds whose session Redis expired by
-# itself are given back first, a few per call, so the sums never keep a dead session's rounds for long.
+# ARGV: prefix, bridge id, session id, principal, bytes, ttl ms -> hold (see hold in _LUA_COMMON), unbounded.
 _HOLD_ROUND: Final = _LUA_COMMON + """
-local bid, sid, principal, size, ttl = ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6]
-local now = now_ms()
-for _, old in ipairs(redis.call('ZRANGEBYSCORE', P .. 'hx', '-inf', now, 'LIMIT', 0, 16)) do
-  local entry = redis.call('HGET', P .. 'hw', old)
-  local left = entry and redis.call('PTTL', P .. 's:' .. string.match(entry, '^%d+ (%S+) ')) or -2
-  if left > 0 then redis.call('ZADD', P .. 'hx', now + left, old) else unhold(old) end
-end
-if redis.call('HEXISTS', P .. 'hw', bid) == 0 and redis.call('EXISTS', P .. 's:' .. sid) == 1 then
-  redis.call('HSET', P .. 'hw', bid, size .. ' ' .. sid .. ' ' .. principal)
-  redis.call('SADD', P .. 'hs:' .. sid, bid)
-  redis.call('PEXPIRE', P .. 'hs:' .. sid, ttl)
-  redis.call('HINCRBY', P .. 'hb', principal, size)
-  redis.call('INCRBY', P .. 'ht', size)
-  redis.call('ZADD', P .. 'hx', now + tonumber(ttl), bid)
-end
-return {redis.call('SCARD', P .. 'hs:' .. sid), tonumber(redis.call('HGET', P .. 'hb', principal) or 0),
-        tonumber(redis.call('GET', P .. 'ht') or 0)}
+local _, load = hold(ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6], nil)
+return load
 """
 
 # ARGV: prefix, principal, ttl ms: the principal is verified from now on, and its live sessions leave ``u``.
@@ -290,12 +307,18 @@ return gone
 
 # ARGV: prefix, bridge id, session id, record text, ttl ms, lease mode ('take': the first save takes the lease;
 # 'check': saved only while the replica holds it; 'none'), replica, lease ms, claim count, claim ttl ms, release
-# count, claimed keys..., released keys..., then the step's stream append (see append) -> 0 when not saved (the
-# lease is another's or lapsed: docs/design.md §50); the events are written only with the record.
+# count, hold ('1': the round starts waiting, store.Hold; else '0'), its principal, bytes and three ceilings,
+# claimed keys..., released keys..., then the step's stream append (see append) -> 1 when saved; 0 when not (the
+# lease is another's or lapsed: docs/design.md §50); the load (see hold) when the hold did not fit, and nothing
+# was written. The events are written only with the record.
 _SAVE_ROUND: Final = _LUA_COMMON + """
 local bid, sid, ttl, mode, replica = ARGV[2], ARGV[3], ARGV[5], ARGV[6], ARGV[7]
 local lease = P .. 'ol:' .. bid
 if mode == 'check' and redis.call('GET', lease) ~= replica then return 0 end
+if ARGV[12] == '1' then
+  local fits, load = hold(bid, sid, ARGV[13], ARGV[14], ttl, {ARGV[15], ARGV[16], ARGV[17]})
+  if not fits then return load end
+end
 local key, owned = P .. 'r:' .. bid, P .. 'rs:' .. sid
 redis.call('HSET', key, 'r', ARGV[4], 's', sid)
 redis.call('PEXPIRE', key, ttl)
@@ -306,9 +329,9 @@ if mode == 'take' then
   leased(bid, ARGV[8], ttl)
 end
 local claims, releases = tonumber(ARGV[9]), tonumber(ARGV[11])
-for i = 12, 11 + claims do redis.call('SET', P .. ARGV[i], replica .. ' ' .. bid, 'PX', ARGV[10]) end
-for i = 12 + claims, 11 + claims + releases do redis.call('DEL', P .. ARGV[i]) end
-append(12 + claims + releases)
+for i = 18, 17 + claims do redis.call('SET', P .. ARGV[i], replica .. ' ' .. bid, 'PX', ARGV[10]) end
+for i = 18 + claims, 17 + claims + releases do redis.call('DEL', P .. ARGV[i]) end
+append(18 + claims + releases)
 return 1
 """
 
@@ -553,7 +576,7 @@ class RedisStore:
 
     async def put_round(self, record: PendingRound, lease: tuple[str, float] | None = None,
                         owners: Owners | None = None, *, holder: str | None = None,
-                        copy: StreamAppend | None = None) -> bool:
+                        copy: StreamAppend | None = None, hold: Hold | None = None) -> bool:
         mode = "take" if lease else "check" if holder else "none"
         replica = lease[0] if lease else holder or (owners.replica if owners else "")
         lease_ms = _ms(lease[1]) if lease else 0
@@ -561,8 +584,11 @@ class RedisStore:
         ttl = _ms(owners.ttl_seconds) if owners else 0
         args: list[str | bytes | int] = [
             self.prefix, record.bridge_id, record.session_id, _dump(record), self._ttl_ms, mode, replica, lease_ms,
-            len(claims), ttl, len(releases), *claims, *releases]
-        return bool(await self.wire.script(self._save_round, [*args, *self._copy_args(copy)]))
+            len(claims), ttl, len(releases), *_hold_args(hold), *claims, *releases]
+        saved = await self.wire.script(self._save_round, [*args, *self._copy_args(copy)])
+        if isinstance(saved, list):
+            raise WaitingFull(WaitingLoad(*(int(count) for count in saved)))
+        return bool(saved)
 
     async def end_round(self, bridge_id: str, replica: str, *, release: Collection[str] = (),
                         delete: bool = True, copy: StreamAppend | None = None) -> None:
@@ -671,6 +697,14 @@ class RedisStore:
     async def publish(self, channel: str, data: bytes) -> int:
         """Publish on a relay channel (``gateway.session.relay``): how many subscribers got it."""
         return int(await self.wire.call("PUBLISH", channel, data))
+
+
+def _hold_args(hold: Hold | None) -> list[str | bytes | int]:
+    """A save's hold as _SAVE_ROUND reads it: flag, principal, bytes, then the three ceilings."""
+    if hold is None:
+        return ["0", "", 0, 0, 0, 0]
+    most = hold.ceilings
+    return ["1", hold.principal, hold.size, most.of_session, most.principal_bytes, most.total_bytes]
 
 
 def _dump(record: Any) -> bytes:

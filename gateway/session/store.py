@@ -15,6 +15,7 @@ from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar, Protocol
 
+from adapters.admission import WaitingLoad, past_ceilings
 from adapters.jsonwire import ENCODED_DEPTH, dumps, loads
 from adapters.records import PendingRound, SessionRecord
 from adapters.sse import FINISHED_STREAMS_KEPT, PRIMING_SEQ, Event, StoredEvents, resumable
@@ -49,6 +50,26 @@ class StreamAppend:
     capacity: int
     opening: bool = False
     ended_after: int | None = None  # the stream ended after this event (a round's end carries its result)
+
+
+@dataclass(frozen=True, slots=True)
+class Hold:
+    """A round that starts waiting with this save: counted as :meth:`SessionStore.hold_round` counts it, in the
+    save's own step (one round trip), and only while what waiting rounds then hold stays within ``ceilings``
+    (``adapters.admission.waiting_ceilings``); past them, nothing of the step is written (:class:`WaitingFull`)."""
+
+    principal: str
+    size: int  # bytes of the round's record, as hold_round counts them
+    ceilings: WaitingLoad
+
+
+class WaitingFull(Exception):
+    """A save's :class:`Hold` did not fit: nothing of its step was written. ``load``: what waiting rounds would
+    have held with it (``adapters.admission.admit_waiting`` names the bound)."""
+
+    def __init__(self, load: WaitingLoad) -> None:
+        super().__init__(f"waiting rounds would hold {load}")
+        self.load = load
 
 
 class SessionStore(Protocol):
@@ -96,13 +117,14 @@ class SessionStore(Protocol):
 
     async def put_round(self, record: PendingRound, lease: tuple[str, float] | None = None,
                         owners: Owners | None = None, *, holder: str | None = None,
-                        copy: StreamAppend | None = None) -> bool:
+                        copy: StreamAppend | None = None, hold: Hold | None = None) -> bool:
         """Save a round; ``lease`` (replica, seconds): its first save, which takes the round's lease in the same
         step (docs/design.md §40), so no replica ever sees the round without its holder; ``owners``: the
-        ownership records the step claims and releases, and ``copy``: the step's events for its stream's copy,
-        both written in that same step (one round trip); ``holder``: save only while that replica holds the
-        round's lease (a later save, fenced, §50). False when not saved (the lease lapsed or is another's):
-        nothing of the step was written."""
+        ownership records the step claims and releases, ``copy``: the step's events for its stream's copy, and
+        ``hold``: the round starts waiting (:class:`Hold`), all in that same step (one round trip); ``holder``:
+        save only while that replica holds the round's lease (a later save, fenced, §50). False when not saved
+        (the lease lapsed or is another's), :class:`WaitingFull` when the hold did not fit: either way nothing
+        of the step was written."""
         ...
 
     async def end_round(self, bridge_id: str, replica: str, *, release: Collection[str] = (),
@@ -117,7 +139,8 @@ class SessionStore(Protocol):
         """Count a round waiting for its client (once per round: holding it again changes nothing), ``size``
         bytes of ``principal``'s, until :meth:`end_round` deletes it or its session goes; right after, in the
         same step, what waiting rounds hold (``adapters.admission.WaitingLoad``): rounds of the session, bytes
-        of the principal, bytes in all. Kept for every store, shared or not: these bounds are the store's."""
+        of the principal, bytes in all. Kept for every store, shared or not: these bounds are the store's. A
+        round that is saved (``shares_rounds``) is counted by its first waiting save instead (:class:`Hold`)."""
         ...
 
     async def get_round(self, bridge_id: str) -> PendingRound | None: ...
@@ -320,9 +343,14 @@ class InMemoryStore:
 
     async def put_round(self, record: PendingRound, lease: tuple[str, float] | None = None,
                         owners: Owners | None = None, *, holder: str | None = None,
-                        copy: StreamAppend | None = None) -> bool:
+                        copy: StreamAppend | None = None, hold: Hold | None = None) -> bool:
         if holder is not None and lease is None and not self._holds(record.bridge_id, holder):
             return False
+        if hold is not None:
+            load = self._held_with(record.bridge_id, record.session_id, hold.principal, hold.size)
+            if past_ceilings(load, hold.ceilings):
+                raise WaitingFull(load)
+            await self.hold_round(record.bridge_id, record.session_id, hold.principal, hold.size)
         self._rounds[record.bridge_id] = (record.session_id, _dump(record))
         if lease is not None:
             self._hold(record.bridge_id, *lease)
@@ -352,6 +380,12 @@ class InMemoryStore:
             self._held_bytes[principal] = self._held_bytes.get(principal, 0) + size
             self._held_total += size
         return self._held_rounds.get(session_id, 0), self._held_bytes.get(principal, 0), self._held_total
+
+    def _held_with(self, bridge_id: str, session_id: str, principal: str, size: int) -> WaitingLoad:
+        """What :meth:`hold_round` would answer for this round, holding nothing yet."""
+        new = bridge_id not in self._held and session_id in self._sessions
+        return WaitingLoad(self._held_rounds.get(session_id, 0) + new, self._held_bytes.get(principal, 0)
+                           + size * new, self._held_total + size * new)
 
     def _unhold(self, bridge_id: str) -> None:
         held = self._held.pop(bridge_id, None)

@@ -12,8 +12,10 @@ from adapters.admission import (
     gateway_verified,
     header_maps_storable,
     initialize_size_error,
+    past_ceilings,
     roots_cacheable,
     subscription_error,
+    waiting_ceilings,
 )
 from adapters.authz import Principal
 from adapters.bridge import BridgeLimits
@@ -102,3 +104,12 @@ def test_a_waiting_round_is_judged_with_itself_counted_and_names_the_bound() -> 
                        (WaitingLoad(1, 50, 151), "max_waiting_bytes")]:
         error = admit_waiting(load, limits)
         assert error is not None and error.code == -32000 and error.data["limit"] == name
+
+
+def test_the_ceilings_a_store_applies_refuse_exactly_what_admit_waiting_refuses() -> None:
+    limits = BridgeLimits(max_pending_per_session=2, max_waiting_bytes_per_principal=100, max_waiting_bytes=150)
+    ceilings = waiting_ceilings(limits)
+    assert ceilings == WaitingLoad(2, 100, 150)
+    for load in [WaitingLoad(rounds, mine, total) for rounds in (1, 2, 3) for mine in (99, 100, 101)
+                 for total in (149, 150, 151)]:
+        assert past_ceilings(load, ceilings) == (admit_waiting(load, limits) is not None), load
