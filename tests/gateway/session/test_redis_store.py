@@ -23,12 +23,14 @@ import pytest
 redis = pytest.importorskip("redis")
 from redis.asyncio import Redis  # noqa: E402
 
+from adapters.admission import WaitingLoad  # noqa: E402
 from adapters.jsonwire import dumps  # noqa: E402
 from adapters.records import PendingRound, SessionRecord  # noqa: E402
+from adapters.sse import Event  # noqa: E402
 from adapters.takeover import Lease  # noqa: E402
 from gateway.http.app import GATEWAY  # noqa: E402
 from gateway.session.redis_store import RedisStore, wall_ms  # noqa: E402
-from gateway.session.store import InMemoryStore, Owners, StoreUnavailable  # noqa: E402
+from gateway.session.store import Hold, InMemoryStore, Owners, StoreUnavailable, StreamAppend, WaitingFull  # noqa: E402
 from tests.gateway.conftest import Legacy  # noqa: E402
 from tests.gateway.http.test_bridge_shell import SAMPLED, two_rounds  # noqa: E402
 
@@ -296,6 +298,27 @@ async def test_rounds(store) -> None:
     assert [r.bridge_id for r in await store.rounds_of("s1")] == ["b2"]
     await store.delete_session("s1")
     assert await store.get_round("b2") is None and await store.rounds_of("s1") == []
+
+
+async def test_a_first_waiting_save_holds_its_round_within_the_ceilings_or_writes_nothing(store) -> None:
+    """docs/design.md §55: a round's first waiting save counts it as hold_round does, in the same step; past a
+    ceiling it writes nothing of its step (record, lease, claim, events) and answers the load it would have made."""
+    await store.put_session(record("s1"))
+    most = WaitingLoad(2, 250, 1000)
+    assert await store.put_round(pending("b1", "s1"), ("A", 5), hold=Hold("alice", 100, most))
+    assert await store.hold_round("b1", "s1", "alice", 100) == (1, 100, 100)  # held once, by the save
+    opening = StreamAppend("s1", "x", (Event(1, {"n": 1}),), capacity=8, opening=True)
+    with pytest.raises(WaitingFull) as full:
+        await store.put_round(pending("b2", "s1"), ("A", 5), Owners("A", 5, frozenset({"oa:g2"})),
+                              copy=opening, hold=Hold("alice", 200, most))
+    assert full.value.load == WaitingLoad(2, 300, 300)  # the principal's bytes past 250
+    assert await store.get_round("b2") is None and (await store.lease_of("b2")).holder is None
+    assert await store.owner_of("oa:g2") is None and await store.read_events("s1", "x", 0) is None
+    assert await store.hold_round("b1", "s1", "alice", 100) == (1, 100, 100)  # the refused one was never counted
+    assert await store.put_round(pending("b3", "s1"), ("A", 5), hold=Hold("alice", 150, most))  # exactly full
+    assert await store.hold_round("b3", "s1", "alice", 150) == (2, 250, 250)
+    await store.end_round("b1", "A")  # gives its bytes back
+    assert await store.hold_round("b3", "s1", "alice", 150) == (1, 150, 150)
 
 
 async def test_leases(store) -> None:
