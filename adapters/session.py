@@ -14,7 +14,7 @@ request to pass through) become one action each: the decision there was ``adapte
 from __future__ import annotations
 
 from collections.abc import Callable, Collection, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import Enum
 from typing import Any, Final, NamedTuple
 
@@ -252,6 +252,50 @@ def _step_up(accepted: Accepted, context: Context, needed: Sequence[str]) -> Ref
     return Refuse(auth_refusal(context.resource, failure, ident))
 
 
+def _batch(accepted: Accepted, context: Context) -> FanOut | Refuse:
+    """A 2025-03-26 batch fans out, unless a call in it needs a scope the token lacks: then the whole request is
+    the 403 step-up challenge naming every scope it needs, and none of it runs. The challenge is an HTTP answer
+    (2025-11-25 basic/authorization, "Scope Challenge Handling") that an element's error cannot carry, and a client
+    that steps up sends the whole request again: an element that had run would run twice."""
+    needed, names = _batch_step_up(accepted, context)
+    if not needed:
+        return FanOut(accepted.batch)
+    grant, resource = accepted.grant, context.resource
+    assert grant is not None and resource is not None, "a step-up is found only with a token and a challenge"
+    failure = require_scopes(grant, needed)
+    assert failure is not None, "a step-up names a scope the token lacks"
+    detail = f"{failure.detail} for {', '.join(names)}: no element of the batch ran"
+    return Refuse(auth_refusal(resource, replace(failure, detail=detail)))
+
+
+def _batch_step_up(accepted: Accepted, context: Context) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """The scopes a batch's requests need beyond its token's, and what needs them (the peer, or a tool's name)."""
+    peer, grant = context.peer, accepted.grant
+    if peer is None or grant is None or context.resource is None:
+        return (), ()
+    kept = scopes_kept(peer, grant)  # the peer was matched on scopes this token still holds
+    needed: list[str] = [] if kept else list(peer.scopes)
+    names: list[str] = [] if kept else [f"peer {peer.name}"]
+    for element in accepted.batch:
+        name = _called_tool(element)
+        if name is None or peer.tools.open:
+            continue
+        decision = decide_call(peer.tools, name, grant.scopes)
+        if decision.verdict is Verdict.STEP_UP:
+            needed += decision.scopes
+            names.append(name)
+    return tuple(dict.fromkeys(needed)), tuple(dict.fromkeys(names))
+
+
+def _called_tool(element: Accepted | Rejection) -> str | None:
+    """The tool a batch element calls, when it is a ``tools/call`` naming one (anything else is its own answer)."""
+    if not isinstance(element, Accepted) or element.kind is not Kind.REQUEST:
+        return None
+    params = element.message.get("params")
+    name = params.get("name") if element.message.get("method") == "tools/call" and isinstance(params, dict) else None
+    return name if isinstance(name, str) else None
+
+
 def _notification(message: dict[str, Any]) -> tuple[Action, ...]:
     route = local.route_notification(message["method"])
     if route == "initialized":
@@ -329,6 +373,6 @@ _BY_KIND: Final[Mapping[Kind, Callable[[Accepted, Context], tuple[Action, ...]]]
     Kind.OPEN_STREAM: _stream,
     Kind.RESUME: _stream,
     Kind.DELETE: _stream,
-    Kind.BATCH: lambda accepted, context: (FanOut(accepted.batch),),
+    Kind.BATCH: lambda accepted, context: (_batch(accepted, context),),
     Kind.MODERN: lambda accepted, context: (_modern(accepted, context),),
 }

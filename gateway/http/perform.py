@@ -50,6 +50,8 @@ def context(gw: Gateway, acc: Accepted, request: web.Request) -> Context:
         offered = gw.offered_versions(request.headers)  # the client's door: 2024-11-05 on HTTP+SSE, stdio, WebSocket
         return Context(today, limits, gw.config.sessions.session_limits, None, gw.pins.peers, gw.pins.default,
                        (), offered, resource)
+    if acc.kind is Kind.BATCH:  # a call in it may need a step-up, challenged for the whole request
+        return Context(today, limits, gw.config.sessions.session_limits, gw.peer_of(session), resource=resource)
     if acc.kind is not Kind.REQUEST:  # no peer or runtime is looked up (made) for what does not need one
         return Context(today, limits, gw.config.sessions.session_limits)
     return Context(today, limits, gw.config.sessions.session_limits, gw.peer_of(session), (), None,

@@ -5,6 +5,7 @@ with that scope calls it on the same session."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -89,3 +90,34 @@ async def test_the_store_keeps_the_policy_not_the_token(make_gateway: Any, issue
     assert record is not None and record.pins["name"] == "upstream-client"
     assert record.pins["tools"]["denied"] == ["write_*"]
     assert token not in repr(record.to_dict()) and "gateway-upstream" not in repr(record.pins)
+
+
+def tool_call(ident: int, name: str) -> dict[str, Any]:
+    return {"jsonrpc": "2.0", "id": ident, "method": "tools/call", "params": {"name": name, "arguments": {}}}
+
+
+async def test_a_batch_with_a_call_needing_a_scope_is_refused_whole_before_anything_runs(
+        make_gateway: Any, issuer: AuthorizationServer, upstream: Any) -> None:
+    """A 2025-03-26 batch (docs/design.md §56): the step-up challenge is an HTTP answer, and a client that steps
+    up resends the whole request, so the whole batch is the 403 and none of it runs; then all of it does."""
+    script_tools(upstream)
+    gateway = await policed(make_gateway, issuer)
+    holder = Holder(gateway, await issuer.client_token(RESOURCE, client="gateway-upstream"))
+    holder.version = "2025-03-26"
+    await holder.initialize()
+    batch = json.dumps([tool_call(1, "read_file"), tool_call(2, "deploy_prod"),
+                        {"jsonrpc": "2.0", "method": "notifications/roots/list_changed"}])
+    resp = await holder.client.post("/mcp", data=batch, headers=holder.headers())
+    assert resp.status == 403
+    assert resp.headers.getall("WWW-Authenticate") == [
+        f'Bearer resource_metadata="{METADATA}", scope="mcp:admin mcp:tools", error="insufficient_scope"']
+    body = await resp.json()
+    assert body["id"] is None and body["error"]["data"] == {"authorization": "insufficient_scope"}
+    assert "deploy_prod" in body["error"]["message"] and "no element of the batch ran" in body["error"]["message"]
+    assert upstream.calls("tools/call") == []
+    holder.token = await issuer.client_token(RESOURCE, scope="mcp:tools mcp:admin", client="gateway-upstream")
+    resp = await holder.client.post("/mcp", data=batch, headers=holder.headers())
+    assert resp.status == 200
+    answers = {a["id"]: a["result"]["content"][0]["text"] for a in await resp.json()}
+    assert answers == {1: "called read_file", 2: "called deploy_prod"}
+    assert sorted(c["params"]["name"] for c in upstream.calls("tools/call")) == ["deploy_prod", "read_file"]
