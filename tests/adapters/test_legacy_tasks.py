@@ -239,3 +239,22 @@ def test_a_cancelled_tasks_result_leaves_the_task_running() -> None:
     m, _ = machine("tasks/result", {"taskId": "t-1"})
     actions = m.handle(B.Cancelled("the client stopped waiting"))
     assert m.done and not only(actions, B.CancelTask) and not only(actions, B.TaskEnded)
+
+
+@pytest.mark.parametrize("unsent", [set(), {"g1"}])
+def test_a_tasks_result_taken_over_by_another_replica_goes_on_from_its_record(unsent) -> None:
+    m, _ = machine("tasks/result", {"taskId": "t-1"})
+    m.handle(B.UpstreamResult(task("input_required", inputRequests={"publish": FORM})))
+    ctx = B.BridgeContext(LIMITS, CAPS, lambda: "g9", legacy_tasks=True)
+    taken = B.BridgeMachine(PendingRound.from_dict(m.record.to_dict()), ctx)
+    actions = taken.resume(10.0, unsent)
+    asks = [a.message for a in only(actions, B.SendToClient)]
+    assert [a["id"] for a in asks] == sorted(unsent) and all(a["params"]["_meta"] == RELATED for a in asks)
+    assert only(actions, B.ArmTimer)[0] == B.ArmTimer(B.Timer.TASK, 590.0, 0)
+
+
+def test_a_working_tasks_result_taken_over_polls_its_task_again() -> None:
+    m, _ = machine("tasks/result", {"taskId": "t-1"})
+    m.handle(B.UpstreamResult(task("working")))
+    taken = B.BridgeMachine(PendingRound.from_dict(m.record.to_dict()), m.ctx)
+    assert taken.resume(10.0) == [B.ArmTimer(B.Timer.TASK, 590.0, 0), B.PollTask("t-1")]

@@ -1,8 +1,9 @@
 """2025-11-25 tasks through the gateway (docs/design.md §17, adapters.legacy_tasks): the official Python SDK's
 1.x client with its experimental task support (``sdk1_tasks_client.py``, in the isolated venv
-``test_doors_sdk1`` builds) runs the real core's ``build_project`` as 2025 tasks, backed by the core's
-``io.modelcontextprotocol/tasks`` tasks: completed with the confirmation answered, declined, dismissed (the task
-ends cancelled), failed, cancelled mid-way with ``tasks/cancel``; ``tasks/list`` and an unknown id.
+``test_doors_sdk1`` builds) and the official TypeScript SDK's (``tests/conformance/tasks_client.mjs``) run the
+real core's ``build_project`` as 2025 tasks, backed by the core's ``io.modelcontextprotocol/tasks`` tasks:
+completed with the confirmation answered, declined, dismissed (the task ends cancelled), failed, cancelled
+mid-way with ``tasks/cancel``; ``tasks/list`` and an unknown id.
 
 Every message the gateway sends the client is checked against the 2025-11-25 schema, its task results also with
 the ``mcp-types`` 2025-11-25 models; every request it sends upstream against the 2026-07-28 schema (task requests
@@ -17,9 +18,11 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+import pytest
 from mcp_types import _v2025_11_25 as v2025
 
 from tests import schema
+from tests.gateway import ts_sdk
 from tests.gateway.http.test_doors_sdk1 import _client_env, sdk1_python  # noqa: F401 (the venv's fixture)
 from tests.gateway.http.test_e2e_tasks import make_stack
 
@@ -94,3 +97,32 @@ async def test_the_sdk1_client_runs_builds_as_2025_tasks(aiohttp_server, tmp_pat
         schema.check("2026-07-28", body)
         assert "task" not in body.get("params", {}) or body["method"] != "tools/call", body  # params.task stripped
     assert len(wire.calls("tasks/cancel")) == 1  # only the client's: a 2025 task outlives its tasks/result
+
+
+async def test_the_typescript_sdk_client_runs_builds_as_2025_tasks(aiohttp_server, tmp_path) -> None:
+    command = ts_sdk.node()
+    if not (ts_sdk.CONFORMANCE / "node_modules" / "@modelcontextprotocol" / "sdk").exists():
+        pytest.skip("the pinned TypeScript SDK is not installed (tests/conformance/install.sh)")
+    _core, gateway, wire = await make_stack(aiohttp_server, tmp_path, 0.05)
+    status, said = await ts_sdk.run(*command, str(ts_sdk.CONFORMANCE / "tasks_client.mjs"),
+                                    str(gateway.make_url("/mcp")), cwd=tmp_path)
+    assert status == 0, said[-3000:]
+    out = json.loads(said.strip().splitlines()[-1])
+
+    assert out["tasks"] == {"list": {}, "cancel": {}, "requests": {"tools": {"call": {}}}}
+    accepted = out["accepted"]
+    assert accepted["kinds"][0] == "taskCreated" and accepted["kinds"][-1] == "result"
+    assert accepted["result"] == {"structured": {"project": "demo", "outcome": "published"},
+                                  "related": {"taskId": accepted["taskId"]}}
+    assert accepted["asked"] == [{"message": "demo compiled. Run its tests and publish it?",
+                                  "related": {"taskId": accepted["taskId"]}}]
+    assert accepted["final"] == "completed"
+    assert out["declined"]["result"]["structured"] == {"project": "demo", "outcome": "declined"}
+    assert out["dismissed"]["kinds"][-1] == "error" and out["dismissed"]["final"] == "cancelled"
+    assert out["failed"]["kinds"][-1] == "error" and out["failed"]["final"] == "failed"
+    assert out["cancelled"] == {"before": "working", "cancel": "cancelled", "final": "cancelled", "again": -32602}
+    assert out["listed"] == ["cancelled", "cancelled", "completed", "completed", "failed"]
+    for message in wire.downstream:
+        check_downstream(message)
+    for body in wire.upstream:
+        schema.check("2026-07-28", body)
