@@ -64,7 +64,7 @@ def protected(protection: UpstreamProtection) -> Verdict:
     servers = ", ".join(protection.authorization_servers)
     return Verdict(UpstreamKind.PROTECTED, f"an OAuth-protected server (resource {protection.resource}, "
                                            f"authorization server {servers}): give the gateway a credential for it "
-                                           "(docs/operations.md, \"Authorization\")", protection)
+                                           "(docs/howto/authorization.md)", protection)
 
 
 def judge_http(answer: ProbeAnswer) -> Verdict:

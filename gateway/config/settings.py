@@ -40,7 +40,7 @@ class LimitsConfig(_Frozen):
     max_waiting_bytes: int = Field(256 << 20, ge=1024)
     state_only_backoff_seconds: float = Field(0.05, ge=0)
     state_only_backoff_max_seconds: float = Field(1.0, ge=0)
-    # Upstream tasks driven for legacy clients (adapters.task_poll, docs/operations.md limits table).
+    # Upstream tasks driven for legacy clients (adapters.task_poll, docs/reference/limits.md).
     max_tasks_per_session: int = Field(8, ge=1)
     task_poll_floor_seconds: float = Field(0.25, ge=0.01)
     task_poll_max_seconds: float = Field(5.0, gt=0)

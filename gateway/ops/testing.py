@@ -1,5 +1,5 @@
 """The pytest plugin for server authors: test a 2026-07-28 server as a 2025-11-25 client sees it through the
-gateway (registered as the ``pytest11`` entry point ``gateway.ops.testing``; docs/operations.md).
+gateway (registered as the ``pytest11`` entry point ``gateway.ops.testing``; docs/howto/testing.md).
 
 Owns three fixtures: ``legacy_upstream`` (the author overrides it: a URL, or an aiohttp ``web.Application``
 served here on loopback at ``legacy_upstream_path``), ``legacy_gateway`` (an in-process gateway in front of it)

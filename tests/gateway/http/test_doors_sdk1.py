@@ -160,7 +160,7 @@ def _requests(text: str, client: str) -> dict[tuple[str, str], float]:
 @pytest.mark.parametrize("door", list(DOORS))
 async def test_the_bridged_flows_with_the_1x_sdk_client(door: str, sdk1_python: Path, aiohttp_server: Any,
                                                         tmp_path: Path) -> None:
-    # /metrics labels only known client names (docs/operations.md, "Label bound"): this one is made known.
+    # /metrics labels only known client names (docs/reference/metrics.md, "Label bound"): this one is made known.
     server = await aiohttp_server(create_app(load_config(usage={"db": str(tmp_path / "usage.db"),
                                                                 "flush_seconds": 3600,
                                                                 "known_clients": [f"sdk1-{door}"]})))

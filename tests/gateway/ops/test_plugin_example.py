@@ -1,5 +1,5 @@
-"""The pytest plugin's documented example (docs/operations.md, "Testing your server as a legacy client sees
-it"), run against the reference core: keep the two in step."""
+"""The pytest plugin's documented example (docs/howto/testing.md, "The pytest plugin"), run against the
+reference core: keep the two in step."""
 
 from __future__ import annotations
 
