@@ -18,8 +18,10 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import pytest
 from mcp_types import _v2025_11_25 as v2025
+from prometheus_client.parser import text_string_to_metric_families
 
 from tests import schema
 from tests.gateway import ts_sdk
@@ -49,6 +51,14 @@ def check_downstream(message: dict[str, Any]) -> None:
         v2025.TaskStatusNotification.model_validate(message)
     if message.get("method") == "elicitation/create":
         assert message["params"]["_meta"][RELATED]["taskId"], message
+
+
+async def deprecated_uses(gateway, feature: str) -> float:
+    """``mcp_gateway_deprecated_feature_uses`` for ``feature``, as /metrics shows it."""
+    async with aiohttp.ClientSession() as http, http.get(gateway.make_url("/metrics")) as resp:
+        text = await resp.text()
+    return sum(s.value for family in text_string_to_metric_families(text) for s in family.samples
+               if s.name == "mcp_gateway_deprecated_feature_uses_total" and s.labels.get("feature") == feature)
 
 
 async def run_client(python: Path, base: str) -> dict[str, Any]:
@@ -97,6 +107,7 @@ async def test_the_sdk1_client_runs_builds_as_2025_tasks(aiohttp_server, tmp_pat
         schema.check("2026-07-28", body)
         assert "task" not in body.get("params", {}) or body["method"] != "tools/call", body  # params.task stripped
     assert len(wire.calls("tasks/cancel")) == 1  # only the client's: a 2025 task outlives its tasks/result
+    assert await deprecated_uses(gateway, "2025 tasks") >= 5 * 3 + 4  # each build's call, get, result; and more
 
 
 async def test_the_typescript_sdk_client_runs_builds_as_2025_tasks(aiohttp_server, tmp_path) -> None:
