@@ -3,9 +3,10 @@ API: ``session.experimental.call_tool_as_task``, ``get_task``, ``get_task_result
 ``cancel_task``), run by the isolated venv of ``test_doors_sdk1`` (it imports only that SDK and the standard
 library, never the project). It declares 2025 tasks (a ``tasks/list`` handler of its own makes the SDK declare
 ``capabilities.tasks``), runs the core's ``build_project`` as 2025 tasks through the gateway on loopback and
-prints one JSON summary line on stdout.
+prints one JSON summary line on stdout. ``takeover`` (for tests/faults/test_legacy_task_takeover.py) makes one
+build a task, prints ``{"created": ID}``, then waits on its blocking ``tasks/result`` and prints its outcome.
 
-usage: python sdk1_tasks_client.py BASE_URL
+usage: python sdk1_tasks_client.py BASE_URL [flows|takeover]
 """
 
 from __future__ import annotations
@@ -100,13 +101,29 @@ async def _cancelled_mid_way(session: ClientSession) -> dict[str, Any]:
     return out
 
 
-async def main(base: str) -> dict[str, Any]:
+async def takeover(session: ClientSession, peer: Peer) -> dict[str, Any]:
+    created = await session.experimental.call_tool_as_task("build_project", {"project": "demo"})
+    print(json.dumps({"created": created.task.taskId}), flush=True)
+    out = await _build_result(session, created.task.taskId)
+    out["asked"] = peer.asked
+    out["listed"] = [t.status for t in (await session.experimental.list_tasks()).tasks]
+    return out
+
+
+async def _build_result(session: ClientSession, task_id: str) -> dict[str, Any]:
+    result = await session.experimental.get_task_result(task_id, types.CallToolResult)
+    return {"structured": result.structuredContent, "related": (result.meta or {}).get(RELATED)}
+
+
+async def main(base: str, mode: str) -> dict[str, Any]:
     peer = Peer()
     handlers = ExperimentalTaskHandlers(list_tasks=peer.own_tasks)
     async with streamablehttp_client(base + "/mcp") as (read, write, _), ClientSession(
             read, write, elicitation_callback=peer.elicit, message_handler=peer.on_message,
             experimental_task_handlers=handlers) as session:
         init = await session.initialize()
+        if mode == "takeover":
+            return await takeover(session, peer)
         out: dict[str, Any] = {"tasks_capability": init.capabilities.tasks.model_dump(mode="json", exclude_none=True)
                                if init.capabilities.tasks else None}
         out["accepted"] = await _build(session, peer, "accept")
@@ -127,4 +144,4 @@ async def main(base: str) -> dict[str, Any]:
 
 
 if __name__ == "__main__":
-    print(json.dumps(asyncio.run(main(sys.argv[1]))), flush=True)
+    print(json.dumps(asyncio.run(main(sys.argv[1], sys.argv[2] if len(sys.argv) > 2 else "flows"))), flush=True)
