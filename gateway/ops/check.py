@@ -5,7 +5,8 @@ Owns the I/O of a check: the direct 2026 probe of the upstream (``server/discove
 legacy session of :mod:`gateway.ops.legacy_client` through an in-process gateway, answering every live request
 with the answers of ``--answers FILE`` (a scenario file, :mod:`adapters.scenario`: each tool's first ``call``
 step gives its arguments, answers and expectations) or else the canned answers of :mod:`adapters.check`, which
-also judges what it saw. One progress line per tool goes to stderr as it ends.
+also judges what it saw. One progress line per tool goes to stderr as it ends. An OAuth-protected upstream is
+logged in to as the stdio door does it (gateway.ops.stdio_login: the same flags, the same token folder).
 
 A URL elicitation the check accepts is only consent (2026-07-28 client §Elicitation): the server then waits for a
 step out of band, at that URL, which no scripted client takes; the tool is skipped with that reason
