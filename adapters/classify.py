@@ -42,9 +42,9 @@ class HttpView:
     headers: Mapping[str, str]  # looked up by lower-case names: a case-insensitive mapping, or lower-cased keys
     body: bytes = b""
     repeated: frozenset[str] = frozenset()  # names of SINGLE_HEADERS the request sent more than once
-    # Sent by one of this process's own doors (its X-Gateway-Door carries the process's door key, adapters.doors):
-    # the door checked its client's Origin/Host at its own entry, so its in-process request skips that check.
-    own_door: bool = False
+    # The Origin/Host were checked already, so the request skips that check: at the entry of one of this process's
+    # own doors (its X-Gateway-Door carries the process's door key, adapters.doors), or before its token was.
+    origin_checked: bool = False
     # The principal the shell verified the request's access token for ([gateway.auth], adapters.authz): the session
     # is bound to it instead of to the Authorization header.
     principal: str | None = None
@@ -278,7 +278,7 @@ def _granted(verdict: Accepted, grant: Principal) -> Accepted:
 
 
 def _classify(view: HttpView, session: SessionRecord | None, policy: Policy, now_ms: int) -> Accepted | Rejection:
-    refused = (None if view.own_door else check_origin_host(view.headers, policy)) or _check_repeated(view)
+    refused = (None if view.origin_checked else check_origin_host(view.headers, policy)) or _check_repeated(view)
     if refused is not None:
         return refused
     authorization = view.headers.get("authorization")

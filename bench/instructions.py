@@ -30,15 +30,18 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Awaitable, Callable
 
 import aiohttp
 
-from bench.__main__ import makers
+from bench.__main__ import Op, makers
+from bench.auth import PUBLIC, BearerClient, Keys
 from bench.procs import Child, free_port
 
-SCENARIOS = ("passthrough", "translated", "bridged", "bridged_one")
+SCENARIOS = ("passthrough", "translated", "translated_auth", "bridged", "bridged_one")
+AUTH = "translated_auth"  # the translated call with [gateway.auth] on, each client keeping its token (bench.auth)
 
 
 class _Front:
@@ -76,11 +79,11 @@ def _control(pid: int, option: str) -> None:
     subprocess.run(["callgrind_control", option, str(pid)], capture_output=True, check=True)
 
 
-async def _drive(gateway_url: str, core: Child, scenario: str, requests: int, pid: int, concurrency: int) -> int:
+async def _drive(gateway_url: str, core: Child, scenario: str, requests: int, pid: int, concurrency: int,
+                 keys: Keys | None = None) -> int:
     """The warm-up, then ``requests`` (rounded down to a multiple of ``concurrency``) counted; how many ran."""
     async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as http:
-        front = _Front(gateway_url)
-        ops = [await makers(http, core, front, front)[scenario]() for _ in range(concurrency)]  # type: ignore[arg-type]
+        ops = await _ops(http, gateway_url, core, scenario, concurrency, keys)
 
         async def run(times: int) -> None:
             await asyncio.gather(*(_repeat(op, times) for op in ops))
@@ -92,6 +95,25 @@ async def _drive(gateway_url: str, core: Child, scenario: str, requests: int, pi
         await run(each)
         _control(pid, "--dump")
         return each * concurrency
+
+
+async def _ops(http: aiohttp.ClientSession, url: str, core: Child, scenario: str, concurrency: int,
+               keys: Keys | None) -> list[Op]:
+    """One operation per client; with ``keys``, each client a subject of its own with the token it keeps."""
+    if keys is None:
+        front = _Front(url)
+        return [await makers(http, core, front, front)[scenario]() for _ in range(concurrency)]  # type: ignore[arg-type]
+    return [await _bearer_op(http, url, keys, n) for n in range(concurrency)]
+
+
+async def _bearer_op(http: aiohttp.ClientSession, url: str, keys: Keys, n: int) -> Op:
+    client = BearerClient(http, url, lambda: keys.token(f"instr{n}"), fresh=False)
+    await client.start()
+
+    async def op() -> None:
+        if not await client.call("echo", {"text": "hi"}):
+            raise RuntimeError("echo through the authenticated gateway failed")
+    return op
 
 
 async def _repeat(op: Callable[[], Awaitable[None]], times: int) -> None:
@@ -108,7 +130,11 @@ def count(scenario: str, requests: int, tree: str, gc_gen0: int, store: str | No
     core = Child("core", ["-m", "modern_server", "--port", "{port}", "--no-access-log"])
     port, folder = free_port(), tempfile.mkdtemp(prefix="callgrind-")
     out, config = os.path.join(folder, "gateway.out"), os.path.join(folder, "gateway.toml")
+    keys = _issuer() if scenario == AUTH else None
     with open(config, "w") as handle:  # no usage flush (a thread writing SQLite) inside the measured window
+        if keys is not None:
+            handle.write(f'[gateway]\npublic_url = "{PUBLIC}"\n[gateway.auth]\nauthorization_servers = '
+                         f'["{keys.issuer}"]\nrequired_scopes = ["mcp:tools"]\n')
         handle.write(f'[gateway.usage]\nflush_seconds = 3600\ndb = "{os.path.join(folder, "usage.sqlite3")}"\n')
         if store is not None:
             handle.write(f'[gateway.store]\nurl = "{store}"\nprefix = "{_prefix(folder)}"\n')
@@ -119,7 +145,8 @@ def count(scenario: str, requests: int, tree: str, gc_gen0: int, store: str | No
                             cwd=tree, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         _wait_listening(port, proc)
-        ran = asyncio.run(_drive(f"http://127.0.0.1:{port}/mcp", core, scenario, requests, proc.pid, concurrency))
+        ran = asyncio.run(_drive(f"http://127.0.0.1:{port}/mcp", core, scenario, requests, proc.pid, concurrency,
+                                 keys))
         return _total(out) / ran
     finally:
         proc.terminate()
@@ -128,6 +155,22 @@ def count(scenario: str, requests: int, tree: str, gc_gen0: int, store: str | No
         if store is not None:
             _forget(store, _prefix(folder))
         shutil.rmtree(folder, ignore_errors=True)
+
+
+def _issuer() -> Keys:
+    """The authorization server's key side (bench.auth's), served from a thread of its own: the gateway fetches
+    its keys during the warm-up, while this process's loop is busy driving requests."""
+    keys, ready = Keys(), threading.Event()
+
+    def serve() -> None:
+        loop = asyncio.new_event_loop()
+        loop.run_until_complete(keys.start())
+        ready.set()
+        loop.run_forever()
+
+    threading.Thread(target=serve, daemon=True, name="bench-issuer").start()
+    ready.wait(30)
+    return keys
 
 
 def _prefix(folder: str) -> str:

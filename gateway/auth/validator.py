@@ -66,7 +66,8 @@ class TokenValidator:
                                     min_refresh_seconds=settings.min_key_refresh_seconds,
                                     timeout=settings.fetch_timeout_seconds)
                         for iss in settings.server.authorization_servers}
-        self._verified: OrderedDict[bytes, Principal] = OrderedDict()
+        # header digest -> (principal, its insufficient_scope refusal or None); never a token
+        self._verified: OrderedDict[bytes, tuple[Principal, Failure | None]] = OrderedDict()
 
     @property
     def server(self) -> ResourceServer:
@@ -86,29 +87,36 @@ class TokenValidator:
         return None
 
     async def authenticate(self, authorization: str | None) -> Principal | Failure:
+        # The steady state, a client reusing its token, costs a digest and a lookup: the header is digested
+        # whole (a well-formed one is ASCII), so a hit needs no parsing, and its scope check is remembered too.
+        digest = _digest(authorization)
+        known = self._cached(digest) if digest is not None else None
+        if known is not None:
+            return known[1] or known[0]
         token = bearer_token(authorization)
         if isinstance(token, Failure):
             return token
-        digest = hashlib.sha256(token.encode("ascii")).digest()
-        outcome = self._cached(digest) or await self._verify(token)
+        outcome = await self._verify(token)
         if isinstance(outcome, Failure):
             return outcome
-        self._remember(digest, outcome)
-        return require_scopes(outcome, self.server.required_scopes) or outcome
+        scoped = require_scopes(outcome, self.server.required_scopes)
+        if digest is not None:
+            self._remember(digest, (outcome, scoped))
+        return scoped or outcome
 
-    def _cached(self, digest: bytes) -> Principal | None:
-        principal = self._verified.get(digest)
-        if principal is None:
+    def _cached(self, digest: bytes) -> tuple[Principal, Failure | None] | None:
+        known = self._verified.get(digest)
+        if known is None:
             return None
-        if principal.expires_at is not None and principal.expires_at <= self._clock():
+        expires = known[0].expires_at
+        if expires is not None and expires <= self._clock():
             del self._verified[digest]
             return None
         self._verified.move_to_end(digest)
-        return principal
+        return known
 
-    def _remember(self, digest: bytes, principal: Principal) -> None:
-        self._verified[digest] = principal
-        self._verified.move_to_end(digest)
+    def _remember(self, digest: bytes, known: tuple[Principal, Failure | None]) -> None:
+        self._verified[digest] = known
         while len(self._verified) > self.settings.cache_entries:
             self._verified.popitem(last=False)
 
@@ -194,6 +202,14 @@ class TokenValidator:
         if isinstance(exp, int | float) and not isinstance(exp, bool):
             until = min(until, float(exp))
         return Principal(principal.issuer, principal.subject, principal.client_id, scopes_of(claims), until)
+
+
+def _digest(authorization: str | None) -> bytes | None:
+    """The cache key of an ``Authorization`` value: its SHA-256, or None for one that cannot be a bearer token
+    (absent or not ASCII: RFC 6750 §2.1's b64token is ASCII), which takes the checking path and is refused."""
+    if authorization is None or not authorization.isascii():
+        return None
+    return hashlib.sha256(authorization.encode("ascii")).digest()
 
 
 __all__ = ["SIGNING_ALGORITHMS", "AuthSettings", "Introspection", "TokenValidator"]

@@ -96,18 +96,19 @@ async def handle_mcp(request: web.Request) -> web.StreamResponse:
         return body
     repeated = frozenset(n for n in SINGLE_HEADERS if len(headers.getall(n, ())) > 1)
     now = gw.clock()
-    own_door = gw.transport(headers) is not Transport.STREAMABLE_HTTP  # its Host was checked at the door (§35)
-    principal = await _verified_principal(request, headers, body, None if own_door else gw.policy)
+    checked = gw.transport(headers) is not Transport.STREAMABLE_HTTP  # its Host was checked at the door (§35)
+    principal = await _verified_principal(request, headers, body, None if checked else gw.policy)
     if isinstance(principal, web.StreamResponse):
         return principal
+    checked = checked or principal is not None  # a verified token's request had its Origin/Host checked first
     key = principal.key if principal is not None else None  # the verified claims ride along as the view's grant
     reverse = request.app.get(REVERSE)
     if reverse is not None and relayed_as_is(request.method, headers, _parsed(body)):  # docs/design.md §61
-        refused = None if own_door else check_origin_host(headers, gw.policy)
+        refused = None if checked else check_origin_host(headers, gw.policy)
         if refused is not None:
             return rejection_response(refused)
         return await reverse.relay_legacy(request, body, not gw.config.auth.enabled)
-    verdict = await classified(gw, HttpView(request.method, headers, body, repeated, own_door, key, principal), now)
+    verdict = await classified(gw, HttpView(request.method, headers, body, repeated, checked, key, principal), now)
     if isinstance(verdict, Rejection):
         return rejection_response(verdict)
     if verdict.session is not None and touch_due(verdict.session, now, gw.policy.session_idle_ms):

@@ -59,6 +59,25 @@ async def test_a_verified_token_is_cached_by_digest(keys: KeyServer, validator: 
     assert all(isinstance(k, bytes) and token.encode() != k for k in validator._verified)
 
 
+async def test_a_remembered_token_keeps_its_scope_refusal(keys: KeyServer, validator: TokenValidator) -> None:
+    """The steady state skips parsing and the signature, not the scope check: a token lacking the resource's
+    scope is refused again from the cache, with the same step-up scopes, without asking the keys."""
+    header = f"Bearer {keys.token(scope='other')}"
+    first = await validator.authenticate(header)
+    keys.down, hits = True, keys.jwks_hits
+    again = await validator.authenticate(header)
+    assert isinstance(again, Failure) and again == first and again.cause is Cause.INSUFFICIENT_SCOPE
+    assert keys.jwks_hits == hits
+
+
+async def test_a_header_that_cannot_be_a_bearer_token_is_refused_and_not_remembered(
+        keys: KeyServer, validator: TokenValidator) -> None:
+    for header in (f"Bearer {keys.token()}\u00e9", "Bearer t\u00f6ken", None):
+        outcome = await validator.authenticate(header)
+        assert isinstance(outcome, Failure) and outcome.cause in (Cause.MALFORMED, Cause.NO_TOKEN)
+    assert not validator._verified
+
+
 @pytest.mark.parametrize("claims, expected", [
     ({"exp": int(time.time()) - 60}, Cause.EXPIRED),
     ({"nbf": int(time.time()) + 600}, Cause.EXPIRED),
