@@ -10,6 +10,7 @@ from typing import Any
 
 from adapters.capabilities import BridgedFeatures, server_caps_to_legacy
 from adapters.errors import ErrorValue, upstream_failure
+from adapters.legacy_tasks import enabled as legacy_tasks_enabled
 from adapters.protocol import LEGACY_VERSIONS, MODERN_VERSION, SERVER_INFO_META_KEY, negotiate_version
 
 # serverInfo is required in 2025 (2025-11-25 schema InitializeResult); when the upstream reports none we say who we are.
@@ -43,10 +44,11 @@ def build_initialize_result(discover: Mapping[str, Any], requested_version: Any,
     """``offered``: the revisions the client's door negotiates (adapters.doors.offered_versions);
     ``client_capabilities``: the client's, as kept for its session (2025 tasks are offered only to a client that
     declared them: adapters.legacy_tasks)."""
+    version = negotiate_version(requested_version, offered)
+    tasks = legacy_tasks_enabled(client_capabilities, discover.get("capabilities"), version)
     result: dict[str, Any] = {
-        "protocolVersion": negotiate_version(requested_version, offered),
-        "capabilities": server_caps_to_legacy(discover.get("capabilities"), features,
-                                              isinstance((client_capabilities or {}).get("tasks"), Mapping)),
+        "protocolVersion": version,
+        "capabilities": server_caps_to_legacy(discover.get("capabilities"), features, tasks),
         "serverInfo": server_info_of(discover),
     }
     if isinstance(discover.get("instructions"), str):

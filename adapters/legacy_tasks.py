@@ -22,6 +22,8 @@ from adapters.errors import INVALID_PARAMS, METHOD_NOT_FOUND, ErrorValue, limit_
 from adapters.task_poll import EXTENSION, TaskState, offered
 
 RELATED_TASK: Final = "io.modelcontextprotocol/related-task"
+# The revisions that have tasks (2025-11-25 introduced them; 2026-07-28 moved them into the extension).
+VERSIONS: Final = frozenset({"2025-11-25"})
 METHODS: Final = frozenset({"tasks/get", "tasks/result", "tasks/list", "tasks/cancel"})
 # Requests the bridge machine drives for a 2025 task (adapters.bridge): each names one task of the session.
 DRIVEN: Final = frozenset({"tasks/get", "tasks/result", "tasks/cancel"})
@@ -35,10 +37,13 @@ _FIELDS: Final = {"taskId": "taskId", "status": "status", "statusMessage": "stat
                   "pollIntervalMs": "pollInterval"}
 
 
-def enabled(client_capabilities: Mapping[str, Any] | None, server_capabilities: Mapping[str, Any] | None) -> bool:
-    """2025 tasks for a session: its client declared ``tasks`` at initialize (it speaks 2025 tasks) and the
-    upstream offers the extension that backs them (ext-tasks §Capability Negotiation)."""
-    return isinstance((client_capabilities or {}).get("tasks"), Mapping) and offered(server_capabilities)
+def enabled(client_capabilities: Mapping[str, Any] | None, server_capabilities: Mapping[str, Any] | None,
+            version: str) -> bool:
+    """2025 tasks for a session: it speaks a revision that has them, its client declared ``tasks`` at initialize
+    (it speaks 2025 tasks) and the upstream offers the extension that backs them (ext-tasks §Capability
+    Negotiation)."""
+    return (version in VERSIONS and isinstance((client_capabilities or {}).get("tasks"), Mapping)
+            and offered(server_capabilities))
 
 
 def capability() -> dict[str, Any]:

@@ -209,7 +209,7 @@ def _legacy_tasks(accepted: Accepted, context: Context, peer: Peer) -> tuple[Act
     message, session = accepted.message, accepted.session
     assert session is not None
     method, params, ident = message["method"], message.get("params") or {}, message["id"]
-    on = LT.enabled(session.client_capabilities, session.server_capabilities)
+    on = LT.enabled(session.client_capabilities, session.server_capabilities, session.protocol_version)
     limits = peer_limits(context.limits, peer)
     if method in LT.METHODS:
         decided = LT.decide(method, params, session.legacy_tasks, on)

@@ -167,7 +167,7 @@ def bridge_context(runtime: SessionRuntime, session: SessionRecord,
                            tasks_running=lambda: _tasks_running(runtime),
                            tasks_declared=offered(session.server_capabilities),
                            legacy_tasks=legacy_tasks.enabled(session.client_capabilities,
-                                                             session.server_capabilities))
+                                                             session.server_capabilities, session.protocol_version))
 
 
 def _tasks_running(runtime: SessionRuntime) -> int:

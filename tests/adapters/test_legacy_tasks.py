@@ -14,9 +14,10 @@ from mcp_types import _v2025_11_25 as v2025
 from adapters import bridge as B
 from adapters import legacy_tasks as LT
 from adapters import session as S
-from adapters.capabilities import BridgedFeatures, server_caps_to_legacy
+from adapters.capabilities import BridgedFeatures
 from adapters.classify import Accepted, Kind
 from adapters.errors import GATEWAY_LIMIT_EXCEEDED, INTERNAL_ERROR, INVALID_PARAMS, METHOD_NOT_FOUND
+from adapters.handshake import build_initialize_result
 from adapters.peers import Peer
 from adapters.protocol import LATEST_LEGACY
 from adapters.records import PendingRound, Phase, SessionRecord
@@ -49,18 +50,20 @@ def test_an_extension_task_becomes_a_2025_task(extension, legacy) -> None:
     v2025.TaskStatusNotification.model_validate(LT.status_notification(legacy))
 
 
-@pytest.mark.parametrize("client,server,on", [
-    ({"tasks": {}}, EXT, True),
-    ({"tasks": {"list": {}}}, EXT, True),
-    ({}, EXT, False),  # the client speaks no 2025 tasks
-    ({"tasks": {}}, {}, False),  # nothing upstream backs them
-    ({"tasks": True}, EXT, False),
+@pytest.mark.parametrize("client,server,version,on", [
+    ({"tasks": {}}, EXT, "2025-11-25", True),
+    ({"tasks": {"list": {}}}, EXT, "2025-11-25", True),
+    ({}, EXT, "2025-11-25", False),  # the client speaks no 2025 tasks
+    ({"tasks": {}}, {}, "2025-11-25", False),  # nothing upstream backs them
+    ({"tasks": True}, EXT, "2025-11-25", False),
+    ({"tasks": {}}, EXT, "2025-06-18", False),  # a revision without tasks
 ])
-def test_2025_tasks_need_the_clients_declaration_and_the_upstreams_extension(client, server, on) -> None:
-    assert LT.enabled(client, server) is on
-    caps = server_caps_to_legacy(server, BridgedFeatures(), client_tasks=isinstance(client.get("tasks"), dict))
-    assert caps.get("tasks") == (LT.capability() if on else None)
-    assert LT.EXTENSION not in str(caps)  # the extension itself stays the gateway's
+def test_2025_tasks_need_the_revision_the_clients_declaration_and_the_upstreams_extension(
+        client, server, version, on) -> None:
+    assert LT.enabled(client, server, version) is on
+    result = build_initialize_result({"capabilities": server}, version, BridgedFeatures(), (version,), client)
+    assert result["capabilities"].get("tasks") == (LT.capability() if on else None)
+    assert LT.EXTENSION not in str(result["capabilities"])  # the extension itself stays the gateway's
 
 
 def test_related_task_metadata_keeps_what_meta_held() -> None:
