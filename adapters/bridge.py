@@ -19,13 +19,17 @@ action                      the shell ...
 ``UpdateTask(id, answers)`` sends ``tasks/update`` with the client's answers, feeds back the outcome likewise
 ``CancelTask(id)``          sends ``tasks/cancel`` and feeds back nothing (the call is over)
 ``TaskEnded(outcome)``      counts the task's outcome (telemetry)
+``RememberTask(task)``      keeps a 2025 task as last seen in the session's registry (adapters.legacy_tasks)
 ==========================  =====================================================================
 
 A call that comes back as a task (``resultType: "task"``, io.modelcontextprotocol/tasks, when the shell declared
 the extension: ``adapters.task_poll.declare``) stays open: the machine polls the task (``Timer.POLL``), turns
 status messages into progress, an ``input_required`` task's ``inputRequests`` into requests to the client whose
 answers go back with ``tasks/update``, and ends with the task's result or error; a task it gives up on (the client
-cancelled, a limit, shutdown) is cancelled upstream (docs/design.md §17).
+cancelled, a limit, shutdown) is cancelled upstream (docs/design.md §17). For a session with 2025-11-25 tasks
+(adapters.legacy_tasks) a task-augmented ``tools/call`` ends with its ``CreateTaskResult`` instead, and
+``tasks/get``, ``tasks/cancel`` and the blocking ``tasks/result`` are driven here too; a 2025 task outlives its
+requests, so ending one of them never cancels it.
 """
 
 from __future__ import annotations
