@@ -41,14 +41,14 @@ def _describe(check: Callable[..., Any], what: str, show: Callable[[], Any] | No
 
 
 async def until(check: Callable[[], Any], what: str = "", show: Callable[[], Any] | None = None,
-                timeout: float = 20.0) -> Any:
+                seconds: float = 20.0) -> Any:
     """Wait for ``check()`` (a plain or an async callable) to return something truthy, and return it.
 
     Fails the test naming ``what`` (and ``show()``, the state worth seeing) when it is still false after
-    ``timeout`` seconds, scaled by ``TIMING``.
+    ``seconds``, scaled by ``TIMING``.
     """
     loop = asyncio.get_running_loop()
-    deadline = loop.time() + scaled(timeout)
+    deadline = loop.time() + scaled(seconds)
     while True:
         value = check()
         if inspect.isawaitable(value):
@@ -56,20 +56,20 @@ async def until(check: Callable[[], Any], what: str = "", show: Callable[[], Any
         if value:
             return value
         if loop.time() >= deadline:
-            raise AssertionError(f"not within {scaled(timeout):g} s: {_describe(check, what, show)}")
+            raise AssertionError(f"not within {scaled(seconds):g} s: {_describe(check, what, show)}")
         await asyncio.sleep(POLL)  # sleep: the poll interval of the one waiting helper
 
 
 def until_sync(check: Callable[[], Any], what: str = "", show: Callable[[], Any] | None = None,
-               timeout: float = 20.0) -> Any:
+               seconds: float = 20.0) -> Any:
     """``until`` for code with no event loop: a thread, a subprocess's side effects, a file appearing."""
-    deadline = time.monotonic() + scaled(timeout)
+    deadline = time.monotonic() + scaled(seconds)
     while True:
         value = check()
         if value:
             return value
         if time.monotonic() >= deadline:
-            raise AssertionError(f"not within {scaled(timeout):g} s: {_describe(check, what, show)}")
+            raise AssertionError(f"not within {scaled(seconds):g} s: {_describe(check, what, show)}")
         time.sleep(POLL)  # sleep: the poll interval of the one waiting helper
 
 
