@@ -23,7 +23,7 @@ from enum import Enum
 from typing import Any, Final
 from urllib.parse import urlsplit
 
-from adapters.errors import AuthChallenge, ErrorValue, Rejection, reject
+from adapters.errors import AuthChallenge, ErrorValue, Reason, Rejection, reject
 
 WELL_KNOWN: Final = "/.well-known/oauth-protected-resource"
 # Every principal a verified access token names starts so; classification makes none of its own that do.
@@ -193,10 +193,11 @@ def require_scopes(principal: Principal, needed: Sequence[str]) -> Failure | Non
     return Failure(Cause.INSUFFICIENT_SCOPE, f"the token lacks scope {' '.join(missing)}", wanted)
 
 
-_STATUS: Final[Mapping[Cause, str]] = {
-    Cause.NO_TOKEN: "unauthorized", Cause.MALFORMED: "unauthorized", Cause.INVALID: "unauthorized",
-    Cause.EXPIRED: "unauthorized", Cause.WRONG_AUDIENCE: "unauthorized", Cause.WRONG_ISSUER: "unauthorized",
-    Cause.INSUFFICIENT_SCOPE: "insufficient_scope", Cause.UNAVAILABLE: "authorization_unavailable",
+_STATUS: Final[Mapping[Cause, Reason]] = {
+    Cause.NO_TOKEN: Reason.UNAUTHORIZED, Cause.MALFORMED: Reason.UNAUTHORIZED, Cause.INVALID: Reason.UNAUTHORIZED,
+    Cause.EXPIRED: Reason.UNAUTHORIZED, Cause.WRONG_AUDIENCE: Reason.UNAUTHORIZED,
+    Cause.WRONG_ISSUER: Reason.UNAUTHORIZED, Cause.INSUFFICIENT_SCOPE: Reason.INSUFFICIENT_SCOPE,
+    Cause.UNAVAILABLE: Reason.AUTHORIZATION_UNAVAILABLE,
 }
 
 

@@ -17,7 +17,7 @@ from typing import Any, Final
 from urllib.parse import urlsplit
 
 from adapters.authz import Principal
-from adapters.errors import Rejection, reject
+from adapters.errors import Reason, Rejection, reject
 from adapters.jsonwire import TooDeep, loads
 from adapters.protocol import (
     BATCH_VERSIONS,
@@ -142,14 +142,14 @@ def _host_name(value: str) -> str:
 def check_origin_host(headers: Mapping[str, str], policy: Policy) -> Rejection | None:
     host = headers.get("host")
     if host is not None and _host_name(host).lower() not in policy.allowed_hosts:
-        return reject("bad_host", f"Host {host!r} is not allowed")
+        return reject(Reason.BAD_HOST, f"Host {host!r} is not allowed")
     origin = headers.get("origin")
     if origin is None or origin in policy.allowed_origins:
         return None  # non-browser clients send no Origin
     name = urlsplit(origin).hostname or ""
     if name in LOOPBACK_HOSTS or f"[{name}]" in LOOPBACK_HOSTS:
         return None
-    return reject("bad_origin", f"Origin {origin!r} is not allowed")
+    return reject(Reason.BAD_ORIGIN, f"Origin {origin!r} is not allowed")
 
 
 def _accepts(headers: Mapping[str, str], *types: str) -> bool:
@@ -166,9 +166,9 @@ def parse_message(body: bytes) -> dict[str, Any] | list[Any] | Rejection:
         # Choice: -32600, not -32700: the text is JSON, but no message the gateway takes nests this deep (the
         # one limit of adapters.jsonwire, so nothing read can be too deep to write back).
         ident = exc.value.get("id") if isinstance(exc.value, dict) else None
-        return reject("invalid_request", f"the message is nested more than {exc.limit} levels deep", ident)
+        return reject(Reason.INVALID_REQUEST, f"the message is nested more than {exc.limit} levels deep", ident)
     except (ValueError, UnicodeDecodeError):
-        return reject("parse_error", "the body is not valid JSON")
+        return reject(Reason.PARSE_ERROR, "the body is not valid JSON")
     return message if isinstance(message, list) else check_message(message)
 
 
@@ -176,10 +176,10 @@ def check_message(message: Any) -> dict[str, Any] | Rejection:
     if not isinstance(message, dict) or message.get("jsonrpc") != "2.0":
         # The id is echoed whenever it could be read (2025-11-25 basic §Responses: an error carries the request's
         # id), so a client matches the refusal to its request instead of waiting for it.
-        return reject("invalid_request", "expected one JSON-RPC 2.0 message",
+        return reject(Reason.INVALID_REQUEST, "expected one JSON-RPC 2.0 message",
                       message.get("id") if isinstance(message, dict) else None)
     if "params" in message and not isinstance(message["params"], dict):
-        return reject("invalid_request", "params must be an object", message.get("id"))
+        return reject(Reason.INVALID_REQUEST, "params must be an object", message.get("id"))
     return message
 
 
@@ -205,7 +205,7 @@ def check_modern_meta(message: Mapping[str, Any]) -> Rejection | None:
     (2026-07-28 basic §Error Codes). Everything else in it is the upstream's to judge (the request passes through)."""
     params = message.get("params") or {}
     if "_meta" in params and not isinstance(params["_meta"], Mapping):
-        return reject("invalid_params", "params._meta must be an object", message.get("id"))
+        return reject(Reason.INVALID_PARAMS, "params._meta must be an object", message.get("id"))
     return None
 
 
@@ -252,13 +252,13 @@ def check_session(view: HttpView, session: SessionRecord | None, principal: str,
                   policy: Policy, now_ms: int, ident: Any = None) -> Rejection | None:
     """The session checks, refusing with ``ident`` (the request's id, when a body was read)."""
     if "mcp-session-id" not in view.headers:
-        return reject("missing_session", "Mcp-Session-Id header is required", ident)
+        return reject(Reason.MISSING_SESSION, "Mcp-Session-Id header is required", ident)
     # Another principal's session is reported exactly like an unknown one: 404, nothing leaked.
     if session is None or session.principal != principal or session_expired(session, now_ms, policy.session_idle_ms):
-        return reject("unknown_session", "session not found", ident)
+        return reject(Reason.UNKNOWN_SESSION, "session not found", ident)
     version = view.headers.get("mcp-protocol-version")
     if version is not None and (version not in HANDSHAKE_VERSIONS or version != session.protocol_version):
-        return reject("bad_protocol_version", f"unsupported MCP-Protocol-Version {version!r}", ident)
+        return reject(Reason.BAD_PROTOCOL_VERSION, f"unsupported MCP-Protocol-Version {version!r}", ident)
     return None
 
 
@@ -285,14 +285,14 @@ def _classify(view: HttpView, session: SessionRecord | None, policy: Policy, now
     if authorization is not None and not _has_utf8_form(authorization):
         # The session's principal is a digest of these bytes, and they would be forwarded upstream: refused here
         # rather than failing either way later.
-        return reject("bad_header", "the Authorization header is not UTF-8 text", _request_id(view))
+        return reject(Reason.BAD_HEADER, "the Authorization header is not UTF-8 text", _request_id(view))
     principal = view.principal if view.principal is not None else principal_of(authorization, policy.tokens)
     if view.method == "POST":
         return _classify_post(view, session, policy, now_ms, principal)
     if view.method not in ("GET", "DELETE"):
-        return reject("method_not_allowed", f"{view.method} is not supported at the MCP endpoint")
+        return reject(Reason.METHOD_NOT_ALLOWED, f"{view.method} is not supported at the MCP endpoint")
     if view.method == "GET" and not _accepts(view.headers, "text/event-stream"):
-        return reject("not_acceptable", "GET must accept text/event-stream")
+        return reject(Reason.NOT_ACCEPTABLE, "GET must accept text/event-stream")
     refused = check_session(view, session, principal, policy, now_ms)
     if refused is not None:
         return refused
@@ -308,15 +308,15 @@ def _check_repeated(view: HttpView) -> Rejection | None:
     if not view.repeated:
         return None
     names = ", ".join(sorted(view.repeated))
-    return reject("invalid_request", f"header sent more than once: {names}", _request_id(view))
+    return reject(Reason.INVALID_REQUEST, f"header sent more than once: {names}", _request_id(view))
 
 
 def _classify_post(view: HttpView, session: SessionRecord | None, policy: Policy, now_ms: int,
                    principal: str) -> Accepted | Rejection:
     if not _accepts(view.headers, "application/json", "text/event-stream"):
-        return reject("not_acceptable", "POST must accept application/json and text/event-stream")
+        return reject(Reason.NOT_ACCEPTABLE, "POST must accept application/json and text/event-stream")
     if view.headers.get("content-type", "").split(";")[0].strip().lower() != "application/json":
-        return reject("unsupported_media_type", "Content-Type must be application/json")
+        return reject(Reason.UNSUPPORTED_MEDIA_TYPE, "Content-Type must be application/json")
     message = parse_message(view.body)
     if isinstance(message, Rejection):
         return message
@@ -324,7 +324,7 @@ def _classify_post(view: HttpView, session: SessionRecord | None, policy: Policy
         return _classify_batch(view, session, policy, now_ms, principal, message)
     kind = message_kind(message)
     if kind is None:
-        return reject("invalid_request", "not a JSON-RPC request, notification or response", message.get("id"))
+        return reject(Reason.INVALID_REQUEST, "not a JSON-RPC request, notification or response", message.get("id"))
     if kind is not Kind.RESPONSE and is_modern(message, view.headers):
         return check_modern_meta(message) or Accepted(Kind.MODERN, principal, message)
     if kind is Kind.REQUEST and message["method"] == "initialize":
@@ -341,17 +341,17 @@ def _classify_batch(view: HttpView, session: SessionRecord | None, policy: Polic
     and a bad one becomes its own error response (JSON-RPC 2.0 §6), not a refusal of the whole batch."""
     only_old = "JSON-RPC batches are only accepted on 2025-03-26 sessions (batching was removed in 2025-06-18)"
     if "mcp-session-id" not in view.headers:
-        return reject("invalid_request", only_old)
+        return reject(Reason.INVALID_REQUEST, only_old)
     refused = check_session(view, session, principal, policy, now_ms)
     if refused is not None:
         return refused
     assert session is not None
     if session.protocol_version not in BATCH_VERSIONS:
-        return reject("invalid_request", only_old)
+        return reject(Reason.INVALID_REQUEST, only_old)
     if not items:
-        return reject("invalid_request", "an empty JSON-RPC batch")
+        return reject(Reason.INVALID_REQUEST, "an empty JSON-RPC batch")
     if len(items) > MAX_BATCH:
-        return reject("invalid_request", f"a JSON-RPC batch of {len(items)} messages (the gateway takes "
+        return reject(Reason.INVALID_REQUEST, f"a JSON-RPC batch of {len(items)} messages (the gateway takes "
                                          f"at most {MAX_BATCH})")
     return Accepted(Kind.BATCH, principal, session=session, batch=tuple(_batch_element(i, principal, session)
                                                                      for i in items))
@@ -363,11 +363,11 @@ def _batch_element(item: Any, principal: str, session: SessionRecord) -> Accepte
         return message
     kind, ident = message_kind(message), message.get("id")
     if kind is None:
-        return reject("invalid_request", "not a JSON-RPC request, notification or response", ident)
+        return reject(Reason.INVALID_REQUEST, "not a JSON-RPC request, notification or response", ident)
     if kind is Kind.REQUEST and message["method"] == "initialize":
-        return reject("invalid_request", "initialize must not be part of a JSON-RPC batch", ident)
+        return reject(Reason.INVALID_REQUEST, "initialize must not be part of a JSON-RPC batch", ident)
     if kind is not Kind.RESPONSE and is_modern(message, {}):
-        return reject("invalid_request", "a 2026-07-28 request cannot be part of a session's batch", ident)
+        return reject(Reason.INVALID_REQUEST, "a 2026-07-28 request cannot be part of a session's batch", ident)
     return Accepted(kind, principal, message, session)
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import Any, Final
 
 from mcp_types.jsonrpc import (
@@ -42,6 +43,7 @@ __all__ = [
     "REJECTIONS",
     "AuthChallenge",
     "ErrorValue",
+    "Reason",
     "Rejection",
     "answer_not_taken",
     "client_refused_error",
@@ -64,7 +66,7 @@ class AuthChallenge:
     upstream's ``WWW-Authenticate`` challenges, each unchanged and in order (2025-11-25 basic/authorization §Error
     Handling; a server may offer several schemes, e.g. Bearer and DPoP, one header each)."""
 
-    reason: str
+    reason: Reason
     challenges: tuple[str, ...] = ()
 
     def answer(self) -> tuple[int, tuple[tuple[str, str], ...]]:
@@ -96,7 +98,7 @@ class Rejection:
     """A transport-level refusal of an HTTP request (legacy, or a malformed modern one): an HTTP status plus a
     JSON-RPC error body."""
 
-    reason: str
+    reason: Reason
     status: int
     error: ErrorValue
     ident: Any = None  # the request's id when it is known (2026-07-28 basic §Error Codes: every error carries it)
@@ -105,65 +107,96 @@ class Rejection:
         return {"jsonrpc": "2.0", "id": self.ident, "error": self.error.to_wire()}
 
 
+class Reason(StrEnum):
+    """Why the gateway refused an HTTP request at the transport: the key of :data:`REJECTIONS`, and the name
+    telemetry and logs give the refusal."""
+
+    BAD_ORIGIN = "bad_origin"
+    BAD_HOST = "bad_host"
+    NOT_ACCEPTABLE = "not_acceptable"
+    UNSUPPORTED_MEDIA_TYPE = "unsupported_media_type"
+    PARSE_ERROR = "parse_error"
+    INVALID_REQUEST = "invalid_request"
+    MISSING_SESSION = "missing_session"
+    BAD_PROTOCOL_VERSION = "bad_protocol_version"
+    UNKNOWN_SESSION = "unknown_session"
+    METHOD_NOT_ALLOWED = "method_not_allowed"
+    INVALID_PARAMS = "invalid_params"
+    BAD_HEADER = "bad_header"
+    UPSTREAM_UNAUTHORIZED = "upstream_unauthorized"
+    UPSTREAM_FORBIDDEN = "upstream_forbidden"
+    UNAUTHORIZED = "unauthorized"
+    INSUFFICIENT_SCOPE = "insufficient_scope"
+    AUTHORIZATION_UNAVAILABLE = "authorization_unavailable"
+    BODY_TOO_LARGE = "body_too_large"
+    BODY_TIMEOUT = "body_timeout"
+    SESSION_LIMIT = "session_limit"
+    PINNED_TO_LEGACY = "pinned_to_legacy"
+    PASSTHROUGH_FAILED = "passthrough_failed"
+    PASSTHROUGH_ENDED = "passthrough_ended"
+    STORE_UNAVAILABLE = "store_unavailable"
+    ANSWER_NOT_TAKEN = "answer_not_taken"
+
+
 # THE table: every HTTP status the legacy endpoint ever sends for a refusal, with its JSON-RPC code.
 # 2025-11-25 basic/transports: bad Origin 403; missing session 400; unknown/terminated session 404; bad
 # MCP-Protocol-Version 400; POST must accept both types (406); body must be JSON (415/400).
-REJECTIONS: Final[Mapping[str, tuple[int, int]]] = {
-    "bad_origin": (403, INVALID_REQUEST),
-    "bad_host": (403, INVALID_REQUEST),
-    "not_acceptable": (406, INVALID_REQUEST),
-    "unsupported_media_type": (415, INVALID_REQUEST),
-    "parse_error": (400, PARSE_ERROR),
-    "invalid_request": (400, INVALID_REQUEST),
-    "missing_session": (400, INVALID_REQUEST),
-    "bad_protocol_version": (400, INVALID_REQUEST),
-    "unknown_session": (404, INVALID_REQUEST),
-    "method_not_allowed": (405, INVALID_REQUEST),
+REJECTIONS: Final[Mapping[Reason, tuple[int, int]]] = {
+    Reason.BAD_ORIGIN: (403, INVALID_REQUEST),
+    Reason.BAD_HOST: (403, INVALID_REQUEST),
+    Reason.NOT_ACCEPTABLE: (406, INVALID_REQUEST),
+    Reason.UNSUPPORTED_MEDIA_TYPE: (415, INVALID_REQUEST),
+    Reason.PARSE_ERROR: (400, PARSE_ERROR),
+    Reason.INVALID_REQUEST: (400, INVALID_REQUEST),
+    Reason.MISSING_SESSION: (400, INVALID_REQUEST),
+    Reason.BAD_PROTOCOL_VERSION: (400, INVALID_REQUEST),
+    Reason.UNKNOWN_SESSION: (404, INVALID_REQUEST),
+    Reason.METHOD_NOT_ALLOWED: (405, INVALID_REQUEST),
     # A modern (2026) request whose _meta the gateway must read is malformed: 400 -32602 (2026-07-28 basic
     # §Error Codes).
-    "invalid_params": (400, INVALID_PARAMS),
+    Reason.INVALID_PARAMS: (400, INVALID_PARAMS),
     # A header value with no UTF-8 form (raw bytes such as 0xff): -32602, as for a tool name or argument that
     # cannot become a header (docs/design.md §19); 400 because the HTTP request itself is malformed.
-    "bad_header": (400, INVALID_PARAMS),
+    Reason.BAD_HEADER: (400, INVALID_PARAMS),
     # The upstream refused the client's own (forwarded) token: the status tells the client to authorize again
     # (401) or step up its scopes (403), as the upstream itself would have (2025-11-25 basic/authorization).
-    "upstream_unauthorized": (401, UPSTREAM_FAILURE),
-    "upstream_forbidden": (403, UPSTREAM_FAILURE),
+    Reason.UPSTREAM_UNAUTHORIZED: (401, UPSTREAM_FAILURE),
+    Reason.UPSTREAM_FORBIDDEN: (403, UPSTREAM_FAILURE),
     # The gateway's own check of the client's access token (adapters.authz; 2025-11-25 basic/authorization "Error
     # Handling"): no or a bad token 401, too few scopes 403 (step up), its keys or introspection unreachable 503.
     # Each carries the gateway's own WWW-Authenticate challenge; data.authorization names the cause.
-    "unauthorized": (401, INVALID_REQUEST),
-    "insufficient_scope": (403, INVALID_REQUEST),
-    "authorization_unavailable": (503, INTERNAL_ERROR),
+    Reason.UNAUTHORIZED: (401, INVALID_REQUEST),
+    Reason.INSUFFICIENT_SCOPE: (403, INVALID_REQUEST),
+    Reason.AUTHORIZATION_UNAVAILABLE: (503, INTERNAL_ERROR),
     # Transport bounds on the request itself (README §Limits and failure behaviour): the body is larger than
     # max_request_bytes, or did not arrive within request_body_timeout_seconds. Its id is unknown: the body was
     # never parsed.
-    "body_too_large": (413, INVALID_REQUEST),
-    "body_timeout": (408, INVALID_REQUEST),
+    Reason.BODY_TOO_LARGE: (413, INVALID_REQUEST),
+    Reason.BODY_TIMEOUT: (408, INVALID_REQUEST),
     # A session bound (max_sessions, max_sessions_per_principal) is full: capacity, not the client's fault.
-    "session_limit": (503, GATEWAY_LIMIT_EXCEEDED),
+    Reason.SESSION_LIMIT: (503, GATEWAY_LIMIT_EXCEEDED),
     # A 2026-07-28 request the gateway passes through: a peer pinned to legacy revisions is steered to
     # initialize (-32022, adapters.peers.admit_modern); the upstream hop failed (502: the gateway is the
     # client of a bad gateway); the gateway ended it before the upstream answered (shutdown: 503).
-    "pinned_to_legacy": (400, UNSUPPORTED_PROTOCOL_VERSION),
-    "passthrough_failed": (502, UPSTREAM_FAILURE),
-    "passthrough_ended": (503, INTERNAL_ERROR),
+    Reason.PINNED_TO_LEGACY: (400, UNSUPPORTED_PROTOCOL_VERSION),
+    Reason.PASSTHROUGH_FAILED: (502, UPSTREAM_FAILURE),
+    Reason.PASSTHROUGH_ENDED: (503, INTERNAL_ERROR),
     # The session store (a shared Redis) failed or timed out: a dependency, not the client; 503 says retry
     # later (RFC 9110 §15.6.4), and -32603 with data.store "unavailable" names what failed.
-    "store_unavailable": (503, INTERNAL_ERROR),
+    Reason.STORE_UNAVAILABLE: (503, INTERNAL_ERROR),
     # A client's answer reached its round as the round was handed over to another replica (shutdown, docs/design.md
     # §42), before it was acted on, or reached a replica shutting down that would have had to take the round on:
     # 503 says send it again (the round goes on elsewhere), not "accepted".
-    "answer_not_taken": (503, INTERNAL_ERROR),
+    Reason.ANSWER_NOT_TAKEN: (503, INTERNAL_ERROR),
 }
 
 
-def refusal(reason: str, error: ErrorValue, ident: Any = None) -> Rejection:
+def refusal(reason: Reason, error: ErrorValue, ident: Any = None) -> Rejection:
     """``error`` (built elsewhere, with its own code and data) answered with ``reason``'s HTTP status."""
     return Rejection(reason, REJECTIONS[reason][0], error, ident if is_request_id(ident) else None)
 
 
-def reject(reason: str, message: str, ident: Any = None) -> Rejection:
+def reject(reason: Reason, message: str, ident: Any = None) -> Rejection:
     """The refusal for ``reason``, answered to ``ident`` only when that is a valid id: an id of another type (an
     array, an object, a bool) cannot be echoed, so the answer's id is null (JSON-RPC 2.0 §5: unknown id)."""
     status, code = REJECTIONS[reason]
@@ -205,7 +238,7 @@ def token_refused(status: int, challenges: tuple[str, ...], upstream_error: Mapp
     challenge reaches the client, whose token was never shown to that upstream."""
     if not forwarded:
         return upstream_failure("unauthorized", f"HTTP {status}: the upstream refused the gateway's credential")
-    reason = "upstream_unauthorized" if status == 401 else "upstream_forbidden"
+    reason = Reason.UPSTREAM_UNAUTHORIZED if status == 401 else Reason.UPSTREAM_FORBIDDEN
     if upstream_error is not None:
         error = translate_upstream_error(upstream_error)
     else:
@@ -226,14 +259,14 @@ def limit_error(limit: str, value: Any) -> ErrorValue:
 
 def limit_rejection(limit: str, value: Any, ident: Any = None) -> Rejection:
     """A session bound is full: HTTP 503 whose JSON-RPC error names the limit, like :func:`limit_error`."""
-    status, _code = REJECTIONS["session_limit"]
-    return Rejection("session_limit", status, limit_error(limit, value), ident)
+    status, _code = REJECTIONS[Reason.SESSION_LIMIT]
+    return Rejection(Reason.SESSION_LIMIT, status, limit_error(limit, value), ident)
 
 
 def store_unavailable(ident: Any = None) -> Rejection:
     """The session store failed: HTTP 503, -32603 with ``data.store = "unavailable"``, answered to ``ident``."""
-    status, code = REJECTIONS["store_unavailable"]
-    return Rejection("store_unavailable", status, ErrorValue(code, "the gateway's session store is unavailable",
+    status, code = REJECTIONS[Reason.STORE_UNAVAILABLE]
+    return Rejection(Reason.STORE_UNAVAILABLE, status, ErrorValue(code, "the gateway's session store is unavailable",
                                                              {"store": "unavailable"}),
                      ident if is_request_id(ident) else None)
 
@@ -242,8 +275,8 @@ def answer_not_taken(ident: Any = None) -> Rejection:
     """A client's answer (or cancel, or stream resumption) its round was handed over before taking, or that a
     replica shutting down would have had to take the round on for: HTTP 503, -32603 with ``data.gateway =
     "handed_over"``; the client sends it again, and it reaches the round where it goes on."""
-    status, code = REJECTIONS["answer_not_taken"]
-    return Rejection("answer_not_taken", status, ErrorValue(
+    status, code = REJECTIONS[Reason.ANSWER_NOT_TAKEN]
+    return Rejection(Reason.ANSWER_NOT_TAKEN, status, ErrorValue(
         code, "the round was handed over to another replica before this message was taken: send it again",
         {"gateway": "handed_over"}), ident if is_request_id(ident) else None)
 

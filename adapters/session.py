@@ -25,7 +25,7 @@ from adapters.authz import ResourceServer, require_scopes
 from adapters.authz import refusal as auth_refusal
 from adapters.bridge import BridgeLimits, admit
 from adapters.classify import Accepted, Kind
-from adapters.errors import ErrorValue, Rejection, refusal, reject
+from adapters.errors import ErrorValue, Reason, Rejection, refusal, reject
 from adapters.peers import (
     Peer,
     admit_initialize,
@@ -246,7 +246,7 @@ def _step_up(accepted: Accepted, context: Context, needed: Sequence[str]) -> Ref
     Handling); without a verified token or a challenge to send, a plain 403."""
     ident, grant = accepted.message.get("id"), accepted.grant
     if grant is None or context.resource is None:
-        return Refuse(reject("insufficient_scope", f"this request needs scope {' '.join(needed)}", ident))
+        return Refuse(reject(Reason.INSUFFICIENT_SCOPE, f"this request needs scope {' '.join(needed)}", ident))
     failure = require_scopes(grant, needed)
     assert failure is not None, "called only when a needed scope is missing"
     return Refuse(auth_refusal(context.resource, failure, ident))
@@ -336,7 +336,7 @@ def _modern(accepted: Accepted, context: Context) -> PassThrough | Refuse | Repl
                       accepted.grant)
     refused = admit_modern(peer, str(meta.get(PROTOCOL_VERSION_META_KEY, MODERN_VERSION)))
     if refused is not None:
-        return Refuse(refusal("pinned_to_legacy", refused, accepted.message.get("id")))
+        return Refuse(refusal(Reason.PINNED_TO_LEGACY, refused, accepted.message.get("id")))
     return _modern_tool_refusal(accepted, peer, context) or PassThrough(peer.upstream, peer.tools)
 
 

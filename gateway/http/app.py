@@ -28,7 +28,7 @@ from adapters.classify import (
     touch_due,
 )
 from adapters.doors import Transport
-from adapters.errors import ErrorValue, Rejection, answer_not_taken, reject, store_unavailable
+from adapters.errors import ErrorValue, Reason, Rejection, answer_not_taken, reject, store_unavailable
 from adapters.jsonwire import loads
 from adapters.reverse_wire import Era, era_of, relayed_as_is
 from gateway.auth.credentials import UpstreamCredentials, credentials_for
@@ -169,10 +169,10 @@ async def read_body(request: web.Request, gw: Gateway) -> bytes | web.Response:
         async with asyncio.timeout(limits.request_body_timeout_seconds):
             return await request.read()
     except web.HTTPRequestEntityTooLarge:
-        return rejection_response(reject("body_too_large", f"request body exceeds max_request_bytes "
+        return rejection_response(reject(Reason.BODY_TOO_LARGE, f"request body exceeds max_request_bytes "
                                                    f"({limits.max_request_bytes} bytes)"))
     except TimeoutError:
-        answer = rejection_response(reject("body_timeout",
+        answer = rejection_response(reject(Reason.BODY_TIMEOUT,
                                            f"request body not received within request_body_timeout_seconds "
                                            f"({limits.request_body_timeout_seconds})"))
         answer.force_close()
@@ -213,7 +213,8 @@ def reverse_bridge(config: GatewayConfig, url: str) -> ReverseBridge | None:
     return ReverseBridge(ReverseSettings(
         url, R.PoolLimits(rev.max_sessions, rev.session_idle_seconds),
         R.CallLimits(rev.max_rounds, rev.max_input_requests_per_round), rev.answer_timeout_seconds,
-        config.max_sse_event_bytes, config.upstream_connect_timeout_seconds, key.encode() if key else None))
+        config.max_sse_event_bytes, config.upstream_connect_timeout_seconds, key.encode() if key else None,
+        config.upstream_max_connections, config.upstream_max_stream_connections))
 
 
 def watchers(gateway: Gateway) -> Observer:

@@ -8,7 +8,7 @@ from typing import Any
 from aiohttp import web
 
 from adapters.classify import Accepted
-from adapters.errors import passthrough_ended, refusal
+from adapters.errors import Reason, passthrough_ended, refusal
 from adapters.jsonwire import dumps, loads
 from adapters.sse import EventTooLarge, SseDecoder, encode_event
 from adapters.tool_policy import OPEN, ToolPolicy, filter_answer
@@ -37,7 +37,7 @@ async def on_modern(request: web.Request, gw: Gateway, acc: Accepted, upstream: 
     # A hang-up (the 2026 cancel: 2026-07-28 basic/patterns §Cancellation) or shutdown ends it: the upstream is closed.
     with relay:
         return await _pass_through(request, relay, gw.upstream_for(upstream), headers, ident, edit)
-    return relay.response or rejection_response(refusal("passthrough_ended", passthrough_ended(), ident))
+    return relay.response or rejection_response(refusal(Reason.PASSTHROUGH_ENDED, passthrough_ended(), ident))
 
 
 class _ListFilter:
@@ -88,4 +88,4 @@ async def _pass_through(request: web.Request, relay: Relay, upstream: UpstreamCl
                 log.warning("modern passthrough stream broke: %s", exc)
             return out
     except UpstreamFailure as failure:  # unreachable, or a JSON answer that broke, stalled or was too large
-        return rejection_response(refusal("passthrough_failed", failure.error, ident))
+        return rejection_response(refusal(Reason.PASSTHROUGH_FAILED, failure.error, ident))

@@ -7,7 +7,7 @@ from collections.abc import Awaitable
 from aiohttp import web
 
 from adapters.classify import Accepted
-from adapters.errors import reject
+from adapters.errors import Reason, reject
 from adapters.sse import parse_event_id
 from gateway.http.answers import ready, rejection_response
 from gateway.http.subscriptions import listen_in_background
@@ -78,7 +78,7 @@ async def resume_elsewhere(request: web.Request, gw: Gateway, runtime: SessionRu
 
 def _unresumable() -> web.StreamResponse:
     # Not a 404: that would tell the client its whole session is gone.
-    return rejection_response(reject("invalid_request", "Last-Event-ID names no resumable stream position"))
+    return rejection_response(reject(Reason.INVALID_REQUEST, "Last-Event-ID names no resumable stream position"))
 
 
 async def on_delete(request: web.Request, gw: Gateway, acc: Accepted) -> web.StreamResponse:

@@ -20,7 +20,7 @@ from aiohttp import web
 
 from adapters.classify import check_origin_host, principal_of
 from adapters.doors import Transport
-from adapters.errors import reject
+from adapters.errors import Reason, reject
 from adapters.jsonwire import loads
 from gateway.http.answers import Acknowledgement, rejection_response
 from gateway.http.authorization import door_principal
@@ -131,14 +131,14 @@ async def post_message(request: web.Request) -> web.StreamResponse:
     stream = request.app[STREAMS].get(request.query.get("session_id", ""))
     principal = verified or principal_of(request.headers.get("Authorization"), gw.policy.tokens)
     if stream is None or stream.door is None or stream.principal != principal:
-        return rejection_response(reject("unknown_session", "no such HTTP+SSE session"))
+        return rejection_response(reject(Reason.UNKNOWN_SESSION, "no such HTTP+SSE session"))
     if verified:  # a refreshed token of the same principal: the door relays the newest one from now on
         stream.door.authorization = request.headers.get("Authorization")
     body = await request.read()
     try:
         loads(body)
     except ValueError:
-        return rejection_response(reject("parse_error", "the body is not valid JSON"))
+        return rejection_response(reject(Reason.PARSE_ERROR, "the body is not valid JSON"))
     await stream.door.handle_line(body)  # initialize is answered on the stream before this 202
     return Acknowledgement()
 

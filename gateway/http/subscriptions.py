@@ -8,7 +8,7 @@ from typing import Any
 from aiohttp import web
 
 from adapters.admission import admit_changes, subscription_error
-from adapters.errors import ErrorValue, Rejection, reject
+from adapters.errors import ErrorValue, Reason, Rejection, reject
 from adapters.records import SessionRecord
 from adapters.results import response
 from adapters.subscriptions import apply_subscribes, gateway_warning, listen_filter, subscribe_uri
@@ -61,7 +61,7 @@ async def _apply_changes(gw: Gateway, session_id: str, authorization: str | None
                          changes: list[tuple[str, bool]]) -> ErrorValue | Rejection | None:
     session = await gw.store.get_session(session_id)
     if session is None:
-        return reject("unknown_session", "session not found")
+        return reject(Reason.UNKNOWN_SESSION, "session not found")
     session.subscriptions = apply_subscribes(session.subscriptions, changes)
     error = await ensure_listen(gw, session, authorization)
     if error is not None or not changes:
@@ -71,7 +71,7 @@ async def _apply_changes(gw: Gateway, session_id: str, authorization: str | None
     def subscribe(record: SessionRecord) -> None:
         record.subscriptions = apply_subscribes(record.subscriptions, changes)
     if await gw.store.change_session(session_id, subscribe) is None:
-        return reject("unknown_session", "session not found")
+        return reject(Reason.UNKNOWN_SESSION, "session not found")
     return None
 
 

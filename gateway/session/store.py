@@ -25,7 +25,7 @@ from adapters.takeover import Lease
 class StoreUnavailable(Exception):
     """The session store could not be reached or did not answer in time (a shared store's network or server):
     the one exception every :class:`SessionStore` method raises for it, whatever the backend, so the shell maps
-    it to one answer (``adapters.errors.REJECTIONS["store_unavailable"]``) instead of a 500."""
+    it to one answer (``adapters.errors.REJECTIONS[Reason.STORE_UNAVAILABLE]``) instead of a 500."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -17,7 +17,7 @@ from adapters.classify import (
     stands_on_held_record,
     touch_due,
 )
-from adapters.errors import Rejection
+from adapters.errors import Reason, Rejection
 from adapters.records import SessionRecord
 
 NOW = 10_000_000
@@ -217,7 +217,7 @@ def test_a_batch_answered_as_json_has_the_status_of_what_it_held() -> None:
 
     request = Accepted(Kind.REQUEST, "anonymous", {"jsonrpc": "2.0", "id": 1, "method": "ping"})
     note = Accepted(Kind.NOTIFICATION, "anonymous", {"jsonrpc": "2.0", "method": "notifications/initialized"})
-    bad = reject("invalid_request", "not JSON-RPC")
+    bad = reject(Reason.INVALID_REQUEST, "not JSON-RPC")
     assert batch_status((note,), 0) == 202
     assert batch_status((request, bad), 2) == 200
     assert batch_status((note, bad), 1) == 400
