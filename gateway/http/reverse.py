@@ -62,6 +62,8 @@ class ReverseSettings:
     max_event_bytes: int = 8 << 20
     connect_timeout_seconds: float = 10.0
     state_key: bytes | None = None  # None: a random key of this process (a restart voids open states)
+    max_connections: int = 100  # short exchanges in flight to the upstream (answers, initialize, subscribe)
+    max_stream_connections: int = 1000  # calls in progress or parked, GET streams
 
 
 class Sealer:
@@ -130,6 +132,7 @@ class ReverseBridge:
         self.pool: dict[R.PoolKey, Pooled] = {}
         self.parked: dict[str, Call] = {}
         self.http: aiohttp.ClientSession | None = None
+        self.streams: aiohttp.ClientSession | None = None
         self.reaper: asyncio.Task[None] | None = None
         self.tasks: set[asyncio.Task[Any]] = set()  # timers' and GET-stream refusals' work, kept until done
 
@@ -140,7 +143,11 @@ class ReverseBridge:
 
     async def start(self) -> None:
         timeout = aiohttp.ClientTimeout(sock_connect=self.settings.connect_timeout_seconds)
-        self.http = aiohttp.ClientSession(timeout=timeout)
+        settings = self.settings
+        self.http = aiohttp.ClientSession(timeout=timeout, connector=aiohttp.TCPConnector(
+            limit=settings.max_connections))
+        self.streams = aiohttp.ClientSession(timeout=timeout, connector=aiohttp.TCPConnector(
+            limit=settings.max_stream_connections))
         self.reaper = asyncio.create_task(self._reap())
 
     async def close(self) -> None:
@@ -149,8 +156,9 @@ class ReverseBridge:
         for call in list(self.parked.values()):
             await self._feed(call, R.AnswerTimedOut(call.state.round))
         await asyncio.gather(*(self._drop(key) for key in list(self.pool)), return_exceptions=True)
-        if self.http is not None:
-            await self.http.close()
+        for http in (self.http, self.streams):
+            if http is not None:
+                await http.close()
 
     # --- the pool ---------------------------------------------------------------------------------------
     async def _reap(self) -> None:
@@ -189,7 +197,7 @@ class ReverseBridge:
         pooled = self.pool.get(key)
         if pooled is None:
             assert self.http is not None, "the bridge was started"
-            session = LegacySession(self.http, self.settings.url, self.settings.max_event_bytes)
+            session = LegacySession(self.http, self.settings.url, self.settings.max_event_bytes, streams=self.streams)
             opened = asyncio.create_task(session.open(W.initialize_params(req.capabilities, req.client_info)))
             pooled = self.pool[key] = Pooled(session, opened, now_ms())
             session.on_unrelated = lambda message: self._unrelated(pooled, message)
@@ -220,11 +228,11 @@ class ReverseBridge:
     async def relay_legacy(self, request: web.Request, body: bytes, forward_token: bool) -> web.StreamResponse:
         """A 2025-era request passed to the legacy server and its answer streamed back (sessions, live requests
         and the GET stream are the server's own); ``forward_token``: the client's Authorization goes along."""
-        assert self.http is not None, "the bridge was started"
+        assert self.streams is not None, "the bridge was started"
         names = _LEGACY_HEADERS if forward_token else _LEGACY_HEADERS - {"authorization"}
         headers = {k: v for k, v in request.headers.items() if k.lower() in names}
         try:
-            up = await self.http.request(request.method, self.settings.url, data=body or None, headers=headers,
+            up = await self.streams.request(request.method, self.settings.url, data=body or None, headers=headers,
                                          allow_redirects=False)
         except _FAILURES as exc:
             error = upstream_failure("unreachable", str(exc) or type(exc).__name__)

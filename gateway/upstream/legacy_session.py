@@ -37,11 +37,16 @@ class LegacyFailure(Exception):
 
 class LegacySession:
     """A session opened by :meth:`open`; ``on_unrelated`` gets each server request of the GET stream,
-    ``on_notified`` each of its notifications, and None when it ended."""
+    ``on_notified`` each of its notifications, and None when it ended.
+
+    ``streams`` (default: ``http``) carries what stays open while the server works or waits (a call's POST, the
+    GET stream); ``http`` the short exchanges. Two connection pools, so that answers to parked calls never
+    wait for a connection those very calls hold."""
 
     def __init__(self, http: aiohttp.ClientSession, url: str, max_event_bytes: int,
-                 headers: Mapping[str, str] | None = None) -> None:
+                 headers: Mapping[str, str] | None = None, streams: aiohttp.ClientSession | None = None) -> None:
         self.http, self.url, self.max_event_bytes = http, url, max_event_bytes
+        self.streams = streams or http
         self.extra = dict(headers or {})
         self.session_id: str | None = None
         self.version = "2025-11-25"
@@ -91,11 +96,11 @@ class LegacySession:
         ended, the request was not taken) or ``BROKE`` (no answer will come). Nothing here waits: a server may
         send its answer's headers only with its first event, and the caller must notice its client's hang-up."""
         queue: asyncio.Queue[Message] = asyncio.Queue()
-        return queue, asyncio.create_task(self._exchange(message, queue))
+        return queue, asyncio.create_task(self._exchange(message, queue, self.streams))
 
-    async def _exchange(self, message: Message, queue: asyncio.Queue[Message]) -> None:
+    async def _exchange(self, message: Message, queue: asyncio.Queue[Message], http: aiohttp.ClientSession) -> None:
         try:
-            async with self.http.post(self.url, data=dumps(message), headers=self.headers()) as resp:
+            async with http.post(self.url, data=dumps(message), headers=self.headers()) as resp:
                 if reinitialize(resp.status):
                     queue.put_nowait({GONE: True})
                 elif resp.status != 200:
@@ -127,7 +132,7 @@ class LegacySession:
         headers = {k: v for k, v in self.headers().items() if k != "Content-Type"}
         headers["Accept"] = "text/event-stream"
         try:
-            async with self.http.get(self.url, headers=headers, timeout=aiohttp.ClientTimeout()) as resp:
+            async with self.streams.get(self.url, headers=headers, timeout=aiohttp.ClientTimeout()) as resp:
                 if resp.status != 200:
                     return  # 405: the server offers no GET stream
                 decoder = SseDecoder(self.max_event_bytes)
@@ -145,8 +150,9 @@ class LegacySession:
         """A request of the gateway's own (``resources/subscribe``, ``logging/setLevel``): its answer message.
         Raises :class:`SessionGone` (404) or :class:`LegacyFailure` (no answer)."""
         ident = self.new_id()
-        queue, reader = self.request({"jsonrpc": "2.0", "id": ident, "method": method, "params": dict(params)})
-        await reader
+        queue: asyncio.Queue[Message] = asyncio.Queue()
+        await self._exchange({"jsonrpc": "2.0", "id": ident, "method": method, "params": dict(params)}, queue,
+                             self.http)
         while not queue.empty():
             message = queue.get_nowait()
             if GONE in message:

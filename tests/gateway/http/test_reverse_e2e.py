@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import json
 import socket
 import subprocess
@@ -41,6 +42,12 @@ def _free_port() -> int:
 
 @pytest.fixture
 def legacy_url(sdk1_python: Path) -> Iterator[str]:  # noqa: F811
+    with _legacy_server(sdk1_python) as (url, _):
+        yield url
+
+
+@contextlib.contextmanager
+def _legacy_server(sdk1_python: Path) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:  # noqa: F811
     port = _free_port()
     proc = subprocess.Popen([str(sdk1_python), "-I", str(SERVER), str(port)], env=_client_env(),
                             cwd=tempfile.gettempdir(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
@@ -52,7 +59,7 @@ def legacy_url(sdk1_python: Path) -> Iterator[str]:  # noqa: F811
             except OSError:
                 assert proc.poll() is None, proc.stderr.read().decode()[-2000:] if proc.stderr else ""
                 subprocess.run(["sleep", "0.05"], check=True)
-        yield f"http://127.0.0.1:{port}/mcp"
+        yield f"http://127.0.0.1:{port}/mcp", proc
     finally:
         proc.kill()
         proc.wait()
@@ -440,3 +447,69 @@ async def test_reverse_bridged_requests_are_counted_once_with_their_rounds(aioht
     assert total("mcp_gateway_bridged_inputs", input_kind="sampling") == 1
     assert total("mcp_gateway_bridged_inputs", input_kind="roots") == 1
     assert total("mcp_gateway_legacy_upstream_sessions", server="legacy-notes", revision="2025-11-25") == 1
+
+
+async def test_a_legacy_server_that_dies_mid_round_fails_the_retry_clearly(aiohttp_server: Any,
+                                                                            sdk1_python: Path) -> None:  # noqa: F811
+    with _legacy_server(sdk1_python) as (url, proc):
+        gateway = await _gateway(aiohttp_server, url)
+        bridge = gateway.app[REVERSE]
+        async with aiohttp.ClientSession() as http:
+            _, first = await _ask(http, gateway)
+            assert first["result"]["resultType"] == "input_required"
+            proc.kill()  # the parked call's server is gone
+            proc.wait()
+            retried = _ask(http, gateway, 2, requestState=first["result"]["requestState"],
+                           inputResponses={"in1": SAMPLED})
+            _, failed = await asyncio.wait_for(retried, 30)  # a guard against a hang, not a timing check
+            assert failed["error"]["code"] == -32603 and failed["error"]["data"]["upstream"] == "session"
+            _, again = await asyncio.wait_for(
+                _post(http, gateway, 3, "tools/call", {"name": "echo", "arguments": {"text": "x"}}, "echo"), 30)
+            assert again["error"]["code"] == -32603 and "upstream" in again["error"]["data"]  # said, not hung
+        assert not bridge.parked and all(p.busy == 0 and not p.calls for p in bridge.pool.values())
+
+
+async def test_a_legacy_server_that_dies_while_a_call_runs_fails_it_clearly(aiohttp_server: Any,
+                                                                             sdk1_python: Path) -> None:  # noqa: F811
+    with _legacy_server(sdk1_python) as (url, proc):
+        gateway = await _gateway(aiohttp_server, url)
+        async with aiohttp.ClientSession() as http:
+            await _post(http, gateway, 1, "tools/call", {"name": "echo", "arguments": {"text": "x"}}, "echo")
+            running = asyncio.ensure_future(_post(http, gateway, 2, "tools/call", {"name": "slow", "arguments": {}},
+                                                  "slow"))
+            while not any(p.calls for p in gateway.app[REVERSE].pool.values()):
+                await asyncio.sleep(0.02)
+            proc.kill()
+            _, failed = await asyncio.wait_for(running, 30)  # a guard against a hang, not a timing check
+        assert failed["error"]["code"] == -32603 and failed["error"]["data"]["upstream"] == "session"
+
+
+async def test_200_concurrent_2026_clients_of_five_principals_are_never_cross_wired(gateway: Any) -> None:
+    """Each client's input_required names its own topic and its answer reaches its own call; one pooled
+    legacy session per principal carries all of that principal's calls and none of another's."""
+    sessions = [aiohttp.ClientSession(headers={"Authorization": f"Bearer p{p}"},
+                                      connector=aiohttp.TCPConnector(limit=0)) for p in range(5)]
+
+    async def one(i: int) -> str:
+        http = sessions[i % 5]
+        topic = f"p{i % 5}-c{i}"
+        _, first = await _post(http, gateway, i, "tools/call", {"name": "ask_model", "arguments": {"topic": topic}},
+                               "ask_model")
+        asked = first["result"]["inputRequests"]["in1"]["params"]["messages"][0]["content"]["text"]
+        assert asked == f"about {topic}"  # the server's question of this very call
+        sampled = {**SAMPLED, "content": {"type": "text", "text": f"answer-{i}"}}
+        _, done = await _post(http, gateway, 1000 + i, "tools/call",
+                              {"name": "ask_model", "arguments": {"topic": topic},
+                               "requestState": first["result"]["requestState"], "inputResponses": {"in1": sampled}},
+                              "ask_model")
+        return str(done["result"]["content"][0]["text"])
+
+    try:
+        said = await asyncio.wait_for(asyncio.gather(*(one(i) for i in range(200))), 120)
+    finally:
+        await asyncio.gather(*(s.close() for s in sessions))
+    assert said == [f"model said: answer-{i}" for i in range(200)]
+    bridge = gateway.app[REVERSE]
+    assert sorted(k.principal for k in bridge.pool) == sorted({k.principal for k in bridge.pool}) and \
+        len(bridge.pool) == 5  # one session per principal
+    assert not bridge.parked and all(p.busy == 0 for p in bridge.pool.values())
