@@ -2,9 +2,10 @@
 ``python -m gateway serve`` replicas on one real Redis behind a failover front, the reference core's
 ``build_project`` upstream, the official Python SDK's 1.x client with its 2025 task support
 (``tests/gateway/http/sdk1_tasks_client.py takeover``). The task is created through A; A is killed with SIGKILL
-once its ``tasks/result`` polls the task; the client resumes its stream through B, which takes the wait over from
-the saved record, polls the same task, asks the confirmation once (with related-task metadata) and answers the
-result once; ``tasks/list`` through B knows the task (the session's registry is in the shared record).
+while its ``tasks/result`` waits between two polls of the task; the client resumes its stream through B, which
+takes the wait over from the saved record, polls the same task, asks the confirmation once (with related-task
+metadata) and answers the result once; ``tasks/list`` through B knows the task (the session's registry is in the
+shared record).
 """
 
 from __future__ import annotations
@@ -31,18 +32,22 @@ LEASE = 1.0
 FAST_POLLS = "[gateway.limits]\ntask_poll_floor_seconds = 0.05\ntask_poll_max_seconds = 0.2\n"
 
 
-async def _polled(holder: HoldingUpstream, task_id: str) -> None:
-    """Until the task is polled upstream: only the client's tasks/result polls it (the client never calls
-    tasks/get in this run)."""
-    while not [b for b in holder.bodies if b.get("method") == "tasks/get" and b["params"]["taskId"] == task_id]:
-        await asyncio.sleep(0.01)
-
-
 async def test_a_replica_killed_while_tasks_result_waits(aiohttp_server, tmp_path, redis_url, prefix,
                                                          sdk1_python) -> None:  # noqa: F811
     core = await aiohttp_server(core_app.create_app(core_config.CoreConfig(
         database=str(tmp_path / "core.db"), build_step_seconds=0.5, task_poll_interval_ms=50)))
-    holder = HoldingUpstream(str(core.make_url("/mcp")))
+    polled, polls = asyncio.Event(), []
+
+    def watch(body: dict[str, Any]) -> bool:
+        """Notes the task's second poll (only the client's tasks/result polls it: the client never calls
+        tasks/get in this run): the first one's answer was acted on, so the wait is saved and the client's stream
+        has its first event; nothing is held."""
+        if body.get("method") == "tasks/get":
+            polls.append(body)
+            if len(polls) == 2:
+                polled.set()
+        return False
+    holder = HoldingUpstream(str(core.make_url("/mcp")), hold=watch)
     upstream = await aiohttp_server(holder.app())
     a, b = (replica(tmp_path, name, str(upstream.make_url("/mcp")), redis_url, prefix, LEASE, extra=FAST_POLLS)
             for name in "ab")
@@ -58,7 +63,7 @@ async def test_a_replica_killed_while_tasks_result_waits(aiohttp_server, tmp_pat
         assert proc.stdout is not None
         created = json.loads(await asyncio.wait_for(proc.stdout.readline(), 60))
         task_id = created["created"]
-        await asyncio.wait_for(_polled(holder, task_id), 30)
+        await asyncio.wait_for(polled.wait(), 30)
         a.proc.kill()  # A is waiting on the task for the client's tasks/result: it dies now
         a.proc.wait()
         out, err = await asyncio.wait_for(proc.communicate(), 60)
