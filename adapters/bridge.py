@@ -387,7 +387,8 @@ class BridgeMachine:
         if rec.method == "tools/call" and TP.is_task(result):
             if not self.ctx.tasks_declared:
                 return self._finish_error(E.upstream_failure(
-                    "invalid_result", "resultType 'task' for a call that did not declare the tasks extension"))
+                    E.UpstreamFault.INVALID_RESULT,
+                    "resultType 'task' for a call that did not declare the tasks extension"))
             if self.ctx.legacy_tasks and LT.augmented(rec.method, rec.params):
                 return self._legacy_created(result)
             return self._on_task_created(result)
@@ -568,8 +569,8 @@ class BridgeMachine:
             result = response(rec.downstream_id, self._task_result(outcome.result)) if isinstance(
                 outcome, Complete) else None
             if result is None:  # a task's result is final: it cannot ask for another round
-                return [*moved, *self._finish_error(E.upstream_failure("invalid_result", "the task's result is "
-                                                                       "not complete"))]
+                return [*moved, *self._finish_error(E.upstream_failure(
+                    E.UpstreamFault.INVALID_RESULT, "the task's result is not complete"))]
             return [*moved, *done, TaskEnded(TaskOutcome.COMPLETED), self._end(result)]
         if view.state.terminal:
             outcome_ = TaskOutcome.FAILED if view.state is TaskState.FAILED else TaskOutcome.CANCELLED

@@ -19,7 +19,7 @@ from typing import Any
 
 from mcp_types.methods import validate_server_result
 
-from adapters.errors import GATEWAY_FAULT_MESSAGE, GATEWAY_LIMIT_EXCEEDED, INTERNAL_ERROR, INVALID_PARAMS
+from adapters.errors import GATEWAY_LIMIT_EXCEEDED, INTERNAL_ERROR, INVALID_PARAMS, UpstreamFault
 from adapters.protocol import MODERN_VERSION
 from adapters.upstream import x_mcp_header_map
 
@@ -362,7 +362,7 @@ def _judge_error(base: ToolReport, error: Mapping[str, Any]) -> ToolReport:
         return _with(base, Problem(ProblemKind.ROUND_LIMIT, f"{message} after {base.rounds} rounds"), text)
     if code == GATEWAY_LIMIT_EXCEEDED and "limit" in data:
         return _with(base, Problem(ProblemKind.GATEWAY_LIMIT, message), text)
-    if code == INTERNAL_ERROR and message == GATEWAY_FAULT_MESSAGE:
+    if code == INTERNAL_ERROR and data.get("upstream") == UpstreamFault.REFUSED_GATEWAY:
         fault = "the upstream answered -32020/-32022 to the gateway's request; the client got -32603"
         return _with(base, Problem(ProblemKind.MAPPING_FAULT, fault), text)
     if code == INTERNAL_ERROR and "upstream" in data:

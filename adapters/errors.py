@@ -45,6 +45,7 @@ __all__ = [
     "ErrorValue",
     "Reason",
     "Rejection",
+    "UpstreamFault",
     "answer_not_taken",
     "client_refused_error",
     "limit_error",
@@ -138,6 +139,31 @@ class Reason(StrEnum):
     ANSWER_NOT_TAKEN = "answer_not_taken"
 
 
+class UpstreamFault(StrEnum):
+    """What went wrong with the upstream hop: ``data.upstream`` of the error the client gets, which telemetry
+    counts and retries read (never the message text)."""
+
+    BUSY = "busy"
+    CREDENTIAL = "credential"
+    HTTP_5XX = "http_5xx"
+    HTTP_STATUS = "http_status"
+    INITIALIZE = "initialize"
+    INVALID_RESPONSE = "invalid_response"
+    INVALID_RESULT = "invalid_result"
+    NON_JSON = "non_json"
+    SESSION = "session"
+    STREAM_BROKEN = "stream_broken"
+    TIMEOUT = "timeout"
+    TOO_LARGE = "too_large"
+    UNAUTHORIZED = "unauthorized"
+    UNREACHABLE = "unreachable"
+    UNSUPPORTED_VERSION = "unsupported_version"
+    # The upstream answered -32020/-32022 to the gateway's own request: the gateway got the wire wrong.
+    REFUSED_GATEWAY = "refused_gateway"
+    # A retired or undefined spec-reserved code from a 2026 server.
+    INVALID_CODE = "invalid_code"
+
+
 # THE table: every HTTP status the legacy endpoint ever sends for a refusal, with its JSON-RPC code.
 # 2025-11-25 basic/transports: bad Origin 403; missing session 400; unknown/terminated session 404; bad
 # MCP-Protocol-Version 400; POST must accept both types (406); body must be JSON (415/400).
@@ -214,14 +240,15 @@ def translate_upstream_error(error: Mapping[str, Any]) -> ErrorValue:
     """Map an upstream JSON-RPC error object to the one the legacy client receives."""
     code, message, data = error.get("code"), error.get("message"), error.get("data")
     if not isinstance(code, int) or isinstance(code, bool) or not isinstance(message, str):
-        return upstream_failure("invalid_response", "the upstream sent a malformed error object")
+        return upstream_failure(UpstreamFault.INVALID_RESPONSE, "the upstream sent a malformed error object")
     if code in _GATEWAY_FAULT_CODES:
-        return ErrorValue(INTERNAL_ERROR, GATEWAY_FAULT_MESSAGE,
+        return ErrorValue(INTERNAL_ERROR, GATEWAY_FAULT_MESSAGE, {"upstream": UpstreamFault.REFUSED_GATEWAY.value},
                           log=f"upstream rejected the gateway's request: {code} {message}")
     if code == URL_ELICITATION_REQUIRED or (-32099 <= code <= -32023):
         # Retired (-32042) or undefined spec-reserved codes must not come from a 2026 server (2026-07-28 basic
         # §Error Codes).
         return ErrorValue(INTERNAL_ERROR, "the upstream server sent an invalid error code",
+                          {"upstream": UpstreamFault.INVALID_CODE.value},
                           log=f"upstream emitted retired/undefined code {code}: {message}")
     # -32021 passes down unchanged: the client really lacks the capability. -32602 for a missing resource
     # stays -32602 (it is ambiguous; rewriting it to -32002 could lie), and -32002 itself is understood.
@@ -237,7 +264,8 @@ def token_refused(status: int, challenges: tuple[str, ...], upstream_error: Mapp
     credential (or none) it is an operator problem: a plain upstream failure, and nothing of the upstream's
     challenge reaches the client, whose token was never shown to that upstream."""
     if not forwarded:
-        return upstream_failure("unauthorized", f"HTTP {status}: the upstream refused the gateway's credential")
+        return upstream_failure(UpstreamFault.UNAUTHORIZED,
+                                f"HTTP {status}: the upstream refused the gateway's credential")
     reason = Reason.UPSTREAM_UNAUTHORIZED if status == 401 else Reason.UPSTREAM_FORBIDDEN
     if upstream_error is not None:
         error = translate_upstream_error(upstream_error)
@@ -291,9 +319,9 @@ def passthrough_ended() -> ErrorValue:
     return ErrorValue(INTERNAL_ERROR, "the gateway ended the request before the upstream answered")
 
 
-def upstream_failure(kind: str, detail: str) -> ErrorValue:
+def upstream_failure(kind: UpstreamFault, detail: str) -> ErrorValue:
     """Upstream refused/timeout/5xx/non-JSON/schema-breaking -> an error on the original request."""
-    return ErrorValue(UPSTREAM_FAILURE, f"upstream failure ({kind}): {detail}", {"upstream": kind},
+    return ErrorValue(UPSTREAM_FAILURE, f"upstream failure ({kind}): {detail}", {"upstream": kind.value},
                       log=f"upstream {kind}: {detail}")
 
 

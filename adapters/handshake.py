@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from adapters.capabilities import BridgedFeatures, server_caps_to_legacy
-from adapters.errors import ErrorValue, upstream_failure
+from adapters.errors import ErrorValue, UpstreamFault, upstream_failure
 from adapters.legacy_tasks import enabled as legacy_tasks_enabled
 from adapters.protocol import LEGACY_VERSIONS, MODERN_VERSION, SERVER_INFO_META_KEY, negotiate_version
 
@@ -31,10 +31,10 @@ def server_info_of(discover: Mapping[str, Any]) -> dict[str, Any]:
 def check_discover(discover: Any) -> ErrorValue | None:
     """A discover result we can build a handshake from, or why not."""
     if not isinstance(discover, Mapping):
-        return upstream_failure("invalid_response", "server/discover did not return an object")
+        return upstream_failure(UpstreamFault.INVALID_RESPONSE, "server/discover did not return an object")
     versions = discover.get("supportedVersions")
     if not isinstance(versions, list) or MODERN_VERSION not in versions:
-        return upstream_failure("unsupported_version", f"the upstream does not list {MODERN_VERSION}")
+        return upstream_failure(UpstreamFault.UNSUPPORTED_VERSION, f"the upstream does not list {MODERN_VERSION}")
     return None
 
 

@@ -14,7 +14,7 @@ from enum import Enum
 from typing import Any
 
 from adapters.authz import UpstreamProtection
-from adapters.errors import METHOD_NOT_FOUND, ErrorValue, upstream_failure
+from adapters.errors import METHOD_NOT_FOUND, ErrorValue, UpstreamFault, upstream_failure
 from adapters.handshake import check_discover, server_info_of
 from adapters.jsonwire import loads
 from adapters.protocol import MODERN_VERSION
@@ -112,7 +112,8 @@ def http_failure(answer: ProbeAnswer) -> ErrorValue:
     """An upstream HTTP 4xx answer without a JSON-RPC body as the error for the request: the probe's verdict in
     the message and ``data`` (``upstreamKind``), so clients learn what the operator's log says."""
     verdict = judge_http(answer)
-    error = upstream_failure("http_status", f"HTTP {answer.status} without a JSON-RPC body: {verdict.message}")
+    error = upstream_failure(UpstreamFault.HTTP_STATUS,
+                             f"HTTP {answer.status} without a JSON-RPC body: {verdict.message}")
     data = {**error.data, "upstreamStatus": answer.status, "upstreamKind": verdict.kind.value}
     return ErrorValue(error.code, error.message, data, error.log)
 

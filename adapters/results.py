@@ -24,7 +24,7 @@ from typing import Any, get_args
 from mcp_types.methods import CACHEABLE_METHODS, SERVER_RESULTS
 from pydantic import TypeAdapter
 
-from adapters.errors import ErrorValue, upstream_failure
+from adapters.errors import ErrorValue, UpstreamFault, upstream_failure
 from adapters.protocol import INPUT_REQUEST_METHODS, MODERN_VERSION, MRTR_METHODS, SUBSCRIPTION_ID_META_KEY
 from adapters.upstream import x_mcp_header_map
 
@@ -88,37 +88,38 @@ def _schema_error(method: str, view: Mapping[str, Any]) -> ErrorValue | None:
         validator.validate_python(view, by_name=False)  # by alias, as on the wire (as mcp_types does)
     except Exception as exc:  # pydantic.ValidationError; its text names the broken field
         first = str(exc).splitlines()[1] if len(str(exc).splitlines()) > 1 else str(exc)
-        return upstream_failure("invalid_result", f"{method} result breaks the 2026-07-28 schema: {first}")
+        return upstream_failure(UpstreamFault.INVALID_RESULT, f"{method} result breaks the 2026-07-28 schema: {first}")
     return None
 
 
 def classify_result(method: str, result: Any) -> Complete | InputRequired | Invalid:
     if not isinstance(result, Mapping):
-        return Invalid(upstream_failure("invalid_result", f"{method} result is not an object"))
+        return Invalid(upstream_failure(UpstreamFault.INVALID_RESULT, f"{method} result is not an object"))
     kind = result.get("resultType", "complete")
     if kind == "input_required":
         return _input_required(method, result)
     if kind != "complete":
         # An unrecognised resultType is invalid (2026-07-28 basic §ResultType); we declared no extension adding one.
-        return Invalid(upstream_failure("invalid_result", f"unknown resultType {kind!r} for {method}"))
+        return Invalid(upstream_failure(UpstreamFault.INVALID_RESULT, f"unknown resultType {kind!r} for {method}"))
     error = _schema_error(method, _validation_view(method, result))
     return Invalid(error) if error else Complete(to_legacy_result(method, result), dict(result))
 
 
 def _input_required(method: str, result: Mapping[str, Any]) -> InputRequired | Invalid:
     if method not in MRTR_METHODS:
-        return Invalid(upstream_failure("invalid_result", f"input_required is not allowed for {method}"))
+        return Invalid(upstream_failure(UpstreamFault.INVALID_RESULT, f"input_required is not allowed for {method}"))
     requests, state = result.get("inputRequests"), result.get("requestState")
     if requests is None and state is None:
-        return Invalid(upstream_failure("invalid_result", "input_required without inputRequests or requestState"))
+        return Invalid(upstream_failure(UpstreamFault.INVALID_RESULT,
+                                        "input_required without inputRequests or requestState"))
     if state is not None and not isinstance(state, str):
-        return Invalid(upstream_failure("invalid_result", "requestState must be a string"))
+        return Invalid(upstream_failure(UpstreamFault.INVALID_RESULT, "requestState must be a string"))
     if requests is not None and not isinstance(requests, Mapping):
-        return Invalid(upstream_failure("invalid_result", "inputRequests must be an object"))
+        return Invalid(upstream_failure(UpstreamFault.INVALID_RESULT, "inputRequests must be an object"))
     for key, entry in (requests or {}).items():
         if not isinstance(entry, Mapping) or entry.get("method") not in INPUT_REQUEST_METHODS \
                 or not isinstance(entry.get("params", {}), Mapping):
-            return Invalid(upstream_failure("invalid_result", f"input request {key!r} is malformed"))
+            return Invalid(upstream_failure(UpstreamFault.INVALID_RESULT, f"input request {key!r} is malformed"))
     return InputRequired(dict(requests or {}), state)
 
 

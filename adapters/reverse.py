@@ -342,7 +342,7 @@ def handle(state: CallState, event: Event) -> Step:
                 return _done(state), (CancelServer("the client closed the request"),)
             return state, ()
         case UpstreamBroke(detail):
-            return _done(state), (Finish(error=E.upstream_failure("session", detail)),)
+            return _done(state), (Finish(error=E.upstream_failure(E.UpstreamFault.SESSION, detail)),)
         case _:
             assert_never(event)
 

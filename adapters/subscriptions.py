@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from typing import Any, Final
 
 from adapters.capabilities import BridgedFeatures, wants_listen
-from adapters.errors import INVALID_PARAMS, ErrorValue, translate_upstream_error
+from adapters.errors import INVALID_PARAMS, ErrorValue, UpstreamFault, translate_upstream_error
 from adapters.protocol import LOG_LEVELS, SUBSCRIPTION_ID_META_KEY
 
 _DELIVERED = frozenset({
@@ -84,7 +84,8 @@ def unhonoured_error(uris: list[str]) -> ErrorValue:
 # Failures of an acknowledged listen that re-opening may cure: the transport, not the upstream's answer. The
 # server keeps no subscription state (2026-07-28 basic/patterns §Subscriptions), so a dropped listen is simply
 # opened again.
-_TRANSIENT = frozenset({"stream_broken", "timeout", "unreachable", "busy", "http_5xx"})
+_TRANSIENT = frozenset({UpstreamFault.STREAM_BROKEN, UpstreamFault.TIMEOUT, UpstreamFault.UNREACHABLE,
+                        UpstreamFault.BUSY, UpstreamFault.HTTP_5XX})
 
 
 def worth_retrying(error: ErrorValue) -> bool:

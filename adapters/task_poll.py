@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, Final
 
-from adapters.errors import INTERNAL_ERROR, ErrorValue, translate_upstream_error, upstream_failure
+from adapters.errors import INTERNAL_ERROR, ErrorValue, UpstreamFault, translate_upstream_error, upstream_failure
 
 EXTENSION: Final = "io.modelcontextprotocol/tasks"
 # Methods whose requests declare the extension: the one the bridge accepts a task for, and the task methods
@@ -95,21 +95,21 @@ def read_task(value: Any, task_id: str | None) -> TaskView | ErrorValue:
     """A task message as the bridge acts on it, or the upstream failure it is (``task_id``: the task it must be
     about, None for the ``CreateTaskResult`` that names it)."""
     if not isinstance(value, Mapping):
-        return upstream_failure("invalid_result", "the task is not an object")
+        return upstream_failure(UpstreamFault.INVALID_RESULT, "the task is not an object")
     ident, status, message, poll = (value.get(k) for k in ("taskId", "status", "statusMessage", "pollIntervalMs"))
     if not isinstance(ident, str) or not ident or (task_id is not None and ident != task_id):
-        return upstream_failure("invalid_result", "the task's taskId is missing or names another task")
+        return upstream_failure(UpstreamFault.INVALID_RESULT, "the task's taskId is missing or names another task")
     if status not in TaskState.__members__.values():
-        return upstream_failure("invalid_result", f"unknown task status {status!r}")
+        return upstream_failure(UpstreamFault.INVALID_RESULT, f"unknown task status {status!r}")
     if message is not None and not isinstance(message, str):
-        return upstream_failure("invalid_result", "the task's statusMessage is not a string")
+        return upstream_failure(UpstreamFault.INVALID_RESULT, "the task's statusMessage is not a string")
     if poll is not None and (not isinstance(poll, int) or isinstance(poll, bool) or poll <= 0):
-        return upstream_failure("invalid_result", "the task's pollIntervalMs is not a positive integer")
+        return upstream_failure(UpstreamFault.INVALID_RESULT, "the task's pollIntervalMs is not a positive integer")
     state = TaskState(str(status))
     key = _PAYLOAD.get(state)
     payload = value.get(key) if key is not None and task_id is not None else None
     if key is not None and task_id is not None and not isinstance(payload, Mapping):
-        return upstream_failure("invalid_result", f"a {state.value} task without its {key}")
+        return upstream_failure(UpstreamFault.INVALID_RESULT, f"a {state.value} task without its {key}")
     return TaskView(ident, state, message, poll, payload)
 
 

@@ -261,7 +261,7 @@ def failure_cause(error: Any) -> str:
         return "sunset refusal"
     if "limit" in data:
         return _LIMIT_CAUSES.get(data["limit"], "gateway limit")
-    if "upstream" in data or (code == -32603 and "upstream" in str(error.get("message", ""))):
+    if "upstream" in data:  # adapters.errors.UpstreamFault: every upstream failure names its kind there
         return "upstream error"
     if "inputKey" in data and "clientError" in data:
         return "client refused"

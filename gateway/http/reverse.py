@@ -28,7 +28,7 @@ from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from adapters import reverse as R
 from adapters import reverse_listen as RL
 from adapters import reverse_wire as W
-from adapters.errors import ErrorValue, passthrough_ended, upstream_failure
+from adapters.errors import ErrorValue, UpstreamFault, passthrough_ended, upstream_failure
 from adapters.protocol import MRTR_METHODS, NAME_PARAM
 from adapters.sse import encode_event
 from gateway.http.passthrough import Passthroughs
@@ -206,7 +206,7 @@ class ReverseBridge:
             await asyncio.shield(pooled.opened)
         except (*_FAILURES, SessionGone) as exc:
             self.pool.pop(key, None)
-            return upstream_failure("initialize", str(exc) or type(exc).__name__)
+            return upstream_failure(UpstreamFault.INITIALIZE, str(exc) or type(exc).__name__)
         pooled.last_used_ms = now_ms()
         return pooled
 
@@ -235,7 +235,7 @@ class ReverseBridge:
             up = await self.streams.request(request.method, self.settings.url, data=body or None, headers=headers,
                                          allow_redirects=False)
         except _FAILURES as exc:
-            error = upstream_failure("unreachable", str(exc) or type(exc).__name__)
+            error = upstream_failure(UpstreamFault.UNREACHABLE, str(exc) or type(exc).__name__)
             return json_response({"jsonrpc": "2.0", "id": None, "error": error.to_wire()}, 502)
         async with up:
             kept = {k: v for k, v in up.headers.items() if k.lower() in _ANSWER_HEADERS}
@@ -282,7 +282,7 @@ class ReverseBridge:
                 if attempt:
                     break
                 await self._drop(key)
-        return answer(req.ident, error=upstream_failure("session", "the upstream session ended"))
+        return answer(req.ident, error=upstream_failure(UpstreamFault.SESSION, "the upstream session ended"))
 
     async def _relay(self, request: web.Request, pooled: Pooled, req: W.Request, principal: str,
                      relays: Passthroughs, watch: Watch | None) -> web.StreamResponse:

@@ -19,7 +19,7 @@ import json
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, Generic, TypeVar
 
-from adapters.errors import ErrorValue, upstream_failure
+from adapters.errors import ErrorValue, UpstreamFault, upstream_failure
 from adapters.records import SessionRecord
 from adapters.subscriptions import (
     gateway_warning,
@@ -126,7 +126,7 @@ class Listener:
             if isinstance(exc, UpstreamFailure):
                 return None, exc.error
             if isinstance(exc, asyncio.TimeoutError):
-                return None, upstream_failure("timeout", "subscriptions/listen was not acknowledged")
+                return None, upstream_failure(UpstreamFault.TIMEOUT, "subscriptions/listen was not acknowledged")
             raise
         return task, None
 
@@ -144,7 +144,8 @@ class Listener:
                     return
                 log.warning("listen stream for %s ended: %s", self.label, failure)
             if not acked.done():
-                acked.set_exception(UpstreamFailure(upstream_failure("stream_broken", "listen ended before ack")))
+                acked.set_exception(UpstreamFailure(upstream_failure(UpstreamFault.STREAM_BROKEN,
+                                                                     "listen ended before ack")))
                 return
             await asyncio.sleep(delay)
             delay = min(delay * 2, 30.0)

@@ -20,7 +20,7 @@ from typing import Any
 
 from adapters.bridge import UpstreamError, UpstreamResult
 from adapters.credentials import Grant, Refusal, after_refusal, step_up
-from adapters.errors import ErrorValue, token_refused, upstream_failure
+from adapters.errors import ErrorValue, UpstreamFault, token_refused, upstream_failure
 from adapters.jsonwire import dumps, loads
 from adapters.probe import ProbeAnswer, http_failure
 from adapters.sse import EventTooLarge, SseDecoder
@@ -100,7 +100,7 @@ class UpstreamClient:
         try:
             value = await self.credentials.header(client)
         except CredentialError as exc:
-            raise UpstreamFailure(upstream_failure("credential", str(exc))) from None
+            raise UpstreamFailure(upstream_failure(UpstreamFault.CREDENTIAL, str(exc))) from None
         sent = {**self.headers, **{k: v for k, v in headers.items() if k.lower() != "authorization"}}
         if value:
             sent["Authorization"] = value
@@ -108,7 +108,7 @@ class UpstreamClient:
             async with FAILURES:
                 return await self.pool.post(body, sent, stream=_is_listen(headers))
         except ValueError as exc:  # a header that would break the framing: nothing was sent
-            raise UpstreamFailure(upstream_failure("stream_broken", str(exc))) from exc
+            raise UpstreamFailure(upstream_failure(UpstreamFault.STREAM_BROKEN, str(exc))) from exc
 
     async def call(self, call: UpstreamCall, on_notification: Notify) -> Answer:
         """The request's answer (its result or its JSON-RPC error); notifications go to the callback."""
@@ -140,13 +140,14 @@ class UpstreamClient:
                 if "id" in message:  # another request's answer: this connection is out of step, never reused
                     resp.discard()
                     raise UpstreamFailure(upstream_failure(
-                        "invalid_response", f"the answer was for another request (id {message['id']!r})"))
+                        UpstreamFault.INVALID_RESPONSE, f"the answer was for another request (id {message['id']!r})"))
             else:
                 async for message in _sse_messages(resp, self._max_event):
                     answer = self._answer(call, message, on_notification)
                     if answer is not None:
                         return answer
-        raise UpstreamFailure(upstream_failure("stream_broken", "the upstream stream ended without a response"))
+        raise UpstreamFailure(upstream_failure(UpstreamFault.STREAM_BROKEN,
+                                               "the upstream stream ended without a response"))
 
     def _answer(self, call: UpstreamCall, message: dict[str, Any], on_notification: Notify) -> Answer | None:
         """:func:`_answer`, and a trace sees the message when it is the answer (notifications: :meth:`_seen`)."""
@@ -162,7 +163,7 @@ class UpstreamClient:
         resp = await self.post(dumps(call.body), call.headers)
         if resp.status >= 500:
             resp.release()
-            raise UpstreamFailure(upstream_failure("http_5xx", f"HTTP {resp.status}"))
+            raise UpstreamFailure(upstream_failure(UpstreamFault.HTTP_5XX, f"HTTP {resp.status}"))
         if resp.status in (401, 403):
             raise UpstreamFailure(await self.refused(resp))
         return resp
@@ -223,15 +224,15 @@ class _Failures:
         if exc is None:  # every answer that arrived: nothing to map
             return
         if isinstance(exc, (TooLarge, EventTooLarge)):  # before BrokenResponse: TooLarge is one
-            raise UpstreamFailure(upstream_failure("too_large", str(exc))) from exc
+            raise UpstreamFailure(upstream_failure(UpstreamFault.TOO_LARGE, str(exc))) from exc
         if isinstance(exc, PoolBusy):  # the upstream may be fine: the gateway's own connection limit is full
-            raise UpstreamFailure(upstream_failure("busy", str(exc))) from exc
+            raise UpstreamFailure(upstream_failure(UpstreamFault.BUSY, str(exc))) from exc
         if isinstance(exc, Unreachable):
-            raise UpstreamFailure(upstream_failure("unreachable", str(exc))) from exc
+            raise UpstreamFailure(upstream_failure(UpstreamFault.UNREACHABLE, str(exc))) from exc
         if isinstance(exc, TimeoutError):
-            raise UpstreamFailure(upstream_failure("timeout", "no answer in time")) from exc
+            raise UpstreamFailure(upstream_failure(UpstreamFault.TIMEOUT, "no answer in time")) from exc
         if isinstance(exc, BrokenResponse):
-            raise UpstreamFailure(upstream_failure("stream_broken", str(exc))) from exc
+            raise UpstreamFailure(upstream_failure(UpstreamFault.STREAM_BROKEN, str(exc))) from exc
 
 
 FAILURES = _Failures()
@@ -261,7 +262,7 @@ def _answer(call: UpstreamCall, message: dict[str, Any], on_notification: Notify
         return None
     if "result" in message:
         return UpstreamResult(message["result"])
-    raise UpstreamFailure(upstream_failure("invalid_response", "a response with neither result nor error"))
+    raise UpstreamFailure(upstream_failure(UpstreamFault.INVALID_RESPONSE, "a response with neither result nor error"))
 
 
 async def _json_message(resp: Response) -> dict[str, Any]:
@@ -273,9 +274,9 @@ async def _json_message(resp: Response) -> dict[str, Any]:
     if not isinstance(message, dict) or message.get("jsonrpc") != "2.0":
         if resp.status >= 400:  # say what is at that URL, as the start-up probe does (adapters.probe)
             raise UpstreamFailure(http_failure(ProbeAnswer(resp.status, resp.content_type, raw)))
-        raise UpstreamFailure(upstream_failure("non_json", f"HTTP {resp.status} without a JSON-RPC body"))
+        raise UpstreamFailure(upstream_failure(UpstreamFault.NON_JSON, f"HTTP {resp.status} without a JSON-RPC body"))
     if resp.status >= 400 and not isinstance(message.get("error"), dict):
-        raise UpstreamFailure(upstream_failure("http_status", f"HTTP {resp.status}"))
+        raise UpstreamFailure(upstream_failure(UpstreamFault.HTTP_STATUS, f"HTTP {resp.status}"))
     return message
 
 
@@ -288,6 +289,6 @@ async def _sse_messages(resp: Response, max_event_bytes: int) -> AsyncIterator[d
             try:
                 message = loads(data)
             except ValueError as exc:
-                raise UpstreamFailure(upstream_failure("non_json", "an SSE event was not JSON")) from exc
+                raise UpstreamFailure(upstream_failure(UpstreamFault.NON_JSON, "an SSE event was not JSON")) from exc
             if isinstance(message, dict):
                 yield message

@@ -234,7 +234,7 @@ def test_an_error_answering_a_poll_ends_the_call_translated() -> None:
 
 def test_failed_polls_are_retried_with_backoff_then_given_up() -> None:
     m = waiting(machine())
-    failure = B.UpstreamFailed(E.upstream_failure("refused", "connection refused"))
+    failure = B.UpstreamFailed(E.upstream_failure(E.UpstreamFault.UNREACHABLE, "connection refused"))
     delays = []
     for _ in range(TP.TASK_CALL_FAILURES - 1):
         polled(m)
@@ -242,7 +242,7 @@ def test_failed_polls_are_retried_with_backoff_then_given_up() -> None:
         delays.append(timer.seconds)
     assert delays == sorted(delays) and delays[-1] == 4.0
     polled(m)
-    assert final(m.handle(failure))["error"]["data"] == {"upstream": "refused"} and m.done
+    assert final(m.handle(failure))["error"]["data"] == {"upstream": "unreachable"} and m.done
 
 
 def test_a_failed_update_is_sent_again_with_the_same_answers() -> None:
@@ -252,7 +252,7 @@ def test_a_failed_update_is_sent_again_with_the_same_answers() -> None:
                   B.SendToClient)
     answer = {"action": "decline"}
     m.handle(B.ClientAnswered(ask.message["id"], answer))
-    m.handle(B.UpstreamFailed(E.upstream_failure("timeout", "slow")))
+    m.handle(B.UpstreamFailed(E.upstream_failure(E.UpstreamFault.TIMEOUT, "slow")))
     assert m.record.phase is Phase.TASK_WAIT
     assert m.handle(B.TimerFired(B.Timer.POLL, m.record.round)) == [B.UpdateTask("t-1", {"publish": answer})]
 

@@ -8,7 +8,7 @@ import time
 import pytest
 
 from adapters import check as C
-from adapters.errors import GATEWAY_FAULT_MESSAGE
+from adapters.errors import translate_upstream_error
 
 
 def test_arguments_take_required_properties_only_and_prefer_declared_values() -> None:
@@ -127,7 +127,7 @@ def test_judging_errors() -> None:
     limit = judged({"code": -32000, "message": "gateway limit max_rounds (10) exceeded",
                     "data": {"limit": "max_rounds", "value": 10}})
     assert limit.status is C.Status.FAILED and limit.problems[0].kind is C.ProblemKind.ROUND_LIMIT
-    fault = judged({"code": -32603, "message": GATEWAY_FAULT_MESSAGE})
+    fault = judged(translate_upstream_error({"code": -32020, "message": "header mismatch"}).to_wire())
     assert fault.problems[0].kind is C.ProblemKind.MAPPING_FAULT
     refused = judged({"code": -32603, "message": "bad", "data": {"upstream": "invalid_result"}})
     assert refused.problems[0].kind is C.ProblemKind.UPSTREAM_ANSWER_REFUSED

@@ -171,11 +171,13 @@ def test_the_uris_an_acknowledgement_leaves_out() -> None:
 
 
 def test_only_transport_failures_of_an_acknowledged_listen_are_retried() -> None:
-    from adapters.errors import ErrorValue, upstream_failure
+    from adapters.errors import ErrorValue, UpstreamFault, upstream_failure
     from adapters.subscriptions import worth_retrying
-    for kind in ("stream_broken", "timeout", "unreachable", "busy", "http_5xx"):
+    for kind in (UpstreamFault.STREAM_BROKEN, UpstreamFault.TIMEOUT, UpstreamFault.UNREACHABLE, UpstreamFault.BUSY,
+                 UpstreamFault.HTTP_5XX):
         assert worth_retrying(upstream_failure(kind, "x"))
-    for kind in ("http_status", "non_json", "invalid_response"):  # the upstream answered, and would again
+    # the upstream answered, and would again
+    for kind in (UpstreamFault.HTTP_STATUS, UpstreamFault.NON_JSON, UpstreamFault.INVALID_RESPONSE):
         assert not worth_retrying(upstream_failure(kind, "x"))
     assert not worth_retrying(ErrorValue(-32602, "unknown resource"))  # a JSON-RPC refusal
     assert not worth_retrying(ErrorValue(-32602, "odd", {"upstream": "not a kind"}))

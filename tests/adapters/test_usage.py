@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from adapters.errors import translate_upstream_error
 from adapters.usage import (
     DAY_MS,
     FEATURES,
@@ -70,7 +71,9 @@ def test_modern_features_are_read_from_shapes_only() -> None:
     ({"code": -32000, "message": "x", "data": {"limit": "client_answer_timeout_seconds"}}, "client timeout"),
     ({"code": -32000, "message": "x", "data": {"limit": "max_pending_per_session"}}, "gateway limit"),
     ({"code": -32603, "message": "upstream failure (timeout)", "data": {"upstream": "timeout"}}, "upstream error"),
-    ({"code": -32603, "message": "the gateway could not talk to the upstream server"}, "upstream error"),
+    (translate_upstream_error({"code": -32020, "message": "header mismatch"}).to_wire(), "upstream error"),
+    (translate_upstream_error({"code": -32042, "message": "retired"}).to_wire(), "upstream error"),
+    ({"code": -32603, "message": "an upstream word in a message says nothing"}, "request error"),
     ({"code": -32602, "message": "ended", "data": {"supported": ["2026-07-28"], "sunset": "2026-01-01"}},
      "sunset refusal"),
     ({"code": -1, "message": "no", "data": {"inputKey": "k", "clientError": {}}}, "client refused"),
