@@ -56,13 +56,14 @@ class BalancedGateways:
 
     def __init__(self, binary: str, url: str, upstream: str, extra: list[str]) -> None:
         self.url, self.prefix = url, f"bench-rr-{os.urandom(4).hex()}:"
+        self._args = ["-m", "gateway", "serve", "--port", "{port}", "--upstream", upstream, "--no-access-log",
+                      *store_args(url, self.prefix), *extra]
         self.replicas: list[Child] = []
+        self.killed: list[Child] = []  # replicas killed and replaced (bench.load)
         self.haproxy: subprocess.Popen[bytes] | None = None
         try:
             for n in range(REPLICAS):
-                self.replicas.append(Child(f"gateway-rr{n}", [
-                    "-m", "gateway", "serve", "--port", "{port}", "--upstream", upstream, "--no-access-log",
-                    *store_args(url, self.prefix), *extra, "--usage-db", scratch_usage_db()]))
+                self.replicas.append(self._start(n))
             self.port = free_port()
             config = os.path.join(tempfile.mkdtemp(prefix="gateway-bench-haproxy-"), "haproxy.cfg")
             Path(config).write_text(haproxy_config(self.port, [r.port for r in self.replicas]))
@@ -73,6 +74,21 @@ class BalancedGateways:
             self.stop()
             raise
         self.front_url = f"http://127.0.0.1:{self.port}/mcp"
+
+    def _start(self, n: int, port: int | None = None) -> Child:
+        return Child(f"gateway-rr{n}", [*self._args, "--usage-db", scratch_usage_db()], port=port)
+
+    def kill(self, n: int) -> None:
+        """SIGKILL replica ``n``: nothing of it runs on (no handover), its leases lapse where they are."""
+        replica = self.replicas[n]
+        replica.proc.kill()
+        replica.proc.wait()
+        self.killed.append(replica)
+
+    def restart(self, n: int) -> Child:
+        """A new process in replica ``n``'s place, on its port (where the balancer sends), once it listens."""
+        self.replicas[n] = self._start(n, self.replicas[n].port)
+        return self.replicas[n]
 
     def cpu_times(self) -> tuple[float, float]:
         times = [replica.cpu_times() for replica in self.replicas]

@@ -48,9 +48,10 @@ def _children(pid: int) -> list[int]:
 
 
 class Child:
-    def __init__(self, name: str, args: list[str], tree: str | None = None) -> None:
-        """``tree``: run the module from that checkout of the project instead of this one (A/B runs)."""
-        self.name, self.port = name, free_port()
+    def __init__(self, name: str, args: list[str], tree: str | None = None, *, port: int | None = None) -> None:
+        """``tree``: run the module from that checkout of the project instead of this one (A/B runs); ``port``:
+        the one ``{port}`` stands for (default: a free one), e.g. a restarted replica's, where its balancer sends."""
+        self.name, self.port = name, port or free_port()
         cmd = [sys.executable, *[a.replace("{port}", str(self.port)) for a in args]]
         env = {**os.environ, "PYTHONPATH": tree} if tree else None
         self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, cwd=tree, env=env)
