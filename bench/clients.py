@@ -62,6 +62,21 @@ class ModernClient:
         raise RuntimeError("summarize_repo did not complete in 10 rounds")
 
 
+    async def ask(self, name: str, arguments: dict[str, Any]) -> None:
+        """A tool whose every ``input_required`` round is sampling, answered at once and retried (the reverse
+        bridge's scenario: the gateway turns a 2025 server's live sampling request into that round)."""
+        params: dict[str, Any] = {"name": name, "arguments": arguments}
+        for _round in range(10):
+            result = json.loads(await self._call(name, params))["result"]
+            if result.get("resultType") != "input_required":
+                if result.get("isError"):
+                    raise RuntimeError(f"{name} failed: {result}")
+                return
+            answers = {key: _sample_answer(entry["params"]) for key, entry in result["inputRequests"].items()}
+            params = {"name": name, "arguments": arguments, "inputResponses": answers,
+                      "requestState": result["requestState"]}
+        raise RuntimeError(f"{name} did not complete in 10 rounds")
+
     async def draft(self) -> None:
         """``prompts/get draft_note``: one MRTR round (a form elicitation for the tone), done by this client."""
         params: dict[str, Any] = {"name": "draft_note", "arguments": {"topic": "bench"}}

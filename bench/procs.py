@@ -48,12 +48,16 @@ def _children(pid: int) -> list[int]:
 
 
 class Child:
-    def __init__(self, name: str, args: list[str], tree: str | None = None, *, port: int | None = None) -> None:
+    def __init__(self, name: str, args: list[str], tree: str | None = None, *, port: int | None = None,
+                 python: str | None = None) -> None:
         """``tree``: run the module from that checkout of the project instead of this one (A/B runs); ``port``:
-        the one ``{port}`` stands for (default: a free one), e.g. a restarted replica's, where its balancer sends."""
+        the one ``{port}`` stands for (default: a free one), e.g. a restarted replica's, where its balancer sends;
+        ``python``: another interpreter (a venv of its own, e.g. the 1.x SDK's), run with none of our PYTHON*."""
         self.name, self.port = name, port or free_port()
-        cmd = [sys.executable, *[a.replace("{port}", str(self.port)) for a in args]]
+        cmd = [python or sys.executable, *[a.replace("{port}", str(self.port)) for a in args]]
         env = {**os.environ, "PYTHONPATH": tree} if tree else None
+        if python is not None:
+            env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}
         self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, cwd=tree, env=env)
         self.url = f"http://127.0.0.1:{self.port}/mcp"
         try:

@@ -65,6 +65,12 @@ def targets_for(ratios: dict[str, Any]) -> list[Target]:
     return out
 
 
+def reverse_targets(ratios: dict[str, Any]) -> list[Target]:
+    """``python -m bench.reverse``: a 2026 client's call through the reverse bridge against a 2025 client's call of
+    the same tool on the legacy server itself, at c=1 (the gateway's hop and the client's extra round trip)."""
+    return [Target("reverse_bridged/legacy_direct median, c=1", 1.3, _at(1, "reverse_bridged/legacy_direct"))]
+
+
 def _redis_idle(index: int) -> Reader:
     return lambda ratios: ratios["redis_idle"][index].get("bytes_per_session")
 
