@@ -7,6 +7,7 @@ its answer exactly once, and another session is not disturbed.
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import signal
 import sqlite3
@@ -23,6 +24,8 @@ from tests.gateway.conftest import Legacy
 from tests.gateway.session import test_redis_store as redis_tests
 from tests.gateway.session.test_relay import owner_keys
 from tests.gateway.session.test_takeover import until_closed
+from tests.waiting import until
+from tests.waiting import within as bounded
 
 pytest.importorskip("redis")
 core_app = pytest.importorskip("modern_server.app")
@@ -30,10 +33,7 @@ core_config = pytest.importorskip("modern_server.config")
 
 redis_url, prefix = redis_tests.redis_url, redis_tests.prefix  # its fixtures, shared
 LEASE = 1.0
-
-
-async def within(step: Any, seconds: float = 60) -> Any:
-    return await asyncio.wait_for(step, seconds)
+within = functools.partial(bounded, seconds=60)  # processes start and stop slower than apps in the test's loop
 
 
 class Stack:
@@ -245,7 +245,7 @@ async def test_a_replica_stalled_past_its_lease_gives_the_round_up(three, redis_
     try:
         async def lapsed() -> bool:
             return await owner_keys(redis_url, prefix, "l") == {}
-        await redis_tests.until(lapsed)  # A renews nothing while stopped
+        await until(lapsed)  # A renews nothing while stopped
         assert await within(on_b.answer(first["id"], sampled(first))) == 202  # B takes the round over
         stream = await within(on_c.client.get("/mcp", headers={**on_c.headers(), "Accept": "text/event-stream",
                                                                "Last-Event-ID": seen}))
@@ -259,7 +259,7 @@ async def test_a_replica_stalled_past_its_lease_gives_the_round_up(three, redis_
 
     async def gave_up() -> bool:
         return "lost the lease" in a.stderr()
-    await redis_tests.until(gave_up)
+    await until(gave_up)
     assert "taken over" in b.stderr()
     assert [m for m in await within(until_closed(on_a, resp)) if "result" in m or "error" in m] == []
     assert a.alive()
@@ -268,7 +268,7 @@ async def test_a_replica_stalled_past_its_lease_gives_the_round_up(three, redis_
 
     async def released() -> bool:
         return await owner_keys(redis_url, prefix, "aql") == {}
-    await redis_tests.until(released)
+    await until(released)
     echoed = await within(on_a.post("tools/call", {"name": "echo", "arguments": {"text": "A works"}}))
     assert (await echoed.json())["result"]["content"][0]["text"] == "A works"  # A serves the session again
 
@@ -330,7 +330,7 @@ async def test_a_round_whose_client_never_comes_back_is_continued_by_the_sweep(p
 
     async def swept() -> bool:
         return "taken over" in b.stderr() and len(upstream.calls("notes_delete")) == 3
-    await redis_tests.until(swept)  # no client message reached B
+    await until(swept)  # no client message reached B
     confirmations = upstream.calls("notes_delete")[1:]
     assert confirmations[0]["params"] == confirmations[1]["params"]  # byte for byte
     with sqlite3.connect(db) as conn:
@@ -342,7 +342,7 @@ async def test_a_round_whose_client_never_comes_back_is_continued_by_the_sweep(p
             return [k async for k in client.scan_iter(match=f"{prefix}r:*")] == []
         finally:
             await client.aclose()
-    await redis_tests.until(ended)
+    await until(ended)
     stream = await within(on_b.resume(seen))  # the client, back at last, on the survivor
     assert stream.status == 200
     messages = [m for m in await within(until_closed(on_b, stream)) if "id" in m]

@@ -6,8 +6,9 @@ from __future__ import annotations
 from typing import Any
 
 from tests.gateway.session import test_redis_store as redis_tests
+from tests.waiting import until
 
-private_redis, until = redis_tests.private_redis, redis_tests.until  # its fixture and helper, shared
+private_redis = redis_tests.private_redis  # its fixture, shared
 
 
 async def status(client: Any, path: str, **headers: str) -> tuple[int, dict[str, Any]]:

@@ -33,6 +33,7 @@ from gateway.session.redis_store import RedisStore, wall_ms  # noqa: E402
 from gateway.session.store import Hold, InMemoryStore, Owners, StoreUnavailable, StreamAppend, WaitingFull  # noqa: E402
 from tests.gateway.conftest import Legacy  # noqa: E402
 from tests.gateway.http.test_bridge_shell import SAMPLED, two_rounds  # noqa: E402
+from tests.waiting import until, until_sync  # noqa: E402
 
 NOW = 1_800_000_000_000  # the contract's clock (ms): the Redis store prunes its counts against it
 IDLE = 3600.0
@@ -55,13 +56,11 @@ class PrivateRedis:
         self.process = subprocess.Popen(["redis-server", "--port", str(self.port), "--bind", "127.0.0.1",
                                          "--save", "", "--appendonly", "no", "--dir", str(self.directory)],
                                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        for _ in range(200):  # until it answers (or a clear failure); not a timing assertion
-            if self.process.poll() is not None:
+        def up() -> bool:
+            if self.process is not None and self.process.poll() is not None:
                 raise RuntimeError(f"redis-server exited with {self.process.returncode}")
-            if answers(self.url):
-                return
-            subprocess.run(["sleep", "0.05"], check=False)
-        raise RuntimeError("redis-server never answered")
+            return answers(self.url)
+        until_sync(up, "redis-server answers")
 
     def stop(self) -> None:
         if self.process is not None and self.process.poll() is None:
@@ -321,6 +320,11 @@ async def test_a_first_waiting_save_holds_its_round_within_the_ceilings_or_write
     assert await store.hold_round("b3", "s1", "alice", 150) == (1, 150, 150)
 
 
+async def lapsed(store: Any, bridge_id: str) -> bool:
+    """Whether the round's lease ran out (nobody holds it)."""
+    return await store.lease_of(bridge_id) == Lease(None)
+
+
 async def test_leases(store) -> None:
     """docs/design.md §40: one holder per round, renewed while it lives; a lapsed lease is claimed by exactly one
     of the replicas racing for it, and only while the round exists."""
@@ -332,8 +336,7 @@ async def test_leases(store) -> None:
     assert await store.renew_leases(["b1"], "B", 5) == ["b1"]  # not B's
     await store.end_round("b1", "B", delete=False)  # not B's: stays
     assert (await store.lease_of("b1")).holder == "A"
-    await asyncio.sleep(0.4)  # A stopped renewing: its lease lapses by itself
-    assert await store.lease_of("b1") == Lease(None)
+    await until(lambda: lapsed(store, "b1"), "A stopped renewing: its lease lapses by itself")
     won = await asyncio.gather(*(store.take_lease("b1", name, 5) for name in ("B", "C", "D")))
     assert sorted(won) == [False, False, True]
     winner = ("B", "C", "D")[won.index(True)]
@@ -352,9 +355,9 @@ async def test_orphaned_rounds_are_the_leased_ones_nobody_holds(store) -> None:
     await store.put_round(pending("b2", "s1"), ("A", 0.3))
     await store.put_round(pending("b3", "s1"))  # never leased
     assert await store.orphaned_rounds(10) == []
-    await asyncio.sleep(0.2)
+    await asyncio.sleep(0.2)  # sleep: part of b1's and b2's leases pass before only b2's replica renews
     assert await store.renew_leases(["b2"], "A", 5) == []  # b2's replica lives on
-    await asyncio.sleep(0.2)  # b1's replica stopped renewing: its lease ran out
+    await until(lambda: lapsed(store, "b1"), "b1's replica stopped renewing: its lease runs out")
     assert [r.bridge_id for r in await store.orphaned_rounds(10)] == ["b1"]
     assert (await store.orphaned_rounds(10))[0] == pending("b1", "s1")
     assert await store.take_lease("b1", "B", 5)  # a sweep or a client's message took it over
@@ -366,7 +369,7 @@ async def test_orphaned_rounds_are_the_leased_ones_nobody_holds(store) -> None:
     await store.end_round("b2", "A", delete=False)
     assert [r.bridge_id for r in await store.orphaned_rounds(10)] == ["b2"]
     await store.put_round(pending("b4", "s1"), ("A", 0.01))
-    await asyncio.sleep(0.05)
+    await until(lambda: lapsed(store, "b4"), "b4's lease runs out")
     assert len(await store.orphaned_rounds(1)) == 1  # at most what was asked for
     await store.delete_session("s1")
     assert await store.orphaned_rounds(10) == []
@@ -431,15 +434,6 @@ async def test_every_key_expires_and_a_touch_renews_it(redis_url, prefix) -> Non
         assert all(0 < ttl <= IDLE * 1000 for ttl in await ttl_ms(store.redis, store.key("rl"), store.key("ol:b2")))
     finally:
         await store.close()
-
-
-async def until(condition: Any) -> None:
-    """Wait for ``condition()`` (a coroutine function) to hold; fails only if it never does."""
-    for _ in range(400):
-        if await condition():
-            return
-        await asyncio.sleep(0.05)
-    raise AssertionError("the condition never held")
 
 
 async def test_counts_stay_right_when_redis_expires_a_session_itself(redis_url, prefix) -> None:

@@ -17,13 +17,9 @@ from gateway.http.app import GATEWAY
 from tests.gateway.conftest import CAPS, Legacy, geo_upstream, hang_until_closed, text
 from tests.gateway.http.test_bridge_shell import SAMPLED, SAMPLING, two_rounds
 from tests.gateway.session import test_redis_store as redis_tests
+from tests.waiting import scaled, until, within
 
-redis_url, prefix, until = redis_tests.redis_url, redis_tests.prefix, redis_tests.until  # its fixtures, shared
-
-
-async def within(step: Any) -> Any:
-    """A bound on a wait that only the relay can end (a broken relay fails the test instead of hanging it)."""
-    return await asyncio.wait_for(step, 30)
+redis_url, prefix = redis_tests.redis_url, redis_tests.prefix  # its fixtures, shared
 
 
 async def replicas(make_gateway: Any, redis_url: str, prefix: str) -> tuple[Legacy, Legacy]:
@@ -87,14 +83,10 @@ async def test_a_cancel_posted_to_another_replica_stops_the_request(make_gateway
     await within(a.next_event(resp))
     _, asked = await within(a.next_event(resp))
     assert await b.answer(asked["id"], SAMPLED) == 202
-    await until(lambda: _true(len(upstream.calls("tools/call")) == 2))
+    await until(lambda: len(upstream.calls("tools/call")) == 2)
     assert await b.notify("notifications/cancelled", {"requestId": a.next_id, "reason": "no"}) == 202
     await within(closed.wait())  # the upstream saw its request closed (the 2026 cancel)
     assert [m for m in await within(a.events(resp)) if m.get("id") == a.next_id] == []  # and no response came
-
-
-async def _true(value: bool) -> bool:
-    return value
 
 
 async def test_a_delete_on_another_replica_ends_the_session_everywhere(make_gateway, upstream, redis_url,
@@ -155,12 +147,12 @@ async def test_a_cancel_on_another_replica_stops_a_round_waiting_past_its_claim(
     await within(a.next_event(resp))
     _, asked = await within(a.next_event(resp))
     assert await b.answer(asked["id"], {"action": "accept"}) == 202
-    await asyncio.sleep(0.6)  # twice the claim's lifetime, polling all along
+    await asyncio.sleep(scaled(0.6))  # sleep: twice the claim's lifetime passes, polling all along
     assert len(upstream.calls("tools/call")) > 5
     assert await b.notify("notifications/cancelled", {"requestId": a.next_id, "reason": "gone"}) == 202
-    await until(lambda: _true(not a.client.app[GATEWAY].runtimes[a.session_id].exchanges))
+    await until(lambda: not a.client.app[GATEWAY].runtimes[a.session_id].exchanges)
     polled = len(upstream.calls("tools/call"))
-    await asyncio.sleep(0.2)
+    await asyncio.sleep(0.2)  # sleep: a quiet window: no poll may follow the cancel
     assert len(upstream.calls("tools/call")) == polled
 
 
@@ -172,7 +164,7 @@ async def test_a_cancel_on_another_replica_stops_a_plain_request_answered_inline
     upstream.script["tools/call"] = lambda body, request: [lambda: hang_until_closed(request, closed)]
     a, b = await replicas(make_gateway, redis_url, prefix)
     posted = asyncio.ensure_future(a.post("tools/call", {"name": "t", "arguments": {}}))
-    await until(lambda: _true(len(upstream.calls("tools/call")) == 1))
+    await until(lambda: len(upstream.calls("tools/call")) == 1)
     exchanges = a.client.app[GATEWAY].runtime(a.session_id).exchanges
     assert list(exchanges) == [a.next_id] and not exchanges[a.next_id].saved  # inline, nothing stored
     assert await owner_keys(redis_url, prefix, "aql") == {}

@@ -25,9 +25,10 @@ from gateway.session.store import StoreUnavailable
 from tests.gateway.conftest import CAPS, Legacy, hang_until_closed, text
 from tests.gateway.http.test_bridge_shell import SAMPLED, SAMPLING, two_rounds
 from tests.gateway.session import test_redis_store as redis_tests
-from tests.gateway.session.test_relay import owner_keys, within
+from tests.gateway.session.test_relay import owner_keys
+from tests.waiting import scaled, until, within
 
-redis_url, prefix, until = redis_tests.redis_url, redis_tests.prefix, redis_tests.until  # its fixtures, shared
+redis_url, prefix = redis_tests.redis_url, redis_tests.prefix  # its fixtures, shared
 
 
 async def replicas(make_gateway: Any, redis_url: str, prefix: str, *, lease_seconds: float = 5.0,
@@ -74,7 +75,7 @@ async def test_a_replica_that_shuts_down_hands_its_round_over(make_gateway, upst
     assert await owner_keys(redis_url, prefix, "l") == {}  # released at once: no lease to wait for
 
     assert await within(b.answer(second["id"], SAMPLED)) == 202  # B takes the round over and acts on it
-    await until(lambda: _true(len(upstream.calls("tools/call")) == 2))
+    await until(lambda: len(upstream.calls("tools/call")) == 2)
     calls = upstream.calls("tools/call")
     assert calls[1]["params"]["inputResponses"] == {"a": SAMPLED, "b": SAMPLED}
     assert calls[1]["params"]["requestState"] == "s1\u00e9"  # byte for byte
@@ -109,7 +110,7 @@ async def test_a_resumption_takes_a_handed_over_round_on(make_gateway, upstream,
     await within(a.next_event(resp))
     last, asked = await within(a.next_event(resp))
     assert await a.answer(asked["id"], SAMPLED) == 202
-    await until(lambda: _true(len(upstream.calls("tools/call")) == 2))
+    await until(lambda: len(upstream.calls("tools/call")) == 2)
     await a.client.server.close()
     await within(closed.wait())  # A's upstream request closed as it stopped
     stream = await within(b.resume(last))
@@ -139,7 +140,7 @@ async def test_an_error_answering_a_resent_round_is_reported_as_an_unknown_outco
     await within(a.next_event(resp))
     last, asked = await within(a.next_event(resp))
     assert await a.answer(asked["id"], SAMPLED) == 202
-    await until(lambda: _true(len(upstream.calls("tools/call")) == 2))
+    await until(lambda: len(upstream.calls("tools/call")) == 2)
     await a.client.server.close()
     await within(closed.wait())
     stream = await within(b.resume(last))
@@ -162,10 +163,6 @@ async def until_closed(client: Legacy, resp: Any) -> list[dict[str, Any]]:
                 out.append(message)
     except aiohttp.ClientConnectionError:
         return out
-
-
-async def _true(value: bool) -> bool:
-    return value
 
 
 async def test_a_cancel_for_a_stopped_replicas_round_ends_it_without_sending_it_again(make_gateway, upstream,
@@ -202,7 +199,7 @@ async def test_a_handed_over_stream_resumes_on_a_third_replica(make_gateway, ups
     await a.client.server.close()  # hands the round over
     assert [m for m in await within(until_closed(a, resp)) if "result" in m or "error" in m] == []
     assert await within(b.answer(second["id"], SAMPLED)) == 202  # B takes the round over
-    await until(lambda: _true(len(upstream.calls("tools/call")) == 2))
+    await until(lambda: len(upstream.calls("tools/call")) == 2)
     stream = await within(c.resume(last))
     assert stream.status == 200
     _, third = await within(c.next_event(stream))
@@ -252,7 +249,7 @@ async def test_a_fenced_save_sends_and_copies_none_of_the_events_it_carried(make
     resp, first, (last, second) = await first_round_asked(a)
     assert await a.answer(first["id"], SAMPLED) == 202
     assert await a.answer(second["id"], SAMPLED) == 202  # its step saved before this: the upstream now works
-    await until(lambda: _true(len(upstream.calls("tools/call")) == 2))
+    await until(lambda: len(upstream.calls("tools/call")) == 2)
     (lease_key,) = await owner_keys(redis_url, prefix, "l")
     client = redis_tests.Redis.from_url(redis_url)
     store = redis_tests.RedisStore(redis_url, idle_seconds=60, prefix=prefix)
@@ -330,7 +327,7 @@ async def test_the_sweep_continues_a_handed_over_round_unless_it_needs_a_credent
     assert held.record.session_id == a.session_id and not held.record.authorized
     assert await within(takeover.sweep(gateway_b)) == 0  # the other one waits for its client
     assert await b2.answer(needs["id"], SAMPLED, **token) == 202
-    await until(lambda: _true(len(gateway_b.leases) == 2))
+    await until(lambda: len(gateway_b.leases) == 2)
     assert {e.record.authorized for e in gateway_b.leases.values()} == {None, True}
 
 
@@ -402,13 +399,14 @@ async def test_an_answer_relayed_to_a_replica_that_dies_before_acting_is_not_los
     relay_a.deliver = dies_on_receipt
     posted = asyncio.ensure_future(b.answer(first["id"], SAMPLED))  # relayed to A, the round's owner
     await within(received.wait())
-    await asyncio.sleep(0.6)  # past the store's timeout: B has asked its stored round, still held by A
+    # sleep: B's relay wait must time out (0.5 s) so that B asks its stored round, still held by A
+    await asyncio.sleep(scaled(0.6))
     assert not posted.done()  # not acknowledged while nobody acted on it
     await a.client.server.close()  # A goes; its saved round, both asks outstanding, is free to take over
     assert await within(posted) == 202  # acted on where B took the round over
     await within(until_closed(a, resp))
     assert await within(b.answer(second["id"], SAMPLED)) == 202
-    await until(lambda: _true(len(upstream.calls("tools/call")) == 2))
+    await until(lambda: len(upstream.calls("tools/call")) == 2)
     assert upstream.calls("tools/call")[1]["params"]["inputResponses"] == {"a": SAMPLED, "b": SAMPLED}
 
 
@@ -430,7 +428,7 @@ async def test_a_relayed_answer_is_acknowledged_once_its_owner_saved_its_step(ma
         return acked
     relay_b.answer = watched
     assert await within(b.answer(first["id"], SAMPLED)) == 202
-    await until(lambda: _true(seen == [True]))
+    await until(lambda: seen == [True])
     assert await owner_keys(redis_url, prefix, "a") != {}  # A still owns the ask not answered yet
     unknown = R.Relayed(R.RelayKind.ANSWER, a.session_id, {"jsonrpc": "2.0", "id": "g-never-asked", "result": {}},
                         b.client.app[GATEWAY].replica, "token-1")
@@ -439,8 +437,8 @@ async def test_a_relayed_answer_is_acknowledged_once_its_owner_saved_its_step(ma
     assert await within(acked) is False
     del relay_b.acks["token-1"]  # put there by hand, without the relay's own clean-up
     assert await within(b.answer(second["id"], SAMPLED)) == 202
-    await until(lambda: _true(seen == [True, True]))
-    await until(lambda: _true(len(upstream.calls("tools/call")) == 2))
+    await until(lambda: seen == [True, True])
+    await until(lambda: len(upstream.calls("tools/call")) == 2)
     assert upstream.calls("tools/call")[1]["params"]["inputResponses"] == {"a": SAMPLED, "b": SAMPLED}
     assert relay_b.acks == {}  # nothing left waiting
 
@@ -464,7 +462,7 @@ async def test_an_answer_relayed_as_its_round_is_handed_over_is_acknowledged_as_
     await within(handed)
     for ask in (first, second):  # the client's answers, as B's fallback would give the first one
         assert await within(b.answer(ask["id"], SAMPLED)) == 202
-    await until(lambda: _true(len(upstream.calls("tools/call")) == 2))
+    await until(lambda: len(upstream.calls("tools/call")) == 2)
     assert upstream.calls("tools/call")[1]["params"]["inputResponses"] == {"a": SAMPLED, "b": SAMPLED}
 
 
@@ -483,7 +481,7 @@ async def test_an_answer_queued_as_its_round_is_handed_over_is_refused_for_sendi
     await within(handed)
     for ask in (first, second):
         assert await within(b.answer(ask["id"], SAMPLED)) == 202
-    await until(lambda: _true(len(upstream.calls("tools/call")) == 2))
+    await until(lambda: len(upstream.calls("tools/call")) == 2)
     assert upstream.calls("tools/call")[1]["params"]["inputResponses"] == {"a": SAMPLED, "b": SAMPLED}
 
 
@@ -554,7 +552,7 @@ async def test_an_answer_relayed_to_a_frozen_owner_goes_where_its_round_is_taken
     assert len(received) >= 2  # relayed to A again while A still held the lease
     assert b.client.app[GATEWAY].leases  # B took the round over once A's lease lapsed, before the 202
     assert await within(b.answer(second["id"], SAMPLED)) == 202
-    await until(lambda: _true(len(upstream.calls("tools/call")) == 2))
+    await until(lambda: len(upstream.calls("tools/call")) == 2)
     assert upstream.calls("tools/call")[1]["params"]["inputResponses"] == {"a": SAMPLED, "b": SAMPLED}
 
 
@@ -598,7 +596,8 @@ async def test_a_cancel_relayed_to_a_replica_that_dies_before_acting_still_ends_
     relay_a.deliver = dies_on_receipt
     posted = asyncio.ensure_future(b.notify("notifications/cancelled", {"requestId": a.next_id, "reason": "stop"}))
     await within(received.wait())
-    await asyncio.sleep(0.6)  # past the store's timeout: B has asked its stored round, still held by A
+    # sleep: B's relay wait must time out (0.5 s) so that B asks its stored round, still held by A
+    await asyncio.sleep(scaled(0.6))
     assert not posted.done()
     await a.client.server.close()  # A goes; its saved round is free to take over
     assert await within(posted) == 202  # the round ended where B took it over
@@ -631,9 +630,9 @@ async def test_an_acknowledgement_that_cannot_be_sent_leaves_nothing_delivered_t
     relay_a.send = acks_fail
     for ask in (first, second):
         assert await within(b.answer(ask["id"], SAMPLED)) == 202
-    await until(lambda: _true(len(upstream.calls("tools/call")) == 2))
-    await until(lambda: _true(relay_b.acks == {}))  # B stopped waiting: the stored round needs neither answer
-    await asyncio.sleep(0.2)
+    await until(lambda: len(upstream.calls("tools/call")) == 2)
+    await until(lambda: relay_b.acks == {})  # B stopped waiting: the stored round needs neither answer
+    await asyncio.sleep(0.2)  # sleep: a quiet window: no third call may follow
     assert len(upstream.calls("tools/call")) == 2
     assert upstream.calls("tools/call")[1]["params"]["inputResponses"] == {"a": SAMPLED, "b": SAMPLED}
     assert any("acknowledgement was not sent" in r.getMessage() for r in caplog.records)
