@@ -6,6 +6,9 @@
 #                                                          <- conformance 0.2.x  server --spec-version 2025-11-25
 #                    gateway -> fixture core (2025-03-26) <- the official TypeScript SDK's client transport sending
 #                                                             JSON-RPC batches (batch_client.mjs)
+#                    gateway -> fixture core (2026-07-28) <- conformance 0.2.x  server --requirements 2026-07-28
+#                                                             (the passthrough: the core lane's checks, tasks
+#                                                             scenarios included, through the gateway)
 #
 # Each suite run is judged against its own expected-failures baseline (baseline-*.yml, the suite's
 # --expected-failures format); the suite exits non-zero on a failure not listed there, or on a listed one that
@@ -163,6 +166,9 @@ for lane in "${LANES[@]}"; do
         run_suite gateway-2025-11-25-suite-0.2 baseline-gateway-2025-11-25-suite-0.2.yml "" \
           "${SUITE_02[@]}" server --url "$GATEWAY_URL" --spec-version 2025-11-25
         run_client ts-sdk-2025-03-26-batches node "$HERE/batch_client.mjs" "$GATEWAY_URL"
+        "${SUITE_02[@]}" list --requirements 2026-07-28 > "$LOGS/requirements-2026-07-28.txt"
+        run_suite gateway-passthrough-2026-07-28 baseline-gateway-passthrough-2026-07-28.yml \
+          "$LOGS/requirements-2026-07-28.txt" "${SUITE_02[@]}" server --url "$GATEWAY_URL" --requirements 2026-07-28
       else
         FAILED+=("gateway (did not start)")
         SUMMARY+=("gateway: did not start")
