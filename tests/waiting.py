@@ -73,6 +73,22 @@ def until_sync(check: Callable[[], Any], what: str = "", show: Callable[[], Any]
         time.sleep(POLL)  # sleep: the poll interval of the one waiting helper
 
 
+def hung_up(request: Any) -> bool:
+    """Whether the peer hung up ``request``'s connection (or the server let it go)."""
+    return request.transport is None or bool(request.transport.is_closing())
+
+
+async def until_hung_up(request: Any, unless: asyncio.Event | None = None) -> None:
+    """A fake server's handler that never answers: return once the peer hung up ``request``'s connection (or,
+    given ``unless``, once the test sets that event).
+
+    aiohttp gives a handler no event for a hang-up (it may cancel the handler, which ends this too), so the
+    transport is polled; there is no deadline: a test that waits on the hang-up bounds that wait itself.
+    """
+    while not hung_up(request) and not (unless is not None and unless.is_set()):
+        await asyncio.sleep(POLL)  # sleep: the poll interval of the one waiting helper
+
+
 async def within(step: Awaitable[T], seconds: float = 30.0, what: str = "") -> T:
     """Await ``step``, which ends on its own; a ``seconds`` bound (scaled) turns a hang into a failure.
 

@@ -22,6 +22,7 @@ from gateway.config.settings import load_config
 from gateway.http.app import create_app
 from gateway.session.store import InMemoryStore
 from tests import schema
+from tests.waiting import until_hung_up
 
 ROOT = Path(__file__).resolve().parents[2]  # the checkout: subprocesses import the gateway from here
 
@@ -38,8 +39,7 @@ async def hang_until_closed(request: web.Request, closed: asyncio.Event) -> None
     """An upstream answer that never comes: wait until the gateway hangs up on ``request`` (the 2026 cancel), then
     set ``closed`` (also when the server cancels this handler on noticing the hang-up)."""
     try:
-        while request.transport is not None and not request.transport.is_closing():
-            await asyncio.sleep(0.01)
+        await until_hung_up(request)
     finally:
         closed.set()
 

@@ -8,6 +8,7 @@ import pytest
 
 from gateway.http.app import GATEWAY
 from tests.gateway.conftest import Legacy, text
+from tests.waiting import until, until_hung_up, within
 
 
 def scripted_listen(upstream):
@@ -24,8 +25,7 @@ def scripted_listen(upstream):
 
         async def changed():
             try:  # the server cancels this handler when the gateway closes the listen (2026 cancel)
-                while not fire.is_set() and not gone():
-                    await asyncio.sleep(0.01)
+                await until_hung_up(request, unless=fire)
             finally:
                 if gone():
                     closed.append(notifications)
@@ -35,8 +35,7 @@ def scripted_listen(upstream):
 
         async def hold():
             try:
-                while not gone():
-                    await asyncio.sleep(0.01)
+                await until_hung_up(request)
             finally:
                 if notifications not in closed:
                     closed.append(notifications)
@@ -53,12 +52,6 @@ async def open_stream(legacy: Legacy):
     return stream
 
 
-async def wait_for(predicate, seconds: float = 5.0) -> None:
-    for _ in range(int(seconds / 0.01)):
-        if predicate():
-            return
-        await asyncio.sleep(0.01)
-    raise AssertionError("condition not reached")
 
 
 async def test_sessions_share_one_listen_and_each_gets_every_notification(make_gateway, upstream):
@@ -70,7 +63,7 @@ async def test_sessions_share_one_listen_and_each_gets_every_notification(make_g
         await legacy.initialize()
         streams.append(await open_stream(legacy))
     hub = client.app[GATEWAY].hub
-    await wait_for(lambda: sum(len(e.members) for e in hub.shared.values()) == 3)
+    await until(lambda: sum(len(e.members) for e in hub.shared.values()) == 3)
     assert len(opened) == 1  # one upstream listen for three idle sessions
     fire.set()
     for legacy, stream in zip(sessions, streams, strict=True):
@@ -78,10 +71,10 @@ async def test_sessions_share_one_listen_and_each_gets_every_notification(make_g
         assert note == {"jsonrpc": "2.0", "method": "notifications/tools/list_changed"}
     for legacy in sessions[:2]:
         assert (await legacy.client.delete("/mcp", headers=legacy.headers())).status == 204
-    await asyncio.sleep(0.1)
+    await asyncio.sleep(0.1)  # sleep: a quiet window: the shared listen must stay open
     assert closed == []  # the last member still holds it
     assert (await sessions[2].client.delete("/mcp", headers=sessions[2].headers())).status == 204
-    await wait_for(lambda: len(closed) == 1)  # the last one out closes the upstream listen
+    await until(lambda: len(closed) == 1)  # the last one out closes the upstream listen
     assert hub.shared == {}
 
 
@@ -93,12 +86,12 @@ async def test_a_subscribing_session_moves_to_its_own_listen_and_back(make_gatew
         await legacy.initialize()
         await open_stream(legacy)
     hub = client.app[GATEWAY].hub
-    await wait_for(lambda: len(opened) == 1 and sum(len(e.members) for e in hub.shared.values()) == 2)
+    await until(lambda: len(opened) == 1 and sum(len(e.members) for e in hub.shared.values()) == 2)
     assert (await a.call("resources/subscribe", {"uri": "file:///n/1"}))["result"] == {}
     assert opened[-1]["resourceSubscriptions"] == ["file:///n/1"] and len(opened) == 2
     assert [list(e.members) for e in hub.shared.values()] == [[b.session_id]]
     assert (await a.call("resources/unsubscribe", {"uri": "file:///n/1"}))["result"] == {}
-    await wait_for(lambda: closed and "resourceSubscriptions" in closed[-1])  # its own listen closed
+    await until(lambda: closed and "resourceSubscriptions" in closed[-1])  # its own listen closed
     assert sorted(m for e in hub.shared.values() for m in e.members) == sorted([a.session_id, b.session_id])
     assert len(opened) == 2  # it rejoined the shared listen, which was still open
 
@@ -130,7 +123,7 @@ async def test_held_open_listens_never_take_the_connections_requests_need(make_g
     modern = asyncio.ensure_future(client.post("/mcp", json=MODERN_LISTEN, headers={  # a modern client's own
         "Accept": "application/json, text/event-stream", "MCP-Protocol-Version": "2026-07-28",
         "Mcp-Method": "subscriptions/listen"}))
-    await wait_for(lambda: len(opened) == 3)
+    await until(lambda: len(opened) == 3)
     await asyncio.wait_for(users[2].initialize(), 3)
     message = await asyncio.wait_for(users[2].call("tools/call", {"name": "echo", "arguments": {}}), 3)
     assert message["result"]["content"][0]["text"] == "ok"
@@ -149,7 +142,7 @@ async def test_a_request_finding_every_connection_busy_fails_within_the_connect_
     legacy = Legacy(client)
     await legacy.initialize()
     first = asyncio.ensure_future(legacy.call("tools/call", {"name": "slow", "arguments": {}}))
-    await wait_for(lambda: upstream.calls("tools/call"))
+    await until(lambda: upstream.calls("tools/call"))
     message = await asyncio.wait_for(legacy.call("tools/list"), 3)
     assert message["error"]["code"] == -32603 and "busy" in message["error"]["message"]
     assert "all 1 request connections are in use" in message["error"]["message"]
@@ -171,8 +164,7 @@ def unacknowledged_listen(upstream):
 
         async def hold():
             try:
-                while request.transport is not None and not request.transport.is_closing():
-                    await asyncio.sleep(0.01)
+                await until_hung_up(request)
             finally:
                 closed.append(body["id"])
         return [acknowledged, hold]
@@ -201,11 +193,11 @@ async def test_a_session_ended_while_its_shared_listen_awaits_the_ack_leaves_no_
     legacy = Legacy(client)
     await legacy.initialize()
     await open_stream(legacy)
-    await wait_for(lambda: opened)
+    await until(lambda: opened)
     await end(legacy)
     assert gw.hub.shared == {}
     ack.set()  # (the fake upstream only notices the close once it writes)
-    await wait_for(lambda: closed == opened)  # nobody is left to receive it: the upstream listen was closed
+    await until(lambda: closed == opened)  # nobody is left to receive it: the upstream listen was closed
     assert gw.hub.shared == {} and gw.hub.tasks == set()
 
 
@@ -218,10 +210,10 @@ async def test_a_shared_listen_another_session_still_awaits_survives_the_first_o
     for legacy in (first, second):
         await legacy.initialize()
         await open_stream(legacy)
-    await wait_for(lambda: opened and sum(e.waiting for e in hub.shared.values()) == 2)
+    await until(lambda: opened and sum(e.waiting for e in hub.shared.values()) == 2)
     await _delete(first)
     ack.set()
-    await wait_for(lambda: [list(e.members) for e in hub.shared.values()] == [[second.session_id]])
+    await until(lambda: [list(e.members) for e in hub.shared.values()] == [[second.session_id]])
     assert len(opened) == 1 and closed == []
 
 
@@ -242,18 +234,18 @@ async def test_a_shared_listen_whose_reopen_is_refused_is_forgotten_and_a_new_on
     for legacy in (a, b):
         await legacy.initialize()
         await open_stream(legacy)
-    await wait_for(lambda: len(gw.hub.shared) == 1 and len(next(iter(gw.hub.shared.values())).members) == 2)
+    await until(lambda: len(gw.hub.shared) == 1 and len(next(iter(gw.hub.shared.values())).members) == 2)
     entry = next(iter(gw.hub.shared.values()))
     assert len(opened) == 1
     drop.set()
-    await wait_for(lambda: entry.listener.task.done())
+    await until(lambda: entry.listener.task.done())
     assert len(opened) == 2 and gw.hub.shared == {} and entry.members == {}
     assert gw.runtimes[a.session_id].hub_key is None and gw.runtimes[b.session_id].hub_key is None
     refusing[0] = False
     c = Legacy(client)
     await c.initialize()
     await open_stream(c)  # a later session is not joined to the dead listen: a new one opens
-    await wait_for(lambda: len(opened) == 3 and len(gw.hub.shared) == 1)
+    await until(lambda: len(opened) == 3 and len(gw.hub.shared) == 1)
     assert not next(iter(gw.hub.shared.values())).listener.task.done()
 
 
@@ -274,8 +266,11 @@ async def test_a_listen_refused_after_its_session_ended_reports_nothing_unretrie
     stdio door, whose client closes right after initializing)."""
     import gc
 
+    deleted, refused = asyncio.Event(), asyncio.Event()
+
     async def refuse_late(body, request):
-        await asyncio.sleep(0.2)
+        await deleted.wait()  # refused only once its session ended
+        refused.set()
         return ("error", {"code": -32601, "message": "nope"}, 404)
     upstream.script["subscriptions/listen"] = refuse_late
     await legacy.initialize()
@@ -287,8 +282,10 @@ async def test_a_listen_refused_after_its_session_ended_reports_nothing_unretrie
         stream = await legacy.client.get("/mcp", headers=legacy.headers(Accept="text/event-stream"))
         await legacy.next_event(stream)  # the stream is open; its listen is being opened
         assert (await legacy.client.delete("/mcp", headers=legacy.headers())).status == 204
+        deleted.set()
+        await within(refused.wait())
         for _ in range(40):  # the refusal arrives, then the future is collected
-            await asyncio.sleep(0.02)
+            await asyncio.sleep(0.02)  # sleep: a quiet window for asyncio's report, collected meanwhile
             gc.collect()
     finally:
         loop.set_exception_handler(previous)

@@ -9,6 +9,7 @@ import asyncio
 import pytest
 
 from gateway.http.app import GATEWAY
+from tests.waiting import until, until_hung_up
 
 
 @pytest.mark.parametrize("error,status,answered", [
@@ -45,19 +46,10 @@ def listen_acked_on_demand(upstream):
                     "params": {"notifications": notifications}}
 
         async def hold():
-            while request.transport is not None and not request.transport.is_closing():
-                await asyncio.sleep(0.01)
+            await until_hung_up(request)
         return [acknowledged, hold]
     upstream.script["subscriptions/listen"] = listen
     return filters, acks
-
-
-async def until(predicate) -> None:
-    for _ in range(500):
-        if predicate():
-            return
-        await asyncio.sleep(0.01)
-    raise AssertionError("condition not reached")
 
 
 async def test_concurrent_subscribes_keep_every_uri_in_the_listen(legacy, upstream) -> None:
@@ -67,7 +59,7 @@ async def test_concurrent_subscribes_keep_every_uri_in_the_listen(legacy, upstre
     first = asyncio.ensure_future(legacy.call("resources/subscribe", {"uri": "file:///a"}))
     await until(lambda: len(filters) == 1)
     second = asyncio.ensure_future(legacy.call("resources/subscribe", {"uri": "file:///b"}))
-    await asyncio.sleep(0.1)
+    await asyncio.sleep(0.1)  # sleep: a quiet window: the second change must not start before the first ends
     assert len(filters) == 1  # the second waits for the first change to finish
     acks[1].set()
     await until(lambda: len(filters) == 2)
@@ -89,7 +81,9 @@ async def test_a_get_stream_opened_during_a_subscribe_does_not_undo_it(legacy, u
     assert stream.status == 200
     acks[1].set()
     assert (await subscribing)["result"] == {}
-    await asyncio.sleep(0.2)  # the GET's background listen change ran after it, from the saved record
+    # sleep: a quiet window: the GET's background listen change runs after it, from the saved record, and must
+    # not undo the subscribe (nothing to wait for when it rightly changes nothing)
+    await asyncio.sleep(0.2)
     assert len(filters) == 1 and gw.hub.shared == {}
     assert gw.runtimes[legacy.session_id].listen.filter["resourceSubscriptions"] == ["file:///a"]
 
@@ -106,8 +100,7 @@ async def test_a_subscribe_the_acknowledgement_leaves_out_is_refused_and_undone(
 
         async def hold():
             try:
-                while request.transport is not None and not request.transport.is_closing():
-                    await asyncio.sleep(0.01)
+                await until_hung_up(request)
             finally:
                 closed.append(body["params"]["notifications"])
         return [{"jsonrpc": "2.0", "method": "notifications/subscriptions/acknowledged",
@@ -146,8 +139,7 @@ def listen_reopened(upstream, second):
 
 def held(request):
     async def hold():
-        while request.transport is not None and not request.transport.is_closing():
-            await asyncio.sleep(0.01)
+        await until_hung_up(request)
     return hold
 
 

@@ -5,7 +5,6 @@ the request cancelled, or the session expired while the client stays silent."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -14,6 +13,7 @@ from gateway.config.settings import load_config
 from gateway.http.app import create_app
 from gateway.http.keys import GATEWAY
 from tests.gateway.conftest import Legacy
+from tests.waiting import until
 
 FAST_POLLS = {"state_only_backoff_seconds": 0.01, "state_only_backoff_max_seconds": 0.02}
 
@@ -27,14 +27,6 @@ class CorePolls:
     def __call__(self, kind: str, message: Any) -> None:
         if kind == "upstream" and isinstance(message, dict) and message.get("method") == "tools/call":
             self.count += 1
-
-
-async def eventually(check: Callable[[], bool], seconds: float = 10.0) -> None:
-    for _ in range(int(seconds / 0.01)):
-        if check():
-            return
-        await asyncio.sleep(0.01)
-    raise AssertionError("condition not reached")
 
 
 async def waiting_connect(aiohttp_client: Any, tmp_path: Any, **config: Any) -> tuple[Legacy, Any, CorePolls, Any]:
@@ -54,15 +46,15 @@ async def waiting_connect(aiohttp_client: Any, tmp_path: Any, **config: Any) -> 
             assert await legacy.answer(message["id"], {"action": "accept"}) == 202
             break
     started = polls.count
-    await eventually(lambda: polls.count >= started + 3)  # waiting rounds: the core is polled
+    await until(lambda: polls.count >= started + 3)  # waiting rounds: the core is polled
     return legacy, resp, polls, client.app[GATEWAY]
 
 
 async def stopped_polling(polls: CorePolls, gateway: Any, session_id: str) -> None:
     """The exchange is gone, and no poll follows (with polls 20 ms apart, several would in 300 ms)."""
-    await eventually(lambda: not (session_id in gateway.runtimes and gateway.runtimes[session_id].exchanges))
+    await until(lambda: not (session_id in gateway.runtimes and gateway.runtimes[session_id].exchanges))
     seen = polls.count
-    await asyncio.sleep(0.3)
+    await asyncio.sleep(0.3)  # sleep: a quiet window: no poll may follow the exchange's end
     assert polls.count == seen, "the core is still being polled"
 
 
