@@ -20,10 +20,19 @@ from gateway.session.streams import OutStream
 from tests.gateway.conftest import CAPS, Legacy
 from tests.gateway.http.test_bridge_shell import SAMPLED, SAMPLING, two_rounds
 from tests.gateway.session import test_redis_store as redis_tests
+from tests.waiting import until, within
 
 redis_url, prefix, store, private_redis = (redis_tests.redis_url, redis_tests.prefix, redis_tests.store,
                                            redis_tests.private_redis)  # its fixtures, shared
 NOW = redis_tests.NOW
+
+
+def following(store: Any) -> bool:
+    """Whether a ``follow_events`` call is waiting: an in-memory copy has a waiter, a Redis follower holds its
+    connection (XREAD from a position returns what follows it, sent before or after the read arrived)."""
+    if isinstance(store, RedisStore):
+        return bool(store._follower.connection_pool._in_use_connections)
+    return any(copy._woken is not None for copy in store._copies.values())
 
 
 def events(*pairs: tuple[int, Any]) -> list[Event]:
@@ -78,7 +87,7 @@ async def test_follow_waits_for_the_next_events(store) -> None:
     await store.append_events("s1", "x", events((1, "a")), capacity=8, opening=True)
     assert await store.follow_events("s1", "x", 1, 0.05) == StoredEvents((), False)  # nothing within the wait
     waiting = asyncio.ensure_future(store.follow_events("s1", "x", 1, 5))
-    await asyncio.sleep(0.1)
+    await until(lambda: following(store), "the follower waits")
     await store.append_events("s1", "x", events((2, "b")), capacity=8, ended_after=2)
     assert await asyncio.wait_for(waiting, 10) == StoredEvents(tuple(events((2, "b"))), True)
 
@@ -116,7 +125,7 @@ async def test_an_opened_copy_follows_its_first_event(store) -> None:
     await store.append_events("s1", "x", [], capacity=8, opening=True)
     assert await store.follow_events("s1", "x", 0, 0.05) == StoredEvents((), False)
     waiting = asyncio.ensure_future(store.follow_events("s1", "x", 0, 5))
-    await asyncio.sleep(0.1)
+    await until(lambda: following(store), "the follower waits")
     await store.append_events("s1", "x", events((1, "a")), capacity=8)
     assert await asyncio.wait_for(waiting, 10) == StoredEvents(tuple(events((1, "a"))), False)
     assert await store.read_events("s1", "x", 0) == StoredEvents(tuple(events((1, "a"))), False)
@@ -213,7 +222,7 @@ async def test_a_held_copy_sends_nothing_until_its_write_is_done_and_a_failed_on
     assert mirror.hold() and not mirror.hold()  # one holder at a time
     stream.push({"n": 1})
     opened = asyncio.ensure_future(mirror.start())
-    await asyncio.sleep(0.01)
+    await asyncio.sleep(0.01)  # sleep: a quiet window: the opening must wait for the held save
     assert not opened.done() and store.appended == []  # no copy of its own meanwhile
     copy = mirror.held_events()
     assert copy is not None and copy.opening and [e.seq for e in copy.events] == [1]
@@ -273,7 +282,7 @@ async def test_a_result_whose_write_failed_still_goes_out_and_the_copy_is_droppe
     assert copy is not None and copy.ended_after == 1 and [e.seq for e in copy.events] == [1]
     mirror.released(copy, False, forget=False)
     assert [e.message for e in await asyncio.wait_for(batches.__anext__(), 5)] == [{"result": {}}]
-    await asyncio.sleep(0.01)
+    await until(lambda: store.dropped, "the copy is dropped")
     assert mirror.state is MirrorState.LOCAL and store.dropped == 1 and store.appended == []
 
 
@@ -290,17 +299,13 @@ async def test_events_evicted_before_a_held_write_leave_the_stream_uncopied() ->
     stream.push({"n": 2})  # evicts event 1, not copied yet
     assert mirror.held_events() is None
     mirror.released(None, True)
-    await asyncio.sleep(0.01)
+    await until(lambda: store.dropped, "the copy is dropped")
     assert mirror.state is MirrorState.LOCAL and store.dropped == 1 and store.appended == []
     batches = stream.batches_after(1, keepalive=60, writer=stream.claim())  # a writer past the evicted event
     assert [e.message for e in await asyncio.wait_for(batches.__anext__(), 5)] == [{"n": 2}]  # uncopied
 
 
 # Two replicas on one Redis ------------------------------------------------------------------------------------
-
-
-async def within(step: Any) -> Any:
-    return await asyncio.wait_for(step, 30)
 
 
 async def replicas(make_gateway: Any, url: str, name: str, store_timeout: float = 2.0,
