@@ -85,7 +85,7 @@ async def test_a_cancel_during_an_answers_step_waits_for_that_step(upstream, aio
     answering = asyncio.ensure_future(client.answer(first["id"], SAMPLED))
     await asyncio.wait_for(store.saving.wait(), 10)  # the answer's step is saving, in its handler's task
     assert await client.notify("notifications/cancelled", {"requestId": client.next_id, "reason": "stop"}) == 202
-    await asyncio.sleep(0.05)
+    await asyncio.sleep(0.05)  # sleep: a quiet window: the cancel must not step while the answer's step saves
     assert steps.seen == [("ClientAnswered", False)] and not answering.done()  # the cancel waits
     store.release.set()
     assert await answering == 202

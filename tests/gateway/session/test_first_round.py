@@ -9,6 +9,7 @@ import asyncio
 from gateway.http.app import GATEWAY
 from tests.gateway.conftest import Legacy, SharedMemoryStore, text
 from tests.gateway.http.test_bridge_shell import SAMPLED, _hold, gateway_tasks, two_rounds
+from tests.waiting import until
 
 
 def _runtime(legacy: Legacy):
@@ -76,8 +77,7 @@ async def test_delete_during_the_first_round_ends_the_request_and_leaves_nothing
     upstream.script["tools/call"] = lambda b, r: [_hold(r)]
     await legacy.initialize()
     post = asyncio.ensure_future(legacy.post("tools/call", {"name": "t", "arguments": {}}))
-    while not upstream.calls("tools/call"):
-        await asyncio.sleep(0.01)
+    await until(lambda: upstream.calls("tools/call"))
     runtime = _runtime(legacy)
     assert list(runtime.exchanges) == [legacy.next_id]  # in flight, though no task of its own runs it
     assert (await legacy.client.delete("/mcp", headers=legacy.headers())).status == 204
@@ -114,8 +114,7 @@ async def test_a_reused_id_is_refused_while_the_first_round_is_in_flight(legacy,
     upstream.script["tools/call"] = lambda b, r: [slow]
     await legacy.initialize()
     first = asyncio.ensure_future(legacy.post("tools/call", {"name": "t", "arguments": {}}))
-    while not upstream.calls("tools/call"):
-        await asyncio.sleep(0.01)
+    await until(lambda: upstream.calls("tools/call"))
     legacy.next_id -= 1  # the same id again
     again = await legacy.call("tools/call", {"name": "t", "arguments": {}})
     assert "already in flight" in again["error"]["message"]
