@@ -14,6 +14,7 @@ import pytest
 from gateway.session.redis_wire import RedisWire, Script, Target
 from gateway.session.store import StoreUnavailable
 from tests.gateway.session.test_redis_store import private_redis, redis_url  # noqa: F401  (fixtures)
+from tests.waiting import until
 
 pytest.importorskip("hiredis")
 
@@ -183,7 +184,7 @@ async def test_a_command_after_an_idle_spell_still_times_out_on_its_own_deadline
     loop = asyncio.get_running_loop()
     try:
         assert await wire.call("PING") == b"PONG"  # its watchdog fires at +0.5 s
-        await asyncio.sleep(0.3)
+        await asyncio.sleep(0.3)  # sleep: an idle spell, part of the PING's watchdog time, passes
         started = loop.time()
         with pytest.raises(StoreUnavailable, match="no reply within"):
             await wire.call("BLPOP", f"{key}:never", 2)  # Redis holds its reply for 2 s
@@ -196,7 +197,11 @@ async def test_a_command_after_an_idle_spell_still_times_out_on_its_own_deadline
 async def test_a_cancelled_caller_leaves_the_replies_in_step(wire, key) -> None:
     await wire.call("SET", key, "kept", "PX", 60_000)
     slow = asyncio.ensure_future(wire.call("BLPOP", f"{key}:never", 0.3))  # blocks Redis's reply to it
-    await asyncio.sleep(0.05)
+
+    def sent() -> bool:  # written on the connection, its reply awaited
+        conn = wire._conn
+        return conn is not None and bool(conn._waiting) and conn._unsent is None
+    await until(sent, "the BLPOP is sent")
     slow.cancel()
     assert await wire.call("GET", key) == b"kept"  # not the cancelled BLPOP's reply
     await wire.call("DEL", key)

@@ -10,6 +10,7 @@ from aiohttp import web
 
 from gateway.session.replay import Mirror
 from gateway.session.streams import OutStream, Sink, write_stream
+from tests.waiting import until
 
 
 async def _next(batches) -> list:
@@ -45,7 +46,7 @@ async def test_one_waiters_keepalive_timeout_leaves_the_others_wait_whole() -> N
     assert await _next(batches) == []
     first = asyncio.ensure_future(stream.wait_first())
     assert await _next(batches) == []  # a keep-alive tick: the writer's own wait timed out
-    await asyncio.sleep(0.01)
+    await asyncio.sleep(0.01)  # sleep: a quiet window: the other wait must not end with the writer's
     assert not first.done()  # still waiting, not cancelled with the writer's wait
     stream.push({"n": 1})
     await asyncio.wait_for(first, 5)
@@ -151,7 +152,7 @@ async def test_a_step_writes_for_a_waiting_writer_without_waking_it() -> None:
     _batches, waiting = await _parked(stream, response)
     await _step(stream, {"n": 1}, {"n": 2})
     assert response.writes == [b"".join(e.encode("s") for e in stream.buffer.after(0))]
-    await asyncio.sleep(0.01)
+    await asyncio.sleep(0.01)  # sleep: a quiet window: the writer must not be woken
     assert not waiting.done() and stream._parked is not None  # not woken
     await _step(stream, final={"n": 3})  # the end: written with the end of the body, and the writer returns
     assert response.eof and response.writes[-1] == stream.buffer.after(2)[0].encode("s")
@@ -170,7 +171,7 @@ async def test_without_a_step_or_with_two_waiting_the_writer_is_woken() -> None:
     other = stream.batches_after(1, keepalive=60)  # someone else waits too (a batch's reader): nothing is written
     assert await _next(other) == []                # past it, both are woken
     reading = asyncio.ensure_future(_next(other))
-    await asyncio.sleep(0.01)
+    await until(lambda: len(stream._waiters or ()) == 2, "the reader waits beside the writer")
     await _step(stream, {"n": 2})
     assert [e.message for e in await asyncio.wait_for(waiting, 5)] == [{"n": 2}] and response.writes == []
     assert [e.message for e in await asyncio.wait_for(reading, 5)] == [{"n": 2}]
@@ -181,10 +182,10 @@ async def test_a_writer_waking_during_a_steps_write_waits_for_it_and_repeats_not
     _batches, waiting = await _parked(stream, response, keepalive=0.02)
     response.gate = asyncio.Event()
     flushing = asyncio.ensure_future(_step(stream, {"n": 1}))
-    await asyncio.sleep(0.1)  # the writer's keep-alive fell while the step's write waits on the connection
+    await asyncio.sleep(0.1)  # sleep: the writer's keep-alive (0.02 s) falls while the step's write waits
     assert not waiting.done() and not flushing.done()
     stream.push({"n": 2})
-    await asyncio.sleep(0.01)
+    await asyncio.sleep(0.01)  # sleep: a quiet window: the writer must not write before the step's write ends
     assert not waiting.done()  # it waits for the step's write
     response.gate.set()
     await asyncio.wait_for(flushing, 5)
@@ -241,7 +242,7 @@ async def test_a_step_whose_save_carried_its_events_writes_them_itself() -> None
     mirror.released(copy, True)  # the save wrote the record and the event
     await stream.flush()
     assert response.writes == [stream.buffer.after(0)[0].encode("s")]
-    await asyncio.sleep(0.01)
+    await asyncio.sleep(0.01)  # sleep: a quiet window: the writer must not be woken
     assert not waiting.done() and stream._parked is not None
 
 
@@ -256,7 +257,7 @@ async def test_a_step_never_writes_what_the_copy_does_not_hold_yet() -> None:
     stream.hush()
     stream.push({"n": 1})  # copied by the mirror's own append, held at the gate
     await stream.flush()
-    await asyncio.sleep(0.01)
+    await asyncio.sleep(0.01)  # sleep: a quiet window: nothing may be written before the copy holds it
     assert response.writes == [] and not waiting.done() and store.appended == []
     store.gate.set()
     assert [e.message for e in await asyncio.wait_for(waiting, 5)] == [{"n": 1}] and store.appended == [1]
