@@ -232,7 +232,7 @@ def reject(reason: Reason, message: str, ident: Any = None) -> Rejection:
 # Codes a 2026 server emits because *the gateway* got the wire wrong: a bug or misconfiguration, not the
 # client's fault (docs/design.md §4).
 _GATEWAY_FAULT_CODES: Final = frozenset({HEADER_MISMATCH, UNSUPPORTED_PROTOCOL_VERSION})
-# What a client sees for an upstream -32020/-32022 (decision 4); named so ``adapters.check`` can recognise it.
+# What a client sees for an upstream -32020/-32022 (decision 4); named so ``kit.check`` can recognise it.
 GATEWAY_FAULT_MESSAGE: Final = "the gateway could not talk to the upstream server"
 
 

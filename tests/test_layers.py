@@ -1,10 +1,10 @@
 """The architecture, read from the folders: every import (top-level or inside a function) points down.
 
-Floors, bottom first: ``adapters`` (pure) < ``gateway.config`` < ``gateway.auth`` < ``gateway.upstream`` <
-``gateway.session`` < ``gateway.telemetry`` < ``gateway.http`` < ``gateway.ops``. A module may import its own
-folder and the floors
-below it, never one above; and no set of modules imports itself round in a circle (in the gateway, the
-adapters and the reference core), since a circle held apart by imports inside functions is still a circle.
+Floors, bottom first: ``adapters`` (the pure protocol core) < ``kit`` (the pure tooling) < ``gateway.config`` <
+``gateway.auth`` < ``gateway.upstream`` < ``gateway.session`` < ``gateway.telemetry`` < ``gateway.http`` <
+``gateway.ops``. A module may import its own folder and the floors below it, never one above; and no set of
+modules imports itself round in a circle (in the gateway, the adapters, the kit and the reference core), since a
+circle held apart by imports inside functions is still a circle.
 """
 
 from __future__ import annotations
@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-FLOORS = ("adapters", "gateway.config", "gateway.auth", "gateway.upstream", "gateway.session", "gateway.telemetry",
-          "gateway.http", "gateway.ops")
-PACKAGES = ("adapters", "gateway", "modern_server")
+FLOORS = ("adapters", "kit", "gateway.config", "gateway.auth", "gateway.upstream", "gateway.session",
+          "gateway.telemetry", "gateway.http", "gateway.ops")
+PACKAGES = ("adapters", "kit", "gateway", "modern_server")
 
 
 def module_name(path: Path) -> str:
@@ -83,6 +83,7 @@ def cycles(edges: dict[str, set[str]]) -> list[list[str]]:
 def test_there_is_a_graph_to_check() -> None:
     edges = graph()
     assert "gateway.http.app" in edges and "gateway.session.runtime" in edges["gateway.http.app"]
+    assert "kit.check" in edges["kit.scenario"]  # the kit is walked too
 
 
 def test_no_module_imports_a_floor_above_its_own() -> None:

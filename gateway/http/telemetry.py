@@ -18,13 +18,13 @@ from typing import Any
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from adapters.usage_report import WindowError, parse_window
 from gateway.config.usage import UsageConfig
 from gateway.http.keys import REVERSE
 from gateway.telemetry.dashboard import render_html
 from gateway.telemetry.metrics import Metrics
 from gateway.telemetry.report import build_report
 from gateway.telemetry.usage import USAGE, UsageRecorder, usage_context
+from kit.usage_report import WindowError, parse_window
 
 _COOKIE = "gw_admin"
 

@@ -3,8 +3,8 @@ against a 2026-07-28 server, tool by tool.
 
 Owns the I/O of a check: the direct 2026 probe of the upstream (``server/discover``, ``tools/list``), then the
 legacy session of :mod:`gateway.ops.legacy_client` through an in-process gateway, answering every live request
-with the answers of ``--answers FILE`` (a scenario file, :mod:`adapters.scenario`: each tool's first ``call``
-step gives its arguments, answers and expectations) or else the canned answers of :mod:`adapters.check`, which
+with the answers of ``--answers FILE`` (a scenario file, :mod:`kit.scenario`: each tool's first ``call``
+step gives its arguments, answers and expectations) or else the canned answers of :mod:`kit.check`, which
 also judges what it saw. One progress line per tool goes to stderr as it ends. An OAuth-protected upstream is
 logged in to as the stdio door does it (gateway.ops.stdio_login: the same flags, the same token folder).
 
@@ -30,8 +30,6 @@ from typing import Any, TypeVar
 
 import aiohttp
 
-from adapters import check as C
-from adapters import scenario as S
 from adapters.capabilities import client_caps_to_modern
 from adapters.jsonwire import loads
 from adapters.sse import EventTooLarge, SseDecoder
@@ -42,6 +40,8 @@ from gateway.config.settings import ConfigError, TraceConfig, load_config
 from gateway.ops.legacy_client import ACCEPT, MAX_PAGES, LegacyClient, Rounds, Unusable, served_gateway
 from gateway.ops.stdio_login import UpstreamSetup, upstream_setup
 from gateway.ops.stdio_login import add_arguments as add_login_arguments
+from kit import check as C
+from kit import scenario as S
 
 _T = TypeVar("_T")
 

@@ -18,12 +18,12 @@ from typing import Any
 import aiohttp
 from aiohttp import web
 
-from adapters import check as C
 from gateway.auth.credentials import UpstreamCredentials
 from gateway.config.settings import TraceConfig, load_config
 from gateway.http.app import create_app
 from gateway.http.door import sse_messages
 from gateway.telemetry.trace import Tee, Tracer
+from kit import check as C
 
 ACCEPT = "application/json, text/event-stream"
 MAX_PAGES = 100  # a server whose cursors never end must not hold a client forever

@@ -1,5 +1,5 @@
 """``python -m gateway replay FILE... --upstream URL``, the shell half: replays scenario files (the steps of a
-2025-11-25 client, with canned answers and expectations; :mod:`adapters.scenario`) through an in-process gateway.
+2025-11-25 client, with canned answers and expectations; :mod:`kit.scenario`) through an in-process gateway.
 
 Owns the I/O: reading the TOML files, the 2026-07-28 probe of the upstream (``gateway.ops.check.probe``), one
 legacy session of :mod:`gateway.ops.legacy_client` per file, and the output. Exit 0 when every step met its
@@ -19,10 +19,10 @@ from typing import Any
 
 import aiohttp
 
-from adapters import check as C
-from adapters import scenario as S
 from gateway.ops.check import Options, probe
 from gateway.ops.legacy_client import LegacyClient, Rounds, Unusable, served_gateway
+from kit import check as C
+from kit import scenario as S
 
 
 def load(path: str) -> S.Scenario:

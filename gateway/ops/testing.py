@@ -19,9 +19,9 @@ import pytest
 import pytest_asyncio
 from aiohttp import web
 
-from adapters import check as C
 from adapters.client_answers import roots_result, sampling_result
 from gateway.ops.legacy_client import LegacyClient, LiveRequest, Rounds, served_gateway
+from kit import check as C
 
 SamplingCallback = Callable[[Mapping[str, Any]], "str | Mapping[str, Any]"]
 ElicitationCallback = Callable[[Mapping[str, Any]], Mapping[str, Any]]

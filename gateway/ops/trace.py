@@ -1,6 +1,6 @@
 """``serve --trace FILE [--trace-content]`` (attaching a :class:`~gateway.telemetry.trace.Tracer` to the app),
 ``serve --otel`` (the OpenTelemetry SDK's provider and OTLP exporter, for gateway.telemetry.otel's spans) and
-``python -m gateway trace FILE [--request ID] [--html OUT]`` (reading one back: adapters.trace_view)."""
+``python -m gateway trace FILE [--request ID] [--html OUT]`` (reading one back: kit.trace_view)."""
 
 from __future__ import annotations
 
@@ -12,10 +12,10 @@ from typing import Any
 
 from aiohttp import web
 
-from adapters.trace_view import group, html_page, summary
 from gateway.config.settings import GatewayConfig, OtelConfig, TraceConfig
 from gateway.http.app import create_app
 from gateway.telemetry.trace import Tracer
+from kit.trace_view import group, html_page, summary
 
 
 def add_serve_arguments(serve: argparse.ArgumentParser) -> None:

@@ -5,7 +5,7 @@ and per live request to the client.
 Needs the optional ``otel`` extra (``opentelemetry-api``; the SDK and its OTLP exporter for ``serve``), imported
 only when spans are on: the gateway runs unchanged without it. Spans go to the global tracer provider, which
 ``serve`` sets up from the standard ``OTEL_*`` environment variables (:func:`install_provider`) and a test may set
-to the SDK's in-memory exporter. Names and attributes are decided by :mod:`adapters.spans`; this module owns the
+to the SDK's in-memory exporter. Names and attributes are decided by :mod:`kit.spans`; this module owns the
 span objects and the clock. The round span is also the parent the upstream is told about: its W3C ``traceparent``
 goes with that round's upstream request (:data:`gateway.upstream.client.CALL_HEADERS`).
 """
@@ -24,13 +24,13 @@ from opentelemetry import trace
 from opentelemetry.propagate import inject
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode, Tracer
 
-from adapters import spans as S
 from adapters.bridge import Action
 from adapters.classify import Accepted, Kind
 from adapters.jsonwire import loads
 from adapters.peers import Peer, peer_from_record, trace_policy
 from adapters.records import PendingRound, SessionRecord
 from gateway.upstream.client import CALL_HEADERS
+from kit import spans as S
 
 log = logging.getLogger("gateway.otel")
 INSTRUMENTATION = "mcp-legacy-gateway"

@@ -1,7 +1,7 @@
 """``python -m gateway report [--since 30d] [--format table|json|html] [--db FILE] [--config FILE]``
 (the migration report).
 
-Owns reading the usage store into :class:`adapters.usage_report.ReportBuilder` (with progress on stderr while it
+Owns reading the usage store into :class:`kit.usage_report.ReportBuilder` (with progress on stderr while it
 reads a large store) and the table/JSON renderers; HTML comes from :mod:`gateway.telemetry.dashboard`, so the
 file and the ``/migration`` page are the same report. Sunsets come from the store (the pins each peer's sessions
 carried) and, when ``--config`` is given, from that file's peers, which win.
@@ -19,11 +19,11 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from adapters.usage import DAY_MS, day_number, iso_day
-from adapters.usage_report import ReportBuilder, Window, WindowError, parse_window
 from gateway.config.settings import ConfigError, GatewayConfig, load_config
 from gateway.config.usage import DEFAULT_DB, UsageConfig
 from gateway.telemetry.dashboard import render_html
 from gateway.telemetry.usage import UsageDb
+from kit.usage_report import ReportBuilder, Window, WindowError, parse_window
 
 Progress = Callable[[int, int], None]
 

@@ -1,4 +1,5 @@
-"""House rules enforced by inspection: adapters/ stays sans-IO; modern_server/ knows nothing of the gateway."""
+"""House rules enforced by inspection: adapters/ (the protocol core) and kit/ (the tooling) stay sans-IO, and the
+core knows nothing of the tooling; modern_server/ knows nothing of the gateway."""
 
 from __future__ import annotations
 
@@ -10,6 +11,8 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 FORBIDDEN_IN_ADAPTERS = {"aiohttp", "asyncio", "socket", "time", "random", "secrets", "os", "websockets",
                          "gateway", "modern_server", "threading", "subprocess", "datetime", "uuid", "httpx"}
+# The core decides the protocol alone: the tooling builds on it, never the other way round.
+FORBIDDEN_IN_CORE = FORBIDDEN_IN_ADAPTERS | {"kit"}
 
 
 def imported_roots(path: Path) -> set[str]:
@@ -26,14 +29,27 @@ def imported_roots(path: Path) -> set[str]:
 
 
 ADAPTER_MODULES = sorted((ROOT / "adapters").glob("*.py"))
+KIT_MODULES = sorted((ROOT / "kit").glob("*.py"))
+PURE_MODULES = ADAPTER_MODULES + KIT_MODULES
 
 
-def test_there_are_adapter_modules_to_check() -> None:
+def pure_id(path: Path) -> str:
+    return f"{path.parent.name}/{path.name}"
+
+
+def test_there_are_adapter_and_kit_modules_to_check() -> None:
     assert len(ADAPTER_MODULES) >= 10
+    assert len(KIT_MODULES) >= 5
 
 
-@pytest.mark.parametrize("path", ADAPTER_MODULES, ids=lambda p: p.name)
-def test_adapters_import_nothing_that_does_io(path: Path) -> None:
+@pytest.mark.parametrize("path", ADAPTER_MODULES, ids=pure_id)
+def test_adapters_import_nothing_that_does_io_nor_the_kit(path: Path) -> None:
+    bad = imported_roots(path) & (FORBIDDEN_IN_CORE | {"<dynamic __import__>"})
+    assert not bad, f"{path.name} imports {sorted(bad)}"
+
+
+@pytest.mark.parametrize("path", KIT_MODULES, ids=pure_id)
+def test_the_kit_imports_nothing_that_does_io(path: Path) -> None:
     bad = imported_roots(path) & (FORBIDDEN_IN_ADAPTERS | {"<dynamic __import__>"})
     assert not bad, f"{path.name} imports {sorted(bad)}"
 
@@ -46,11 +62,11 @@ def test_the_import_checker_catches_forbidden_imports(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("path", sorted((ROOT / "modern_server").rglob("*.py")), ids=lambda p: p.name)
 def test_modern_server_imports_neither_gateway_nor_adapters(path: Path) -> None:
-    assert not imported_roots(path) & {"gateway", "adapters"}, path
+    assert not imported_roots(path) & {"gateway", "adapters", "kit"}, path
 
 
-@pytest.mark.parametrize("path", ADAPTER_MODULES, ids=lambda p: p.name)
-def test_adapter_functions_stay_small(path: Path) -> None:
+@pytest.mark.parametrize("path", PURE_MODULES, ids=pure_id)
+def test_pure_functions_stay_small(path: Path) -> None:
     tree = ast.parse(path.read_text())
     long = [f"{n.name} ({n.end_lineno - n.lineno + 1} lines)" for n in ast.walk(tree)
             if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.end_lineno - n.lineno + 1 > 45]

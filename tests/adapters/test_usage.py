@@ -24,7 +24,7 @@ from adapters.usage import (
     outcome_of,
     rollup_key,
 )
-from adapters.usage_report import ReportBuilder, verdict
+from kit.usage_report import ReportBuilder, verdict
 
 TODAY = "2026-12-02"
 

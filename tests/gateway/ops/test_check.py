@@ -11,8 +11,8 @@ from typing import Any
 
 from aiohttp import web
 
-from adapters.check import ProblemKind, Status
 from gateway.ops.check import OUT_OF_BAND_SECONDS, Options, run_check
+from kit.check import ProblemKind, Status
 from modern_server.app import create_app as create_core
 from modern_server.config import CoreConfig
 from tests.gateway.conftest import gateway_cli

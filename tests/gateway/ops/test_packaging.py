@@ -44,7 +44,7 @@ def imported(node: ast.AST) -> list[str]:
 
 def test_the_shipped_packages_import_nothing_from_the_test_extra() -> None:
     offenders = []
-    for package in ("gateway", "adapters", "modern_server"):
+    for package in ("gateway", "adapters", "kit", "modern_server"):
         for path in (ROOT / package).rglob("*.py"):
             if path.relative_to(ROOT).as_posix() == PLUGIN:
                 continue
@@ -60,7 +60,7 @@ def test_pyproject_declares_the_pytest_plugin_under_its_module_name() -> None:
 
 
 def test_nothing_shipped_imports_the_pytest_plugin() -> None:
-    users = [str(path.relative_to(ROOT)) for package in ("gateway", "adapters", "modern_server")
+    users = [str(path.relative_to(ROOT)) for package in ("gateway", "adapters", "kit", "modern_server")
              for path in (ROOT / package).rglob("*.py") if path.relative_to(ROOT).as_posix() != PLUGIN
              for node in ast.walk(ast.parse(path.read_text())) if "gateway.ops.testing" in imported(node)]
     assert not users

@@ -146,7 +146,7 @@ def test_a_request_whose_session_id_starts_with_a_dash_is_found(tmp_path: Path, 
 
 def test_errors_are_marked_in_the_summary_and_red_in_the_page() -> None:
     from adapters.trace import Seen, TapKind, trace_record
-    from adapters.trace_view import group, html_page, summary
+    from kit.trace_view import group, html_page, summary
 
     seen = Seen("s", 7, 0, 1.0)
     records = [trace_record(TapKind.CLIENT, {"jsonrpc": "2.0", "id": 7, "method": "tools/call"}, seen, content=False),
@@ -321,8 +321,8 @@ def test_the_summary_escapes_control_characters(tmp_path: Path, capsys) -> None:
     newlines and bidi overrides come out as escapes, never raw, so a trace cannot drive the reader's terminal.
     The HTML page escapes markup as before."""
     from adapters.trace import Seen, TapKind, trace_record
-    from adapters.trace_view import printable
     from gateway.ops.cli import main
+    from kit.trace_view import printable
 
     method = "tools/call\x1b]0;owned\x07\x9b2J\x1b[2K"
     error = {"code": -32601, "message": "no\rsuch\x9d method\x7f\u202egnp.exe\u2028<b>"}

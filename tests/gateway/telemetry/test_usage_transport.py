@@ -19,12 +19,12 @@ from mcp.client.sse import sse_client
 from prometheus_client.parser import text_string_to_metric_families
 
 from adapters.usage import DAY_MS, KEY_FIELDS, day_number
-from adapters.usage_report import Window
 from gateway.config.settings import load_config
 from gateway.http.app import create_app
 from gateway.telemetry.dashboard import render_html
 from gateway.telemetry.report import build_report, render_table
 from gateway.telemetry.usage import USAGE, UsageDb
+from kit.usage_report import Window
 from tests.gateway.http.test_e2e_sdk import sampling
 
 TODAY = "2026-12-04"

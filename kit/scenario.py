@@ -15,8 +15,8 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Any
 
-from adapters.check import InputKind, Observation, Status, ToolReport
 from adapters.client_answers import roots_result, sampling_result
+from kit.check import InputKind, Observation, Status, ToolReport
 
 _ACTIONS = ("accept", "decline", "cancel")
 _INPUT_NAMES = ("sampling", "elicitation", "elicitation.form", "elicitation.url", "roots")

@@ -1,11 +1,11 @@
-"""adapters.usage_report's window: ``--since`` / ``/migration?since=`` syntax, units and the retention bound."""
+"""kit.usage_report's window: ``--since`` / ``/migration?since=`` syntax, units and the retention bound."""
 
 from __future__ import annotations
 
 import pytest
 
 from adapters.usage import DAY_MS, HOUR_MS, day_number
-from adapters.usage_report import Unit, Window, WindowError, parse_window
+from kit.usage_report import Unit, Window, WindowError, parse_window
 
 
 def test_days_weeks_hours_and_a_bare_number() -> None:

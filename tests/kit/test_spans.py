@@ -1,11 +1,11 @@
-"""What the OpenTelemetry spans say (adapters.spans): names, attributes, and which spans an action batch of the
+"""What the OpenTelemetry spans say (kit.spans): names, attributes, and which spans an action batch of the
 bridge machine opens and closes."""
 
 from __future__ import annotations
 
 from adapters import bridge as B
-from adapters import spans as S
 from adapters.records import PendingRound
+from kit import spans as S
 
 
 def _record(**changes: object) -> PendingRound:

@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from adapters.check import InputKind
-from adapters.scenario import Answers, ScenarioError, StepObservation, Target, judge_step, parse
+from kit.check import InputKind
+from kit.scenario import Answers, ScenarioError, StepObservation, Target, judge_step, parse
 
 
 def one(**step: object) -> dict[str, object]:

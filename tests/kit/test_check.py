@@ -1,4 +1,4 @@
-"""adapters.check: argument synthesis from schemas, canned answers, and the judging of observations."""
+"""kit.check: argument synthesis from schemas, canned answers, and the judging of observations."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import time
 
 import pytest
 
-from adapters import check as C
 from adapters.errors import translate_upstream_error
+from kit import check as C
 
 
 def test_arguments_take_required_properties_only_and_prefer_declared_values() -> None:
