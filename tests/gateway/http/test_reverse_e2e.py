@@ -513,3 +513,18 @@ async def test_200_concurrent_2026_clients_of_five_principals_are_never_cross_wi
     assert sorted(k.principal for k in bridge.pool) == sorted({k.principal for k in bridge.pool}) and \
         len(bridge.pool) == 5  # one session per principal
     assert not bridge.parked and all(p.busy == 0 for p in bridge.pool.values())
+
+
+async def test_a_listen_ends_gracefully_when_the_legacy_sessions_get_stream_ends(gateway: Any) -> None:
+    bridge = gateway.app[REVERSE]
+    async with aiohttp.ClientSession() as http:
+        stream = await _open_listen(http, gateway, "l9", ["notes://readme"])
+        pooled = next(iter(bridge.pool.values()))
+        headers = {"Mcp-Session-Id": pooled.session.session_id, "MCP-Protocol-Version": pooled.session.version}
+        async with http.delete(pooled.session.url, headers=headers) as resp:  # the server ends the session
+            assert resp.status == 200
+        last = await asyncio.wait_for(_next_data(stream), 30)  # a guard against a hang, not a timing check
+        stream.close()
+    assert last == {"jsonrpc": "2.0", "id": "l9",
+                    "result": {"resultType": "complete", "_meta": {"io.modelcontextprotocol/subscriptionId": "l9"}}}
+    assert not pooled.listens and pooled.busy == 0
