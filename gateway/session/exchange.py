@@ -449,11 +449,8 @@ class Exchange:
         copy, written = mirror.held_events() if mirror is not None else None, False
         try:
             written = await gateway.store.put_round(rec, lease, owners, holder=holder, copy=copy, hold=hold)
-        except WaitingFull as full:  # nothing was written: no round, lease or claim (its pushes are forgotten)
-            self._saved = False
-            if gateway.leases.get(rec.bridge_id) is self:
-                del gateway.leases[rec.bridge_id]
-            raise _Refused(self._refusal(full.load)) from None
+        except WaitingFull as full:
+            raise self._refused(full.load) from None
         finally:
             if mirror is not None:
                 mirror.released(copy, written)
@@ -464,11 +461,16 @@ class Exchange:
             self._held = True
             self._observe(actions or [])
 
-    def _refusal(self, load: WaitingLoad) -> ErrorValue:
-        """The limit error of a load a store refused against ``adapters.admission.waiting_ceilings``."""
+    def _refused(self, load: WaitingLoad) -> _Refused:
+        """A first save whose hold the store refused (``adapters.admission.waiting_ceilings``) wrote nothing: no
+        round, lease or claim (the pushes it held are forgotten). Its limit error, named by admit_waiting."""
+        self._saved = False
+        gateway = self.runtime.gateway
+        if gateway.leases.get(self.record.bridge_id) is self:
+            del gateway.leases[self.record.bridge_id]
         refused = admit_waiting(load, self.machine.ctx.limits)
         assert refused is not None, "a store refuses only what admit_waiting refuses"
-        return refused
+        return _Refused(refused)
 
     def _owner_changes(self, releases: bool = True) -> Owners | None:
         """What the next write claims and releases, for as long as the client may take to answer."""
