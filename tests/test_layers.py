@@ -108,3 +108,25 @@ def test_no_import_cycles() -> None:
 ])
 def test_the_cycle_finder_finds_cycles(edges: dict[str, set[str]], expected: list[list[str]]) -> None:
     assert cycles(edges) == expected
+
+
+# HTTP answers are written on the http floor: the session floor keeps streams and sessions as data (its modules may
+# name aiohttp's types, never make or subclass a response).
+RESPONSES = {"Response", "StreamResponse", "FileResponse", "json_response", "EventStreamResponse"}
+
+
+def responses_made(path: Path) -> set[str]:
+    made: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+        targets = [node.func] if isinstance(node, ast.Call) else node.bases if isinstance(node, ast.ClassDef) else []
+        made.update(t.attr if isinstance(t, ast.Attribute) else getattr(t, "id", "") for t in targets)
+    return made & RESPONSES
+
+
+@pytest.mark.parametrize("path", sorted((ROOT / "gateway" / "session").glob("*.py")), ids=lambda p: p.name)
+def test_the_session_floor_writes_no_http_answer(path: Path) -> None:
+    assert not responses_made(path), f"{path.name} makes {sorted(responses_made(path))}"
+
+
+def test_the_answer_check_sees_an_answer() -> None:
+    assert responses_made(ROOT / "gateway" / "http" / "streams.py") >= {"Response", "StreamResponse"}

@@ -15,7 +15,7 @@ from adapters.errors import ErrorValue, Rejection
 from adapters.results import response
 from gateway.http.health import name_replica
 from gateway.http.keys import GATEWAY
-from gateway.session.streams import json_response
+from gateway.http.streams import json_response
 
 
 def rejection_response(rejection: Rejection) -> web.Response:

@@ -45,6 +45,7 @@ from gateway.http.pages import add_page_routes
 from gateway.http.passthrough import Passthroughs
 from gateway.http.reverse import ReverseBridge, ReverseSettings
 from gateway.http.sse_door import add_sse_door
+from gateway.http.streams import json_response
 from gateway.http.telemetry import install_usage
 from gateway.http.tracing import trace_answer, trace_request
 from gateway.http.ws_door import add_ws_door
@@ -55,7 +56,7 @@ from gateway.session.observer import Observer, Observers
 from gateway.session.relay import relay_lifetime
 from gateway.session.runtime import DRAIN_FRACTION, Gateway, PinState, log
 from gateway.session.store import SessionStore, StoreUnavailable
-from gateway.session.streams import OutStream, Tap, json_response
+from gateway.session.streams import OutStream, Tap
 from gateway.session.takeover import lease_lifetime
 from gateway.telemetry.usage import UsageObserver
 from gateway.upstream.client import UpstreamClient, UpstreamSizes

@@ -21,7 +21,7 @@ from gateway.auth.validator import TokenValidator
 from gateway.config.settings import GatewayConfig
 from gateway.http.answers import rejection_response
 from gateway.http.keys import AUTHZ
-from gateway.session.streams import json_response
+from gateway.http.streams import json_response
 from gateway.telemetry.usage import USAGE
 
 log = logging.getLogger("gateway.auth")

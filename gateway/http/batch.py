@@ -14,8 +14,9 @@ from adapters.errors import Rejection
 from adapters.jsonwire import ENCODED_DEPTH, loads
 from adapters.sse import PRIMING_SEQ
 from gateway.http.legacy import write_post
+from gateway.http.streams import json_response
 from gateway.session.runtime import Gateway, log
-from gateway.session.streams import OutStream, json_response
+from gateway.session.streams import OutStream
 
 # One element's answer, as if it were posted alone (``gateway.http.perform`` runs the session core on it).
 Run = Callable[[Accepted], Awaitable[web.StreamResponse | OutStream]]

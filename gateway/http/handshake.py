@@ -21,8 +21,8 @@ from adapters.results import Invalid, classify_result, response
 from adapters.session import OpenSession
 from adapters.upstream import SessionView, build_discover
 from gateway.http.answers import error_answer, rejection_response
+from gateway.http.streams import json_response
 from gateway.session.runtime import Gateway, log, new_id
-from gateway.session.streams import json_response
 from gateway.upstream.client import UpstreamFailure
 
 # Entries in Gateway.discover_cache: private results are kept per principal, and any bearer token is one, so the

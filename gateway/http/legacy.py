@@ -13,10 +13,11 @@ from adapters.records import PendingRound, SessionRecord
 from adapters.session import SessionChange, UpdateSession
 from adapters.takeover import token_goes_upstream
 from gateway.http.answers import Acknowledgement
+from gateway.http.streams import StreamMode, json_response, write_stream
 from gateway.session import takeover
 from gateway.session.exchange import Exchange, HandedOver, bridge_context
 from gateway.session.runtime import Gateway, log, new_id
-from gateway.session.streams import OutStream, StreamMode, json_response, write_stream
+from gateway.session.streams import OutStream
 
 
 async def write_post(request: web.Request, gw: Gateway, stream: OutStream) -> web.StreamResponse:

@@ -34,9 +34,10 @@ from gateway.http.keys import AUTHZ, PASSTHROUGHS, REVERSE
 from gateway.http.legacy import cancel, deliver, forward, update_session
 from gateway.http.modern import on_modern
 from gateway.http.sse import on_delete, on_open_stream, on_resume
+from gateway.http.streams import json_response
 from gateway.http.subscriptions import on_subscribe
 from gateway.session.runtime import Gateway, log
-from gateway.session.streams import OutStream, json_response
+from gateway.session.streams import OutStream
 from gateway.telemetry.reverse import reverse_watch
 
 Answer = web.StreamResponse | OutStream

@@ -32,8 +32,8 @@ from adapters.errors import ErrorValue, UpstreamFault, passthrough_ended, upstre
 from adapters.protocol import MRTR_METHODS, NAME_PARAM
 from adapters.sse import encode_event
 from gateway.http.passthrough import Passthroughs
+from gateway.http.streams import json_response
 from gateway.session.runtime import log
-from gateway.session.streams import json_response
 from gateway.upstream.legacy_session import BROKE, GONE, LegacyFailure, LegacySession, Message, SessionGone
 
 _AAD = b"mcp-legacy-gateway reverse requestState v1"

@@ -10,10 +10,11 @@ from adapters.classify import Accepted
 from adapters.errors import Reason, reject
 from adapters.sse import parse_event_id
 from gateway.http.answers import ready, rejection_response
+from gateway.http.streams import StreamMode, write_stream
 from gateway.http.subscriptions import listen_in_background
 from gateway.session import takeover
 from gateway.session.runtime import Gateway, SessionRuntime
-from gateway.session.streams import OutStream, StreamMode, write_stream
+from gateway.session.streams import OutStream
 
 
 def on_open_stream(request: web.Request, gw: Gateway, acc: Accepted) -> Awaitable[web.StreamResponse]:

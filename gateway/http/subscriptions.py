@@ -13,9 +13,9 @@ from adapters.records import SessionRecord
 from adapters.results import response
 from adapters.subscriptions import apply_subscribes, gateway_warning, listen_filter, subscribe_uri
 from gateway.http.answers import error_answer, rejection_response
+from gateway.http.streams import json_response
 from gateway.session.listen import own_listener
 from gateway.session.runtime import Gateway, log, session_view
-from gateway.session.streams import json_response
 
 
 async def on_subscribe(request: web.Request, gw: Gateway, session: SessionRecord, ident: Any,

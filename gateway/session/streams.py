@@ -1,6 +1,7 @@
-"""Downstream SSE streams: every message the gateway sends a legacy client goes through an :class:`OutStream`
-(numbered, buffered for ``Last-Event-ID`` resumption), and :func:`write_stream` answers a POST lazily as JSON
-(when the response is the only message) or SSE (whenever requests/notifications precede it), as docs/design.md §11 says.
+"""Downstream SSE streams as data: every message the gateway sends a legacy client goes through an
+:class:`OutStream` (numbered, buffered for ``Last-Event-ID`` resumption), which wakes the writers waiting on it.
+Writing a stream as an HTTP answer (JSON or SSE, chosen lazily) is ``gateway.http.streams``; here a writer's
+response is only a :class:`Body` a step may write to (:meth:`OutStream.flush`).
 
 A dropped client connection only ends the *writer*; the stream and the work feeding it go on (2025-11-25: a
 disconnect is not a cancellation), so a later ``GET`` with ``Last-Event-ID`` replays what was missed.
@@ -9,20 +10,14 @@ disconnect is not a cancellation), so a later ``GET`` with ``Last-Event-ID`` rep
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable, Iterable, Mapping
-from enum import Enum
+from collections.abc import AsyncIterator, Callable, Iterable
 from typing import Any, Protocol
 
-from aiohttp import web
-
-from adapters.jsonwire import dumps
-from adapters.sse import KEEPALIVE, PRIMING_SEQ, Event, ReplayBuffer, encode_event, event_id
+from adapters.sse import PRIMING_SEQ, Event, ReplayBuffer
 from adapters.trace import TapKind
 from gateway.session.store import StreamAppend
 
 Tap = Callable[[str, Any], None]
-# Response headers: a mapping, or (name, value) pairs where a name repeats (one WWW-Authenticate per challenge).
-Headers = Mapping[str, str] | Iterable[tuple[str, str]]
 
 
 class StreamGone(Exception):
@@ -42,13 +37,21 @@ class Mirror(Protocol):
     def released(self, copy: StreamAppend | None, written: bool, *, forget: bool = True) -> None: ...
 
 
+class Body(Protocol):
+    """What a step may do with a waiting writer's response (an aiohttp ``StreamResponse`` already prepared):
+    write events, or the last ones with the end of the body."""
+
+    async def write(self, data: bytes) -> None: ...
+    async def write_eof(self, data: bytes = b"") -> None: ...
+
+
 class Sink:
     """A writer's response and the last event it wrote, so that while it waits a step can write what it pushed
     itself (:meth:`OutStream.flush`, docs/design.md §52). ``busy``: such a write is under way."""
 
     __slots__ = ("busy", "response", "seq", "waiter", "writer")
 
-    def __init__(self, response: web.StreamResponse, seq: int, writer: int) -> None:
+    def __init__(self, response: Body, seq: int, writer: int) -> None:
         self.response, self.seq, self.writer = response, seq, writer
         self.busy = False
         self.waiter: asyncio.Future[None] | None = None  # its wait's future while it waits
@@ -236,65 +239,3 @@ class OutStream:
             if isinstance(message, dict) and ("result" in message or "error" in message):
                 return message
         return None
-
-
-class EventStreamResponse(web.StreamResponse):
-    """An SSE answer whose status line and headers wait for the first body write and go out in the same send: on
-    loopback one send costs more than the Python around it (the benchmark's profile), and every stream writes at
-    once anyway (the priming event, or the first batch). aiohttp >= 3.11 reads this class attribute (its
-    ``Response`` sets it the same way); an older one sends the headers at ``prepare()``, which is only slower."""
-
-    _send_headers_immediately = False
-
-
-def json_response(message: Any, status: int = 200, headers: Headers | None = None) -> web.Response:
-    """A JSON-RPC message as a plain JSON answer (the project's one encoder, ``adapters.jsonwire.dumps``);
-    ``headers`` may repeat a name (aiohttp keeps each pair: a multidict)."""
-    return web.Response(body=dumps(message), status=status, headers=headers or None,
-                        content_type="application/json")
-
-
-class StreamMode(Enum):
-    """How a stream answers an HTTP request (2025-11-25 basic/transports §Streamable HTTP)."""
-
-    POST = "post"  # a request's answer: JSON when the response is the only message, else SSE
-    GET = "get"  # the standalone stream: only events from now on
-    RESUME = "resume"  # GET with Last-Event-ID: replay after that event, then follow
-
-
-async def write_stream(request: web.Request, stream: OutStream, *, mode: StreamMode, retry_ms: int,
-                       keepalive: float,
-                       after: int = PRIMING_SEQ, headers: dict[str, str] | None = None) -> web.StreamResponse:
-    """Answer with ``stream`` as ``mode`` says (``after``: the event a resume replays after)."""
-    if mode is StreamMode.POST:
-        await stream.wait_first()
-        only = stream.single_response()
-        if only is not None:
-            status, extra = stream.status
-            return json_response(only, status, [*(headers or {}).items(), *extra] if extra else headers)
-        if stream.closed and len(stream.buffer) == 0:
-            return web.Response(status=202, headers=headers)  # cancelled before anything was sent
-    elif mode is StreamMode.GET:
-        after = stream.buffer.next_seq - 1
-    if stream.mirror is not None:
-        await stream.mirror.start()  # SSE is resumable: on a shared store, from any replica
-    response = EventStreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache",
-                                          "X-Accel-Buffering": "no", **(headers or {})})
-    await response.prepare(request)
-    writer = stream.claim()
-    # Priming event: an id to resume from before the first message, and the retry delay (2025-11-25
-    # basic/transports); it goes out in the same write as the first batch.
-    head = encode_event(event_id(stream.name, after), None, retry_ms) if mode is not StreamMode.RESUME else b""
-    try:
-        async for batch in stream.batches_after(after, keepalive, writer, Sink(response, after, writer)):
-            data = head + b"".join([e.encode(stream.name) for e in batch]) if batch else head or KEEPALIVE
-            head = b""
-            if batch and stream.closed and batch[-1].seq == stream.buffer.next_seq - 1:
-                await response.write_eof(data)  # the last event and the end of the body in one send
-            else:
-                await response.write(data)
-    except ConnectionResetError:
-        return response  # the client went away; the stream lives on for resumption
-    except StreamGone:
-        pass
-    return response

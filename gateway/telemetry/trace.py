@@ -49,7 +49,7 @@ class Scope:
 
     def note(self, kind: str, message: Any) -> None:
         """Remember a response traced as pushed on a stream: the same message returned as JSON is not traced
-        twice (gateway.session.streams.write_stream answers a lone response as JSON)."""
+        twice (gateway.http.streams.write_stream answers a lone response as JSON)."""
         if kind == TapKind.DOWNSTREAM and isinstance(message, dict) and "method" not in message:
             self.sent.add(dumps(message.get("id")).decode())
 

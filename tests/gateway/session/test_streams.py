@@ -6,10 +6,9 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-from aiohttp import web
 
 from gateway.session.replay import Mirror
-from gateway.session.streams import OutStream, Sink, write_stream
+from gateway.session.streams import OutStream, Sink
 from tests.waiting import until
 
 
@@ -71,35 +70,6 @@ async def test_a_new_writer_supersedes_the_old_one() -> None:
     stream.claim()
     with pytest.raises(StopAsyncIteration):  # the old writer ends instead of getting the next batch
         await waiting
-
-
-@pytest.mark.parametrize("mode", ["post", "get"])
-async def test_the_sse_head_goes_out_with_the_first_events(aiohttp_client, mode: str) -> None:
-    """One send for the status line, the headers, the priming event and the first batch (a send is the dearest
-    thing on this path); the body is still a well-formed SSE stream."""
-    sends: list[bytes] = []
-
-    async def handler(request: web.Request) -> web.StreamResponse:
-        transport = request.transport
-        write, writelines = transport.write, transport.writelines
-        transport.write = lambda data: (sends.append(bytes(data)), write(data))[1]
-        transport.writelines = lambda parts: (sends.append(b"".join(parts)), writelines(parts))[1]
-        stream = OutStream("s", 16)
-        if mode == "post":
-            stream.push({"jsonrpc": "2.0", "id": "g1", "method": "sampling/createMessage", "params": {}})
-        stream.finish({"jsonrpc": "2.0", "id": 1, "result": {}})
-        return await write_stream(request, stream, mode=mode, retry_ms=1000, keepalive=60)
-
-    app = web.Application()
-    app.router.add_post("/", handler)
-    client = await aiohttp_client(app)
-    resp = await client.post("/")
-    body = await resp.text()
-    assert resp.status == 200 and resp.headers["Content-Type"] == "text/event-stream"
-    assert "retry: 1000" in body
-    assert sends[0].startswith(b"HTTP/1.1 200") and b"retry: 1000" in sends[0]
-    if mode == "post":  # both events and the end of the body: all in that one send
-        assert len(sends) == 1 and body.count("event: message") == 3 and '"id":1' in body
 
 
 class _Response:
