@@ -150,7 +150,7 @@ def roots_cacheable(result: Mapping[str, Any], limits: SessionLimits) -> bool:
 
 def header_maps_storable(maps: Mapping[str, Any], limits: SessionLimits) -> bool:
     """Whether a session's x-mcp-header maps go in its record, where every replica reads them; larger ones stay
-    with the process that learned them (another replica learns them again on its first -32020), so no request
+    with the process that learned them (another replica learns them again on its first HEADER_MISMATCH), so no request
     parses them with its session record."""
     return len(dumps(maps)) <= limits.max_header_maps_bytes
 

@@ -100,7 +100,7 @@ class BridgeContext:
 def _answer_error(event: ClientAnswered) -> Mapping[str, Any] | None:
     """The error object a client's answer ends the bridge with, or None for a usable result. An answer that is
     neither a result object nor an error object (``"error": "no"``, a list, a number) is invalid like one with
-    no result: -32600, named as the client's (docs/design.md §7), never passed on as it is."""
+    no result: INVALID_REQUEST, named as the client's (docs/design.md §7), never passed on as it is."""
     if event.error is None and isinstance(event.result, Mapping):
         return None
     if isinstance(event.error, Mapping):

@@ -163,8 +163,8 @@ def parse_message(body: bytes) -> dict[str, Any] | list[Any] | Rejection:
     try:
         message = loads(body)
     except TooDeep as exc:
-        # Choice: -32600, not -32700: the text is JSON, but no message the gateway takes nests this deep (the
-        # one limit of adapters.jsonwire, so nothing read can be too deep to write back).
+        # Choice: INVALID_REQUEST, not PARSE_ERROR: the text is JSON, but no message the gateway takes nests this deep
+        # (the one limit of adapters.jsonwire, so nothing read can be too deep to write back).
         ident = exc.value.get("id") if isinstance(exc.value, dict) else None
         return reject(Reason.INVALID_REQUEST, f"the message is nested more than {exc.limit} levels deep", ident)
     except (ValueError, UnicodeDecodeError):
@@ -201,7 +201,7 @@ def is_modern(message: Mapping[str, Any], headers: Mapping[str, str]) -> bool:
 
 
 def check_modern_meta(message: Mapping[str, Any]) -> Rejection | None:
-    """A modern request's ``params._meta``, when sent, must be an object: else 400 -32602 with the request's id
+    """A modern request's ``params._meta``, when sent, must be an object: else 400 INVALID_PARAMS with the request's id
     (2026-07-28 basic §Error Codes). Everything else in it is the upstream's to judge (the request passes through)."""
     params = message.get("params") or {}
     if "_meta" in params and not isinstance(params["_meta"], Mapping):

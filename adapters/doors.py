@@ -94,7 +94,7 @@ def scan_id(prefix: bytes) -> Any:
 def too_large(prefix: bytes, limit: int) -> dict[str, Any]:
     """The answer to a message over ``limit`` bytes (``max_request_bytes``, the endpoint's own bound) that a door
     did not read whole, under the id :func:`scan_id` finds in its first bytes (JSON-RPC 2.0 §5: null when it
-    cannot be read). -32600 with the bound named, as the endpoint refuses such a body."""
+    cannot be read). INVALID_REQUEST with the bound named, as the endpoint refuses such a body."""
     return {"jsonrpc": "2.0", "id": scan_id(prefix[:ID_SCAN_BYTES]),
             "error": {"code": INVALID_REQUEST, "message": f"message exceeds max_request_bytes ({limit} bytes)",
                       "data": {"limit": "max_request_bytes", "value": limit}}}

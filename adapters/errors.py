@@ -35,12 +35,17 @@ UPSTREAM_FAILURE: Final = INTERNAL_ERROR
 
 __all__ = [
     "GATEWAY_LIMIT_EXCEEDED",
+    "HEADER_MISMATCH",
     "INTERNAL_ERROR",
     "INVALID_PARAMS",
     "INVALID_REQUEST",
     "METHOD_NOT_FOUND",
+    "MISSING_REQUIRED_CLIENT_CAPABILITY",
     "PARSE_ERROR",
     "REJECTIONS",
+    "RESOURCE_NOT_FOUND_2025",
+    "UNSUPPORTED_PROTOCOL_VERSION",
+    "URL_ELICITATION_REQUIRED",
     "AuthChallenge",
     "ErrorValue",
     "Reason",
@@ -54,6 +59,7 @@ __all__ = [
     "passthrough_ended",
     "refusal",
     "reject",
+    "reserved_2026",
     "store_unavailable",
     "token_refused",
     "translate_upstream_error",
@@ -234,6 +240,11 @@ def reject(reason: Reason, message: str, ident: Any = None) -> Rejection:
 _GATEWAY_FAULT_CODES: Final = frozenset({HEADER_MISMATCH, UNSUPPORTED_PROTOCOL_VERSION})
 # What a client sees for an upstream -32020/-32022 (decision 4); named so ``kit.check`` can recognise it.
 GATEWAY_FAULT_MESSAGE: Final = "the gateway could not talk to the upstream server"
+
+
+def reserved_2026(code: int) -> bool:
+    """A code in the band 2026-07-28 reserves for the protocol (basic §Error Codes), defined there or not."""
+    return -32099 <= code <= HEADER_MISMATCH
 
 
 def translate_upstream_error(error: Mapping[str, Any]) -> ErrorValue:

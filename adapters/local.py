@@ -67,7 +67,7 @@ def check_notification(method: str, version: str, params: Any) -> bool:
 
 
 def set_level(params: Any) -> str | ErrorValue:
-    """``logging/setLevel``: kept per session; invalid level -> -32602 (2025-11-25 server/utilities/logging)."""
+    """``logging/setLevel``: kept per session; invalid level -> INVALID_PARAMS (2025-11-25 server/utilities/logging)."""
     level = params.get("level") if isinstance(params, Mapping) else None
     if not isinstance(level, str) or level not in LOG_LEVELS:
         return ErrorValue(INVALID_PARAMS, f"level must be one of {', '.join(LOG_LEVELS)}")
@@ -133,7 +133,7 @@ _ALREADY = ErrorValue(INVALID_REQUEST, "the session is already initialized")
 
 def decide(method: str, params: Any, version: str) -> Decision:
     """What the gateway does with a request on a live session (a session past its peer's sunset is refused before
-    this). ``ping`` is answered here (2026-07-28 removed it); unknown and ``tasks/*`` methods are -32601 (a
+    this). ``ping`` is answered here (2026-07-28 removed it); unknown and ``tasks/*`` methods are METHOD_NOT_FOUND (a
     session offered 2025 tasks has those decided before: adapters.legacy_tasks); anything else is checked
     against the session's revision before it goes anywhere."""
     route = route_request(method)

@@ -12,10 +12,11 @@ Pure policy over plain values; the shell builds :class:`Peer` values from the co
   peer it was opened with (its record's pins); a peer matched on ``scopes`` is also checked on each request,
   so a token refreshed without them steps up again rather than keeping the peer.
 - **Revisions.** A peer lists the revisions it may speak. A legacy-only peer that probes with a modern request
-  (auto-mode clients send ``server/discover`` first) gets -32022 whose ``supported`` lists only legacy
-  revisions: dual-era clients (the official SDK's ``mode="auto"``, streamable-http §Backward compatibility)
-  read that as "fall back to ``initialize``". A modern-only peer's ``initialize`` gets the 2025 shape of a
-  version error (-32602 with ``{supported, requested}``, 2025-11-25 basic/lifecycle) naming the revision it must use.
+  (auto-mode clients send ``server/discover`` first) gets UNSUPPORTED_PROTOCOL_VERSION whose ``supported``
+  lists only legacy revisions: dual-era clients (the official SDK's ``mode="auto"``, streamable-http §Backward
+  compatibility) read that as "fall back to ``initialize``". A modern-only peer's ``initialize`` gets the 2025
+  shape of a version error (INVALID_PARAMS with ``{supported, requested}``, 2025-11-25 basic/lifecycle) naming
+  the revision it must use.
 - **Sunset.** After a peer's sunset date its legacy revisions are refused with an error naming the date and
   the revision to move to; before it, results may carry the operator's deprecation notice.
 - **Canary.** A weighted split of a peer's *new sessions* across upstreams, decided by a keyed hash of the
@@ -32,11 +33,10 @@ from typing import Any
 
 from adapters.authz import Principal
 from adapters.bridge import BridgeLimits
-from adapters.errors import ErrorValue
+from adapters.errors import INVALID_PARAMS, UNSUPPORTED_PROTOCOL_VERSION, ErrorValue
 from adapters.protocol import HANDSHAKE_VERSIONS, LEGACY_VERSIONS, MODERN_VERSION
 from adapters.tool_policy import OPEN, ToolPolicy, policy_from_record, policy_record
 
-INVALID_PARAMS, UNSUPPORTED = -32602, -32022
 INPUT_KINDS = ("sampling", "elicitation.form", "elicitation.url", "roots")
 DEPRECATION_META_KEY = "dev.legacy-gateway/deprecation"
 
@@ -151,8 +151,9 @@ def admit_modern(peer: Peer, requested: str) -> ErrorValue | None:
     """Can this peer send a modern (2026-07-28) request? None means pass it through."""
     if peer.modern:
         return None
-    # -32022 listing only handshake revisions steers dual-era clients to initialize (module docstring).
-    return ErrorValue(UNSUPPORTED,
+    # UNSUPPORTED_PROTOCOL_VERSION listing only handshake revisions steers dual-era clients to initialize (module
+    # docstring).
+    return ErrorValue(UNSUPPORTED_PROTOCOL_VERSION,
                       f"this client is pinned to MCP {', '.join(peer.legacy)}; use the initialize handshake",
                       {"supported": list(peer.legacy), "requested": requested},
                       log=f"legacy-pinned peer {peer.name} sent a modern request")
@@ -234,10 +235,9 @@ def trace_policy(peer: Peer | None, enabled: bool, content: bool) -> tuple[bool,
 def mask_capabilities(caps: Mapping[str, Any], peer: Peer) -> dict[str, Any]:
     """The client's capabilities minus the input kinds this peer's bridge policy forbids.
 
-    Masking at the capability level means the upstream is told the truth (it answers -32021 or does without)
-    and the bridge never has a request of a forbidden kind to send (capabilities are per request:
-    2026-07-28 basic §_meta).
-    """
+    Masking at the capability level means the upstream is told the truth (it answers
+    MISSING_REQUIRED_CLIENT_CAPABILITY or does without) and the bridge never has a request of a forbidden kind to
+    send (capabilities are per request: 2026-07-28 basic §_meta)."""
     masked = dict(caps)
     if "sampling" not in peer.input_kinds:
         masked.pop("sampling", None)

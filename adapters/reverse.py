@@ -155,7 +155,8 @@ def decode_claims(raw: bytes) -> Claims | None:
 
 def check_claims(claims: Claims | None, expected: Claims, now_ms: int) -> ErrorValue | None:
     """A retry's state against the retry itself (``expected``: its principal, method, name and digest; ``call``
-    and ``round`` of the parked call it names). Every mismatch is the same -32602: nothing is told to a forger."""
+    and ``round`` of the parked call it names). Every mismatch is the same INVALID_PARAMS: nothing is told to a
+    forger."""
     if claims is None:
         why = "it is not a state this gateway minted"
     elif claims.expires_ms < now_ms:

@@ -34,7 +34,7 @@ _BY_METHOD: Final = {method: flag for flag, (_, method) in FLAGS.items()}
 
 # --- subscriptions/listen --------------------------------------------------------------------------------
 def wanted(params: Mapping[str, Any]) -> Mapping[str, Any] | ErrorValue:
-    """The listen's ``notifications`` filter, or -32602 when it is not one (2026-07-28 schema
+    """The listen's ``notifications`` filter, or INVALID_PARAMS when it is not one (2026-07-28 schema
     SubscriptionsListenRequestParams: required, an object; ``resourceSubscriptions`` a list of URIs)."""
     filt = params.get("notifications")
     if not isinstance(filt, Mapping):

@@ -41,7 +41,7 @@ CACHEABLE: Final = frozenset({"server/discover", "tools/list", "prompts/list", "
 # about freshness, so nothing is fresh (ttlMs 0).
 CACHE_FIELDS: Final = {"ttlMs": 0, "cacheScope": "private"}
 # Each relayed method and the legacy server capability it needs (2026-07-28 basic §Error Codes: a method gated
-# behind a capability the server did not advertise is -32601).
+# behind a capability the server did not advertise is METHOD_NOT_FOUND).
 RELAYED: Final[Mapping[str, str | None]] = {
     "server/discover": None, "tools/list": "tools", "tools/call": "tools", "prompts/list": "prompts",
     "prompts/get": "prompts", "resources/list": "resources", "resources/read": "resources",
@@ -121,9 +121,10 @@ def _bad(status: int, code: int, message: str, data: Any = None) -> Refused:
 
 def validate(headers: Mapping[str, str], message: Mapping[str, Any],
              server_caps: Mapping[str, Any] | None) -> Request | Refused:
-    """The 2026-07-28 ladder (headers keyed case-insensitively): -32020, -32602, -32020, -32022, -32020 for
-    ``Mcp-Method``/``Mcp-Name``, then -32601 (404) for a method not relayed or not advertised by the server
-    (``server_caps``: its initialize capabilities; None: not known yet, checked later)."""
+    """The 2026-07-28 ladder (headers keyed case-insensitively): HEADER_MISMATCH, INVALID_PARAMS, HEADER_MISMATCH,
+    UNSUPPORTED_PROTOCOL_VERSION, HEADER_MISMATCH for ``Mcp-Method``/``Mcp-Name``, then METHOD_NOT_FOUND (404) for a
+    method not relayed or not advertised by the server (``server_caps``: its initialize capabilities; None: not known
+    yet, checked later)."""
     header = headers.get("mcp-protocol-version")
     if header is None:
         return _bad(400, HEADER_MISMATCH, "the MCP-Protocol-Version header is required")
@@ -239,13 +240,14 @@ def modern_status(code: int) -> int:
 
 
 def modern_error(error: Any) -> E.ErrorValue:
-    """A legacy server's error for a 2026 client: -32002 (resource not found) was retired for -32602
-    (2026-07-28 basic §Error Codes); codes 2026 reserves (-32020..-32099) are never passed on as they are."""
+    """A legacy server's error for a 2026 client: RESOURCE_NOT_FOUND_2025 (resource not found) was retired for
+    INVALID_PARAMS (2026-07-28 basic §Error Codes); codes in the band 2026 reserves (``E.reserved_2026``) are never
+    passed on as they are."""
     if not isinstance(error, Mapping) or not isinstance(error.get("code"), int):
         return E.ErrorValue(E.INTERNAL_ERROR, "the upstream server sent a malformed error")
     code, message = error["code"], str(error.get("message", ""))
     if code == E.RESOURCE_NOT_FOUND_2025:
         code = E.INVALID_PARAMS
-    elif -32099 <= code <= -32020:
+    elif E.reserved_2026(code):
         code = E.INTERNAL_ERROR
     return E.ErrorValue(code, message, error.get("data"))

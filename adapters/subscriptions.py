@@ -76,7 +76,7 @@ def unhonoured(ack: Mapping[str, Any], wanted: Mapping[str, Any]) -> list[str]:
 
 
 def unhonoured_error(uris: list[str]) -> ErrorValue:
-    # -32602: the server chose not to watch these URIs; asking again the same way will not help.
+    # INVALID_PARAMS: the server chose not to watch these URIs; asking again the same way will not help.
     return ErrorValue(INVALID_PARAMS, f"the server does not honour a subscription to {', '.join(uris)}",
                       {"unhonouredUris": uris})
 

@@ -14,7 +14,7 @@ Decisions:
 
 - **Visible** = matched by ``tools_allowed`` (unset: every tool) and by no ``tools_denied`` glob. Globs are
   ``fnmatch`` globs, case-sensitive like tool names (2025-11-25 server/tools, Tool Names).
-- **A hidden tool's call** gets -32602 "Unknown tool", the error 2025-11-25 server/tools (Error Handling) shows
+- **A hidden tool's call** gets INVALID_PARAMS "Unknown tool", the error 2025-11-25 server/tools (Error Handling) shows
   for an unknown tool. It is decided from the name and the policy alone, never from the upstream's tools, so a
   name refused this way tells the caller nothing about whether such a tool exists.
 - **A tool needing a scope** (every ``tool_scopes`` glob matching its name adds its scope) is listed; its call

@@ -5,7 +5,7 @@ Every upstream POST gets a fresh JSON-RPC id (minted by the caller), the full pe
 (protocolVersion, the session's translated clientCapabilities, clientInfo, logLevel when set, and the client's
 own non-reserved ``_meta`` entries such as ``progressToken`` kept as they came) and the mirrored headers. It never
 carries ``Mcp-Session-Id`` or ``Last-Event-ID`` (2026-07-28 has neither). A value that no mirrored header can carry
-raises :class:`UnencodableHeader` before any request exists: the client's bad input, answered with ``-32602``.
+raises :class:`UnencodableHeader` before any request exists: the client's bad input, answered with ``INVALID_PARAMS``.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from adapters.errors import INVALID_PARAMS, ErrorValue
+from adapters.errors import HEADER_MISMATCH, INVALID_PARAMS, ErrorValue
 from adapters.protocol import (
     CLIENT_CAPABILITIES_META_KEY,
     CLIENT_INFO_META_KEY,
@@ -62,7 +62,7 @@ class UnencodableHeader(ValueError):
         self.header = header
 
     def error(self, method: str) -> ErrorValue:
-        """The client's answer: its params, not the gateway or the upstream, are at fault (-32602)."""
+        """The client's answer: its params, not the gateway or the upstream, are at fault (INVALID_PARAMS)."""
         return ErrorValue(INVALID_PARAMS, f"invalid params for {method}: the value mirrored into the "
                           f"{self.header} header is not valid Unicode (a lone surrogate) and cannot be sent")
 
@@ -198,7 +198,7 @@ def learned_header_maps(maps: Mapping[str, Any], tools_result: Any) -> dict[str,
     """``maps`` (as a session record keeps them: tool name -> ``[[path, header name], ...]``, JSON) with one
     ``tools/list`` page learned: each listed tool's map set, or dropped when the tool no longer annotates an
     argument or is invalid (2026-07-28 server/tools §x-mcp-header), so a stale map never outlives the re-fetch a
-    -32020 asks for. None when the page changes nothing: there is nothing to save."""
+    HEADER_MISMATCH asks for. None when the page changes nothing: there is nothing to save."""
     tools = tools_result.get("tools") if isinstance(tools_result, Mapping) else None
     if not isinstance(tools, list):
         return None  # malformed: the machine's schema check answers the request (adapters.results)
@@ -220,6 +220,6 @@ def header_map_of(maps: Mapping[str, Any] | None, tool: str) -> dict[tuple[str, 
 
 
 def needs_header_refresh(method: str, error: Any) -> bool:
-    """A -32020 (HeaderMismatch) on ``tools/call``: re-learn the x-mcp-header maps and resend once (2026-07-28
-    basic/transports §Custom Headers: on -32020 the client SHOULD re-fetch tools/list and retry)."""
-    return method == "tools/call" and isinstance(error, Mapping) and error.get("code") == -32020
+    """A HEADER_MISMATCH (HeaderMismatch) on ``tools/call``: re-learn the x-mcp-header maps and resend once (2026-07-28
+    basic/transports §Custom Headers: on HEADER_MISMATCH the client SHOULD re-fetch tools/list and retry)."""
+    return method == "tools/call" and isinstance(error, Mapping) and error.get("code") == HEADER_MISMATCH

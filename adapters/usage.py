@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 from adapters.doors import Transport
+from adapters.errors import MISSING_REQUIRED_CLIENT_CAPABILITY
 
 LEGACY_REVISIONS = ("2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05")
 MODERN_REVISION = "2026-07-28"
@@ -255,7 +256,7 @@ def failure_cause(error: Any) -> str:
     code, data = error.get("code"), error.get("data")
     if not isinstance(data, Mapping):
         data = {}
-    if code == -32021:
+    if code == MISSING_REQUIRED_CLIENT_CAPABILITY:
         return "missing capability"
     if "sunset" in data:
         return "sunset refusal"

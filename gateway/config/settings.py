@@ -209,8 +209,9 @@ class GatewayConfig(_Frozen):
     upstream_read_timeout_seconds: float = Field(600.0, gt=0)
     upstream_max_connections: int = Field(100, ge=1)  # requests in flight to the upstream
     upstream_max_stream_connections: int = Field(1000, ge=1)  # listens held open there (gateway.upstream.h1)
-    # Bounds on what an upstream answer can make the gateway hold (gateway.upstream.h1, adapters.sse): over one, -32603
-    # data.upstream "too_large". A body read whole; one SSE event (never a stream's total); the status line + headers.
+    # Bounds on what an upstream answer can make the gateway hold (gateway.upstream.h1, adapters.sse): over one,
+    # INTERNAL_ERROR data.upstream "too_large". A body read whole; one SSE event (never a stream's total); the status
+    # line + headers.
     max_upstream_response_bytes: int = Field(32 << 20, ge=1024)
     max_sse_event_bytes: int = Field(8 << 20, ge=1024)
     max_upstream_header_bytes: int = Field(64 << 10, ge=1024)

@@ -18,7 +18,7 @@ from typing import Any, Protocol
 
 import aiohttp
 
-from adapters.errors import INTERNAL_ERROR, INVALID_REQUEST
+from adapters.errors import INTERNAL_ERROR, INVALID_REQUEST, PARSE_ERROR
 from adapters.jsonwire import dumps, loads
 from adapters.protocol import is_request_id
 
@@ -68,7 +68,7 @@ class DoorClient:
         try:
             message = loads(line)
         except ValueError:
-            self.write({"jsonrpc": "2.0", "id": None, "error": {"code": -32700, "message": "not JSON"}})
+            self.write({"jsonrpc": "2.0", "id": None, "error": {"code": PARSE_ERROR, "message": "not JSON"}})
             return
         if isinstance(message, dict) and message.get("method") == "initialize":
             if self.session_id is None:

@@ -28,7 +28,14 @@ from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from adapters import reverse as R
 from adapters import reverse_listen as RL
 from adapters import reverse_wire as W
-from adapters.errors import ErrorValue, UpstreamFault, passthrough_ended, upstream_failure
+from adapters.errors import (
+    INTERNAL_ERROR,
+    METHOD_NOT_FOUND,
+    ErrorValue,
+    UpstreamFault,
+    passthrough_ended,
+    upstream_failure,
+)
 from adapters.protocol import MRTR_METHODS, NAME_PARAM
 from adapters.sse import encode_event
 from gateway.http.passthrough import Passthroughs
@@ -216,7 +223,7 @@ class ReverseBridge:
         if owner is not None:
             pooled.calls[owner].queue.put_nowait(message)
             return
-        error = {"code": -32603, "message": "no request of this session is in progress to ask its client"}
+        error = {"code": INTERNAL_ERROR, "message": "no request of this session is in progress to ask its client"}
         self.spawn(_quietly(pooled.session.respond(message["id"], error=error)))
 
     def _changed(self, pooled: Pooled, message: Message | None) -> None:
@@ -270,7 +277,7 @@ class ReverseBridge:
                 return answer(req.ident, error=pooled)
             caps = pooled.session.initialized.get("capabilities")
             if not W.gated_open(req.method, caps if isinstance(caps, Mapping) else {}):
-                return answer(req.ident, error=ErrorValue(-32601, f"method not found: {req.method}"))
+                return answer(req.ident, error=ErrorValue(METHOD_NOT_FOUND, f"method not found: {req.method}"))
             if req.method == "server/discover":
                 return answer(req.ident, W.discover_result(pooled.session.initialized))
             try:

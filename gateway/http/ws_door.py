@@ -18,6 +18,7 @@ from aiohttp import WSCloseCode, web
 
 from adapters.classify import check_origin_host
 from adapters.doors import Transport
+from adapters.errors import PARSE_ERROR
 from gateway.http.answers import rejection_response
 from gateway.http.authorization import door_principal
 from gateway.http.door import DoorClient
@@ -123,7 +124,7 @@ async def _receive(request: web.Request, ws: web.WebSocketResponse, door: DoorCl
             await door.handle_line(frame.data.encode())  # waits for a free slot: no frame is read meanwhile
         elif frame.type == aiohttp.WSMsgType.BINARY:  # one JSON-RPC message per *text* frame
             door.write({"jsonrpc": "2.0", "id": None,
-                        "error": {"code": -32700, "message": "binary frames are not JSON-RPC: send text"}})
+                        "error": {"code": PARSE_ERROR, "message": "binary frames are not JSON-RPC: send text"}})
 
 
 async def _send(ws: web.WebSocketResponse, frames: Outbox) -> None:

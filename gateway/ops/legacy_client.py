@@ -18,6 +18,7 @@ from typing import Any
 import aiohttp
 from aiohttp import web
 
+from adapters.errors import METHOD_NOT_FOUND
 from gateway.auth.credentials import UpstreamCredentials
 from gateway.config.settings import TraceConfig, load_config
 from gateway.http.app import create_app
@@ -28,7 +29,7 @@ from kit import check as C
 ACCEPT = "application/json, text/event-stream"
 MAX_PAGES = 100  # a server whose cursors never end must not hold a client forever
 
-# (method, params) -> the JSON-RPC result for a live request, or None to answer -32601 (not handled).
+# (method, params) -> the JSON-RPC result for a live request, or None to answer METHOD_NOT_FOUND (not handled).
 Answerer = Callable[[str, Mapping[str, Any]], "dict[str, Any] | None"]
 
 
@@ -154,7 +155,7 @@ class LegacyClient:
         result = {} if method == "ping" else self.answer(method, params)
         reply: dict[str, Any] = {"jsonrpc": "2.0", "id": message["id"]}
         reply.update({"result": result} if result is not None else
-                     {"error": {"code": -32601, "message": f"the client does not answer {method}"}})
+                     {"error": {"code": METHOD_NOT_FOUND, "message": f"the client does not answer {method}"}})
         await self._send(reply)
 
     async def cancel(self, reason: str) -> None:

@@ -46,8 +46,8 @@ class LegacyGateway:
 
 @dataclass
 class LegacyTestClient:
-    """A 2025-11-25 session through ``legacy_gateway``. Live requests with no callback set are refused (-32601),
-    which the gateway reports as an error: an unexpected question fails the test loudly."""
+    """A 2025-11-25 session through ``legacy_gateway``. Live requests with no callback set are refused
+    (METHOD_NOT_FOUND), which the gateway reports as an error: an unexpected question fails the test loudly."""
 
     gateway: LegacyGateway
     http: aiohttp.ClientSession

@@ -18,7 +18,7 @@ from typing import Any
 
 from aiohttp import web
 
-from adapters.errors import ErrorValue
+from adapters.errors import INTERNAL_ERROR, ErrorValue
 from adapters.jsonwire import loads
 from adapters.usage import INPUT_KINDS, input_kind, modern_request_features, ordered, outcome_of
 from gateway.telemetry.usage import (
@@ -91,7 +91,7 @@ def _outcome_of(response: web.StreamResponse) -> tuple[str, str]:
             return outcome_of(loads(body))
         except ValueError:
             pass
-    return outcome_of({"result": 0} if response.status < 400 else {"error": {"code": -32603}})
+    return outcome_of({"result": 0} if response.status < 400 else {"error": {"code": INTERNAL_ERROR}})
 
 
 def reverse_watch(request: web.Request, gw: Any, principal: str, message: Mapping[str, Any],
