@@ -9,21 +9,25 @@
 #                    gateway -> fixture core (2026-07-28) <- conformance 0.2.x  server --requirements 2026-07-28
 #                                                             (the passthrough: the core lane's checks, tasks
 #                                                             scenarios included, through the gateway)
+#   lane 3  reverse  gateway -> a 2025-11-25-only server  <- conformance 0.2.x  server --requirements 2026-07-28
+#                    (legacy_server.mjs, TypeScript SDK 1.x; the gateway's reverse bridge, docs/design.md §61:
+#                    the suite's 2026 requests answered from 2025 sessions, the server's live sampling,
+#                    elicitation and roots requests turned into input_required rounds)
 #
 # Each suite run is judged against its own expected-failures baseline (baseline-*.yml, the suite's
 # --expected-failures format); the suite exits non-zero on a failure not listed there, or on a listed one that
 # now passes. This script exits non-zero if any suite did, after running all of them.
 #
-# Usage: bash tests/conformance/run.sh [core|gateway]...   (default: both lanes)
+# Usage: bash tests/conformance/run.sh [core|gateway|reverse]...   (default: all three lanes)
 # Environment: CONFORMANCE_RESULTS (default tests/conformance/results) receives each run's checks.json files and the
-# fixture's and gateway's logs; CONFORMANCE_SUITE_TIMEOUT (default 900) bounds each suite run, in seconds.
+# fixture's, legacy server's and gateways' logs; CONFORMANCE_SUITE_TIMEOUT (default 900) bounds each suite run, in seconds.
 set -euo pipefail
 
 HERE="$(cd "$(dirname "$0")" && pwd)"
 ROOT="$(cd "$HERE/../.." && pwd)"
 RESULTS="${CONFORMANCE_RESULTS:-$HERE/results}"
 LANES=("$@")
-[ ${#LANES[@]} -gt 0 ] || LANES=(core gateway)
+[ ${#LANES[@]} -gt 0 ] || LANES=(core gateway reverse)
 PYTHON="${PYTHON:-python}"
 
 # --- tools: npm ci once per lock-file content (install.sh; a second run is a no-op) ------------------------------
@@ -77,14 +81,27 @@ start_fixture() {
   echo "conformance: fixture core at $FIXTURE_URL"
 }
 
-start_gateway() {
-  GATEWAY_PORT="$(free_port)"
-  (cd "$ROOT" && exec "$PYTHON" -m gateway serve --host 127.0.0.1 --port "$GATEWAY_PORT" --upstream "$FIXTURE_URL" \
-     --no-access-log --usage-db "$LOGS/usage.sqlite3") > "$LOGS/gateway.log" 2>&1 &
+start_gateway() {  # upstream-url name (its log: $LOGS/<name>.log); sets GATEWAY_URL
+  local upstream="$1" name="$2" port
+  port="$(free_port)"
+  # The upstream's era is probed at start-up (upstream_era "auto"): the fixture core is passed through, a
+  # 2025-11-25 server is served to 2026-07-28 clients in reverse.
+  (cd "$ROOT" && exec "$PYTHON" -m gateway serve --host 127.0.0.1 --port "$port" --upstream "$upstream" \
+     --no-access-log --usage-db "$LOGS/$name.sqlite3") > "$LOGS/$name.log" 2>&1 &
   PIDS+=($!)
-  wait_listening "gateway" "$GATEWAY_PORT" "$!" "$LOGS/gateway.log" || return 1
-  GATEWAY_URL="http://127.0.0.1:$GATEWAY_PORT/mcp"
-  echo "conformance: gateway at $GATEWAY_URL (upstream $FIXTURE_URL)"
+  wait_listening "$name" "$port" "$!" "$LOGS/$name.log" || return 1
+  GATEWAY_URL="http://127.0.0.1:$port/mcp"
+  echo "conformance: $name at $GATEWAY_URL (upstream $upstream)"
+}
+
+start_legacy() {  # the 2025-11-25-only TypeScript SDK 1.x server; sets LEGACY_URL
+  local port
+  port="$(free_port)"
+  (cd "$HERE" && exec node "$HERE/legacy_server.mjs" "$port") > "$LOGS/legacy.log" 2>&1 &
+  PIDS+=($!)
+  wait_listening "legacy server" "$port" "$!" "$LOGS/legacy.log" || return 1
+  LEGACY_URL="http://127.0.0.1:$port/mcp"
+  echo "conformance: 2025-11-25 legacy server at $LEGACY_URL"
 }
 
 # The suite's "Total:" counts checks of every scenario it ran, including the ones a --requirements run lists under
@@ -160,7 +177,7 @@ for lane in "${LANES[@]}"; do
         "${SUITE_02[@]}" server --url "$FIXTURE_URL" --requirements 2026-07-28
       ;;
     gateway)
-      if start_gateway; then
+      if start_gateway "$FIXTURE_URL" gateway; then
         run_suite gateway-2025-11-25-suite-0.1 baseline-gateway-2025-11-25-suite-0.1.yml "" \
           "${SUITE_01[@]}" server --url "$GATEWAY_URL" --spec-version 2025-11-25
         run_suite gateway-2025-11-25-suite-0.2 baseline-gateway-2025-11-25-suite-0.2.yml "" \
@@ -174,7 +191,17 @@ for lane in "${LANES[@]}"; do
         SUMMARY+=("gateway: did not start")
       fi
       ;;
-    *) echo "conformance: unknown lane '$lane' (use core, gateway)" >&2; exit 2 ;;
+    reverse)
+      if start_legacy && start_gateway "$LEGACY_URL" gateway-reverse; then
+        "${SUITE_02[@]}" list --requirements 2026-07-28 > "$LOGS/requirements-2026-07-28.txt"
+        run_suite reverse-2026-07-28 baseline-reverse-2026-07-28.yml "$LOGS/requirements-2026-07-28.txt" \
+          "${SUITE_02[@]}" server --url "$GATEWAY_URL" --requirements 2026-07-28
+      else
+        FAILED+=("reverse (did not start)")
+        SUMMARY+=("reverse: did not start")
+      fi
+      ;;
+    *) echo "conformance: unknown lane '$lane' (use core, gateway, reverse)" >&2; exit 2 ;;
   esac
 done
 
@@ -183,7 +210,7 @@ echo "=== conformance totals (full logs and checks.json under ${RESULTS#"$ROOT"/
 for line in "${SUMMARY[@]}"; do echo "  $line"; done
 if [ ${#FAILED[@]} -gt 0 ]; then
   echo "conformance: FAILED: ${FAILED[*]} (failures not in the baseline, or baseline entries that now pass)"
-  for f in gateway fixture; do
+  for f in gateway gateway-reverse legacy fixture; do
     if [ -s "$LOGS/$f.log" ]; then echo "--- last lines of the $f log"; tail -n 20 "$LOGS/$f.log"; fi
   done
   exit 1
