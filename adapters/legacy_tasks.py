@@ -5,8 +5,11 @@ docs/design.md §17): pure rules, no I/O, no clock.
 What is here: when a session gets 2025 tasks (:func:`enabled`) and the ``tasks`` capability it is offered
 (:func:`capability`), what a ``tasks/*`` request becomes (:func:`decide`: answered here, or driven upstream by
 :class:`adapters.bridge.BridgeMachine`), the translation of an extension ``Task`` into a 2025 ``Task``
-(:func:`to_legacy`), the ``related-task`` metadata, ``notifications/tasks/status``, and the session's bounded
-registry of the tasks it created (:func:`remember`, :func:`admit`), which ``tasks/list`` answers from.
+(:func:`to_legacy`), the ``related-task`` metadata, ``notifications/tasks/status`` (also from the upstream's
+``notifications/tasks`` on the session's task listen: :func:`listen_filter`, :func:`from_listen`), the session's
+bounded registry of the tasks it created (:func:`remember`, :func:`admit`; an entry past its ``ttl`` is forgotten:
+:func:`expired`, the time given by the caller), which ``tasks/list`` answers from, and the outcome a task is
+counted with once the registry first sees it over (:func:`ended`).
 
 Task ids are the upstream's, passed through opaque (never parsed or re-encoded): the registry is what makes an id
 the session's, so an id the session did not create is unknown here whoever made it upstream.
@@ -16,10 +19,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any, Final
 
 from adapters.errors import INVALID_PARAMS, METHOD_NOT_FOUND, ErrorValue, limit_error
-from adapters.task_poll import EXTENSION, TaskState, offered
+from adapters.task_poll import EXTENSION, TaskOutcome, TaskState, offered, read_task
 
 RELATED_TASK: Final = "io.modelcontextprotocol/related-task"
 # The revisions that have tasks (2025-11-25 introduced them; 2026-07-28 moved them into the extension).
@@ -93,31 +97,98 @@ def ask_params(params: Mapping[str, Any], task_id: str) -> dict[str, Any]:
 
 
 # --- the session's registry -------------------------------------------------------------------------------
-def _live(tasks: Mapping[str, Any]) -> int:
-    return sum(not TaskState(t["status"]).terminal for t in tasks.values() if t.get("status") in _STATUSES)
-
-
 _STATUSES = frozenset(s.value for s in TaskState)
 
 
-def admit(tasks: Mapping[str, Any] | None, limit: int) -> ErrorValue | None:
-    """A new task-augmented call, refused when the session already has ``limit`` tasks not known to be over."""
-    if _live(tasks or {}) >= limit:
+def _terminal(task: Mapping[str, Any]) -> bool:
+    return task.get("status") in _STATUSES and TaskState(task["status"]).terminal
+
+
+def expired(task: Mapping[str, Any], now_ms: int | None) -> bool:
+    """Past its ``ttl`` (milliseconds from ``createdAt``; null: never): 2025-11-25 basic/utilities/tasks §TTL and
+    Resource Management lets a receiver forget such a task whatever its status, and the registry does, so a task
+    the client never polls stops counting against the session's bound. ``now_ms`` None: nothing expires."""
+    ttl, created = task.get("ttl"), task.get("createdAt")
+    if now_ms is None or not isinstance(ttl, int) or isinstance(ttl, bool) or not isinstance(created, str):
+        return False
+    try:
+        at = datetime.fromisoformat(created)
+    except ValueError:
+        return False  # a timestamp we cannot read: kept, bounded by KEPT_TERMINAL and max_tasks_per_session
+    at = at if at.tzinfo is not None else at.replace(tzinfo=UTC)
+    return now_ms >= at.timestamp() * 1000 + ttl
+
+
+def current(tasks: Mapping[str, Any] | None, now_ms: int | None) -> dict[str, Any]:
+    """The registry less the tasks past their ttl."""
+    return {k: t for k, t in (tasks or {}).items() if not expired(t, now_ms)}
+
+
+def admit(tasks: Mapping[str, Any] | None, limit: int, now_ms: int | None = None) -> ErrorValue | None:
+    """A new task-augmented call, refused when the session already has ``limit`` tasks not known to be over
+    (nor past their ttl)."""
+    if sum(not _terminal(t) for t in current(tasks, now_ms).values()) >= limit:
         return limit_error("max_tasks_per_session", limit)
     return None
 
 
-def remember(tasks: Mapping[str, Any] | None, task: Mapping[str, Any], created: bool) -> dict[str, Any] | None:
+def remember(tasks: Mapping[str, Any] | None, task: Mapping[str, Any], created: bool,
+             now_ms: int | None = None) -> dict[str, Any] | None:
     """The registry with ``task`` as last seen (``created``: a task the session just made), or None when nothing
-    changes (a task it does not hold, or no new status), so an unchanged poll writes nothing."""
-    tasks, ident = dict(tasks or {}), task.get("taskId")
-    if not isinstance(ident, str) or (not created and ident not in tasks) or tasks.get(ident) == task:
+    changes (a task it does not hold, or no new status), so an unchanged poll writes nothing. A write leaves out
+    the other tasks past their ttl (``task`` itself was just seen: it is kept)."""
+    ident = task.get("taskId")
+    if not isinstance(ident, str) or (not created and ident not in (tasks or {})) or (tasks or {}).get(ident) == task:
         return None
-    tasks[ident] = dict(task)
-    terminal = [k for k, t in tasks.items() if t.get("status") in _STATUSES and TaskState(t["status"]).terminal]
+    kept = {k: t for k, t in (tasks or {}).items() if k == ident or not expired(t, now_ms)}
+    kept[ident] = dict(task)
+    terminal = [k for k, t in kept.items() if _terminal(t)]
     for old in terminal[:max(0, len(terminal) - KEPT_TERMINAL)]:
-        del tasks[old]
-    return tasks
+        del kept[old]
+    return kept
+
+
+_OUTCOMES: Final = {TaskState.COMPLETED: TaskOutcome.COMPLETED, TaskState.FAILED: TaskOutcome.FAILED,
+                    TaskState.CANCELLED: TaskOutcome.CANCELLED}
+
+
+def ended(tasks: Mapping[str, Any] | None, task: Mapping[str, Any]) -> TaskOutcome | None:
+    """The outcome ``task`` (as just seen, and written to the registry ``tasks``) is counted with: only when the
+    registry did not know it over, so each task is counted once whoever sees it end (a poll, a tasks/result, the
+    listen). A cancelled one is ``cancelled`` even when the client's tasks/cancel ended it: the listen may report
+    it before that request's own tasks/get does, so who cancelled it cannot be told."""
+    before = (tasks or {}).get(str(task.get("taskId")))
+    if (before is not None and _terminal(before)) or not _terminal(task):
+        return None
+    return _OUTCOMES[TaskState(task["status"])]
+
+
+# --- status notifications outside a tasks/result -------------------------------------------------------------
+def watched(tasks: Mapping[str, Any] | None, now_ms: int | None) -> list[str]:
+    """The session's tasks whose status may still change (neither over nor past their ttl), in a stable order."""
+    return sorted(k for k, t in current(tasks, now_ms).items() if not _terminal(t))
+
+
+def listen_filter(tasks: Mapping[str, Any] | None, now_ms: int | None) -> dict[str, Any]:
+    """The session's task listen (ext-tasks §Task Status Notifications: ``subscriptions/listen`` with
+    ``notifications.taskIds``): its live tasks, or nothing to listen to. Its own listen, apart from the session's
+    list_changed and resource one, so a task created or ended never disturbs those."""
+    ids = watched(tasks, now_ms)
+    return {"taskIds": ids} if ids else {}
+
+
+def from_listen(message: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The 2025 Task an upstream ``notifications/tasks`` carries (a whole ``DetailedTask``: ext-tasks §Task Status
+    Notifications), or None for anything else (the acknowledgement, a malformed task). Whether it is the
+    session's and news is :func:`remember`'s to say; the result it may carry is not part of a 2025 Task, the
+    client fetches it with tasks/result."""
+    params = message.get("params")
+    if message.get("method") != "notifications/tasks" or "id" in message or not isinstance(params, Mapping):
+        return None
+    task = {k: v for k, v in params.items() if k != "_meta"}
+    if isinstance(read_task(task, None), ErrorValue):
+        return None
+    return to_legacy(task)
 
 
 # --- what a tasks/* request becomes ---------------------------------------------------------------------------
@@ -139,13 +210,15 @@ def unknown(task_id: Any) -> ErrorValue:
     return ErrorValue(INVALID_PARAMS, "Failed to retrieve task: Task not found", {"taskId": task_id})
 
 
-def decide(method: str, params: Any, tasks: Mapping[str, Any] | None, on: bool) -> Answer | Drive:
+def decide(method: str, params: Any, tasks: Mapping[str, Any] | None, on: bool,
+           now_ms: int | None = None) -> Answer | Drive:
     """A ``tasks/*`` request of a session: -32601 when the session has no 2025 tasks (none were offered),
-    ``tasks/list`` from the registry (one page: it is bounded), an id the session does not hold -32602, a
-    ``tasks/cancel`` of a task already over -32602 (§Cancelling Tasks: MUST reject); the rest is driven."""
+    ``tasks/list`` from the registry (one page: it is bounded), an id the session does not hold (or holds past its
+    ttl) -32602, a ``tasks/cancel`` of a task already over -32602 (§Cancelling Tasks: MUST reject); the rest is
+    driven."""
     if not on:
         return Answer(error=ErrorValue(METHOD_NOT_FOUND, f"method not found: {method}"))
-    held = tasks or {}
+    held = current(tasks, now_ms)
     if method == "tasks/list":
         return Answer({"tasks": [dict(t) for t in held.values()]})
     task_id = params.get("taskId") if isinstance(params, Mapping) else None
@@ -154,11 +227,12 @@ def decide(method: str, params: Any, tasks: Mapping[str, Any] | None, on: bool) 
     if task_id not in held:
         return Answer(error=unknown(task_id))
     status = held[task_id].get("status")
-    if method == "tasks/cancel" and status in _STATUSES and TaskState(status).terminal:
+    if method == "tasks/cancel" and _terminal(held[task_id]):
         return Answer(error=ErrorValue(INVALID_PARAMS, f"Cannot cancel task: already in terminal status "
                                                        f"'{status}'", {"taskId": task_id}))
     return Drive()
 
 
 __all__ = ["EXTENSION", "METHODS", "RELATED_TASK", "Answer", "Drive", "admit", "augmented", "capability",
-           "created_result", "decide", "enabled", "remember", "status_notification", "to_legacy", "with_related"]
+           "created_result", "current", "decide", "enabled", "ended", "expired", "from_listen", "listen_filter",
+           "remember", "status_notification", "to_legacy", "watched", "with_related"]

@@ -4,7 +4,7 @@
 ``adapters.classify``: it owns the order of every protocol decision about a message (the handshake's checks,
 a peer's sunset, the gateway's own answers, duplicate ids, notifications, the client's answers) and says what to
 do, never doing it. The shell performs the actions in order (``gateway.http.perform``); everything it needs to
-decide is in :class:`Context`, injected (today's date, the peer, the limits, the ids in flight), so this module
+decide is in :class:`Context`, injected (today's date and time, the peer, the limits, the ids in flight), so this module
 is tested without a loop, a store or a clock, like ``adapters.bridge``.
 
 The kinds whose whole handling is I/O (a stream to open or resume, a session to end, a batch to fan out, a modern
@@ -58,6 +58,7 @@ class Context(NamedTuple):
     in_flight: Collection[Any] = ()
     offered: tuple[str, ...] = LEGACY_VERSIONS  # the handshake revisions the client's door offers (/mcp: these)
     resource: ResourceServer | None = None  # [gateway.auth]: the challenge a scope step-up names (else None)
+    now_ms: int | None = None  # epoch ms, for the 2025 tasks past their ttl (adapters.legacy_tasks.expired)
 
 
 # --- actions -----------------------------------------------------------------------------------------------
@@ -212,13 +213,13 @@ def _legacy_tasks(accepted: Accepted, context: Context, peer: Peer) -> tuple[Act
     on = LT.enabled(session.client_capabilities, session.server_capabilities, session.protocol_version)
     limits = peer_limits(context.limits, peer)
     if method in LT.METHODS:
-        decided = LT.decide(method, params, session.legacy_tasks, on)
+        decided = LT.decide(method, params, session.legacy_tasks, on, context.now_ms)
         if isinstance(decided, LT.Answer):
             return (_reply(ident, decided.result, decided.error),)
         refused = admit(context.in_flight, ident, context.limits)
         return (_reply(ident, error=refused),) if refused is not None else (Forward(ident, limits),)
     if on and LT.augmented(method, params):
-        full = LT.admit(session.legacy_tasks, limits.max_tasks_per_session)
+        full = LT.admit(session.legacy_tasks, limits.max_tasks_per_session, context.now_ms)
         return (_reply(ident, error=full),) if full is not None else None
     return None
 

@@ -18,10 +18,10 @@ from typing import Any, Final
 from adapters.errors import INTERNAL_ERROR, ErrorValue, UpstreamFault, translate_upstream_error, upstream_failure
 
 EXTENSION: Final = "io.modelcontextprotocol/tasks"
-# Methods whose requests declare the extension: the one the bridge accepts a task for, and the task methods
-# themselves (a server refuses them with -32021 to a request that does not declare it: ext-tasks §Capability
-# Negotiation).
-DECLARED_FOR: Final = frozenset({"tools/call", "tasks/get", "tasks/update", "tasks/cancel"})
+# Methods whose requests declare the extension: the one the bridge accepts a task for, the task methods
+# themselves, and the listen for task notifications (a server refuses them with -32021 to a request that does not
+# declare it: ext-tasks §Capability Negotiation, §Task Status Notifications).
+DECLARED_FOR: Final = frozenset({"tools/call", "tasks/get", "tasks/update", "tasks/cancel", "subscriptions/listen"})
 # Consecutive tasks/get or tasks/update calls that got no answer (the hop failed) before the bridge gives up:
 # the task is durable upstream, so a blip is waited out at the poll's backoff, an upstream that stays away is not.
 TASK_CALL_FAILURES: Final = 5

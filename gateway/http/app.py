@@ -58,7 +58,7 @@ from gateway.session.runtime import DRAIN_FRACTION, Gateway, PinState, log
 from gateway.session.store import SessionStore, StoreUnavailable
 from gateway.session.streams import OutStream, Tap
 from gateway.session.takeover import lease_lifetime
-from gateway.telemetry.usage import UsageObserver
+from gateway.telemetry.usage import USAGE, UsageObserver, UsageRecorder
 from gateway.upstream.client import UpstreamClient, UpstreamSizes
 from gateway.upstream.embedded import needs_embedded_core
 
@@ -218,10 +218,10 @@ def reverse_bridge(config: GatewayConfig, url: str) -> ReverseBridge | None:
         config.upstream_max_connections, config.upstream_max_stream_connections))
 
 
-def watchers(gateway: Gateway) -> Observer:
+def watchers(gateway: Gateway, recorder: UsageRecorder | None = None) -> Observer:
     """Who watches the traffic: migration accounting, and OpenTelemetry spans when ``[gateway.otel]`` is on (the
     optional ``otel`` extra is imported only then)."""
-    usage = UsageObserver(gateway)
+    usage = UsageObserver(gateway, recorder)
     if not gateway.config.otel.enabled:
         return usage
     from gateway.telemetry.otel import OtelObserver
@@ -276,7 +276,7 @@ def create_app(config: GatewayConfig, *, store: SessionStore | None = None, tap:
             gateway = Gateway(config, session_store, upstream, tap, upstreams=named,
                               pins=PinState.from_config(config, dict(os.environ)))
             gateway.hub = ListenHub(gateway)
-            gateway.observer = watchers(gateway)
+            gateway.observer = watchers(gateway, app.get(USAGE))
             app[GATEWAY] = gateway
             reverse = reverse_bridge(config, url)
             if reverse is not None:

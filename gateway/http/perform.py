@@ -56,7 +56,7 @@ def context(gw: Gateway, acc: Accepted, request: web.Request) -> Context:
     if acc.kind is not Kind.REQUEST:  # no peer or runtime is looked up (made) for what does not need one
         return Context(today, limits, gw.config.sessions.session_limits)
     return Context(today, limits, gw.config.sessions.session_limits, gw.peer_of(session), (), None,
-                   gw.runtime(session.session_id).exchanges.keys(), resource=resource)
+                   gw.runtime(session.session_id).exchanges.keys(), resource=resource, now_ms=gw.clock())
 
 
 def perform(request: web.Request, gw: Gateway, acc: Accepted, actions: tuple[Action, ...]) -> Awaitable[Answer]:

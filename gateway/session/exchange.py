@@ -45,6 +45,7 @@ from adapters.relay import answer_key, request_key
 from adapters.results import progress_advances, request_notification, response
 from adapters.task_poll import declare, offered
 from adapters.upstream import UnencodableHeader, build_request, header_map_of, learned_header_maps, needs_header_refresh
+from gateway.session.listen import remember_task, task_watch
 from gateway.session.observer import ExchangeWatcher
 from gateway.session.runtime import SessionRuntime, log, new_id, random_id, session_view
 from gateway.session.store import Hold, Owners, StoreUnavailable, WaitingFull
@@ -818,18 +819,17 @@ class Exchange:
 
     async def _remember(self, action: B.RememberTask) -> None:
         """A 2025 task as last seen, kept in the session's registry (adapters.legacy_tasks): written only when it
-        changed there, so tasks/list and tasks/cancel on any replica see it."""
+        changed there, so tasks/list and tasks/cancel on any replica see it; when the tasks that may still move
+        changed, the session's task listen follows them (gateway.session.listen.TaskWatch)."""
         known = self.request_session.legacy_tasks if self.request_session is not None else None
-        if legacy_tasks.remember(known, action.task, action.created) is None and known is not None:
+        now = self.runtime.gateway.clock()
+        if legacy_tasks.remember(known, action.task, action.created, now) is None and known is not None:
             return  # the record this request read already holds it
-
-        def apply(stored: SessionRecord) -> None:
-            changed = legacy_tasks.remember(stored.legacy_tasks, action.task, action.created)
-            if changed is not None:
-                stored.legacy_tasks = changed
-        await self.runtime.gateway.store.change_session(self.record.session_id, apply)
+        seen = await remember_task(self.runtime, action.task, action.created)
+        if seen.refollow:
+            self.runtime.spawn(task_watch(self.runtime).follow(self.authorization))
         if self.request_session is not None:  # this request's later steps see it too
-            self.request_session.legacy_tasks = legacy_tasks.remember(known, action.task, action.created) or known
+            self.request_session.legacy_tasks = legacy_tasks.remember(known, action.task, action.created, now) or known
 
     async def _store_roots(self, result: dict[str, Any]) -> None:
         gateway = self.runtime.gateway

@@ -9,6 +9,10 @@ the upstream refuses ends the listen instead of retrying (``adapters.subscriptio
 A listen the upstream answers with a JSON-RPC error before its acknowledgement fails the change with that error,
 translated for the legacy client (``adapters.subscriptions.listen_refusal``); so does one whose acknowledgement
 leaves out a subscribed URI, and the old listen stays.
+
+A session with 2025 tasks also has a task listen (:class:`TaskWatch`, adapters.legacy_tasks, docs/design.md §17):
+the upstream's ``notifications/tasks`` for its live tasks, kept in its registry and sent on its GET stream as
+``notifications/tasks/status``.
 """
 
 from __future__ import annotations
@@ -17,8 +21,10 @@ import asyncio
 import contextlib
 import json
 from collections.abc import Awaitable, Callable, Coroutine
+from dataclasses import dataclass, replace
 from typing import Any, Generic, TypeVar
 
+from adapters import legacy_tasks
 from adapters.errors import ErrorValue, UpstreamFault, upstream_failure
 from adapters.records import SessionRecord
 from adapters.subscriptions import (
@@ -31,8 +37,10 @@ from adapters.subscriptions import (
     without_uris,
     worth_retrying,
 )
+from adapters.task_poll import TaskOutcome, declare
 from adapters.upstream import SessionView, build_listen
-from gateway.session.runtime import Gateway, SessionRuntime, log, new_id
+from gateway.session.runtime import Gateway, SessionRuntime, log, new_id, session_view
+from gateway.session.store import StoreUnavailable
 from gateway.upstream.client import UpstreamFailure
 
 ACK_TIMEOUT_SECONDS = 10.0
@@ -84,6 +92,9 @@ class Listener:
         self.upstream = "default"  # the session's upstream name (per-peer routing)
         self.runtime = runtime  # None for a shared listen (ListenHub)
         self.on_end: Callable[[ErrorValue], None] | None = None  # a refused re-open ended the listen
+        # Takes every listen message but the acknowledgement and a refusal instead of the list_changed delivery
+        # (a task listen: TaskWatch).
+        self.on_message: Callable[[dict[str, Any]], Awaitable[None]] | None = None
         self.gateway = gateway if gateway is not None else runtime.gateway  # type: ignore[union-attr]
         self.spawn = spawn if spawn is not None else runtime.spawn  # type: ignore[union-attr]
         self.deliver = deliver if deliver is not None else (lambda m: runtime.standalone_stream().push(m))  # type: ignore[union-attr]
@@ -165,6 +176,9 @@ class Listener:
                 refused = listen_refusal(message, call.body["id"])
                 if refused is not None:  # before the ack: the subscribe gets this error, not "ended before ack"
                     raise UpstreamFailure(refused)
+                if self.on_message is not None:
+                    await self.on_message(message)
+                    continue
                 legacy = legacy_notification(message)
                 if legacy is not None:
                     self.deliver(legacy)
@@ -201,6 +215,93 @@ class Listener:
         note = gateway_warning(log_level, text, data)
         if note is not None:
             self.deliver(note)
+
+
+class TaskWatch:
+    """A session's task listen (ext-tasks §Task Status Notifications): ``subscriptions/listen`` with the
+    ``taskIds`` of its registry's live tasks (adapters.legacy_tasks.listen_filter), the extension declared. Each
+    ``notifications/tasks`` that is news to the registry is kept there and goes on the session's GET stream as
+    ``notifications/tasks/status`` (2025-11-25 basic/utilities/tasks §Task Status Notification: receivers MAY send
+    one), so a client learns of a change without a waiting tasks/result. The listen is this replica's: it follows
+    the tasks created or seen ending here."""
+
+    def __init__(self, runtime: SessionRuntime) -> None:
+        self.runtime = runtime
+        self.authorization: str | None = None  # the credential of the request that last changed the tasks
+        self.listener = Listener(runtime, label=f"{runtime.session_id} (2025 tasks)")
+        self.listener.on_message = self.status
+
+    async def follow(self, authorization: str | None) -> None:
+        """Make the listen follow the registry as stored now, one change at a time (the last one read wins). A
+        listen the upstream refuses costs only the notifications: requestors poll (§Task Status Notification)."""
+        if authorization is not None:
+            self.authorization = authorization
+        gateway, listener = self.runtime.gateway, self.listener
+        async with listener.turns.lock:
+            session = await gateway.store.get_session(self.runtime.session_id)
+            if session is None:
+                return
+            view = session_view(session, self.authorization)
+            # The task listen declares the extension (ext-tasks: -32021 without it); the session's other listens do not.
+            view = replace(view, capabilities=declare(view.capabilities, session.server_capabilities,
+                                                      "subscriptions/listen"))
+            listener.upstream = session.upstream
+            error = await listener.ensure(legacy_tasks.listen_filter(session.legacy_tasks, gateway.clock()), view)
+        if error is not None:
+            log.info("session %s: no task status notifications: %s", self.runtime.session_id, error.message)
+
+    async def status(self, message: dict[str, Any]) -> None:
+        task = legacy_tasks.from_listen(message)
+        if task is None:
+            return
+        try:
+            seen = await remember_task(self.runtime, task, False)
+        except StoreUnavailable as exc:  # the notification is lost; the client's next poll still sees the task
+            log.warning("session %s: task status not kept: %s", self.runtime.session_id, exc)
+            return
+        if seen.news:
+            self.runtime.standalone_stream().push(legacy_tasks.status_notification(task))
+        if seen.refollow:  # it ended: the listen no longer needs it
+            self.runtime.spawn(self.follow(None))
+
+
+@dataclass
+class Remembered:
+    """What writing a task to the registry did: ``news`` it changed it; ``outcome`` the task ended and this write
+    is the first to know (adapters.legacy_tasks.ended); ``refollow`` the tasks to listen to changed."""
+
+    news: bool = False
+    outcome: TaskOutcome | None = None
+    refollow: bool = False
+
+
+async def remember_task(runtime: SessionRuntime, task: dict[str, Any], created: bool) -> Remembered:
+    """A 2025 task as just seen, written to the session's registry; a task seen ending for the first time is
+    counted here, once (``mcp_gateway_tasks``). A shared store may run the change again on a newer record: what
+    its last run saw is what counts."""
+    gateway, now = runtime.gateway, runtime.gateway.clock()
+    seen = Remembered()
+
+    def apply(stored: SessionRecord) -> None:
+        nonlocal seen
+        before, changed = stored.legacy_tasks, legacy_tasks.remember(stored.legacy_tasks, task, created, now)
+        seen = Remembered()
+        if changed is None:
+            return
+        seen = Remembered(True, legacy_tasks.ended(before, task),
+                          legacy_tasks.watched(before, now) != legacy_tasks.watched(changed, now))
+        stored.legacy_tasks = changed
+    if await gateway.store.change_session(runtime.session_id, apply) is None:
+        return Remembered()
+    if seen.outcome is not None:
+        gateway.observer.task_ended(seen.outcome)
+    return seen
+
+
+def task_watch(runtime: SessionRuntime) -> TaskWatch:
+    if runtime.task_watch is None:
+        runtime.task_watch = TaskWatch(runtime)
+    return runtime.task_watch
 
 
 def own_listener(runtime: SessionRuntime) -> Listener:

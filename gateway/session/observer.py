@@ -14,6 +14,7 @@ from aiohttp import web
 from adapters.bridge import Action
 from adapters.classify import Accepted
 from adapters.records import PendingRound, SessionRecord
+from adapters.task_poll import TaskOutcome
 
 
 class ExchangeWatcher(Protocol):
@@ -34,6 +35,10 @@ class Observer(Protocol):
                  message: dict[str, Any]) -> ExchangeWatcher | None:
         """The watcher of a request about to be bridged, or None."""
 
+    def task_ended(self, outcome: TaskOutcome) -> None:
+        """A 2025 task the session's registry first saw over (a task the bridge drives for a call is counted by
+        its exchange's watcher instead). Must never raise."""
+
 
 class Unobserved:
     def arrived(self, request: web.Request) -> None:
@@ -45,6 +50,9 @@ class Unobserved:
 
     def exchange(self, request: web.Request, session: SessionRecord,
                  message: dict[str, Any]) -> ExchangeWatcher | None:
+        return None
+
+    def task_ended(self, outcome: TaskOutcome) -> None:
         return None
 
 
@@ -84,3 +92,7 @@ class Observers:
         if len(watchers) < 2:
             return watchers[0] if watchers else None
         return Watchers(watchers)
+
+    def task_ended(self, outcome: TaskOutcome) -> None:
+        for observer in self.observers:
+            observer.task_ended(outcome)

@@ -70,6 +70,7 @@ class SessionRuntime:
         "session_id",
         "standalone",
         "streams",
+        "task_watch",
         "tasks",
     )
 
@@ -83,6 +84,7 @@ class SessionRuntime:
         self.standalone: OutStream | None = None
         self.listen: Any = None  # this session's own Listener (when it has resource subscriptions)
         self.hub_key: Any = None  # the shared listen it is a member of (gateway.session.listen.ListenHub)
+        self.task_watch: Any = None  # its 2025 tasks' listen (gateway.session.listen.TaskWatch), made on first use
         self.header_maps: dict[str, Any] = {}  # tool name -> x-mcp-header map (from tools/list)
         self.tasks: set[asyncio.Task] = set()
         self.peer: Peer | None = None  # the session's pins as a Peer (its record's snapshot never changes)

@@ -51,8 +51,9 @@ class Metrics:
         self.authorization = Counter("mcp_gateway_authorization_refusals",
                                      "Requests refused at the gateway's token check, by cause and door",
                                      ["cause", "door"], registry=r)
-        # Upstream tasks driven for legacy clients (adapters.task_poll.TaskOutcome values: a fixed set).
-        self.tasks = Counter("mcp_gateway_tasks", "Upstream tasks driven for legacy clients, by outcome",
+        # Upstream tasks of legacy clients: driven for a call, or 2025 tasks (adapters.task_poll.TaskOutcome
+        # values: a fixed set).
+        self.tasks = Counter("mcp_gateway_tasks", "Upstream tasks of legacy clients (driven or 2025), by outcome",
                              ["outcome"], registry=r)
         # The reverse bridge's pooled sessions at a 2025-era upstream, by its serverInfo name and revision.
         self.legacy_upstreams = Gauge("mcp_gateway_legacy_upstream_sessions",

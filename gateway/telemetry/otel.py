@@ -29,6 +29,7 @@ from adapters.classify import Accepted, Kind
 from adapters.jsonwire import loads
 from adapters.peers import Peer, peer_from_record, trace_policy
 from adapters.records import PendingRound, SessionRecord
+from adapters.task_poll import TaskOutcome
 from gateway.upstream.client import CALL_HEADERS
 from kit import spans as S
 
@@ -121,6 +122,9 @@ class OtelObserver:
 
     def arrived(self, request: web.Request) -> None:
         request[_ARRIVED] = time.time_ns()
+
+    def task_ended(self, outcome: TaskOutcome) -> None:
+        return None  # a count, not a span: a 2025 task ends outside any request
 
     def exchange(self, request: web.Request, session: SessionRecord,
                  message: dict[str, Any]) -> ExchangeSpans | None:

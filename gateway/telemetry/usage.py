@@ -25,6 +25,7 @@ from aiohttp import web
 from adapters import bridge as B
 from adapters.doors import Transport
 from adapters.jsonwire import ENCODED_DEPTH, loads
+from adapters.task_poll import TaskOutcome
 from adapters.usage import (
     DAY_MS,
     HOUR_MS,
@@ -546,8 +547,9 @@ class UsageObserver:
     """Usage accounting as the gateway's :class:`gateway.session.observer.Observer`: what the handlers used to
     call one by one (the arrival stamp, plain answers, bridged exchanges) behind the one interface."""
 
-    def __init__(self, gw: Any) -> None:
+    def __init__(self, gw: Any, recorder: UsageRecorder | None = None) -> None:
         self.gw = gw
+        self.recorder = recorder  # for the counters no request carries (a 2025 task seen ending)
 
     def arrived(self, request: web.Request) -> None:
         stamp_arrival(request)
@@ -558,3 +560,8 @@ class UsageObserver:
 
     def exchange(self, request: web.Request, session: Any, message: dict[str, Any]) -> Any:
         return exchange_observer(request, self.gw, session, message)
+
+    def task_ended(self, outcome: TaskOutcome) -> None:
+        """A 2025 task counted by outcome like the tasks the bridge drives (``mcp_gateway_tasks``)."""
+        if self.recorder is not None and self.recorder.config.enabled and self.recorder.metrics is not None:
+            self.recorder.metrics.task_ended(outcome.value)

@@ -6,6 +6,7 @@ Every 2025 message produced here is checked with the ``mcp-types`` 2025-11-25 mo
 from __future__ import annotations
 
 import itertools
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
@@ -21,6 +22,7 @@ from adapters.handshake import build_initialize_result
 from adapters.peers import Peer
 from adapters.protocol import LATEST_LEGACY
 from adapters.records import PendingRound, Phase, SessionRecord
+from adapters.task_poll import TaskOutcome
 from adapters.usage import legacy_request_features
 from tests.adapters.test_bridge_tasks import FORM, RESULT, created, final, only, task
 
@@ -102,6 +104,96 @@ def test_live_tasks_are_bounded_per_session(statuses, refused) -> None:
     assert (error is not None and error.code == GATEWAY_LIMIT_EXCEEDED) is refused
 
 
+# T1 was created at 10:00:00 with a ttl of 60 s: it expires at 10:01:00 (epoch ms below).
+CREATED_MS = int(datetime(2026, 12, 7, 10, 0, tzinfo=UTC).timestamp() * 1000)
+BEFORE, AT = CREATED_MS + 59_999, CREATED_MS + 60_000
+
+
+@pytest.mark.parametrize("task,now,gone", [
+    (T1, None, False),  # no clock given: nothing expires
+    (T1, BEFORE, False),
+    (T1, AT, True),  # 2025-11-25 §TTL and Resource Management: forgotten once the ttl from creation passed
+    ({**T1, "status": "completed"}, AT, True),  # whatever its status
+    ({**T1, "ttl": None}, AT + 10**9, False),  # null: unlimited
+    ({**T1, "createdAt": "2026-12-07T10:00:00"}, AT, True),  # no offset: read as UTC
+    ({**T1, "createdAt": "yesterday"}, AT, False),  # unreadable: kept (the other bounds still hold)
+    ({**T1, "ttl": True}, AT, False),
+])
+def test_a_task_past_its_ttl_is_expired(task, now, gone) -> None:
+    assert LT.expired(task, now) is gone
+
+
+def test_a_task_past_its_ttl_no_longer_counts_against_the_bound() -> None:
+    tasks = held(*("working",) * 8)
+    assert LT.admit(tasks, 8, BEFORE) is not None
+    assert LT.admit(tasks, 8, AT) is None
+    assert LT.admit({**tasks, "t-9": {**T1, "taskId": "t-9", "ttl": None}}, 8, AT) is None
+
+
+def test_a_registry_write_drops_the_other_tasks_past_their_ttl() -> None:
+    old = {**T1, "taskId": "t-old"}
+    new = {**T1, "taskId": "t-new", "createdAt": "2026-12-07T10:05:00.000Z"}
+    assert LT.remember({"t-old": old}, new, True, AT) == {"t-new": new}
+    assert LT.remember({"t-old": old}, new, True, BEFORE) == {"t-old": old, "t-new": new}
+    seen = {**old, "status": "completed"}  # the task just seen is kept, even past its ttl: it still exists
+    assert LT.remember({"t-old": old}, seen, False, AT) == {"t-old": seen}
+    assert LT.remember({"t-old": old}, old, False, AT) is None  # nothing new: nothing written
+
+
+@pytest.mark.parametrize("before,seen,outcome", [
+    ("working", "completed", TaskOutcome.COMPLETED),
+    ("input_required", "failed", TaskOutcome.FAILED),
+    ("working", "cancelled", TaskOutcome.CANCELLED),  # whoever cancelled it (the server, the client, a dismissal)
+    ("completed", "completed", None),  # already counted by whoever saw it end first
+    ("working", "input_required", None),
+    (None, "completed", TaskOutcome.COMPLETED),  # created over already
+    (None, "working", None),
+])
+def test_a_2025_task_is_counted_once_when_the_registry_first_sees_it_over(before, seen, outcome) -> None:
+    tasks = held(before) if before is not None else None
+    assert LT.ended(tasks, {**T1, "status": seen}) == outcome
+
+
+# --- status notifications outside a tasks/result -------------------------------------------------------------------
+@pytest.mark.parametrize("statuses,now,ids", [
+    ((), None, []),
+    (("working", "completed", "input_required", "cancelled"), None, ["t-1", "t-3"]),
+    (("working", "input_required"), AT, []),  # past their ttl: nothing to listen for
+])
+def test_the_task_listen_follows_the_live_tasks(statuses, now, ids) -> None:
+    assert LT.watched(held(*statuses), now) == ids
+    assert LT.listen_filter(held(*statuses), now) == ({"taskIds": ids} if ids else {})
+
+
+SUB = {"io.modelcontextprotocol/subscriptionId": "l-1"}
+
+
+@pytest.mark.parametrize("message,legacy", [
+    ({"jsonrpc": "2.0", "method": "notifications/tasks", "params": {**task("completed", result=RESULT), "_meta": SUB}},
+     LT.to_legacy(task("completed"))),  # the result stays upstream: tasks/result fetches it
+    ({"jsonrpc": "2.0", "method": "notifications/tasks",
+      "params": task("input_required", inputRequests={"publish": FORM})}, LT.to_legacy(task("input_required"))),
+    ({"jsonrpc": "2.0", "method": "notifications/subscriptions/acknowledged",
+      "params": {"notifications": {"taskIds": ["t-1"]}}}, None),
+    ({"jsonrpc": "2.0", "method": "notifications/tasks", "params": {"taskId": "t-1", "status": "done"}}, None),
+    ({"jsonrpc": "2.0", "method": "notifications/tasks", "params": [1]}, None),
+    ({"jsonrpc": "2.0", "id": 3, "method": "notifications/tasks", "params": task()}, None),
+])
+def test_an_upstream_task_notification_becomes_a_2025_task(message, legacy) -> None:
+    assert LT.from_listen(message) == legacy
+    if legacy is not None:
+        v2025.TaskStatusNotification.model_validate(LT.status_notification(legacy))
+        assert "_meta" not in LT.status_notification(legacy)["params"]  # no related-task: §Task Notifications
+
+
+def test_an_upstream_task_notification_is_news_only_for_a_task_the_session_holds() -> None:
+    seen = LT.from_listen({"jsonrpc": "2.0", "method": "notifications/tasks", "params": task("completed")})
+    assert seen is not None
+    assert LT.remember(held("working"), seen, False) == {"t-1": seen}
+    assert LT.remember(held("working"), {**seen, "taskId": "t-9"}, False) is None  # another session's
+    assert LT.remember({"t-1": seen}, seen, False) is None  # already known (a poll saw it): not sent again
+
+
 # --- what a tasks/* request becomes -------------------------------------------------------------------------------
 @pytest.mark.parametrize("method,params,tasks,on,expected", [
     ("tasks/get", {"taskId": "t-1"}, held("working"), False, METHOD_NOT_FOUND),
@@ -122,6 +214,15 @@ def test_a_task_request_is_answered_here_or_driven(method, params, tasks, on, ex
         assert isinstance(decided, LT.Answer) and decided.error is not None and decided.error.code == expected
 
 
+def test_a_task_past_its_ttl_is_forgotten_by_task_requests() -> None:
+    tasks = {**held("working"), "t-2": {**T1, "taskId": "t-2", "ttl": None}}
+    listed = LT.decide("tasks/list", {}, tasks, True, AT)
+    assert isinstance(listed, LT.Answer) and [t["taskId"] for t in listed.result["tasks"]] == ["t-2"]
+    gone = LT.decide("tasks/get", {"taskId": "t-1"}, tasks, True, AT)
+    assert isinstance(gone, LT.Answer) and gone.error is not None and gone.error.code == INVALID_PARAMS
+    assert isinstance(LT.decide("tasks/get", {"taskId": "t-1"}, tasks, True, BEFORE), LT.Drive)
+
+
 def test_tasks_list_answers_from_the_registry() -> None:
     decided = LT.decide("tasks/list", {}, held("working", "completed"), True)
     assert isinstance(decided, LT.Answer) and [t["status"] for t in decided.result["tasks"]] == ["working",
@@ -130,15 +231,24 @@ def test_tasks_list_answers_from_the_registry() -> None:
 
 
 # --- the session core ----------------------------------------------------------------------------------------------
-def on_session(method: str, params: Any, tasks: dict[str, Any] | None, caps=CAPS, server=EXT) -> tuple[Any, ...]:
+def on_session(method: str, params: Any, tasks: dict[str, Any] | None, caps=CAPS, server=EXT,
+               now: int | None = None) -> tuple[Any, ...]:
     record = SessionRecord("s1", "anonymous", LATEST_LEGACY, dict(caps), {"name": "c", "version": "1"}, 0, 0,
                            server_capabilities=server, legacy_tasks=tasks)
     message = {"jsonrpc": "2.0", "id": 7, "method": method, "params": params}
     return S.handle(Accepted(Kind.REQUEST, "anonymous", message, record),
-                    S.Context("2026-12-07", B.BridgeLimits(), S.SessionLimits(), Peer("default")))
+                    S.Context("2026-12-07", B.BridgeLimits(), S.SessionLimits(), Peer("default"), now_ms=now))
 
 
 CALL = {"name": "build_project", "arguments": {"project": "demo"}, "task": {"ttl": 60000}}
+
+
+def test_the_session_core_forgets_tasks_past_their_ttl_with_the_time_it_is_given() -> None:
+    full = held(*("working",) * 8)
+    assert isinstance(on_session("tools/call", CALL, full, now=BEFORE)[-1], S.Reply)  # the bound holds
+    assert isinstance(on_session("tools/call", CALL, full, now=AT)[-1], S.Forward)  # past their ttl: room again
+    (reply,) = on_session("tasks/get", {"taskId": "t-1"}, full, now=AT)
+    assert reply.message["error"]["code"] == INVALID_PARAMS
 
 
 @pytest.mark.parametrize("method,params,tasks,caps,forwarded,code", [

@@ -5,13 +5,16 @@ library, never the project). It declares 2025 tasks (a ``tasks/list`` handler of
 ``capabilities.tasks``), runs the core's ``build_project`` as 2025 tasks through the gateway on loopback and
 prints one JSON summary line on stdout. ``takeover`` (for tests/faults/test_legacy_task_takeover.py) makes one
 build a task, prints ``{"created": ID}``, then waits on its blocking ``tasks/result`` and prints its outcome.
+``watch`` never polls until the gateway has told it a task's status on its own (``notifications/tasks/status``
+with no ``tasks/result`` waiting): a build that fails unpolled, and one whose confirmation it learns of so.
 
-usage: python sdk1_tasks_client.py BASE_URL [flows|takeover]
+usage: python sdk1_tasks_client.py BASE_URL [flows|takeover|watch]
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import sys
 from typing import Any
@@ -32,6 +35,7 @@ class Peer:
         self.action = "accept"
         self.asked: list[dict[str, Any]] = []
         self.statuses: list[dict[str, Any]] = []
+        self.told = asyncio.Event()  # a status notification came
 
     async def elicit(self, context: Any, params: types.ElicitRequestParams) -> types.ElicitResult:
         meta = params.meta.model_dump(by_alias=True) if params.meta is not None else {}
@@ -44,6 +48,17 @@ class Peer:
         root = getattr(message, "root", None)
         if isinstance(root, types.TaskStatusNotification):
             self.statuses.append(root.params.model_dump(mode="json", by_alias=True, exclude_none=True))
+            self.told.set()
+
+    async def told_of(self, task_id: str, statuses: set[str]) -> list[str]:
+        """The statuses told for ``task_id`` until one in ``statuses`` (or 30 s: then what was told)."""
+        async def heard() -> None:
+            while not any(s["taskId"] == task_id and s["status"] in statuses for s in self.statuses):
+                self.told.clear()
+                await self.told.wait()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(heard(), 30)
+        return [s["status"] for s in self.statuses if s["taskId"] == task_id]
 
     async def own_tasks(self, context: Any, params: Any) -> types.ListTasksResult:
         return types.ListTasksResult(tasks=[])  # this client runs no tasks for the server
@@ -101,6 +116,21 @@ async def takeover(session: ClientSession, peer: Peer) -> dict[str, Any]:
     return out
 
 
+async def watch(session: ClientSession, peer: Peer) -> dict[str, Any]:
+    """Two builds run unpolled until the gateway tells of them: one fails, one asks for its confirmation (which
+    a 2025 requestor then fetches with tasks/result)."""
+    failing = await session.experimental.call_tool_as_task(
+        "build_project", {"project": "demo", "simulate_failure": "protocol_error"})
+    out: dict[str, Any] = {"failing": {"id": failing.task.taskId,
+                                       "told": await peer.told_of(failing.task.taskId, TERMINAL)}}
+    asking = await session.experimental.call_tool_as_task("build_project", {"project": "demo"})
+    told = await peer.told_of(asking.task.taskId, {"input_required"})
+    out["asking"] = {"id": asking.task.taskId, "told": told, **await _build_result(session, asking.task.taskId),
+                     "asked": peer.asked}
+    out["listed"] = sorted(t.status for t in (await session.experimental.list_tasks()).tasks)
+    return out
+
+
 async def _build_result(session: ClientSession, task_id: str) -> dict[str, Any]:
     result = await session.experimental.get_task_result(task_id, types.CallToolResult)
     return {"structured": result.structuredContent, "related": (result.meta or {}).get(RELATED)}
@@ -115,6 +145,8 @@ async def main(base: str, mode: str) -> dict[str, Any]:
         init = await session.initialize()
         if mode == "takeover":
             return await takeover(session, peer)
+        if mode == "watch":
+            return await watch(session, peer)
         out: dict[str, Any] = {"tasks_capability": init.capabilities.tasks.model_dump(mode="json", exclude_none=True)
                                if init.capabilities.tasks else None}
         out["accepted"] = await _build(session, peer, "accept")

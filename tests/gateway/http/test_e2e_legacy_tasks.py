@@ -62,8 +62,16 @@ async def deprecated_uses(gateway, feature: str) -> float:
                if s.name == "mcp_gateway_deprecated_feature_uses_total" and s.labels.get("feature") == feature)
 
 
-async def run_client(python: Path, base: str) -> dict[str, Any]:
-    proc = await asyncio.create_subprocess_exec(str(python), "-I", str(CLIENT), base, env=_client_env(),
+async def tasks_by_outcome(gateway) -> dict[str, float]:
+    """``mcp_gateway_tasks`` by outcome, as /metrics shows it."""
+    async with aiohttp.ClientSession() as http, http.get(gateway.make_url("/metrics")) as resp:
+        text = await resp.text()
+    return {s.labels["outcome"]: s.value for family in text_string_to_metric_families(text) for s in family.samples
+            if s.name == "mcp_gateway_tasks_total"}
+
+
+async def run_client(python: Path, base: str, mode: str = "flows") -> dict[str, Any]:
+    proc = await asyncio.create_subprocess_exec(str(python), "-I", str(CLIENT), base, mode, env=_client_env(),
                                                 cwd=tempfile.gettempdir(), stdout=asyncio.subprocess.PIPE,
                                                 stderr=asyncio.subprocess.PIPE)
     try:
@@ -109,6 +117,36 @@ async def test_the_sdk1_client_runs_builds_as_2025_tasks(aiohttp_server, tmp_pat
         assert "task" not in body.get("params", {}) or body["method"] != "tools/call", body  # params.task stripped
     assert len(wire.calls("tasks/cancel")) == 1  # only the client's: a 2025 task outlives its tasks/result
     assert await deprecated_uses(gateway, "2025 tasks") >= 5 * 3 + 4  # each build's call, get, result; and more
+    # Each task counted once by its outcome, whoever saw it end (a cancel by the client's tasks/cancel included).
+    assert await tasks_by_outcome(gateway) == {"completed": 2, "cancelled": 2, "failed": 1}
+
+
+async def test_the_sdk1_client_is_told_task_statuses_with_no_tasks_result_waiting(
+        aiohttp_server, tmp_path, sdk1_python) -> None:  # noqa: F811
+    """notifications/tasks/status on the session's GET stream, from the upstream's notifications/tasks on the
+    session's task listen (docs/design.md §17): the client learns a task failed, or needs its confirmation,
+    without polling it."""
+    _core, gateway, wire = await make_stack(aiohttp_server, tmp_path, 0.05)
+    out = await run_client(sdk1_python, str(gateway.make_url("")).rstrip("/"), "watch")
+
+    failing, asking = out["failing"], out["asking"]
+    assert failing["told"] and failing["told"][-1] == "failed", failing
+    assert not [b for b in wire.calls("tasks/get") if b["params"]["taskId"] == failing["id"]]  # never polled
+    assert "input_required" in asking["told"], asking
+    assert asking["structured"] == {"project": "demo", "outcome": "published"}
+    assert asking["asked"] == [{"message": "demo compiled. Run its tests and publish it?",
+                                "related": {"taskId": asking["id"]}}]
+    assert out["listed"] == ["completed", "failed"]  # the registry kept what the listen told
+    listens = [b for b in wire.calls("subscriptions/listen") if "taskIds" in b["params"]["notifications"]]
+    assert listens and all(b["params"]["_meta"]["io.modelcontextprotocol/clientCapabilities"]["extensions"]
+                           for b in listens)
+    told = wire.sent("notifications/tasks/status")
+    assert {m["params"]["taskId"] for m in told} == {failing["id"], asking["id"]}
+    for message in wire.downstream:
+        check_downstream(message)
+    for body in wire.upstream:
+        schema.check("2026-07-28", body)
+    assert await tasks_by_outcome(gateway) == {"completed": 1, "failed": 1}
 
 
 async def test_the_typescript_sdk_client_runs_builds_as_2025_tasks(aiohttp_server, tmp_path) -> None:
