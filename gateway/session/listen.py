@@ -242,7 +242,8 @@ class TaskWatch:
             if session is None:
                 return
             view = session_view(session, self.authorization)
-            # The task listen declares the extension (ext-tasks: -32021 without it); the session's other listens do not.
+            # The task listen declares the extension (ext-tasks: refused as a missing capability without it); the
+            # session's other listens do not.
             view = replace(view, capabilities=declare(view.capabilities, session.server_capabilities,
                                                       "subscriptions/listen"))
             listener.upstream = session.upstream
