@@ -39,11 +39,12 @@ from gateway.auth.fetch import AuthServerError, LazySession, get_json
 from gateway.auth.resource import door_servers
 from gateway.config.pins import UpstreamAuthConfig
 from gateway.config.settings import GatewayConfig
+from gateway.errors import AuthError
 
 MAX_EXCHANGED = 10_000  # exchanged tokens cached at once (one per subject token); the oldest goes first
 
 
-class CredentialError(Exception):
+class CredentialError(AuthError):
     """No credential could be had for the upstream; the message says why (never quoting a token)."""
 
 

@@ -12,6 +12,7 @@ from typing import Any
 import aiohttp
 
 from adapters.jsonwire import loads
+from gateway.errors import AuthError
 
 MAX_BODY_BYTES = 512 << 10  # a JWKS or a metadata document is a few KiB
 
@@ -33,7 +34,7 @@ class LazySession:
             await self._session.close()
 
 
-class AuthServerError(Exception):
+class AuthServerError(AuthError):
     """An authorization server (or its key set) could not be read; the message says which URL and why."""
 
 

@@ -20,6 +20,7 @@ from adapters.classify import LOOPBACK_HOSTS, Policy
 from gateway.config.keys import loose_values, plain, suggestion, where
 from gateway.config.pins import PinsConfig, UpstreamAuthConfig, reference_problems
 from gateway.config.usage import UsageConfig
+from gateway.errors import GatewayError
 
 MEMORY_STORE = "memory"  # [gateway.store] url / serve --store: the in-process store (the default)
 REDIS_SCHEMES = ("redis://", "rediss://", "unix://")
@@ -279,7 +280,7 @@ class GatewayConfig(_Frozen):
         return BridgedFeatures(self.bridge_list_changed, self.bridge_subscriptions)
 
 
-class ConfigError(Exception):
+class ConfigError(GatewayError):
     """A configuration that cannot be used; the message names the file, the key path and the problem."""
 
 

@@ -12,8 +12,10 @@ import os
 from collections.abc import Iterable
 from pathlib import Path
 
+from gateway.errors import OpsError
 
-class FileRefused(Exception):
+
+class FileRefused(OpsError):
     """A file ``serve`` cannot write; the message is the operator's one line."""
 
 

@@ -21,6 +21,7 @@ from aiohttp import web
 from adapters.errors import METHOD_NOT_FOUND
 from gateway.auth.credentials import UpstreamCredentials
 from gateway.config.settings import TraceConfig, load_config
+from gateway.errors import OpsError
 from gateway.http.app import create_app
 from gateway.http.door import sse_messages
 from gateway.telemetry.trace import Tee, Tracer
@@ -33,7 +34,7 @@ MAX_PAGES = 100  # a server whose cursors never end must not hold a client forev
 Answerer = Callable[[str, Mapping[str, Any]], "dict[str, Any] | None"]
 
 
-class Unusable(Exception):
+class Unusable(OpsError):
     """The server cannot be driven (unreachable, not 2026-07-28, initialize refused): exit 2 with this message."""
 
 

@@ -20,6 +20,7 @@ import pytest_asyncio
 from aiohttp import web
 
 from adapters.client_answers import roots_result, sampling_result
+from gateway.errors import OpsError
 from gateway.ops.legacy_client import LegacyClient, LiveRequest, Rounds, served_gateway
 from kit import check as C
 
@@ -28,7 +29,7 @@ ElicitationCallback = Callable[[Mapping[str, Any]], Mapping[str, Any]]
 RootsCallback = Callable[[], "list[str] | list[Mapping[str, Any]]"]
 
 
-class LegacyCallError(Exception):
+class LegacyCallError(OpsError):
     """The gateway answered a JSON-RPC error; ``code``, ``message`` and ``data`` are that error's."""
 
     def __init__(self, method: str, error: Mapping[str, Any]) -> None:

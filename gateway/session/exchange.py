@@ -45,6 +45,7 @@ from adapters.relay import answer_key, request_key
 from adapters.results import progress_advances, request_notification, response
 from adapters.task_poll import declare, offered
 from adapters.upstream import UnencodableHeader, build_request, header_map_of, learned_header_maps, needs_header_refresh
+from gateway.errors import SessionError
 from gateway.session.listen import remember_task, task_watch
 from gateway.session.observer import ExchangeWatcher
 from gateway.session.runtime import SessionRuntime, log, new_id, random_id, session_view
@@ -133,14 +134,14 @@ def _told(acted: bool) -> asyncio.Future[bool]:
     return told
 
 
-class HandedOver(Exception):
+class HandedOver(SessionError):
     """A client's answer (or cancel) cannot be taken here: it reached an exchange that handed its round over
     (shutdown, or a lost lease) before acting on it, or a replica shutting down that takes no round on. The round
     goes on elsewhere, so the POST is refused (``adapters.errors.answer_not_taken``, 503), for the client to send
     it again there, rather than acknowledged (docs/design.md §26, §42)."""
 
 
-class _Refused(Exception):
+class _Refused(SessionError):
     """A round about to wait was past a bound the store counts (adapters.admission.admit_waiting): the request
     ends with that limit error, before the client is asked anything."""
 
@@ -149,7 +150,7 @@ class _Refused(Exception):
         self.error = error
 
 
-class _LeaseLost(Exception):
+class _LeaseLost(SessionError):
     """A fenced save found the round's lease lapsed or taken (this replica stalled past it, docs/design.md §50):
     the round is another replica's, and this exchange stops as a lost handover does."""
 

@@ -19,6 +19,7 @@ from enum import Enum
 from typing import Any
 
 from adapters.sse import PRIMING_SEQ, Event
+from gateway.errors import SessionError
 from gateway.session.store import SessionStore, StoreUnavailable, StreamAppend
 from gateway.session.streams import OutStream
 
@@ -196,7 +197,7 @@ class Mirror:
             self._opened.set_result(None)
 
 
-class _Hole(Exception):
+class _Hole(SessionError):
     pass
 
 

@@ -20,9 +20,10 @@ from adapters.jsonwire import ENCODED_DEPTH, dumps, loads
 from adapters.records import PendingRound, SessionRecord
 from adapters.sse import FINISHED_STREAMS_KEPT, PRIMING_SEQ, Event, StoredEvents, resumable
 from adapters.takeover import Lease
+from gateway.errors import StoreError
 
 
-class StoreUnavailable(Exception):
+class StoreUnavailable(StoreError):
     """The session store could not be reached or did not answer in time (a shared store's network or server):
     the one exception every :class:`SessionStore` method raises for it, whatever the backend, so the shell maps
     it to one answer (``adapters.errors.REJECTIONS[Reason.STORE_UNAVAILABLE]``) instead of a 500."""
@@ -63,7 +64,7 @@ class Hold:
     ceilings: WaitingLoad
 
 
-class WaitingFull(Exception):
+class WaitingFull(StoreError):
     """A save's :class:`Hold` did not fit: nothing of its step was written. ``load``: what waiting rounds would
     have held with it (``adapters.admission.admit_waiting`` names the bound)."""
 

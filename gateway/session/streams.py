@@ -15,12 +15,13 @@ from typing import Any, Protocol
 
 from adapters.sse import PRIMING_SEQ, Event, ReplayBuffer
 from adapters.trace import TapKind
+from gateway.errors import SessionError
 from gateway.session.store import StreamAppend
 
 Tap = Callable[[str, Any], None]
 
 
-class StreamGone(Exception):
+class StreamGone(SessionError):
     """The requested events were evicted from the replay buffer (or never existed)."""
 
 

@@ -27,6 +27,7 @@ from adapters.sse import EventTooLarge, SseDecoder
 from adapters.trace import TapKind, every_kind
 from adapters.upstream import UpstreamCall
 from gateway.auth.credentials import CredentialError, CredentialSettings, UpstreamCredentials
+from gateway.errors import UpstreamHopError
 from gateway.upstream.h1 import BrokenResponse, H1Pool, PoolBusy, TooLarge, Unreachable
 from gateway.upstream.transport import Response, Transport
 
@@ -38,7 +39,7 @@ CALL_HEADERS: contextvars.ContextVar[Callable[[], dict[str, str]] | None] = cont
 Answer = UpstreamResult | UpstreamError  # what the upstream answered a request: the bridge's own events
 
 
-class UpstreamFailure(Exception):
+class UpstreamFailure(UpstreamHopError):
     def __init__(self, error: ErrorValue) -> None:
         super().__init__(error.message)
         self.error = error

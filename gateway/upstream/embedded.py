@@ -32,6 +32,7 @@ from pathlib import Path
 from aiohttp import web
 
 from gateway.config.settings import GatewayConfig
+from gateway.errors import UpstreamHopError
 from modern_server.config import ConfigError as CoreConfigError
 from modern_server.config import CoreConfig, StateKey
 from modern_server.config import load_config as load_core_config
@@ -60,7 +61,7 @@ class SharedKey:
     where: str = ""
 
 
-class StateKeyError(Exception):
+class StateKeyError(UpstreamHopError):
     """The configured state key cannot be used; the message is the operator's one line."""
 
 

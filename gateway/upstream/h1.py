@@ -46,11 +46,13 @@ from urllib.parse import SplitResult, urlsplit
 
 import httptools
 
+from gateway.errors import UpstreamHopError
+
 HIGH_WATER = 1 << 20  # buffered body bytes at which reading pauses (a slow consumer of a fast stream)
 LOW_WATER = HIGH_WATER // 4
 
 
-class Unreachable(Exception):
+class Unreachable(UpstreamHopError):
     """No connection could be made (refused, unresolvable, connect timeout)."""
 
 
@@ -58,7 +60,7 @@ class PoolBusy(Unreachable):
     """Every connection the limit allows was in use for the whole connect timeout."""
 
 
-class BrokenResponse(Exception):
+class BrokenResponse(UpstreamHopError):
     """The connection closed before the response ended, or the bytes were not HTTP/1.1."""
 
 

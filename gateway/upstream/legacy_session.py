@@ -20,6 +20,7 @@ import aiohttp
 from adapters.jsonwire import dumps, loads
 from adapters.reverse import reinitialize
 from adapters.sse import EventTooLarge, SseDecoder
+from gateway.errors import UpstreamHopError
 
 log = logging.getLogger("gateway")
 Message = dict[str, Any]
@@ -27,11 +28,11 @@ BROKE = "dev.legacy-gateway/broke"  # the key of the queue's last item when a st
 GONE = "dev.legacy-gateway/gone"  # the key of the queue's only item when the server no longer knows the session
 
 
-class SessionGone(Exception):
+class SessionGone(UpstreamHopError):
     """The server answered 404 for the session id: it ended the session (re-initialize)."""
 
 
-class LegacyFailure(Exception):
+class LegacyFailure(UpstreamHopError):
     """The server's answer was not usable (a status other than 2xx/404, not JSON-RPC, unreachable)."""
 
 
