@@ -173,6 +173,9 @@ async def test_the_typescript_sdk_client_runs_builds_as_2025_tasks(aiohttp_serve
     assert out["cancelled"].pop("before") in LIVE
     assert out["cancelled"] == {"cancel": "cancelled", "final": "cancelled", "again": -32602}
     assert out["listed"] == ["cancelled", "cancelled", "completed", "completed", "failed"]
+    unpolled = out["unpolled"]  # told it failed on the GET stream, never polled (docs/design.md §17)
+    assert unpolled["told"] and unpolled["told"][-1] == "failed", unpolled
+    assert not [b for b in wire.calls("tasks/get") if b["params"]["taskId"] == unpolled["taskId"]]
     for message in wire.downstream:
         check_downstream(message)
     for body in wire.upstream:
