@@ -1,0 +1,152 @@
+"""The reverse bridge end to end against a 2025-11-25-only server written with the official TypeScript SDK 1.x
+(tests/conformance/legacy_notes_server.mjs, the twin of legacy_sdk1_server.py; docs/design.md §61): the official
+Python 2026 client (``mcp`` 2.3 pinned to 2026-07-28) and the official TypeScript 2026 client
+(``@modelcontextprotocol/client`` pinned to 2026-07-28, tests/conformance/reverse_client.mjs) through the gateway,
+every flow: sampling, two rounds, form and URL elicitation (accept, decline, cancel), roots, progress, a prompt, a
+subscribable resource, a hang-up and an unanswered round cancelled upstream; and a 2025 client relayed as it is.
+All real processes on loopback."""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+import subprocess
+import tempfile
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
+
+import aiohttp
+import pytest
+from mcp import Client
+
+from gateway.config.settings import load_config
+from gateway.http.app import create_app
+from gateway.http.keys import REVERSE
+from tests.gateway.http.test_reverse_e2e import _ask, _cancelled, _post, elicit, modern, roots, sampling, text_of
+from tests.gateway.ts_sdk import CONFORMANCE, node
+from tests.waiting import until, until_sync
+
+SERVER = CONFORMANCE / "legacy_notes_server.mjs"
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _listening(port: int) -> bool:
+    try:
+        socket.create_connection(("127.0.0.1", port), 0.1).close()
+    except OSError:
+        return False
+    return True
+
+
+@contextlib.contextmanager
+def _ts_server() -> Iterator[str]:
+    if not (CONFORMANCE / "node_modules" / "@modelcontextprotocol" / "sdk").exists():
+        pytest.skip("the pinned TypeScript SDK is not installed (bash tests/conformance/install.sh)")
+    port = _free_port()
+    proc = subprocess.Popen([*node(), str(SERVER), str(port)], cwd=tempfile.gettempdir(),
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        until_sync(lambda: proc.poll() is not None or _listening(port), "the TypeScript legacy server listens")
+        assert proc.poll() is None, proc.stderr.read().decode()[-2000:] if proc.stderr else ""
+        yield f"http://127.0.0.1:{port}/mcp"
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+@pytest.fixture
+def ts_url() -> Iterator[str]:
+    with _ts_server() as url:
+        yield url
+
+
+async def _gateway(aiohttp_server: Any, url: str, **reverse: Any) -> Any:
+    config = load_config(upstream_url=url, upstream_era="2025-11-25", reverse=reverse)
+    return await aiohttp_server(create_app(config))
+
+
+@pytest.fixture
+async def gateway(aiohttp_server: Any, ts_url: str) -> AsyncIterator[Any]:
+    yield await _gateway(aiohttp_server, ts_url)
+
+
+async def test_every_flow_of_a_ts_legacy_server_reaches_the_python_2026_client(gateway: Any) -> None:
+    async with modern(gateway, elicitation_callback=elicit("accept")) as client:
+        assert client.protocol_version == "2026-07-28"
+        names = {tool.name for tool in (await client.list_tools()).tools}
+        assert {"ask_model", "two_rounds", "delete_note", "open_link", "show_roots", "echo"} <= names
+        assert text_of(await client.call_tool("echo", {"text": "plain"})) == "plain"
+        assert text_of(await client.call_tool("ask_model", {"topic": "owls"})) == "model said: <about owls>"
+        assert text_of(await client.call_tool("two_rounds", {})) == "<first> then <second after <first>>"
+        assert text_of(await client.call_tool("delete_note", {"note": "n1"})) == "deleted n1"
+        assert text_of(await client.call_tool("open_link", {"note": "n1"})) == "accept: link opened"
+        assert text_of(await client.call_tool("show_roots", {})) == "file:///work/a"
+        prompt = await client.get_prompt("greet", {"name": "Ada"})
+        assert "Ada" in str(prompt.messages[0].content)
+        read = await client.read_resource("notes://readme")
+        assert "the readme" in str(read.contents[0])
+        assert [r.uri for r in (await client.list_resources()).resources] == ["notes://readme"]
+    bridge = gateway.app[REVERSE]
+    assert len(bridge.pool) == 1 and not bridge.parked  # one session for all, no call left parked
+
+
+@pytest.mark.parametrize("action", ["decline", "cancel"])
+async def test_a_declined_or_cancelled_elicitation_reaches_the_ts_tool(gateway: Any, action: str) -> None:
+    async with modern(gateway, elicitation_callback=elicit(action)) as client:
+        assert text_of(await client.call_tool("delete_note", {"note": "n1"})) == f"{action}: nothing deleted"
+        assert text_of(await client.call_tool("open_link", {"note": "n1"})) == f"{action}: not shared"
+
+
+async def test_progress_of_a_bridged_ts_call_reaches_the_client(gateway: Any) -> None:
+    seen: list[float] = []
+
+    async def on_progress(progress: float, total: float | None, message: str | None) -> None:
+        seen.append(progress)
+
+    async with modern(gateway) as client:
+        result = await client.call_tool("count", {"n": 2}, progress_callback=on_progress)
+    assert text_of(result) == "counted 2, <go on>"
+    assert seen == [1, 2, 3]  # before the round, and in the retry's answer after it
+
+
+async def test_a_listen_gets_the_ts_servers_resource_updates(gateway: Any) -> None:
+    from mcp.client.subscriptions import ResourceUpdated, ToolsListChanged
+
+    async with modern(gateway) as client:
+        async with client.listen(tools_list_changed=True, resource_subscriptions=["notes://readme"]) as sub:
+            assert sub.honored.tools_list_changed and sub.honored.resource_subscriptions == ["notes://readme"]
+            assert text_of(await client.call_tool("subscribed", {})) == "notes://readme"  # subscribed upstream
+            await client.call_tool("touch", {"uri": "notes://readme"})
+            seen = [await sub.__anext__(), await sub.__anext__()]
+        assert ResourceUpdated(uri="notes://readme") in seen and ToolsListChanged() in seen
+
+
+async def test_a_hang_up_and_an_unanswered_round_cancel_the_ts_call(aiohttp_server: Any, ts_url: str) -> None:
+    gateway = await _gateway(aiohttp_server, ts_url, answer_timeout_seconds=0.3)
+    bridge = gateway.app[REVERSE]
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=0.5)) as http:
+        with pytest.raises(TimeoutError):
+            await _post(http, gateway, 1, "tools/call", {"name": "slow", "arguments": {}}, "slow")
+    async with aiohttp.ClientSession() as http:
+        assert await _cancelled(http, gateway) == "slow"  # 2026-07-28: a closed stream is the cancel
+        _, first = await _ask(http, gateway, 2)
+        assert first["result"]["resultType"] == "input_required"
+        await until(lambda: not bridge.parked, "the unanswered call is dropped", lambda: bridge.parked)
+        assert await _cancelled(http, gateway) == "slow,ask_model"  # and cancelled upstream
+
+
+async def test_a_2025_client_is_relayed_to_the_ts_server_as_it_is(gateway: Any) -> None:
+    url = str(gateway.make_url("/mcp"))
+    async with Client(url, mode="legacy", sampling_callback=sampling, list_roots_callback=roots,
+                      elicitation_callback=elicit("accept", confirm=False)) as client:
+        assert client.protocol_version == "2025-11-25"
+        assert text_of(await client.call_tool("ask_model", {"topic": "owls"})) == "model said: <about owls>"
+        assert text_of(await client.call_tool("delete_note", {"note": "n1"})) == "kept n1"
+        assert text_of(await client.call_tool("show_roots", {})) == "file:///work/a"
+        assert "Ada" in str((await client.get_prompt("greet", {"name": "Ada"})).messages[0].content)
+    assert not gateway.app[REVERSE].pool  # the server's own session: none of the bridge's
