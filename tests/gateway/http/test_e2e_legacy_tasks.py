@@ -3,7 +3,8 @@
 ``test_doors_sdk1`` builds) and the official TypeScript SDK's (``tests/conformance/tasks_client.mjs``) run the
 real core's ``build_project`` as 2025 tasks, backed by the core's ``io.modelcontextprotocol/tasks`` tasks:
 completed with the confirmation answered, declined, dismissed (the task ends cancelled), failed, cancelled
-mid-way with ``tasks/cancel``; ``tasks/list`` and an unknown id.
+mid-way with ``tasks/cancel``; ``tasks/list`` and an unknown id; statuses told on the GET stream with no
+``tasks/result`` waiting; the session's bound freed by a task past its ttl; ``mcp_gateway_tasks`` by outcome.
 
 Every message the gateway sends the client is checked against the 2025-11-25 schema, its task results also with
 the ``mcp-types`` 2025-11-25 models; every request it sends upstream against the 2026-07-28 schema (task requests
@@ -15,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import json
 import tempfile
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -23,10 +25,13 @@ import pytest
 from mcp_types import _v2025_11_25 as v2025
 from prometheus_client.parser import text_string_to_metric_families
 
+from gateway.config.settings import load_config
+from gateway.http.app import GATEWAY, create_app
 from tests import schema
 from tests.gateway import ts_sdk
+from tests.gateway.conftest import Legacy
 from tests.gateway.http.test_doors_sdk1 import _client_env, sdk1_python  # noqa: F401 (the venv's fixture)
-from tests.gateway.http.test_e2e_tasks import make_stack
+from tests.gateway.http.test_e2e_tasks import FAST, core_app, core_config, make_stack
 
 CLIENT = Path(__file__).with_name("sdk1_tasks_client.py")
 RELATED = "io.modelcontextprotocol/related-task"
@@ -180,3 +185,39 @@ async def test_the_typescript_sdk_client_runs_builds_as_2025_tasks(aiohttp_serve
         check_downstream(message)
     for body in wire.upstream:
         schema.check("2026-07-28", body)
+
+
+async def test_a_task_past_its_ttl_no_longer_counts_against_the_sessions_bound(aiohttp_server, aiohttp_client,
+                                                                              tmp_path) -> None:
+    """The registry forgets a task past its ttl (docs/design.md §17): a session at max_tasks_per_session with a
+    task it never polls gets room again once that task's ttl (the upstream's, from its creation) has passed by
+    the gateway's clock; the forgotten task is no longer listed."""
+    core = await aiohttp_server(core_app.create_app(core_config.CoreConfig(
+        database=str(tmp_path / "core.db"), build_step_seconds=0.02, task_poll_interval_ms=50, task_ttl_seconds=60)))
+    client = await aiohttp_client(create_app(load_config(upstream_url=str(core.make_url("/mcp")),
+                                                         limits={**FAST, "max_tasks_per_session": 1})))
+    legacy = Legacy(client)
+    await legacy.initialize({"elicitation": {"form": {}}, "tasks": {"list": {}}})
+    call = {"name": "build_project", "arguments": {"project": "demo"}, "task": {"ttl": 1000}}
+
+    async def rpc(method: str, params: dict[str, Any]) -> dict[str, Any]:
+        resp = await legacy.post(method, params)
+        assert resp.status == 200, await resp.text()
+        messages = [await resp.json()] if resp.content_type == "application/json" else await legacy.events(resp)
+        for message in messages:
+            check_downstream(message)
+        return messages[-1]
+
+    first = (await rpc("tools/call", call))["result"]["task"]
+    assert first["ttl"] == 60000  # the upstream's ttl: the requested one is not carried (the extension has none)
+    refused = await rpc("tools/call", call)
+    assert refused["error"]["data"]["limit"] == "max_tasks_per_session"
+
+    # The gateway's clock at the first task's expiry: created + ttl (any later task has time left).
+    expiry = int(datetime.fromisoformat(first["createdAt"]).timestamp() * 1000) + first["ttl"]
+    client.server.app[GATEWAY].clock = lambda: expiry
+    second = (await rpc("tools/call", call))["result"]["task"]
+    listed = (await rpc("tasks/list", {}))["result"]["tasks"]
+    assert [t["taskId"] for t in listed] == [second["taskId"]]
+    gone = await rpc("tasks/get", {"taskId": first["taskId"]})
+    assert gone["error"]["code"] == -32602
