@@ -142,6 +142,13 @@ async def delete_note(note: str, ctx: Context) -> str:
 
 
 @app.tool()
+async def open_link(note: str, ctx: Context) -> str:
+    """A URL elicitation (2025-11-25 client/elicitation, URL mode): accept, decline or cancel."""
+    answer = await ctx.elicit_url(f"Sign in to share {note}", f"https://notes.example/share/{note}", f"share-{note}")
+    return f"{answer.action}: {'link opened' if answer.action == 'accept' else 'not shared'}"
+
+
+@app.tool()
 async def show_roots(ctx: Context) -> str:
     """roots/list, sent on the session's GET stream."""
     roots = await ctx.session.list_roots()

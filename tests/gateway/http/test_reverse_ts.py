@@ -13,6 +13,7 @@ import socket
 import subprocess
 import tempfile
 from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
 from typing import Any
 
 import aiohttp
@@ -22,11 +23,23 @@ from mcp import Client
 from gateway.config.settings import load_config
 from gateway.http.app import create_app
 from gateway.http.keys import REVERSE
-from tests.gateway.http.test_reverse_e2e import _ask, _cancelled, _post, elicit, modern, roots, sampling, text_of
-from tests.gateway.ts_sdk import CONFORMANCE, node
+from tests.gateway.http.test_doors_sdk1 import sdk1_python  # noqa: F401  (a fixture)
+from tests.gateway.http.test_reverse_e2e import (
+    _ask,
+    _cancelled,
+    _legacy_server,
+    _post,
+    elicit,
+    modern,
+    roots,
+    sampling,
+    text_of,
+)
+from tests.gateway.ts_sdk import CONFORMANCE, node, run
 from tests.waiting import until, until_sync
 
 SERVER = CONFORMANCE / "legacy_notes_server.mjs"
+CLIENT = CONFORMANCE / "reverse_client.mjs"
 
 
 def _free_port() -> int:
@@ -150,3 +163,48 @@ async def test_a_2025_client_is_relayed_to_the_ts_server_as_it_is(gateway: Any) 
         assert text_of(await client.call_tool("show_roots", {})) == "file:///work/a"
         assert "Ada" in str((await client.get_prompt("greet", {"name": "Ada"})).messages[0].content)
     assert not gateway.app[REVERSE].pool  # the server's own session: none of the bridge's
+
+
+# ------------------------------------------------------------------------------------ the TypeScript 2026 client
+
+EXPECTED = [
+    "the client negotiated 2026-07-28 (pinned)", "the legacy server's tools are listed", "a plain call",
+    "a sampling round", "two rounds, the second built on the first", "a form elicitation, accepted",
+    "a form elicitation, answered decline", "a form elicitation, answered cancel",
+    "a URL elicitation, answered accept", "a URL elicitation, answered decline", "a URL elicitation, answered cancel",
+    "a roots round", "progress around a round", "a prompt", "a resource", "a listen is acknowledged with the resource",
+    "the listen subscribed the legacy session", "the resource update reaches the listen",
+    "an aborted call ends on the client", "the abort cancelled the legacy call",
+]
+
+
+async def _ts_client(gateway: Any) -> list[str]:
+    """``reverse_client.mjs`` against the gateway: its ``ok - …`` lines (it exits non-zero on the first miss)."""
+    if not (CONFORMANCE / "node_modules" / "@modelcontextprotocol" / "client").exists():
+        pytest.skip("the pinned TypeScript 2026 client is not installed (bash tests/conformance/install.sh)")
+    status, out = await run(*node(), str(CLIENT), str(gateway.make_url("/mcp")), cwd=Path(tempfile.gettempdir()))
+    assert status == 0, out
+    return [line.removeprefix("ok - ") for line in out.splitlines() if line.startswith("ok - ")]
+
+
+async def test_the_ts_2026_client_through_the_gateway_to_the_ts_legacy_server(gateway: Any) -> None:
+    assert await _ts_client(gateway) == EXPECTED
+    assert not gateway.app[REVERSE].parked
+
+
+async def test_the_ts_2026_client_through_the_gateway_to_the_python_legacy_server(
+        aiohttp_server: Any, sdk1_python: Path) -> None:  # noqa: F811
+    with _legacy_server(sdk1_python) as (url, _):
+        gateway = await _gateway(aiohttp_server, url)
+        assert await _ts_client(gateway) == EXPECTED
+        assert not gateway.app[REVERSE].parked
+
+
+@pytest.mark.parametrize("action", ["accept", "decline", "cancel"])
+async def test_a_url_elicitation_of_the_python_legacy_server(aiohttp_server: Any, sdk1_python: Path,  # noqa: F811
+                                                             action: str) -> None:
+    with _legacy_server(sdk1_python) as (url, _):
+        gateway = await _gateway(aiohttp_server, url)
+        async with modern(gateway, elicitation_callback=elicit(action)) as client:
+            said = text_of(await client.call_tool("open_link", {"note": "n1"}))
+    assert said == f"{action}: {'link opened' if action == 'accept' else 'not shared'}"
