@@ -27,6 +27,10 @@ class RelayKind(StrEnum):
     CANCEL = "cancel"  # a client's notifications/cancelled for a request the owner is bridging
     END = "end"  # a session ended (DELETE) on some replica: every replica ends its runtime for it
     ACK = "ack"  # the owner's word on a relayed answer or cancel that asked for one: acted on, or not held
+    # The reverse bridge (docs/design.md §61): a 2026 client's retry of a call parked on another replica, and
+    # that replica's JSON-RPC answer to it, sent back to the replica the client waits on.
+    RETRY = "retry"
+    REPLY = "reply"
 
 
 _NO_MESSAGE = (RelayKind.END, RelayKind.ACK)  # the kinds that carry no client message
@@ -58,6 +62,12 @@ class Relayed:
         return self.kind in (RelayKind.ANSWER, RelayKind.CANCEL) and self.reply_to is not None \
             and self.token is not None
 
+    def reply(self, message: Mapping[str, Any]) -> Relayed | None:
+        """The answer to this relayed retry, for the replica that sent it (None: it named none)."""
+        if self.kind is not RelayKind.RETRY or self.reply_to is None or self.token is None:
+            return None
+        return Relayed(RelayKind.REPLY, self.session_id, message, self.reply_to, self.token)
+
     def ack(self, held: bool) -> Relayed | None:
         """The acknowledgement this relayed answer or cancel asked for (None: it asked for none)."""
         if not self.wants_ack:
@@ -81,6 +91,8 @@ class Relayed:
         if not isinstance(message, dict) and not (kind in _NO_MESSAGE and message is None):
             return None
         if kind is RelayKind.ACK and (token is None or message is not None):
+            return None
+        if kind in (RelayKind.RETRY, RelayKind.REPLY) and token is None:
             return None
         return Relayed(kind, session, message, reply_to, token, held)
 

@@ -132,10 +132,11 @@ class Claims:
     name: str
     digest: str
     expires_ms: int
+    replica: str = ""  # the replica the call is parked on: its upstream connection is there
 
     def encode(self) -> bytes:
         return canonical([self.call, self.round, self.principal, self.method, self.name, self.digest,
-                          self.expires_ms]).encode()
+                          self.expires_ms, self.replica]).encode()
 
 
 def digest(params: Mapping[str, Any]) -> str:
@@ -148,9 +149,68 @@ def digest(params: Mapping[str, Any]) -> str:
 def decode_claims(raw: bytes) -> Claims | None:
     try:
         values = json.loads(raw)
-        return Claims(*values) if isinstance(values, list) and len(values) == 7 else None
+        return Claims(*values) if isinstance(values, list) and len(values) == 8 else None
     except (ValueError, TypeError):
         return None
+
+
+def held_elsewhere(claims: Claims | None, me: str) -> str | None:
+    """The replica a retry's call is parked on when that is not this one: the retry is relayed there through
+    the store (docs/design.md §61), checked here first on all it binds but the round, which only the holder
+    knows. None: the call is (or was) here, or the state is not one of ours."""
+    return claims.replica if claims is not None and claims.replica and claims.replica != me else None
+
+
+def relayed_claims(claims: Claims, retry: Claims) -> Claims:
+    """What a retry is checked on before it is relayed: its own request against the state, the call and round
+    as the state names them (the holder checks those)."""
+    return replace(retry, call=claims.call, round=claims.round, replica=claims.replica)
+
+
+def holder_gone() -> ErrorValue:
+    """A retry whose call was parked on a replica that is gone: the call went with its upstream connection; the
+    client sends the request again without a state (2026-07-28 basic/transports: a broken stream loses the
+    request). INVALID_PARAMS like every unusable state, with a message saying what to do."""
+    return ErrorValue(E.INVALID_PARAMS, "invalid requestState: the gateway replica holding this call is gone; "
+                      "send the request again without requestState", {"requestState": "invalid"})
+
+
+# --- 2025 clients of a 2025-era upstream: relayed as they are ----------------------------------------------
+@dataclass(frozen=True, slots=True)
+class RelayedSession:
+    """What the gateway's ``Mcp-Session-Id`` of a relayed 2025 session binds (sealed by the shell like a state):
+    the named upstream whose session it is, that server's own session id (passed back to it, never read), and
+    whose it is. The id itself says where a request goes, on any replica, with nothing stored."""
+
+    upstream: str
+    session_id: str
+    principal: str
+
+    def encode(self) -> bytes:
+        return canonical([self.upstream, self.session_id, self.principal]).encode()
+
+
+def decode_relayed_session(raw: bytes) -> RelayedSession | None:
+    try:
+        values = json.loads(raw)
+    except (ValueError, TypeError):
+        return None
+    if not isinstance(values, list) or len(values) != 3 or not all(isinstance(v, str) for v in values):
+        return None
+    return RelayedSession(*values)
+
+
+def relay_upstream(has_session_id: bool, session: RelayedSession | None, principal: str, routed: str,
+                   legacy: Collection[str]) -> str | None:
+    """The 2025-era upstream a 2025 client's request is relayed to, or None (the gateway's own sessions decide).
+    With a session id: the one its relayed session names, for the principal it was opened by only (another's, or
+    an id not ours, goes to the gateway's own sessions, which know none: 404). Without: the upstream its peer
+    routes to (``routed``), when that one is served in its 2025 era."""
+    if has_session_id:
+        if session is None or session.principal != principal or session.upstream not in legacy:
+            return None
+        return session.upstream
+    return routed if routed in legacy else None
 
 
 def check_claims(claims: Claims | None, expected: Claims, now_ms: int) -> ErrorValue | None:

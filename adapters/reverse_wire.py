@@ -49,6 +49,8 @@ RELAYED: Final[Mapping[str, str | None]] = {
     # served from the session's GET stream and resources/subscribe (adapters.reverse_listen), what the server
     # offers of it told in the acknowledgement
     "subscriptions/listen": None}
+# What a retry relayed to the replica holding its call carries of its HTTP request: the headers the ladder checks.
+ROUTING_HEADERS: Final = frozenset({"mcp-protocol-version", "mcp-method", "mcp-name"})
 _SENTINEL = re.compile(r"=\?base64\?([A-Za-z0-9+/=]*)\?=")
 # 2025-11-25 server capabilities a 2026-07-28 discover result has no field for (tasks moved to an extension).
 _LEGACY_ONLY_CAPS: Final = frozenset({"tasks"})

@@ -44,3 +44,14 @@ def test_an_answer_or_cancel_that_asks_to_be_acknowledged_round_trips_and_names_
                 b'{"k": "answer", "s": "s1", "m": {}, "r": "b"}',
                 b'{"k": "ack", "s": "s1", "m": null, "r": "b", "t": "t1", "h": "yes"}'):
         assert R.Relayed.decode(bad) is None
+
+
+def test_a_reverse_retry_round_trips_and_names_its_reply() -> None:
+    retry = R.Relayed(R.RelayKind.RETRY, "", {"upstream": "old", "request": {"id": 1}}, "me", "t1")
+    assert R.Relayed.decode(retry.encode()) == retry
+    reply = retry.reply({"jsonrpc": "2.0", "id": 1, "result": {}})
+    assert reply == R.Relayed(R.RelayKind.REPLY, "", {"jsonrpc": "2.0", "id": 1, "result": {}}, "me", "t1")
+    assert R.Relayed.decode(reply.encode()) == reply
+    assert R.Relayed(R.RelayKind.RETRY, "", {}).reply({}) is None  # no one to answer
+    assert reply.reply({}) is None and not retry.wants_ack  # a reply is not answered; a retry is, not acked
+    assert R.Relayed.decode(b'{"k":"retry","s":"","m":{}}') is None  # a retry names its token

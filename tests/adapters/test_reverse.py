@@ -270,3 +270,49 @@ def test_the_round_and_request_bounds() -> None:
     _, out = run([R.ServerAsked(1, "roots/list", {}), R.ServerAsked(2, "roots/list", {}), R.Drained()],
                  limits=R.CallLimits(max_input_requests_per_round=1))
     assert out[-1][1].error.data["limit"] == "reverse.max_input_requests_per_round"
+
+
+# --- replicas ------------------------------------------------------------------------------------------
+def test_a_state_minted_on_another_replica_is_checked_here_but_for_its_round() -> None:
+    minted = R.Claims("call-1", 3, "alice", "tools/call", "t", CLAIMS.digest, 5_000, "replica-a")
+    assert R.decode_claims(minted.encode()) == minted
+    assert R.held_elsewhere(minted, "replica-b") == "replica-a"
+    assert R.held_elsewhere(minted, "replica-a") is None and R.held_elsewhere(None, "replica-b") is None
+    assert R.held_elsewhere(R.Claims("c", 1, "a", "m", "n", "d", 0), "replica-b") is None  # names none
+    retry = R.Claims("", -1, "alice", "tools/call", "t", CLAIMS.digest, 0)
+    assert R.check_claims(minted, R.relayed_claims(minted, retry), 1_000) is None
+    for change in ({"principal": "bob"}, {"name": "u"}, {"digest": "x"}):
+        refused = R.check_claims(minted, R.relayed_claims(minted, R.Claims(**{**_fields(retry), **change})), 1_000)
+        assert refused is not None and refused.code == -32602
+    expired = R.check_claims(minted, R.relayed_claims(minted, retry), 6_000)
+    assert expired is not None and "expired" in expired.message
+    gone = R.holder_gone()
+    assert gone.code == -32602 and "send the request again without requestState" in gone.message
+
+
+def _fields(claims: R.Claims) -> dict[str, Any]:
+    return {f: getattr(claims, f) for f in claims.__slots__}
+
+
+# --- 2025 clients relayed ------------------------------------------------------------------------------
+SESSION = R.RelayedSession("old", "up-1", "alice")
+
+
+@pytest.mark.parametrize(("has_id", "session", "principal", "routed", "relayed"), [
+    (False, None, "alice", "old", "old"),  # an initialize whose peer routes to a 2025-era upstream
+    (False, None, "alice", "new", None),  # ... to a 2026 one: the gateway's own sessions
+    (False, None, "alice", "default", None),
+    (True, SESSION, "alice", "", "old"),  # a relayed session's request: where its id says
+    (True, SESSION, "bob", "", None),  # another principal's: not found
+    (True, None, "alice", "", None),  # an id not ours (the gateway's own session, or junk)
+    (True, R.RelayedSession("gone", "up-1", "alice"), "alice", "", None),  # an upstream no longer 2025-era
+])
+def test_a_2025_request_is_relayed_where_its_session_or_peer_says(has_id, session, principal, routed,
+                                                                  relayed) -> None:
+    assert R.relay_upstream(has_id, session, principal, routed, {"old", "legacy"}) == relayed
+
+
+def test_a_relayed_sessions_claims_round_trip() -> None:
+    assert R.decode_relayed_session(SESSION.encode()) == SESSION
+    assert R.decode_relayed_session(b'["a","b"]') is None and R.decode_relayed_session(b"\xff") is None
+    assert R.decode_relayed_session(b'["a","b",3]') is None
