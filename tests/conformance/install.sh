@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# The pinned Node tools of tests/conformance (package-lock.json): the conformance suites, a Node >= 22 binary and
-# the official TypeScript SDK, used by run.sh and by the pytest suite's door tests (tests/gateway/ts_sdk.py).
+# The pinned Node tools of tests/conformance (package-lock.json): the conformance suites, a Node >= 22 binary, the
+# official TypeScript SDK 1.x and its 2026 client (@modelcontextprotocol/client), used by run.sh and by the pytest
+# suite's door and reverse-bridge tests (tests/gateway/ts_sdk.py, tests/gateway/http/test_reverse_ts.py).
 # npm ci once per lock-file content: the stamp makes a second run a no-op.
 set -euo pipefail
 HERE="$(cd "$(dirname "$0")" && pwd)"
