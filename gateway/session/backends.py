@@ -34,14 +34,11 @@ async def store_lifetime(config: GatewayConfig, given: SessionStore | None = Non
         yield given
         return
     store = open_store(config)
-    ping, close = getattr(store, "ping", None), getattr(store, "close", None)
-    if ping is not None:
-        try:
-            await ping()
-        except StoreUnavailable as exc:
-            log.warning("%s; requests are refused (503) until it answers", exc)
+    try:
+        await store.ping()
+    except StoreUnavailable as exc:
+        log.warning("%s; requests are refused (503) until it answers", exc)
     try:
         yield store
     finally:
-        if close is not None:
-            await close()
+        await store.close()

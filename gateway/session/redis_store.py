@@ -73,20 +73,20 @@ in each sorted set: about 1.6 KB per idle session; its open GET stream adds abou
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator, Callable, Collection, Sequence
-from contextlib import asynccontextmanager
+from collections.abc import Callable, Collection, Sequence
 from typing import Any, ClassVar, Final
 
 from redis.asyncio import BlockingConnectionPool, Redis
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
-from redis.exceptions import RedisError
 
 from adapters.admission import WaitingLoad
 from adapters.jsonwire import ENCODED_DEPTH, dumps, loads
 from adapters.records import PendingRound, SessionRecord
 from adapters.sse import FINISHED_STREAMS_KEPT, PRIMING_SEQ, Event, StoredEvents, resumable
 from adapters.takeover import Lease
+from gateway.session.bus import Bus
+from gateway.session.redis_bus import RedisBus, redis_failures
 from gateway.session.redis_wire import RedisWire, Script
 from gateway.session.store import Hold, Owners, StoreUnavailable, StreamAppend, WaitingFull
 
@@ -438,15 +438,6 @@ def wall_ms() -> int:
     return int(time.time() * 1000)
 
 
-@asynccontextmanager
-async def _unavailable() -> AsyncIterator[None]:
-    """Every Redis failure as the store's one exception (OSError: a socket error redis-py did not wrap)."""
-    try:
-        yield
-    except (RedisError, OSError) as exc:
-        raise StoreUnavailable(f"the session store (Redis) failed: {exc}") from exc
-
-
 class RedisStore:
     """The session store on Redis (see the module docstring for the keys, expiry and counting)."""
 
@@ -477,13 +468,15 @@ class RedisStore:
         self._follower = Redis.from_url(url, socket_connect_timeout=timeout_seconds, max_connections=MAX_FOLLOWED,
                                         socket_timeout=FOLLOW_WAIT_MAX_SECONDS + timeout_seconds,
                                         retry=Retry(NoBackoff(), 1))
+        self._bus = RedisBus(self.redis, self.wire, prefix)
 
     def key(self, kind: str, name: str = "") -> str:
         return f"{self.prefix}{kind}{name}"
 
-    def failures(self) -> Any:
-        """A context in which every Redis failure is :class:`StoreUnavailable` (the relay's pub/sub uses it)."""
-        return _unavailable()
+    @property
+    def bus(self) -> Bus:
+        """The relay's pub/sub on this Redis (:class:`~gateway.session.redis_bus.RedisBus`)."""
+        return self._bus
 
 
     async def ping(self) -> None:
@@ -639,11 +632,6 @@ class RedisStore:
         texts = await self.wire.script(self._orphaned, [self.prefix, most])
         return [PendingRound.from_dict(loads(text, ENCODED_DEPTH)) for text in texts]
 
-    async def listening(self, channel: str) -> bool:
-        """Whether some replica is subscribed to ``channel`` (a replica that died, or lost Redis, is not)."""
-        counts = await self.wire.call("PUBSUB", "NUMSUB", channel)  # [channel, count]
-        return len(counts) == 2 and int(counts[1]) > 0
-
     def stream_key(self, session_id: str, stream: str) -> str:
         return self.key("e:", f"{session_id}:{stream}")
 
@@ -678,7 +666,7 @@ class RedisStore:
     async def follow_events(self, session_id: str, stream: str, after: int, wait_seconds: float) -> StoredEvents | None:
         key = self.stream_key(session_id, stream)
         block = max(1, int(min(wait_seconds, FOLLOW_WAIT_MAX_SECONDS) * 1000))
-        async with _unavailable():
+        async with redis_failures():
             reply: Any = await self._follower.xread({key: f"{after}-0"}, block=block)  # RESP2: [[key, entries]]
             if not reply:
                 state = await self.wire.call("ZSCORE", self.key("es:", session_id), stream)
@@ -693,10 +681,6 @@ class RedisStore:
     async def drop_stream(self, session_id: str, stream: str) -> None:
         await self.wire.transaction([("DEL", self.stream_key(session_id, stream)),
                                      ("ZREM", self.key("es:", session_id), stream)])
-
-    async def publish(self, channel: str, data: bytes) -> int:
-        """Publish on a relay channel (``gateway.session.relay``): how many subscribers got it."""
-        return int(await self.wire.call("PUBLISH", channel, data))
 
 
 def _hold_args(hold: Hold | None) -> list[str | bytes | int]:

@@ -1,9 +1,16 @@
-"""The session store interface and its in-memory implementation.
+"""The session store's interface and its in-memory backends.
 
-Only plain records (``adapters.records``) cross this interface, serialized to dicts, so a shared store for
-several gateway replicas (a later issue) can implement the same protocol; sockets, streams and tasks stay in
-``runtime``. Idle sessions expire in the store itself (:meth:`SessionStore.expire_sessions`), since a session
-may never have had more than its record (an initialize, then nothing).
+The interface is four small protocols, :class:`SessionRecords`, :class:`RoundStore` (rounds and their leases),
+:class:`Ownership` and :class:`StreamCopies`, and :class:`SessionStore`, a backend that has all four, the bus its
+replicas share (``gateway.session.bus``), and a lifetime. Only plain records (``adapters.records``) cross it,
+serialized to dicts, so every backend keeps the same thing; sockets, streams and tasks stay in ``runtime``. Idle
+sessions expire in the store itself (:meth:`SessionRecords.expire_sessions`), since a session may never have had
+more than its record (an initialize, then nothing).
+
+Backends: :class:`InMemoryStore` (one process, the default), ``gateway.session.redis_store.RedisStore`` (replicas
+on one Redis), and :class:`SharedMemory`, whose :meth:`SharedMemory.replica` stores share one state and one
+:class:`~gateway.session.bus.LocalBus`: replicas in one process, behaving as replicas on Redis do (for tests).
+Time on the memory backends is a :data:`Clock` given to them (leases and ownership records), so tests can move it.
 """
 
 from __future__ import annotations
@@ -13,7 +20,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
-from typing import Any, ClassVar, Protocol
+from typing import ClassVar, Protocol
 
 from adapters.admission import WaitingLoad, past_ceilings
 from adapters.jsonwire import ENCODED_DEPTH, dumps, loads
@@ -21,6 +28,10 @@ from adapters.records import PendingRound, SessionRecord
 from adapters.sse import FINISHED_STREAMS_KEPT, PRIMING_SEQ, Event, StoredEvents, resumable
 from adapters.takeover import Lease
 from gateway.errors import StoreError
+from gateway.session.bus import Bus, LocalBus
+
+Clock = Callable[[], float]
+"""Monotonic time in seconds (``time.monotonic``, or a test's clock): what the memory backends time leases by."""
 
 
 class StoreUnavailable(StoreError):
@@ -73,14 +84,15 @@ class WaitingFull(StoreError):
         self.load = load
 
 
-class SessionStore(Protocol):
+class SessionRecords(Protocol):
+    """Sessions: their records, the counts admission reads, and idle expiry."""
+
     async def get_session(self, session_id: str) -> SessionRecord | None: ...
     async def put_session(self, record: SessionRecord) -> tuple[int, int]:
         """Write a new session's record (a change to a live one is :meth:`change_session`); the live sessions
         right after it, as :meth:`count_sessions` counts them, in the same atomic step: replicas admitting
         sessions at once learn which one took the last free slot."""
         ...
-
     async def change_session(self, session_id: str, change: Callable[[SessionRecord], None]) -> SessionRecord | None:
         """Apply ``change`` to the stored record as one atomic step, and return the record written; None when the
         session is gone. Every change to a live session is made so: neither undoes what another request (on any
@@ -88,33 +100,39 @@ class SessionStore(Protocol):
         basic/transports §Session Management). A shared store reads, changes, then writes only over the text it
         read, and runs ``change`` again on a newer one: ``change`` must only set fields of the record it is given."""
         ...
-
     async def touch_session(self, session_id: str, last_seen_ms: int) -> None: ...
     async def delete_session(self, session_id: str) -> None: ...
-
     async def count_sessions(self, principal: str) -> tuple[int, int]:
         """Live sessions: (in total, of ``principal``). Asked on every initialize, so it must be cheap: counters
         kept as sessions are put and dropped (a shared store: two counter keys, or a per-principal set's size),
         never a scan."""
         ...
-
     # Verified principals (adapters.admission, docs/design.md "Unverified principals share an allowance").
     async def count_unverified(self, principal: str) -> int | None:
         """None when ``principal`` is verified; else the live sessions of every unverified principal together
         (counted as :meth:`count_sessions` counts, as cheaply): what ``max_unverified_sessions`` bounds. A new
         session of an unverified principal joins that count when it is put."""
         ...
-
     async def mark_verified(self, principal: str, now_ms: int) -> None:
         """Something checked ``principal``'s credential: its live sessions leave the unverified count, and its
         sessions from now on never join it. The mark lasts while the principal has sessions and for the idle time
         after (a touch renews it), so a principal that comes back later is verified again the same way."""
         ...
-
     async def last_seen(self, session_ids: Collection[str]) -> dict[str, int]:
         """``last_seen_ms`` of each of ``session_ids`` that still has a record, without reading the records
         (a shared store: one round trip for all of them, e.g. one MGET or one SELECT ... IN)."""
         ...
+    async def expire_sessions(self, seen_before_ms: float, keep: Collection[str] = ()) -> list[str]:
+        """Delete the sessions (and their rounds) last seen before ``seen_before_ms``, except those in ``keep``;
+        the ids deleted. A shared store would rather give session keys a TTL of the idle limit, renewed by
+        ``touch_session`` (and for ``keep`` here), and return only what it deleted itself, possibly nothing: the
+        gateway also ends a local runtime whose record is gone."""
+        ...
+
+
+class RoundStore(Protocol):
+    """Bridged rounds saved for another replica to continue, the waiting rounds counted against their bounds,
+    and the rounds' leases, for takeover after a replica dies (docs/design.md §40)."""
 
     async def put_round(self, record: PendingRound, lease: tuple[str, float] | None = None,
                         owners: Owners | None = None, *, holder: str | None = None,
@@ -127,7 +145,6 @@ class SessionStore(Protocol):
         (the lease lapsed or is another's), :class:`WaitingFull` when the hold did not fit: either way nothing
         of the step was written."""
         ...
-
     async def end_round(self, bridge_id: str, replica: str, *, release: Collection[str] = (),
                         delete: bool = True, copy: StreamAppend | None = None) -> None:
         """A round ended here, in one step: its record goes (``delete``; False: handed over, the record stays
@@ -135,7 +152,6 @@ class SessionStore(Protocol):
         ownership records ``release``; ``copy``: the last events of its stream (the result), written in that
         step, so the store holds either the round or its result."""
         ...
-
     async def hold_round(self, bridge_id: str, session_id: str, principal: str, size: int) -> tuple[int, int, int]:
         """Count a round waiting for its client (once per round: holding it again changes nothing), ``size``
         bytes of ``principal``'s, until :meth:`end_round` deletes it or its session goes; right after, in the
@@ -143,57 +159,49 @@ class SessionStore(Protocol):
         of the principal, bytes in all. Kept for every store, shared or not: these bounds are the store's. A
         round that is saved (``shares_rounds``) is counted by its first waiting save instead (:class:`Hold`)."""
         ...
-
     async def get_round(self, bridge_id: str) -> PendingRound | None: ...
     async def rounds_of(self, session_id: str) -> list[PendingRound]: ...
 
-    async def expire_sessions(self, seen_before_ms: float, keep: Collection[str] = ()) -> list[str]:
-        """Delete the sessions (and their rounds) last seen before ``seen_before_ms``, except those in ``keep``;
-        the ids deleted. A shared store would rather give session keys a TTL of the idle limit, renewed by
-        ``touch_session`` (and for ``keep`` here), and return only what it deleted itself, possibly nothing: the
-        gateway also ends a local runtime whose record is gone."""
-        ...
-
-    # Ownership of exchanges, for replicas on one store (docs/design.md §34; keys from adapters.relay).
-    async def claim_owner(self, keys: Collection[str], replica: str, ttl_seconds: float, bridge_id: str) -> None:
-        """Record ``replica`` as the owner of each key for ``ttl_seconds`` (a new claim renews it), for round
-        ``bridge_id``, whose lease the claim then needs (:meth:`owner_of`). A round's save (``put_round`` with
-        ``owners``) claims for its own round."""
-        ...
-
-    async def owner_of(self, key: str) -> str | None:
-        """The key's owner; None when unclaimed, or when the claim's round is no longer leased to the owner (it
-        stalled past its lease, docs/design.md §50): a message is then not relayed to it but taken over."""
-        ...
-
-    # Leases on saved rounds, for takeover after a replica dies (docs/design.md §40).
     async def take_lease(self, bridge_id: str, replica: str, ttl_seconds: float) -> bool:
         """Claim the lease of a stored round nobody holds; atomic, so of replicas racing for it exactly one
         wins. False when it is held, or the round is gone."""
         ...
-
     async def lease_of(self, bridge_id: str) -> Lease: ...
-
     async def renew_leases(self, bridge_ids: Collection[str], replica: str, ttl_seconds: float) -> list[str]:
         """Renew the leases ``replica`` still holds; the ids of those it lost (they lapsed and were taken)."""
         ...
-
     async def orphaned_rounds(self, most: int) -> list[PendingRound]:
         """Up to ``most`` stored rounds that were leased and whose lease ran out with nobody holding it now: the
         rounds of a replica that died or handed them over, for another's sweep (docs/design.md §40)."""
         ...
-
     shares_rounds: ClassVar[bool]
     """Whether bridged rounds are saved here at all (docs/design.md §40): True for a store other processes read,
     where a round's record is what another replica continues; False for the in-process one, where no one else
     could ever read it."""
 
-    # SSE replay across replicas (docs/design.md §37): a copy of each downstream stream a client may resume, kept
-    # with the session (expiring and deleted with it), capped like the process's own buffer.
+
+class Ownership(Protocol):
+    """Which replica owns an exchange, for replicas on one store (docs/design.md §34; keys from
+    ``adapters.relay``)."""
+
+    async def claim_owner(self, keys: Collection[str], replica: str, ttl_seconds: float, bridge_id: str) -> None:
+        """Record ``replica`` as the owner of each key for ``ttl_seconds`` (a new claim renews it), for round
+        ``bridge_id``, whose lease the claim then needs (:meth:`owner_of`). A round's save (``put_round`` with
+        ``owners``) claims for its own round."""
+        ...
+    async def owner_of(self, key: str) -> str | None:
+        """The key's owner; None when unclaimed, or when the claim's round is no longer leased to the owner (it
+        stalled past its lease, docs/design.md §50): a message is then not relayed to it but taken over."""
+        ...
+
+
+class StreamCopies(Protocol):
+    """SSE replay across replicas (docs/design.md §37): a copy of each downstream stream a client may resume,
+    kept with the session (expiring and deleted with it), capped like the process's own buffer."""
+
     shares_streams: ClassVar[bool]
     """Whether streams are copied here at all: True for a store replicas share, False for the in-process one
     (where the stream's own buffer is the only one and nothing is copied)."""
-
     async def append_events(self, session_id: str, stream: str, events: Sequence[Event], *, capacity: int,
                             opening: bool = False, ended_after: int | None = None) -> None:
         """Add ``events`` (consecutive, after those already kept) to the copy of ``stream``, keeping the last
@@ -202,23 +210,39 @@ class SessionStore(Protocol):
         ``ended_after``: the stream ended with event ``ended_after`` (its final message, or the last one sent
         when it ended without one)."""
         ...
-
     async def read_events(self, session_id: str, stream: str, after: int) -> StoredEvents | None:
         """The kept events of ``stream`` after ``after``, or None when the copy does not exist or cannot resume
         there (``adapters.sse.resumable``: evicted, or never sent)."""
         ...
-
     async def follow_events(self, session_id: str, stream: str, after: int, wait_seconds: float) -> StoredEvents | None:
         """Like :meth:`read_events` once something follows ``after``, waiting up to ``wait_seconds`` for it (then
         nothing, not ended); None when the copy is gone or evicted past ``after``."""
         ...
-
     async def drop_stream(self, session_id: str, stream: str) -> None:
         """Forget the copy (its writer could not keep it whole): resuming it elsewhere is then refused."""
         ...
 
 
-def _dump(record: Any) -> bytes:
+class SessionStore(SessionRecords, RoundStore, Ownership, StreamCopies, Protocol):
+    """A session store backend: the four parts above, the bus its replicas share, and its lifetime."""
+
+    @property
+    def bus(self) -> Bus | None:
+        """The bus replicas on this store send each other messages on (``gateway.session.relay``); None when no
+        other replica shares the store (the in-process store alone), so nothing is ever relayed."""
+        ...
+
+    async def ping(self) -> None:
+        """Reach the backend once (at start: a store that does not answer is logged, not fatal); raises
+        :class:`StoreUnavailable`."""
+        ...
+
+    async def close(self) -> None:
+        """Release the backend's connections (the app is stopping)."""
+        ...
+
+
+def _dump(record: SessionRecord | PendingRound) -> bytes:
     # A copy of the exact size: orjson's bytes keep the capacity of the buffer they were written into (4-8 KiB),
     # which a kept record would hold for its whole life (the benchmark: 23 -> 31 KiB per idle session).
     return bytes(memoryview(dumps(record.to_dict())))
@@ -234,27 +258,28 @@ class InMemoryStore:
     per translated request). A shared store would keep it the same way (a separate key, or a sorted set of
     expiry times). Every session has that entry, so expiring idle ones reads no record text."""
 
-    def __init__(self) -> None:
-        self._sessions: dict[str, bytes] = {}
-        self._seen: dict[str, int] = {}  # session id -> last_seen_ms, newer than the record's own after a touch
-        self._rounds: dict[str, tuple[str, bytes]] = {}  # bridge id -> (session id, record)
-        # For count_sessions: each live session's principal, and the live sessions of each principal.
-        self._principal: dict[str, str] = {}
-        self._per_principal: dict[str, int] = {}
-        # Waiting rounds held (hold_round): bridge id -> (session, principal, bytes), and the sums it keeps.
-        self._held: dict[str, tuple[str, str, int]] = {}
-        self._held_rounds: dict[str, int] = {}  # session id -> its rounds held
-        self._held_bytes: dict[str, int] = {}  # principal -> its bytes held
-        self._held_total = 0
-        self._verified: dict[str, int] = {}  # principal -> when last marked or active (ms), while it counts
-        self._unverified: set[str] = set()  # the live sessions of principals not verified when they were put
-        # Ownership: in one process every exchange is local, so these only keep the contract (a TTL included).
-        self._owners: dict[str, tuple[str, float, str]] = {}  # key -> (replica, monotonic deadline, round)
-        self._leases: dict[str, tuple[str, float]] = {}  # bridge id -> (replica, monotonic deadline)
-        self._leased: set[str] = set()  # rounds ever leased and not ended: what orphaned_rounds looks through
-        # Stream copies: never made by a gateway on this store (shares_streams), kept for the contract only.
-        self._copies: dict[tuple[str, str], _Copy] = {}
-        self._ended = 0  # copies ended so far: their order, for keeping the last FINISHED_STREAMS_KEPT
+    def __init__(self, *, clock: Clock = time.monotonic, bus: Bus | None = None,
+                 state: _MemoryState | None = None) -> None:
+        """``clock``: what leases and ownership records are timed by; ``bus``: for replicas sharing ``state``
+        (:class:`SharedMemory`), none for a store of one process."""
+        self._s = state = _MemoryState() if state is None else state
+        self._clock, self._bus = clock, bus
+        # The state's tables, bound here: shared with the other replica stores of a SharedMemory, if any.
+        self._sessions, self._seen, self._rounds = state.sessions, state.seen, state.rounds
+        self._principal, self._per_principal = state.principal, state.per_principal
+        self._held, self._held_rounds, self._held_bytes = state.held, state.held_rounds, state.held_bytes
+        self._verified, self._unverified = state.verified, state.unverified
+        self._owners, self._leases, self._leased, self._copies = state.owners, state.leases, state.leased, state.copies
+
+    @property
+    def bus(self) -> Bus | None:
+        return self._bus
+
+    async def ping(self) -> None:
+        """Nothing to reach: the store is this process's memory."""
+
+    async def close(self) -> None:
+        """Nothing to release."""
 
     async def get_session(self, session_id: str) -> SessionRecord | None:
         data = self._sessions.get(session_id)
@@ -379,21 +404,21 @@ class InMemoryStore:
             self._held[bridge_id] = (session_id, principal, size)
             self._held_rounds[session_id] = self._held_rounds.get(session_id, 0) + 1
             self._held_bytes[principal] = self._held_bytes.get(principal, 0) + size
-            self._held_total += size
-        return self._held_rounds.get(session_id, 0), self._held_bytes.get(principal, 0), self._held_total
+            self._s.held_total += size
+        return self._held_rounds.get(session_id, 0), self._held_bytes.get(principal, 0), self._s.held_total
 
     def _held_with(self, bridge_id: str, session_id: str, principal: str, size: int) -> WaitingLoad:
         """What :meth:`hold_round` would answer for this round, holding nothing yet."""
         new = bridge_id not in self._held and session_id in self._sessions
         return WaitingLoad(self._held_rounds.get(session_id, 0) + new, self._held_bytes.get(principal, 0)
-                           + size * new, self._held_total + size * new)
+                           + size * new, self._s.held_total + size * new)
 
     def _unhold(self, bridge_id: str) -> None:
         held = self._held.pop(bridge_id, None)
         if held is None:
             return
         session_id, principal, size = held
-        self._held_total -= size
+        self._s.held_total -= size
         for sums, key, amount in ((self._held_rounds, session_id, 1), (self._held_bytes, principal, size)):
             left = sums[key] - amount
             if left:
@@ -410,13 +435,13 @@ class InMemoryStore:
                 if owner == session_id]
 
     async def claim_owner(self, keys: Collection[str], replica: str, ttl_seconds: float, bridge_id: str) -> None:
-        deadline = time.monotonic() + ttl_seconds
+        deadline = self._clock() + ttl_seconds
         for key in keys:
             self._owners[key] = (replica, deadline, bridge_id)
 
     async def owner_of(self, key: str) -> str | None:
         entry = self._owners.get(key)
-        if entry is None or entry[1] <= time.monotonic():
+        if entry is None or entry[1] <= self._clock():
             self._owners.pop(key, None)
             return None
         replica, _, bridge_id = entry
@@ -430,7 +455,7 @@ class InMemoryStore:
 
     def _holder(self, bridge_id: str) -> tuple[str, float] | None:
         entry = self._leases.get(bridge_id)
-        if entry is not None and entry[1] <= time.monotonic():
+        if entry is not None and entry[1] <= self._clock():
             del self._leases[bridge_id]
             return None
         return entry
@@ -440,7 +465,7 @@ class InMemoryStore:
         return entry is not None and entry[0] == replica
 
     def _hold(self, bridge_id: str, replica: str, ttl_seconds: float) -> None:
-        self._leases[bridge_id] = (replica, time.monotonic() + ttl_seconds)
+        self._leases[bridge_id] = (replica, self._clock() + ttl_seconds)
         self._leased.add(bridge_id)
 
     async def take_lease(self, bridge_id: str, replica: str, ttl_seconds: float) -> bool:
@@ -453,7 +478,7 @@ class InMemoryStore:
         entry = self._holder(bridge_id)
         if entry is None:
             return Lease(None)
-        return Lease(entry[0], int((entry[1] - time.monotonic()) * 1000))
+        return Lease(entry[0], int((entry[1] - self._clock()) * 1000))
 
     async def orphaned_rounds(self, most: int) -> list[PendingRound]:
         orphans = [bridge_id for bridge_id in self._leased if self._holder(bridge_id) is None]
@@ -495,8 +520,8 @@ class InMemoryStore:
         if events:
             copy.next = events[-1].seq + 1
         if ended_after is not None and not copy.ended:
-            copy.ended, self._ended = True, self._ended + 1
-            copy.order = self._ended
+            copy.ended, self._s.ended = True, self._s.ended + 1
+            copy.order = self._s.ended
             self._keep_finished(session_id)
         copy.wake()
 
@@ -528,6 +553,53 @@ class InMemoryStore:
         copy = self._copies.pop((session_id, stream), None)
         if copy is not None:
             copy.wake()
+
+
+class SharedMemory:
+    """The fake shared backend: what replicas on one Redis share (state, a bus, one clock) in one process, so two
+    gateways in one test behave as replicas do, relaying, taking rounds over and resuming streams, with no Redis.
+    Each gateway gets its own :meth:`replica` store."""
+
+    def __init__(self, clock: Clock = time.monotonic) -> None:
+        self.clock, self.bus, self.state = clock, LocalBus(), _MemoryState()
+
+    def replica(self) -> ReplicaStore:
+        """A store for one replica: this backend's state, bus and clock."""
+        return ReplicaStore(clock=self.clock, bus=self.bus, state=self.state)
+
+
+class ReplicaStore(InMemoryStore):
+    """One replica's view of a :class:`SharedMemory`: rounds are saved and streams copied, as on Redis."""
+
+    shares_rounds: ClassVar[bool] = True
+    shares_streams: ClassVar[bool] = True
+
+
+class _MemoryState:
+    """What an :class:`InMemoryStore` keeps: its own, or shared by the replica stores of a :class:`SharedMemory`."""
+
+    def __init__(self) -> None:
+        self.sessions: dict[str, bytes] = {}
+        self.seen: dict[str, int] = {}  # session id -> last_seen_ms, newer than the record's own after a touch
+        self.rounds: dict[str, tuple[str, bytes]] = {}  # bridge id -> (session id, record)
+        # For count_sessions: each live session's principal, and the live sessions of each principal.
+        self.principal: dict[str, str] = {}
+        self.per_principal: dict[str, int] = {}
+        # Waiting rounds held (hold_round): bridge id -> (session, principal, bytes), and the sums it keeps.
+        self.held: dict[str, tuple[str, str, int]] = {}
+        self.held_rounds: dict[str, int] = {}  # session id -> its rounds held
+        self.held_bytes: dict[str, int] = {}  # principal -> its bytes held
+        self.held_total = 0  # the bytes of every round held
+        self.verified: dict[str, int] = {}  # principal -> when last marked or active (ms), while it counts
+        self.unverified: set[str] = set()  # the live sessions of principals not verified when they were put
+        # Ownership: for one process's store alone every exchange is local, and these only keep the contract; the
+        # replica stores of a SharedMemory relay by them.
+        self.owners: dict[str, tuple[str, float, str]] = {}  # key -> (replica, monotonic deadline, round)
+        self.leases: dict[str, tuple[str, float]] = {}  # bridge id -> (replica, monotonic deadline)
+        self.leased: set[str] = set()  # rounds ever leased and not ended: what orphaned_rounds looks through
+        # Stream copies: made only by gateways on a SharedMemory's replica stores (shares_streams).
+        self.copies: dict[tuple[str, str], _Copy] = {}
+        self.ended = 0  # copies ended so far: their order, for keeping the last FINISHED_STREAMS_KEPT
 
 
 class _Copy:

@@ -1,0 +1,77 @@
+"""``RedisBus``: the :class:`~gateway.session.bus.Bus` of replicas on one Redis, on its pub/sub
+(docs/design.md §34), and how redis-py's failures become the store's one exception.
+
+Each replica subscribes to its own channel (``<prefix>relay:<replica>``) and to the broadcast one
+(``<prefix>relay-all``), named by ``adapters.relay``. A message is its ``Relayed.encode()`` text; anything else on
+a channel (a foreign publisher) is skipped. Publishing and asking who listens go over the store's pipelined
+connection (``gateway.session.redis_wire``); a subscription keeps a redis-py connection of its own.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from redis.asyncio import Redis
+from redis.asyncio.client import PubSub
+from redis.exceptions import RedisError
+
+from adapters import relay as R
+from gateway.session.bus import Subscription
+from gateway.session.redis_wire import RedisWire
+from gateway.session.store import StoreUnavailable
+
+
+@asynccontextmanager
+async def redis_failures() -> AsyncIterator[None]:
+    """Every Redis failure as the store's one exception (OSError: a socket error redis-py did not wrap)."""
+    try:
+        yield
+    except (RedisError, OSError) as exc:
+        raise StoreUnavailable(f"the session store (Redis) failed: {exc}") from exc
+
+
+class RedisBus:
+    """Replicas' messages on Redis pub/sub, under the store's key prefix."""
+
+    def __init__(self, redis: Redis, wire: RedisWire, prefix: str) -> None:
+        self._redis, self._wire, self._prefix = redis, wire, prefix
+
+    def channel(self, replica: str | None) -> str:
+        """``replica``'s channel; None: the one every replica listens on."""
+        return R.broadcast_channel(self._prefix) if replica is None else R.relay_channel(self._prefix, replica)
+
+    async def send(self, replica: str | None, message: R.Relayed) -> bool:
+        return int(await self._wire.call("PUBLISH", self.channel(replica), message.encode())) > 0
+
+    async def listens(self, replica: str) -> bool:
+        counts = await self._wire.call("PUBSUB", "NUMSUB", self.channel(replica))  # [channel, count]
+        return len(counts) == 2 and int(counts[1]) > 0
+
+    async def subscribe(self, replica: str) -> Subscription:
+        pubsub = self._redis.pubsub(ignore_subscribe_messages=True)
+        try:
+            async with redis_failures():
+                await pubsub.subscribe(self.channel(replica), self.channel(None))
+        except BaseException:
+            await pubsub.aclose()
+            raise
+        return _RedisSubscription(pubsub)
+
+
+class _RedisSubscription:
+    def __init__(self, pubsub: PubSub) -> None:
+        self._pubsub = pubsub
+
+    async def messages(self) -> AsyncIterator[R.Relayed]:
+        async with redis_failures():
+            async for item in self._pubsub.listen():
+                data = item.get("data")
+                relayed = R.Relayed.decode(data) if isinstance(data, bytes | str) else None
+                if relayed is not None:
+                    yield relayed
+
+    async def close(self) -> None:
+        with contextlib.suppress(Exception):
+            await self._pubsub.aclose()
