@@ -136,6 +136,31 @@ const TOOLS = {
       email: { type: 'string', description: "User's email address" } }, ['username', 'email']));
     return text(`User response: action=${answer.action}, content=${JSON.stringify(answer.content ?? {})}`);
   }],
+  test_elicitation_sep1034_defaults: [NO_ARGS, async (args, extra, server) => {
+    const answer = await asker(server, extra).elicit(form('Please review and update the form fields with defaults', {
+      name: { type: 'string', description: 'User name', default: 'John Doe' },
+      age: { type: 'integer', description: 'User age', default: 30 },
+      score: { type: 'number', description: 'User score', default: 95.5 },
+      status: { type: 'string', description: 'User status', enum: ['active', 'inactive', 'pending'],
+        default: 'active' },
+      verified: { type: 'boolean', description: 'Verification status', default: true } }));
+    return text(`User response: action=${answer.action}, content=${JSON.stringify(answer.content ?? {})}`);
+  }],
+  test_elicitation_sep1330_enums: [NO_ARGS, async (args, extra, server) => {
+    const choices = (values, title) => values.map((value, i) => ({ const: value, title: title[i] }));
+    const answer = await asker(server, extra).elicit(form('Please select options from the enum fields', {
+      untitledSingle: { type: 'string', description: 'Select one option', enum: ['option1', 'option2', 'option3'] },
+      titledSingle: { type: 'string', description: 'Select one option with titles',
+        oneOf: choices(['value1', 'value2', 'value3'], ['First Option', 'Second Option', 'Third Option']) },
+      legacyEnum: { type: 'string', description: 'Select one option (legacy)', enum: ['opt1', 'opt2', 'opt3'],
+        enumNames: ['Option One', 'Option Two', 'Option Three'] },
+      untitledMulti: { type: 'array', description: 'Select multiple options', minItems: 1, maxItems: 3,
+        items: { type: 'string', enum: ['option1', 'option2', 'option3'] } },
+      titledMulti: { type: 'array', description: 'Select multiple options with titles', minItems: 1, maxItems: 3,
+        items: { anyOf: choices(['value1', 'value2', 'value3'], ['First Choice', 'Second Choice', 'Third Choice']) } },
+    }));
+    return text(`User response: action=${answer.action}, content=${JSON.stringify(answer.content ?? {})}`);
+  }],
   // --- the SEP-2322 tools, asked live; the gateway turns each question into an inputRequests entry
   test_input_required_result_elicitation: [NO_ARGS, async (args, extra, server) => {
     const answer = await asker(server, extra).elicit(form('What is your name?', { name: { type: 'string' } }, ['name']));

@@ -13,6 +13,9 @@
 #                    (legacy_server.mjs, TypeScript SDK 1.x; the gateway's reverse bridge, docs/design.md §61:
 #                    the suite's 2026 requests answered from 2025 sessions, the server's live sampling,
 #                    elicitation and roots requests turned into input_required rounds)
+#                                                          <- conformance 0.2.x  server --spec-version 2025-11-25
+#                                                             (2025 clients of the same gateway, relayed to the
+#                                                             server as they are)
 #
 # Each suite run is judged against its own expected-failures baseline (baseline-*.yml, the suite's
 # --expected-failures format); the suite exits non-zero on a failure not listed there, or on a listed one that
@@ -196,6 +199,8 @@ for lane in "${LANES[@]}"; do
         "${SUITE_02[@]}" list --requirements 2026-07-28 > "$LOGS/requirements-2026-07-28.txt"
         run_suite reverse-2026-07-28 baseline-reverse-2026-07-28.yml "$LOGS/requirements-2026-07-28.txt" \
           "${SUITE_02[@]}" server --url "$GATEWAY_URL" --requirements 2026-07-28
+        run_suite reverse-relay-2025-11-25 baseline-reverse-relay-2025-11-25.yml "" \
+          "${SUITE_02[@]}" server --url "$GATEWAY_URL" --spec-version 2025-11-25
       else
         FAILED+=("reverse (did not start)")
         SUMMARY+=("reverse: did not start")
