@@ -1,6 +1,7 @@
 """The architecture, read from the folders: every import (top-level or inside a function) points down.
 
-Floors, bottom first: ``adapters`` (the pure protocol core) < ``kit`` (the pure tooling) < ``gateway.config`` <
+Floors, bottom first: ``adapters`` (the pure protocol core) < ``kit`` (the pure tooling) < ``gateway.errors`` (the
+shell's exception tree) < ``gateway.config`` <
 ``gateway.auth`` < ``gateway.upstream`` < ``gateway.session`` < ``gateway.telemetry`` < ``gateway.http`` <
 ``gateway.ops``. A module may import its own folder and the floors below it, never one above; and no set of
 modules imports itself round in a circle (in the gateway, the adapters, the kit and the reference core), since a
@@ -15,7 +16,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-FLOORS = ("adapters", "kit", "gateway.config", "gateway.auth", "gateway.upstream", "gateway.session",
+FLOORS = ("adapters", "kit", "gateway.errors", "gateway.config", "gateway.auth", "gateway.upstream", "gateway.session",
           "gateway.telemetry", "gateway.http", "gateway.ops")
 PACKAGES = ("adapters", "kit", "gateway", "modern_server")
 
