@@ -206,16 +206,16 @@ class Drive:
 
 
 def unknown(task_id: Any) -> ErrorValue:
-    """2025-11-25 basic/utilities/tasks §Error Handling: an invalid or nonexistent taskId is -32602."""
+    """2025-11-25 basic/utilities/tasks §Error Handling: an invalid or nonexistent taskId is INVALID_PARAMS."""
     return ErrorValue(INVALID_PARAMS, "Failed to retrieve task: Task not found", {"taskId": task_id})
 
 
 def decide(method: str, params: Any, tasks: Mapping[str, Any] | None, on: bool,
            now_ms: int | None = None) -> Answer | Drive:
-    """A ``tasks/*`` request of a session: -32601 when the session has no 2025 tasks (none were offered),
+    """A ``tasks/*`` request of a session: METHOD_NOT_FOUND when the session has no 2025 tasks (none were offered),
     ``tasks/list`` from the registry (one page: it is bounded), an id the session does not hold (or holds past its
-    ttl) -32602, a ``tasks/cancel`` of a task already over -32602 (§Cancelling Tasks: MUST reject); the rest is
-    driven."""
+    ttl) INVALID_PARAMS, a ``tasks/cancel`` of a task already over INVALID_PARAMS (§Cancelling Tasks: MUST reject);
+    the rest is driven."""
     if not on:
         return Answer(error=ErrorValue(METHOD_NOT_FOUND, f"method not found: {method}"))
     held = current(tasks, now_ms)

@@ -18,9 +18,9 @@ from typing import Any, Final
 from adapters.errors import INTERNAL_ERROR, ErrorValue, UpstreamFault, translate_upstream_error, upstream_failure
 
 EXTENSION: Final = "io.modelcontextprotocol/tasks"
-# Methods whose requests declare the extension: the one the bridge accepts a task for, the task methods
-# themselves, and the listen for task notifications (a server refuses them with -32021 to a request that does not
-# declare it: ext-tasks §Capability Negotiation, §Task Status Notifications).
+# Methods whose requests declare the extension: the one the bridge accepts a task for, the task methods themselves, and
+# the listen for task notifications (a server refuses them with MISSING_REQUIRED_CLIENT_CAPABILITY to a request that
+# does not declare it: ext-tasks §Capability Negotiation, §Task Status Notifications).
 DECLARED_FOR: Final = frozenset({"tools/call", "tasks/get", "tasks/update", "tasks/cancel", "subscriptions/listen"})
 # Consecutive tasks/get or tasks/update calls that got no answer (the hop failed) before the bridge gives up:
 # the task is durable upstream, so a blip is waited out at the poll's backoff, an upstream that stays away is not.
@@ -133,7 +133,7 @@ def progress(token: Any, count: int, message: str | None) -> dict[str, Any]:
 def ended_error(view: TaskView) -> ErrorValue:
     """The error a failed or cancelled task answers the legacy call with: a failed task's own JSON-RPC error
     (ext-tasks §Task Execution Errors), translated as any upstream error; a cancelled task has no 2025 code of its
-    own, so -32603 saying so, with the task's id and status message in ``data``."""
+    own, so INTERNAL_ERROR saying so, with the task's id and status message in ``data``."""
     if view.state is TaskState.FAILED and isinstance(view.payload, Mapping):
         return translate_upstream_error(view.payload)
     data = {"taskId": view.task_id, "taskStatus": view.state.value}

@@ -28,7 +28,7 @@ from adapters.classify import (
     touch_due,
 )
 from adapters.doors import Transport
-from adapters.errors import ErrorValue, Reason, Rejection, answer_not_taken, reject, store_unavailable
+from adapters.errors import INTERNAL_ERROR, ErrorValue, Reason, Rejection, answer_not_taken, reject, store_unavailable
 from adapters.jsonwire import loads
 from adapters.reverse_wire import Era, era_of, relayed_as_is
 from gateway.auth.credentials import UpstreamCredentials, credentials_for
@@ -79,7 +79,7 @@ async def error_middleware(request: web.Request, handler: Any) -> web.StreamResp
         return rejection_response(answer_not_taken(await _request_id(request)))
     except Exception:
         log.exception("unhandled error for %s %s", request.method, request.path)
-        error = ErrorValue(-32603, "internal gateway error")
+        error = ErrorValue(INTERNAL_ERROR, "internal gateway error")
         return json_response({"jsonrpc": "2.0", "id": None, "error": error.to_wire()}, 500)
 
 

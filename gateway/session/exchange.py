@@ -711,8 +711,8 @@ class Exchange:
         answer = await self._send(session, extra)
         if isinstance(answer, B.UpstreamError) and needs_header_refresh(rec.method, answer.error) \
                 and not self._refreshed:
-            # 2026-07-28 server/tools §x-mcp-header: a -32020 on tools/call may mean our x-mcp-header map is stale or
-            # missing: refresh it from tools/list once, then resend the same round with a new id.
+            # 2026-07-28 server/tools §x-mcp-header: a HEADER_MISMATCH on tools/call may mean our x-mcp-header map is
+            # stale or missing: refresh it from tools/list once, then resend the same round with a new id.
             self._refreshed = True
             await self._refresh_header_maps(session)
             answer = await self._send(session, extra)
@@ -789,7 +789,8 @@ class Exchange:
     async def _keep_header_maps(self, session: SessionRecord, maps: dict[str, Any]) -> None:
         """Keep learned x-mcp-header maps so tools/call can mirror Mcp-Param-* (docs/design.md §19): in the
         session's record, where every replica serving it finds them, when they fit there; else in this process.
-        ``session`` (the record this request was read with) sees them at once, for the resend a -32020 asks for."""
+        ``session`` (the record this request was read with) sees them at once, for the resend a HEADER_MISMATCH asks
+        for."""
         gateway = self.runtime.gateway
         kept = maps if header_maps_storable(maps, gateway.config.sessions.session_limits) else None
         self.runtime.header_maps = {} if kept is not None else maps
@@ -798,7 +799,7 @@ class Exchange:
         session.header_maps = kept
         try:
             await self._update_session(header_maps=kept)
-        except StoreUnavailable as exc:  # the request still gets its answer; the next -32020 learns them again
+        except StoreUnavailable as exc:  # the request still gets its answer; the next HEADER_MISMATCH learns them again
             log.warning("request %r: the session's header maps were not saved: %s", self.record.downstream_id, exc)
 
     async def _update_session(self, **changes: Any) -> None:

@@ -24,6 +24,7 @@ from aiohttp import web
 
 from adapters import bridge as B
 from adapters.doors import Transport
+from adapters.errors import INTERNAL_ERROR
 from adapters.jsonwire import ENCODED_DEPTH, loads
 from adapters.task_poll import TaskOutcome
 from adapters.usage import (
@@ -329,7 +330,7 @@ def _final_message(response: web.StreamResponse, kind: str = "") -> Any:
         except ValueError:
             pass
     if response.status >= 400:
-        return {"error": {"code": -32603, "message": f"HTTP {response.status}"}}
+        return {"error": {"code": INTERNAL_ERROR, "message": f"HTTP {response.status}"}}
     return {"result": None}  # an SSE passthrough: the gateway does not read modern streams
 
 
