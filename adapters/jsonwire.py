@@ -1,9 +1,9 @@
 """The gateway's one JSON codec: every message it reads or writes, and every record it stores, goes through
 :func:`loads` and :func:`dumps`.
 
-orjson does the work where its result is exactly the standard library's, and the standard library does it where
-orjson's would not be (the benchmark: the stdlib's parse and encode were about a fifth of the gateway's
-instructions per translated request; docs/benchmarks.md "Where the time goes"):
+orjson does the work where its result is exactly the standard library's (parsing and encoding are a large share
+of a translated request's work: docs/benchmarks.md "Where the time goes"), and the standard library does it where
+orjson's would not be:
 
 - orjson reads an integer beyond 64 bits as a float, silently (ijl/orjson#308), which would change ids and
   arguments the gateway must forward unchanged. The shortest such integer has 19 digits (below -2**63), so a

@@ -92,8 +92,8 @@ class ReplayBuffer:
         """``first_seq``: the seq the first appended event gets (a copy of another replica's stream starts where
         the copy does)."""
         self._capacity = max(1, capacity)
-        # Made at the first event: an empty deque still holds a block of 64 slots (~0.6 KiB), and an idle
-        # session's GET stream may never carry one (docs/benchmarks.md, idle memory).
+        # Made at the first event: an empty deque still holds a block of slots, and an idle session's GET stream
+        # may never carry one (docs/benchmarks.md, idle memory).
         self._events: deque[Event] | None = None
         self._next = first_seq
 

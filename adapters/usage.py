@@ -286,8 +286,7 @@ class Facts(NamedTuple):
     """What the shell knows about a finished request; everything here is already a label or a count.
 
     A named tuple, not a dataclass: the request path counts facts as dict keys, and a tuple hashes and compares
-    in C where a dataclass builds tuples in Python for both (the benchmark: a third of usage accounting's
-    instructions per request)."""
+    in C where a dataclass builds tuples in Python for both (docs/benchmarks.md counts what that saves)."""
 
     ts_ms: int
     era: str

@@ -1,9 +1,9 @@
 """``RedisWire``: one pipelined connection to Redis, shared by every task of the process, for the session store's
 commands (docs/design.md §49).
 
-redis-py's asyncio client takes a pooled connection per command and waits for its reply before giving it back:
-about 85-100 µs of the gateway's CPU per command at one request at a time, and about 50 µs at 32 concurrent, which
-made the Redis store cost several times the in-memory one. Here every command goes to one socket and the replies
+redis-py's asyncio client takes a pooled connection per command and waits for its reply before giving it back,
+which makes each command cost the gateway several times what the command itself needs (docs/benchmarks.md,
+"The Redis store, and two workers"). Here every command goes to one socket and the replies
 are matched to their callers in order (RESP replies come back in the order the commands were sent): a command
 alone on the connection is written at once, and those issued while replies are awaited leave together at the
 loop's next turn, so a command costs about half as much at one request at a time, and one write and one read

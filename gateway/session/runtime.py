@@ -380,12 +380,12 @@ class Gateway:
         self._last_sweep_ms = now
         busy = {session_id for session_id, runtime in self.runtimes.items() if runtime.exchanges}
         ended = set(await self.store.expire_sessions(now - limit, keep=busy))
-        # One query for every live runtime's last-seen time, not a record read each: with 10,000 idle sessions
-        # reading every record stalled the loop for ~0.3 s per sweep (the benchmark's idle scenario).
+        # One query for every live runtime's last-seen time, not a record read each: with many idle sessions,
+        # reading every record would stall the loop for each sweep (the benchmark's idle scenario).
         asked = list(self.runtimes)
         seen = await self.store.last_seen(asked)
         # Only the runtimes asked about: one made while the store answered (a new session's first request) has no
-        # time in ``seen``, and was ended, deleting a live session (tests/faults/test_chaos_replicas.py found it).
+        # time in ``seen``, and ending it would delete a live session (tests/faults/test_chaos_replicas.py).
         stale = [s for s in asked if s in ended or now - seen.get(s, now - limit - 1) > limit]
         for session_id in stale:
             runtime = self.runtimes.get(session_id)  # re-read after each wait on the store:

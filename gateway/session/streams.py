@@ -73,7 +73,7 @@ class OutStream:
         self.status: tuple[int, tuple[tuple[str, str], ...]] = (200, ())
         self._tap = tap
         # Wake-ups: a count of changes, and the futures of the writers waiting for the next one (made as they
-        # wait). An asyncio.Event per stream held an empty deque block (~0.6 KiB) for every idle session.
+        # wait): an asyncio.Event per stream would hold an empty deque block for every idle session.
         self._changes = 0
         self._waiters: list[asyncio.Future[None]] | None = None
         self._writer = 0
