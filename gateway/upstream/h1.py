@@ -1,7 +1,8 @@
 """The upstream hop's HTTP/1.1 client: a keep-alive connection pool over asyncio protocols, parsed by httptools.
 
 Why not ``aiohttp.ClientSession``: its client costs more CPU per request than all of the gateway's own translation
-work (docs/benchmarks.md "Where the time goes"); this pool does the same POST in a fraction of that. It does only what the upstream hop needs:
+work (docs/benchmarks.md "Where the time goes"); this pool does the same POST in a fraction of that. It does
+only what the upstream hop needs:
 
 - ``POST`` with a complete body (JSON-RPC messages are small and already encoded), one write per request;
 - a response read whole (:meth:`H1Response.read`) or streamed as it arrives (:meth:`H1Response.chunks`, for SSE),
