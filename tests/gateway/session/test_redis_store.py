@@ -1,5 +1,6 @@
-"""The session store contract, run against InMemoryStore and RedisStore alike, then what only Redis does: key TTLs,
-expiry by Redis itself, StoreUnavailable and recovery, and a gateway on Redis end to end (503 while it is down).
+"""What only the Redis store does (the contract every backend keeps is ``test_store_contract``): changes raced by
+other replicas, key TTLs, expiry by Redis itself, StoreUnavailable and recovery, and a gateway on Redis end to
+end (503 while it is down). Its fixtures and records are shared by the other Redis tests.
 
 Redis: ``REDIS_URL`` if set, else ``redis://127.0.0.1:6379`` if it answers, else a private ``redis-server`` on a
 free port in the test's temporary directory, else the Redis tests skip. Each test writes under its own random key
@@ -8,13 +9,12 @@ prefix and deletes those keys at the end (never FLUSHDB).
 
 from __future__ import annotations
 
-import asyncio
 import os
 import secrets
 import shutil
 import socket
 import subprocess
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -23,14 +23,11 @@ import pytest
 redis = pytest.importorskip("redis")
 from redis.asyncio import Redis  # noqa: E402
 
-from adapters.admission import WaitingLoad  # noqa: E402
 from adapters.jsonwire import dumps  # noqa: E402
 from adapters.records import PendingRound, SessionRecord  # noqa: E402
-from adapters.sse import Event  # noqa: E402
-from adapters.takeover import Lease  # noqa: E402
 from gateway.http.app import GATEWAY  # noqa: E402
 from gateway.session.redis_store import RedisStore, wall_ms  # noqa: E402
-from gateway.session.store import Hold, InMemoryStore, Owners, StoreUnavailable, StreamAppend, WaitingFull  # noqa: E402
+from gateway.session.store import StoreUnavailable  # noqa: E402
 from tests.gateway.conftest import Legacy  # noqa: E402
 from tests.gateway.http.test_bridge_shell import SAMPLED, two_rounds  # noqa: E402
 from tests.waiting import until, until_sync  # noqa: E402
@@ -128,20 +125,6 @@ class Clock:
         return self.now
 
 
-@pytest.fixture(params=["memory", "redis"])
-async def store(request) -> AsyncIterator[Any]:
-    """The store under contract: the same tests for both."""
-    if request.param == "memory":
-        yield InMemoryStore()
-        return
-    url, name = request.getfixturevalue("redis_url"), request.getfixturevalue("prefix")
-    redis_store = RedisStore(url, idle_seconds=IDLE, prefix=name, clock=Clock())
-    try:
-        yield redis_store
-    finally:
-        await redis_store.close()
-
-
 def record(session_id: str, principal: str = "alice", seen: int = NOW) -> SessionRecord:
     return SessionRecord(session_id, principal, "2025-11-25", {"sampling": {}, "roots": {"listChanged": True}},
                          {"name": "client \u00e9", "version": "1"}, NOW - 10_000, seen)
@@ -151,16 +134,6 @@ def pending(bridge_id: str, session_id: str) -> PendingRound:
     return PendingRound(bridge_id, session_id, 7, "tools/call", {"name": "t", "arguments": {"x": [1, 2]}})
 
 
-# --- the contract ------------------------------------------------------------------------------------------------
-async def test_records_round_trip_and_are_never_aliased(store) -> None:
-    original = record("s1")
-    await store.put_session(original)
-    assert await store.get_session("s1") == original and await store.get_session("nope") is None
-    read = await store.get_session("s1")
-    read.subscriptions.append("file:///x")
-    assert (await store.get_session("s1")).subscriptions == []
-
-
 def _set(**fields: Any) -> Any:
     def change(stored: SessionRecord) -> None:
         for name, value in fields.items():
@@ -168,18 +141,7 @@ def _set(**fields: Any) -> Any:
     return change
 
 
-async def test_a_change_is_made_on_the_stored_record_and_never_recreates_one(store) -> None:
-    await store.put_session(record("s1"))
-    await store.touch_session("s1", NOW + 50)
-    changed = await store.change_session("s1", _set(log_level="debug"))
-    assert changed.log_level == "debug" and changed.last_seen_ms == NOW + 50
-    assert await store.get_session("s1") == changed
-    await store.delete_session("s1")
-    assert await store.change_session("s1", _set(log_level="info")) is None  # a DELETE stands
-    assert await store.get_session("s1") is None and await store.last_seen(["s1"]) == {}
-    assert await store.count_sessions("alice") == (0, 0)
-
-
+# --- Redis only (the contract every backend keeps is test_store_contract) ---------------------------------------
 async def test_a_change_raced_every_time_gives_up_as_the_store_failing(redis_url, prefix) -> None:
     """Each retry means another change was written meanwhile: a session changed faster than it can be read is
     not retried for ever, but fails as the store does (HTTP 503 to the client), after CHANGE_TRIES reads."""
@@ -242,172 +204,6 @@ async def test_a_change_raced_by_another_replicas_is_made_again_on_its_record(re
             await store.close()
 
 
-async def test_last_seen_only_moves_forward(store) -> None:
-    await store.put_session(record("s1", seen=NOW - 500))
-    await store.touch_session("s1", NOW - 100)
-    assert (await store.get_session("s1")).last_seen_ms == NOW - 100
-    stale = record("s1", seen=NOW - 500)  # read before the touch, written after it
-    await store.put_session(stale)
-    assert stale.last_seen_ms == NOW - 100 and (await store.get_session("s1")).last_seen_ms == NOW - 100
-    await store.touch_session("gone", NOW)  # no record: nothing is created
-    assert await store.get_session("gone") is None and await store.last_seen(["gone"]) == {}
-
-
-async def test_counts_follow_puts_deletes_and_expiry(store) -> None:
-    after = [await store.put_session(record(session_id, principal, NOW - 1000))
-             for session_id, principal in [("a1", "alice"), ("a2", "alice"), ("b1", "bob")]]
-    assert after == [(1, 1), (2, 2), (3, 1)]  # each write's own count: in all, and of its principal
-    assert await store.put_session(record("a1", "alice", NOW - 900)) == (3, 2)  # a rewrite is not a new session
-    assert await store.count_sessions("alice") == (3, 2) and await store.count_sessions("carol") == (3, 0)
-    await store.delete_session("a2")
-    assert await store.count_sessions("alice") == (2, 1)
-    await store.touch_session("b1", NOW)
-    assert await store.expire_sessions(NOW - 100) == ["a1"]
-    assert await store.count_sessions("alice") == (1, 0) and await store.count_sessions("bob") == (1, 1)
-
-
-async def test_a_write_counts_its_own_session_whatever_its_last_seen_time(store) -> None:
-    await store.put_session(record("live", "alice", NOW))
-    assert await store.put_session(record("old", "carol", NOW - int(IDLE * 1000) - 1)) == (2, 1)
-
-
-async def test_last_seen_of_many_and_expiry_keeps_what_it_is_told(store) -> None:
-    await store.put_session(record("old", seen=NOW - 5000))
-    await store.put_session(record("busy", seen=NOW - 5000))
-    await store.put_session(record("new", seen=NOW - 10))
-    assert await store.last_seen(["old", "new", "never"]) == {"old": NOW - 5000, "new": NOW - 10}
-    assert await store.last_seen([]) == {}
-    await store.put_round(pending("b-old", "old"))
-    assert await store.expire_sessions(NOW - 100, keep={"busy"}) == ["old"]
-    assert await store.get_session("old") is None and await store.get_round("b-old") is None
-    assert await store.get_session("busy") is not None and await store.rounds_of("old") == []
-
-
-async def test_rounds(store) -> None:
-    await store.put_session(record("s1"))
-    first, second = pending("b1", "s1"), pending("b2", "s1")
-    await store.put_round(first)
-    await store.put_round(second)
-    second.answers = {"a": {"ok": True}}
-    await store.put_round(second)  # saved again after a step
-    assert await store.get_round("b2") == second and await store.get_round("zz") is None
-    assert sorted(r.bridge_id for r in await store.rounds_of("s1")) == ["b1", "b2"]
-    await store.end_round("b1", "A")
-    await store.end_round("b1", "A")  # twice is harmless
-    assert [r.bridge_id for r in await store.rounds_of("s1")] == ["b2"]
-    await store.delete_session("s1")
-    assert await store.get_round("b2") is None and await store.rounds_of("s1") == []
-
-
-async def test_a_first_waiting_save_holds_its_round_within_the_ceilings_or_writes_nothing(store) -> None:
-    """docs/design.md §55: a round's first waiting save counts it as hold_round does, in the same step; past a
-    ceiling it writes nothing of its step (record, lease, claim, events) and answers the load it would have made."""
-    await store.put_session(record("s1"))
-    most = WaitingLoad(2, 250, 1000)
-    assert await store.put_round(pending("b1", "s1"), ("A", 5), hold=Hold("alice", 100, most))
-    assert await store.hold_round("b1", "s1", "alice", 100) == (1, 100, 100)  # held once, by the save
-    opening = StreamAppend("s1", "x", (Event(1, {"n": 1}),), capacity=8, opening=True)
-    with pytest.raises(WaitingFull) as full:
-        await store.put_round(pending("b2", "s1"), ("A", 5), Owners("A", 5, frozenset({"oa:g2"})),
-                              copy=opening, hold=Hold("alice", 200, most))
-    assert full.value.load == WaitingLoad(2, 300, 300)  # the principal's bytes past 250
-    assert await store.get_round("b2") is None and (await store.lease_of("b2")).holder is None
-    assert await store.owner_of("oa:g2") is None and await store.read_events("s1", "x", 0) is None
-    assert await store.hold_round("b1", "s1", "alice", 100) == (1, 100, 100)  # the refused one was never counted
-    assert await store.put_round(pending("b3", "s1"), ("A", 5), hold=Hold("alice", 150, most))  # exactly full
-    assert await store.hold_round("b3", "s1", "alice", 150) == (2, 250, 250)
-    await store.end_round("b1", "A")  # gives its bytes back
-    assert await store.hold_round("b3", "s1", "alice", 150) == (1, 150, 150)
-
-
-async def lapsed(store: Any, bridge_id: str) -> bool:
-    """Whether the round's lease ran out (nobody holds it)."""
-    return await store.lease_of(bridge_id) == Lease(None)
-
-
-async def test_leases(store) -> None:
-    """docs/design.md §40: one holder per round, renewed while it lives; a lapsed lease is claimed by exactly one
-    of the replicas racing for it, and only while the round exists."""
-    await store.put_session(record("s1"))
-    await store.put_round(pending("b1", "s1"), ("A", 0.3))  # its first save takes the lease with it
-    assert (await store.lease_of("b1")).holder == "A" and 0 < (await store.lease_of("b1")).remaining_ms <= 300
-    assert not await store.take_lease("b1", "B", 5)  # held
-    assert await store.renew_leases(["b1", "b-never"], "A", 0.3) == ["b-never"]
-    assert await store.renew_leases(["b1"], "B", 5) == ["b1"]  # not B's
-    await store.end_round("b1", "B", delete=False)  # not B's: stays
-    assert (await store.lease_of("b1")).holder == "A"
-    await until(lambda: lapsed(store, "b1"), "A stopped renewing: its lease lapses by itself")
-    won = await asyncio.gather(*(store.take_lease("b1", name, 5) for name in ("B", "C", "D")))
-    assert sorted(won) == [False, False, True]
-    winner = ("B", "C", "D")[won.index(True)]
-    assert (await store.lease_of("b1")).holder == winner and await store.renew_leases(["b1"], "A", 5) == ["b1"]
-    await store.end_round("b1", winner, delete=False)
-    assert await store.lease_of("b1") == Lease(None)
-    assert not await store.take_lease("b-gone", "B", 5)  # no round, no lease
-
-
-async def test_orphaned_rounds_are_the_leased_ones_nobody_holds(store) -> None:
-    """docs/design.md §40, the sweep: a round is orphaned once its lease ran out with nobody holding it (its
-    replica died) or was released with the round kept (handed over); a renewed, taken or ended round is not, nor
-    one never leased (saved where nobody continues rounds), nor one whose session is gone."""
-    await store.put_session(record("s1"))
-    await store.put_round(pending("b1", "s1"), ("A", 0.3))
-    await store.put_round(pending("b2", "s1"), ("A", 0.3))
-    await store.put_round(pending("b3", "s1"))  # never leased
-    assert await store.orphaned_rounds(10) == []
-    await asyncio.sleep(0.2)  # sleep: part of b1's and b2's leases pass before only b2's replica renews
-    assert await store.renew_leases(["b2"], "A", 5) == []  # b2's replica lives on
-    await until(lambda: lapsed(store, "b1"), "b1's replica stopped renewing: its lease runs out")
-    assert [r.bridge_id for r in await store.orphaned_rounds(10)] == ["b1"]
-    assert (await store.orphaned_rounds(10))[0] == pending("b1", "s1")
-    assert await store.take_lease("b1", "B", 5)  # a sweep or a client's message took it over
-    assert await store.orphaned_rounds(10) == []
-    await store.end_round("b1", "B", delete=False)  # handed over at shutdown: orphaned at once
-    assert [r.bridge_id for r in await store.orphaned_rounds(10)] == ["b1"]
-    assert await store.take_lease("b1", "C", 5)
-    await store.end_round("b1", "C")  # ended: gone for good
-    await store.end_round("b2", "A", delete=False)
-    assert [r.bridge_id for r in await store.orphaned_rounds(10)] == ["b2"]
-    await store.put_round(pending("b4", "s1"), ("A", 0.01))
-    await until(lambda: lapsed(store, "b4"), "b4's lease runs out")
-    assert len(await store.orphaned_rounds(1)) == 1  # at most what was asked for
-    await store.delete_session("s1")
-    assert await store.orphaned_rounds(10) == []
-
-
-async def test_a_step_writes_its_ownership_with_its_save_and_a_round_ends_in_one_step(store) -> None:
-    """docs/design.md §50: the claims and releases of a step ride on its save; the end of a round drops its
-    record, its holder's lease (never another's) and its ownership records together; a handover keeps the record."""
-    await store.put_session(record("s1"))
-    await store.claim_owner(["oa:old"], "A", 5, "b1")  # A's once the save below takes b1's lease
-    await store.put_round(pending("b1", "s1"), ("A", 5), Owners("A", 5, frozenset({"oa:g1", "oq:s1:1"}),
-                                                                 frozenset({"oa:old"})))
-    assert [await store.owner_of(k) for k in ("oa:g1", "oq:s1:1", "oa:old")] == ["A", "A", None]
-    await store.claim_owner(["oa:g3"], "A", 5, "b1")
-    assert await store.owner_of("oa:g3") == "A"
-    assert await store.put_round(pending("b1", "s1"), owners=Owners("A", 5, release=frozenset({"oa:g1"})),
-                                 holder="A")
-    assert await store.owner_of("oa:g1") is None and (await store.lease_of("b1")).holder == "A"
-    stale = pending("b1", "s1")
-    stale.answers = {"late": {}}
-    # Fenced: a save by a replica not holding the lease writes nothing of its step.
-    assert not await store.put_round(stale, owners=Owners("B", 5, frozenset({"oa:g2"})), holder="B")
-    assert (await store.get_round("b1")).answers == {} and await store.owner_of("oa:g2") is None
-    await store.end_round("b1", "B", release=["oq:s1:1"], delete=False)  # a handover by B: A's lease stays
-    assert await store.get_round("b1") is not None and (await store.lease_of("b1")).holder == "A"
-    assert await store.owner_of("oq:s1:1") is None
-    await store.end_round("b1", "A", delete=False)
-    assert await store.get_round("b1") is not None and await store.lease_of("b1") == Lease(None)
-    assert not await store.put_round(pending("b1", "s1"), holder="A")  # its lease is gone: not A's to save
-    assert await store.owner_of("oa:g3") is None  # nor does A own its round's ids any more: not relayed to A
-    assert await store.take_lease("b1", "C", 5)  # the kept record is for the next holder
-    await store.end_round("b1", "C")
-    assert await store.get_round("b1") is None and await store.rounds_of("s1") == []
-    assert await store.lease_of("b1") == Lease(None)
-    await store.end_round("b1", "C", release=["oa:never"])  # twice, or with nothing held, is harmless
-
-
-# --- Redis only ---------------------------------------------------------------------------------------------------
 async def ttl_ms(client: Redis, *keys: str) -> list[int]:
     return [await client.pttl(key) for key in keys]
 

@@ -1,5 +1,6 @@
-"""SSE replay across replicas (docs/design.md §37): the stream-copy contract of both stores, then two gateway apps
-on real ports sharing a real Redis, where a stream written by replica A is resumed through replica B.
+"""SSE replay across replicas (docs/design.md §37): what only Redis does with a copy, the mirror that writes it,
+then two gateway apps on real ports sharing a real Redis, where a stream written by replica A is resumed through
+replica B (the stream-copy contract of every backend is ``test_store_contract``).
 Redis is found as in ``test_redis_store``."""
 
 from __future__ import annotations
@@ -10,147 +11,20 @@ from typing import Any
 import pytest
 
 pytest.importorskip("redis")
-from adapters.sse import FINISHED_STREAMS_KEPT, Event, StoredEvents
-from adapters.takeover import Lease
+from adapters.sse import Event
 from gateway.http.app import GATEWAY
 from gateway.session.redis_store import RedisStore
 from gateway.session.replay import Mirror, MirrorState
-from gateway.session.store import StoreUnavailable, StreamAppend
+from gateway.session.store import StoreUnavailable
 from gateway.session.streams import OutStream
 from tests.gateway.conftest import CAPS, Legacy
 from tests.gateway.http.test_bridge_shell import SAMPLED, SAMPLING, two_rounds
 from tests.gateway.session import test_redis_store as redis_tests
+from tests.gateway.session.test_store_contract import events, open_session
 from tests.waiting import until, within
 
-redis_url, prefix, store, private_redis = (redis_tests.redis_url, redis_tests.prefix, redis_tests.store,
-                                           redis_tests.private_redis)  # its fixtures, shared
+redis_url, prefix, private_redis = redis_tests.redis_url, redis_tests.prefix, redis_tests.private_redis  # shared
 NOW = redis_tests.NOW
-
-
-def following(store: Any) -> bool:
-    """Whether a ``follow_events`` call is waiting: an in-memory copy has a waiter, a Redis follower holds its
-    connection (XREAD from a position returns what follows it, sent before or after the read arrived)."""
-    if isinstance(store, RedisStore):
-        return bool(store._follower.connection_pool._in_use_connections)
-    return any(copy._woken is not None for copy in store._copies.values())
-
-
-def events(*pairs: tuple[int, Any]) -> list[Event]:
-    return [Event(seq, message) for seq, message in pairs]
-
-
-async def open_session(store: Any, session_id: str = "s1") -> None:
-    await store.put_session(redis_tests.record(session_id, "p", NOW))
-
-
-# The contract, on both stores --------------------------------------------------------------------------------
-
-
-async def test_a_copy_replays_what_follows_a_position_and_says_when_it_ended(store) -> None:
-    await open_session(store)
-    await store.append_events("s1", "x", events((1, {"n": 1})), capacity=8, opening=True)
-    await store.append_events("s1", "x", events((2, {"n": 2})), capacity=8)
-    assert await store.read_events("s1", "x", 0) == StoredEvents(tuple(events((1, {"n": 1}), (2, {"n": 2}))), False)
-    assert await store.read_events("s1", "x", 2) == StoredEvents((), False)
-    assert await store.read_events("s1", "x", 3) is None  # never sent
-    assert await store.read_events("s1", "y", 0) is None  # no such stream
-    assert await store.read_events("s2", "x", 0) is None  # another session's
-    await store.append_events("s1", "x", events((3, {"n": 3})), capacity=8, ended_after=3)
-    assert await store.read_events("s1", "x", 1) == StoredEvents(tuple(events((2, {"n": 2}), (3, {"n": 3}))), True)
-
-
-async def test_an_opened_copy_with_nothing_sent_resumes_from_the_priming_event(store) -> None:
-    await open_session(store)
-    await store.append_events("s1", "x", [], capacity=8, opening=True)
-    assert await store.read_events("s1", "x", 0) == StoredEvents((), False)
-    await store.append_events("s1", "x", [], capacity=8, ended_after=0)  # ended with nothing sent
-    assert await store.read_events("s1", "x", 0) == StoredEvents((), True)
-
-
-async def test_a_copy_keeps_the_last_capacity_events_as_a_replay_buffer_does(store) -> None:
-    await open_session(store)
-    await store.append_events("s1", "x", events(*[(n, n) for n in range(1, 6)]), capacity=3, opening=True)
-    assert await store.read_events("s1", "x", 1) is None  # event 2 was evicted: resuming after 1 would lose it
-    assert await store.read_events("s1", "x", 2) == StoredEvents(tuple(events((3, 3), (4, 4), (5, 5))), False)
-    assert await store.follow_events("s1", "x", 0, 0.01) is None  # a follower that fell behind the window
-
-
-async def test_a_copy_that_starts_after_evicted_events_refuses_positions_before_it(store) -> None:
-    await open_session(store)
-    await store.append_events("s1", "x", events((4, 4), (5, 5)), capacity=3, opening=True)
-    assert await store.read_events("s1", "x", 2) is None
-    assert await store.read_events("s1", "x", 3) == StoredEvents(tuple(events((4, 4), (5, 5))), False)
-
-
-async def test_follow_waits_for_the_next_events(store) -> None:
-    await open_session(store)
-    await store.append_events("s1", "x", events((1, "a")), capacity=8, opening=True)
-    assert await store.follow_events("s1", "x", 1, 0.05) == StoredEvents((), False)  # nothing within the wait
-    waiting = asyncio.ensure_future(store.follow_events("s1", "x", 1, 5))
-    await until(lambda: following(store), "the follower waits")
-    await store.append_events("s1", "x", events((2, "b")), capacity=8, ended_after=2)
-    assert await asyncio.wait_for(waiting, 10) == StoredEvents(tuple(events((2, "b"))), True)
-
-
-async def test_a_dropped_copy_and_a_deleted_session_leave_nothing_to_resume(store) -> None:
-    await open_session(store)
-    await store.append_events("s1", "x", events((1, "a")), capacity=8, opening=True)
-    await store.append_events("s1", "y", events((1, "a")), capacity=8, opening=True)
-    await store.drop_stream("s1", "x")
-    assert await store.read_events("s1", "x", 0) is None
-    await store.append_events("s1", "x", events((2, "b")), capacity=8)  # a late append does not revive it
-    assert await store.read_events("s1", "x", 1) is None
-    await store.delete_session("s1")
-    assert await store.read_events("s1", "y", 0) is None
-    assert await store.follow_events("s1", "y", 1, 0.05) is None
-
-
-async def test_a_copy_is_not_made_for_a_session_that_is_gone(store) -> None:
-    await store.append_events("gone", "x", events((1, "a")), capacity=8, opening=True)
-    assert await store.read_events("gone", "x", 0) is None
-
-
-async def test_only_the_last_finished_streams_of_a_session_are_kept(store) -> None:
-    await open_session(store)
-    for n in range(FINISHED_STREAMS_KEPT + 1):
-        await store.append_events("s1", f"x{n}", events((1, n)), capacity=8, opening=True, ended_after=1)
-    await store.append_events("s1", "open", events((1, "a")), capacity=8, opening=True)  # not ended: kept
-    assert await store.read_events("s1", "x0", 0) is None
-    assert await store.read_events("s1", "x1", 0) == StoredEvents(tuple(events((1, 1))), True)
-    assert await store.read_events("s1", "open", 1) == StoredEvents((), False)
-
-
-async def test_an_opened_copy_follows_its_first_event(store) -> None:
-    await open_session(store)
-    await store.append_events("s1", "x", [], capacity=8, opening=True)
-    assert await store.follow_events("s1", "x", 0, 0.05) == StoredEvents((), False)
-    waiting = asyncio.ensure_future(store.follow_events("s1", "x", 0, 5))
-    await until(lambda: following(store), "the follower waits")
-    await store.append_events("s1", "x", events((1, "a")), capacity=8)
-    assert await asyncio.wait_for(waiting, 10) == StoredEvents(tuple(events((1, "a"))), False)
-    assert await store.read_events("s1", "x", 0) == StoredEvents(tuple(events((1, "a"))), False)
-
-
-async def test_a_save_writes_its_steps_events_onto_the_copy_and_a_fenced_one_writes_none(store) -> None:
-    """docs/design.md §50: a step's events ride on its round's save, the copy's opening included; a save by a
-    replica that does not hold the round's lease writes neither the record nor the events; the round's end
-    writes its result and drops the round in one step."""
-    await open_session(store)
-    first = StreamAppend("s1", "x", tuple(events((1, {"n": 1}))), capacity=8, opening=True)
-    assert await store.put_round(redis_tests.pending("b1", "s1"), ("A", 5), copy=first)
-    assert await store.read_events("s1", "x", 0) == StoredEvents(first.events, False)
-    later = StreamAppend("s1", "x", tuple(events((2, {"n": 2}), (3, {"n": 3}))), capacity=8)
-    assert await store.put_round(redis_tests.pending("b1", "s1"), holder="A", copy=later)
-    assert await store.read_events("s1", "x", 1) == StoredEvents(later.events, False)
-    fenced = StreamAppend("s1", "x", tuple(events((4, {"n": 4}))), capacity=8)
-    assert not await store.put_round(redis_tests.pending("b1", "s1"), holder="B", copy=fenced)
-    assert await store.read_events("s1", "x", 3) == StoredEvents((), False)
-    assert await store.read_events("s1", "x", 4) is None  # never written: not a position to resume from
-    # The copy goes on after a save's events as after an append's; the round's end carries its result.
-    result = StreamAppend("s1", "x", tuple(events((4, {"n": 4}))), capacity=8, ended_after=4)
-    await store.end_round("b1", "A", copy=result)
-    assert await store.read_events("s1", "x", 3) == StoredEvents(result.events, True)
-    assert await store.get_round("b1") is None and await store.lease_of("b1") == Lease(None)
 
 
 async def test_the_copy_expires_and_is_renewed_with_its_session(redis_url, prefix) -> None:
