@@ -76,6 +76,9 @@ class UpstreamAuthConfig(_Frozen):
 class UpstreamConfig(UpstreamAuthConfig):
     url: str = Field(description='"embedded" (the in-process core) or an http(s) URL of a 2026-07-28 server')
     revision: Literal["2026-07-28"] = MODERN_VERSION
+    # As the main upstream's upstream_era (docs/design.md §61): "auto" takes serve's start-up probe's verdict for
+    # this upstream; "2025-11-25" is served in reverse without asking; "2026-07-28" is passed through.
+    era: Literal["auto", "2026-07-28", "2025-11-25"] = "auto"
     connect_timeout_seconds: float = Field(10.0, gt=0)
     read_timeout_seconds: float = Field(600.0, gt=0)
     max_connections: int = Field(100, ge=1)
@@ -85,6 +88,8 @@ class UpstreamConfig(UpstreamAuthConfig):
     def _coherent(self) -> UpstreamConfig:
         if self.url != "embedded" and not self.url.startswith(("http://", "https://")):
             raise ValueError('url must be "embedded" or an http(s) URL')
+        if self.url == "embedded" and self.era == "2025-11-25":
+            raise ValueError('era = "2025-11-25": the embedded core is a 2026-07-28 server')
         return self
 
 

@@ -296,7 +296,7 @@ def load_config(path: str | Path | None = None, **overrides: object) -> GatewayC
         except (OSError, tomllib.TOMLDecodeError) as exc:
             raise ConfigError(f"{path}: {exc}") from None
     data = dict(raw.pop("gateway", {}) or {})  # type: ignore[call-overload]
-    data["pins"] = raw
+    data["pins"] = with_probed_eras(raw, overrides.pop("upstream_eras", None))
     data.update({k: v for k, v in overrides.items() if v is not None})
     # Every problem of the file at once, not one per run: strict numbers and booleans, pydantic's findings, and
     # the peers' references, checked on the raw tables too (pydantic skips them when a peer has another problem).
@@ -311,6 +311,17 @@ def load_config(path: str | Path | None = None, **overrides: object) -> GatewayC
     if problems or config is None:
         raise ConfigError(f"{path or '(defaults)'}: {'; '.join(dict.fromkeys(problems))}")
     return config
+
+
+def with_probed_eras(raw: dict[str, Any], eras: object) -> dict[str, Any]:
+    """The file's tables with ``serve``'s probe verdicts (``{name: era}``) in place of each named upstream's
+    ``era = "auto"`` (as ``upstream_era`` for the main one): the app and every reload serve what was found."""
+    upstreams = raw.get("upstreams")
+    if not isinstance(eras, dict) or not isinstance(upstreams, dict):
+        return raw
+    decided = {name: {**table, "era": eras[name]} for name, table in upstreams.items()
+               if name in eras and isinstance(table, dict) and table.get("era", "auto") == "auto"}
+    return {**raw, "upstreams": {**upstreams, **decided}} if decided else raw
 
 
 def _said(loc: tuple[Any, ...], what: str, raw: dict[str, Any]) -> str:

@@ -13,7 +13,6 @@ from typing import Any
 
 from aiohttp import web
 
-from adapters import reverse as R
 from adapters.authz import Principal
 from adapters.classify import (
     SINGLE_HEADERS,
@@ -30,7 +29,7 @@ from adapters.classify import (
 from adapters.doors import Transport
 from adapters.errors import INTERNAL_ERROR, ErrorValue, Reason, Rejection, answer_not_taken, reject, store_unavailable
 from adapters.jsonwire import loads
-from adapters.reverse_wire import Era, era_of, relayed_as_is
+from adapters.reverse_wire import relayed_as_is
 from gateway.auth.credentials import UpstreamCredentials, credentials_for
 from gateway.auth.resource import auth_settings
 from gateway.auth.validator import TokenValidator
@@ -39,11 +38,11 @@ from gateway.http import perform
 from gateway.http.answers import rejection_response
 from gateway.http.authorization import add_auth_routes, authorized
 from gateway.http.health import add_health_routes
-from gateway.http.keys import AUTHZ, CORE_URL, GATEWAY, PASSTHROUGHS, REVERSE
+from gateway.http.keys import AUTHZ, CORE_URL, GATEWAY, PASSTHROUGHS, REVERSE, REVERSES
 from gateway.http.legacy import write_post
 from gateway.http.pages import add_page_routes
 from gateway.http.passthrough import Passthroughs
-from gateway.http.reverse import ReverseBridge, ReverseSettings
+from gateway.http.reverse_bridges import ReverseBridges
 from gateway.http.sse_door import add_sse_door
 from gateway.http.streams import json_response
 from gateway.http.telemetry import install_usage
@@ -103,12 +102,14 @@ async def handle_mcp(request: web.Request) -> web.StreamResponse:
         return principal
     checked = checked or principal is not None  # a verified token's request had its Origin/Host checked first
     key = principal.key if principal is not None else None  # the verified claims ride along as the view's grant
-    reverse = request.app.get(REVERSE)
-    if reverse is not None and relayed_as_is(request.method, headers, _parsed(body)):  # docs/design.md §61
-        refused = None if checked else check_origin_host(headers, gw.policy)
+    bridges = request.app.get(REVERSES)
+    if bridges is not None and bridges.by_name and relayed_as_is(request.method, headers, parsed := _parsed(body)):
+        refused = None if checked else check_origin_host(headers, gw.policy)  # docs/design.md §61
         if refused is not None:
             return rejection_response(refused)
-        return await reverse.relay_legacy(request, body, not gw.config.auth.enabled)
+        relayed = await bridges.relay(request, body, parsed, principal, not gw.config.auth.enabled)
+        if relayed is not None:
+            return relayed
     verdict = await classified(gw, HttpView(request.method, headers, body, repeated, checked, key, principal), now)
     if isinstance(verdict, Rejection):
         return rejection_response(verdict)
@@ -204,20 +205,6 @@ def named_upstreams(config: GatewayConfig, core_url: str | None, tap: Tap | None
     return clients
 
 
-def reverse_bridge(config: GatewayConfig, url: str) -> ReverseBridge | None:
-    """The reverse bridge when the main upstream is served in its 2025 era (``upstream_era``; ``serve`` turns
-    "auto" into what its start-up probe found, docs/design.md §61), else None: today's passthrough."""
-    if era_of(config.upstream_era, None) is not Era.LEGACY:
-        return None
-    rev = config.reverse
-    key = os.environ.get(rev.state_key_env) if rev.state_key_env else None
-    return ReverseBridge(ReverseSettings(
-        url, R.PoolLimits(rev.max_sessions, rev.session_idle_seconds),
-        R.CallLimits(rev.max_rounds, rev.max_input_requests_per_round), rev.answer_timeout_seconds,
-        config.max_sse_event_bytes, config.upstream_connect_timeout_seconds, key.encode() if key else None,
-        config.upstream_max_connections, config.upstream_max_stream_connections))
-
-
 def watchers(gateway: Gateway, recorder: UsageRecorder | None = None) -> Observer:
     """Who watches the traffic: migration accounting, and OpenTelemetry spans when ``[gateway.otel]`` is on (the
     optional ``otel`` extra is imported only then)."""
@@ -278,20 +265,22 @@ def create_app(config: GatewayConfig, *, store: SessionStore | None = None, tap:
             gateway.hub = ListenHub(gateway)
             gateway.observer = watchers(gateway, app.get(USAGE))
             app[GATEWAY] = gateway
-            reverse = reverse_bridge(config, url)
-            if reverse is not None:
-                await reverse.start()
+            # The 2025-era upstreams (``upstream_era``, ``[upstreams.NAME] era``; serve's probe decided "auto"):
+            # served to 2026 clients in reverse, their 2025 clients relayed (docs/design.md §61).
+            bridges = app[REVERSES] = ReverseBridges(config, url, gateway)
+            await bridges.start()
+            if (reverse := bridges.get("default")) is not None:
                 app[REVERSE] = reverse
             if core_url is not None:
                 app[CORE_URL] = core_url
             try:
                 # Replicas on a shared store: the relay (docs/design.md §34) and round leases (§40).
                 async with relay_lifetime(gateway), lease_lifetime(gateway):
+                    bridges.attach()  # retries of calls parked here, relayed from other replicas
                     yield
             finally:
                 await gateway.close()
-                if reverse is not None:
-                    await reverse.close()
+                await bridges.close()
                 for client in (upstream, *named.values()):
                     await client.close()
 

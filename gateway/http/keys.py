@@ -7,6 +7,7 @@ from aiohttp import web
 from gateway.auth.validator import TokenValidator
 from gateway.http.passthrough import Passthroughs
 from gateway.http.reverse import ReverseBridge
+from gateway.http.reverse_bridges import ReverseBridges
 from gateway.session.runtime import Gateway
 
 GATEWAY = web.AppKey("gateway", Gateway)
@@ -14,3 +15,4 @@ CORE_URL = web.AppKey("core_url", str)  # the embedded core, when one runs (relo
 PASSTHROUGHS = web.AppKey("passthroughs", Passthroughs)  # the open modern passthroughs (shutdown ends them)
 AUTHZ = web.AppKey("authz", TokenValidator)  # [gateway.auth]: the doors' token validator, when on
 REVERSE = web.AppKey("reverse", ReverseBridge)  # a 2025-era main upstream served to 2026 clients (§61)
+REVERSES = web.AppKey("reverses", ReverseBridges)  # every 2025-era upstream's bridge, named ones too (§61)

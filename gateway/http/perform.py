@@ -30,7 +30,7 @@ from adapters.session import (
 from gateway.http.answers import Acknowledgement, ready, rejection_response
 from gateway.http.batch import on_batch
 from gateway.http.handshake import open_session
-from gateway.http.keys import AUTHZ, PASSTHROUGHS, REVERSE
+from gateway.http.keys import AUTHZ, PASSTHROUGHS, REVERSES
 from gateway.http.legacy import cancel, deliver, forward, update_session
 from gateway.http.modern import on_modern
 from gateway.http.sse import on_delete, on_open_stream, on_resume
@@ -84,7 +84,8 @@ def _perform(request: web.Request, gw: Gateway, acc: Accepted, action: Action) -
             assert session is not None
             return forward(request, gw, session, acc.message, limits)
         case PassThrough(upstream, tools):
-            reverse = request.app.get(REVERSE) if upstream == "default" else None
+            bridges = request.app.get(REVERSES)
+            reverse = bridges.get(upstream) if bridges is not None else None
             if reverse is not None:  # a 2025-era upstream: answered as a 2026-07-28 server (docs/design.md §61)
                 watch = reverse_watch(request, gw, acc.principal, acc.message, acc.grant)
                 return reverse.handle(request, acc.principal, acc.message, request.app[PASSTHROUGHS], watch)

@@ -3,7 +3,8 @@
 It keeps the pool of legacy sessions (``adapters.reverse.plan`` decides), the parked calls (the legacy request
 still open while the client answers an ``input_required``), and the sealed ``requestState``s (AES-GCM over the
 claims ``adapters.reverse.Claims`` names); each call's rules are ``adapters.reverse.handle``'s, performed here.
-A parked call lives in this process only: its upstream connection is here.
+A parked call lives in this process: its upstream connection is here. Its state names this replica, and a retry
+that reaches another one is relayed here through the store (``forward``, gateway.http.reverse_bridges).
 """
 
 from __future__ import annotations
@@ -16,14 +17,15 @@ import hashlib
 import os
 import time
 import uuid
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 import aiohttp
 from aiohttp import web
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+from multidict import CIMultiDict
 
 from adapters import reverse as R
 from adapters import reverse_listen as RL
@@ -36,6 +38,7 @@ from adapters.errors import (
     passthrough_ended,
     upstream_failure,
 )
+from adapters.jsonwire import loads
 from adapters.protocol import MRTR_METHODS, NAME_PARAM
 from adapters.sse import encode_event
 from gateway.http.passthrough import Passthroughs
@@ -71,6 +74,8 @@ class ReverseSettings:
     state_key: bytes | None = None  # None: a random key of this process (a restart voids open states)
     max_connections: int = 100  # short exchanges in flight to the upstream (answers, initialize, subscribe)
     max_stream_connections: int = 1000  # calls in progress or parked, GET streams
+    name: str = "default"  # the upstream's name (``[upstreams.NAME]``; "default": --upstream)
+    replica: str = ""  # this gateway replica's id: the states it mints name it
 
 
 class Sealer:
@@ -80,15 +85,22 @@ class Sealer:
         self.aead = AESGCM(hashlib.sha256(key).digest() if key is not None else AESGCM.generate_key(256))
 
     def seal(self, claims: R.Claims) -> str:
-        nonce = os.urandom(12)
-        return base64.urlsafe_b64encode(nonce + self.aead.encrypt(nonce, claims.encode(), _AAD)).decode()
+        return self.seal_bytes(claims.encode(), _AAD)
 
     def unseal(self, token: object) -> R.Claims | None:
+        raw = self.open_bytes(token, _AAD)
+        return R.decode_claims(raw) if raw is not None else None
+
+    def seal_bytes(self, plain: bytes, aad: bytes) -> str:
+        nonce = os.urandom(12)
+        return base64.urlsafe_b64encode(nonce + self.aead.encrypt(nonce, plain, aad)).decode()
+
+    def open_bytes(self, token: object, aad: bytes) -> bytes | None:
         if not isinstance(token, str):
             return None
         try:
             raw = base64.urlsafe_b64decode(token.encode("ascii"))
-            return R.decode_claims(self.aead.decrypt(raw[:12], raw[12:], _AAD))
+            return self.aead.decrypt(raw[:12], raw[12:], aad)
         except (InvalidTag, binascii.Error, ValueError, UnicodeEncodeError):
             return None
 
@@ -142,6 +154,9 @@ class ReverseBridge:
         self.streams: aiohttp.ClientSession | None = None
         self.reaper: asyncio.Task[None] | None = None
         self.tasks: set[asyncio.Task[Any]] = set()  # timers' and GET-stream refusals' work, kept until done
+        # Relays a retry to the replica its state names (gateway.http.reverse_bridges): its JSON-RPC answer, or
+        # None when that replica is gone. None: no shared store, so no other replica.
+        self.forward: Callable[[str, dict[str, Any]], Awaitable[Mapping[str, Any] | None]] | None = None
 
     def spawn(self, step: Any) -> None:
         task = asyncio.create_task(step)
@@ -232,12 +247,17 @@ class ReverseBridge:
             queue.put_nowait(message)
 
     # --- 2025 clients: relayed as they are ---------------------------------------------------------------
-    async def relay_legacy(self, request: web.Request, body: bytes, forward_token: bool) -> web.StreamResponse:
+    async def relay_legacy(self, request: web.Request, body: bytes, forward_token: bool,
+                           session: tuple[str | None, Callable[[str], str]] = (None, str)) -> web.StreamResponse:
         """A 2025-era request passed to the legacy server and its answer streamed back (sessions, live requests
-        and the GET stream are the server's own); ``forward_token``: the client's Authorization goes along."""
+        and the GET stream are the server's own); ``forward_token``: the client's Authorization goes along.
+        ``session``: the server's session id to send instead of the client's, and how the server's id in the
+        answer is given to the client (gateway.http.reverse_bridges seals it)."""
         assert self.streams is not None, "the bridge was started"
         names = _LEGACY_HEADERS if forward_token else _LEGACY_HEADERS - {"authorization"}
-        headers = {k: v for k, v in request.headers.items() if k.lower() in names}
+        headers = {k: v for k, v in request.headers.items() if k.lower() in names and k.lower() != "mcp-session-id"}
+        if session[0] is not None:
+            headers["Mcp-Session-Id"] = session[0]
         try:
             up = await self.streams.request(request.method, self.settings.url, data=body or None, headers=headers,
                                          allow_redirects=False)
@@ -245,7 +265,8 @@ class ReverseBridge:
             error = upstream_failure(UpstreamFault.UNREACHABLE, str(exc) or type(exc).__name__)
             return json_response({"jsonrpc": "2.0", "id": None, "error": error.to_wire()}, 502)
         async with up:
-            kept = {k: v for k, v in up.headers.items() if k.lower() in _ANSWER_HEADERS}
+            kept = {k: (session[1](v) if k.lower() == "mcp-session-id" else v) for k, v in up.headers.items()
+                    if k.lower() in _ANSWER_HEADERS}
             out = web.StreamResponse(status=up.status, headers=kept)
             await out.prepare(request)
             with contextlib.suppress(ConnectionResetError, aiohttp.ClientError):
@@ -297,22 +318,28 @@ class ReverseBridge:
         body = {"jsonrpc": "2.0", "id": upstream_id, "method": req.method, "params": W.legacy_params(req.params)}
         queue, reader = pooled.session.request(body)
         name = str(req.params.get(NAME_PARAM.get(req.method, "name"), ""))
-        claims = R.Claims(uuid.uuid4().hex, 0, principal, req.method, name, R.digest(req.params), 0)
+        claims = R.Claims(uuid.uuid4().hex, 0, principal, req.method, name, R.digest(req.params), 0,
+                          self.settings.replica)
         state = R.start(req.method, req.capabilities, self.settings.call, req.log_level)
         call = Call(claims.call, pooled, upstream_id, queue, reader, state, claims)
         pooled.busy += 1
         pooled.calls[call.ident] = call
         return await self._drive(request, relays, call, req, watch)
 
-    async def _retry(self, request: web.Request, req: W.Request, principal: str,
-                     relays: Passthroughs, watch: Watch | None) -> web.StreamResponse:
-        """A retry's state must name a parked call waiting for exactly this round, for this very request."""
+    async def _retry(self, request: web.Request | None, req: W.Request, principal: str,
+                     relays: Passthroughs | None, watch: Watch | None) -> web.StreamResponse:
+        """A retry's state must name a parked call waiting for exactly this round, for this very request; one
+        parked on another replica is relayed there."""
         claims = self.sealer.unseal(req.params.get("requestState"))
         call = self.parked.get(claims.call) if claims is not None else None
         waiting = call is not None and not call.busy and call.state.phase is R.Phase.WAITING
         name = str(req.params.get(NAME_PARAM[req.method], ""))
         expected = R.Claims(claims.call if claims else "", call.state.round if call and waiting else -1, principal,
                             req.method, name, R.digest(req.params), 0)
+        holder = R.held_elsewhere(claims, self.settings.replica)
+        if claims is not None and holder is not None and request is not None:
+            return await self._retry_elsewhere(holder, request, req, claims, R.relayed_claims(claims, expected),
+                                               principal, watch)
         error = R.check_claims(claims, expected, now_ms())
         if error is not None or call is None:
             return answer(req.ident, error=error)
@@ -325,10 +352,48 @@ class ReverseBridge:
         retried = R.Retried(responses if isinstance(responses, Mapping) else {}, req.log_level)
         return await self._drive(request, relays, call, req, watch, retried)
 
-    async def _drive(self, request: web.Request, relays: Passthroughs, call: Call, req: W.Request,
+    async def _retry_elsewhere(self, holder: str, request: web.Request, req: W.Request, claims: R.Claims,
+                               expected: R.Claims, principal: str, watch: Watch | None) -> web.StreamResponse:
+        """A retry of a call parked on replica ``holder``: checked here on all its state binds but the round, then
+        relayed there; the holder's answer is this request's (what the holder's call says meanwhile is not)."""
+        error = R.check_claims(claims, expected, now_ms())
+        said = None
+        if error is None and self.forward is not None:
+            heard = {k: v for k, v in request.headers.items() if k.lower() in W.ROUTING_HEADERS}
+            message = {"jsonrpc": "2.0", "id": req.ident, "method": req.method, "params": dict(req.params)}
+            said = await self.forward(holder, {"upstream": self.settings.name, "principal": principal,
+                                               "headers": heard, "request": message})
+        if said is None:
+            if error is None:
+                log.info("reverse bridge: a retry of a call parked on replica %s, which is gone", holder)
+                error = R.holder_gone()
+            if watch is not None:
+                watch.ended(error)
+            return answer(req.ident, error=error)
+        if watch is not None:
+            _heard(watch, said)
+        wire = said.get("error")
+        return json_response(dict(said), W.modern_status(wire["code"]) if isinstance(wire, Mapping) else 200)
+
+    async def retry_relayed(self, relayed: Mapping[str, Any]) -> Mapping[str, Any]:
+        """A retry another replica relayed here (:meth:`_retry_elsewhere`): run as if its client had sent it
+        here, without a stream (the answer goes back whole); its JSON-RPC answer."""
+        message, headers = relayed.get("request"), relayed.get("headers")
+        if not isinstance(message, Mapping) or not isinstance(headers, Mapping) or "method" not in message:
+            return {"jsonrpc": "2.0", "id": None, "error": R.holder_gone().to_wire()}
+        req = W.validate(CIMultiDict(headers), message, None)
+        if isinstance(req, W.Refused) or "requestState" not in req.params or req.method not in MRTR_METHODS:
+            error = req.error if isinstance(req, W.Refused) else R.holder_gone()
+            return {"jsonrpc": "2.0", "id": message.get("id"), "error": error.to_wire()}
+        response = await self._retry(None, req, str(relayed.get("principal", "")), None, None)
+        assert isinstance(response, web.Response) and isinstance(response.body, bytes), "no stream without a request"
+        return dict(loads(response.body))
+
+    async def _drive(self, request: web.Request | None, relays: Passthroughs | None, call: Call, req: W.Request,
                      watch: Watch | None, first: R.Event | None = None) -> web.StreamResponse:
-        """Run the call until it asks the client or ends; the client's hang-up (or shutdown) cancels it."""
-        relay = relays.relay(request)
+        """Run the call until it asks the client or ends; the client's hang-up (or shutdown) cancels it. Without
+        a request (a retry relayed from another replica) nothing is streamed."""
+        relay = relays.relay(request) if relays is not None and request is not None else contextlib.nullcontext()
         call.request, call.stream, call.token = request, None, _progress_token(req)
         outcome: R.AskClient | R.Finish | None = None
         try:
@@ -495,8 +560,7 @@ class ReverseBridge:
     def _park(self, call: Call, ask: R.AskClient) -> dict[str, Any]:
         """The call waits for its client's retry (at most ``answer_timeout_seconds``): input_required."""
         seconds = self.settings.answer_timeout_seconds
-        claims = R.Claims(call.ident, ask.round, call.claims.principal, call.claims.method, call.claims.name,
-                          call.claims.digest, now_ms() + int(seconds * 1000))
+        claims = replace(call.claims, round=ask.round, expires_ms=now_ms() + int(seconds * 1000))
         call.busy = False
         self.parked[call.ident] = call
         call.timer = asyncio.get_running_loop().call_later(seconds, self._expire, call, ask.round)
@@ -517,6 +581,18 @@ class ReverseBridge:
             call.timer.cancel()
         call.pooled.busy -= 1
         call.pooled.last_used_ms = now_ms()
+
+
+def _heard(watch: Watch, said: Mapping[str, Any]) -> None:
+    """Usage accounting of a retry another replica answered: its round, or its outcome."""
+    result, wire = said.get("result"), said.get("error")
+    if isinstance(result, Mapping) and result.get("resultType") == "input_required":
+        asked = result.get("inputRequests")
+        watch.asked(asked if isinstance(asked, Mapping) else {})
+    elif isinstance(wire, Mapping):
+        watch.ended(ErrorValue(int(wire.get("code", INTERNAL_ERROR)), str(wire.get("message", "")), wire.get("data")))
+    else:
+        watch.ended(None)
 
 
 def _progress_token(req: W.Request) -> Any:

@@ -191,7 +191,8 @@ def _read_pid(pid_file: str) -> int:
 
 def _overrides(args: argparse.Namespace) -> dict[str, object]:
     return {"host": args.host, "port": args.port, "upstream_url": args.upstream,
-            "embedded_workspace": args.workspace, "upstream_era": getattr(args, "upstream_era", None)}
+            "embedded_workspace": args.workspace, "upstream_era": getattr(args, "upstream_era", None),
+            "upstream_eras": getattr(args, "upstream_eras", None)}
 
 
 def configured(args: argparse.Namespace) -> GatewayConfig:
@@ -253,30 +254,34 @@ def with_store(config: GatewayConfig, url: str | None) -> GatewayConfig:
     return config.model_copy(update={"store": store})
 
 
-def check_upstream(config: GatewayConfig, required: bool) -> tuple[UpstreamProtection | None, str | None]:
+def check_upstream(config: GatewayConfig, required: bool) -> tuple[UpstreamProtection | None, str | None,
+                                                                  dict[str, str]]:
     """The start-up probe (gateway.ops.probe): one line per upstream (the default one and each named one) saying
     what is there; with ``required``, any that is not a 2026-07-28 server ends start-up with its line (a 2025-era
-    default upstream served in reverse is fine). Returns what the default upstream's protected-resource metadata
-    says, when it answered 401 with one, and its era when "auto" found a 2025-era server (docs/design.md §61)."""
+    upstream served in reverse is fine). Returns what the default upstream's protected-resource metadata says,
+    when it answered 401 with one; its era, and each named upstream's, where "auto" found a 2025-era server
+    (docs/design.md §61)."""
     from adapters.probe import UpstreamKind
     from adapters.reverse_wire import Era, era_of
     from gateway.ops.probe import probe_all, targets
 
     found = targets(config, os.environ)
     if not found:
-        return None, None  # only the embedded core: nothing to probe
+        return None, None, {}  # only the embedded core: nothing to probe
     verdicts = asyncio.run(probe_all(found, min(config.upstream_connect_timeout_seconds, 5.0)))
-    main = next((v.kind for t, v in verdicts if t.name is None), None)
-    reverse = main is UpstreamKind.LEGACY and era_of(config.upstream_era, main) is Era.LEGACY
-    if reverse:
+    configured: dict[str | None, str] = {None: config.upstream_era,
+                                         **{n: u.era for n, u in config.pins.upstreams.items()}}
+    reverse = {t.name for t, v in verdicts
+               if v.kind is UpstreamKind.LEGACY and era_of(configured[t.name], v.kind) is Era.LEGACY}
+    for name in reverse:
         logging.getLogger("gateway").info("upstream %s: a 2025-era server, served to 2026-07-28 clients in reverse",
-                                          config.upstream_url)
-    failed = [target.line(verdict) for target, verdict in verdicts if verdict.kind is not UpstreamKind.MODERN
-              and not (reverse and target.name is None)]
+                                          config.upstream_url if name is None else repr(name))
+    failed = [target.line(verdict) for target, verdict in verdicts
+              if verdict.kind is not UpstreamKind.MODERN and target.name not in reverse]
     if required and failed:
         raise SystemExit(f"gateway: {'; '.join(failed)} (--require-upstream)")
     for target, verdict in verdicts:
-        if verdict.kind is UpstreamKind.MODERN or (reverse and target.name is None):
+        if verdict.kind is UpstreamKind.MODERN or target.name in reverse:
             logging.getLogger("gateway").info("%s", target.line(verdict))
         else:
             logging.getLogger("gateway").warning("%s; serving anyway", target.line(verdict))
@@ -284,7 +289,8 @@ def check_upstream(config: GatewayConfig, required: bool) -> tuple[UpstreamProte
     if refused:
         raise SystemExit(f"gateway: {'; '.join(refused)}")
     protection = next((v.protection for t, v in verdicts if t.name is None and v.protection is not None), None)
-    return protection, (Era.LEGACY.value if reverse else None)
+    named = {name: Era.LEGACY.value for name in reverse if name is not None}
+    return protection, (Era.LEGACY.value if None in reverse else None), named
 
 
 def _forward_problem(config: GatewayConfig, target: Target, verdict: Verdict) -> str | None:
@@ -339,9 +345,10 @@ def serve(args: argparse.Namespace) -> None:
         from gateway.ops.workers import die_with_parent
 
         die_with_parent(os.environ)
-    protection, era = check_upstream(config, args.require_upstream)
+    protection, era, eras = check_upstream(config, args.require_upstream)
     if era is not None:
         args.upstream_era = era  # "auto", decided by the probe: the app and every reload serve it in reverse
+    args.upstream_eras = eras  # the same for each named upstream whose era is "auto"
     app, config = served_app(args, protection)
     unshared = asyncio.run(shared_key_refusal(config, os.environ))  # before anything is served
     if unshared is not None:

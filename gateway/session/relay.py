@@ -1,10 +1,11 @@
-"""The replica relay over the store's bus (docs/design.md §34): passes a client's answer or cancel to the replica
-whose exchange it is for, and a session's end to every replica.
+"""The replica relay on Redis pub/sub (docs/design.md §34): passes a client's answer or cancel to the replica
+whose exchange it is for, a session's end to every replica, and a 2026 client's retry of a reverse-bridged call
+to the replica it is parked on, whose answer comes back (§61).
 
-Each replica subscribes to what the bus (``gateway.session.bus``) sends it and every replica;
-:func:`relay_lifetime` runs the subscriber for the app's lifetime, only on a store whose replicas share a bus
-(Redis pub/sub, or the in-process bus of ``gateway.session.store.SharedMemory``). What a message is and where it
-goes are ``adapters.relay``'s decisions; this module only looks owners up, sends and delivers. A send that fails
+Each replica subscribes to its own channel (``<prefix>relay:<replica>``) and to the broadcast one
+(``<prefix>relay-all``); :func:`relay_lifetime` runs the subscriber for the app's lifetime, only on a store that
+can publish (:class:`~gateway.session.redis_store.RedisStore`). What a message is and where it goes are
+``adapters.relay``'s decisions; this module only looks owners up, publishes and delivers. A publish that fails
 raises :class:`~gateway.session.store.StoreUnavailable` like any store call (the client gets 503).
 """
 
@@ -14,28 +15,33 @@ import asyncio
 import contextlib
 import logging
 import secrets
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import asynccontextmanager
 from typing import Any
 
 from adapters import local
 from adapters import relay as R
-from gateway.session.bus import Bus, Subscription
+from adapters.reverse import holder_gone
 from gateway.session.runtime import Gateway
 from gateway.session.store import StoreUnavailable
 
 log = logging.getLogger("gateway")
-RESUBSCRIBE_SECONDS = 1.0  # after the bus failed: how soon the subscriber tries again
+RESUBSCRIBE_SECONDS = 1.0  # after Redis failed: how soon the subscriber tries again
+HOLDER_CHECK_SECONDS = 1.0  # a relayed retry not answered yet: how often its holder's liveness is checked
 
 
-class BusRelay:
+class RedisRelay:
     """One replica's end of the relay: :meth:`answer`/:meth:`cancel`/:meth:`ended` send, :meth:`run` receives."""
 
-    def __init__(self, gateway: Gateway, bus: Bus) -> None:
-        self.gateway, self.bus = gateway, bus
-        self.own = gateway.replica  # who this end is, in the log
+    def __init__(self, gateway: Gateway, store: Any) -> None:
+        self.gateway, self.store = gateway, store  # store: a RedisStore (publish, redis, prefix)
+        self.own = R.relay_channel(store.prefix, gateway.replica)
+        self.everyone = R.broadcast_channel(store.prefix)
         self.acks: dict[str, asyncio.Future[bool]] = {}  # token -> the acknowledgement a relayed message awaits
         self.acking: set[asyncio.Task[None]] = set()  # acknowledgements to send once their message is acted on
+        self.replies: dict[str, asyncio.Future[Mapping[str, Any]]] = {}  # token -> a relayed retry's answer
+        # Answers a retry relayed here (gateway.http.reverse_bridges); None: no reverse bridge runs here.
+        self.on_retry: Callable[[Mapping[str, Any]], Awaitable[Mapping[str, Any]]] | None = None
 
     async def answer(self, session_id: str, message: dict[str, Any]) -> asyncio.Future[bool] | None:
         """Pass a client's answer to the replica whose exchange asked for it: the future of that replica's
@@ -57,9 +63,9 @@ class BusRelay:
         to every replica, and the one running it stops it (docs/design.md §41); None then, as when the owner
         does not listen."""
         key = R.request_key(session_id, request_id)
-        owner = await self.gateway.store.owner_of(key)
+        owner = await self.store.owner_of(key)
         if owner is None:
-            await self.bus.send(None, R.Relayed(R.RelayKind.CANCEL, session_id, message))
+            await self.store.publish(self.everyone, R.Relayed(R.RelayKind.CANCEL, session_id, message).encode())
             return None
         return await self._relay(R.RelayKind.CANCEL, session_id, message, key=key, owner=owner)
 
@@ -84,20 +90,38 @@ class BusRelay:
             return None
         return acked
 
+    async def retry(self, replica: str, message: dict[str, Any]) -> Mapping[str, Any] | None:
+        """Relay a 2026 client's retry to ``replica``, where its call is parked (docs/design.md §61): that
+        replica's JSON-RPC answer, or None when it does not listen, or stops listening before it answers (it
+        died: the call went with it)."""
+        token = secrets.token_hex(8)
+        reply: asyncio.Future[Mapping[str, Any]] = asyncio.get_running_loop().create_future()
+        self.replies[token] = reply
+        try:
+            if not await self.send(replica, R.Relayed(R.RelayKind.RETRY, "", message, self.gateway.replica, token)):
+                return None
+            while not (await asyncio.wait({reply}, timeout=HOLDER_CHECK_SECONDS))[0]:
+                if not await self.listens(replica):
+                    return reply.result() if reply.done() else None
+            return reply.result()
+        finally:
+            self.replies.pop(token, None)
+            reply.cancel()
+
     async def listens(self, replica: str) -> bool:
-        """Whether ``replica`` is subscribed to the bus (one that died, or lost the bus, is not)."""
-        return await self.bus.listens(replica)
+        """Whether ``replica`` is subscribed to its channel (one that died, or lost Redis, is not)."""
+        return bool(await self.store.listening(R.relay_channel(self.store.prefix, replica)))
 
     async def send(self, replica: str, relayed: R.Relayed) -> bool:
-        return await self.bus.send(replica, relayed)
+        return bool(await self.store.publish(R.relay_channel(self.store.prefix, replica), relayed.encode()))
 
     async def ended(self, session_id: str) -> None:
-        await self.bus.send(None, R.Relayed(R.RelayKind.END, session_id))
+        await self.store.publish(self.everyone, R.Relayed(R.RelayKind.END, session_id).encode())
 
     async def _pass_on(self, key: str, relayed: R.Relayed, owner: str | None = None) -> bool:
-        """Send to the key's owner: True when a replica received it. Its owner not listening (it stopped, or
-        lost the bus) is where a takeover may begin (docs/design.md §40)."""
-        decision = R.route(owner or await self.gateway.store.owner_of(key), self.gateway.replica)
+        """Publish to the key's owner: True when a replica received it. Its owner not listening (it stopped, or
+        lost Redis) is where a takeover may begin (docs/design.md §40)."""
+        decision = R.route(owner or await self.store.owner_of(key), self.gateway.replica)
         if isinstance(decision, R.Drop):
             return False
         assert isinstance(decision, R.RelayTo)
@@ -107,37 +131,44 @@ class BusRelay:
                  relayed.kind.value)
         return False
 
-    async def subscribe(self) -> Subscription:
-        """This replica's subscription to the bus (raises StoreUnavailable while the bus is down)."""
-        return await self.bus.subscribe(self.gateway.replica)
+    async def subscribe(self) -> Any:
+        """A PubSub on both channels (raises StoreUnavailable while Redis is down)."""
+        pubsub = self.store.redis.pubsub(ignore_subscribe_messages=True)
+        try:
+            async with self.store.failures():
+                await pubsub.subscribe(self.own, self.everyone)
+        except BaseException:
+            await pubsub.aclose()
+            raise
+        return pubsub
 
-    async def run(self, subscription: Subscription | None) -> None:
-        """Deliver every message until cancelled; while the bus is down, subscribe again every second (messages
-        sent meanwhile are lost: the bus keeps nothing)."""
+    async def run(self, pubsub: Any) -> None:
+        """Deliver every message until cancelled; while Redis is down, subscribe again every second (messages
+        published meanwhile are lost: pub/sub keeps nothing)."""
         try:
             while True:
                 try:
-                    subscription = subscription or await self.subscribe()
-                    await self._listen(subscription)
+                    pubsub = pubsub or await self.subscribe()
+                    await self._listen(pubsub)
                 except StoreUnavailable as exc:
                     log.warning("relay %s: %s; subscribing again", self.own, exc)
-                    await _close(subscription)
-                    subscription = None
+                    await _close(pubsub)
+                    pubsub = None
                     await asyncio.sleep(RESUBSCRIBE_SECONDS)
         finally:
-            await _close(subscription)
+            await _close(pubsub)
 
-    async def _listen(self, subscription: Subscription) -> None:
-        async for relayed in subscription.messages():
-            try:
-                await self.deliver(relayed)
-            except Exception:  # a bug in one delivery must not stop the relay
-                log.exception("relay %s: a delivery failed", self.own)
+    async def _listen(self, pubsub: Any) -> None:
+        async with self.store.failures():
+            async for item in pubsub.listen():
+                try:
+                    await self.deliver(item.get("data"))
+                except Exception:  # a bug in one delivery must not stop the relay
+                    log.exception("relay %s: a delivery failed", self.own)
 
-    async def deliver(self, data: R.Relayed | bytes | str) -> None:
-        """What another replica passed on (a message, or its encoded text), performed here as the replica that
-        got it from the client would."""
-        relayed = data if isinstance(data, R.Relayed) else R.Relayed.decode(data)
+    async def deliver(self, data: Any) -> None:
+        """What another replica passed on, performed here as the replica that got it from the client would."""
+        relayed = R.Relayed.decode(data) if isinstance(data, bytes | str) else None
         if relayed is None:
             return
         if relayed.kind is R.RelayKind.ACK:
@@ -147,6 +178,9 @@ class BusRelay:
             return
         if relayed.kind is R.RelayKind.END:
             await self.gateway.end_runtime(relayed.session_id)
+            return
+        if relayed.kind in (R.RelayKind.RETRY, R.RelayKind.REPLY):
+            self._reverse(relayed)
             return
         if self.gateway.taking:  # a round being taken over here is relayed to as soon as its lease is won:
             await asyncio.wait(list(self.gateway.taking.values()))  # deliver once its exchange runs (design §40)
@@ -165,6 +199,33 @@ class BusRelay:
             self._acknowledge(relayed, exchange.cancel_acted(cancel.reason))
         else:  # not run here (any more): ended, or its round moved on
             await self._send_ack(relayed, held=False)
+
+    def _reverse(self, relayed: R.Relayed) -> None:
+        """A relayed retry is answered in a task of its own (a parked call's next round takes as long as the
+        upstream does: the relay goes on meanwhile); a reply completes the retry waiting for it."""
+        if relayed.kind is R.RelayKind.REPLY:
+            reply = self.replies.get(relayed.token or "")
+            if reply is not None and not reply.done() and relayed.message is not None:
+                reply.set_result(relayed.message)
+            return
+        answering, message = self.on_retry, relayed.message or {}
+
+        async def answered() -> None:
+            said: Mapping[str, Any] | None = None
+            try:
+                said = await answering(message) if answering is not None else None
+            except Exception:  # the sender waits while this replica listens: it is told, whatever went wrong
+                log.exception("relay %s: a relayed retry failed", self.own)
+            if said is None:
+                request = message.get("request")
+                ident = request.get("id") if isinstance(request, Mapping) else None
+                said = {"jsonrpc": "2.0", "id": ident, "error": holder_gone().to_wire()}
+            back = relayed.reply(said)
+            if back is not None and back.reply_to is not None:
+                await self.send(back.reply_to, back)
+        task = asyncio.get_running_loop().create_task(answered())
+        self.acking.add(task)
+        task.add_done_callback(self._acked)
 
     def _acknowledge(self, relayed: R.Relayed, acted: asyncio.Future[bool]) -> None:
         """Tell the relaying replica once the answer's step is saved (a cancel's: the request ended), or that it
@@ -199,33 +260,30 @@ class BusRelay:
             task.cancel()
         for acked in list(self.acks.values()):
             acked.cancel()
+        for reply in list(self.replies.values()):
+            reply.cancel()
 
 
-RedisRelay = BusRelay  # its name while the bus was Redis's alone
-
-
-async def _close(subscription: Subscription | None) -> None:
-    if subscription is not None:
+async def _close(pubsub: Any) -> None:
+    if pubsub is not None:
         with contextlib.suppress(Exception):
-            await subscription.close()
+            await pubsub.aclose()
 
 
 @asynccontextmanager
 async def relay_lifetime(gateway: Gateway) -> AsyncIterator[None]:
-    """The relay for the app's lifetime when the store's replicas share a bus, else nothing. Subscribed before
-    the app serves, so a replica can be reached once it answers; a bus down at start is retried."""
-    bus = gateway.store.bus
-    if bus is None:
+    """The relay for the app's lifetime when the store is shared (it can publish), else nothing. Subscribed
+    before the app serves, so a replica can be reached once it answers; a Redis down at start is retried."""
+    if not hasattr(gateway.store, "publish"):
         yield
         return
-    relay = BusRelay(gateway, bus)
-    subscription: Subscription | None
+    relay = RedisRelay(gateway, gateway.store)
     try:
-        subscription = await relay.subscribe()
+        pubsub = await relay.subscribe()
     except StoreUnavailable as exc:
         log.warning("relay %s: %s; subscribing again later", relay.own, exc)
-        subscription = None
-    task = asyncio.get_running_loop().create_task(relay.run(subscription))
+        pubsub = None
+    task = asyncio.get_running_loop().create_task(relay.run(pubsub))
     gateway.relay = relay
     try:
         yield

@@ -309,9 +309,9 @@ def test_auto_takes_the_probes_verdict(legacy_url: str) -> None:
     from gateway.ops.cli import check_upstream
 
     # --require-upstream passes: the 2025 server is served in reverse, and serve's app is then made with its era.
-    assert check_upstream(load_config(upstream_url=legacy_url), True) == (None, "2025-11-25")
+    assert check_upstream(load_config(upstream_url=legacy_url), True) == (None, "2025-11-25", {})
     pinned = load_config(upstream_url=legacy_url, upstream_era="2026-07-28")
-    assert check_upstream(pinned, False) == (None, None)
+    assert check_upstream(pinned, False) == (None, None, {})
     with pytest.raises(SystemExit, match="2025-era"):
         check_upstream(pinned, True)
 

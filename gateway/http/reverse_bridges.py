@@ -1,0 +1,129 @@
+"""The gateway's reverse bridges (docs/design.md §61): one per upstream served in its 2025 era, the main one
+(``upstream_era``) and each named one (``[upstreams.NAME] era``), found by the upstream a peer routes to.
+
+Owns which bridge a 2025 client's relayed request goes to (``adapters.reverse.relay_upstream`` decides; the
+gateway's ``Mcp-Session-Id`` of a relayed session is sealed over ``adapters.reverse.RelayedSession``, so any
+replica knows where it goes, with nothing stored), and the retries of parked calls relayed between replicas
+through the store's bus (gateway.session.relay): sent from the replica the client reached, answered here by the
+bridge holding the call.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from typing import Any
+
+from aiohttp import web
+
+from adapters import reverse as R
+from adapters.authz import Principal
+from adapters.classify import principal_of
+from adapters.peers import client_info_of, match_peer
+from adapters.reverse_wire import Era, era_of
+from gateway.config.settings import GatewayConfig
+from gateway.http.reverse import ReverseBridge, ReverseSettings, Sealer
+from gateway.session.relay import RedisRelay
+from gateway.session.runtime import Gateway
+
+_SESSION_AAD = b"mcp-legacy-gateway relayed 2025 session v1"
+
+
+def reverse_settings(config: GatewayConfig, name: str, url: str, replica: str) -> ReverseSettings:
+    """A bridge's settings: ``[gateway.reverse]``, with the connection bounds of its upstream."""
+    rev, key = config.reverse, _state_key(config)
+    up = config.pins.upstreams.get(name)
+    connect = up.connect_timeout_seconds if up else config.upstream_connect_timeout_seconds
+    short = up.max_connections if up else config.upstream_max_connections
+    lasting = up.max_stream_connections if up else config.upstream_max_stream_connections
+    return ReverseSettings(url, R.PoolLimits(rev.max_sessions, rev.session_idle_seconds),
+                           R.CallLimits(rev.max_rounds, rev.max_input_requests_per_round), rev.answer_timeout_seconds,
+                           config.max_sse_event_bytes, connect, key, short, lasting, name, replica)
+
+
+def _state_key(config: GatewayConfig) -> bytes | None:
+    env = config.reverse.state_key_env
+    value = os.environ.get(env) if env else None
+    return value.encode() if value else None
+
+
+def legacy_upstreams(config: GatewayConfig, url: str) -> dict[str, str]:
+    """The upstreams served in their 2025 era, by name ("default": the main one), with their URLs; "auto" here
+    is what ``serve``'s probe did not find to be 2025-era (it writes its verdicts in before: gateway.ops.cli)."""
+    found = {"default": url} if era_of(config.upstream_era, None) is Era.LEGACY else {}
+    for name, up in config.pins.upstreams.items():
+        if era_of(up.era, None) is Era.LEGACY:
+            found[name] = up.url
+    return found
+
+
+class ReverseBridges:
+    """The bridges by upstream name, the sealing of relayed sessions' ids, and the replica relay's retries."""
+
+    def __init__(self, config: GatewayConfig, url: str, gateway: Gateway) -> None:
+        self.gateway = gateway
+        self.by_name = {name: ReverseBridge(reverse_settings(config, name, at, gateway.replica))
+                        for name, at in legacy_upstreams(config, url).items()}
+        self.sealer = Sealer(_state_key(config))
+        for bridge in self.by_name.values():
+            bridge.forward = self._forward
+
+    def get(self, name: str) -> ReverseBridge | None:
+        return self.by_name.get(name)
+
+    async def start(self) -> None:
+        for bridge in self.by_name.values():
+            await bridge.start()
+
+    async def close(self) -> None:
+        for bridge in self.by_name.values():
+            await bridge.close()
+
+    def attach(self) -> None:
+        """On a shared store, answer the retries other replicas relay here (once the relay runs)."""
+        relay = self.gateway.relay
+        if isinstance(relay, RedisRelay):
+            relay.on_retry = self.answer_retry
+
+    # --- 2025 clients ----------------------------------------------------------------------------------
+    async def relay(self, request: web.Request, body: bytes, message: object, grant: Principal | None,
+                    forward_token: bool) -> web.StreamResponse | None:
+        """A 2025 client's request relayed to the 2025-era upstream its session or peer names; None when it is
+        not one of those (the gateway's own sessions serve it)."""
+        gw, headers = self.gateway, request.headers
+        principal = grant.key if grant is not None else principal_of(headers.get("authorization"), gw.policy.tokens)
+        sealed = headers.get("mcp-session-id")
+        raw = self.sealer.open_bytes(sealed, _SESSION_AAD) if sealed else None
+        session = R.decode_relayed_session(raw) if raw is not None else None
+        routed = "" if sealed else self._routed(message, principal, grant)
+        name = R.relay_upstream(bool(sealed), session, principal, routed, self.by_name)
+        if name is None:
+            return None
+        upstream_id = session.session_id if session is not None else None
+        return await self.by_name[name].relay_legacy(request, body, forward_token,
+                                                     (upstream_id, lambda sid: self._seal(name, sid, principal)))
+
+    def _routed(self, message: object, principal: str, grant: Principal | None) -> str:
+        """The upstream the request's peer routes to (an initialize's clientInfo counts: adapters.peers)."""
+        params = message.get("params") if isinstance(message, Mapping) else None
+        initialize = isinstance(message, Mapping) and message.get("method") == "initialize"
+        info = client_info_of(initialize, params) if isinstance(params, Mapping) else None
+        pins = self.gateway.pins
+        return match_peer(pins.peers, pins.default, principal, info, grant).upstream
+
+    def _seal(self, name: str, upstream_id: str, principal: str) -> str:
+        return self.sealer.seal_bytes(R.RelayedSession(name, upstream_id, principal).encode(), _SESSION_AAD)
+
+    # --- retries between replicas -----------------------------------------------------------------------
+    async def _forward(self, replica: str, relayed: dict[str, Any]) -> Mapping[str, Any] | None:
+        relay = self.gateway.relay
+        return await relay.retry(replica, relayed) if isinstance(relay, RedisRelay) else None
+
+    async def answer_retry(self, relayed: Mapping[str, Any]) -> Mapping[str, Any]:
+        """A retry another replica relayed: answered by the bridge of the upstream it names."""
+        bridge = self.by_name.get(str(relayed.get("upstream", "")))
+        if bridge is None:
+            request = relayed.get("request")
+            ident = request.get("id") if isinstance(request, Mapping) else None
+            return {"jsonrpc": "2.0", "id": ident, "error": R.holder_gone().to_wire()}
+        return await bridge.retry_relayed(relayed)
