@@ -1,11 +1,11 @@
-"""The replica relay on Redis pub/sub (docs/design.md §34): passes a client's answer or cancel to the replica
+"""The replica relay over the store's bus (docs/design.md §34): passes a client's answer or cancel to the replica
 whose exchange it is for, a session's end to every replica, and a 2026 client's retry of a reverse-bridged call
 to the replica it is parked on, whose answer comes back (§61).
 
-Each replica subscribes to its own channel (``<prefix>relay:<replica>``) and to the broadcast one
-(``<prefix>relay-all``); :func:`relay_lifetime` runs the subscriber for the app's lifetime, only on a store that
-can publish (:class:`~gateway.session.redis_store.RedisStore`). What a message is and where it goes are
-``adapters.relay``'s decisions; this module only looks owners up, publishes and delivers. A publish that fails
+Each replica subscribes to what the bus (``gateway.session.bus``) sends it and every replica;
+:func:`relay_lifetime` runs the subscriber for the app's lifetime, only on a store whose replicas share a bus
+(Redis pub/sub, or the in-process bus of ``gateway.session.store.SharedMemory``). What a message is and where it
+goes are ``adapters.relay``'s decisions; this module only looks owners up, sends and delivers. A send that fails
 raises :class:`~gateway.session.store.StoreUnavailable` like any store call (the client gets 503).
 """
 
@@ -22,21 +22,21 @@ from typing import Any
 from adapters import local
 from adapters import relay as R
 from adapters.reverse import holder_gone
+from gateway.session.bus import Bus, Subscription
 from gateway.session.runtime import Gateway
 from gateway.session.store import StoreUnavailable
 
 log = logging.getLogger("gateway")
-RESUBSCRIBE_SECONDS = 1.0  # after Redis failed: how soon the subscriber tries again
+RESUBSCRIBE_SECONDS = 1.0  # after the bus failed: how soon the subscriber tries again
 HOLDER_CHECK_SECONDS = 1.0  # a relayed retry not answered yet: how often its holder's liveness is checked
 
 
-class RedisRelay:
+class BusRelay:
     """One replica's end of the relay: :meth:`answer`/:meth:`cancel`/:meth:`ended` send, :meth:`run` receives."""
 
-    def __init__(self, gateway: Gateway, store: Any) -> None:
-        self.gateway, self.store = gateway, store  # store: a RedisStore (publish, redis, prefix)
-        self.own = R.relay_channel(store.prefix, gateway.replica)
-        self.everyone = R.broadcast_channel(store.prefix)
+    def __init__(self, gateway: Gateway, bus: Bus) -> None:
+        self.gateway, self.bus = gateway, bus
+        self.own = gateway.replica  # who this end is, in the log
         self.acks: dict[str, asyncio.Future[bool]] = {}  # token -> the acknowledgement a relayed message awaits
         self.acking: set[asyncio.Task[None]] = set()  # acknowledgements to send once their message is acted on
         self.replies: dict[str, asyncio.Future[Mapping[str, Any]]] = {}  # token -> a relayed retry's answer
@@ -63,9 +63,9 @@ class RedisRelay:
         to every replica, and the one running it stops it (docs/design.md §41); None then, as when the owner
         does not listen."""
         key = R.request_key(session_id, request_id)
-        owner = await self.store.owner_of(key)
+        owner = await self.gateway.store.owner_of(key)
         if owner is None:
-            await self.store.publish(self.everyone, R.Relayed(R.RelayKind.CANCEL, session_id, message).encode())
+            await self.bus.send(None, R.Relayed(R.RelayKind.CANCEL, session_id, message))
             return None
         return await self._relay(R.RelayKind.CANCEL, session_id, message, key=key, owner=owner)
 
@@ -109,19 +109,19 @@ class RedisRelay:
             reply.cancel()
 
     async def listens(self, replica: str) -> bool:
-        """Whether ``replica`` is subscribed to its channel (one that died, or lost Redis, is not)."""
-        return bool(await self.store.listening(R.relay_channel(self.store.prefix, replica)))
+        """Whether ``replica`` is subscribed to the bus (one that died, or lost the bus, is not)."""
+        return await self.bus.listens(replica)
 
     async def send(self, replica: str, relayed: R.Relayed) -> bool:
-        return bool(await self.store.publish(R.relay_channel(self.store.prefix, replica), relayed.encode()))
+        return await self.bus.send(replica, relayed)
 
     async def ended(self, session_id: str) -> None:
-        await self.store.publish(self.everyone, R.Relayed(R.RelayKind.END, session_id).encode())
+        await self.bus.send(None, R.Relayed(R.RelayKind.END, session_id))
 
     async def _pass_on(self, key: str, relayed: R.Relayed, owner: str | None = None) -> bool:
-        """Publish to the key's owner: True when a replica received it. Its owner not listening (it stopped, or
-        lost Redis) is where a takeover may begin (docs/design.md §40)."""
-        decision = R.route(owner or await self.store.owner_of(key), self.gateway.replica)
+        """Send to the key's owner: True when a replica received it. Its owner not listening (it stopped, or
+        lost the bus) is where a takeover may begin (docs/design.md §40)."""
+        decision = R.route(owner or await self.gateway.store.owner_of(key), self.gateway.replica)
         if isinstance(decision, R.Drop):
             return False
         assert isinstance(decision, R.RelayTo)
@@ -131,44 +131,37 @@ class RedisRelay:
                  relayed.kind.value)
         return False
 
-    async def subscribe(self) -> Any:
-        """A PubSub on both channels (raises StoreUnavailable while Redis is down)."""
-        pubsub = self.store.redis.pubsub(ignore_subscribe_messages=True)
-        try:
-            async with self.store.failures():
-                await pubsub.subscribe(self.own, self.everyone)
-        except BaseException:
-            await pubsub.aclose()
-            raise
-        return pubsub
+    async def subscribe(self) -> Subscription:
+        """This replica's subscription to the bus (raises StoreUnavailable while the bus is down)."""
+        return await self.bus.subscribe(self.gateway.replica)
 
-    async def run(self, pubsub: Any) -> None:
-        """Deliver every message until cancelled; while Redis is down, subscribe again every second (messages
-        published meanwhile are lost: pub/sub keeps nothing)."""
+    async def run(self, subscription: Subscription | None) -> None:
+        """Deliver every message until cancelled; while the bus is down, subscribe again every second (messages
+        sent meanwhile are lost: the bus keeps nothing)."""
         try:
             while True:
                 try:
-                    pubsub = pubsub or await self.subscribe()
-                    await self._listen(pubsub)
+                    subscription = subscription or await self.subscribe()
+                    await self._listen(subscription)
                 except StoreUnavailable as exc:
                     log.warning("relay %s: %s; subscribing again", self.own, exc)
-                    await _close(pubsub)
-                    pubsub = None
+                    await _close(subscription)
+                    subscription = None
                     await asyncio.sleep(RESUBSCRIBE_SECONDS)
         finally:
-            await _close(pubsub)
+            await _close(subscription)
 
-    async def _listen(self, pubsub: Any) -> None:
-        async with self.store.failures():
-            async for item in pubsub.listen():
-                try:
-                    await self.deliver(item.get("data"))
-                except Exception:  # a bug in one delivery must not stop the relay
-                    log.exception("relay %s: a delivery failed", self.own)
+    async def _listen(self, subscription: Subscription) -> None:
+        async for relayed in subscription.messages():
+            try:
+                await self.deliver(relayed)
+            except Exception:  # a bug in one delivery must not stop the relay
+                log.exception("relay %s: a delivery failed", self.own)
 
-    async def deliver(self, data: Any) -> None:
-        """What another replica passed on, performed here as the replica that got it from the client would."""
-        relayed = R.Relayed.decode(data) if isinstance(data, bytes | str) else None
+    async def deliver(self, data: R.Relayed | bytes | str) -> None:
+        """What another replica passed on (a message, or its encoded text), performed here as the replica that
+        got it from the client would."""
+        relayed = data if isinstance(data, R.Relayed) else R.Relayed.decode(data)
         if relayed is None:
             return
         if relayed.kind is R.RelayKind.ACK:
@@ -264,26 +257,31 @@ class RedisRelay:
             reply.cancel()
 
 
-async def _close(pubsub: Any) -> None:
-    if pubsub is not None:
+RedisRelay = BusRelay  # its name while the bus was Redis's alone
+
+
+async def _close(subscription: Subscription | None) -> None:
+    if subscription is not None:
         with contextlib.suppress(Exception):
-            await pubsub.aclose()
+            await subscription.close()
 
 
 @asynccontextmanager
 async def relay_lifetime(gateway: Gateway) -> AsyncIterator[None]:
-    """The relay for the app's lifetime when the store is shared (it can publish), else nothing. Subscribed
-    before the app serves, so a replica can be reached once it answers; a Redis down at start is retried."""
-    if not hasattr(gateway.store, "publish"):
+    """The relay for the app's lifetime when the store's replicas share a bus, else nothing. Subscribed before
+    the app serves, so a replica can be reached once it answers; a bus down at start is retried."""
+    bus = gateway.store.bus
+    if bus is None:
         yield
         return
-    relay = RedisRelay(gateway, gateway.store)
+    relay = BusRelay(gateway, bus)
+    subscription: Subscription | None
     try:
-        pubsub = await relay.subscribe()
+        subscription = await relay.subscribe()
     except StoreUnavailable as exc:
         log.warning("relay %s: %s; subscribing again later", relay.own, exc)
-        pubsub = None
-    task = asyncio.get_running_loop().create_task(relay.run(pubsub))
+        subscription = None
+    task = asyncio.get_running_loop().create_task(relay.run(subscription))
     gateway.relay = relay
     try:
         yield
