@@ -23,7 +23,7 @@ from adapters.peers import client_info_of, match_peer
 from adapters.reverse_wire import Era, era_of
 from gateway.config.settings import GatewayConfig
 from gateway.http.reverse import ReverseBridge, ReverseSettings, Sealer
-from gateway.session.relay import RedisRelay
+from gateway.session.relay import BusRelay
 from gateway.session.runtime import Gateway
 
 _SESSION_AAD = b"mcp-legacy-gateway relayed 2025 session v1"
@@ -82,7 +82,7 @@ class ReverseBridges:
     def attach(self) -> None:
         """On a shared store, answer the retries other replicas relay here (once the relay runs)."""
         relay = self.gateway.relay
-        if isinstance(relay, RedisRelay):
+        if isinstance(relay, BusRelay):
             relay.on_retry = self.answer_retry
 
     # --- 2025 clients ----------------------------------------------------------------------------------
@@ -117,7 +117,7 @@ class ReverseBridges:
     # --- retries between replicas -----------------------------------------------------------------------
     async def _forward(self, replica: str, relayed: dict[str, Any]) -> Mapping[str, Any] | None:
         relay = self.gateway.relay
-        return await relay.retry(replica, relayed) if isinstance(relay, RedisRelay) else None
+        return await relay.retry(replica, relayed) if isinstance(relay, BusRelay) else None
 
     async def answer_retry(self, relayed: Mapping[str, Any]) -> Mapping[str, Any]:
         """A retry another replica relayed: answered by the bridge of the upstream it names."""
