@@ -79,6 +79,14 @@ class ReverseBridges:
         for bridge in self.by_name.values():
             await bridge.close()
 
+    def upstreams(self) -> dict[tuple[str, str], int]:
+        """The pooled sessions of every bridge by legacy server name and revision (telemetry)."""
+        out: dict[tuple[str, str], int] = {}
+        for bridge in self.by_name.values():
+            for key, count in bridge.upstreams().items():
+                out[key] = out.get(key, 0) + count
+        return out
+
     def attach(self) -> None:
         """On a shared store, answer the retries other replicas relay here (once the relay runs)."""
         relay = self.gateway.relay

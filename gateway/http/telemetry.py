@@ -19,7 +19,7 @@ from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from gateway.config.usage import UsageConfig
-from gateway.http.keys import REVERSE
+from gateway.http.keys import REVERSES
 from gateway.telemetry.dashboard import render_html
 from gateway.telemetry.metrics import Metrics
 from gateway.telemetry.report import build_report
@@ -46,9 +46,9 @@ async def handle_metrics(request: web.Request) -> web.Response:
         return web.Response(status=404, text="usage recording is disabled\n")
     recorder.drain()  # fold what was noted since the last flush into the counters
     recorder.metrics.set_sessions(recorder.sessions.by_revision(recorder.clock_ms()))
-    reverse = request.app.get(REVERSE)
-    if reverse is not None:
-        recorder.metrics.set_legacy_upstreams(reverse.upstreams())
+    bridges = request.app.get(REVERSES)
+    if bridges is not None and bridges.by_name:
+        recorder.metrics.set_legacy_upstreams(bridges.upstreams())
     body = generate_latest(recorder.metrics.registry)
     return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
 

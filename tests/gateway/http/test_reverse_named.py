@@ -66,6 +66,10 @@ async def test_each_peer_reaches_its_upstream_in_that_upstreams_era(gateway: Any
         assert "ask_model" not in {t.name for t in (await new.list_tools()).tools}  # the core's tools
     bridge = gateway.app[REVERSES].get("old")
     assert len(bridge.pool) == 1 and not bridge.parked
+    async with aiohttp.ClientSession() as http:  # which legacy servers are behind the gateway: the named one
+        async with http.get(gateway.make_url("/metrics")) as resp:
+            said = await resp.text()
+    assert 'mcp_gateway_legacy_upstream_sessions{revision="2025-11-25",server="legacy-notes"} 1.0' in said
 
 
 async def test_a_2025_client_of_the_old_peer_is_relayed_and_of_the_new_one_bridged(gateway: Any) -> None:
