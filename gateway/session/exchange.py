@@ -202,19 +202,19 @@ class Exchange:
         # The record the request was accepted with: its client's answers are checked against it and the rounds
         # they start use it (docs/design.md §51), as they use the request's own credential.
         self.request_session = session
-        self._upstream: asyncio.Task | None = None
+        self._upstream: asyncio.Task[Any] | None = None
         self._upstream_began = False  # its task ran its first step (the round's request left, or is on its way)
         self._timers: list[asyncio.TimerHandle] = []
         self._last_progress: float | None = None
         self._refreshed = self._saved = False
-        self._inline: asyncio.Task | None = None  # the handler task while begin() waits on the upstream
+        self._inline: asyncio.Task[Any] | None = None  # the handler task while begin() waits on the upstream
         self._interrupted: Any = None  # the event that stopped that wait: Cancelled or the total timeout
         self._early: list[dict[str, Any]] = []  # notifications that arrived during begin()
         self._owned: set[str] = set()  # ownership keys claimed in the store (docs/design.md §34)
         # Ownership changes not written yet: they ride on the step's save (docs/design.md §50).
         self._claims: set[str] = set()
         self._releases: set[str] = set()  # a subset of _owned until written
-        self._task: asyncio.Task | None = None  # run(), once spawned
+        self._task: asyncio.Task[Any] | None = None  # run(), once spawned
         self._handed_over = False  # stopped to let another replica continue the saved round (§40, §42)
         self._round_ended = False  # its store records are gone (or left to expire): _end_round ran
         # Counted in the store as a waiting round (hold_round, or a save's Hold): _end_round gives it back.
@@ -324,7 +324,7 @@ class Exchange:
         await self._write_claims()
         self._task = self.runtime.spawn(self.run(self.machine.resume(elapsed_seconds, unsent)))
 
-    def hand_over(self, *, lost: bool = False) -> asyncio.Task | None:
+    def hand_over(self, *, lost: bool = False) -> asyncio.Task[Any] | None:
         """Stop without answering, leaving the saved round to another replica (shutdown, or ``lost``: its lease
         was taken, and the ownership records are the new holder's): once the step under way is saved, the
         lease is released and the client's stream ends; its reconnection with Last-Event-ID reaches the replica

@@ -22,7 +22,7 @@ import contextlib
 import json
 from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass, replace
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, TypeVar, cast
 
 from adapters import legacy_tasks
 from adapters.errors import ErrorValue, UpstreamFault, upstream_failure
@@ -49,6 +49,7 @@ ACK_TIMEOUT_SECONDS = 10.0
 
 C = TypeVar("C")  # a change
 R = TypeVar("R")  # its outcome
+T = TypeVar("T")  # what a spawned task returns
 
 
 class Turns(Generic[C, R]):
@@ -87,7 +88,7 @@ class Listener:
     """One upstream listen at a time, delivering to ``deliver``; by default a session's own GET stream."""
 
     def __init__(self, runtime: SessionRuntime | None = None, *, gateway: Gateway | None = None,
-                 spawn: Callable[[Coroutine[Any, Any, Any]], asyncio.Task] | None = None,
+                 spawn: Callable[[Coroutine[Any, Any, Any]], asyncio.Task[Any]] | None = None,
                  deliver: Callable[[dict[str, Any]], None] | None = None, label: str = "") -> None:
         self.upstream = "default"  # the session's upstream name (per-peer routing)
         self.runtime = runtime  # None for a shared listen (ListenHub)
@@ -100,7 +101,7 @@ class Listener:
         self.deliver = deliver if deliver is not None else (lambda m: runtime.standalone_stream().push(m))  # type: ignore[union-attr]
         self.label = label or (runtime.session_id if runtime is not None else "shared")
         self.filter: dict[str, Any] | None = None
-        self.task: asyncio.Task | None = None
+        self.task: asyncio.Task[Any] | None = None
         # A session's listen changes, one turn at a time (gateway.http.subscriptions.change_listen): each builds
         # its filter from the record it reads, so two at once would each leave out the other's URI.
         self.turns: Turns[Any, Any] = Turns()
@@ -119,9 +120,10 @@ class Listener:
             old.cancel()
         return None
 
-    async def _open(self, wanted: dict[str, Any], view: SessionView) -> tuple[asyncio.Task | None, ErrorValue | None]:
+    async def _open(self, wanted: dict[str, Any],
+                    view: SessionView) -> tuple[asyncio.Task[Any] | None, ErrorValue | None]:
         """A new listen once acknowledged, or the error; a listen that is not taken is cancelled."""
-        acked: asyncio.Future = asyncio.get_running_loop().create_future()
+        acked: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
         # The refusal may come after whoever waited is gone (the session ended while the listen opened): the
         # future's exception is then nobody's, and is read here so it is not reported as never retrieved.
         acked.add_done_callback(lambda done: done.cancelled() or done.exception())
@@ -141,7 +143,7 @@ class Listener:
             raise
         return task, None
 
-    async def _run(self, wanted: dict[str, Any], view: SessionView, acked: asyncio.Future) -> None:
+    async def _run(self, wanted: dict[str, Any], view: SessionView, acked: asyncio.Future[dict[str, Any]]) -> None:
         delay = 0.5
         while True:
             try:
@@ -162,7 +164,8 @@ class Listener:
             delay = min(delay * 2, 30.0)
             wanted = self.filter if self.task is asyncio.current_task() and self.filter else wanted
 
-    async def _listen_once(self, wanted: dict[str, Any], view: SessionView, acked: asyncio.Future) -> None:
+    async def _listen_once(self, wanted: dict[str, Any], view: SessionView,
+                           acked: asyncio.Future[dict[str, Any]]) -> None:
         call = build_listen(new_id("l"), view, wanted)
         # aclosing: leaving the loop by a raise closes the upstream response now, not when the generator is collected
         async with contextlib.aclosing(self.gateway.upstream_for(self.upstream).messages(call)) as messages:
@@ -302,14 +305,14 @@ async def remember_task(runtime: SessionRuntime, task: dict[str, Any], created: 
 def task_watch(runtime: SessionRuntime) -> TaskWatch:
     if runtime.task_watch is None:
         runtime.task_watch = TaskWatch(runtime)
-    return runtime.task_watch
+    return cast(TaskWatch, runtime.task_watch)  # runtime holds it untyped: runtime cannot import this module
 
 
 def own_listener(runtime: SessionRuntime) -> Listener:
     """The session's own listener (made on first use, listening or not): it also holds the session's lock."""
     if runtime.listen is None:
         runtime.listen = Listener(runtime)
-    return runtime.listen
+    return cast(Listener, runtime.listen)
 
 
 class ListenHub:
@@ -325,9 +328,9 @@ class ListenHub:
     def __init__(self, gateway: Gateway) -> None:
         self.gateway = gateway
         self.shared: dict[tuple[str, str, str], _Shared] = {}
-        self.tasks: set[asyncio.Task] = set()
+        self.tasks: set[asyncio.Task[Any]] = set()
 
-    def _spawn(self, coro: Coroutine[Any, Any, Any]) -> asyncio.Task:
+    def _spawn(self, coro: Coroutine[Any, Any, T]) -> asyncio.Task[T]:
         task = asyncio.get_running_loop().create_task(coro)
         self.tasks.add(task)
         task.add_done_callback(self.tasks.discard)
@@ -400,7 +403,7 @@ class _Shared:
                                  label=f"shared listen on {upstream}")
         self.listener.upstream = upstream
         self.listener.on_end = lambda _error: hub.forget(self)
-        self.ready: asyncio.Task
+        self.ready: asyncio.Task[ErrorValue | None]
 
     def deliver(self, message: dict[str, Any]) -> None:
         for runtime in list(self.members.values()):

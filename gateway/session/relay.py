@@ -257,9 +257,6 @@ class BusRelay:
             reply.cancel()
 
 
-RedisRelay = BusRelay  # its name while the bus was Redis's alone
-
-
 async def _close(subscription: Subscription | None) -> None:
     if subscription is not None:
         with contextlib.suppress(Exception):

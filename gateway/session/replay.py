@@ -24,7 +24,7 @@ from gateway.session.store import SessionStore, StoreUnavailable, StreamAppend
 from gateway.session.streams import OutStream
 
 log = logging.getLogger("gateway")
-Spawn = Callable[[Coroutine[Any, Any, Any]], asyncio.Task]
+Spawn = Callable[[Coroutine[Any, Any, Any]], asyncio.Task[Any]]
 
 
 class MirrorState(Enum):
@@ -44,7 +44,7 @@ class Mirror:
         self.state = MirrorState.IDLE
         self.kept = PRIMING_SEQ  # the last event the store holds
         self._ended = False  # no end is to be copied: the store has it, or the copy was left open (leave_open)
-        self._task: asyncio.Task | None = None
+        self._task: asyncio.Task[Any] | None = None
         self._opened: asyncio.Future[None] | None = None
         self._held = False  # the next append rides on another store write (hold): no copy of its own meanwhile
 
@@ -210,7 +210,7 @@ class Follower:
 
     def __init__(self, stream: OutStream) -> None:
         self.stream, self.users = stream, 0
-        self.task: asyncio.Task | None = None
+        self.task: asyncio.Task[Any] | None = None
 
 
 async def open_follower(store: SessionStore, session_id: str, name: str, after: int, capacity: int) -> Follower | None:

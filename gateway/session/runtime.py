@@ -86,10 +86,10 @@ class SessionRuntime:
         self.hub_key: Any = None  # the shared listen it is a member of (gateway.session.listen.ListenHub)
         self.task_watch: Any = None  # its 2025 tasks' listen (gateway.session.listen.TaskWatch), made on first use
         self.header_maps: dict[str, Any] = {}  # tool name -> x-mcp-header map (from tools/list)
-        self.tasks: set[asyncio.Task] = set()
+        self.tasks: set[asyncio.Task[Any]] = set()
         self.peer: Peer | None = None  # the session's pins as a Peer (its record's snapshot never changes)
 
-    def spawn(self, coro: Coroutine[Any, Any, Any], *, leaves: bool = False) -> asyncio.Task:
+    def spawn(self, coro: Coroutine[Any, Any, Any], *, leaves: bool = False) -> asyncio.Task[Any]:
         """A session task, cancelled and waited for when the session's work ends (:meth:`close`). ``leaves``: the
         coroutine calls :meth:`left` as its last step and never raises, so no done callback is needed: each costs
         a loop turn of its own, and a bridged round spawns a task for its upstream call."""
@@ -102,9 +102,11 @@ class SessionRuntime:
     def left(self) -> None:
         """The running task (spawned with ``leaves``) is ending. One cancelled before its first step never gets
         here: it stays in :attr:`tasks`, done, until the session's work ends, which is harmless."""
-        self.tasks.discard(asyncio.current_task())  # type: ignore[arg-type]
+        task = asyncio.current_task()
+        if task is not None:
+            self.tasks.discard(task)
 
-    def _done(self, task: asyncio.Task) -> None:
+    def _done(self, task: asyncio.Task[Any]) -> None:
         self.tasks.discard(task)
         if not task.cancelled() and task.exception() is not None:
             log.error("session task failed", exc_info=task.exception())
@@ -211,14 +213,15 @@ async def wait_while(busy: Callable[[], int], seconds: float) -> int:
     return left
 
 
-_today: list[Any] = [None, ""]  # (minute, ISO date): sunsets are checked on every request
+_today: tuple[int | None, str] = (None, "")  # (minute, ISO date): sunsets are checked on every request
 
 
 def today_iso() -> str:
     """Today's local date, recomputed once a minute (local midnight always falls on a minute boundary)."""
+    global _today
     minute = int(time.time() // 60)
     if minute != _today[0]:
-        _today[0], _today[1] = minute, datetime.date.today().isoformat()
+        _today = (minute, datetime.date.today().isoformat())
     return _today[1]
 
 
