@@ -164,6 +164,41 @@ def _routing(headers: Mapping[str, str], method: str, params: Mapping[str, Any])
     return None
 
 
+def param_header_refusal(header_map: Mapping[tuple[str, ...], str], arguments: Any,
+                         headers: Mapping[str, str]) -> Refused | None:
+    """2026-07-28 basic/transports §Server validation: each argument a tool annotates with ``x-mcp-header`` is
+    mirrored in ``Mcp-Param-<Name>`` (headers keyed lower-case): present, it must equal the sentinel-decoded header
+    (booleans as ``true``/``false``, numbers compared numerically); absent or null, the header must be absent.
+    ``header_map``: the tool's (adapters.upstream.x_mcp_header_map). Anything else is HEADER_MISMATCH."""
+    for path, name in header_map.items():
+        header, where = f"Mcp-Param-{name}", ".".join(path)
+        value: Any = arguments
+        for step in path:
+            value = value.get(step) if isinstance(value, Mapping) else None
+        raw = headers.get(header.lower())
+        if value is None:
+            if raw is not None:
+                return _bad(400, HEADER_MISMATCH, f"{header} was sent but argument {where!r} is absent")
+            continue
+        if raw is None:
+            return _bad(400, HEADER_MISMATCH, f"argument {where!r} must be mirrored in the {header} header")
+        decoded = decode_header(raw)
+        if decoded is None or not _mirrors(value, decoded):
+            return _bad(400, HEADER_MISMATCH, f"the {header} header does not match argument {where!r}")
+    return None
+
+
+def _mirrors(value: Any, decoded: str) -> bool:
+    if isinstance(value, bool):
+        return decoded == ("true" if value else "false")
+    if isinstance(value, (int, float)):
+        try:  # 2026-07-28 server/tools §x-mcp-header: numbers compare by value ("42" mirrors 42.0)
+            return decoded == decoded.strip() and float(decoded) == float(value)
+        except ValueError:
+            return False
+    return isinstance(value, str) and decoded == value
+
+
 def relayed_as_is(http_method: str, headers: Mapping[str, str], message: Any) -> bool:
     """Whether a request at a reverse-bridged endpoint is a 2025-era one, relayed to the legacy server as it is
     (its own session, live requests and GET stream: 2025-11-25 basic/transports): every GET and DELETE, and a POST

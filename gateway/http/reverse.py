@@ -41,6 +41,7 @@ from adapters.errors import (
 from adapters.jsonwire import loads
 from adapters.protocol import MRTR_METHODS, NAME_PARAM
 from adapters.sse import encode_event
+from adapters.upstream import header_map_of, learned_header_maps
 from gateway.http.passthrough import Passthroughs
 from gateway.http.streams import json_response
 from gateway.session.runtime import log
@@ -57,6 +58,9 @@ class Watch(Protocol):
     def done(self, response: web.StreamResponse) -> None: ...
 
 _FAILURES = (LegacyFailure, aiohttp.ClientError, TimeoutError, ValueError)
+# A bound on the tools/list pages read to learn x-mcp-header annotations: a server that pages forever is not
+# followed forever (tools on later pages go unchecked).
+_TOOL_PAGES = 20
 # What a 2025 request and its answer carry that matters between client and server (2025-11-25 basic/transports).
 _LEGACY_HEADERS = frozenset({"accept", "content-type", "mcp-session-id", "mcp-protocol-version", "last-event-id",
                              "authorization", "traceparent", "tracestate", "baggage"})
@@ -115,6 +119,9 @@ class Pooled:
     listens: set[asyncio.Queue[Message | None]] = field(default_factory=set)  # its GET stream's changes go there
     watched: dict[str, int] = field(default_factory=dict)  # URIs it subscribed to, by listens watching each
     log_level: str | None = None  # what its last logging/setLevel said
+    # The x-mcp-header maps of its server's tools (adapters.upstream.learned_header_maps); None: not learned yet,
+    # or the server said its tools changed since.
+    header_maps: dict[str, Any] | None = None
 
 
 @dataclass(eq=False)
@@ -164,6 +171,10 @@ class ReverseBridge:
         task.add_done_callback(self.tasks.discard)
 
     async def start(self) -> None:
+        self.begin()
+
+    def begin(self) -> None:
+        """:meth:`start`, from code running in the event loop that cannot wait (a reload's signal handler)."""
         timeout = aiohttp.ClientTimeout(sock_connect=self.settings.connect_timeout_seconds)
         settings = self.settings
         self.http = aiohttp.ClientSession(timeout=timeout, connector=aiohttp.TCPConnector(
@@ -243,6 +254,8 @@ class ReverseBridge:
 
     def _changed(self, pooled: Pooled, message: Message | None) -> None:
         """A notification of the GET stream goes to each listen of the session; None (it ended) ends them."""
+        if message is not None and message.get("method") == "notifications/tools/list_changed":
+            pooled.header_maps = None  # learned again on the next call
         for queue in pooled.listens:
             queue.put_nowait(message)
 
@@ -305,6 +318,9 @@ class ReverseBridge:
                 if req.method == "subscriptions/listen":
                     return await self._listen(request, pooled, req, relays)
                 await self._set_level(pooled, req.log_level)
+                refused = await self._param_headers(pooled, request.headers, req)
+                if refused is not None:
+                    return answer(req.ident, error=refused.error)
                 return await self._relay(request, pooled, req, principal, relays, watch)
             except SessionGone:  # 2025-11-25 basic/transports §Session Management: 404 -> initialize again
                 if attempt:
@@ -537,6 +553,37 @@ class ReverseBridge:
             return  # the session was closed meanwhile: its subscriptions ended with it
         for uri in last:
             await _quietly(pooled.session.call("resources/unsubscribe", {"uri": uri}))
+
+    async def _param_headers(self, pooled: Pooled, headers: Mapping[str, str], req: W.Request) -> W.Refused | None:
+        """A ``tools/call``'s ``Mcp-Param-*`` headers against its tool's ``x-mcp-header`` annotations, which the
+        gateway, as the 2026-07-28 server, must check (basic/transports §Server validation); the annotations are
+        learned from the session's ``tools/list`` on its first call."""
+        if req.method != "tools/call":
+            return None
+        if pooled.header_maps is None:
+            pooled.header_maps = await self._learn_header_maps(pooled)
+        header_map = header_map_of(pooled.header_maps, str(req.params.get("name")))
+        return W.param_header_refusal(header_map, req.params.get("arguments"), headers) if header_map else None
+
+    async def _learn_header_maps(self, pooled: Pooled) -> dict[str, Any] | None:
+        """Every page of the server's ``tools/list`` (at most ``_TOOL_PAGES``); None when it could not be read:
+        the call goes on unchecked, and the next one tries again."""
+        maps: dict[str, Any] = {}
+        cursor: Any = None
+        for _ in range(_TOOL_PAGES):
+            try:
+                said = await pooled.session.call("tools/list", {"cursor": cursor} if cursor is not None else {})
+            except _FAILURES as exc:
+                log.info("reverse bridge: the upstream's tools/list failed: %s", exc)
+                return None
+            result = said.get("result")
+            if not isinstance(result, Mapping):
+                return None
+            maps = learned_header_maps(maps, result) or maps
+            cursor = result.get("nextCursor")
+            if not isinstance(cursor, str):
+                break
+        return maps
 
     async def _set_level(self, pooled: Pooled, level: str | None) -> None:
         """``logging/setLevel`` on the session when the requests in progress on it want another level than its

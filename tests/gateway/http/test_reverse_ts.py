@@ -25,6 +25,7 @@ from gateway.http.app import create_app
 from gateway.http.keys import REVERSE
 from tests.gateway.http.test_doors_sdk1 import sdk1_python  # noqa: F401  (a fixture)
 from tests.gateway.http.test_reverse_e2e import (
+    META,
     _ask,
     _cancelled,
     _legacy_server,
@@ -39,6 +40,7 @@ from tests.gateway.ts_sdk import CONFORMANCE, node, run
 from tests.waiting import until, until_sync
 
 SERVER = CONFORMANCE / "legacy_notes_server.mjs"
+SUITE_SERVER = CONFORMANCE / "legacy_server.mjs"  # the conformance lane's: test_custom_header annotates x-mcp-header
 CLIENT = CONFORMANCE / "reverse_client.mjs"
 
 
@@ -57,11 +59,11 @@ def _listening(port: int) -> bool:
 
 
 @contextlib.contextmanager
-def _ts_server() -> Iterator[str]:
+def _ts_server(script: Path = SERVER) -> Iterator[str]:
     if not (CONFORMANCE / "node_modules" / "@modelcontextprotocol" / "sdk").exists():
         pytest.skip("the pinned TypeScript SDK is not installed (bash tests/conformance/install.sh)")
     port = _free_port()
-    proc = subprocess.Popen([*node(), str(SERVER), str(port)], cwd=tempfile.gettempdir(),
+    proc = subprocess.Popen([*node(), str(script), str(port)], cwd=tempfile.gettempdir(),
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     try:
         until_sync(lambda: proc.poll() is not None or _listening(port), "the TypeScript legacy server listens")
@@ -171,6 +173,29 @@ async def test_a_2025_client_is_relayed_to_the_ts_server_as_it_is(gateway: Any) 
         assert text_of(await client.call_tool("show_roots", {})) == "file:///work/a"
         assert "Ada" in str((await client.get_prompt("greet", {"name": "Ada"})).messages[0].content)
     assert not gateway.app[REVERSE].pool  # the server's own session: none of the bridge's
+
+
+async def test_mcp_param_headers_are_checked_against_the_legacy_tools_annotations(aiohttp_server: Any) -> None:
+    """2026-07-28 basic/transports §Server validation, for a 2025 server's tool annotated x-mcp-header: the
+    annotations come from the server's tools/list, learned on the session's first call."""
+    with _ts_server(SUITE_SERVER) as url:
+        gateway = await _gateway(aiohttp_server, url)
+        async with aiohttp.ClientSession() as http:
+            async def call(region: str, header: str | None) -> tuple[int, dict[str, Any]]:
+                headers = {"Accept": "application/json, text/event-stream", "MCP-Protocol-Version": "2026-07-28",
+                           "Mcp-Method": "tools/call", "Mcp-Name": "test_custom_header"}
+                if header is not None:
+                    headers["Mcp-Param-Region"] = header
+                params = {"name": "test_custom_header", "arguments": {"region": region}, "_meta": META}
+                body = {"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": params}
+                async with http.post(gateway.make_url("/mcp"), json=body, headers=headers) as resp:
+                    return resp.status, await resp.json()
+
+            status, ok = await call("Hello", "=?base64?SGVsbG8=?=")
+            assert (status, ok["result"]["content"][0]["text"]) == (200, "region=Hello")
+            for header in (None, "elsewhere", "=?base64?SGVs!!!bG8=?="):  # missing, different, corrupt
+                status, refused = await call("Hello", header)
+                assert (status, refused["error"]["code"]) == (400, -32020), refused
 
 
 # ------------------------------------------------------------------------------------ the TypeScript 2026 client
