@@ -10,6 +10,7 @@ bridge holding the call.
 
 from __future__ import annotations
 
+import asyncio
 import os
 from collections.abc import Mapping
 from typing import Any
@@ -61,12 +62,15 @@ class ReverseBridges:
     """The bridges by upstream name, the sealing of relayed sessions' ids, and the replica relay's retries."""
 
     def __init__(self, config: GatewayConfig, url: str, gateway: Gateway) -> None:
-        self.gateway = gateway
-        self.by_name = {name: ReverseBridge(reverse_settings(config, name, at, gateway.replica))
-                        for name, at in legacy_upstreams(config, url).items()}
+        self.gateway, self.url = gateway, url
+        self.by_name = {name: self._bridge(config, name, at) for name, at in legacy_upstreams(config, url).items()}
         self.sealer = Sealer(_state_key(config))
-        for bridge in self.by_name.values():
-            bridge.forward = self._forward
+        self.closing: set[asyncio.Task[None]] = set()  # bridges a reload replaced, closing
+
+    def _bridge(self, config: GatewayConfig, name: str, url: str) -> ReverseBridge:
+        bridge = ReverseBridge(reverse_settings(config, name, url, self.gateway.replica))
+        bridge.forward = self._forward
+        return bridge
 
     def get(self, name: str) -> ReverseBridge | None:
         return self.by_name.get(name)
@@ -78,6 +82,24 @@ class ReverseBridges:
     async def close(self) -> None:
         for bridge in self.by_name.values():
             await bridge.close()
+        await asyncio.gather(*self.closing, return_exceptions=True)
+
+    def reload(self, config: GatewayConfig) -> None:
+        """A reloaded file's named upstreams (gateway.ops.reload): a bridge for each one now 2025-era, a new one
+        where its URL changed, none for one no longer 2025-era; a replaced bridge is closed (its parked calls
+        are cancelled upstream). The main upstream is fixed at start, its bridge too."""
+        wanted = legacy_upstreams(config, self.url)
+        for name in [n for n, b in self.by_name.items() if n != "default" and wanted.get(n) != b.settings.url]:
+            self._retire(self.by_name.pop(name))
+        for name, url in wanted.items():
+            if name not in self.by_name:
+                bridge = self.by_name[name] = self._bridge(config, name, url)
+                bridge.begin()
+
+    def _retire(self, bridge: ReverseBridge) -> None:
+        task = asyncio.get_running_loop().create_task(bridge.close())
+        self.closing.add(task)
+        task.add_done_callback(self.closing.discard)
 
     def upstreams(self) -> dict[tuple[str, str], int]:
         """The pooled sessions of every bridge by legacy server name and revision (telemetry)."""

@@ -8,7 +8,9 @@ go stale. Where ``/proc`` is missing (not Linux) the command cannot tell, and si
 A file that fails validation keeps the running configuration and logs why. A good one replaces the pins that
 *new* sessions are opened under; live sessions keep the snapshot in their records (``SessionRecord.pins``) until
 they end. Listen addresses, the default upstream, the embedded core and the session store are fixed at start;
-named upstreams that the new file adds are connected, and changed ones are replaced for the requests that follow.
+named upstreams that the new file adds are connected, and changed ones are replaced for the requests that follow
+(a 2025-era one's reverse bridge too; an "auto" one keeps the era the start-up probe found under its name, and
+one a reload adds is probed by no one: "auto" passes it through).
 """
 
 from __future__ import annotations
@@ -18,14 +20,20 @@ import os
 import signal
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from aiohttp import web
 
 from gateway.config.settings import ConfigError, GatewayConfig, load_config
 from gateway.session.runtime import Gateway, PinState, log
 
+if TYPE_CHECKING:
+    from gateway.http.reverse_bridges import ReverseBridges
 
-def apply(gw: Gateway, config: GatewayConfig, core_url: str | None) -> None:
+
+def apply(gw: Gateway, config: GatewayConfig, core_url: str | None, bridges: ReverseBridges | None = None) -> None:
+    """The new file's named upstreams, their reverse bridges (2025-era ones, docs/design.md §61), then its pins:
+    a request routed by the new pins finds its upstream served in its era."""
     from gateway.http.app import named_upstreams
 
     fresh = named_upstreams(config, core_url, gw.tap)
@@ -34,28 +42,31 @@ def apply(gw: Gateway, config: GatewayConfig, core_url: str | None) -> None:
         if old is not None and old.url == client.url:
             continue  # keep the warm connection pool
         gw.upstreams[name] = client
+    if bridges is not None:
+        bridges.reload(config)
     gw.set_pins(config, PinState.from_config(config, dict(os.environ)))
 
 
-def reload_config(gw: Gateway, path: str | Path, core_url: str | None, **overrides: object) -> bool:
+def reload_config(gw: Gateway, path: str | Path, core_url: str | None, bridges: ReverseBridges | None = None,
+                  **overrides: object) -> bool:
     try:
         config = load_config(path, **overrides)
     except ConfigError as exc:
         log.error("reload refused, keeping the running configuration: %s", exc)
         return False
-    apply(gw, config, core_url)
+    apply(gw, config, core_url, bridges)
     log.info("configuration reloaded from %s: %d peer(s)", path, len(config.pins.peers))
     return True
 
 
 def install_sighup(app: web.Application, path: str | Path, **overrides: object) -> None:
     """Reload on SIGHUP for the app's lifetime (the CLI's ``serve --config``)."""
-    from gateway.http.app import CORE_URL, GATEWAY
+    from gateway.http.keys import CORE_URL, GATEWAY, REVERSES
 
     async def on_startup(app: web.Application) -> None:
         loop = asyncio.get_running_loop()
-        loop.add_signal_handler(signal.SIGHUP,
-                                lambda: reload_config(app[GATEWAY], path, app.get(CORE_URL), **overrides))
+        loop.add_signal_handler(signal.SIGHUP, lambda: reload_config(app[GATEWAY], path, app.get(CORE_URL),
+                                                                     app.get(REVERSES), **overrides))
 
     async def on_cleanup(app: web.Application) -> None:
         asyncio.get_running_loop().remove_signal_handler(signal.SIGHUP)

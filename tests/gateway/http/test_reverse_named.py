@@ -129,3 +129,22 @@ def test_auto_takes_the_probes_verdict_per_named_upstream(legacy_url: str, tmp_p
     assert check_upstream(load_config(pinned), False)[2] == {}
     with pytest.raises(SystemExit, match="2025-era"):
         check_upstream(load_config(pinned), True)
+
+
+async def test_a_reload_gives_a_named_upstream_its_new_era(aiohttp_server: Any, legacy_url: str,  # noqa: F811
+                                                          tmp_path: Path) -> None:
+    from gateway.http.keys import CORE_URL, GATEWAY
+    from gateway.ops.reload import reload_config
+
+    path = _config_file(tmp_path, legacy_url, era="2026-07-28")
+    gateway = await aiohttp_server(create_app(load_config(path, state_dir=str(tmp_path / "state"))))
+    bridges = gateway.app[REVERSES]
+    assert not bridges.by_name  # passed through, as the file says
+    path.write_text(PEERS.format(legacy=legacy_url, era="2025-11-25"))
+    assert reload_config(gateway.app[GATEWAY], path, gateway.app[CORE_URL], bridges) is True
+    async with client(gateway, "old-2026", "2026-07-28") as old:
+        assert text_of(await old.call_tool("ask_model", {"topic": "owls"})) == "model said: <about owls>"
+    assert set(bridges.by_name) == {"old"} and len(bridges.get("old").pool) == 1
+    path.write_text(PEERS.format(legacy=legacy_url, era="2026-07-28"))
+    assert reload_config(gateway.app[GATEWAY], path, gateway.app[CORE_URL], bridges) is True
+    assert not bridges.by_name  # the bridge is closed; the old peer's requests pass through again
