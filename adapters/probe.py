@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import Enum
-from typing import Any
+from typing import Any, Final
 
 from adapters.authz import UpstreamProtection
 from adapters.errors import METHOD_NOT_FOUND, ErrorValue, UpstreamFault, upstream_failure
@@ -29,6 +29,9 @@ __all__ = ["ProbeAnswer", "UpstreamKind", "Verdict", "http_failure", "judge", "j
 _SESSION_HINTS = ("missing session id", "no valid session id", "mcp-session-id", "not initialized",
                   "server not initialized", "initialize")
 _MAX_SNIPPET = 80
+# What serving a 2025-era upstream means (upstream_era "auto", adapters.reverse_wire.era_of): 2026-07-28 clients
+# are served in reverse, 2025 clients relayed as they are.
+LEGACY_NOTE: Final = "2026-07-28 clients are served in reverse, 2025 clients relayed as they are"
 
 
 class UpstreamKind(Enum):
@@ -104,7 +107,7 @@ def judge(discover: ProbeAnswer, initialize: ProbeAnswer | None = None) -> Verdi
             info = {}
         name = f"{info.get('name', '?')} {info.get('version', '')}".rstrip()
         return Verdict(UpstreamKind.LEGACY, f"a 2025-era MCP server ({name}, protocol {result['protocolVersion']})"
-                                            ": it does not need this gateway; point clients at it directly")
+                                            f": {LEGACY_NOTE}")
     return first
 
 
@@ -121,8 +124,8 @@ def http_failure(answer: ProbeAnswer) -> ErrorValue:
 def _judge_error(status: int, error: Mapping[str, Any]) -> Verdict:
     text = str(error.get("message", ""))
     if error.get("code") == METHOD_NOT_FOUND or _asks_for_session(text):
-        return Verdict(UpstreamKind.LEGACY, f"a 2025-era MCP server (HTTP {status}, {text[:_MAX_SNIPPET]!r}): it "
-                                            "does not need this gateway; point clients at it directly")
+        return Verdict(UpstreamKind.LEGACY, f"a 2025-era MCP server (HTTP {status}, {text[:_MAX_SNIPPET]!r}): "
+                                            f"{LEGACY_NOTE}")
     return Verdict(UpstreamKind.UNCLEAR, f"HTTP {status}: JSON-RPC error {error.get('code')} "
                                          f"{text[:_MAX_SNIPPET]!r} to a {MODERN_VERSION} server/discover")
 
@@ -130,8 +133,8 @@ def _judge_error(status: int, error: Mapping[str, Any]) -> Verdict:
 def _not_json(answer: ProbeAnswer) -> Verdict:
     text = answer.body.decode("utf-8", "replace").strip()
     if answer.status == 400 and _asks_for_session(text):
-        return Verdict(UpstreamKind.LEGACY, f"a 2025-era MCP server (HTTP 400, {text[:_MAX_SNIPPET]!r}): it "
-                                            "does not need this gateway; point clients at it directly")
+        return Verdict(UpstreamKind.LEGACY, f"a 2025-era MCP server (HTTP 400, {text[:_MAX_SNIPPET]!r}): "
+                                            f"{LEGACY_NOTE}")
     if answer.status in (401, 403):
         return Verdict(UpstreamKind.UNCLEAR, f"HTTP {answer.status}: it asks for credentials the probe does not "
                                              "have (the gateway forwards each client's)")

@@ -31,7 +31,7 @@ def test_2025_servers_asking_for_a_session_are_legacy() -> None:
     sdk = rpc(400, error={"code": -32000, "message": "Bad Request: No valid session ID provided"})
     for answer in (plain, sdk):
         verdict = judge(answer)
-        assert verdict.kind is UpstreamKind.LEGACY and "does not need this gateway" in verdict.message
+        assert verdict.kind is UpstreamKind.LEGACY and "served in reverse" in verdict.message
 
 
 def test_method_not_found_is_told_apart_by_the_initialize_probe() -> None:

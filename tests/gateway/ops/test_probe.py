@@ -57,7 +57,7 @@ async def test_a_real_2026_core_is_named(aiohttp_server) -> None:
 async def test_a_2025_server_is_told_apart_and_named(aiohttp_server) -> None:
     verdict = await probe(await serve_app(aiohttp_server, legacy_2025))
     assert verdict.kind is UpstreamKind.LEGACY and "old-notes 3.1" in verdict.message
-    assert "does not need this gateway" in verdict.message
+    assert "served in reverse" in verdict.message
 
 
 async def test_a_2025_server_that_refuses_everything_is_still_2025(aiohttp_server) -> None:
