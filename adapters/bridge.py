@@ -1,5 +1,7 @@
-"""The MRTR bridge as a ``handle(event) -> actions`` machine (2026-07-28 basic/patterns §Multi
-Round-Trip Requests; docs/design.md §5-§8).
+"""The MRTR bridge as a ``handle(event) -> actions`` machine (2026-07-28 basic/patterns §Multi Round-Trip Requests;
+docs/design/errors.md#bridge-limits-answer--32000,
+docs/design/bridge.md#a-missing-capability-is-refused-before-anything-is-sent,
+docs/design/bridge.md#a-clients-error-answer-ends-the-bridge, docs/design/bridge.md#url-elicitation-and-waiting-rounds).
 
 The machine owns no I/O. Its whole state is a :class:`~adapters.records.PendingRound` record (serializable, so
 another process holding it can continue the round) plus an immutable :class:`BridgeContext`. The shell performs
@@ -22,15 +24,15 @@ action                      the shell ...
 ``RememberTask(task)``      keeps a 2025 task as last seen in the session's registry (adapters.legacy_tasks)
 ==========================  =====================================================================
 
-A call that comes back as a task (``resultType: "task"``, io.modelcontextprotocol/tasks, when the shell declared
-the extension: ``adapters.task_poll.declare``) stays open: the machine polls the task (``Timer.POLL``), turns
-status messages into progress, an ``input_required`` task's ``inputRequests`` into requests to the client whose
-answers go back with ``tasks/update``, and ends with the task's result or error; a task it gives up on (the client
-cancelled, a limit, shutdown) is cancelled upstream (docs/design.md §17). For a session with 2025-11-25 tasks
-(adapters.legacy_tasks) a task-augmented ``tools/call`` ends with its ``CreateTaskResult`` instead, and
+A call that comes back as a task (``resultType: "task"``, io.modelcontextprotocol/tasks, when the shell declared the
+extension: ``adapters.task_poll.declare``) stays open: the machine polls the task (``Timer.POLL``), turns status
+messages into progress, an ``input_required`` task's ``inputRequests`` into requests to the client whose answers go
+back with ``tasks/update``, and ends with the task's result or error; a task it gives up on (the client cancelled, a
+limit, shutdown) is cancelled upstream
+(docs/design/bridge.md#tasks-the-gateway-drives-them-or-maps-them-onto-2025-tasks). For a session with 2025-11-25
+tasks (adapters.legacy_tasks) a task-augmented ``tools/call`` ends with its ``CreateTaskResult`` instead, and
 ``tasks/get``, ``tasks/cancel`` and the blocking ``tasks/result`` are driven here too; a 2025 task outlives its
-requests, so ending one of them never cancels it.
-"""
+requests, so ending one of them never cancels it."""
 
 from __future__ import annotations
 
@@ -52,7 +54,8 @@ from adapters.tool_policy import OPEN, ToolPolicy, filter_list
 
 @dataclass(frozen=True, slots=True)
 class BridgeLimits:
-    """Every bridge limit (docs/design.md §5); each has a name the client sees when it is exceeded."""
+    """Every bridge limit (docs/design/errors.md#bridge-limits-answer--32000); each has a name the client sees when
+    it is exceeded."""
 
     max_rounds: int = 10
     max_input_requests_per_round: int = 16
@@ -100,7 +103,8 @@ class BridgeContext:
 def _answer_error(event: ClientAnswered) -> Mapping[str, Any] | None:
     """The error object a client's answer ends the bridge with, or None for a usable result. An answer that is
     neither a result object nor an error object (``"error": "no"``, a list, a number) is invalid like one with
-    no result: INVALID_REQUEST, named as the client's (docs/design.md §7), never passed on as it is."""
+    no result: INVALID_REQUEST, named as the client's (docs/design/bridge.md#a-clients-error-answer-ends-the-bridge),
+    never passed on as it is."""
     if event.error is None and isinstance(event.result, Mapping):
         return None
     if isinstance(event.error, Mapping):
@@ -299,12 +303,13 @@ class BridgeMachine:
         return [ArmTimer(Timer.TOTAL, self.ctx.limits.total_timeout_seconds, 0), CallUpstream({})]
 
     def resume(self, elapsed_seconds: float, unsent: Collection[str] = ()) -> list[Action]:
-        """Continue the stored round in a replica that took it over (docs/design.md §40): its timers again (the
-        total limit counts from the request's arrival, ``elapsed_seconds`` ago; the client gets a full answer
-        wait), and a round that was in flight upstream or backing off is sent again with the stored
-        ``inputResponses`` and ``requestState`` (adapters.takeover.repeats says what that may repeat).
-        ``unsent``: gateway ids of outstanding requests the client never received (they are not in the stream's
-        stored copy): asked again, the same message under the same id."""
+        """Continue the stored round in a replica that took it over
+        (docs/design/takeover.md#leases-and-takeover-of-a-dead-replicas-rounds): its timers again (the total limit
+        counts from the request's arrival, ``elapsed_seconds`` ago; the client gets a full answer wait), and a round
+        that was in flight upstream or backing off is sent again with the stored ``inputResponses`` and
+        ``requestState`` (adapters.takeover.repeats says what that may repeat). ``unsent``: gateway ids of
+        outstanding requests the client never received (they are not in the stream's stored copy): asked again, the
+        same message under the same id."""
         rec, limits = self.record, self.ctx.limits
         if self.done:
             return []
@@ -408,9 +413,10 @@ class BridgeMachine:
         rec.round += 1  # every round, waiting ones too: it tells a stale timer from a live one
         waiting = self._is_waiting(outcome)
         if not waiting:
-            # Only rounds that ask for input count against max_rounds. A waiting round (docs/design.md §8,
-            # after a URL accept the server may answer requestState only until the out-of-band step is
-            # done) ends when the user finishes, however long that takes; the total timeout bounds it.
+            # Only rounds that ask for input count against max_rounds. A waiting round
+            # (docs/design/bridge.md#url-elicitation-and-waiting-rounds, after a URL accept the server may answer
+            # requestState only until the out-of-band step is done) ends when the user finishes, however long that
+            # takes; the total timeout bounds it.
             rec.input_rounds += 1
             if rec.input_rounds > limits.max_rounds:
                 return self._finish_error(E.limit_error("max_rounds", limits.max_rounds))
@@ -431,7 +437,7 @@ class BridgeMachine:
 
     def _is_waiting(self, outcome: InputRequired) -> bool:
         """Nothing new to ask: requestState only, or only URLs the client already accepted in this bridge
-        (answered by the gateway, docs/design.md §8)."""
+        (answered by the gateway, docs/design/bridge.md#url-elicitation-and-waiting-rounds)."""
         accepted = self.record.url_elicitations.values()
         return all(entry["method"] == "elicitation/create" and (entry.get("params") or {}).get("mode") == "url"
                    and (entry.get("params") or {}).get("url") in accepted
@@ -444,8 +450,8 @@ class BridgeMachine:
             rec.answers[key] = dict(self.ctx.cached_roots)
             return []
         if entry["method"] == "elicitation/create" and params.get("mode") == "url":
-            # docs/design.md §8: never re-prompt the user with a URL they already accepted in this bridge; answer
-            # "accept" again and back off, so the out-of-band step gets time to finish.
+            # docs/design/bridge.md#url-elicitation-and-waiting-rounds: never re-prompt the user with a URL they already
+            # accepted in this bridge; answer "accept" again and back off, so the out-of-band step gets time to finish.
             if params.get("url") in rec.url_elicitations.values():
                 rec.answers[key] = {"action": "accept"}
                 return []
@@ -455,8 +461,9 @@ class BridgeMachine:
         return [SendToClient(self._ask_message(gateway_id))]
 
     def _backoff_or_retry(self, immediate: bool) -> list[Action]:
-        """A waiting round retries after a backoff that doubles up to a cap (docs/design.md §8); the cap keeps
-        a finished out-of-band step noticed within about a second, the total timeout ends a wait that never does."""
+        """A waiting round retries after a backoff that doubles up to a cap
+        (docs/design/bridge.md#url-elicitation-and-waiting-rounds); the cap keeps a finished out-of-band step noticed
+        within about a second, the total timeout ends a wait that never does."""
         rec, limits = self.record, self.ctx.limits
         if immediate:
             rec.state_only_rounds = 0

@@ -1,8 +1,8 @@
 """Capability translation in both directions (2025-11-25 basic/lifecycle §Capability
 Negotiation, 2026-07-28 basic §_meta, server/discover).
 
-Client (2025 -> 2026): ``roots{listChanged}`` -> ``roots{}``; ``sampling``/``elicitation`` kept; ``tasks`` dropped
-(the gateway drives upstream tasks itself, docs/design.md §17);
+Client (2025 -> 2026): ``roots{listChanged}`` -> ``roots{}``; ``sampling``/``elicitation`` kept; ``tasks`` dropped (the
+gateway drives upstream tasks itself, docs/design/bridge.md#tasks-the-gateway-drives-them-or-maps-them-onto-2025-tasks);
 ``experimental``/``extensions`` passed through (MCP Apps declares ``extensions["io.modelcontextprotocol/ui"]`` in
 initialize capabilities).
 
@@ -75,8 +75,9 @@ def server_caps_to_legacy(caps: Mapping[str, Any] | None, features: BridgedFeatu
     for name in ("logging", "completions", "experimental", "extensions"):
         if isinstance(caps.get(name), Mapping):
             out[name] = dict(caps[name])
-    # The tasks extension is the gateway's to use (it drives the upstream's tasks, docs/design.md §17); a client
-    # that speaks 2025 tasks is offered those instead, backed by it.
+    # The tasks extension is the gateway's to use (it drives the upstream's tasks,
+    # docs/design/bridge.md#tasks-the-gateway-drives-them-or-maps-them-onto-2025-tasks); a client that speaks 2025 tasks
+    # is offered those instead, backed by it.
     if client_tasks and offered(caps):
         out["tasks"] = legacy_task_capability()
     out.get("extensions", {}).pop(TASKS_EXTENSION, None)

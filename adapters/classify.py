@@ -240,11 +240,11 @@ def kept_while_answering(verdict: Accepted) -> Accepted:
 
 def stands_on_held_record(verdict: Accepted | Rejection) -> bool:
     """Whether a verdict reached on a session record the shell already holds (the record a round waiting for this
-    session's client was accepted with) stands without reading the stored one (docs/design.md §51): only an
-    accepted client answer. What accepts it — the session's principal and negotiated version — is fixed for the
-    session's life, and a held record's last-seen time is never newer than the store's, so it refuses for expiry
-    whatever the stored one would (and more: that refusal, like every other verdict, is reached again on the
-    stored record)."""
+    session's client was accepted with) stands without reading the stored one
+    (docs/design/takeover.md#a-clients-answer-is-checked-on-its-requests-session-record): only an accepted client
+    answer. What accepts it — the session's principal and negotiated version — is fixed for the session's life, and a
+    held record's last-seen time is never newer than the store's, so it refuses for expiry whatever the stored one
+    would (and more: that refusal, like every other verdict, is reached again on the stored record)."""
     return isinstance(verdict, Accepted) and verdict.kind is Kind.RESPONSE
 
 

@@ -1,14 +1,15 @@
 """Which door a legacy request came through, and what that door lets a client negotiate.
 
-Owns the :class:`Transport` kinds (the migration telemetry's transport label), the door header by which the
-gateway's own doors (stdio, HTTP+SSE, WebSocket: clients of the Streamable HTTP endpoint, docs/design.md §35)
-tell the endpoint which transport a message arrived on, the handshake revisions each door offers, and the
-refusal of a message too large to read whole (:func:`too_large`), answered under the id its first bytes show.
+Owns the :class:`Transport` kinds (the migration telemetry's transport label), the door header by which the gateway's
+own doors (stdio, HTTP+SSE, WebSocket: clients of the Streamable HTTP endpoint,
+docs/design/doors.md#the-stdio-httpsse-and-websocket-doors-are-clients-of-the-streamable-http-door) tell the endpoint
+which transport a message arrived on, the handshake revisions each door offers, and the refusal of a message too large
+to read whole (:func:`too_large`), answered under the id its first bytes show.
 
-The header is trusted only with the process's door key, a secret the doors share with the endpoint in memory:
-an outside client sending it is read as Streamable HTTP, so it can neither take a revision its transport lacks
-nor pass for another transport in the report (docs/design.md §43).
-"""
+The header is trusted only with the process's door key, a secret the doors share with the endpoint in memory: an
+outside client sending it is read as Streamable HTTP, so it can neither take a revision its transport lacks nor pass
+for another transport in the report
+(docs/design/doors.md#doors-name-their-transport-2024-11-05-is-negotiated-on-the-doors-of-its-transports)."""
 
 from __future__ import annotations
 

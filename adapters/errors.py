@@ -1,10 +1,10 @@
 """Error values, the upstream -> legacy error rules, and the ONE status table (2026-07-28 basic §Error Codes).
 
-Design (docs/design.md §1): JSON-RPC errors for a legacy request always travel in a normal
-response (HTTP 200 JSON or an SSE event); an upstream HTTP 400/404 is never relayed as an HTTP status because a
-2025 client reads 404 as "session gone" and 400 as "bad session/version header". HTTP statuses are only used for
-transport-level rejections of the legacy request itself, and those are all listed in :data:`REJECTIONS`.
-"""
+Design (docs/design/errors.md#json-rpc-errors-are-never-http-statuses-on-the-legacy-side): JSON-RPC errors for a
+legacy request always travel in a normal response (HTTP 200 JSON or an SSE event); an upstream HTTP 400/404 is never
+relayed as an HTTP status because a 2025 client reads 404 as "session gone" and 400 as "bad session/version header".
+HTTP statuses are only used for transport-level rejections of the legacy request itself, and those are all listed in
+:data:`REJECTIONS`."""
 
 from __future__ import annotations
 
@@ -187,8 +187,8 @@ REJECTIONS: Final[Mapping[Reason, tuple[int, int]]] = {
     # A modern (2026) request whose _meta the gateway must read is malformed: 400 -32602 (2026-07-28 basic
     # §Error Codes).
     Reason.INVALID_PARAMS: (400, INVALID_PARAMS),
-    # A header value with no UTF-8 form (raw bytes such as 0xff): -32602, as for a tool name or argument that
-    # cannot become a header (docs/design.md §19); 400 because the HTTP request itself is malformed.
+    # A header value with no UTF-8 form (raw bytes such as 0xff): -32602, as for a tool name or argument that cannot
+    # become a header (docs/design/upstream.md#mcp-param--headers); 400 because the HTTP request itself is malformed.
     Reason.BAD_HEADER: (400, INVALID_PARAMS),
     # The upstream refused the client's own (forwarded) token: the status tells the client to authorize again
     # (401) or step up its scopes (403), as the upstream itself would have (2025-11-25 basic/authorization).
@@ -236,7 +236,7 @@ def reject(reason: Reason, message: str, ident: Any = None) -> Rejection:
 
 
 # Codes a 2026 server emits because *the gateway* got the wire wrong: a bug or misconfiguration, not the
-# client's fault (docs/design.md §4).
+# client's fault (docs/design/errors.md#error-mapping).
 _GATEWAY_FAULT_CODES: Final = frozenset({HEADER_MISMATCH, UNSUPPORTED_PROTOCOL_VERSION})
 # What a client sees for an upstream -32020/-32022 (decision 4); named so ``kit.check`` can recognise it.
 GATEWAY_FAULT_MESSAGE: Final = "the gateway could not talk to the upstream server"
@@ -268,12 +268,13 @@ def translate_upstream_error(error: Mapping[str, Any]) -> ErrorValue:
 
 def token_refused(status: int, challenges: tuple[str, ...], upstream_error: Mapping[str, Any] | None,
                   forwarded: bool) -> ErrorValue:
-    """An upstream HTTP 401/403. With the client's own token forwarded (a shared audience, docs/design.md §14) it is
-    the client's to act on: the upstream's JSON-RPC error if it sent one (translated), else a -32603 naming the
-    status and challenge, marked with an :class:`AuthChallenge` so the shell answers with the status and the
-    upstream's ``WWW-Authenticate`` wherever the legacy transport still allows a status. With the gateway's own
-    credential (or none) it is an operator problem: a plain upstream failure, and nothing of the upstream's
-    challenge reaches the client, whose token was never shown to that upstream."""
+    """An upstream HTTP 401/403. With the client's own token forwarded (a shared audience,
+    docs/design/authorization.md#principal-and-token-passthrough) it is the client's to act on: the upstream's
+    JSON-RPC error if it sent one (translated), else a -32603 naming the status and challenge, marked with an
+    :class:`AuthChallenge` so the shell answers with the status and the upstream's ``WWW-Authenticate`` wherever the
+    legacy transport still allows a status. With the gateway's own credential (or none) it is an operator problem: a
+    plain upstream failure, and nothing of the upstream's challenge reaches the client, whose token was never shown
+    to that upstream."""
     if not forwarded:
         return upstream_failure(UpstreamFault.UNAUTHORIZED,
                                 f"HTTP {status}: the upstream refused the gateway's credential")

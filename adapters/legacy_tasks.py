@@ -1,6 +1,6 @@
 """2025-11-25 tasks for legacy clients that declare them, backed by the upstream's tasks extension
 (2025-11-25 basic/utilities/tasks; ``io.modelcontextprotocol/tasks``, ext-tasks specification/draft/tasks.md;
-docs/design.md §17): pure rules, no I/O, no clock.
+docs/design/bridge.md#tasks-the-gateway-drives-them-or-maps-them-onto-2025-tasks): pure rules, no I/O, no clock.
 
 What is here: when a session gets 2025 tasks (:func:`enabled`) and the ``tasks`` capability it is offered
 (:func:`capability`), what a ``tasks/*`` request becomes (:func:`decide`: answered here, or driven upstream by

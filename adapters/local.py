@@ -33,7 +33,8 @@ NOTIFICATION_ROUTES: Final = {
 
 def route_request(method: str) -> str:
     """``tasks/*`` and anything unknown end here as ``not_found``: a session offered 2025 tasks has its
-    ``tasks/*`` decided before this (adapters.legacy_tasks, docs/design.md §17)."""
+    ``tasks/*`` decided before this (adapters.legacy_tasks,
+    docs/design/bridge.md#tasks-the-gateway-drives-them-or-maps-them-onto-2025-tasks)."""
     return REQUEST_ROUTES.get(method, "not_found")
 
 

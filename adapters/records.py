@@ -59,8 +59,9 @@ class SessionRecord:
     log_level: str | None = None
     subscriptions: list[str] = field(default_factory=list)
     initialized: bool = False
-    # Roots are cached only for clients that declared roots.listChanged: they promise to tell us when the
-    # cache goes stale (2025-11-25 client/roots), and notifications/roots/list_changed drops it (docs/design.md §9).
+    # Roots are cached only for clients that declared roots.listChanged: they promise to tell us when the cache goes
+    # stale (2025-11-25 client/roots), and notifications/roots/list_changed drops it
+    # (docs/design/bridge.md#roots-cache).
     cached_roots: dict[str, Any] | None = None
     # The upstream's discovered capabilities at initialize: which list_changed/subscribe we claimed.
     server_capabilities: dict[str, Any] = field(default_factory=dict)
@@ -68,9 +69,9 @@ class SessionRecord:
     # as they were, and any replica holding the record applies the same pins. See adapters.peers.
     pins: dict[str, Any] = field(default_factory=dict)
     upstream: str = "default"
-    # The x-mcp-header maps learned from the upstream's tools/list (adapters.upstream.learned_header_maps), in
-    # the record so that every replica mirrors the same Mcp-Param-* headers (docs/design.md §19); None: none
-    # learned, or too large to keep here (adapters.admission.header_maps_storable).
+    # The x-mcp-header maps learned from the upstream's tools/list (adapters.upstream.learned_header_maps), in the
+    # record so that every replica mirrors the same Mcp-Param-* headers (docs/design/upstream.md#mcp-param--headers);
+    # None: none learned, or too large to keep here (adapters.admission.header_maps_storable).
     header_maps: dict[str, Any] | None = None
     # The 2025 tasks this session created (adapters.legacy_tasks): task id -> the 2025 Task as last seen, in
     # creation order; None while it has none.
@@ -128,23 +129,24 @@ class PendingRound:
     state_only_rounds: int = 0
     url_elicitations: dict[str, str] = field(default_factory=dict)  # elicitationId -> url (accepted)
     minted_ids: dict[str, str] = field(default_factory=dict)  # input key -> elicitationId (this round)
-    # For a replica taking the round over (docs/design.md §40): when the request arrived (the gateway's wall
-    # clock, ms: the total limit still counts from there), the name of the request's SSE stream and the
-    # sequence number of the last event written on it when the record was saved.
+    # For a replica taking the round over (docs/design/takeover.md#leases-and-takeover-of-a-dead-replicas-rounds): when
+    # the request arrived (the gateway's wall clock, ms: the total limit still counts from there), the name of the
+    # request's SSE stream and the sequence number of the last event written on it when the record was saved.
     started_ms: int = 0
     stream: str | None = None
     stream_seq: int = 0
-    # True when the round's upstream calls carry the client's own credential (adapters.takeover.token_goes_upstream:
-    # the request came with an Authorization its upstream is passed). The credential itself is never stored: such a
-    # round is continued only by a replica its client's next message reaches, which brings it (docs/design.md §40,
-    # the sweep).
+    # True when the round's upstream calls carry the client's own credential (adapters.takeover.token_goes_upstream: the
+    # request came with an Authorization its upstream is passed). The credential itself is never stored: such a round is
+    # continued only by a replica its client's next message reaches, which brings it
+    # (docs/design/takeover.md#leases-and-takeover-of-a-dead-replicas-rounds, the sweep).
     authorized: bool | None = None
     # True while the round in flight upstream is one a replica taking it over sent again (adapters.takeover.resent):
     # the upstream may have acted on its first send, so an error answering it does not say the round failed.
     resent: bool | None = None
-    # The upstream task driving the call (docs/design.md §17): its id, the server's last
-    # pollIntervalMs, its last status and message as seen (``adapters.task_poll.TaskView.seen``), polls in a row
-    # that found it unchanged (the backoff), progress notifications sent, and task calls in a row that failed.
+    # The upstream task driving the call
+    # (docs/design/bridge.md#tasks-the-gateway-drives-them-or-maps-them-onto-2025-tasks): its id, the server's last
+    # pollIntervalMs, its last status and message as seen (``adapters.task_poll.TaskView.seen``), polls in a row that
+    # found it unchanged (the backoff), progress notifications sent, and task calls in a row that failed.
     task_id: str | None = None
     task_poll_ms: int | None = None
     task_seen: str | None = None

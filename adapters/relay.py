@@ -1,5 +1,5 @@
-"""The pure parts of the replica relay (docs/design.md §34): the ownership keys, what a relayed message is, and
-where a client's message for an exchange this replica does not hold goes.
+"""The pure parts of the replica relay (docs/design/replicas.md#replicas-relay-through-the-store): the ownership keys,
+what a relayed message is, and where a client's message for an exchange this replica does not hold goes.
 
 Several gateway replicas on one shared store serve the same legacy sessions without sticky routing, but an
 exchange (the task running one bridged request) lives in the replica that got the request. The replica that asks
@@ -27,8 +27,9 @@ class RelayKind(StrEnum):
     CANCEL = "cancel"  # a client's notifications/cancelled for a request the owner is bridging
     END = "end"  # a session ended (DELETE) on some replica: every replica ends its runtime for it
     ACK = "ack"  # the owner's word on a relayed answer or cancel that asked for one: acted on, or not held
-    # The reverse bridge (docs/design.md §61): a 2026 client's retry of a call parked on another replica, and
-    # that replica's JSON-RPC answer to it, sent back to the replica the client waits on.
+    # The reverse bridge (docs/design/eras.md#2026-clients-in-front-of-a-2025-server-the-reverse-bridge): a 2026
+    # client's retry of a call parked on another replica, and that replica's JSON-RPC answer to it, sent back to the
+    # replica the client waits on.
     RETRY = "retry"
     REPLY = "reply"
 
@@ -41,7 +42,7 @@ class Relayed:
     """One message between replicas: its kind, the session, and the client's JSON-RPC message (none for END and
     ACK). An answer or cancel that asks to be acknowledged names the replica to tell (``reply_to``) and a ``token``
     of its own; the ACK carries that token back, and ``held``: whether the owner held the round and acted on it
-    (docs/design.md §34)."""
+    (docs/design/replicas.md#replicas-relay-through-the-store)."""
 
     kind: RelayKind
     session_id: str

@@ -1,7 +1,8 @@
 """Upstream results, errors and request-scoped notifications -> what the legacy client receives
 (2026-07-28 basic §ResultType, basic/patterns §Multi Round-Trip Requests).
 
-Choices where the spec is silent (docs/design.md §2, §3):
+Choices where the spec is silent (docs/design/eras.md#resulttype-ttlms-and-cachescope-are-consumed-not-forwarded,
+docs/design/eras.md#schema-widening):
 
 - ``resultType`` is consumed by the gateway and removed: a 2025 client has no such field, and ``complete`` is
   the only value that ever reaches it (``input_required`` is bridged, anything else is invalid).
@@ -148,7 +149,7 @@ def request_notification(message: Mapping[str, Any], progress_token: Any) -> dic
     """An upstream request-stream notification -> the legacy one (or None to drop it).
 
     Only progress and log messages are request-scoped in 2026 (2026-07-28 basic/transports
-    §Streamable HTTP). Progress carries the client's own token object (docs/design.md §15); a progress
+    §Streamable HTTP). Progress carries the client's own token object (docs/design/bridge.md#progress); a progress
     notification for a request without a token is dropped, as the client never asked for one.
     """
     method, params = message.get("method"), message.get("params")

@@ -1,5 +1,6 @@
-"""The reverse bridge's rules (docs/design.md §61): the upstream session pool, the sealed ``requestState`` claims,
-and one bridged call as a pure ``handle(state, event) -> (state, actions)`` machine.
+"""The reverse bridge's rules (docs/design/eras.md#2026-clients-in-front-of-a-2025-server-the-reverse-bridge): the
+upstream session pool, the sealed ``requestState`` claims, and one bridged call as a pure ``handle(state, event) ->
+(state, actions)`` machine.
 
 A 2025-11-25 server asks its client live (``sampling/createMessage``, ``elicitation/create``, ``roots/list``
 on a session stream: 2025-11-25 basic/transports); a 2026-07-28 client is only ever asked in a result
@@ -155,9 +156,10 @@ def decode_claims(raw: bytes) -> Claims | None:
 
 
 def held_elsewhere(claims: Claims | None, me: str) -> str | None:
-    """The replica a retry's call is parked on when that is not this one: the retry is relayed there through
-    the store (docs/design.md §61), checked here first on all it binds but the round, which only the holder
-    knows. None: the call is (or was) here, or the state is not one of ours."""
+    """The replica a retry's call is parked on when that is not this one: the retry is relayed there through the
+    store (docs/design/eras.md#2026-clients-in-front-of-a-2025-server-the-reverse-bridge), checked here first on all
+    it binds but the round, which only the holder knows. None: the call is (or was) here, or the state is not one of
+    ours."""
     return claims.replica if claims is not None and claims.replica and claims.replica != me else None
 
 

@@ -1,6 +1,7 @@
-"""The reverse bridge's change notifications and log levels (docs/design.md §61): a 2026-07-28
-``subscriptions/listen`` served from a pooled 2025-11-25 session's GET stream and ``resources/subscribe``, and the
-per-request ``_meta`` logLevel served by the session's ``logging/setLevel``.
+"""The reverse bridge's change notifications and log levels
+(docs/design/eras.md#2026-clients-in-front-of-a-2025-server-the-reverse-bridge): a 2026-07-28 ``subscriptions/listen``
+served from a pooled 2025-11-25 session's GET stream and ``resources/subscribe``, and the per-request ``_meta`` logLevel
+served by the session's ``logging/setLevel``.
 
 A legacy session says its changes unsolicited, once per session (2025-11-25 server/tools, server/resources
 §Subscriptions); a 2026 client opts into each kind per listen stream and gets only those (2026-07-28 basic/patterns

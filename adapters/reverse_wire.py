@@ -1,4 +1,5 @@
-"""The reverse bridge's wire rules (docs/design.md §61): a 2026-07-28 client in front of a 2025-11-25 server.
+"""The reverse bridge's wire rules (docs/design/eras.md#2026-clients-in-front-of-a-2025-server-the-reverse-bridge): a
+2026-07-28 client in front of a 2025-11-25 server.
 
 Owns what the gateway, acting as a strict 2026-07-28 server, checks on a client's request (the validation ladder
 in the order the official conformance suite uses: 2026-07-28 basic §Error Codes), which era an upstream is served

@@ -1,5 +1,5 @@
 """Legacy ``resources/subscribe`` and unsolicited list_changed -> upstream ``subscriptions/listen``, and back
-(2026-07-28 basic/patterns §Subscriptions; docs/design.md §12).
+(2026-07-28 basic/patterns §Subscriptions; docs/design/streams.md#subscriptions-over-subscriptionslisten).
 
 A listen filter cannot be edited, so a change of the subscribed set opens a new listen; the shell waits for its
 acknowledgement and only then closes the old one (no gap in delivery). The acknowledged filter is the subset the

@@ -1,5 +1,6 @@
-"""The pure rules of taking over a dead replica's bridged rounds (docs/design.md §40): which stored round a client's
-message is for, who continues it, and what continuing it may send upstream a second time.
+"""The pure rules of taking over a dead replica's bridged rounds
+(docs/design/takeover.md#leases-and-takeover-of-a-dead-replicas-rounds): which stored round a client's message is for,
+who continues it, and what continuing it may send upstream a second time.
 
 A replica that saves a round (``adapters.records.PendingRound``) holds a *lease* on it: an ownership record with a
 short TTL that it renews while it lives. When a client's answer, cancel or stream resumption reaches a replica that
@@ -100,11 +101,12 @@ def token_goes_upstream(authorization: str | None, forwards_token: bool) -> bool
 
 
 def swept(record: PendingRound, session_live: bool) -> Sweep:
-    """The sweep's rule (docs/design.md §40). A round in flight upstream when its replica died is sent again by
-    whoever continues it (:func:`repeats`), so continuing it without waiting for its client completes what the
-    client confirmed; a round waiting for its client is continued the same way, so its timers run again and end it
-    if the client never answers. A round whose upstream calls carry its client's token
-    (:func:`token_goes_upstream`) waits for its client instead: the retry would go upstream without it."""
+    """The sweep's rule (docs/design/takeover.md#leases-and-takeover-of-a-dead-replicas-rounds). A round in flight
+    upstream when its replica died is sent again by whoever continues it (:func:`repeats`), so continuing it without
+    waiting for its client completes what the client confirmed; a round waiting for its client is continued the same
+    way, so its timers run again and end it if the client never answers. A round whose upstream calls carry its
+    client's token (:func:`token_goes_upstream`) waits for its client instead: the retry would go upstream without
+    it."""
     if not session_live or record.phase is Phase.DONE:
         return Sweep.END
     if record.authorized:
@@ -153,7 +155,7 @@ def outcome_unknown(error: ErrorValue) -> ErrorValue:
     may be the upstream refusing a step it already carried out on the first send (a used confirmation), or a
     real failure: the gateway cannot tell which, so it says the outcome is unknown rather than failed, and hands
     the upstream's error on in ``data.upstreamError`` (2026-07-28 basic/patterns §Multi Round-Trip Requests leaves
-    a repeated round to the server; docs/design.md §40)."""
+    a repeated round to the server; docs/design/takeover.md#leases-and-takeover-of-a-dead-replicas-rounds)."""
     return ErrorValue(INTERNAL_ERROR, "the outcome of the resent round is unknown: another replica took the request "
                       "over and sent its last round again, which the upstream may already have acted on, and the "
                       f"upstream answered it with an error ({error.code} {error.message})",

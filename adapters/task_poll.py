@@ -1,6 +1,7 @@
 """The tasks extension as the bridge drives it for a legacy client that knows nothing of tasks
-(``io.modelcontextprotocol/tasks``, ext-tasks specification/draft/tasks.md; docs/design.md §17): pure rules
-for :class:`adapters.bridge.BridgeMachine`'s task states.
+(``io.modelcontextprotocol/tasks``, ext-tasks specification/draft/tasks.md;
+docs/design/bridge.md#tasks-the-gateway-drives-them-or-maps-them-onto-2025-tasks): pure rules for
+:class:`adapters.bridge.BridgeMachine`'s task states.
 
 What is here: when the gateway declares the extension upstream (:func:`declare`), what a task message must look
 like to be acted on (:func:`read_task`), how long to wait before the next ``tasks/get`` (:func:`poll_delay`), the

@@ -6,7 +6,7 @@ and the Redis round trips of a two-round bridged call, counted.
 The balanced scenarios need ``haproxy`` (``apt-get install haproxy``) and a Redis; without either they are left out.
 The count needs only a Redis: :class:`CountingProxy` sits between a gateway and Redis and counts what the gateway
 writes, one write per round trip (the store's pipelined connection writes a command, or the commands issued
-meanwhile, and waits for the reply, docs/design.md §49).
+meanwhile, and waits for the reply, docs/design/replicas.md#one-pipelined-redis-connection-per-process).
 """
 
 from __future__ import annotations

@@ -10,11 +10,11 @@ exits 1 when any call errored, was lost or cross-wired. Not a benchmark of speed
 With ``--replicas N`` the same load then runs through HAProxy (``config/haproxy.example.cfg``, plain round robin,
 ``bench.balancer``) in front of N gateways on Redis (``--redis``, as ``bench`` finds it), one of them killed with
 SIGKILL every ``--kill-every`` seconds and restarted on its port, and its figures are printed beside the single
-gateway's. There the client does what the design leaves to a client whose replica died (docs/design.md §40): it
-resumes a broken stream with ``Last-Event-ID``, and sends again an answer whose POST broke or got a 5xx, and a
-request whose POST broke before its first event (under a new id); a call is lost only when none of that brought
-its answer within :data:`CALL_DEADLINE`. How often each was needed is printed.
-"""
+gateway's. There the client does what the design leaves to a client whose replica died
+(docs/design/takeover.md#leases-and-takeover-of-a-dead-replicas-rounds): it resumes a broken stream with
+``Last-Event-ID``, and sends again an answer whose POST broke or got a 5xx, and a request whose POST broke before its
+first event (under a new id); a call is lost only when none of that brought its answer within :data:`CALL_DEADLINE`.
+How often each was needed is printed."""
 
 from __future__ import annotations
 

@@ -1,9 +1,10 @@
 """``python -m bench.reverse [--duration S] [--warmup S] [--slice S] [--concurrency 1] [--legacy-python PATH]
 [--check]``.
 
-What the reverse bridge costs (docs/design.md §61), on one sampling tool of a 2025-11-25-only server written with
-the official ``mcp`` 1.x SDK (tests/gateway/http/legacy_sdk1_server.py, ``ask_model``), both scenarios
-interleaved in short slices as ``python -m bench`` does:
+What the reverse bridge costs (docs/design/eras.md#2026-clients-in-front-of-a-2025-server-the-reverse-bridge), on one
+sampling tool of a 2025-11-25-only server written with the official ``mcp`` 1.x SDK
+(tests/gateway/http/legacy_sdk1_server.py, ``ask_model``), both scenarios interleaved in short slices as ``python -m
+bench`` does:
 
 - ``legacy_direct``: a 2025 client (one session) calls it on the legacy server itself, answering the server's
   live ``sampling/createMessage`` on the call's SSE stream;

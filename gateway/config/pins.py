@@ -5,12 +5,12 @@ date, a canary over 100%, a peer naming an upstream that does not exist, or an u
 incoherent all fail with the key path. Secrets are never required in the file: tokens are SHA-256 digests or
 environment-variable references, and the gateway's own upstream credential is an environment variable.
 
-Token passthrough (2025-11-25 basic/security_best_practices §Token Passthrough; docs/design.md §14): the client's bearer
-token is forwarded only to an upstream declared to share its audience (``auth = "forward"`` with ``shares_audience =
-true``, e.g. the embedded core, which checks the same tokens). Any other upstream gets the gateway's own credential
-(``auth = "gateway"``) or none: passing a token minted for one audience to another is the confused-deputy pattern the
-spec forbids, so the configuration refuses to express it.
-"""
+Token passthrough (2025-11-25 basic/security_best_practices §Token Passthrough;
+docs/design/authorization.md#principal-and-token-passthrough): the client's bearer token is forwarded only to an
+upstream declared to share its audience (``auth = "forward"`` with ``shares_audience = true``, e.g. the embedded
+core, which checks the same tokens). Any other upstream gets the gateway's own credential (``auth = "gateway"``) or
+none: passing a token minted for one audience to another is the confused-deputy pattern the spec forbids, so the
+configuration refuses to express it."""
 
 from __future__ import annotations
 
@@ -76,8 +76,10 @@ class UpstreamAuthConfig(_Frozen):
 class UpstreamConfig(UpstreamAuthConfig):
     url: str = Field(description='"embedded" (the in-process core) or an http(s) URL of a 2026-07-28 server')
     revision: Literal["2026-07-28"] = MODERN_VERSION
-    # As the main upstream's upstream_era (docs/design.md §61): "auto" takes serve's start-up probe's verdict for
-    # this upstream; "2025-11-25" is served in reverse without asking; "2026-07-28" is passed through.
+    # As the main upstream's upstream_era
+    # (docs/design/eras.md#2026-clients-in-front-of-a-2025-server-the-reverse-bridge): "auto" takes serve's start-up
+    # probe's verdict for this upstream; "2025-11-25" is served in reverse without asking; "2026-07-28" is passed
+    # through.
     era: Literal["auto", "2026-07-28", "2025-11-25"] = "auto"
     connect_timeout_seconds: float = Field(10.0, gt=0)
     read_timeout_seconds: float = Field(600.0, gt=0)

@@ -98,8 +98,8 @@ class StoreConfig(_Frozen):
     url: str | None = None
     prefix: str = Field("mcpgw:", min_length=1)  # every key the gateway writes starts with it
     timeout_seconds: float = Field(2.0, gt=0)  # connect and command timeout: a failure is a 503 this soon
-    # A saved round's lease (docs/design.md §40): a dead replica's rounds are taken over this long after its
-    # last renewal at most; renewed every third of it.
+    # A saved round's lease (docs/design/takeover.md#leases-and-takeover-of-a-dead-replicas-rounds): a dead replica's
+    # rounds are taken over this long after its last renewal at most; renewed every third of it.
     lease_seconds: float = Field(10.0, ge=0.3)
 
     @field_validator("url")
@@ -159,7 +159,8 @@ class AuthConfig(_Frozen):
 
 
 class ReverseConfig(_Frozen):
-    """[gateway.reverse]: 2026-07-28 clients in front of a 2025-11-25 upstream (docs/design.md §61)."""
+    """[gateway.reverse]: 2026-07-28 clients in front of a 2025-11-25 upstream
+    (docs/design/eras.md#2026-clients-in-front-of-a-2025-server-the-reverse-bridge)."""
 
     max_sessions: int = Field(256, ge=1)  # pooled legacy sessions (principal x capabilities x client)
     session_idle_seconds: float = Field(300.0, gt=0)  # an unused pooled session is closed (DELETE) after this
@@ -201,7 +202,7 @@ class GatewayConfig(_Frozen):
     allowed_origins: tuple[str, ...] = ()
     session_idle_seconds: float = Field(3600.0, gt=0)
     # SIGTERM/SIGINT: how long open requests may take to end once new connections are refused and saved rounds
-    # are handed over (docs/design.md §42); then the process exits.
+    # are handed over (docs/design/takeover.md#sigterm-hands-the-rounds-over); then the process exits.
     shutdown_timeout_seconds: float = Field(10.0, ge=0)
     replay_buffer_events: int = Field(256, ge=1)
     sse_retry_ms: int = Field(1000, ge=0)
@@ -218,8 +219,9 @@ class GatewayConfig(_Frozen):
     max_upstream_header_bytes: int = Field(64 << 10, ge=1024)
     bridge_list_changed: bool = True
     bridge_subscriptions: bool = True
-    # 2024-11-05 clients are served on the doors of that revision's transports (HTTP+SSE, stdio) and WebSocket;
-    # /mcp (Streamable HTTP, from 2025-03-26) negotiates it only when this is true (docs/design.md §43).
+    # 2024-11-05 clients are served on the doors of that revision's transports (HTTP+SSE, stdio) and WebSocket; /mcp
+    # (Streamable HTTP, from 2025-03-26) negotiates it only when this is true
+    # (docs/design/doors.md#doors-name-their-transport-2024-11-05-is-negotiated-on-the-doors-of-its-transports).
     streamable_http_2024_11_05: bool = False
     limits: LimitsConfig = LimitsConfig()
     sessions: SessionsConfig = SessionsConfig()  # [gateway.sessions]

@@ -38,12 +38,12 @@ async def ready(answer: web.StreamResponse) -> web.StreamResponse:
 
 
 class Acknowledgement(web.StreamResponse):
-    """``202 Accepted`` with no body: what a client's answers and notifications get (2025-11-25
-    basic/transports §Sending Messages to the Server), one per bridged round. On a kept-alive HTTP/1.1
-    connection its head is one constant write, with what the app's one response hook adds (a replica's name,
-    ``gateway.http.health``) written in: aiohttp built the same head for every one of them at about 4% of a
-    round's instructions (``bench.instructions``, docs/design.md §53). Otherwise (HTTP/1.0, a closing connection,
-    another hook) it goes aiohttp's way, and so does everything when aiohttp lacks what this sets."""
+    """``202 Accepted`` with no body: what a client's answers and notifications get (2025-11-25 basic/transports
+    §Sending Messages to the Server), one per bridged round. On a kept-alive HTTP/1.1 connection its head is one
+    constant write, with what the app's one response hook adds (a replica's name, ``gateway.http.health``) written
+    in: aiohttp built the same head for every one of them at about 4% of a round's instructions
+    (``bench.instructions``, docs/design/streams.md#a-202-is-written-whole). Otherwise (HTTP/1.0, a closing
+    connection, another hook) it goes aiohttp's way, and so does everything when aiohttp lacks what this sets."""
 
     def __init__(self) -> None:
         super().__init__(status=202)

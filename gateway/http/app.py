@@ -104,7 +104,7 @@ async def handle_mcp(request: web.Request) -> web.StreamResponse:
     key = principal.key if principal is not None else None  # the verified claims ride along as the view's grant
     bridges = request.app.get(REVERSES)
     if bridges is not None and bridges.by_name and relayed_as_is(request.method, headers, parsed := _parsed(body)):
-        refused = None if checked else check_origin_host(headers, gw.policy)  # docs/design.md §61
+        refused = None if checked else check_origin_host(headers, gw.policy)  # docs/design/eras.md#2026-clients-in-front-of-a-2025-server-the-reverse-bridge
         if refused is not None:
             return rejection_response(refused)
         relayed = await bridges.relay(request, body, parsed, principal, not gw.config.auth.enabled)
@@ -147,9 +147,9 @@ async def _verified_principal(request: web.Request, headers: Any, body: bytes,
 
 
 async def classified(gw: Gateway, view: HttpView, now: int) -> Accepted | Rejection:
-    """The request's verdict on its session's record: the one a round waiting here for the session's client
-    holds when that verdict stands on it (an answer: adapters.classify.stands_on_held_record, docs/design.md §51),
-    else the stored one."""
+    """The request's verdict on its session's record: the one a round waiting here for the session's client holds
+    when that verdict stands on it (an answer: adapters.classify.stands_on_held_record,
+    docs/design/takeover.md#a-clients-answer-is-checked-on-its-requests-session-record), else the stored one."""
     session_id = view.headers.get("mcp-session-id")
     if not session_id:
         return classify(view, None, gw.policy, now)
@@ -184,7 +184,8 @@ async def read_body(request: web.Request, gw: Gateway) -> bytes | web.Response:
 async def _end_sessions(app: web.Application) -> None:
     """Shutdown runs before aiohttp waits for open handlers: ending every session's streams and tasks, and every
     modern passthrough, here lets long-lived SSE writers return at once instead of holding shutdown for its
-    timeout. Both drain first, side by side (docs/design.md §23): what waits on the upstream may be answered."""
+    timeout. Both drain first, side by side (docs/design/takeover.md#shutdown): what waits on the upstream may be
+    answered."""
     gw = app.get(GATEWAY)
     drain = gw.config.shutdown_timeout_seconds * DRAIN_FRACTION if gw is not None else 0.0
     await asyncio.gather(app[PASSTHROUGHS].drain(drain), gw.close() if gw is not None else asyncio.sleep(0))
@@ -265,8 +266,9 @@ def create_app(config: GatewayConfig, *, store: SessionStore | None = None, tap:
             gateway.hub = ListenHub(gateway)
             gateway.observer = watchers(gateway, app.get(USAGE))
             app[GATEWAY] = gateway
-            # The 2025-era upstreams (``upstream_era``, ``[upstreams.NAME] era``; serve's probe decided "auto"):
-            # served to 2026 clients in reverse, their 2025 clients relayed (docs/design.md §61).
+            # The 2025-era upstreams (``upstream_era``, ``[upstreams.NAME] era``; serve's probe decided "auto"): served
+            # to 2026 clients in reverse, their 2025 clients relayed
+            # (docs/design/eras.md#2026-clients-in-front-of-a-2025-server-the-reverse-bridge).
             bridges = app[REVERSES] = ReverseBridges(config, url, gateway)
             await bridges.start()
             if (reverse := bridges.get("default")) is not None:
@@ -274,7 +276,8 @@ def create_app(config: GatewayConfig, *, store: SessionStore | None = None, tap:
             if core_url is not None:
                 app[CORE_URL] = core_url
             try:
-                # Replicas on a shared store: the relay (docs/design.md §34) and round leases (§40).
+                # Replicas on a shared store: the relay (docs/design/replicas.md#replicas-relay-through-the-store) and
+                # round leases (§40).
                 async with relay_lifetime(gateway), lease_lifetime(gateway):
                     bridges.attach()  # retries of calls parked here, relayed from other replicas
                     yield

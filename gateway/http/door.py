@@ -1,11 +1,11 @@
 """A door's client of the gateway's own Streamable HTTP endpoint.
 
 Doors other than Streamable HTTP (stdio, HTTP+SSE) decide nothing of their own: each is a small client of the
-endpoint, served in the same process, through which every message of its one session passes. So
-classification, session rules, limits, pins, the bridge and telemetry are the endpoint's, with no second copy
-of any decision (docs/design.md §35). A door gives :class:`DoorClient` each line it receives and an ``out``
-that carries every message the session answers (a line on stdout, an SSE event).
-"""
+endpoint, served in the same process, through which every message of its one session passes. So classification,
+session rules, limits, pins, the bridge and telemetry are the endpoint's, with no second copy of any decision
+(docs/design/doors.md#the-stdio-httpsse-and-websocket-doors-are-clients-of-the-streamable-http-door). A door gives
+:class:`DoorClient` each line it receives and an ``out`` that carries every message the session answers (a line on
+stdout, an SSE event)."""
 
 from __future__ import annotations
 

@@ -1,15 +1,15 @@
 """Where the WebSocket and HTTP+SSE doors reach the gateway's own ``/mcp`` (the hop), and how many door
 sessions may be open at once.
 
-Each message of a door session is one loopback request to ``/mcp`` (docs/design.md §35), and a session holds up
-to :func:`door_connections` of them at once, two descriptors each (both ends). Served on the client port they
-counted against ``max_client_connections``: one WebSocket whose calls waited on sampling held every slot, and
-other clients were refused. So ``serve`` (gateway.ops.connections) also serves the app on a Unix socket in a
-private temporary folder, as the stdio door does, which the connection cap never sees; door sessions are
-bounded instead, all of them together, by ``door_max_sessions`` (a WebSocket upgrade or ``GET /sse`` over it
-gets 503). A server with no hop (a plain runner) lets doors reach ``/mcp`` on the address their client used.
-A door session also ends as soon as its client's connection is gone (:func:`serve_until_gone`).
-"""
+Each message of a door session is one loopback request to ``/mcp``
+(docs/design/doors.md#the-stdio-httpsse-and-websocket-doors-are-clients-of-the-streamable-http-door), and a session
+holds up to :func:`door_connections` of them at once, two descriptors each (both ends). Served on the client port
+they counted against ``max_client_connections``: one WebSocket whose calls waited on sampling held every slot, and
+other clients were refused. So ``serve`` (gateway.ops.connections) also serves the app on a Unix socket in a private
+temporary folder, as the stdio door does, which the connection cap never sees; door sessions are bounded instead, all
+of them together, by ``door_max_sessions`` (a WebSocket upgrade or ``GET /sse`` over it gets 503). A server with no
+hop (a plain runner) lets doors reach ``/mcp`` on the address their client used. A door session also ends as soon as
+its client's connection is gone (:func:`serve_until_gone`)."""
 
 from __future__ import annotations
 

@@ -107,10 +107,11 @@ async def open_session(request: web.Request, gw: Gateway, acc: Accepted, opening
 
 async def _store_admitted(gw: Gateway, record: SessionRecord, ident: Any, unverified: bool) -> Rejection | None:
     """Store the admitted session, or take it back: replicas on one store count, then store, in two steps, so a
-    handshake on another replica may take the last free slot in between. The store counts right after each write
-    in the same step, so the count without this session says whether a slot was still free when it was stored
-    (docs/design.md §31). An unverified principal's session is counted again after its write: two replicas
-    storing the last unverified slot at once may both take theirs back, never both keep it."""
+    handshake on another replica may take the last free slot in between. The store counts right after each write in
+    the same step, so the count without this session says whether a slot was still free when it was stored
+    (docs/design/limits.md#what-a-client-can-make-the-gateway-hold). An unverified principal's session is counted
+    again after its write: two replicas storing the last unverified slot at once may both take theirs back, never
+    both keep it."""
     total, own = await gw.store.put_session(record)
     after = await gw.store.count_unverified(record.principal) if unverified else None
     late = admit_session(SessionCounts(total - 1, own - 1, None if after is None else after - 1),

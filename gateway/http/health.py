@@ -1,5 +1,6 @@
-"""``GET /healthz`` and ``GET /readyz`` for load balancers (docs/design.md §34; ``adapters.health`` decides the
-answers). Outside the MCP endpoint, so no Origin or Host check applies: a balancer's probe has neither.
+"""``GET /healthz`` and ``GET /readyz`` for load balancers (docs/design/replicas.md#replicas-relay-through-the-store;
+``adapters.health`` decides the answers). Outside the MCP endpoint, so no Origin or Host check applies: a balancer's
+probe has neither.
 
 Readiness pings the session store on every request, fetches the trusted issuers' signing keys until it has them
 (``[gateway.auth]``) (a shared store is the one thing replicas cannot serve

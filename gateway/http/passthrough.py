@@ -1,14 +1,14 @@
 """The ends of modern (2026-07-28) passthrough requests: the client's hang-up and the gateway's shutdown.
 
-Closing the response is the 2026 cancel (2026-07-28 basic/patterns §Cancellation), so a modern client that disconnects
-must have its upstream request closed at once. aiohttp cancels no handler when its client disconnects unless the server
-runs with ``handler_cancellation`` (``web.run_app`` leaves it off), and it must stay off: for a legacy 2025 request a
-disconnect is not a cancel (2025-11-25 basic/transports). aiohttp 3.14 gives a handler no connection-lost callback
-either, so one timer checks the open passthroughs' transports every ``HANGUP_POLL_SECONDS`` and cancels the exchange of
-each one whose client is gone. Shutdown lets the passthroughs that end by themselves end (:meth:`Passthroughs.drain`,
-as the gateway drains its legacy requests, docs/design.md §23) and ends a ``subscriptions/listen``, which never
-does, at once: otherwise aiohttp waits ``shutdown_timeout`` (twice) for these streams.
-"""
+Closing the response is the 2026 cancel (2026-07-28 basic/patterns §Cancellation), so a modern client that
+disconnects must have its upstream request closed at once. aiohttp cancels no handler when its client disconnects
+unless the server runs with ``handler_cancellation`` (``web.run_app`` leaves it off), and it must stay off: for a
+legacy 2025 request a disconnect is not a cancel (2025-11-25 basic/transports). aiohttp 3.14 gives a handler no
+connection-lost callback either, so one timer checks the open passthroughs' transports every ``HANGUP_POLL_SECONDS``
+and cancels the exchange of each one whose client is gone. Shutdown lets the passthroughs that end by themselves end
+(:meth:`Passthroughs.drain`, as the gateway drains its legacy requests, docs/design/takeover.md#shutdown) and ends a
+``subscriptions/listen``, which never does, at once: otherwise aiohttp waits ``shutdown_timeout`` (twice) for these
+streams."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""The reverse bridge's shell (docs/design.md §61): 2026-07-28 requests served from a 2025-11-25 upstream.
+"""The reverse bridge's shell (docs/design/eras.md#2026-clients-in-front-of-a-2025-server-the-reverse-bridge):
+2026-07-28 requests served from a 2025-11-25 upstream.
 
 It keeps the pool of legacy sessions (``adapters.reverse.plan`` decides), the parked calls (the legacy request
 still open while the client answers an ``input_required``), and the sealed ``requestState``s (AES-GCM over the

@@ -1,5 +1,6 @@
-"""The gateway's reverse bridges (docs/design.md §61): one per upstream served in its 2025 era, the main one
-(``upstream_era``) and each named one (``[upstreams.NAME] era``), found by the upstream a peer routes to.
+"""The gateway's reverse bridges (docs/design/eras.md#2026-clients-in-front-of-a-2025-server-the-reverse-bridge): one
+per upstream served in its 2025 era, the main one (``upstream_era``) and each named one (``[upstreams.NAME] era``),
+found by the upstream a peer routes to.
 
 Owns which bridge a 2025 client's relayed request goes to (``adapters.reverse.relay_upstream`` decides; the
 gateway's ``Mcp-Session-Id`` of a relayed session is sealed over ``adapters.reverse.RelayedSession``, so any

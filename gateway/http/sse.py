@@ -45,7 +45,8 @@ def on_resume(request: web.Request, gw: Gateway, acc: Accepted) -> Awaitable[web
 async def resume_from_store(request: web.Request, gw: Gateway, acc: Accepted, runtime: SessionRuntime, name: str,
                             after: int) -> web.StreamResponse:
     """A stream this replica does not hold: its round continues here if the replica writing it stopped
-    (docs/design.md §40), else it is read from the shared store's copy (§37)."""
+    (docs/design/takeover.md#leases-and-takeover-of-a-dead-replicas-rounds), else it is read from the shared store's
+    copy (§37)."""
     assert acc.session is not None
     if gw.relay is not None:
         await takeover.resume(gw, acc.session, name, after, request.headers.get("Authorization"))
@@ -66,7 +67,7 @@ def _replay(request: web.Request, gw: Gateway, stream: OutStream | None,
 async def resume_elsewhere(request: web.Request, gw: Gateway, runtime: SessionRuntime, name: str,
                            after: int) -> web.StreamResponse:
     """A stream another replica writes (or wrote): replayed from the shared store's copy and followed there
-    until it ends (docs/design.md §37)."""
+    until it ends (docs/design/replicas.md#sse-replay-across-replicas)."""
     stream = await runtime.follow(name, after)
     if stream is None:
         return _unresumable()

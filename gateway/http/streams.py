@@ -1,8 +1,8 @@
-"""Writing a legacy client's stream as the HTTP answer: :func:`write_stream` answers a POST lazily as JSON (when
-the response is the only message) or SSE (whenever requests/notifications precede it), as docs/design.md §11
-says, a GET as SSE from now on, a resume as SSE after the client's ``Last-Event-ID``; :func:`json_response` is the
-one JSON answer. The streams themselves, as data, are ``gateway.session.streams``.
-"""
+"""Writing a legacy client's stream as the HTTP answer: :func:`write_stream` answers a POST lazily as JSON (when the
+response is the only message) or SSE (whenever requests/notifications precede it), as
+docs/design/streams.md#sse-streams-and-resumption says, a GET as SSE from now on, a resume as SSE after the client's
+``Last-Event-ID``; :func:`json_response` is the one JSON answer. The streams themselves, as data, are
+``gateway.session.streams``."""
 
 from __future__ import annotations
 

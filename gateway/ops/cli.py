@@ -260,7 +260,7 @@ def check_upstream(config: GatewayConfig, required: bool) -> tuple[UpstreamProte
     what is there; with ``required``, any that is not a 2026-07-28 server ends start-up with its line (a 2025-era
     upstream served in reverse is fine). Returns what the default upstream's protected-resource metadata says,
     when it answered 401 with one; its era, and each named upstream's, where "auto" found a 2025-era server
-    (docs/design.md §61)."""
+    (docs/design/eras.md#2026-clients-in-front-of-a-2025-server-the-reverse-bridge)."""
     from adapters.probe import UpstreamKind
     from adapters.reverse_wire import Era, era_of
     from gateway.ops.probe import probe_all, targets

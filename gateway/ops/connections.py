@@ -170,10 +170,10 @@ async def serve_forever(app: web.Application, host: str, port: int, limit: int, 
                         bound: Callable[[int], None] | None = None, **runner_args: Any) -> None:
     """What ``web.run_app`` does, with the cap; ``reuse_port``: one of several workers on the same port
     (gateway.ops.workers); ``bound``: called with the port once the socket is bound (the banner comes only then).
-    SIGINT/SIGTERM end it gracefully: the site stops accepting, then the app shuts down while every other task
-    still runs (docs/design.md §42: exchanges hand their rounds over as they end). The signal only sets an event:
-    aiohttp's own handler raises out of the loop, and ``asyncio.run`` would then cancel every task at once, before
-    the app's shutdown could reach them."""
+    SIGINT/SIGTERM end it gracefully: the site stops accepting, then the app shuts down while every other task still
+    runs (docs/design/takeover.md#sigterm-hands-the-rounds-over: exchanges hand their rounds over as they end). The
+    signal only sets an event: aiohttp's own handler raises out of the loop, and ``asyncio.run`` would then cancel
+    every task at once, before the app's shutdown could reach them."""
     runner = CappedRunner(app, ConnectionCap(limit), handle_signals=False, **runner_args)
     await runner.setup()
     stop, loop = asyncio.Event(), asyncio.get_running_loop()

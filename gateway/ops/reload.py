@@ -32,8 +32,9 @@ if TYPE_CHECKING:
 
 
 def apply(gw: Gateway, config: GatewayConfig, core_url: str | None, bridges: ReverseBridges | None = None) -> None:
-    """The new file's named upstreams, their reverse bridges (2025-era ones, docs/design.md §61), then its pins:
-    a request routed by the new pins finds its upstream served in its era."""
+    """The new file's named upstreams, their reverse bridges (2025-era ones,
+    docs/design/eras.md#2026-clients-in-front-of-a-2025-server-the-reverse-bridge), then its pins: a request routed
+    by the new pins finds its upstream served in its era."""
     from gateway.http.app import named_upstreams
 
     fresh = named_upstreams(config, core_url, gw.tap)

@@ -1,17 +1,16 @@
 """``serve --workers N``: N gateway processes on one port, for a machine's cores.
 
 Each worker is a full ``serve`` bound with ``SO_REUSEPORT``, so the kernel spreads new connections among them;
-nothing routes by session. That only works when every worker sees every session: the workers need a shared
-session store (Redis), through which a client's answer, cancel or DELETE reaching another worker is relayed to
-the one running the request (docs/design.md §34); with the in-memory store ``serve`` refuses to start. This
-process only supervises: it starts the workers and passes SIGTERM, SIGINT and SIGHUP on to them. A worker that
-ends on its own (killed, crashed) is logged in one line and started again after a backoff, while the others go on
-serving: only its own in-flight requests are lost (a round saved in the shared store is taken over). The one
-exception is start-up: a first worker ending with a status within :data:`STEADY_SECONDS` refused the
-configuration (its one line says why), and every worker would refuse it the same way, so the service stops
-with that status. SIGTERM or SIGINT stops every worker and then this process; should this process itself be
-killed, its workers are sent SIGTERM by the kernel.
-"""
+nothing routes by session. That only works when every worker sees every session: the workers need a shared session
+store (Redis), through which a client's answer, cancel or DELETE reaching another worker is relayed to the one
+running the request (docs/design/replicas.md#replicas-relay-through-the-store); with the in-memory store ``serve``
+refuses to start. This process only supervises: it starts the workers and passes SIGTERM, SIGINT and SIGHUP on to
+them. A worker that ends on its own (killed, crashed) is logged in one line and started again after a backoff, while
+the others go on serving: only its own in-flight requests are lost (a round saved in the shared store is taken over).
+The one exception is start-up: a first worker ending with a status within :data:`STEADY_SECONDS` refused the
+configuration (its one line says why), and every worker would refuse it the same way, so the service stops with that
+status. SIGTERM or SIGINT stops every worker and then this process; should this process itself be killed, its workers
+are sent SIGTERM by the kernel."""
 
 from __future__ import annotations
 

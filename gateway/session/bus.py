@@ -1,5 +1,6 @@
-"""The message bus between replicas on one store (docs/design.md §34): the :class:`Bus` protocol a store
-backend provides for the relay (``gateway.session.relay``), and :class:`LocalBus`, the in-process one.
+"""The message bus between replicas on one store (docs/design/replicas.md#replicas-relay-through-the-store): the
+:class:`Bus` protocol a store backend provides for the relay (``gateway.session.relay``), and :class:`LocalBus`, the
+in-process one.
 
 A bus carries ``adapters.relay.Relayed`` values to one replica or to every replica, and says whether a replica
 listens. It keeps nothing: a message published while nobody listens is lost, as on Redis pub/sub, so the relay

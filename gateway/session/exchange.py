@@ -16,9 +16,9 @@ Two ways to run one (the machine and its decisions are the same in both):
   deleted at the end.
 
 One step at a time, in the task that has its event when the exchange's task waits idle (:meth:`Exchange.offer`,
-docs/design.md §52): a client's answer in its handler, an upstream outcome in its round's task; what arrives
-meanwhile is queued for the exchange's task, which is also where every failure is answered.
-"""
+docs/design/takeover.md#a-step-runs-in-the-task-of-its-event): a client's answer in its handler, an upstream outcome
+in its round's task; what arrives meanwhile is queued for the exchange's task, which is also where every failure is
+answered."""
 
 from __future__ import annotations
 
@@ -138,7 +138,9 @@ class HandedOver(SessionError):
     """A client's answer (or cancel) cannot be taken here: it reached an exchange that handed its round over
     (shutdown, or a lost lease) before acting on it, or a replica shutting down that takes no round on. The round
     goes on elsewhere, so the POST is refused (``adapters.errors.answer_not_taken``, 503), for the client to send
-    it again there, rather than acknowledged (docs/design.md §26, §42)."""
+    it again there, rather than acknowledged
+    (docs/design/bridge.md#a-clients-answer-is-acted-on-before-it-is-acknowledged,
+    docs/design/takeover.md#sigterm-hands-the-rounds-over)."""
 
 
 class _Refused(SessionError):
@@ -151,8 +153,9 @@ class _Refused(SessionError):
 
 
 class _LeaseLost(SessionError):
-    """A fenced save found the round's lease lapsed or taken (this replica stalled past it, docs/design.md §50):
-    the round is another replica's, and this exchange stops as a lost handover does."""
+    """A fenced save found the round's lease lapsed or taken (this replica stalled past it,
+    docs/design/takeover.md#a-bridged-step-is-one-fenced-store-write): the round is another replica's, and this
+    exchange stops as a lost handover does."""
 
 
 def bridge_context(runtime: SessionRuntime, session: SessionRecord,
@@ -199,8 +202,9 @@ class Exchange:
         self._acted: list[asyncio.Future[bool]] = []
         self._stopped = False  # the exchange's task is over: nothing queued from then on is ever acted on
         self._session = session  # the record a handler just read, for the round it starts (none: read it again)
-        # The record the request was accepted with: its client's answers are checked against it and the rounds
-        # they start use it (docs/design.md §51), as they use the request's own credential.
+        # The record the request was accepted with: its client's answers are checked against it and the rounds they
+        # start use it (docs/design/takeover.md#a-clients-answer-is-checked-on-its-requests-session-record), as they use
+        # the request's own credential.
         self.request_session = session
         self._upstream: asyncio.Task[Any] | None = None
         self._upstream_began = False  # its task ran its first step (the round's request left, or is on its way)
@@ -210,8 +214,9 @@ class Exchange:
         self._inline: asyncio.Task[Any] | None = None  # the handler task while begin() waits on the upstream
         self._interrupted: Any = None  # the event that stopped that wait: Cancelled or the total timeout
         self._early: list[dict[str, Any]] = []  # notifications that arrived during begin()
-        self._owned: set[str] = set()  # ownership keys claimed in the store (docs/design.md §34)
-        # Ownership changes not written yet: they ride on the step's save (docs/design.md §50).
+        self._owned: set[str] = set()  # ownership keys claimed in the store (docs/design/replicas.md#replicas-relay-through-the-store)
+        # Ownership changes not written yet: they ride on the step's save
+        # (docs/design/takeover.md#a-bridged-step-is-one-fenced-store-write).
         self._claims: set[str] = set()
         self._releases: set[str] = set()  # a subset of _owned until written
         self._task: asyncio.Task[Any] | None = None  # run(), once spawned
@@ -293,10 +298,10 @@ class Exchange:
             self.stream.push(message)
 
     async def _escalate(self, actions: list[Any]) -> None:
-        """Go on as a session task with what :meth:`begin` left to perform, performed here first, in the
-        handler's task (docs/design.md §52): the stream the handler then answers with already holds what they
-        send, and neither the exchange's task nor the handler wakes for it. A failure is the exchange's task's
-        to answer, as any step's."""
+        """Go on as a session task with what :meth:`begin` left to perform, performed here first, in the handler's
+        task (docs/design/takeover.md#a-step-runs-in-the-task-of-its-event): the stream the handler then answers with
+        already holds what they send, and neither the exchange's task nor the handler wakes for it. A failure is the
+        exchange's task's to answer, as any step's."""
         self._open_stream()
         try:
             await self._perform(actions)
@@ -308,16 +313,18 @@ class Exchange:
         self._task = self.runtime.spawn(self.run(None, performed=True))
 
     async def take_over(self, stream: OutStream, elapsed_seconds: float, unsent: set[str]) -> None:
-        """Continue a round another replica saved, whose lease this replica just won (docs/design.md §40): on
-        ``stream`` (the request's stream, continued here), from the stored record; ``unsent``: the outstanding
-        requests the client never received, asked again."""
+        """Continue a round another replica saved, whose lease this replica just won
+        (docs/design/takeover.md#leases-and-takeover-of-a-dead-replicas-rounds): on ``stream`` (the request's stream,
+        continued here), from the stored record; ``unsent``: the outstanding requests the client never received,
+        asked again."""
         rec, gateway = self.record, self.runtime.gateway
         self.stream, self._saved, self._held = stream, True, True  # held by the replica that began it
         self.runtime.exchanges[rec.downstream_id] = self
         gateway.leases[rec.bridge_id] = self
         for gid in rec.outstanding:
             self.runtime.awaiting[gid] = self
-        # The ids the client is still to answer, and the request, now route here (docs/design.md §34).
+        # The ids the client is still to answer, and the request, now route here
+        # (docs/design/replicas.md#replicas-relay-through-the-store).
         keys = {k for k in map(answer_key, rec.outstanding) if k is not None}
         keys.add(request_key(rec.session_id, rec.downstream_id))
         self._claims |= keys
@@ -392,12 +399,12 @@ class Exchange:
             self._session = None
 
     async def offer(self, event: Any) -> bool:
-        """Step the machine on ``event`` in the caller's task when the exchange's own task waits with nothing
-        queued (docs/design.md §52): an answer's handler and an upstream round's task then perform their step
-        themselves, instead of waking the exchange's task for it (two task switches per bridged round). False
-        when the exchange is busy or done: the caller queues the event instead. One step at a time still: the
-        inbox is held meanwhile, and a step that raises is raised again by the exchange's task, where every
-        failure is answered."""
+        """Step the machine on ``event`` in the caller's task when the exchange's own task waits with nothing queued
+        (docs/design/takeover.md#a-step-runs-in-the-task-of-its-event): an answer's handler and an upstream round's
+        task then perform their step themselves, instead of waking the exchange's task for it (two task switches per
+        bridged round). False when the exchange is busy or done: the caller queues the event instead. One step at a
+        time still: the inbox is held meanwhile, and a step that raises is raised again by the exchange's task, where
+        every failure is answered."""
         if self.machine.done or not self.events.idle():
             return False
         self.events.hold()
@@ -426,10 +433,11 @@ class Exchange:
     async def _save(self, sends: int, mirror: Mirror | None = None, *, hold: Hold | None = None,
                     actions: list[Any] | None = None) -> None:
         """Save the record if :meth:`_saves`; a step that asks the client is saved before the client can see it
-        (docs/design.md §40): before its ``sends`` messages are pushed, or with them when ``mirror`` holds the
-        stream's copy, whose next append then rides on this save (§50); ``hold``: the round starts waiting with
-        this save (:meth:`_hold`), whose ``actions`` are observed once it is admitted.
-        The first save takes the round's lease, renewed while this replica lives (gateway.session.takeover)."""
+        (docs/design/takeover.md#leases-and-takeover-of-a-dead-replicas-rounds): before its ``sends`` messages are
+        pushed, or with them when ``mirror`` holds the stream's copy, whose next append then rides on this save
+        (§50); ``hold``: the round starts waiting with this save (:meth:`_hold`), whose ``actions`` are observed once
+        it is admitted. The first save takes the round's lease, renewed while this replica lives
+        (gateway.session.takeover)."""
         rec, gateway = self.record, self.runtime.gateway
         if not self._saves():
             # A step that claims asks the client or backs off, so its round waits and is saved: no claim is left
@@ -510,10 +518,10 @@ class Exchange:
         return _INTERNAL
 
     async def _finish(self, message: dict[str, Any] | None) -> None:
-        """The request's answer ends the stream. A saved round on a shared store ends with it, in one store step
-        that also copies the answer (docs/design.md §50): the store then holds either the round, for a replica
-        to continue, or its answer, never both (a takeover after the answer was copied would send the round's
-        last retry upstream again)."""
+        """The request's answer ends the stream. A saved round on a shared store ends with it, in one store step that
+        also copies the answer (docs/design/takeover.md#a-bridged-step-is-one-fenced-store-write): the store then
+        holds either the round, for a replica to continue, or its answer, never both (a takeover after the answer was
+        copied would send the round's last retry upstream again)."""
         assert self.stream is not None
         mirror = self.stream.mirror
         held = (mirror is not None and self._saved and not (self._handed_over or self._round_ended)
@@ -523,11 +531,12 @@ class Exchange:
             await self._end_round(mirror)
 
     async def _end_round(self, mirror: Mirror | None = None) -> None:
-        """The exchange ended (or handed its round over): in one store step its ownership records go, and its
-        round's record (kept for the next holder when handed over) and lease (docs/design.md §50), with the
-        stream's last events when ``mirror`` is held for them. A failure only leaves the records to their TTL
-        (a relayed answer then finds nothing awaiting it and is ignored, as a late one is; the round's keys
-        expire with the session's idle time); the answer still goes out, from this replica only."""
+        """The exchange ended (or handed its round over): in one store step its ownership records go, and its round's
+        record (kept for the next holder when handed over) and lease
+        (docs/design/takeover.md#a-bridged-step-is-one-fenced-store-write), with the stream's last events when
+        ``mirror`` is held for them. A failure only leaves the records to their TTL (a relayed answer then finds
+        nothing awaiting it and is ignored, as a late one is; the round's keys expire with the session's idle time);
+        the answer still goes out, from this replica only."""
         if self._round_ended:
             return
         self._round_ended = True
@@ -560,9 +569,10 @@ class Exchange:
 
     def _claim(self, actions: list[Any]) -> None:
         """Before the client is asked: record this replica as the owner of every id it is asked under and of the
-        request, so a replica that gets its answer or cancel can pass it on here (docs/design.md §34). For as
-        long as the client may take to answer; each round renews the request's claim. Written with the step's
-        save, which precedes what the client sees (§50)."""
+        request, so a replica that gets its answer or cancel can pass it on here
+        (docs/design/replicas.md#replicas-relay-through-the-store). For as long as the client may take to answer;
+        each round renews the request's claim. Written with the step's save, which precedes what the client sees
+        (§50)."""
         if self.runtime.gateway.relay is None:  # one process holds every exchange: nobody asks who owns one
             return
         asks = {answer_key(a.message["id"]) for a in actions if isinstance(a, B.SendToClient) and "id" in a.message}
@@ -609,8 +619,9 @@ class Exchange:
         mirror = self._carrier(actions) if sends else None
         if sends and mirror is None:  # saved before the client can see what it is asked (a replica taking over
             await self._save(sends, hold=hold, actions=actions)  # must find it)
-        # The step writes what it sends to a waiting writer itself (docs/design.md §52), once the copy for other
-        # replicas (if any) holds it: after the save that carries it.
+        # The step writes what it sends to a waiting writer itself
+        # (docs/design/takeover.md#a-step-runs-in-the-task-of-its-event), once the copy for other replicas (if any)
+        # holds it: after the save that carries it.
         stream, hushed = self.stream, any(isinstance(a, _SENDS) for a in actions)
         if hushed:
             stream.hush()
@@ -658,8 +669,9 @@ class Exchange:
             await self._finish(action.message)
 
     def _carrier(self, actions: list[Any]) -> Mirror | None:
-        """The stream's copy, held for this step's save to carry its events (docs/design.md §50), when the step
-        only sends and arms timers (nothing else may start before the save) and is saved at all."""
+        """The stream's copy, held for this step's save to carry its events
+        (docs/design/takeover.md#a-bridged-step-is-one-fenced-store-write), when the step only sends and arms timers
+        (nothing else may start before the save) and is saved at all."""
         assert self.stream is not None
         mirror = self.stream.mirror
         if mirror is None or not self._saves() or not all(isinstance(a, _CARRIED) for a in actions):
@@ -787,10 +799,10 @@ class Exchange:
         return session.header_maps if session.header_maps is not None else self.runtime.header_maps
 
     async def _keep_header_maps(self, session: SessionRecord, maps: dict[str, Any]) -> None:
-        """Keep learned x-mcp-header maps so tools/call can mirror Mcp-Param-* (docs/design.md §19): in the
-        session's record, where every replica serving it finds them, when they fit there; else in this process.
-        ``session`` (the record this request was read with) sees them at once, for the resend a HEADER_MISMATCH asks
-        for."""
+        """Keep learned x-mcp-header maps so tools/call can mirror Mcp-Param-*
+        (docs/design/upstream.md#mcp-param--headers): in the session's record, where every replica serving it finds
+        them, when they fit there; else in this process. ``session`` (the record this request was read with) sees
+        them at once, for the resend a HEADER_MISMATCH asks for."""
         gateway = self.runtime.gateway
         kept = maps if header_maps_storable(maps, gateway.config.sessions.session_limits) else None
         self.runtime.header_maps = {} if kept is not None else maps
@@ -901,11 +913,11 @@ class Exchange:
         self.events.put_nowait(B.Cancelled(reason))
 
     async def cancel_now(self, reason: str | None) -> None:
-        """:meth:`cancel`, acted on before this returns (on a shared store, where a round can move: its handler
-        then acknowledges the POST). :class:`HandedOver` when the round was handed over first, raised once this
-        exchange has let the round go (its lease and ownership records released), so the caller can pass the
-        cancel on to where the round goes on (docs/design.md §42). One the exchange ended without (it finished
-        first) needs nothing more: the request is over."""
+        """:meth:`cancel`, acted on before this returns (on a shared store, where a round can move: its handler then
+        acknowledges the POST). :class:`HandedOver` when the round was handed over first, raised once this exchange
+        has let the round go (its lease and ownership records released), so the caller can pass the cancel on to
+        where the round goes on (docs/design/takeover.md#sigterm-hands-the-rounds-over). One the exchange ended
+        without (it finished first) needs nothing more: the request is over."""
         if not await self.cancel_acted(reason) and self._handed_over:
             if self._task is not None:
                 await asyncio.wait([self._task])  # not cancelled with the caller: it ends by itself

@@ -1,5 +1,5 @@
 """The per-session upstream ``subscriptions/listen`` that feeds the legacy GET stream (2026-07-28
-basic/patterns §Subscriptions; docs/design.md §12).
+basic/patterns §Subscriptions; docs/design/streams.md#subscriptions-over-subscriptionslisten).
 
 A filter cannot be changed in place: :meth:`Listener.ensure` opens a new listen, waits for its acknowledgement,
 then closes the old one, so no notification falls into a gap. An abrupt end of the listen (upstream restart) is
@@ -10,10 +10,10 @@ A listen the upstream answers with a JSON-RPC error before its acknowledgement f
 translated for the legacy client (``adapters.subscriptions.listen_refusal``); so does one whose acknowledgement
 leaves out a subscribed URI, and the old listen stays.
 
-A session with 2025 tasks also has a task listen (:class:`TaskWatch`, adapters.legacy_tasks, docs/design.md §17):
-the upstream's ``notifications/tasks`` for its live tasks, kept in its registry and sent on its GET stream as
-``notifications/tasks/status``.
-"""
+A session with 2025 tasks also has a task listen (:class:`TaskWatch`, adapters.legacy_tasks,
+docs/design/bridge.md#tasks-the-gateway-drives-them-or-maps-them-onto-2025-tasks): the upstream's
+``notifications/tasks`` for its live tasks, kept in its registry and sent on its GET stream as
+``notifications/tasks/status``."""
 
 from __future__ import annotations
 

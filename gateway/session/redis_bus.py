@@ -1,5 +1,6 @@
 """``RedisBus``: the :class:`~gateway.session.bus.Bus` of replicas on one Redis, on its pub/sub
-(docs/design.md §34), and how redis-py's failures become the store's one exception.
+(docs/design/replicas.md#replicas-relay-through-the-store), and how redis-py's failures become the store's one
+exception.
 
 Each replica subscribes to its own channel (``<prefix>relay:<replica>``) and to the broadcast one
 (``<prefix>relay-all``), named by ``adapters.relay``. A message is its ``Relayed.encode()`` text; anything else on

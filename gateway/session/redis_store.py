@@ -20,7 +20,7 @@ read back with ``ENCODED_DEPTH``. Keys, all under a configurable prefix (``[gate
   ``hb``, a hash ``P`` -> its bytes; ``ht``, the bytes in all; ``hx``, a sorted set ``B`` -> when its session
   would expire (ms), where each hold first gives back up to 16 holds whose session Redis expired by itself.
   These four are emptied as rounds end, so they hold nothing once no round waits;
-- ``e:S:N``: the copy of ``S``'s downstream SSE stream ``N`` (docs/design.md §37), a Redis Stream whose entry
+- ``e:S:N``: the copy of ``S``'s downstream SSE stream ``N`` (docs/design/replicas.md#sse-replay-across-replicas), a Redis Stream whose entry
   ids carry the event numbers: ``<seq>-0`` an event (field ``m``, the message's JSON text), ``0-1`` "nothing
   evicted", ``<seq>-2`` "ended after event seq". Trimmed on each append to the last ``replay_buffer_events``
   events (``MINID``, exact). Made with the stream's first event: a Redis Stream costs about 4.8 KB however
@@ -29,10 +29,10 @@ read back with ``ENCODED_DEPTH``. Keys, all under a configurable prefix (``[gate
   last ``FINISHED_STREAMS_KEPT`` ended ones are kept, as a replica keeps its own;
 - ``oa:G`` and ``oq:S:D`` (``adapters.relay``): the replica that owns the exchange which asked the client under
   gateway id ``G``, or which bridges ``S``'s request ``D``, and that exchange's round: ``"<replica> <B>"``, with
-  the client answer timeout as TTL (docs/design.md §34). A record counts only while its replica holds ``ol:B``
+  the client answer timeout as TTL (docs/design/replicas.md#replicas-relay-through-the-store). A record counts only while its replica holds ``ol:B``
   (§50): one that stalled past its lease owns nothing, so answers are not relayed to it. The relay's channels
   are ``relay:<replica>`` and ``relay-all`` under the same prefix;
-- ``ol:B``: the lease on round ``B`` (docs/design.md §40): the holding replica, with the lease time as TTL,
+- ``ol:B``: the lease on round ``B`` (docs/design/takeover.md#leases-and-takeover-of-a-dead-replicas-rounds): the holding replica, with the lease time as TTL,
   renewed while it lives; claimed with ``SET NX`` only while ``r:B`` exists, so one replica takes a round over;
 - ``rl``: a sorted set of the leased rounds, member ``B``, score = when its lease runs out (ms, Redis's own clock:
   ``TIME`` in the scripts), moved with every take and renewal: where a replica's sweep finds the rounds of a
@@ -305,12 +305,12 @@ end
 return gone
 """
 
-# ARGV: prefix, bridge id, session id, record text, ttl ms, lease mode ('take': the first save takes the lease;
-# 'check': saved only while the replica holds it; 'none'), replica, lease ms, claim count, claim ttl ms, release
-# count, hold ('1': the round starts waiting, store.Hold; else '0'), its principal, bytes and three ceilings,
-# claimed keys..., released keys..., then the step's stream append (see append) -> 1 when saved; 0 when not (the
-# lease is another's or lapsed: docs/design.md §50); the load (see hold) when the hold did not fit, and nothing
-# was written. The events are written only with the record.
+# ARGV: prefix, bridge id, session id, record text, ttl ms, lease mode ('take': the first save takes the lease; 'check':
+# saved only while the replica holds it; 'none'), replica, lease ms, claim count, claim ttl ms, release count, hold
+# ('1': the round starts waiting, store.Hold; else '0'), its principal, bytes and three ceilings, claimed keys...,
+# released keys..., then the step's stream append (see append) -> 1 when saved; 0 when not (the lease is another's or
+# lapsed: docs/design/takeover.md#a-bridged-step-is-one-fenced-store-write); the load (see hold) when the hold did not
+# fit, and nothing was written. The events are written only with the record.
 _SAVE_ROUND: Final = _LUA_COMMON + """
 local bid, sid, ttl, mode, replica = ARGV[2], ARGV[3], ARGV[5], ARGV[6], ARGV[7]
 local lease = P .. 'ol:' .. bid
@@ -336,7 +336,8 @@ return 1
 """
 
 # ARGV: prefix, ownership key -> its replica while that replica holds the lease of the record's round, else nil
-# (docs/design.md §50: a replica that stalled past its lease owns nothing).
+# (docs/design/takeover.md#a-bridged-step-is-one-fenced-store-write: a replica that stalled past its lease owns
+# nothing).
 _OWNER: Final = _LUA_COMMON + """
 local value = redis.call('GET', P .. ARGV[2])
 if not value then return false end
@@ -345,9 +346,9 @@ if not bid or redis.call('GET', P .. 'ol:' .. bid) ~= replica then return false 
 return replica
 """
 
-# ARGV: prefix, bridge id, replica, delete (0/1), release count, ownership keys..., then the stream append of its
-# last events (see append): a round's end in one step (docs/design.md §50): its record (when deleted), the lease
-# the replica holds (never another's), its ownership records, its result.
+# ARGV: prefix, bridge id, replica, delete (0/1), release count, ownership keys..., then the stream append of its last
+# events (see append): a round's end in one step (docs/design/takeover.md#a-bridged-step-is-one-fenced-store-write): its
+# record (when deleted), the lease the replica holds (never another's), its ownership records, its result.
 _END_ROUND: Final = _LUA_COMMON + """
 local bid, releases = ARGV[2], tonumber(ARGV[5])
 append(6 + releases)
@@ -454,7 +455,8 @@ class RedisStore:
         self.redis = Redis.from_pool(BlockingConnectionPool.from_url(
             url, max_connections=MAX_CONNECTIONS, timeout=timeout_seconds, socket_connect_timeout=timeout_seconds,
             socket_timeout=timeout_seconds, retry=Retry(NoBackoff(), 1)))
-        # Every command but the blocking reads and pub/sub: one pipelined connection (docs/design.md §49).
+        # Every command but the blocking reads and pub/sub: one pipelined connection
+        # (docs/design/replicas.md#one-pipelined-redis-connection-per-process).
         self.wire = RedisWire(url, timeout_seconds=timeout_seconds)
         self._put, self._touch, self._delete = Script(_PUT_SESSION), Script(_TOUCH), Script(_DELETE)
         self._mark_verified, self._hold = Script(_MARK_VERIFIED), Script(_HOLD_ROUND)

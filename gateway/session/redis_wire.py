@@ -1,5 +1,5 @@
 """``RedisWire``: one pipelined connection to Redis, shared by every task of the process, for the session store's
-commands (docs/design.md §49).
+commands (docs/design/replicas.md#one-pipelined-redis-connection-per-process).
 
 redis-py's asyncio client takes a pooled connection per command and waits for its reply before giving it back,
 which makes each command cost the gateway several times what the command itself needs (docs/benchmarks.md,

@@ -1,6 +1,6 @@
-"""The replica relay over the store's bus (docs/design.md §34): passes a client's answer or cancel to the replica
-whose exchange it is for, a session's end to every replica, and a 2026 client's retry of a reverse-bridged call
-to the replica it is parked on, whose answer comes back (§61).
+"""The replica relay over the store's bus (docs/design/replicas.md#replicas-relay-through-the-store): passes a client's
+answer or cancel to the replica whose exchange it is for, a session's end to every replica, and a 2026 client's retry of
+a reverse-bridged call to the replica it is parked on, whose answer comes back (§61).
 
 Each replica subscribes to what the bus (``gateway.session.bus``) sends it and every replica;
 :func:`relay_lifetime` runs the subscriber for the app's lifetime, only on a store whose replicas share a bus
@@ -59,8 +59,9 @@ class BusRelay:
                      message: dict[str, Any]) -> asyncio.Future[bool] | None:
         """Pass a cancel to the replica bridging the request: the future of its acknowledgement (True once the
         request ended there), as for :meth:`answer`. A request that claimed no owner may be a plain one answered
-        inline (``Exchange.begin`` claims nothing, to keep the store off every request's path): the cancel goes
-        to every replica, and the one running it stops it (docs/design.md §41); None then, as when the owner
+        inline (``Exchange.begin`` claims nothing, to keep the store off every request's path): the cancel goes to
+        every replica, and the one running it stops it
+        (docs/design/takeover.md#a-cancel-for-a-plain-request-goes-to-every-replica); None then, as when the owner
         does not listen."""
         key = R.request_key(session_id, request_id)
         owner = await self.gateway.store.owner_of(key)
@@ -91,9 +92,10 @@ class BusRelay:
         return acked
 
     async def retry(self, replica: str, message: dict[str, Any]) -> Mapping[str, Any] | None:
-        """Relay a 2026 client's retry to ``replica``, where its call is parked (docs/design.md §61): that
-        replica's JSON-RPC answer, or None when it does not listen, or stops listening before it answers (it
-        died: the call went with it)."""
+        """Relay a 2026 client's retry to ``replica``, where its call is parked
+        (docs/design/eras.md#2026-clients-in-front-of-a-2025-server-the-reverse-bridge): that replica's JSON-RPC
+        answer, or None when it does not listen, or stops listening before it answers (it died: the call went with
+        it)."""
         token = secrets.token_hex(8)
         reply: asyncio.Future[Mapping[str, Any]] = asyncio.get_running_loop().create_future()
         self.replies[token] = reply
@@ -120,7 +122,8 @@ class BusRelay:
 
     async def _pass_on(self, key: str, relayed: R.Relayed, owner: str | None = None) -> bool:
         """Send to the key's owner: True when a replica received it. Its owner not listening (it stopped, or
-        lost the bus) is where a takeover may begin (docs/design.md §40)."""
+        lost the bus) is where a takeover may begin
+        (docs/design/takeover.md#leases-and-takeover-of-a-dead-replicas-rounds)."""
         decision = R.route(owner or await self.gateway.store.owner_of(key), self.gateway.replica)
         if isinstance(decision, R.Drop):
             return False
@@ -176,7 +179,7 @@ class BusRelay:
             self._reverse(relayed)
             return
         if self.gateway.taking:  # a round being taken over here is relayed to as soon as its lease is won:
-            await asyncio.wait(list(self.gateway.taking.values()))  # deliver once its exchange runs (design §40)
+            await asyncio.wait(list(self.gateway.taking.values()))  # deliver once its exchange runs (docs/design/takeover.md#leases-and-takeover-of-a-dead-replicas-rounds)
         runtime, message = self.gateway.runtimes.get(relayed.session_id), relayed.message or {}
         if relayed.kind is R.RelayKind.ANSWER:
             ident = message.get("id")
@@ -223,7 +226,8 @@ class BusRelay:
     def _acknowledge(self, relayed: R.Relayed, acted: asyncio.Future[bool]) -> None:
         """Tell the relaying replica once the answer's step is saved (a cancel's: the request ended), or that it
         was not acted on here (the exchange ended first: handed over, say). It kept the message meanwhile: a
-        replica dying before that does not lose it (docs/design.md §34, §40)."""
+        replica dying before that does not lose it (docs/design/replicas.md#replicas-relay-through-the-store,
+        docs/design/takeover.md#leases-and-takeover-of-a-dead-replicas-rounds)."""
         if not relayed.wants_ack:
             return
 

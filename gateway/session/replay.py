@@ -2,7 +2,7 @@
 (:class:`Mirror`), and a ``GET`` + ``Last-Event-ID`` for a stream another replica writes is served from that copy
 and follows it (:class:`Follower`).
 
-Only on a store that shares streams (``SessionStore.shares_streams``); on the in-process store a stream's own
+Only on a store that shares streams (``StreamCopies.shares_streams``); on the in-process store a stream's own
 buffer is the only copy and nothing here runs. A mirror starts when a stream is first written as SSE (a lone
 JSON answer is never resumable, so it is never copied), and an event goes to the client only once the copy
 holds it: a client that saw an event can resume after it on any replica (2025-11-25 basic/transports
@@ -20,7 +20,7 @@ from typing import Any
 
 from adapters.sse import PRIMING_SEQ, Event
 from gateway.errors import SessionError
-from gateway.session.store import SessionStore, StoreUnavailable, StreamAppend
+from gateway.session.store import StoreUnavailable, StreamAppend, StreamCopies
 from gateway.session.streams import OutStream
 
 log = logging.getLogger("gateway")
@@ -39,7 +39,7 @@ class Mirror:
 
     __slots__ = ("_ended", "_held", "_opened", "_session_id", "_spawn", "_store", "_task", "kept", "state", "stream")
 
-    def __init__(self, stream: OutStream, store: SessionStore, session_id: str, spawn: Spawn) -> None:
+    def __init__(self, stream: OutStream, store: StreamCopies, session_id: str, spawn: Spawn) -> None:
         self.stream, self._store, self._session_id, self._spawn = stream, store, session_id, spawn
         self.state = MirrorState.IDLE
         self.kept = PRIMING_SEQ  # the last event the store holds
@@ -213,7 +213,7 @@ class Follower:
         self.task: asyncio.Task[Any] | None = None
 
 
-async def open_follower(store: SessionStore, session_id: str, name: str, after: int, capacity: int) -> Follower | None:
+async def open_follower(store: StreamCopies, session_id: str, name: str, after: int, capacity: int) -> Follower | None:
     """A follower of ``name`` from ``after`` on, or None when the store cannot resume it there."""
     stored = await store.read_events(session_id, name, after)
     if stored is None:
@@ -225,7 +225,7 @@ async def open_follower(store: SessionStore, session_id: str, name: str, after: 
     return follower
 
 
-async def follow(store: SessionStore, session_id: str, follower: Follower, wait_seconds: float) -> None:
+async def follow(store: StreamCopies, session_id: str, follower: Follower, wait_seconds: float) -> None:
     """Feed ``follower`` from the store until its stream ends; it is finished whatever happens, so a resumed
     request never hangs on a copy that stopped (the client resumes again, and is told why)."""
     stream = follower.stream

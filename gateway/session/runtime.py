@@ -80,7 +80,7 @@ class SessionRuntime:
         self.exchanges: dict[Any, Any] = {}  # downstream request id -> Exchange
         self.awaiting: dict[str, Any] = {}  # gateway request id -> Exchange waiting for the client's answer
         self.streams: dict[str, OutStream] = {}
-        self.followers: dict[str, Follower] = {}  # another replica's streams resumed here (design.md §37)
+        self.followers: dict[str, Follower] = {}  # another replica's streams resumed here (docs/design/replicas.md#sse-replay-across-replicas)
         self.standalone: OutStream | None = None
         self.listen: Any = None  # this session's own Listener (when it has resource subscriptions)
         self.hub_key: Any = None  # the shared listen it is a member of (gateway.session.listen.ListenHub)
@@ -170,7 +170,8 @@ class SessionRuntime:
     async def close(self, error: ErrorValue | None = None, *, hand_over: bool = False) -> None:
         """End the session's work: its requests in flight are cancelled (DELETE, expiry), or answered with
         ``error`` (shutdown: the client stops waiting instead of hanging on a stream that just closes), or, with
-        ``hand_over`` (shutdown on a shared store), a saved round is left to another replica (docs/design.md §42)."""
+        ``hand_over`` (shutdown on a shared store), a saved round is left to another replica
+        (docs/design/takeover.md#sigterm-hands-the-rounds-over)."""
         if self.gateway.hub is not None:
             self.gateway.hub.leave(self)
         handed = set()
@@ -312,7 +313,8 @@ class Gateway:
 
     def held_record(self, session_id: str) -> SessionRecord | None:
         """The session's record as a round waiting here for its client was accepted with, if one is (what an
-        answer to it is classified on: docs/design.md §51)."""
+        answer to it is classified on:
+        docs/design/takeover.md#a-clients-answer-is-checked-on-its-requests-session-record)."""
         runtime = self.runtimes.get(session_id)
         return runtime.held_record() if runtime is not None else None
 

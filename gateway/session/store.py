@@ -42,8 +42,10 @@ class StoreUnavailable(StoreError):
 
 @dataclass(frozen=True, slots=True)
 class Owners:
-    """Ownership records that change with a round's save, in the same store step (docs/design.md §34, §50):
-    ``claim`` recorded as ``replica``'s for ``ttl_seconds`` (a new claim renews it), ``release`` deleted."""
+    """Ownership records that change with a round's save, in the same store step
+    (docs/design/replicas.md#replicas-relay-through-the-store,
+    docs/design/takeover.md#a-bridged-step-is-one-fenced-store-write): ``claim`` recorded as ``replica``'s for
+    ``ttl_seconds`` (a new claim renews it), ``release`` deleted."""
 
     replica: str
     ttl_seconds: float
@@ -53,8 +55,9 @@ class Owners:
 
 @dataclass(frozen=True, slots=True)
 class StreamAppend:
-    """Events a round's save or end writes onto its stream's copy in the same store step (docs/design.md §50),
-    as :meth:`SessionStore.append_events` would (``opening``: the copy's first append, which makes it)."""
+    """Events a round's save or end writes onto its stream's copy in the same store step
+    (docs/design/takeover.md#a-bridged-step-is-one-fenced-store-write), as :meth:`SessionStore.append_events` would
+    (``opening``: the copy's first append, which makes it)."""
 
     session_id: str
     stream: str
@@ -132,18 +135,19 @@ class SessionRecords(Protocol):
 
 class RoundStore(Protocol):
     """Bridged rounds saved for another replica to continue, the waiting rounds counted against their bounds,
-    and the rounds' leases, for takeover after a replica dies (docs/design.md §40)."""
+    and the rounds' leases, for takeover after a replica dies
+    (docs/design/takeover.md#leases-and-takeover-of-a-dead-replicas-rounds)."""
 
     async def put_round(self, record: PendingRound, lease: tuple[str, float] | None = None,
                         owners: Owners | None = None, *, holder: str | None = None,
                         copy: StreamAppend | None = None, hold: Hold | None = None) -> bool:
-        """Save a round; ``lease`` (replica, seconds): its first save, which takes the round's lease in the same
-        step (docs/design.md §40), so no replica ever sees the round without its holder; ``owners``: the
-        ownership records the step claims and releases, ``copy``: the step's events for its stream's copy, and
-        ``hold``: the round starts waiting (:class:`Hold`), all in that same step (one round trip); ``holder``:
-        save only while that replica holds the round's lease (a later save, fenced, §50). False when not saved
-        (the lease lapsed or is another's), :class:`WaitingFull` when the hold did not fit: either way nothing
-        of the step was written."""
+        """Save a round; ``lease`` (replica, seconds): its first save, which takes the round's lease in the same step
+        (docs/design/takeover.md#leases-and-takeover-of-a-dead-replicas-rounds), so no replica ever sees the round
+        without its holder; ``owners``: the ownership records the step claims and releases, ``copy``: the step's
+        events for its stream's copy, and ``hold``: the round starts waiting (:class:`Hold`), all in that same step
+        (one round trip); ``holder``: save only while that replica holds the round's lease (a later save, fenced,
+        §50). False when not saved (the lease lapsed or is another's), :class:`WaitingFull` when the hold did not
+        fit: either way nothing of the step was written."""
         ...
     async def end_round(self, bridge_id: str, replica: str, *, release: Collection[str] = (),
                         delete: bool = True, copy: StreamAppend | None = None) -> None:
@@ -172,17 +176,19 @@ class RoundStore(Protocol):
         ...
     async def orphaned_rounds(self, most: int) -> list[PendingRound]:
         """Up to ``most`` stored rounds that were leased and whose lease ran out with nobody holding it now: the
-        rounds of a replica that died or handed them over, for another's sweep (docs/design.md §40)."""
+        rounds of a replica that died or handed them over, for another's sweep
+        (docs/design/takeover.md#leases-and-takeover-of-a-dead-replicas-rounds)."""
         ...
     shares_rounds: ClassVar[bool]
-    """Whether bridged rounds are saved here at all (docs/design.md §40): True for a store other processes read,
-    where a round's record is what another replica continues; False for the in-process one, where no one else
-    could ever read it."""
+    """Whether bridged rounds are saved here at all
+    (docs/design/takeover.md#leases-and-takeover-of-a-dead-replicas-rounds): True for a store other processes read,
+    where a round's record is what another replica continues; False for the in-process one, where no one else could
+    ever read it."""
 
 
 class Ownership(Protocol):
-    """Which replica owns an exchange, for replicas on one store (docs/design.md §34; keys from
-    ``adapters.relay``)."""
+    """Which replica owns an exchange, for replicas on one store
+    (docs/design/replicas.md#replicas-relay-through-the-store; keys from ``adapters.relay``)."""
 
     async def claim_owner(self, keys: Collection[str], replica: str, ttl_seconds: float, bridge_id: str) -> None:
         """Record ``replica`` as the owner of each key for ``ttl_seconds`` (a new claim renews it), for round
@@ -191,13 +197,15 @@ class Ownership(Protocol):
         ...
     async def owner_of(self, key: str) -> str | None:
         """The key's owner; None when unclaimed, or when the claim's round is no longer leased to the owner (it
-        stalled past its lease, docs/design.md §50): a message is then not relayed to it but taken over."""
+        stalled past its lease, docs/design/takeover.md#a-bridged-step-is-one-fenced-store-write): a message is then
+        not relayed to it but taken over."""
         ...
 
 
 class StreamCopies(Protocol):
-    """SSE replay across replicas (docs/design.md §37): a copy of each downstream stream a client may resume,
-    kept with the session (expiring and deleted with it), capped like the process's own buffer."""
+    """SSE replay across replicas (docs/design/replicas.md#sse-replay-across-replicas): a copy of each downstream
+    stream a client may resume, kept with the session (expiring and deleted with it), capped like the process's own
+    buffer."""
 
     shares_streams: ClassVar[bool]
     """Whether streams are copied here at all: True for a store replicas share, False for the in-process one

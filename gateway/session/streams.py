@@ -48,7 +48,8 @@ class Body(Protocol):
 
 class Sink:
     """A writer's response and the last event it wrote, so that while it waits a step can write what it pushed
-    itself (:meth:`OutStream.flush`, docs/design.md §52). ``busy``: such a write is under way."""
+    itself (:meth:`OutStream.flush`, docs/design/takeover.md#a-step-runs-in-the-task-of-its-event). ``busy``: such a
+    write is under way."""
 
     __slots__ = ("busy", "response", "seq", "waiter", "writer")
 
@@ -128,11 +129,11 @@ class OutStream:
         self._hushed = True
 
     async def flush(self) -> None:
-        """The step is over: write what it pushed to the waiting writer's response from this task, instead of
-        waking the writer for it (docs/design.md §52), when that writer is the only one waiting and the copy for
-        other replicas, if any, already holds all of it (the step's save carried it); else wake the waiters, as a
-        push does. The writer is woken anyway when the stream ended (its request returns) or the write failed
-        (it writes them again and finds out)."""
+        """The step is over: write what it pushed to the waiting writer's response from this task, instead of waking
+        the writer for it (docs/design/takeover.md#a-step-runs-in-the-task-of-its-event), when that writer is the
+        only one waiting and the copy for other replicas, if any, already holds all of it (the step's save carried
+        it); else wake the waiters, as a push does. The writer is woken anyway when the stream ended (its request
+        returns) or the write failed (it writes them again and finds out)."""
         self._hushed, deferred = False, self._deferred
         self._deferred = False
         if not deferred:
@@ -160,8 +161,9 @@ class OutStream:
         self._wake_waiters()
 
     def preload(self, events: Iterable[Event]) -> None:
-        """Events another replica wrote on this stream, kept here for resumption (a takeover, docs/design.md §40):
-        not traced or copied again. They must start at the stream's next seq and follow each other."""
+        """Events another replica wrote on this stream, kept here for resumption (a takeover,
+        docs/design/takeover.md#leases-and-takeover-of-a-dead-replicas-rounds): not traced or copied again. They must
+        start at the stream's next seq and follow each other."""
         for event in events:
             assert event.seq == self.buffer.next_seq, "a stream is preloaded with consecutive events"
             self.buffer.append(event.message)

@@ -1,6 +1,7 @@
-"""Taking over a dead replica's bridged rounds (docs/design.md §40): this replica's leases, renewed while it lives,
-and the continuation of a stored round whose holder's lease lapsed, when a client's answer, cancel or stream
-resumption for it reaches this replica, or when this replica's periodic sweep finds it with nobody holding it.
+"""Taking over a dead replica's bridged rounds (docs/design/takeover.md#leases-and-takeover-of-a-dead-replicas-rounds):
+this replica's leases, renewed while it lives, and the continuation of a stored round whose holder's lease lapsed, when
+a client's answer, cancel or stream resumption for it reaches this replica, or when this replica's periodic sweep finds
+it with nobody holding it.
 
 The rules (which round, who continues it, what it repeats upstream) are ``adapters.takeover``'s; this module looks
 rounds and leases up in the store, claims, and rebuilds the round's :class:`~gateway.session.exchange.Exchange`
@@ -34,12 +35,13 @@ MAX_WAITS = 4  # lease lapses waited for one message: a holder that keeps renewi
 
 
 async def answer(gw: Gateway, session: SessionRecord, message: dict[str, Any], authorization: str | None) -> None:
-    """A client's answer that no exchange here awaits, returning once the round it is for has acted on it (its
-    step saved) wherever that round runs, or once nothing needs it: relayed to the round's live owner and kept
-    until the owner says so; when the round's holder is gone, given to the round once this replica has taken it
-    over (after its lease lapses). So the client's ``202`` means what it means for an answer to a round running
-    here (docs/design.md §26, §40): a replica that dies before then leaves the POST unanswered, for the client to
-    send again, never an acknowledged answer that only a dead replica knew."""
+    """A client's answer that no exchange here awaits, returning once the round it is for has acted on it (its step
+    saved) wherever that round runs, or once nothing needs it: relayed to the round's live owner and kept until the
+    owner says so; when the round's holder is gone, given to the round once this replica has taken it over (after its
+    lease lapses). So the client's ``202`` means what it means for an answer to a round running here
+    (docs/design/bridge.md#a-clients-answer-is-acted-on-before-it-is-acknowledged,
+    docs/design/takeover.md#leases-and-takeover-of-a-dead-replicas-rounds): a replica that dies before then leaves
+    the POST unanswered, for the client to send again, never an acknowledged answer that only a dead replica knew."""
     assert gw.relay is not None
     relay, sid = gw.relay, session.session_id
     await _kept(gw, sid, await relay.answer(sid, message),
@@ -48,10 +50,11 @@ async def answer(gw: Gateway, session: SessionRecord, message: dict[str, Any], a
 
 
 async def cancel(gw: Gateway, session: SessionRecord, request_id: str | int, message: dict[str, Any]) -> None:
-    """A cancel for a request no exchange here runs, returning once the request ended wherever it ran: relayed to
-    its owner (or to every replica, for a plain request answered inline, docs/design.md §41) and kept until the
-    owner says the request ended; a saved round whose holder is gone is claimed and ended without being continued
-    (nothing is sent upstream for it again)."""
+    """A cancel for a request no exchange here runs, returning once the request ended wherever it ran: relayed to its
+    owner (or to every replica, for a plain request answered inline,
+    docs/design/takeover.md#a-cancel-for-a-plain-request-goes-to-every-replica) and kept until the owner says the
+    request ended; a saved round whose holder is gone is claimed and ended without being continued (nothing is sent
+    upstream for it again)."""
     assert gw.relay is not None
     relay, sid = gw.relay, session.session_id
     await _kept(gw, sid, await relay.cancel(sid, request_id, message),
@@ -205,11 +208,12 @@ async def _run_here(gw: Gateway, record: PendingRound, session: SessionRecord, a
 
 async def _continued_stream(gw: Gateway, runtime: SessionRuntime, record: PendingRound,
                             after: int) -> tuple[OutStream, set[str] | None]:
-    """The round's stream, continued here: with every event the store's copy holds (so a resumption from any of
-    them works here too, and new events go on with the next number into the same copy), and the ids of the
-    requests the client was sent (the copy has every event the client could have seen: docs/design.md §37).
-    Without a readable copy (evicted, or never made) it goes on after the last event the record or the client's
-    ``Last-Event-ID`` names, and what the client saw is unknown (None)."""
+    """The round's stream, continued here: with every event the store's copy holds (so a resumption from any of them
+    works here too, and new events go on with the next number into the same copy), and the ids of the requests the
+    client was sent (the copy has every event the client could have seen:
+    docs/design/replicas.md#sse-replay-across-replicas). Without a readable copy (evicted, or never made) it goes on
+    after the last event the record or the client's ``Last-Event-ID`` names, and what the client saw is unknown
+    (None)."""
     name, capacity = record.stream or secrets.token_hex(6), gw.config.replay_buffer_events
     stored = await gw.store.read_events(record.session_id, name, PRIMING_SEQ) if gw.store.shares_streams else None
     if stored is None:

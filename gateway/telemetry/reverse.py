@@ -1,10 +1,11 @@
-"""Usage accounting of the reverse bridge (docs/design.md §61): a 2026-07-28 request served from a 2025-11-25
-upstream is recorded once, as the forward direction's bridged requests are, in the same store and ``/metrics``
-families: era ``modern`` (the client's), ``translated`` (the gateway carried it across eras), the round it asked
-its client (an ``input_required`` answer is one bridged round) and the kinds of the legacy server's requests in it
+"""Usage accounting of the reverse bridge
+(docs/design/eras.md#2026-clients-in-front-of-a-2025-server-the-reverse-bridge): a 2026-07-28 request served from a
+2025-11-25 upstream is recorded once, as the forward direction's bridged requests are, in the same store and
+``/metrics`` families: era ``modern`` (the client's), ``translated`` (the gateway carried it across eras), the round it
+asked its client (an ``input_required`` answer is one bridged round) and the kinds of the legacy server's requests in it
 (``mcp_gateway_bridged_inputs``: which legacy features 2026 clients still reach); its deprecated features are the
-client's own, as for a passthrough (adapters.usage.modern_request_features). Which legacy servers are behind
-the gateway is the ``mcp_gateway_legacy_upstream_sessions`` gauge, set from the bridge's pool at each scrape.
+client's own, as for a passthrough (adapters.usage.modern_request_features). Which legacy servers are behind the gateway
+is the ``mcp_gateway_legacy_upstream_sessions`` gauge, set from the bridge's pool at each scrape.
 
 Only labels and counts are kept, never a message's content (adapters.usage).
 """

@@ -1,7 +1,8 @@
-"""One 2025-11-25 session at a legacy upstream, as the reverse bridge's client of it (docs/design.md §61): the
-``initialize`` handshake, requests whose answers (and the server's own requests on their SSE streams) arrive as
-messages on a queue, responses and notifications POSTed back, the session's GET stream, and ``DELETE`` at the end
-(2025-11-25 basic/lifecycle, basic/transports §Streamable HTTP).
+"""One 2025-11-25 session at a legacy upstream, as the reverse bridge's client of it
+(docs/design/eras.md#2026-clients-in-front-of-a-2025-server-the-reverse-bridge): the ``initialize`` handshake, requests
+whose answers (and the server's own requests on their SSE streams) arrive as messages on a queue, responses and
+notifications POSTed back, the session's GET stream, and ``DELETE`` at the end (2025-11-25 basic/lifecycle,
+basic/transports §Streamable HTTP).
 
 Only performing lives here; what a message means is decided in ``adapters.reverse``.
 """

@@ -1,10 +1,10 @@
 """The upstream transport seam: what :class:`gateway.upstream.client.UpstreamClient` needs from an HTTP client.
 
-The default is :class:`gateway.upstream.h1.H1Pool` (docs/design.md §25 says why it is not aiohttp's client). Any
-object with these methods can stand in: another pool (HTTP/2, a proxy-aware one), or a test's in-memory fake
-that answers without sockets. Errors follow :mod:`gateway.upstream.h1`'s: ``Unreachable`` (and ``PoolBusy``),
-``BrokenResponse`` (and ``TooLarge``), ``TimeoutError``, ``ValueError`` for a header that would break the framing.
-"""
+The default is :class:`gateway.upstream.h1.H1Pool`
+(docs/design/upstream.md#the-upstream-hops-http-client-is-gatewayupstreamh1 says why it is not aiohttp's client). Any
+object with these methods can stand in: another pool (HTTP/2, a proxy-aware one), or a test's in-memory fake that
+answers without sockets. Errors follow :mod:`gateway.upstream.h1`'s: ``Unreachable`` (and ``PoolBusy``),
+``BrokenResponse`` (and ``TooLarge``), ``TimeoutError``, ``ValueError`` for a header that would break the framing."""
 
 from __future__ import annotations
 

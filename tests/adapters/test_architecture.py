@@ -73,8 +73,9 @@ def test_pure_functions_stay_small(path: Path) -> None:
     assert not long, long
 
 
-# The decisions about one message on a legacy session are made in adapters.session alone (docs/design.md §45):
-# the shell may not call them itself, or the order of the checks would live in two places.
+# The decisions about one message on a legacy session are made in adapters.session alone
+# (docs/design/core-and-shell.md#one-session-core-decides-the-shell-performs): the shell may not call them itself, or
+# the order of the checks would live in two places.
 SESSION_DECISIONS = {"decide", "route_request", "route_notification", "cancel_request", "admit", "admit_initialize",
                      "admit_modern", "sunset_passed", "legacy_answer_version", "initialize_size_error"}
 

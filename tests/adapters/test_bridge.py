@@ -1,5 +1,8 @@
 """The MRTR bridge machine, driven event by event with no event loop (2026-07-28 basic/patterns
-§Multi Round-Trip Requests; docs/design.md §5-§8)."""
+§Multi Round-Trip Requests; docs/design/errors.md#bridge-limits-answer--32000,
+docs/design/bridge.md#a-missing-capability-is-refused-before-anything-is-sent,
+docs/design/bridge.md#a-clients-error-answer-ends-the-bridge,
+docs/design/bridge.md#url-elicitation-and-waiting-rounds)."""
 
 from __future__ import annotations
 
@@ -190,9 +193,9 @@ def test_url_elicitation_mints_an_id_and_completes_it_at_the_end() -> None:
 
 @pytest.mark.parametrize("waiting", [ir(state="s"), ir({"connect": URL}, "s")], ids=["state-only", "same-url"])
 def test_waiting_for_an_accepted_url_is_bounded_by_the_total_timeout_not_max_rounds(waiting) -> None:
-    # docs/design.md §8: after a URL accept the server may keep answering with requestState only (or the
-    # same URL) until the out-of-band step is done; those rounds ask nothing of the client, so they must not
-    # exhaust max_rounds (10 rounds of capped backoff were ~5.5 s of user time).
+    # docs/design/bridge.md#url-elicitation-and-waiting-rounds: after a URL accept the server may keep answering with
+    # requestState only (or the same URL) until the out-of-band step is done; those rounds ask nothing of the client, so
+    # they must not exhaust max_rounds (10 rounds of capped backoff were ~5.5 s of user time).
     m = machine()
     m.handle(B.UpstreamResult(ir({"connect": URL}, "s1")))
     m.handle(B.ClientAnswered("g2", {"action": "accept"}))

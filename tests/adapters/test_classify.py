@@ -244,7 +244,7 @@ ANSWER = {"jsonrpc": "2.0", "id": "g1", "result": {}}
     (post(ANSWER, **SID, **{"mcp-protocol-version": "2025-06-18"}), session(), False),
 ])
 def test_only_an_accepted_answer_stands_on_a_held_record(view, record, stands) -> None:
-    """docs/design.md §51."""
+    """docs/design/takeover.md#a-clients-answer-is-checked-on-its-requests-session-record."""
     assert stands_on_held_record(classify(view, record, Policy(), NOW)) is stands
 
 

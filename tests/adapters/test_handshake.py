@@ -128,7 +128,8 @@ def test_private_discover_is_looked_up_per_principal_first() -> None:
 
 
 def test_the_tasks_extension_is_not_offered_to_legacy_clients() -> None:
-    """The gateway drives the upstream's tasks itself (docs/design.md §17); other extensions pass."""
+    """The gateway drives the upstream's tasks itself
+    (docs/design/bridge.md#tasks-the-gateway-drives-them-or-maps-them-onto-2025-tasks); other extensions pass."""
     ui = {"mimeTypes": ["text/html;profile=mcp-app"]}
     caps = {"tools": {}, "extensions": {"io.modelcontextprotocol/tasks": {}, "io.modelcontextprotocol/ui": ui}}
     assert server_caps_to_legacy(caps, BridgedFeatures())["extensions"] == {"io.modelcontextprotocol/ui": ui}

@@ -1,5 +1,6 @@
 """Upstream results/errors/notifications -> the legacy client (2026-07-28 basic §ResultType, basic/patterns
-§Multi Round-Trip Requests; docs/design.md §2, §3)."""
+§Multi Round-Trip Requests; docs/design/eras.md#resulttype-ttlms-and-cachescope-are-consumed-not-forwarded,
+docs/design/eras.md#schema-widening)."""
 
 from __future__ import annotations
 

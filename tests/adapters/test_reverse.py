@@ -1,5 +1,6 @@
-"""The reverse bridge's pure rules, event by event with no event loop (docs/design.md §61): the 2026-07-28
-validation ladder, era translation, the session pool, the sealed state's claims and the call machine."""
+"""The reverse bridge's pure rules, event by event with no event loop
+(docs/design/eras.md#2026-clients-in-front-of-a-2025-server-the-reverse-bridge): the 2026-07-28 validation ladder,
+era translation, the session pool, the sealed state's claims and the call machine."""
 
 from __future__ import annotations
 

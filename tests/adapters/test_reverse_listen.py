@@ -1,4 +1,5 @@
-"""The reverse bridge's listen and log-level rules, table by table with no event loop (docs/design.md §61)."""
+"""The reverse bridge's listen and log-level rules, table by table with no event loop
+(docs/design/eras.md#2026-clients-in-front-of-a-2025-server-the-reverse-bridge)."""
 
 from __future__ import annotations
 

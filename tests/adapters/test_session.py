@@ -1,6 +1,6 @@
 """The legacy session core, message by message with no loop, store or clock: every protocol decision the shell
 used to make in its handlers (2025-11-25 basic/lifecycle, basic/utilities/cancellation, server/utilities/logging;
-docs/design.md §45)."""
+docs/design/core-and-shell.md#one-session-core-decides-the-shell-performs)."""
 
 from __future__ import annotations
 

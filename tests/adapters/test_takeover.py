@@ -1,5 +1,6 @@
-"""The takeover rules (docs/design.md §40): who continues a stored round, which round a message is for, what a
-continued round sends upstream again, and where a continued stream's numbering goes on."""
+"""The takeover rules (docs/design/takeover.md#leases-and-takeover-of-a-dead-replicas-rounds): who continues a stored
+round, which round a message is for, what a continued round sends upstream again, and where a continued stream's
+numbering goes on."""
 
 from __future__ import annotations
 
@@ -51,9 +52,9 @@ def test_which_round_a_message_is_for() -> None:
 
 
 def test_what_the_sweep_does_with_a_round_nobody_holds() -> None:
-    """docs/design.md §40: a round whose lease ran out is continued by a sweeping replica, in whatever phase
-    it was; one whose request had a credential waits for its client (the credential is never stored); one whose
-    session is gone, or that was done, is ended."""
+    """docs/design/takeover.md#leases-and-takeover-of-a-dead-replicas-rounds: a round whose lease ran out is
+    continued by a sweeping replica, in whatever phase it was; one whose request had a credential waits for its
+    client (the credential is never stored); one whose session is gone, or that was done, is ended."""
     table = [
         (Phase.UPSTREAM, None, True, T.Sweep.CONTINUE),  # in flight: sent again, completing what was confirmed
         (Phase.AWAITING_CLIENT, None, True, T.Sweep.CONTINUE),  # its timers run again
@@ -71,8 +72,9 @@ def test_what_the_sweep_does_with_a_round_nobody_holds() -> None:
 
 
 def test_a_round_keeps_that_it_needs_its_clients_token_only_when_that_token_goes_upstream() -> None:
-    """docs/design.md §40: the token is never stored, so a round waits for its client's next message only when
-    its upstream calls carry that token; the gateway's own credential, or none, any replica sends alike."""
+    """docs/design/takeover.md#leases-and-takeover-of-a-dead-replicas-rounds: the token is never stored, so a round
+    waits for its client's next message only when its upstream calls carry that token; the gateway's own credential,
+    or none, any replica sends alike."""
     assert T.token_goes_upstream("Bearer t", forwards_token=True) is True
     assert T.token_goes_upstream("Bearer t", forwards_token=False) is None
     assert T.token_goes_upstream(None, forwards_token=True) is None

@@ -37,5 +37,6 @@ def test_a_two_round_bridged_call_costs_at_most_six_store_round_trips(tmp_path: 
 
     trips = asyncio.run(count())
     assert trips["one replica"] <= 6, trips
-    # Relayed answers cost their relay on top (docs/design.md §34): counted too, and more.
+    # Relayed answers cost their relay on top (docs/design/replicas.md#replicas-relay-through-the-store): counted too,
+    # and more.
     assert trips["answers on another replica"] > trips["one replica"], trips

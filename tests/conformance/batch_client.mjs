@@ -1,5 +1,5 @@
 // The official TypeScript SDK's Streamable HTTP client transport (a real third-party client) speaking 2025-03-26
-// to the gateway, sending JSON-RPC batches (2025-03-26 basic §Batching; docs/design.md §27). Exits non-zero on
+// to the gateway, sending JSON-RPC batches (2025-03-26 basic §Batching; docs/design/eras.md#json-rpc-batches-2025-03-26-only). Exits non-zero on
 // the first broken expectation. Usage: node batch_client.mjs GATEWAY_URL
 import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
 

@@ -1,5 +1,5 @@
 // The official TypeScript SDK's client transports (real third-party clients) on the gateway's other doors
-// (docs/design.md §35): StdioClientTransport launching `python -m gateway stdio`, as a desktop client launches its
+// (docs/design/doors.md#the-stdio-httpsse-and-websocket-doors-are-clients-of-the-streamable-http-door): StdioClientTransport launching `python -m gateway stdio`, as a desktop client launches its
 // servers; SSEClientTransport on the HTTP+SSE door (/sse); WebSocketClientTransport on /ws (subprotocol mcp).
 // Each runs a tool call with two live sampling rounds, a prompt that elicits and a plain tool call. Exits non-zero
 // on the first broken expectation.

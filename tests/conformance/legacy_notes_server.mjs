@@ -1,7 +1,7 @@
 // A 2025-11-25-only notes server written with the official TypeScript SDK 1.x (`McpServer`, stateful Streamable
 // HTTP, one server per session as the SDK's examples do): the TypeScript twin of
 // tests/gateway/http/legacy_sdk1_server.py, same tool names and answers, for the reverse bridge's end-to-end tests
-// (tests/gateway/http/test_reverse_ts.py; docs/design.md §61).
+// (tests/gateway/http/test_reverse_ts.py; docs/design/eras.md#2026-clients-in-front-of-a-2025-server-the-reverse-bridge).
 //
 // Its tools ask their client live, as deployed 1.x servers do, on the call's own stream (`extra.sendRequest`
 // relates each request to the call): sampling, form and URL elicitation, roots. It lives here, next to the pinned

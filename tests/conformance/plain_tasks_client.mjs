@@ -1,6 +1,6 @@
 // The official TypeScript SDK's client WITHOUT task support (no `tasks` capability, plain client.callTool) on the
 // gateway's Streamable HTTP endpoint, running the core's long-running build_project: the core answers the call
-// with a task and the gateway drives it (docs/design.md §17), so the client only sees its call stay open, the
+// with a task and the gateway drives it (docs/design/bridge.md#tasks-the-gateway-drives-them-or-maps-them-onto-2025-tasks), so the client only sees its call stay open, the
 // confirmation asked live and, given onprogress, the task's status messages as notifications/progress.
 // Mode `flows`: completed with the confirmation accepted, declined, dismissed (elicitation action 'cancel': the
 // call fails, the task ends cancelled), failed (simulate_failure protocol_error: a JSON-RPC error; tool_error: an

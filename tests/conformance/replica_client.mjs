@@ -198,7 +198,7 @@ dropNext = true;
 result = await client.callTool({ name: 'summarize_repo', arguments: { repo: 'demo' } }, undefined,
                                { onresumptiontoken: (token) => tokens.push(token) });
 // The call's stream resumed once, from the last id the transport had reported when it broke (other GET resumes
-// in this flow are the standalone stream's, whose connection a resume may end: docs/design.md §11).
+// in this flow are the standalone stream's, whose connection a resume may end: docs/design/streams.md#sse-streams-and-resumption).
 const resumed = resumeIds.filter((id) => tokens.includes(id));
 flows.resume = { isError: Boolean(result.isError), summarized: Boolean(result.structuredContent.summary),
                  rounds: seen.sampling, dropped: seen.tokenAtDrop !== null,

@@ -1,5 +1,5 @@
 // The official TypeScript 2026 client (`@modelcontextprotocol/client`, pinned in package.json) with its version
-// negotiation pinned to 2026-07-28, through the gateway's reverse bridge (docs/design.md §61) to a 2025-11-25-only
+// negotiation pinned to 2026-07-28, through the gateway's reverse bridge (docs/design/eras.md#2026-clients-in-front-of-a-2025-server-the-reverse-bridge) to a 2025-11-25-only
 // notes server: legacy_notes_server.mjs (TypeScript SDK 1.x) or tests/gateway/http/legacy_sdk1_server.py (Python
 // `mcp` 1.x), which share tool names and answers. The client's own multi-round-trip driver answers each
 // `input_required` round through the handlers below; the server asked for each question live.

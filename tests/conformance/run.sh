@@ -10,7 +10,7 @@
 #                                                             (the passthrough: the core lane's checks, tasks
 #                                                             scenarios included, through the gateway)
 #   lane 3  reverse  gateway -> a 2025-11-25-only server  <- conformance 0.2.x  server --requirements 2026-07-28
-#                    (legacy_server.mjs, TypeScript SDK 1.x; the gateway's reverse bridge, docs/design.md §61:
+#                    (legacy_server.mjs, TypeScript SDK 1.x; the gateway's reverse bridge, docs/design/eras.md#2026-clients-in-front-of-a-2025-server-the-reverse-bridge:
 #                    the suite's 2026 requests answered from 2025 sessions, the server's live sampling,
 #                    elicitation and roots requests turned into input_required rounds)
 #                                                          <- conformance 0.2.x  server --spec-version 2025-11-25

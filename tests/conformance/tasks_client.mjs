@@ -1,5 +1,5 @@
 // The official TypeScript SDK's client with its experimental 2025-11-25 task support (client.experimental.tasks)
-// on the gateway's Streamable HTTP endpoint (docs/design.md §17): it declares tasks, runs the core's build_project
+// on the gateway's Streamable HTTP endpoint (docs/design/bridge.md#tasks-the-gateway-drives-them-or-maps-them-onto-2025-tasks): it declares tasks, runs the core's build_project
 // as tasks (callToolStream: tasks/get until input_required, then the blocking tasks/result, on whose stream the
 // confirmation is asked), answered, declined, dismissed and failed, and one cancelled mid-way with tasks/cancel;
 // last, one that fails while the client never polls it, told by notifications/tasks/status on the GET stream.

@@ -1,20 +1,23 @@
-"""Replicas killed at random under load (docs/design.md §34, §37, §40, §42): three ``python -m gateway serve``
-processes on one real Redis behind a round-robin front, the reference core upstream, a few legacy sessions each
-running bridged calls back to back, and every second or so one replica stopped, with SIGKILL or SIGTERM at random,
-and a new one started in its place. The calls are drawn at random (seeded) among every bridged flow: two sampling
-rounds (``summarize_repo``), a roots round (``workspace_scan``), a form elicitation (``notes_delete``, answered
-``cancel``, so nothing is deleted and a repeated retry gets the same answer), and a call the client cancels when it
-is first asked; now and then a session is deleted (DELETE) and a new one opened.
+"""Replicas killed at random under load (docs/design/replicas.md#replicas-relay-through-the-store,
+docs/design/replicas.md#sse-replay-across-replicas,
+docs/design/takeover.md#leases-and-takeover-of-a-dead-replicas-rounds,
+docs/design/takeover.md#sigterm-hands-the-rounds-over): three ``python -m gateway serve`` processes on one real Redis
+behind a round-robin front, the reference core upstream, a few legacy sessions each running bridged calls back to back,
+and every second or so one replica stopped, with SIGKILL or SIGTERM at random, and a new one started in its place. The
+calls are drawn at random (seeded) among every bridged flow: two sampling rounds (``summarize_repo``), a roots round
+(``workspace_scan``), a form elicitation (``notes_delete``, answered ``cancel``, so nothing is deleted and a repeated
+retry gets the same answer), and a call the client cancels when it is first asked; now and then a session is deleted
+(DELETE) and a new one opened.
 
 The client does what the design leaves to a client when its replica dies: it resumes a broken stream with
-``Last-Event-ID``, sends an answer, a cancel or a DELETE again whose POST broke or got a 5xx (the gateway ignores
-one it already has), and sends a request again, under a new id, whose POST broke before its first event (a plain
-request in its first round is not saved), or that a replica shutting down answered ``-32603``
-``data.gateway = "shutting_down"`` (design §42). Every call must then end answered with its own nonce (a cancelled
-one: its cancel acknowledged), none lost, cross-wired or failed; a deleted session must be refused by every
-replica; at the end no round of a call the client finished or cancelled may be left in the store (a cancel
-dropped on the way would leave its round waiting for an answer); and no replica may leave a traceback. Every HTTP
-request opens a connection of its own, so consecutive requests of a session reach different replicas.
+``Last-Event-ID``, sends an answer, a cancel or a DELETE again whose POST broke or got a 5xx (the gateway ignores one it
+already has), and sends a request again, under a new id, whose POST broke before its first event (a plain request in its
+first round is not saved), or that a replica shutting down answered ``-32603`` ``data.gateway = "shutting_down"``
+(docs/design/takeover.md#sigterm-hands-the-rounds-over). Every call must then end answered with its own nonce (a
+cancelled one: its cancel acknowledged), none lost, cross-wired or failed; a deleted session must be refused by every
+replica; at the end no round of a call the client finished or cancelled may be left in the store (a cancel dropped on
+the way would leave its round waiting for an answer); and no replica may leave a traceback. Every HTTP request opens a
+connection of its own, so consecutive requests of a session reach different replicas.
 
 Heavier runs, for hunting rare races (a run here is about 24 s): ``CHAOS_SESSIONS`` (8), ``CHAOS_SECONDS`` (24),
 ``CHAOS_STOPS`` (seconds between two stops, ``0.3,1.0``), ``CHAOS_RENEW_ONE_IN`` (12) and ``CHAOS_SEED`` (the
@@ -354,7 +357,8 @@ def expected(call: Call) -> dict[str, Any]:
 
 
 def _shut_out(final: dict[str, Any]) -> bool:
-    """A replica shutting down answered the request instead of running it (design §42): the client's to send again."""
+    """A replica shutting down answered the request instead of running it
+    (docs/design/takeover.md#sigterm-hands-the-rounds-over): the client's to send again."""
     error = final.get("error")
     return isinstance(error, dict) and (error.get("data") or {}).get("gateway") == "shutting_down"
 

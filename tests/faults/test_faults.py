@@ -60,7 +60,8 @@ FAULTS = (
     Scenario("client_answers_late", "sample", "late", -32000, ("limit", ("client_answer_timeout_seconds",))),
     Scenario("client_answer_not_object", "sample", "shape_str", -32600),
     Scenario("client_answer_wrong_shape", "sample", "shape_obj", -32602),  # the upstream's verdict, passed on
-    # Mcp-Session-Id twice with different values: a transport refusal (docs/design.md §1, REJECTIONS: 400 with -32600),
+    # Mcp-Session-Id twice with different values: a transport refusal
+    # (docs/design/errors.md#json-rpc-errors-are-never-http-statuses-on-the-legacy-side, REJECTIONS: 400 with -32600),
     # not a guess at which session was meant.
     Scenario("client_two_session_ids", "echo", "two_session_ids", -32600, status=400),
 )

@@ -1,12 +1,12 @@
-"""A replica killed while a 2025 client's blocking ``tasks/result`` waits on it (docs/design.md §17, §40): two
-``python -m gateway serve`` replicas on one real Redis behind a failover front, the reference core's
-``build_project`` upstream, the official Python SDK's 1.x client with its 2025 task support
-(``tests/gateway/http/sdk1_tasks_client.py takeover``). The task is created through A; A is killed with SIGKILL
-while its ``tasks/result`` waits between two polls of the task; the client resumes its stream through B, which
-takes the wait over from the saved record, polls the same task, asks the confirmation once (with related-task
-metadata) and answers the result once; ``tasks/list`` through B knows the task (the session's registry is in the
-shared record).
-"""
+"""A replica killed while a 2025 client's blocking ``tasks/result`` waits on it
+(docs/design/bridge.md#tasks-the-gateway-drives-them-or-maps-them-onto-2025-tasks,
+docs/design/takeover.md#leases-and-takeover-of-a-dead-replicas-rounds): two ``python -m gateway serve`` replicas on
+one real Redis behind a failover front, the reference core's ``build_project`` upstream, the official Python SDK's
+1.x client with its 2025 task support (``tests/gateway/http/sdk1_tasks_client.py takeover``). The task is created
+through A; A is killed with SIGKILL while its ``tasks/result`` waits between two polls of the task; the client
+resumes its stream through B, which takes the wait over from the saved record, polls the same task, asks the
+confirmation once (with related-task metadata) and answers the result once; ``tasks/list`` through B knows the task
+(the session's registry is in the shared record)."""
 
 from __future__ import annotations
 

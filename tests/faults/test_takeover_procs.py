@@ -1,8 +1,7 @@
-"""Crash tests with real processes (docs/design.md §40): two ``python -m gateway serve`` replicas on one real Redis
-behind a failover front, the reference core upstream, and the official ``mcp`` SDK as the legacy client. Replica A
-is killed with SIGKILL in the middle of a bridged call; the client, reaching replica B from then on, still gets
-its answer exactly once, and another session is not disturbed.
-"""
+"""Crash tests with real processes (docs/design/takeover.md#leases-and-takeover-of-a-dead-replicas-rounds): two
+``python -m gateway serve`` replicas on one real Redis behind a failover front, the reference core upstream, and the
+official ``mcp`` SDK as the legacy client. Replica A is killed with SIGKILL in the middle of a bridged call; the
+client, reaching replica B from then on, still gets its answer exactly once, and another session is not disturbed."""
 
 from __future__ import annotations
 
@@ -277,7 +276,8 @@ async def test_an_answer_relayed_to_a_frozen_replica_is_acted_on_where_its_round
     """A is frozen (SIGSTOP) just as the client's answer reaches B, which relays it to A, still the round's live
     owner (its lease not lapsed, its subscription open). No word comes back, so B keeps the answer and, once A's
     lease lapses, acts on it where the round is taken over. The client, resuming on C, finishes the call. (A,
-    woken, may send that one round upstream again before its fenced save stops it: design §40.)"""
+    woken, may send that one round upstream again before its fenced save stops it:
+    docs/design/takeover.md#leases-and-takeover-of-a-dead-replicas-rounds.)"""
     upstream, (a, _b, _c), (on_a, on_b, on_c) = three
     _resp, seen, first = await asked_on_a(on_a, on_b, on_c)
     a.proc.send_signal(signal.SIGSTOP)

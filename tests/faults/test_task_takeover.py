@@ -1,9 +1,9 @@
-"""A replica killed while it drives an upstream task for a legacy client (docs/design.md §17, §40): two
-``python -m gateway serve`` replicas on one real Redis behind a failover front, the reference core's
-``build_project`` upstream, the official ``mcp`` SDK in legacy mode. Replica A is killed with SIGKILL while it
-polls the task; B takes the call over from the saved record and keeps polling the same task, the client is asked
-its confirmation once, and the call completes once.
-"""
+"""A replica killed while it drives an upstream task for a legacy client
+(docs/design/bridge.md#tasks-the-gateway-drives-them-or-maps-them-onto-2025-tasks,
+docs/design/takeover.md#leases-and-takeover-of-a-dead-replicas-rounds): two ``python -m gateway serve`` replicas on
+one real Redis behind a failover front, the reference core's ``build_project`` upstream, the official ``mcp`` SDK in
+legacy mode. Replica A is killed with SIGKILL while it polls the task; B takes the call over from the saved record
+and keeps polling the same task, the client is asked its confirmation once, and the call completes once."""
 
 from __future__ import annotations
 

@@ -51,7 +51,7 @@ def fuzz_settings(share: float) -> settings:
 
 CASE_SECONDS = 5  # generous: no documented gateway timeout is shorter than the 10 s upstream connect timeout
 DOCUMENTED_4XX = frozenset(status for status, _ in REJECTIONS.values()) | {408, 409, 413}
-SESSION_VERSIONS = ("2025-11-25", "2025-03-26")  # the second one takes JSON-RPC batches (docs/design.md §27)
+SESSION_VERSIONS = ("2025-11-25", "2025-03-26")  # the second one takes JSON-RPC batches (docs/design/eras.md#json-rpc-batches-2025-03-26-only)
 FUZZ_CAPS = {"sampling": {}, "elicitation": {"form": {}, "url": {}}, "roots": {}}  # roots uncached: always asked
 
 
@@ -100,7 +100,7 @@ def check_answer(status: int, content_type: str, body: bytes, request: Any = Non
         messages = parsed if isinstance(parsed, list) else [parsed]
     for message in messages:
         check_message(message)
-    if status != 200:  # one error, or a batch's error array (docs/design.md §27)
+    if status != 200:  # one error, or a batch's error array (docs/design/eras.md#json-rpc-batches-2025-03-26-only)
         assert messages and all("error" in m for m in messages), f"HTTP {status} without an error: {body[:300]!r}"
     _check_id(status, messages, request)
     return messages

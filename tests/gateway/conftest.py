@@ -231,8 +231,9 @@ class Legacy:
 
 
 class SharedMemoryStore(InMemoryStore):
-    """The in-process store standing in for one other processes read (docs/design.md §40): bridged rounds are
-    saved on it as on Redis, so the save path runs, and can be made to fail, without a Redis."""
+    """The in-process store standing in for one other processes read
+    (docs/design/takeover.md#leases-and-takeover-of-a-dead-replicas-rounds): bridged rounds are saved on it as on
+    Redis, so the save path runs, and can be made to fail, without a Redis."""
 
     shares_rounds = True
 

@@ -98,8 +98,9 @@ def tool_call(ident: int, name: str) -> dict[str, Any]:
 
 async def test_a_batch_with_a_call_needing_a_scope_is_refused_whole_before_anything_runs(
         make_gateway: Any, issuer: AuthorizationServer, upstream: Any) -> None:
-    """A 2025-03-26 batch (docs/design.md §56): the step-up challenge is an HTTP answer, and a client that steps
-    up resends the whole request, so the whole batch is the 403 and none of it runs; then all of it does."""
+    """A 2025-03-26 batch (docs/design/authorization.md#the-gateway-is-a-protected-resource-and-tokens-stop-at-it):
+    the step-up challenge is an HTTP answer, and a client that steps up resends the whole request, so the whole batch
+    is the 403 and none of it runs; then all of it does."""
     script_tools(upstream)
     gateway = await policed(make_gateway, issuer)
     holder = Holder(gateway, await issuer.client_token(RESOURCE, client="gateway-upstream"))

@@ -1,13 +1,14 @@
 """The ``/ws`` door under ``[gateway.auth]``, with a real authorization server (node oidc-provider).
 
 No official SDK's WebSocket client can send a token (Python 1.x ``websocket_client(url)`` and TypeScript
-``WebSocketClientTransport(url)`` take a URL only; Python 2.x ships none: docs/design.md §56), so the flow is split
-where an SDK can and cannot go: the official Python SDK's ``OAuthClientProvider``, pointed at the door's own URL,
-meets the door's 401, reads the door's protected-resource metadata (its ``resource`` must name ``/ws``), registers,
-runs the authorization code grant with PKCE through a headless browser and gets a token for ``/ws``; a
-``websockets`` client then opens the socket with ``Authorization: Bearer``, lists tools and runs a bridged tool
-with its sampling rounds. Without a token, or with one issued for another audience, the upgrade is refused 401
-with the door's challenge, before any socket exists."""
+``WebSocketClientTransport(url)`` take a URL only; Python 2.x ships none:
+docs/design/authorization.md#the-gateway-is-a-protected-resource-and-tokens-stop-at-it), so the flow is split where
+an SDK can and cannot go: the official Python SDK's ``OAuthClientProvider``, pointed at the door's own URL, meets the
+door's 401, reads the door's protected-resource metadata (its ``resource`` must name ``/ws``), registers, runs the
+authorization code grant with PKCE through a headless browser and gets a token for ``/ws``; a ``websockets`` client
+then opens the socket with ``Authorization: Bearer``, lists tools and runs a bridged tool with its sampling rounds.
+Without a token, or with one issued for another audience, the upgrade is refused 401 with the door's challenge,
+before any socket exists."""
 
 from __future__ import annotations
 

@@ -1,5 +1,6 @@
 """2025-03-26 JSON-RPC batches through the shell (2025-03-26 basic §Batching, transports §Sending Messages;
-docs/design.md §27): each element goes its own way, the answers come as one JSON array or one SSE stream."""
+docs/design/eras.md#json-rpc-batches-2025-03-26-only): each element goes its own way, the answers come as one JSON
+array or one SSE stream."""
 
 from __future__ import annotations
 

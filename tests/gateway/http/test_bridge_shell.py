@@ -62,7 +62,8 @@ async def test_two_rounds_with_concurrent_requests(legacy, upstream) -> None:
 
 
 async def test_a_round_started_by_an_answer_uses_the_session_record_its_request_read(legacy, upstream) -> None:
-    """The stored session record is read once per bridged request (docs/design.md §51): its answers are checked
+    """The stored session record is read once per bridged request
+    (docs/design/takeover.md#a-clients-answer-is-checked-on-its-requests-session-record): its answers are checked
     against the record the request was accepted with, and the rounds they complete are sent with it."""
     from gateway.http.app import GATEWAY
     upstream.script["tools/call"] = two_rounds
@@ -378,8 +379,9 @@ class _CountingStore(InMemoryStore):
 
 async def test_an_answer_to_a_waiting_round_is_checked_on_its_record_without_a_store_read(upstream,
                                                                                          aiohttp_client) -> None:
-    """docs/design.md §51: while a round waits here for the client, its answers are classified on the record the
-    request was accepted with; anything else (another principal's answer, a request) on the stored one."""
+    """docs/design/takeover.md#a-clients-answer-is-checked-on-its-requests-session-record: while a round waits here
+    for the client, its answers are classified on the record the request was accepted with; anything else (another
+    principal's answer, a request) on the stored one."""
     store = _CountingStore()
     upstream.script["tools/call"] = two_rounds
     client = Legacy(await aiohttp_client(create_app(load_config(upstream_url=upstream.url), store=store)))
@@ -416,7 +418,9 @@ async def test_a_store_failing_mid_bridge_is_said_as_such_and_nothing_leaks(upst
     client = Legacy(await aiohttp_client(create_app(load_config(upstream_url=upstream.url),
                                                     store=_StoreFailingRounds())))
     await client.initialize()
-    # The round is saved before the client is asked (docs/design.md §40): the failure is the only answer, JSON or SSE.
+    # The round is saved before the client is asked
+    # (docs/design/takeover.md#leases-and-takeover-of-a-dead-replicas-rounds): the failure is the only answer, JSON or
+    # SSE.
     final = await client.call("tools/call", {"name": "t", "arguments": {}})
     assert final["error"]["code"] == -32603 and final["error"]["data"] == {"store": "unavailable"}
     assert client.client.app[GATEWAY].runtime(client.session_id).exchanges == {}  # the id is free again

@@ -1,10 +1,11 @@
-"""2025-11-25 tasks through the gateway (docs/design.md §17, adapters.legacy_tasks): the official Python SDK's
-1.x client with its experimental task support (``sdk1_tasks_client.py``, in the isolated venv
-``test_doors_sdk1`` builds) and the official TypeScript SDK's (``tests/conformance/tasks_client.mjs``) run the
-real core's ``build_project`` as 2025 tasks, backed by the core's ``io.modelcontextprotocol/tasks`` tasks:
-completed with the confirmation answered, declined, dismissed (the task ends cancelled), failed, cancelled
-mid-way with ``tasks/cancel``; ``tasks/list`` and an unknown id; statuses told on the GET stream with no
-``tasks/result`` waiting; the session's bound freed by a task past its ttl; ``mcp_gateway_tasks`` by outcome.
+"""2025-11-25 tasks through the gateway
+(docs/design/bridge.md#tasks-the-gateway-drives-them-or-maps-them-onto-2025-tasks, adapters.legacy_tasks): the official
+Python SDK's 1.x client with its experimental task support (``sdk1_tasks_client.py``, in the isolated venv
+``test_doors_sdk1`` builds) and the official TypeScript SDK's (``tests/conformance/tasks_client.mjs``) run the real
+core's ``build_project`` as 2025 tasks, backed by the core's ``io.modelcontextprotocol/tasks`` tasks: completed with the
+confirmation answered, declined, dismissed (the task ends cancelled), failed, cancelled mid-way with ``tasks/cancel``;
+``tasks/list`` and an unknown id; statuses told on the GET stream with no ``tasks/result`` waiting; the session's bound
+freed by a task past its ttl; ``mcp_gateway_tasks`` by outcome.
 
 Every message the gateway sends the client is checked against the 2025-11-25 schema, its task results also with
 the ``mcp-types`` 2025-11-25 models; every request it sends upstream against the 2026-07-28 schema (task requests
@@ -129,8 +130,8 @@ async def test_the_sdk1_client_runs_builds_as_2025_tasks(aiohttp_server, tmp_pat
 async def test_the_sdk1_client_is_told_task_statuses_with_no_tasks_result_waiting(
         aiohttp_server, tmp_path, sdk1_python) -> None:  # noqa: F811
     """notifications/tasks/status on the session's GET stream, from the upstream's notifications/tasks on the
-    session's task listen (docs/design.md §17): the client learns a task failed, or needs its confirmation,
-    without polling it."""
+    session's task listen (docs/design/bridge.md#tasks-the-gateway-drives-them-or-maps-them-onto-2025-tasks): the
+    client learns a task failed, or needs its confirmation, without polling it."""
     _core, gateway, wire = await make_stack(aiohttp_server, tmp_path, 0.05)
     out = await run_client(sdk1_python, str(gateway.make_url("")).rstrip("/"), "watch")
 
@@ -178,7 +179,7 @@ async def test_the_typescript_sdk_client_runs_builds_as_2025_tasks(aiohttp_serve
     assert out["cancelled"].pop("before") in LIVE
     assert out["cancelled"] == {"cancel": "cancelled", "final": "cancelled", "again": -32602}
     assert out["listed"] == ["cancelled", "cancelled", "completed", "completed", "failed"]
-    unpolled = out["unpolled"]  # told it failed on the GET stream, never polled (docs/design.md §17)
+    unpolled = out["unpolled"]  # told it failed on the GET stream, never polled (docs/design/bridge.md#tasks-the-gateway-drives-them-or-maps-them-onto-2025-tasks)
     assert unpolled["told"] and unpolled["told"][-1] == "failed", unpolled
     assert not [b for b in wire.calls("tasks/get") if b["params"]["taskId"] == unpolled["taskId"]]
     for message in wire.downstream:
@@ -189,9 +190,10 @@ async def test_the_typescript_sdk_client_runs_builds_as_2025_tasks(aiohttp_serve
 
 async def test_a_task_past_its_ttl_no_longer_counts_against_the_sessions_bound(aiohttp_server, aiohttp_client,
                                                                               tmp_path) -> None:
-    """The registry forgets a task past its ttl (docs/design.md §17): a session at max_tasks_per_session with a
-    task it never polls gets room again once that task's ttl (the upstream's, from its creation) has passed by
-    the gateway's clock; the forgotten task is no longer listed."""
+    """The registry forgets a task past its ttl
+    (docs/design/bridge.md#tasks-the-gateway-drives-them-or-maps-them-onto-2025-tasks): a session at
+    max_tasks_per_session with a task it never polls gets room again once that task's ttl (the upstream's, from its
+    creation) has passed by the gateway's clock; the forgotten task is no longer listed."""
     core = await aiohttp_server(core_app.create_app(core_config.CoreConfig(
         database=str(tmp_path / "core.db"), build_step_seconds=0.02, task_poll_interval_ms=50, task_ttl_seconds=60)))
     client = await aiohttp_client(create_app(load_config(upstream_url=str(core.make_url("/mcp")),

@@ -1,9 +1,9 @@
-"""A long-running tool that runs as an upstream task, reached by the official TypeScript SDK's client in
-2025-11-25 mode WITHOUT task support (no ``tasks`` capability, plain ``client.callTool``:
-``tests/conformance/plain_tasks_client.mjs``) -> the gateway's ``/mcp`` -> the real core's ``build_project`` on
-loopback. The gateway drives the task for the call (docs/design.md §17, adapters.task_poll): completed with the
-confirmation accepted, declined, dismissed, failed both ways, status messages as ``notifications/progress``, and
-the call aborted mid-way by the client (``notifications/cancelled``) cancelling the task upstream.
+"""A long-running tool that runs as an upstream task, reached by the official TypeScript SDK's client in 2025-11-25 mode
+WITHOUT task support (no ``tasks`` capability, plain ``client.callTool``: ``tests/conformance/plain_tasks_client.mjs``)
+-> the gateway's ``/mcp`` -> the real core's ``build_project`` on loopback. The gateway drives the task for the call
+(docs/design/bridge.md#tasks-the-gateway-drives-them-or-maps-them-onto-2025-tasks, adapters.task_poll): completed with
+the confirmation accepted, declined, dismissed, failed both ways, status messages as ``notifications/progress``, and the
+call aborted mid-way by the client (``notifications/cancelled``) cancelling the task upstream.
 
 Every message the gateway sends the client is checked against the 2025-11-25 schema (and the client never sees a
 task); every request it sends upstream against the 2026-07-28 schema (tests.gateway.http.test_e2e_tasks.Wire).

@@ -1,6 +1,6 @@
 """A long-running tool that runs as an upstream task (io.modelcontextprotocol/tasks), reached by a client that
 knows nothing of tasks: the official ``mcp`` SDK in ``mode="legacy"`` -> the gateway -> the real core's
-``build_project`` on loopback (docs/design.md §17).
+``build_project`` on loopback (docs/design/bridge.md#tasks-the-gateway-drives-them-or-maps-them-onto-2025-tasks).
 
 Every message the gateway sends the client is checked against the 2025-11-25 schema; every request it sends
 upstream against the 2026-07-28 schema, its task requests against the extension's shapes (tests.task_wire).

@@ -1,5 +1,5 @@
-"""``GET /healthz`` and ``GET /readyz`` (docs/design.md §34): liveness, and readiness naming the store or the
-upstream when one fails; no Origin or Host check applies to them."""
+"""``GET /healthz`` and ``GET /readyz`` (docs/design/replicas.md#replicas-relay-through-the-store): liveness, and
+readiness naming the store or the upstream when one fails; no Origin or Host check applies to them."""
 
 from __future__ import annotations
 

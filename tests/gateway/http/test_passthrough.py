@@ -158,8 +158,8 @@ async def test_a_cancel_that_is_not_the_relays_own_still_propagates() -> None:
 
 
 async def test_shutdown_lets_a_modern_call_under_way_be_answered(served, upstream) -> None:
-    """A 2026 call waiting on its upstream is drained as a legacy one is (docs/design.md §23): its client gets
-    the answer, while a listen on the same gateway, which never ends by itself, is ended at once."""
+    """A 2026 call waiting on its upstream is drained as a legacy one is (docs/design/takeover.md#shutdown): its
+    client gets the answer, while a listen on the same gateway, which never ends by itself, is ended at once."""
     runner, url = served
     held, answer = scripted_listen(upstream), asyncio.Event()
 

@@ -1,8 +1,8 @@
-"""The reverse bridge end to end with code we did not write (docs/design.md §61): the official 2026 client (Python
-``mcp`` 2.3, pinned to 2026-07-28) -> the gateway -> a 2025-11-25-only server written with the official ``mcp``
-1.x SDK (tests/gateway/http/legacy_sdk1_server.py, in the 1.x venv of test_doors_sdk1), all real processes on
-loopback. Plus the faults: tampered, replayed and foreign states, other arguments, and a client that never
-retries."""
+"""The reverse bridge end to end with code we did not write
+(docs/design/eras.md#2026-clients-in-front-of-a-2025-server-the-reverse-bridge): the official 2026 client (Python
+``mcp`` 2.3, pinned to 2026-07-28) -> the gateway -> a 2025-11-25-only server written with the official ``mcp`` 1.x
+SDK (tests/gateway/http/legacy_sdk1_server.py, in the 1.x venv of test_doors_sdk1), all real processes on loopback.
+Plus the faults: tampered, replayed and foreign states, other arguments, and a client that never retries."""
 
 from __future__ import annotations
 

@@ -1,7 +1,8 @@
-"""Named upstreams of both eras behind one gateway (docs/design.md §61): ``[upstreams.next]`` the reference core
-(2026-07-28), ``[upstreams.old]`` the legacy ``mcp`` 1.x server (2025-11-25), and two peers routed by clientInfo.
-A 2026 client of the old peer is served in reverse, a 2025 one relayed; the new peer's clients go to the core as
-they always did. Plus ``era``'s checks and the start-up probe's verdict per named upstream."""
+"""Named upstreams of both eras behind one gateway
+(docs/design/eras.md#2026-clients-in-front-of-a-2025-server-the-reverse-bridge): ``[upstreams.next]`` the reference
+core (2026-07-28), ``[upstreams.old]`` the legacy ``mcp`` 1.x server (2025-11-25), and two peers routed by
+clientInfo. A 2026 client of the old peer is served in reverse, a 2025 one relayed; the new peer's clients go to the
+core as they always did. Plus ``era``'s checks and the start-up probe's verdict per named upstream."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
-"""The reverse bridge on replicas (docs/design.md §61): two gateways on one Redis (a key prefix of each test
-alone) with one ``requestState`` key, in front of the legacy ``mcp`` 1.x server. A call parked on one replica
-is answered through the other (the retry relayed over the store's bus); when the replica holding it is killed,
-the retry is told so, and the request sent again succeeds."""
+"""The reverse bridge on replicas (docs/design/eras.md#2026-clients-in-front-of-a-2025-server-the-reverse-bridge):
+two gateways on one Redis (a key prefix of each test alone) with one ``requestState`` key, in front of the legacy
+``mcp`` 1.x server. A call parked on one replica is answered through the other (the retry relayed over the store's
+bus); when the replica holding it is killed, the retry is told so, and the request sent again succeeds."""
 
 from __future__ import annotations
 

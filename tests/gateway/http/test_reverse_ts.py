@@ -1,11 +1,12 @@
 """The reverse bridge end to end against a 2025-11-25-only server written with the official TypeScript SDK 1.x
-(tests/conformance/legacy_notes_server.mjs, the twin of legacy_sdk1_server.py; docs/design.md §61): the official
-Python 2026 client (``mcp`` 2.3 pinned to 2026-07-28) and the official TypeScript 2026 client
-(``@modelcontextprotocol/client`` pinned to 2026-07-28, tests/conformance/reverse_client.mjs) through the gateway,
-every flow: sampling, two rounds, form and URL elicitation (accept, decline, cancel), roots, progress, a prompt, a
-subscribable resource, a hang-up and an unanswered round cancelled upstream; a 2025 client relayed as it is; and
-Mcp-Param-* headers checked against the server's x-mcp-header annotations. The TypeScript client also runs against
-the Python 1.x server, whose URL elicitation the Python client drives too. All real processes on loopback."""
+(tests/conformance/legacy_notes_server.mjs, the twin of legacy_sdk1_server.py;
+docs/design/eras.md#2026-clients-in-front-of-a-2025-server-the-reverse-bridge): the official Python 2026 client
+(``mcp`` 2.3 pinned to 2026-07-28) and the official TypeScript 2026 client (``@modelcontextprotocol/client`` pinned
+to 2026-07-28, tests/conformance/reverse_client.mjs) through the gateway, every flow: sampling, two rounds, form and
+URL elicitation (accept, decline, cancel), roots, progress, a prompt, a subscribable resource, a hang-up and an
+unanswered round cancelled upstream; a 2025 client relayed as it is; and Mcp-Param-* headers checked against the
+server's x-mcp-header annotations. The TypeScript client also runs against the Python 1.x server, whose URL
+elicitation the Python client drives too. All real processes on loopback."""
 
 from __future__ import annotations
 

@@ -1,5 +1,6 @@
-"""Which task steps an exchange's machine (docs/design.md §52): the task that has the event, when the exchange's
-own task waits with nothing queued; still one step at a time, and every failure answered by the exchange's task."""
+"""Which task steps an exchange's machine (docs/design/takeover.md#a-step-runs-in-the-task-of-its-event): the task
+that has the event, when the exchange's own task waits with nothing queued; still one step at a time, and every
+failure answered by the exchange's task."""
 
 from __future__ import annotations
 
@@ -164,8 +165,9 @@ async def test_a_rounds_upstream_task_leaves_the_session_by_itself(upstream, aio
 
 @pytest.mark.parametrize("store", ["memory", "shared", "redis"])
 async def test_the_next_round_leaves_before_the_answers_202(upstream, aiohttp_client, request, store) -> None:
-    """docs/design.md §26: the retry an answer completes is on its way upstream before that answer's 202 is
-    written, whether its step saves nothing or waits on Redis for its save (with replicas, every step saves)."""
+    """docs/design/bridge.md#a-clients-answer-is-acted-on-before-it-is-acknowledged: the retry an answer completes is
+    on its way upstream before that answer's 202 is written, whether its step saves nothing or waits on Redis for its
+    save (with replicas, every step saves)."""
     order: list[str] = []
     upstream.script["tools/call"] = two_rounds
 

@@ -148,8 +148,8 @@ async def test_an_exchanges_inbox_keeps_arrival_order_and_survives_a_cancelled_w
 
 
 async def test_on_a_store_no_other_process_reads_a_bridged_round_is_never_saved(legacy, upstream) -> None:
-    """docs/design.md §40: on one process nobody could continue a round, so its record is not written (it cost
-    a bridged call 2% of its instructions, to be read by no one)."""
+    """docs/design/takeover.md#leases-and-takeover-of-a-dead-replicas-rounds: on one process nobody could continue a
+    round, so its record is not written (it cost a bridged call 2% of its instructions, to be read by no one)."""
     upstream.script["tools/call"] = two_rounds
     await legacy.initialize()
     gw = legacy.client.app[GATEWAY]

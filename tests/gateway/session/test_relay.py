@@ -1,7 +1,7 @@
-"""Replicas on one Redis (docs/design.md §34): two gateway apps, each on its own port with its own RedisStore
-under one key prefix, serve one legacy session. A client's answer, cancel or DELETE sent to the replica that
-does not hold the exchange reaches the one that does. Redis is found as in ``test_redis_store``.
-"""
+"""Replicas on one Redis (docs/design/replicas.md#replicas-relay-through-the-store): two gateway apps, each on its
+own port with its own RedisStore under one key prefix, serve one legacy session. A client's answer, cancel or DELETE
+sent to the replica that does not hold the exchange reaches the one that does. Redis is found as in
+``test_redis_store``."""
 
 from __future__ import annotations
 
@@ -33,8 +33,9 @@ async def replicas(make_gateway: Any, redis_url: str, prefix: str) -> tuple[Lega
 
 
 async def owner_keys(redis_url: str, prefix: str, kinds: str = "aq") -> dict[str, str]:
-    """The ownership records (``oa:``, ``oq:``; ``kinds="l"``: the round leases of docs/design.md §40), each with
-    the replica it names (an ownership record also names its round)."""
+    """The ownership records (``oa:``, ``oq:``; ``kinds="l"``: the round leases of
+    docs/design/takeover.md#leases-and-takeover-of-a-dead-replicas-rounds), each with the replica it names (an
+    ownership record also names its round)."""
     client = Redis.from_url(redis_url)
     try:
         keys = [k async for k in client.scan_iter(match=f"{prefix}o[{kinds}]:*")]
@@ -158,8 +159,9 @@ async def test_a_cancel_on_another_replica_stops_a_round_waiting_past_its_claim(
 
 async def test_a_cancel_on_another_replica_stops_a_plain_request_answered_inline(make_gateway, upstream, redis_url,
                                                                                  prefix) -> None:
-    """docs/design.md §41: a plain request runs inline on A and claims nothing in the store; a cancel reaching B
-    finds no owner and goes to every replica, and A stops it (the upstream request is closed, no answer)."""
+    """docs/design/takeover.md#a-cancel-for-a-plain-request-goes-to-every-replica: a plain request runs inline on A
+    and claims nothing in the store; a cancel reaching B finds no owner and goes to every replica, and A stops it
+    (the upstream request is closed, no answer)."""
     closed = asyncio.Event()
     upstream.script["tools/call"] = lambda body, request: [lambda: hang_until_closed(request, closed)]
     a, b = await replicas(make_gateway, redis_url, prefix)

@@ -1,7 +1,7 @@
-"""SSE replay across replicas (docs/design.md §37): what only Redis does with a copy, the mirror that writes it,
-then two gateway apps on real ports sharing a real Redis, where a stream written by replica A is resumed through
-replica B (the stream-copy contract of every backend is ``test_store_contract``).
-Redis is found as in ``test_redis_store``."""
+"""SSE replay across replicas (docs/design/replicas.md#sse-replay-across-replicas): what only Redis does with a copy,
+the mirror that writes it, then two gateway apps on real ports sharing a real Redis, where a stream written by
+replica A is resumed through replica B (the stream-copy contract of every backend is ``test_store_contract``). Redis
+is found as in ``test_redis_store``."""
 
 from __future__ import annotations
 
@@ -88,8 +88,9 @@ class RecordingStore:
 
 
 async def test_a_held_copy_sends_nothing_until_its_write_is_done_and_a_failed_one_forgets_the_events() -> None:
-    """docs/design.md §50: while a save holds the copy, the events pushed wait (a writer starting meanwhile waits
-    for the opening that save makes); written, they go out; not written, nobody ever gets them."""
+    """docs/design/takeover.md#a-bridged-step-is-one-fenced-store-write: while a save holds the copy, the events
+    pushed wait (a writer starting meanwhile waits for the opening that save makes); written, they go out; not
+    written, nobody ever gets them."""
     store = RecordingStore()
     stream = OutStream("s", 8)
     stream.mirror = mirror = Mirror(stream, store, "s1", asyncio.ensure_future)  # type: ignore[arg-type]
@@ -142,8 +143,9 @@ async def test_a_write_that_carried_every_event_leaves_no_copy_to_make() -> None
 
 
 async def test_a_result_whose_write_failed_still_goes_out_and_the_copy_is_dropped() -> None:
-    """A round's end carries its result (docs/design.md §50); when that write fails the result is not forgotten
-    as a step's ask is: the request is answered from this replica, whose copy no other can resume any more."""
+    """A round's end carries its result (docs/design/takeover.md#a-bridged-step-is-one-fenced-store-write); when that
+    write fails the result is not forgotten as a step's ask is: the request is answered from this replica, whose copy
+    no other can resume any more."""
     store = RecordingStore()
     stream = OutStream("s", 8)
     stream.mirror = mirror = Mirror(stream, store, "s1", asyncio.ensure_future)  # type: ignore[arg-type]

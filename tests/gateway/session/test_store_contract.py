@@ -180,8 +180,9 @@ async def test_rounds(store) -> None:
 
 
 async def test_a_first_waiting_save_holds_its_round_within_the_ceilings_or_writes_nothing(store) -> None:
-    """docs/design.md §55: a round's first waiting save counts it as hold_round does, in the same step; past a
-    ceiling it writes nothing of its step (record, lease, claim, events) and answers the load it would have made."""
+    """docs/design/limits.md#waiting-rounds-are-counted-in-the-store: a round's first waiting save counts it as
+    hold_round does, in the same step; past a ceiling it writes nothing of its step (record, lease, claim, events)
+    and answers the load it would have made."""
     await store.put_session(record("s1"))
     most = WaitingLoad(2, 250, 1000)
     assert await store.put_round(pending("b1", "s1"), ("A", 5), hold=Hold("alice", 100, most))
@@ -206,8 +207,8 @@ async def lapsed(store: Any, bridge_id: str) -> bool:
 
 
 async def test_leases(backend: Backend) -> None:
-    """docs/design.md §40: one holder per round, renewed while it lives; a lapsed lease is claimed by exactly one
-    of the replicas racing for it, and only while the round exists."""
+    """docs/design/takeover.md#leases-and-takeover-of-a-dead-replicas-rounds: one holder per round, renewed while it
+    lives; a lapsed lease is claimed by exactly one of the replicas racing for it, and only while the round exists."""
     store = backend.store
     await store.put_session(record("s1"))
     await store.put_round(pending("b1", "s1"), ("A", 0.3))  # its first save takes the lease with it
@@ -228,9 +229,10 @@ async def test_leases(backend: Backend) -> None:
 
 
 async def test_orphaned_rounds_are_the_leased_ones_nobody_holds(backend: Backend) -> None:
-    """docs/design.md §40, the sweep: a round is orphaned once its lease ran out with nobody holding it (its
-    replica died) or was released with the round kept (handed over); a renewed, taken or ended round is not, nor
-    one never leased (saved where nobody continues rounds), nor one whose session is gone."""
+    """docs/design/takeover.md#leases-and-takeover-of-a-dead-replicas-rounds, the sweep: a round is orphaned once its
+    lease ran out with nobody holding it (its replica died) or was released with the round kept (handed over); a
+    renewed, taken or ended round is not, nor one never leased (saved where nobody continues rounds), nor one whose
+    session is gone."""
     store = backend.store
     await store.put_session(record("s1"))
     await store.put_round(pending("b1", "s1"), ("A", 0.3))
@@ -258,8 +260,9 @@ async def test_orphaned_rounds_are_the_leased_ones_nobody_holds(backend: Backend
 
 
 async def test_a_step_writes_its_ownership_with_its_save_and_a_round_ends_in_one_step(store) -> None:
-    """docs/design.md §50: the claims and releases of a step ride on its save; the end of a round drops its
-    record, its holder's lease (never another's) and its ownership records together; a handover keeps the record."""
+    """docs/design/takeover.md#a-bridged-step-is-one-fenced-store-write: the claims and releases of a step ride on
+    its save; the end of a round drops its record, its holder's lease (never another's) and its ownership records
+    together; a handover keeps the record."""
     await store.put_session(record("s1"))
     await store.claim_owner(["oa:old"], "A", 5, "b1")  # A's once the save below takes b1's lease
     await store.put_round(pending("b1", "s1"), ("A", 5), Owners("A", 5, frozenset({"oa:g1", "oq:s1:1"}),
@@ -393,9 +396,9 @@ async def test_an_opened_copy_follows_its_first_event(store) -> None:
 
 
 async def test_a_save_writes_its_steps_events_onto_the_copy_and_a_fenced_one_writes_none(store) -> None:
-    """docs/design.md §50: a step's events ride on its round's save, the copy's opening included; a save by a
-    replica that does not hold the round's lease writes neither the record nor the events; the round's end
-    writes its result and drops the round in one step."""
+    """docs/design/takeover.md#a-bridged-step-is-one-fenced-store-write: a step's events ride on its round's save,
+    the copy's opening included; a save by a replica that does not hold the round's lease writes neither the record
+    nor the events; the round's end writes its result and drops the round in one step."""
     await open_session(store)
     first = StreamAppend("s1", "x", tuple(events((1, {"n": 1}))), capacity=8, opening=True)
     assert await store.put_round(pending("b1", "s1"), ("A", 5), copy=first)
@@ -451,8 +454,9 @@ async def test_the_local_bus_reaches_one_replica_or_every_replica() -> None:
 
 
 async def test_an_answer_posted_to_one_replica_reaches_the_round_held_by_the_other(make_gateway, upstream) -> None:
-    """docs/design.md §34 with both replicas in this process: A's exchange asks the client; the answers posted
-    to B reach it through the shared backend's bus, and the round ends with both, leaving no ownership behind."""
+    """docs/design/replicas.md#replicas-relay-through-the-store with both replicas in this process: A's exchange asks
+    the client; the answers posted to B reach it through the shared backend's bus, and the round ends with both,
+    leaving no ownership behind."""
     upstream.script["tools/call"] = two_rounds
     shared = SharedMemory()
     a, b = Legacy(await make_gateway(shared.replica())), Legacy(await make_gateway(shared.replica()))

@@ -117,7 +117,8 @@ async def _step(stream: OutStream, *messages: dict, final: dict | None = None) -
 
 
 async def test_a_step_writes_for_a_waiting_writer_without_waking_it() -> None:
-    """docs/design.md §52: what a step pushes goes out from the step's task, in one write; the writer sleeps on."""
+    """docs/design/takeover.md#a-step-runs-in-the-task-of-its-event: what a step pushes goes out from the step's
+    task, in one write; the writer sleeps on."""
     stream, response = OutStream("s", 16), _Response()
     _batches, waiting = await _parked(stream, response)
     await _step(stream, {"n": 1}, {"n": 2})
@@ -200,8 +201,8 @@ async def _mirrored(store: _CopyStore) -> tuple[OutStream, Mirror]:
 
 
 async def test_a_step_whose_save_carried_its_events_writes_them_itself() -> None:
-    """docs/design.md §52 on a shared store: once the step's save holds the events in the copy (§50), the step
-    writes them for the waiting writer as on one process; the writer sleeps on."""
+    """docs/design/takeover.md#a-step-runs-in-the-task-of-its-event on a shared store: once the step's save holds the
+    events in the copy (§50), the step writes them for the waiting writer as on one process; the writer sleeps on."""
     stream, mirror = await _mirrored(_CopyStore())
     response = _Response()
     _batches, waiting = await _parked(stream, response)
@@ -236,8 +237,9 @@ async def test_a_step_never_writes_what_the_copy_does_not_hold_yet() -> None:
 
 def test_only_a_response_alone_on_an_ended_stream_is_answered_as_json() -> None:
     """A POST's stream that ended with its final response alone is answered as plain JSON; one that ended holding
-    only a request to the client (its round handed over to another replica as it was asked: docs/design.md §42)
-    stays SSE, resumable there, instead of handing the client a request as if it were its answer."""
+    only a request to the client (its round handed over to another replica as it was asked:
+    docs/design/takeover.md#sigterm-hands-the-rounds-over) stays SSE, resumable there, instead of handing the client
+    a request as if it were its answer."""
     answered = OutStream("a", 16)
     answered.finish({"jsonrpc": "2.0", "id": 1, "result": {}})
     assert answered.single_response() == {"jsonrpc": "2.0", "id": 1, "result": {}}

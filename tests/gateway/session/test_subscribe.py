@@ -15,7 +15,7 @@ from tests.waiting import until, until_hung_up
 @pytest.mark.parametrize("error,status,answered", [
     ({"code": -32602, "message": "unknown resource"}, 400, 200),
     # The upstream refused the client's own (forwarded) token: the answer carries the status, so the client
-    # authorizes again (docs/design.md §14), and still the upstream's error.
+    # authorizes again (docs/design/authorization.md#principal-and-token-passthrough), and still the upstream's error.
     ({"code": -32001, "message": "token expired"}, 401, 401),
 ])
 async def test_a_refused_listen_answers_the_subscribe_with_the_upstreams_error(legacy, upstream, error,

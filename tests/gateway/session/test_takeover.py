@@ -1,4 +1,6 @@
-"""Takeover of another replica's bridged rounds (docs/design.md §40-§42), two gateway apps on one real Redis.
+"""Takeover of another replica's bridged rounds (docs/design/takeover.md#leases-and-takeover-of-a-dead-replicas-rounds,
+docs/design/takeover.md#a-cancel-for-a-plain-request-goes-to-every-replica,
+docs/design/takeover.md#sigterm-hands-the-rounds-over), two gateway apps on one real Redis.
 
 A replica that shuts down hands its saved rounds over (its leases released): the other continues a round from its
 stored record as soon as the client's next answer or stream resumption reaches it. Killed processes (leases that
@@ -212,9 +214,9 @@ async def test_a_handed_over_stream_resumes_on_a_third_replica(make_gateway, ups
 
 async def test_a_save_after_the_lease_was_taken_writes_nothing_and_stops(make_gateway, upstream, redis_url,
                                                                        prefix) -> None:
-    """docs/design.md §50: A's lease was taken while it stalled, before its renewal noticed: the save of the step
-    an answer starts is fenced by the lease, so A overwrites nothing of the new holder's and stops without
-    answering the request (the new holder does)."""
+    """docs/design/takeover.md#a-bridged-step-is-one-fenced-store-write: A's lease was taken while it stalled, before
+    its renewal noticed: the save of the step an answer starts is fenced by the lease, so A overwrites nothing of the
+    new holder's and stops without answering the request (the new holder does)."""
     upstream.script["tools/call"] = two_rounds
     a, _b = await replicas(make_gateway, redis_url, prefix)
     resp, first, _second = await first_round_asked(a)
@@ -234,9 +236,10 @@ async def test_a_save_after_the_lease_was_taken_writes_nothing_and_stops(make_ga
 
 async def test_a_fenced_save_sends_and_copies_none_of_the_events_it_carried(make_gateway, upstream, redis_url,
                                                                           prefix) -> None:
-    """docs/design.md §50: the next ask is pushed on the stream and held for the save that writes it into the
-    copy; when that save is fenced (A's lease was taken while the upstream worked) the ask is forgotten: neither
-    sent to the client nor written where another replica would resume the stream."""
+    """docs/design/takeover.md#a-bridged-step-is-one-fenced-store-write: the next ask is pushed on the stream and
+    held for the save that writes it into the copy; when that save is fenced (A's lease was taken while the upstream
+    worked) the ask is forgotten: neither sent to the client nor written where another replica would resume the
+    stream."""
     gate = asyncio.Event()
 
     async def slow_second_round(body: dict[str, Any], request: Any) -> Any:
@@ -271,9 +274,9 @@ async def test_a_fenced_save_sends_and_copies_none_of_the_events_it_carried(make
 
 async def test_a_result_whose_round_end_fails_still_reaches_the_client(upstream, aiohttp_client, redis_url,
                                                                       prefix) -> None:
-    """docs/design.md §50: the round's end carries its result into the stream's copy; when that store step fails
-    the result is not forgotten as a fenced ask is: the request is answered from this replica, and the copy
-    (which no other replica could finish) is dropped."""
+    """docs/design/takeover.md#a-bridged-step-is-one-fenced-store-write: the round's end carries its result into the
+    stream's copy; when that store step fails the result is not forgotten as a fenced ask is: the request is answered
+    from this replica, and the copy (which no other replica could finish) is dropped."""
     from gateway.config.settings import load_config
     from gateway.http.app import create_app
 
@@ -308,9 +311,10 @@ async def _copy_gone(store: Any, session_id: str, name: str) -> bool:
 
 async def test_the_sweep_continues_a_handed_over_round_unless_it_needs_a_credential(make_gateway, upstream,
                                                                                      redis_url, prefix) -> None:
-    """docs/design.md §40, the sweep: A stops while two rounds wait for their client. B's sweep takes the one
-    whose request came without a credential over at once (no client message); the one whose request carried an
-    Authorization header stays for its client, whose answer then brings the credential to B."""
+    """docs/design/takeover.md#leases-and-takeover-of-a-dead-replicas-rounds, the sweep: A stops while two rounds
+    wait for their client. B's sweep takes the one whose request came without a credential over at once (no client
+    message); the one whose request carried an Authorization header stays for its client, whose answer then brings
+    the credential to B."""
     upstream.script["tools/call"] = two_rounds
     a, b = await replicas(make_gateway, redis_url, prefix)
     await first_round_asked(a)
@@ -384,11 +388,12 @@ async def test_the_sweep_ends_a_round_whose_session_went_idle(make_gateway, upst
 
 async def test_an_answer_relayed_to_a_replica_that_dies_before_acting_is_not_lost(make_gateway, upstream, redis_url,
                                                                                  prefix) -> None:
-    """docs/design.md §34, §40: B relays the client's answer to A, which owns the round; A receives it and stops
-    before acting on it (as a killed process would, its relay never acknowledging). B keeps the answer, and the
-    client's POST unacknowledged: with no acknowledgement it delivers the answer by the stored round, which it
-    takes over once A's lease is free, and only then answers 202, so the round goes on with both answers instead
-    of waiting for one that was acknowledged and lost."""
+    """docs/design/replicas.md#replicas-relay-through-the-store,
+    docs/design/takeover.md#leases-and-takeover-of-a-dead-replicas-rounds: B relays the client's answer to A, which
+    owns the round; A receives it and stops before acting on it (as a killed process would, its relay never
+    acknowledging). B keeps the answer, and the client's POST unacknowledged: with no acknowledgement it delivers the
+    answer by the stored round, which it takes over once A's lease is free, and only then answers 202, so the round
+    goes on with both answers instead of waiting for one that was acknowledged and lost."""
     upstream.script["tools/call"] = two_rounds
     a, b = await replicas(make_gateway, redis_url, prefix, timeout_seconds=0.5)
     resp, first, (_last, second) = await first_round_asked(a)
@@ -468,9 +473,9 @@ async def test_an_answer_relayed_as_its_round_is_handed_over_is_acknowledged_as_
 
 async def test_an_answer_queued_as_its_round_is_handed_over_is_refused_for_sending_again(
         make_gateway, upstream, redis_url, prefix) -> None:
-    """docs/design.md §42: A's exchange hands its round over (as at SIGTERM) with the client's answer, posted to A
-    itself, queued behind that. The answer is refused (HandedOver: the POST's 503), not acknowledged while nobody
-    acted on it; sent again, to B, it reaches the round where it goes on."""
+    """docs/design/takeover.md#sigterm-hands-the-rounds-over: A's exchange hands its round over (as at SIGTERM) with
+    the client's answer, posted to A itself, queued behind that. The answer is refused (HandedOver: the POST's 503),
+    not acknowledged while nobody acted on it; sent again, to B, it reaches the round where it goes on."""
     upstream.script["tools/call"] = two_rounds
     a, b = await replicas(make_gateway, redis_url, prefix)
     _resp, first, (_last, second) = await first_round_asked(a)
@@ -487,10 +492,10 @@ async def test_an_answer_queued_as_its_round_is_handed_over_is_refused_for_sendi
 
 async def test_a_cancel_given_to_a_round_as_it_is_handed_over_follows_the_round(make_gateway, upstream, redis_url,
                                                                                  prefix) -> None:
-    """docs/design.md §42: A's exchange hands its round over (as at SIGTERM) with the client's cancel, posted to A
-    itself, queued behind that. The cancel is not dropped with the exchange (the round would go on elsewhere, and
-    its client's 202 would be a lie): it follows the round, which here means A, once its exchange let go, takes
-    the stored round and ends it, and nothing is sent upstream for it again."""
+    """docs/design/takeover.md#sigterm-hands-the-rounds-over: A's exchange hands its round over (as at SIGTERM) with
+    the client's cancel, posted to A itself, queued behind that. The cancel is not dropped with the exchange (the
+    round would go on elsewhere, and its client's 202 would be a lie): it follows the round, which here means A, once
+    its exchange let go, takes the stored round and ends it, and nothing is sent upstream for it again."""
     upstream.script["tools/call"] = two_rounds
     a, _b = await replicas(make_gateway, redis_url, prefix)
     _resp, _first, _second = await first_round_asked(a)
@@ -510,10 +515,11 @@ async def test_a_cancel_given_to_a_round_as_it_is_handed_over_follows_the_round(
 
 async def test_a_replica_shutting_down_refuses_an_answer_it_would_have_to_take_a_round_on_for(
         make_gateway, upstream, redis_url, prefix) -> None:
-    """docs/design.md §42: a replica shutting down takes no round on. A handed A's round over (nobody holds it); a
-    client's answer reaching B while B is shutting down gets 503 (-32603, ``data.gateway = "handed_over"``, the
-    answer's id) to send again, rather than B taking the round on as it exits. Sent again once B is open, it is
-    acted on there. (An answer for a round a live replica runs is still relayed to it by a stopping replica.)"""
+    """docs/design/takeover.md#sigterm-hands-the-rounds-over: a replica shutting down takes no round on. A handed A's
+    round over (nobody holds it); a client's answer reaching B while B is shutting down gets 503 (-32603,
+    ``data.gateway = "handed_over"``, the answer's id) to send again, rather than B taking the round on as it exits.
+    Sent again once B is open, it is acted on there. (An answer for a round a live replica runs is still relayed to
+    it by a stopping replica.)"""
     upstream.script["tools/call"] = two_rounds
     a, b = await replicas(make_gateway, redis_url, prefix)
     _resp, first, _second = await first_round_asked(a)
@@ -534,9 +540,10 @@ async def test_a_replica_shutting_down_refuses_an_answer_it_would_have_to_take_a
 
 async def test_an_answer_relayed_to_a_frozen_owner_goes_where_its_round_is_taken_over(make_gateway, upstream,
                                                                                      redis_url, prefix) -> None:
-    """docs/design.md §40: A, the round's owner, is frozen (its subscription still counts as listening, but it
-    neither acts on what it receives nor renews its lease). B, given the client's answer, keeps relaying it and
-    asking for A's word; once A's lease lapses, B takes the round over and acts on the answer itself."""
+    """docs/design/takeover.md#leases-and-takeover-of-a-dead-replicas-rounds: A, the round's owner, is frozen (its
+    subscription still counts as listening, but it neither acts on what it receives nor renews its lease). B, given
+    the client's answer, keeps relaying it and asking for A's word; once A's lease lapses, B takes the round over and
+    acts on the answer itself."""
     upstream.script["tools/call"] = two_rounds
     a, b = await replicas(make_gateway, redis_url, prefix, lease_seconds=1.0, timeout_seconds=0.3)
     _resp, first, (_last, second) = await first_round_asked(a)
@@ -558,10 +565,10 @@ async def test_an_answer_relayed_to_a_frozen_owner_goes_where_its_round_is_taken
 
 async def test_an_answer_its_live_owner_never_acts_on_is_refused_not_acknowledged(make_gateway, upstream,
                                                                                   redis_url, prefix) -> None:
-    """docs/design.md §34: A owns the round, keeps its lease and listens, but never acts on the relayed answer (a
-    stuck process). B relays it again, asking for A's word, until a few store timeouts past the lease time, then
-    answers the client's POST 503 (-32603, ``data.store``): the client learns the answer was not taken, instead of
-    a 202 for an answer nobody has. The round still awaits it on A."""
+    """docs/design/replicas.md#replicas-relay-through-the-store: A owns the round, keeps its lease and listens, but
+    never acts on the relayed answer (a stuck process). B relays it again, asking for A's word, until a few store
+    timeouts past the lease time, then answers the client's POST 503 (-32603, ``data.store``): the client learns the
+    answer was not taken, instead of a 202 for an answer nobody has. The round still awaits it on A."""
     upstream.script["tools/call"] = two_rounds
     a, b = await replicas(make_gateway, redis_url, prefix, lease_seconds=1.0, timeout_seconds=0.25)
     _resp, first, _second = await first_round_asked(a)
@@ -582,10 +589,10 @@ async def test_an_answer_its_live_owner_never_acts_on_is_refused_not_acknowledge
 
 async def test_a_cancel_relayed_to_a_replica_that_dies_before_acting_still_ends_the_round(make_gateway, upstream,
                                                                                          redis_url, prefix) -> None:
-    """docs/design.md §34: B relays the client's cancel to A, which receives it and stops before acting on it. B
-    keeps the cancel, and its POST unacknowledged: with no acknowledgement it ends the round where it is taken
-    over, and nothing is sent upstream for it again (without that, the round would go on with the client's next
-    answers)."""
+    """docs/design/replicas.md#replicas-relay-through-the-store: B relays the client's cancel to A, which receives it
+    and stops before acting on it. B keeps the cancel, and its POST unacknowledged: with no acknowledgement it ends
+    the round where it is taken over, and nothing is sent upstream for it again (without that, the round would go on
+    with the client's next answers)."""
     upstream.script["tools/call"] = two_rounds
     a, b = await replicas(make_gateway, redis_url, prefix, timeout_seconds=0.5)
     resp, _first, _second = await first_round_asked(a)

@@ -1,6 +1,7 @@
-"""An upstream's HTTP 401/403 (2025-11-25 basic/authorization §Error Handling; docs/design.md §14): with the client's
-own token forwarded, the legacy client gets the status and the upstream's ``WWW-Authenticate`` wherever its transport
-still allows a status, so it can authorize again; with the gateway's own credential nothing leaks."""
+"""An upstream's HTTP 401/403 (2025-11-25 basic/authorization §Error Handling;
+docs/design/authorization.md#principal-and-token-passthrough): with the client's own token forwarded, the legacy
+client gets the status and the upstream's ``WWW-Authenticate`` wherever its transport still allows a status, so it
+can authorize again; with the gateway's own credential nothing leaks."""
 
 from __future__ import annotations
 
