@@ -453,17 +453,25 @@ async def test_the_local_bus_reaches_one_replica_or_every_replica() -> None:
     await b.close()
 
 
-async def test_an_answer_posted_to_one_replica_reaches_the_round_held_by_the_other(make_gateway, upstream) -> None:
-    """docs/design/replicas.md#replicas-relay-through-the-store with both replicas in this process: A's exchange asks
-    the client; the answers posted to B reach it through the shared backend's bus, and the round ends with both,
-    leaving no ownership behind."""
-    upstream.script["tools/call"] = two_rounds
+async def replicas_in_one_process(make_gateway: Any) -> tuple[SharedMemory, Legacy, Legacy]:
+    """Two gateways on one SharedMemory, each its own replica with its relay: a client initialized on A, and
+    the same session's client on B."""
     shared = SharedMemory()
     a, b = Legacy(await make_gateway(shared.replica())), Legacy(await make_gateway(shared.replica()))
     gw_a, gw_b = a.client.app[GATEWAY], b.client.app[GATEWAY]
     assert gw_a.replica != gw_b.replica and gw_a.relay is not None and gw_b.relay is not None
     await a.initialize(CAPS)
     b.session_id = a.session_id
+    return shared, a, b
+
+
+async def test_an_answer_posted_to_one_replica_reaches_the_round_held_by_the_other(make_gateway, upstream) -> None:
+    """docs/design/replicas.md#replicas-relay-through-the-store with both replicas in this process: A's exchange asks
+    the client; the answers posted to B reach it through the shared backend's bus, and the round ends with both,
+    leaving no ownership behind."""
+    upstream.script["tools/call"] = two_rounds
+    shared, a, b = await replicas_in_one_process(make_gateway)
+    gw_a = a.client.app[GATEWAY]
     resp = await a.post("tools/call", {"name": "t", "arguments": {}})
     await within(a.next_event(resp))  # priming
     _, first = await within(a.next_event(resp))
@@ -482,3 +490,22 @@ async def test_an_answer_posted_to_one_replica_reaches_the_round_held_by_the_oth
     async def released() -> bool:
         return [await view.owner_of(key) for key in keys] == [None] * 3 and await view.rounds_of(a.session_id) == []
     await until(released, "answered and ended: no ownership record or round is left")
+
+
+async def test_a_delete_on_one_replica_ends_the_session_on_the_other(make_gateway, upstream) -> None:
+    """docs/design/replicas.md#replicas-relay-through-the-store in one process: B's DELETE goes to every replica
+    on the bus; A ends its runtime (its GET stream, the exchange waiting on the client) and answers 404 from then
+    on."""
+    upstream.script["tools/call"] = two_rounds
+    shared, a, b = await replicas_in_one_process(make_gateway)
+    listening = await a.client.get("/mcp", headers={**a.headers(), "Accept": "text/event-stream"})
+    assert listening.status == 200
+    resp = await a.post("tools/call", {"name": "t", "arguments": {}})
+    await within(a.next_event(resp))
+    await within(a.next_event(resp))  # the client is asked: the exchange waits on A
+    assert (await b.client.delete("/mcp", headers=b.headers())).status == 204
+    await within(a.events(listening))  # A's standalone stream ends
+    assert [m for m in await within(a.events(resp)) if "result" in m] == []  # the request ends without a result
+    assert (await a.post("tools/list", {})).status == 404
+    assert a.session_id not in a.client.app[GATEWAY].runtimes
+    assert await shared.replica().rounds_of(a.session_id) == []
