@@ -17,9 +17,9 @@ the session's, so an id the session did not create is unknown here whoever made 
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from typing import Any, Final
 
 from adapters.errors import INVALID_PARAMS, METHOD_NOT_FOUND, ErrorValue, limit_error
@@ -111,12 +111,47 @@ def expired(task: Mapping[str, Any], now_ms: int | None) -> bool:
     ttl, created = task.get("ttl"), task.get("createdAt")
     if now_ms is None or not isinstance(ttl, int) or isinstance(ttl, bool) or not isinstance(created, str):
         return False
-    try:
-        at = datetime.fromisoformat(created)
-    except ValueError:
+    at = epoch_ms(created)
+    if at is None:
         return False  # a timestamp we cannot read: kept, bounded by KEPT_TERMINAL and max_tasks_per_session
-    at = at if at.tzinfo is not None else at.replace(tzinfo=UTC)
-    return now_ms >= at.timestamp() * 1000 + ttl
+    return now_ms >= at + ttl
+
+
+# An RFC 3339 date-time (the schema's ISO 8601 ``createdAt``); no offset is read as UTC.
+_DATE_TIME: Final = re.compile(r"(\d{4})-(\d{2})-(\d{2})[Tt ](\d{2}):(\d{2}):(\d{2})(?:\.(\d{1,9}))?"
+                               r"(?:([Zz])|([+-])(\d{2}):(\d{2}))?")
+
+
+def epoch_ms(text: str) -> int | None:
+    """Milliseconds since the epoch of an RFC 3339 date-time, or None when it is not one. Computed here, not
+    with ``datetime``: the core reads no clock, and the parse is the proleptic Gregorian day count."""
+    m = _DATE_TIME.fullmatch(text)
+    if m is None:
+        return None
+    year, month, day, hour, minute, second = (int(g) for g in m.group(1, 2, 3, 4, 5, 6))
+    if not (1 <= month <= 12 and 1 <= day <= _days_in(year, month) and hour < 24 and minute < 60 and second < 61):
+        return None
+    millis = int((m.group(7) or "0").ljust(3, "0")[:3])
+    offset = 0 if m.group(9) is None else (1 if m.group(9) == "+" else -1) * (int(m.group(10)) * 60
+                                                                               + int(m.group(11)))
+    minutes = _days_from_civil(year, month, day) * 1440 + hour * 60 + minute - offset
+    return (minutes * 60 + second) * 1000 + millis
+
+
+def _days_in(year: int, month: int) -> int:
+    if month == 2:
+        return 29 if year % 4 == 0 and (year % 100 != 0 or year % 400 == 0) else 28
+    return 30 if month in (4, 6, 9, 11) else 31
+
+
+def _days_from_civil(year: int, month: int, day: int) -> int:
+    """Days from 1970-01-01 (H. Hinnant's ``days_from_civil``: eras of 400 years, March-based years)."""
+    year -= month <= 2
+    era = year // 400
+    year_of_era = year - era * 400
+    day_of_year = (153 * (month + (-3 if month > 2 else 9)) + 2) // 5 + day - 1
+    day_of_era = year_of_era * 365 + year_of_era // 4 - year_of_era // 100 + day_of_year
+    return era * 146097 + day_of_era - 719468
 
 
 def current(tasks: Mapping[str, Any] | None, now_ms: int | None) -> dict[str, Any]:

@@ -123,6 +123,19 @@ def test_a_task_past_its_ttl_is_expired(task, now, gone) -> None:
     assert LT.expired(task, now) is gone
 
 
+@pytest.mark.parametrize("text", ["2026-12-07T10:00:00.000Z", "2026-12-07T10:00:00Z", "2026-12-07T11:30:00+01:30",
+                                  "2026-12-07T04:00:00-06:00", "2026-12-07t10:00:00.5z", "2024-02-29T23:59:59.999999Z",
+                                  "1969-12-31T23:59:59Z", "2000-03-01T00:00:00+00:00"])
+def test_rfc3339_timestamps_are_read_as_datetime_reads_them(text) -> None:
+    assert LT.epoch_ms(text) == int(datetime.fromisoformat(text.upper()).timestamp() * 1000)
+
+
+@pytest.mark.parametrize("text", ["yesterday", "2026-13-01T00:00:00Z", "2026-02-29T00:00:00Z", "2026-12-07",
+                                  "2026-12-07T24:00:00Z", "2026-12-07T10:00:00+0100", ""])
+def test_what_is_not_an_rfc3339_timestamp_is_none(text) -> None:
+    assert LT.epoch_ms(text) is None
+
+
 def test_a_task_past_its_ttl_no_longer_counts_against_the_bound() -> None:
     tasks = held(*("working",) * 8)
     assert LT.admit(tasks, 8, BEFORE) is not None
