@@ -1,7 +1,8 @@
 """The pure translation core of the legacy gateway (sans-IO).
 
 Everything that decides *what* goes on the wire between a 2025-11-25 client and a 2026-07-28 upstream
-lives here as plain functions over plain data (docs/design.md). Nothing in this package performs I/O,
+lives here as plain functions over plain data (docs/design/core-and-shell.md#architecture). Nothing in this package
+performs I/O,
 reads a clock, draws randomness or imports an event loop: clocks, ids and randomness are passed in by
 the shell (``gateway/``). A test inspects every module's imports to keep it that way.
 

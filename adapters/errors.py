@@ -216,8 +216,9 @@ REJECTIONS: Final[Mapping[Reason, tuple[int, int]]] = {
     # The session store (a shared Redis) failed or timed out: a dependency, not the client; 503 says retry
     # later (RFC 9110 §15.6.4), and -32603 with data.store "unavailable" names what failed.
     Reason.STORE_UNAVAILABLE: (503, INTERNAL_ERROR),
-    # A client's answer reached its round as the round was handed over to another replica (shutdown, docs/design.md
-    # §42), before it was acted on, or reached a replica shutting down that would have had to take the round on:
+    # A client's answer reached its round as the round was handed over to another replica (shutdown,
+    # docs/design/takeover.md#sigterm-hands-the-rounds-over), before it was acted on, or reached a replica
+    # shutting down that would have had to take the round on:
     # 503 says send it again (the round goes on elsewhere), not "accepted".
     Reason.ANSWER_NOT_TAKEN: (503, INTERNAL_ERROR),
 }

@@ -1,5 +1,5 @@
 """Revision constants, method families and legacy version negotiation (2025-11-25 basic/lifecycle §Version
-Negotiation; which methods the gateway answers itself, forwards or bridges: docs/design.md).
+Negotiation; which methods the gateway answers itself, forwards or bridges: docs/design/eras.md#one-url-two-eras).
 
 Owns the answers to "which revision", "which method goes where" and "which version do we echo".
 """

@@ -1,7 +1,7 @@
 """The serializable records the gateway keeps per session and per pending bridge round.
 
 Everything a second gateway process would need to continue a session or an MRTR round lives in these two
-records (docs/design.md "Replicas"): they hold only JSON-compatible values and round-trip through
+records (docs/design/replicas.md#session-stores): they hold only JSON-compatible values and round-trip through
 ``to_dict``/``from_dict`` unchanged. Sockets, streams and tasks are never referenced from here.
 """
 

@@ -60,7 +60,7 @@ _MIRRORED: Final = (PROTOCOL_VERSION_META_KEY, CLIENT_CAPABILITIES_META_KEY, CLI
 
 
 class Era(Enum):
-    MODERN = "2026-07-28"  # passed through (docs/design.md: the passthrough)
+    MODERN = "2026-07-28"  # passed through (docs/design/eras.md#one-url-two-eras)
     LEGACY = "2025-11-25"  # served in reverse
 
 

@@ -182,8 +182,9 @@ class _Answering(LegacyClient):
 
 async def store_trips(http: aiohttp.ClientSession, redis_url: str, upstream: str, extra: list[str]) -> dict[str, Any]:
     """Redis round trips per two-round bridged call (``summarize_repo``), the median over :data:`TRIP_CALLS` calls
-    each: with the answers posted to the replica running the call, and to another replica (relayed, docs/design.md
-    §34). Two gateways on one prefix, through :class:`CountingProxy`."""
+    each: with the answers posted to the replica running the call, and to another replica (relayed,
+    docs/design/replicas.md#replicas-relay-through-the-store). Two gateways on one prefix, through
+    :class:`CountingProxy`."""
     proxy, prefix = CountingProxy(redis_url), f"bench-trips-{os.urandom(4).hex()}:"
     replicas: list[Child] = []
     try:

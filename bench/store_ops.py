@@ -31,7 +31,7 @@ from bench.redis_side import resolve_url
 OPS = ("ping", "get_session", "put_round", "end_round")
 BASE, EXTRA = 200, 1000
 ASK = {"jsonrpc": "2.0", "id": "g-4f0c2a9e", "method": "sampling/createMessage", "params": {"messages": [
-    {"role": "user", "content": {"type": "text", "text": "Summarize these files: README.md, docs/design.md"}}],
+    {"role": "user", "content": {"type": "text", "text": "Summarize these files: README.md, docs/architecture.md"}}],
     "maxTokens": 400}}
 
 

@@ -104,7 +104,8 @@ async def handle_mcp(request: web.Request) -> web.StreamResponse:
     key = principal.key if principal is not None else None  # the verified claims ride along as the view's grant
     bridges = request.app.get(REVERSES)
     if bridges is not None and bridges.by_name and relayed_as_is(request.method, headers, parsed := _parsed(body)):
-        refused = None if checked else check_origin_host(headers, gw.policy)  # docs/design/eras.md#2026-clients-in-front-of-a-2025-server-the-reverse-bridge
+        # docs/design/eras.md#2026-clients-in-front-of-a-2025-server-the-reverse-bridge
+        refused = None if checked else check_origin_host(headers, gw.policy)
         if refused is not None:
             return rejection_response(refused)
         relayed = await bridges.relay(request, body, parsed, principal, not gw.config.auth.enabled)

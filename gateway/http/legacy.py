@@ -76,9 +76,13 @@ async def cancel(gw: Gateway, session: SessionRecord, request_id: str | int, rea
         try:
             await exchange.cancel_now(reason)
             return
-        except HandedOver:  # its round went on elsewhere first: the cancel follows it there (docs/design/takeover.md#sigterm-hands-the-rounds-over)
+        # its round went on elsewhere first: the cancel follows it there
+        # (docs/design/takeover.md#sigterm-hands-the-rounds-over)
+        except HandedOver:
             pass
-    if gw.relay is not None:  # maybe run by another replica (docs/design/replicas.md#replicas-relay-through-the-store, docs/design/takeover.md#a-cancel-for-a-plain-request-goes-to-every-replica)
+    # maybe run by another replica (docs/design/replicas.md#replicas-relay-through-the-store,
+    # docs/design/takeover.md#a-cancel-for-a-plain-request-goes-to-every-replica)
+    if gw.relay is not None:
         await takeover.cancel(gw, session, request_id, message)
 
 

@@ -3,7 +3,8 @@
 ``GET /sse`` opens a stream whose first event, ``endpoint``, names the session's POST URL
 (``/messages?session_id=…``); each POST there is answered 202 and every response, request and notification
 of the session goes on the stream. The door decides nothing: its stream's messages pass through a
-:class:`gateway.http.door.DoorClient` to this server's own ``/mcp`` endpoint (docs/design/doors.md#the-stdio-httpsse-and-websocket-doors-are-clients-of-the-streamable-http-door), so the
+:class:`gateway.http.door.DoorClient` to this server's own ``/mcp`` endpoint
+(docs/design/doors.md#the-stdio-httpsse-and-websocket-doors-are-clients-of-the-streamable-http-door), so the
 Origin/Host checks, principal binding, limits, pins and the bridge are the endpoint's. The door itself checks
 only what is its own: the stream's Origin/Host (the same policy), and that a POST carries the credential its
 stream was opened with (another caller gets 404, as on ``/mcp``).

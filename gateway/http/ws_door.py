@@ -1,7 +1,9 @@
 """The WebSocket door: ``ws://HOST:PORT/ws``, subprotocol ``mcp`` (what the official Python SDK's WebSocket
 client asked for), one JSON-RPC message per text frame, one legacy session per connection.
 
-Like the stdio and HTTP+SSE doors it decides nothing (docs/design/doors.md#the-stdio-httpsse-and-websocket-doors-are-clients-of-the-streamable-http-door): each frame goes through a
+Like the stdio and HTTP+SSE doors it decides nothing
+(docs/design/doors.md#the-stdio-httpsse-and-websocket-doors-are-clients-of-the-streamable-http-door): each frame goes
+through a
 :class:`gateway.http.door.DoorClient` to this server's own ``/mcp``, so session rules, limits, pins and the bridge
 are the endpoint's. The upgrade is checked as ``/mcp`` checks a request (Origin/Host, the same policy), and the
 upgrade's credential is the session's. A binary frame, or text that is not JSON, is answered with a JSON-RPC

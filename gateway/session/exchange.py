@@ -214,7 +214,8 @@ class Exchange:
         self._inline: asyncio.Task[Any] | None = None  # the handler task while begin() waits on the upstream
         self._interrupted: Any = None  # the event that stopped that wait: Cancelled or the total timeout
         self._early: list[dict[str, Any]] = []  # notifications that arrived during begin()
-        self._owned: set[str] = set()  # ownership keys claimed in the store (docs/design/replicas.md#replicas-relay-through-the-store)
+        # ownership keys claimed in the store (docs/design/replicas.md#replicas-relay-through-the-store)
+        self._owned: set[str] = set()
         # Ownership changes not written yet: they ride on the step's save
         # (docs/design/takeover.md#a-bridged-step-is-one-fenced-store-write).
         self._claims: set[str] = set()

@@ -20,7 +20,8 @@ read back with ``ENCODED_DEPTH``. Keys, all under a configurable prefix (``[gate
   ``hb``, a hash ``P`` -> its bytes; ``ht``, the bytes in all; ``hx``, a sorted set ``B`` -> when its session
   would expire (ms), where each hold first gives back up to 16 holds whose session Redis expired by itself.
   These four are emptied as rounds end, so they hold nothing once no round waits;
-- ``e:S:N``: the copy of ``S``'s downstream SSE stream ``N`` (docs/design/replicas.md#sse-replay-across-replicas), a Redis Stream whose entry
+- ``e:S:N``: the copy of ``S``'s downstream SSE stream ``N`` (docs/design/replicas.md#sse-replay-across-replicas), a
+  Redis Stream whose entry
   ids carry the event numbers: ``<seq>-0`` an event (field ``m``, the message's JSON text), ``0-1`` "nothing
   evicted", ``<seq>-2`` "ended after event seq". Trimmed on each append to the last ``replay_buffer_events``
   events (``MINID``, exact). Made with the stream's first event: a Redis Stream costs about 4.8 KB however
@@ -29,10 +30,12 @@ read back with ``ENCODED_DEPTH``. Keys, all under a configurable prefix (``[gate
   last ``FINISHED_STREAMS_KEPT`` ended ones are kept, as a replica keeps its own;
 - ``oa:G`` and ``oq:S:D`` (``adapters.relay``): the replica that owns the exchange which asked the client under
   gateway id ``G``, or which bridges ``S``'s request ``D``, and that exchange's round: ``"<replica> <B>"``, with
-  the client answer timeout as TTL (docs/design/replicas.md#replicas-relay-through-the-store). A record counts only while its replica holds ``ol:B``
+  the client answer timeout as TTL (docs/design/replicas.md#replicas-relay-through-the-store). A record counts only
+  while its replica holds ``ol:B``
   (§50): one that stalled past its lease owns nothing, so answers are not relayed to it. The relay's channels
   are ``relay:<replica>`` and ``relay-all`` under the same prefix;
-- ``ol:B``: the lease on round ``B`` (docs/design/takeover.md#leases-and-takeover-of-a-dead-replicas-rounds): the holding replica, with the lease time as TTL,
+- ``ol:B``: the lease on round ``B`` (docs/design/takeover.md#leases-and-takeover-of-a-dead-replicas-rounds): the
+  holding replica, with the lease time as TTL,
   renewed while it lives; claimed with ``SET NX`` only while ``r:B`` exists, so one replica takes a round over;
 - ``rl``: a sorted set of the leased rounds, member ``B``, score = when its lease runs out (ms, Redis's own clock:
   ``TIME`` in the scripts), moved with every take and renewal: where a replica's sweep finds the rounds of a
@@ -55,8 +58,8 @@ a session. The scripts compute key names from the prefix, which standalone Redis
 hash tag in the prefix, e.g. ``{mcpgw}:``, to keep one gateway's keys in one slot).
 
 Connections: every command but the blocking reads of ``follow_events`` and the relay's pub/sub goes over one
-pipelined connection shared by the whole process (:class:`~gateway.session.redis_wire.RedisWire`, docs/design.md
-§49); those two keep redis-py connections of their own.
+pipelined connection shared by the whole process (:class:`~gateway.session.redis_wire.RedisWire`,
+docs/design/replicas.md#one-pipelined-redis-connection-per-process); those two keep redis-py connections of their own.
 
 Failure: any Redis error (refused, reset, timed out, out of memory, read-only replica) raises
 :class:`~gateway.session.store.StoreUnavailable`; connect and command timeouts are ``[gateway.store]
@@ -384,9 +387,10 @@ end
 return out
 """
 
-# ARGV: prefix, most -> the texts of up to ``most`` rounds whose lease ran out and nobody took (docs/design.md
-# §40, the sweep); the index's members whose round is gone (ended, or expired with its session) leave it here, and
-# one whose lease was taken again without its deadline (none should be) gets the lease's.
+# ARGV: prefix, most -> the texts of up to ``most`` rounds whose lease ran out and nobody took
+# (docs/design/takeover.md#leases-and-takeover-of-a-dead-replicas-rounds, the sweep); the index's members whose
+# round is gone (ended, or expired with its session) leave it here, and one whose lease was taken again without
+# its deadline (none should be) gets the lease's.
 _ORPHANED: Final = _LUA_COMMON + """
 local now, out, index = now_ms(), {}, P .. 'rl'
 for _, bid in ipairs(redis.call('ZRANGEBYSCORE', index, '-inf', now, 'LIMIT', 0, tonumber(ARGV[2]))) do

@@ -179,7 +179,8 @@ class BusRelay:
             self._reverse(relayed)
             return
         if self.gateway.taking:  # a round being taken over here is relayed to as soon as its lease is won:
-            await asyncio.wait(list(self.gateway.taking.values()))  # deliver once its exchange runs (docs/design/takeover.md#leases-and-takeover-of-a-dead-replicas-rounds)
+            # deliver once its exchange runs (docs/design/takeover.md#leases-and-takeover-of-a-dead-replicas-rounds)
+            await asyncio.wait(list(self.gateway.taking.values()))
         runtime, message = self.gateway.runtimes.get(relayed.session_id), relayed.message or {}
         if relayed.kind is R.RelayKind.ANSWER:
             ident = message.get("id")

@@ -80,7 +80,8 @@ class SessionRuntime:
         self.exchanges: dict[Any, Any] = {}  # downstream request id -> Exchange
         self.awaiting: dict[str, Any] = {}  # gateway request id -> Exchange waiting for the client's answer
         self.streams: dict[str, OutStream] = {}
-        self.followers: dict[str, Follower] = {}  # another replica's streams resumed here (docs/design/replicas.md#sse-replay-across-replicas)
+        # another replica's streams resumed here (docs/design/replicas.md#sse-replay-across-replicas)
+        self.followers: dict[str, Follower] = {}
         self.standalone: OutStream | None = None
         self.listen: Any = None  # this session's own Listener (when it has resource subscriptions)
         self.hub_key: Any = None  # the shared listen it is a member of (gateway.session.listen.ListenHub)

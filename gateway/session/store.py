@@ -110,7 +110,8 @@ class SessionRecords(Protocol):
         kept as sessions are put and dropped (a shared store: two counter keys, or a per-principal set's size),
         never a scan."""
         ...
-    # Verified principals (adapters.admission, docs/design.md "Unverified principals share an allowance").
+    # Verified principals (adapters.admission,
+    # docs/design/limits.md#unverified-principals-share-an-allowance).
     async def count_unverified(self, principal: str) -> int | None:
         """None when ``principal`` is verified; else the live sessions of every unverified principal together
         (counted as :meth:`count_sessions` counts, as cheaply): what ``max_unverified_sessions`` bounds. A new

@@ -4,7 +4,8 @@ built by ``adapters.upstream`` and reads JSON or SSE answers.
 Every failure mode — refused, timeout, HTTP 5xx, a 401/403 (``adapters.errors.token_refused``), another 4xx
 without a JSON-RPC error body, non-JSON, a stream that ends without the response — becomes an
 :class:`UpstreamFailure` carrying an ``ErrorValue`` for the original request; an upstream HTTP 400/404 *with* a
-JSON-RPC error body is returned as that error, never as a status (docs/design/errors.md#json-rpc-errors-are-never-http-statuses-on-the-legacy-side). Closing the response is the
+JSON-RPC error body is returned as that error, never as a status
+(docs/design/errors.md#json-rpc-errors-are-never-http-statuses-on-the-legacy-side). Closing the response is the
 2026 cancel (2026-07-28 basic/patterns §Cancellation): cancelling :meth:`call` does exactly that.
 
 A ``subscriptions/listen`` (ours or a modern client's, told by its ``Mcp-Method`` header) stays open as long as

@@ -1,5 +1,6 @@
 """The embedded core: ``python -m gateway serve`` without ``--upstream`` runs ``modern_server`` in the same
-event loop on a loopback ephemeral port, and the gateway points at it (docs/design.md "The reference core").
+event loop on a loopback ephemeral port, and the gateway points at it
+(docs/design/reference-core.md#the-reference-core).
 
 Authorization: the gateway passes the client's bearer token through to this core. That is not the forbidden
 token-passthrough pattern (2025-11-25 basic/security_best_practices §Token Passthrough) because the embedded core

@@ -1,7 +1,7 @@
 // A 2025-11-25-only MCP server written with the official TypeScript SDK 1.x (the version pinned in package.json):
 // the conformance suite's tools, prompts and resources served the way deployed 2025 servers serve them, for
-// run.sh's reverse lane (the gateway in front of it, the suite speaking 2026-07-28 to the gateway; docs/design.md
-// §61). Stateful Streamable HTTP, one SDK `Server` per session, as the SDK's own examples do.
+// run.sh's reverse lane (the gateway in front of it, the suite speaking 2026-07-28 to the gateway;
+// docs/design/eras.md#2026-clients-in-front-of-a-2025-server-the-reverse-bridge). Stateful Streamable HTTP, one SDK `Server` per session, as the SDK's own examples do.
 //
 // Where the 2026 fixture (fixture.py) returns `input_required` rounds, this server asks its client live, on the
 // call's own stream (2025-11-25 client/sampling, client/elicitation, client/roots): `createMessage`,

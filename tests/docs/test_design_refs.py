@@ -1,6 +1,6 @@
 """Every reference to a design decision resolves: code, tests, configuration and docs cite decisions by page and
 heading (``docs/design/takeover.md#leases-and-takeover-of-a-dead-replicas-rounds``), each names a page of
-docs/design/ and a heading on it, and nothing cites the old numbered page (``docs/design.md §40``)."""
+docs/design/ and a heading on it, and nothing cites the old numbered page that was split into them."""
 
 from __future__ import annotations
 

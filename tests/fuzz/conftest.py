@@ -51,7 +51,8 @@ def fuzz_settings(share: float) -> settings:
 
 CASE_SECONDS = 5  # generous: no documented gateway timeout is shorter than the 10 s upstream connect timeout
 DOCUMENTED_4XX = frozenset(status for status, _ in REJECTIONS.values()) | {408, 409, 413}
-SESSION_VERSIONS = ("2025-11-25", "2025-03-26")  # the second one takes JSON-RPC batches (docs/design/eras.md#json-rpc-batches-2025-03-26-only)
+# the second one takes JSON-RPC batches (docs/design/eras.md#json-rpc-batches-2025-03-26-only)
+SESSION_VERSIONS = ("2025-11-25", "2025-03-26")
 FUZZ_CAPS = {"sampling": {}, "elicitation": {"form": {}, "url": {}}, "roots": {}}  # roots uncached: always asked
 
 

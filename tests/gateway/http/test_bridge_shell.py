@@ -337,7 +337,8 @@ def _hold(request):
 
 async def test_an_answer_is_acknowledged_only_after_the_next_round_left(upstream, aiohttp_client) -> None:
     """The 202 for the answer that completes a round is prepared after the retry was handed to the upstream
-    (design choice 26): the acknowledgement's send is off the round's critical path."""
+    (docs/design/bridge.md#a-clients-answer-is-acted-on-before-it-is-acknowledged): the acknowledgement's send is off
+    the round's critical path."""
     from gateway.config.settings import load_config
     from gateway.http.app import create_app
 

@@ -179,7 +179,9 @@ async def test_the_typescript_sdk_client_runs_builds_as_2025_tasks(aiohttp_serve
     assert out["cancelled"].pop("before") in LIVE
     assert out["cancelled"] == {"cancel": "cancelled", "final": "cancelled", "again": -32602}
     assert out["listed"] == ["cancelled", "cancelled", "completed", "completed", "failed"]
-    unpolled = out["unpolled"]  # told it failed on the GET stream, never polled (docs/design/bridge.md#tasks-the-gateway-drives-them-or-maps-them-onto-2025-tasks)
+    # told it failed on the GET stream, never polled
+    # (docs/design/bridge.md#tasks-the-gateway-drives-them-or-maps-them-onto-2025-tasks)
+    unpolled = out["unpolled"]
     assert unpolled["told"] and unpolled["told"][-1] == "failed", unpolled
     assert not [b for b in wire.calls("tasks/get") if b["params"]["taskId"] == unpolled["taskId"]]
     for message in wire.downstream:
