@@ -1,5 +1,5 @@
 """The MRTR bridge as a ``handle(event) -> actions`` machine (2026-07-28 basic/patterns §Multi Round-Trip Requests;
-docs/design/errors.md#bridge-limits-answer--32000,
+docs/design/errors.md#bridge-limits-have-a-code-of-their-own,
 docs/design/bridge.md#a-missing-capability-is-refused-before-anything-is-sent,
 docs/design/bridge.md#a-clients-error-answer-ends-the-bridge, docs/design/bridge.md#url-elicitation-and-waiting-rounds).
 
@@ -54,8 +54,8 @@ from adapters.tool_policy import OPEN, ToolPolicy, filter_list
 
 @dataclass(frozen=True, slots=True)
 class BridgeLimits:
-    """Every bridge limit (docs/design/errors.md#bridge-limits-answer--32000); each has a name the client sees when
-    it is exceeded."""
+    """Every bridge limit (docs/design/errors.md#bridge-limits-have-a-code-of-their-own); each has a name the
+    client sees when it is exceeded."""
 
     max_rounds: int = 10
     max_input_requests_per_round: int = 16

@@ -1,13 +1,13 @@
-"""SSE replay across replicas (docs/design.md §37): a replica's own streams are copied to the shared store
-(:class:`Mirror`), and a ``GET`` + ``Last-Event-ID`` for a stream another replica writes is served from that copy
-and follows it (:class:`Follower`).
+"""SSE replay across replicas (docs/design/replicas.md#sse-replay-across-replicas): a replica's own streams are copied
+to the shared store (:class:`Mirror`), and a ``GET`` + ``Last-Event-ID`` for a stream another replica writes is served
+from that copy and follows it (:class:`Follower`).
 
 Only on a store that shares streams (``StreamCopies.shares_streams``); on the in-process store a stream's own
 buffer is the only copy and nothing here runs. A mirror starts when a stream is first written as SSE (a lone
 JSON answer is never resumable, so it is never copied), and an event goes to the client only once the copy
 holds it: a client that saw an event can resume after it on any replica (2025-11-25 basic/transports
 §Resumability). A round's save may carry the copy's next append in its own store write (:meth:`Mirror.hold`,
-docs/design.md §50).
+docs/design/takeover.md#a-bridged-step-is-one-fenced-store-write).
 """
 
 from __future__ import annotations
@@ -59,15 +59,17 @@ class Mirror:
 
     def continuing(self, kept: int) -> None:
         """Append to the copy another replica made of this stream, which holds up to event ``kept`` (a takeover,
-        docs/design.md §40)."""
+        docs/design/takeover.md#leases-and-takeover-of-a-dead-replicas-rounds)."""
         self.state, self.kept = MirrorState.COPYING, kept
         self._opened = asyncio.get_running_loop().create_future()
         self._opened.set_result(None)
 
     def leave_open(self) -> None:
-        """The stream ends here but its copy does not: a round handed over (docs/design.md §40, §42) goes on in
-        the same copy on the replica that continues it, and an end written here would end every resumption of
-        it elsewhere. The events pushed before are still copied."""
+        """The stream ends here but its copy does not: a round handed over
+        (docs/design/takeover.md#leases-and-takeover-of-a-dead-replicas-rounds,
+        docs/design/takeover.md#sigterm-hands-the-rounds-over) goes on in the same copy on the replica that continues
+        it, and an end written here would end every resumption of it elsewhere. The events pushed before are still
+        copied."""
         self._ended = True
 
     def kick(self) -> None:
@@ -84,9 +86,10 @@ class Mirror:
                 or (stream.closed and not self._ended))
 
     def hold(self) -> bool:
-        """Take the copy's next append for a store write of the caller's (a round's save, docs/design.md §50):
-        True when no append is under way; events pushed from now on wait, unsent, for :meth:`released`. A stream
-        not copied yet is opened by that write: a writer starting meanwhile waits for it as for a copy's."""
+        """Take the copy's next append for a store write of the caller's (a round's save,
+        docs/design/takeover.md#a-bridged-step-is-one-fenced-store-write): True when no append is under way; events
+        pushed from now on wait, unsent, for :meth:`released`. A stream not copied yet is opened by that write: a
+        writer starting meanwhile waits for it as for a copy's."""
         if self.state is MirrorState.LOCAL or self._held or self._copying():
             return False
         if self.state is MirrorState.IDLE:

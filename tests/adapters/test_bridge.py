@@ -1,5 +1,5 @@
 """The MRTR bridge machine, driven event by event with no event loop (2026-07-28 basic/patterns
-§Multi Round-Trip Requests; docs/design/errors.md#bridge-limits-answer--32000,
+§Multi Round-Trip Requests; docs/design/errors.md#bridge-limits-have-a-code-of-their-own,
 docs/design/bridge.md#a-missing-capability-is-refused-before-anything-is-sent,
 docs/design/bridge.md#a-clients-error-answer-ends-the-bridge,
 docs/design/bridge.md#url-elicitation-and-waiting-rounds)."""
