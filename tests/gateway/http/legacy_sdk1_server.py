@@ -111,7 +111,7 @@ async def ask_model(topic: str, ctx: Context) -> str:
 async def slow() -> str:
     """Works for long: for a client that hangs up."""
     try:
-        await anyio.sleep(30)
+        await anyio.sleep(30)  # sleep: works for long, until its client hangs up
     except anyio.get_cancelled_exc_class():
         CANCELLED.append("slow")
         raise

@@ -10,6 +10,7 @@ from gateway.config.settings import load_config
 from gateway.http.app import GATEWAY, create_app
 from gateway.session.store import InMemoryStore, StoreUnavailable
 from tests.gateway.conftest import Legacy, SharedMemoryStore, hang_until_closed, text
+from tests.waiting import until, until_hung_up
 
 
 async def two_requests_sent(legacy: Legacy):
@@ -126,8 +127,7 @@ async def test_cancellation_closes_the_in_flight_upstream_request(legacy, upstre
     upstream.script["tools/call"] = lambda b, r: [lambda: hang_until_closed(r, closed)]
     await legacy.initialize()
     post = asyncio.ensure_future(legacy.post("tools/call", {"name": "t", "arguments": {}}))
-    while not upstream.calls("tools/call"):
-        await asyncio.sleep(0.01)
+    await until(lambda: upstream.calls("tools/call"))
     await legacy.notify("notifications/cancelled", {"requestId": legacy.next_id})
     await asyncio.wait_for(closed.wait(), 10)
     assert (await post).status == 202  # nothing was sent before the cancel: no response at all
@@ -143,8 +143,7 @@ async def test_dropped_stream_is_not_a_cancel_and_resumes_with_last_event_id(leg
     resp.close()  # the client's connection drops
     await legacy.answer(first["id"], SAMPLED)
     await legacy.answer(second["id"], SAMPLED)
-    while len(upstream.calls("tools/call")) < 2:
-        await asyncio.sleep(0.01)
+    await until(lambda: len(upstream.calls("tools/call")) >= 2)
     again = await legacy.client.get("/mcp", headers={**legacy.headers(), "Accept": "text/event-stream",
                                                      "Last-Event-ID": first_id})
     _, replayed = await legacy.next_event(again)
@@ -226,8 +225,7 @@ async def test_subscribe_opens_a_listen_and_updates_reach_the_get_stream(legacy,
                     "params": {"uri": "file:///n/1", "_meta": sub}}
 
         async def hold():  # keep the listen open until the gateway closes it
-            while request.transport is not None and not request.transport.is_closing():
-                await asyncio.sleep(0.01)
+            await until_hung_up(request)
         return [{"jsonrpc": "2.0", "method": "notifications/subscriptions/acknowledged",
                  "params": {"notifications": notifications, "_meta": sub}}, updated, hold]
     upstream.script["subscriptions/listen"] = listen
@@ -289,14 +287,12 @@ async def test_a_set_level_during_a_subscribe_is_not_lost(legacy, upstream) -> N
                     "params": {"notifications": body["params"]["notifications"]}}
 
         async def hold():
-            while request.transport is not None and not request.transport.is_closing():
-                await asyncio.sleep(0.01)
+            await until_hung_up(request)
         return [acknowledged, hold]
     upstream.script["subscriptions/listen"] = listen
     await legacy.initialize()
     subscribing = asyncio.ensure_future(legacy.call("resources/subscribe", {"uri": "file:///a"}))
-    while not upstream.calls("subscriptions/listen"):
-        await asyncio.sleep(0.01)
+    await until(lambda: upstream.calls("subscriptions/listen"))
     assert (await legacy.call("logging/setLevel", {"level": "error"}))["result"] == {}
     ack.set()
     assert (await subscribing)["result"] == {}
@@ -330,8 +326,7 @@ async def test_delete_mid_bridge_leaves_no_task_behind(legacy, upstream) -> None
 
 def _hold(request):
     async def hold():
-        while request.transport is not None and not request.transport.is_closing():
-            await asyncio.sleep(0.01)
+        await until_hung_up(request)
     return hold
 
 

@@ -19,6 +19,7 @@ from aiohttp import web
 from gateway.http.app import GATEWAY
 from gateway.http.sse_door import STREAMS
 from tests.gateway.conftest import FakeUpstream, Legacy, hang_until_closed, text
+from tests.waiting import until
 
 SAMPLING = {"method": "sampling/createMessage", "params": {
     "messages": [{"role": "user", "content": {"type": "text", "text": "pick"}}], "maxTokens": 10}}
@@ -70,15 +71,6 @@ async def over_websocket(base: str) -> AsyncIterator[tuple[Callable[[Any], Await
         async def receive() -> Any:
             return json.loads(await ws.recv())
         yield send, receive
-
-
-async def until(check: Callable[[], Any], what: str, show: Callable[[], Any] = lambda: "") -> None:
-    """Wait (10 s at most) for a condition the gateway reaches on its own after the client left."""
-    for _ in range(1000):
-        if await check() if asyncio.iscoroutinefunction(check) else check():
-            return
-        await asyncio.sleep(0.01)
-    pytest.fail(f"never happened: {what} {show()}")
 
 
 def _server_of(task: asyncio.Task[Any]) -> Any:

@@ -24,6 +24,7 @@ from gateway.http.door_hop import HOP
 from gateway.http.keys import GATEWAY
 from gateway.ops.connections import CappedRunner, ConnectionCap
 from tests.gateway.conftest import FakeUpstream, hang_until_closed, text
+from tests.waiting import until
 
 INIT = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
     "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "door", "version": "1"}}}
@@ -117,6 +118,14 @@ async def _hangs(upstream: FakeUpstream) -> int:
     return sum(b["params"]["name"] == "hang" for b in upstream.calls("tools/call"))
 
 
+async def _counted(gw: Any, counts: tuple[int, int]) -> bool:
+    return await gw.store.count_sessions("anonymous") == counts
+
+
+async def _hanging(upstream: FakeUpstream, calls: int) -> bool:
+    return await _hangs(upstream) >= calls
+
+
 async def test_a_socket_is_read_no_faster_than_its_messages_are_served(upstream: FakeUpstream,
                                                                       make_gateway: Any) -> None:
     closed = asyncio.Event()
@@ -129,21 +138,15 @@ async def test_a_socket_is_read_no_faster_than_its_messages_are_served(upstream:
         for ident in range(2, 8):
             await ws.send_str(json.dumps(_call(ident, "hang")))
         await ws.send_str(json.dumps({"jsonrpc": "2.0", "id": 8, "method": "ping"}))
-        for _ in range(100):
-            if await _hangs(upstream) >= 2:
-                break
-            await asyncio.sleep(0.01)
-        await asyncio.sleep(0.3)
+        await until(lambda: _hanging(upstream, 2))
+        await asyncio.sleep(0.3)  # sleep: a quiet window: no third call may reach the upstream
         assert await _hangs(upstream) == 2  # the rest wait unread behind them, the ping too
         with pytest.raises(TimeoutError):
             async with asyncio.timeout(0.2):
                 await ws.receive_str()
     # The socket closed: what ran is cancelled upstream, and nothing that waited is sent after it.
     await asyncio.wait_for(closed.wait(), 10)
-    for _ in range(500):
-        if not gw.runtimes:
-            break
-        await asyncio.sleep(0.01)
+    await until(lambda: not gw.runtimes)
     assert not gw.runtimes and await _hangs(upstream) == 2
 
 
@@ -169,17 +172,11 @@ async def test_a_client_that_does_not_read_is_closed(upstream: FakeUpstream, mak
     sock = await _raw_websocket(client.make_url("/ws"))
     try:
         await _raw_send(sock, INIT)
-        for _ in range(500):
-            if await gw.store.count_sessions("anonymous") == (1, 1):
-                break
-            await asyncio.sleep(0.01)
+        await until(lambda: _counted(gw, (1, 1)))
         assert await gw.store.count_sessions("anonymous") == (1, 1)
         for ident in range(2, 400):  # 40 MB of answers: more than every buffer between here and the gateway
             await _raw_send(sock, _call(ident, "big"))
-        for _ in range(1000):
-            if not gw.runtimes and await gw.store.count_sessions("anonymous") == (0, 0):
-                break
-            await asyncio.sleep(0.01)
+        await until(lambda: not gw.runtimes and _counted(gw, (0, 0)))
         assert not gw.runtimes and await gw.store.count_sessions("anonymous") == (0, 0)
     finally:
         sock.close()
@@ -256,10 +253,7 @@ async def test_a_door_with_many_calls_waiting_leaves_the_connection_cap_to_other
             await _answer(ws, 1)
             for ident in range(2, 42):  # more than door_max_in_flight (32): that many wait upstream
                 await ws.send_str(json.dumps(_call(ident, "hang")))
-            for _ in range(500):
-                if await _hangs(upstream) >= 32:
-                    break
-                await asyncio.sleep(0.01)
+            await until(lambda: _hanging(upstream, 32))
             assert await _hangs(upstream) == 32  # every one of them reached the upstream through the hop
             for _ in range(3):  # the cap (4) holds the socket and these clients, one at a time
                 async with aiohttp.ClientSession() as other:
@@ -289,10 +283,7 @@ async def test_door_sessions_over_door_max_sessions_are_refused_before_the_upgra
             async with http.get(f"http://127.0.0.1:{port}/sse") as stream:
                 assert stream.status == 503
                 assert (await stream.json())["error"]["data"]["limit"] == "door_max_sessions"
-        for _ in range(500):  # the first socket closed: its place is free again
-            if runner.app[HOP].open == 0:
-                break
-            await asyncio.sleep(0.01)
+        await until(lambda: runner.app[HOP].open == 0)  # the first socket closed: its place is free again
         async with aiohttp.ClientSession() as http, http.get(f"http://127.0.0.1:{port}/sse") as stream:
             assert stream.status == 200 and (await _sse_endpoint(stream)).startswith("/messages")
     finally:
@@ -310,11 +301,8 @@ async def test_a_client_gone_behind_its_unread_flood_has_its_calls_ended(upstrea
     gw = client.server.app[GATEWAY]
     sock = await _raw_websocket(client.make_url("/ws"))
     await _raw_send(sock, INIT)
-    for _ in range(500):
-        if gw.runtimes:
-            break
-        await asyncio.sleep(0.01)
-    await asyncio.sleep(0.2)
+    await until(lambda: _counted(gw, (1, 1)), "the door's session is stored")
+    await asyncio.sleep(0.2)  # sync: the door finishes with the initialize before the flood; nothing says when
     ident, stalled = 2, 0
     while stalled < 5:  # until neither kernel takes more (the door reads 2 of these): the rest wait in ours
         stalled += 1
@@ -323,15 +311,12 @@ async def test_a_client_gone_behind_its_unread_flood_has_its_calls_ended(upstrea
                 payload = json.dumps(_call(ident, "hang")).encode()
                 sock.send(b"\x81" + bytes([0x80 | len(payload)]) + b"\0\0\0\0" + payload)
                 ident, stalled = ident + 1, 0
-        await asyncio.sleep(0.1)
+        await asyncio.sleep(0.1)  # sleep: the kernels' time to drain before the next fill (5 stalls: full)
     assert await _hangs(upstream) == 2 and not closed.is_set()
     with contextlib.suppress(BlockingIOError):
         while sock.recv(1 << 16):  # everything it was sent: nothing unread, so closing sends a FIN, not a reset
             pass
     sock.close()
     await asyncio.wait_for(closed.wait(), 3)  # the upstream read timeout is 600 s: only the door's end does it
-    for _ in range(300):
-        if not gw.runtimes:
-            break
-        await asyncio.sleep(0.01)
+    await until(lambda: not gw.runtimes)
     assert not gw.runtimes

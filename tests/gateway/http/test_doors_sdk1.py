@@ -29,7 +29,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from gateway.config.settings import load_config
 from gateway.http.app import GATEWAY, create_app
 from tests.gateway.conftest import FakeUpstream, Legacy
-from tests.gateway.http.test_door_disconnect import left_nothing_behind, script, until
+from tests.gateway.http.test_door_disconnect import left_nothing_behind, script
+from tests.waiting import until
 
 SDK1 = "1.30.0"
 CLIENT = Path(__file__).with_name("sdk1_client.py")

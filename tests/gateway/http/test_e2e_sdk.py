@@ -24,6 +24,7 @@ from gateway.config.settings import load_config
 from gateway.http.app import GATEWAY, create_app
 from tests import schema
 from tests.proxy import pump
+from tests.waiting import until
 
 core_app = pytest.importorskip("modern_server.app")
 core_config = pytest.importorskip("modern_server.config")
@@ -273,10 +274,7 @@ async def test_cancellation_mid_bridge(stack) -> None:
             await asked.wait()
             tg.cancel_scope.cancel()
         gw = gateway.app[GATEWAY]
-        for _ in range(500):
-            if not any(rt.exchanges for rt in gw.runtimes.values()):
-                break
-            await asyncio.sleep(0.01)
+        await until(lambda: not any(rt.exchanges for rt in gw.runtimes.values()))
         assert not any(rt.exchanges for rt in gw.runtimes.values())
         assert (await client.call_tool("echo", {"text": "still here"})).content[0].text == "still here"
     cancels = wire.sent("notifications/cancelled")

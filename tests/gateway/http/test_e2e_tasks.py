@@ -8,7 +8,6 @@ upstream against the 2026-07-28 schema, its task requests against the extension'
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any
 
 import aiohttp
@@ -24,6 +23,7 @@ from adapters.upstream import SessionView, build_request
 from gateway.config.settings import load_config
 from gateway.http.app import GATEWAY, create_app
 from tests import schema
+from tests.waiting import until
 
 core_app = pytest.importorskip("modern_server.app")
 core_config = pytest.importorskip("modern_server.config")
@@ -195,16 +195,10 @@ async def test_cancelled_mid_way_by_the_client_cancels_the_task_upstream(slow_st
     async with legacy(gateway, confirming("accept")) as client:
         async with anyio.create_task_group() as tg:
             tg.start_soon(client.call_tool, "build_project", {"project": "demo"})
-            for _ in range(500):
-                if wire.calls("tasks/get"):
-                    break
-                await asyncio.sleep(0.01)
+            await until(lambda: wire.calls("tasks/get"))
             tg.cancel_scope.cancel()
         gw = gateway.app[GATEWAY]
-        for _ in range(500):
-            if wire.calls("tasks/cancel") and not any(rt.exchanges for rt in gw.runtimes.values()):
-                break
-            await asyncio.sleep(0.01)
+        await until(lambda: wire.calls("tasks/cancel") and not any(rt.exchanges for rt in gw.runtimes.values()))
         task_id = the_task(wire)
         assert [b["params"]["taskId"] for b in wire.calls("tasks/cancel")] == [task_id]
         assert await task_status(core, task_id) == "cancelled"

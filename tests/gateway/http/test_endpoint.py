@@ -10,6 +10,7 @@ from aiohttp import web
 
 from gateway.http.app import GATEWAY
 from tests.gateway.conftest import DISCOVER, GEO_SCHEMA, Legacy, geo_upstream, text
+from tests.waiting import until, within
 
 
 async def test_initialize_is_local_and_cached_from_discover(legacy, upstream) -> None:
@@ -241,7 +242,7 @@ async def test_modern_passthrough_failures_are_502_with_the_cause(legacy, upstre
         resp = web.StreamResponse(headers={"Content-Type": "application/json", "Content-Length": "100"})
         await resp.prepare(request)
         await resp.write(b'{"jsonrpc"')
-        await asyncio.sleep(5)
+        await asyncio.sleep(5)  # sleep: the rest of the body never comes
         return resp
 
     upstream.script["tools/list"] = stalled
@@ -265,8 +266,7 @@ async def test_pending_requests_per_session_limit(make_gateway, upstream) -> Non
     client = Legacy(await make_gateway(limits={"max_pending_per_session": 1}))
     await client.initialize()
     first = asyncio.ensure_future(client.post("tools/call", {"name": "a", "arguments": {}}))
-    while not upstream.calls("tools/call"):
-        await asyncio.sleep(0.01)
+    await until(lambda: upstream.calls("tools/call"))
     message = await client.call("tools/list")
     assert message["error"]["data"] == {"limit": "max_pending_per_session", "value": 1}
     gate.set()
@@ -536,13 +536,16 @@ async def test_a_delete_while_a_sweep_waits_on_the_store_does_not_break_initiali
     offset[0] = 65_000  # a is expired, b is not
     store_seen = gw.store.last_seen
 
+    asked = asyncio.Event()
+
     async def networked_seen(session_ids):  # a shared store yields on every call
-        await asyncio.sleep(0.05)
+        asked.set()
+        await asyncio.sleep(0.05)  # sleep: a shared store's round trip, during which the DELETE comes
         return await store_seen(session_ids)
     gw.store.last_seen = networked_seen
     init = asyncio.ensure_future(c.post("initialize", {"protocolVersion": c.version, "capabilities": {},
                                                        "clientInfo": {"name": "c", "version": "1"}}))
-    await asyncio.sleep(0.02)
+    await within(asked.wait())
     assert (await client.delete("/mcp", headers=b.headers())).status == 204
     resp = await init
     assert resp.status == 200 and "result" in await resp.json()
@@ -605,8 +608,7 @@ async def test_a_sweep_spares_a_session_with_a_request_in_flight(make_gateway, u
     legacy = Legacy(client)
     await legacy.initialize()
     call = asyncio.ensure_future(legacy.post("tools/call", {"name": "t", "arguments": {}}))
-    while not upstream.calls("tools/call"):
-        await asyncio.sleep(0.01)
+    await until(lambda: upstream.calls("tools/call"))
     real = gw.clock
     gw.clock = lambda: real() + 61_000
     assert await gw.sweep_expired(force=True) == 0
@@ -711,9 +713,6 @@ async def test_an_open_get_stream_keeps_no_parsed_session_record(legacy) -> None
         gc.collect()
         return [o for o in gc.get_objects() if isinstance(o, SessionRecord) and o.session_id == legacy.session_id
                 and o.client_capabilities]
-    for _ in range(100):  # the listen's set-up (a task of its own) reads the record too, then lets it go
-        if not parsed():
-            break
-        await asyncio.sleep(0.05)
+    await until(lambda: not parsed())  # the listen's set-up (a task of its own) reads the record too, then lets it go
     assert parsed() == []
     stream.close()

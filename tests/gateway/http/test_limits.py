@@ -10,6 +10,7 @@ import json
 from gateway.config.settings import load_config
 from gateway.http.app import GATEWAY
 from tests.gateway.conftest import Legacy, geo_upstream, text
+from tests.waiting import until_hung_up
 
 INIT = {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "raw", "version": "1"}}
 
@@ -111,8 +112,7 @@ def _listen_acking(upstream) -> None:
                "params": {"notifications": body["params"]["notifications"]}}
 
         async def hold():
-            while request.transport is not None and not request.transport.is_closing():
-                await asyncio.sleep(0.01)
+            await until_hung_up(request)
         return [ack, hold]
     upstream.script["subscriptions/listen"] = listen
 
@@ -211,7 +211,7 @@ async def test_a_drip_fed_body_gets_408_and_its_connection_is_closed(make_gatewa
 
     async def drip() -> None:  # a byte now and then, never the whole body
         for _ in range(100):
-            await asyncio.sleep(0.1)
+            await asyncio.sleep(0.1)  # sleep: a slow client's pace
             writer.write(b" ")
             await writer.drain()
     dripping = asyncio.create_task(drip())

@@ -19,7 +19,7 @@ from aiohttp import web
 from gateway.config.settings import load_config
 from gateway.http.app import GATEWAY, create_app
 from gateway.http.passthrough import Passthroughs
-from tests.gateway.session.test_shared_listen import wait_for
+from tests.waiting import until, until_hung_up
 
 MODERN_META = {"io.modelcontextprotocol/protocolVersion": "2026-07-28",
                "io.modelcontextprotocol/clientCapabilities": {}}
@@ -43,8 +43,7 @@ class Held:
     async def hold(self, request: web.Request) -> None:
         self.open = True
         try:
-            while request.transport is not None and not request.transport.is_closing():
-                await asyncio.sleep(0.01)
+            await until_hung_up(request)
         finally:
             self.open = False
 
@@ -80,11 +79,11 @@ async def test_a_modern_client_hang_up_closes_the_upstream_listen_at_once(served
     async with aiohttp.ClientSession() as http:
         resp = await http.post(url, json=LISTEN, headers=headers("subscriptions/listen"))
         assert resp.status == 200 and await resp.content.readline()
-        await wait_for(lambda: held.open)
+        await until(lambda: held.open)
         resp.close()
-    await wait_for(lambda: held.open is False, 1.5)
+    await until(lambda: held.open is False, seconds=1.5)
     pool = runner.app[GATEWAY].upstream.pool
-    await wait_for(lambda: pool.connections == 0, 0.5)
+    await until(lambda: pool.connections == 0, seconds=0.5)
 
 
 async def test_a_modern_client_hang_up_cancels_a_tool_call_still_waiting_for_its_answer(served, upstream) -> None:
@@ -97,11 +96,11 @@ async def test_a_modern_client_hang_up_cancels_a_tool_call_still_waiting_for_its
     upstream.script["tools/call"] = slow
     async with aiohttp.ClientSession() as http:
         request = asyncio.ensure_future(http.post(url, json=CALL, headers=headers("tools/call")))
-        await wait_for(lambda: held.open)
+        await until(lambda: held.open)
         request.cancel()  # the client gives up before any answer: it closes its connection
         with pytest.raises(asyncio.CancelledError):
             await request
-    await wait_for(lambda: held.open is False, 1.5)
+    await until(lambda: held.open is False, seconds=1.5)
 
 
 async def test_shutdown_ends_an_open_modern_stream_at_once(served, upstream) -> None:
@@ -110,12 +109,12 @@ async def test_shutdown_ends_an_open_modern_stream_at_once(served, upstream) -> 
     async with aiohttp.ClientSession() as http:
         resp = await http.post(url, json=LISTEN, headers=headers("subscriptions/listen"))
         assert await resp.content.readline()
-        await wait_for(lambda: held.open)
+        await until(lambda: held.open)
         started = time.monotonic()
         await runner.cleanup()
         assert time.monotonic() - started < 2  # not shutdown_timeout (5 s), twice
         assert await resp.content.read() is not None  # the stream ended; the client is not left hanging
-    await wait_for(lambda: held.open is False, 1.0)
+    await until(lambda: held.open is False, seconds=1.0)
 
 
 async def test_a_passthrough_that_starts_during_shutdown_ends_at_once() -> None:
@@ -132,7 +131,7 @@ async def test_a_passthrough_that_starts_during_shutdown_ends_at_once() -> None:
     relay = relays.relay(Connected())  # type: ignore[arg-type]
     started = time.monotonic()
     with relay:
-        await asyncio.sleep(5)
+        await asyncio.sleep(5)  # sleep: the handler's work, which the relay's end cancels
     assert time.monotonic() - started < 0.5 and not relays.open and relay.ended
 
 
@@ -147,10 +146,10 @@ async def test_a_cancel_that_is_not_the_relays_own_still_propagates() -> None:
 
     async def handler() -> None:
         with relays.relay(Connected()):  # type: ignore[arg-type]
-            await asyncio.sleep(5)
+            await asyncio.sleep(5)  # sleep: the handler's work, cancelled below
 
     task = asyncio.ensure_future(handler())
-    await asyncio.sleep(0.01)
+    await until(lambda: relays.open, "the handler's relay is open")
     task.cancel()  # e.g. the server cancelling its handlers: not a hang-up, must not be swallowed
     with pytest.raises(asyncio.CancelledError):
         await task
@@ -170,11 +169,11 @@ async def test_shutdown_lets_a_modern_call_under_way_be_answered(served, upstrea
     async with aiohttp.ClientSession() as http:
         listen = await http.post(url, json=LISTEN, headers=headers("subscriptions/listen"))
         assert await listen.content.readline()
-        await wait_for(lambda: held.open)
+        await until(lambda: held.open)
         call = asyncio.ensure_future(http.post(url, json=CALL, headers=headers("tools/call")))
-        await wait_for(lambda: bool(upstream.calls("tools/call")))
+        await until(lambda: bool(upstream.calls("tools/call")))
         cleanup = asyncio.ensure_future(runner.cleanup())
-        await wait_for(lambda: held.open is False, 1.0)  # the listen is not waited for
+        await until(lambda: held.open is False, seconds=1.0)  # the listen is not waited for
         assert not call.done()
         answer.set()
         resp = await call

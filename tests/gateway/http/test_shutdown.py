@@ -8,8 +8,10 @@ from __future__ import annotations
 import asyncio
 import logging
 
+from gateway.http.app import GATEWAY
 from tests.gateway.conftest import Legacy
 from tests.gateway.http.test_bridge_shell import two_rounds
+from tests.waiting import until
 
 
 async def test_a_bridged_request_waiting_for_the_client_gets_the_shutdown_error(make_gateway, upstream) -> None:
@@ -39,8 +41,7 @@ async def test_a_first_round_waiting_upstream_gets_the_shutdown_error_as_json(ma
     client = Legacy(await make_gateway(shutdown_timeout_seconds=0.4))  # 0.2 s for it to be answered
     await client.initialize()
     call = asyncio.ensure_future(client.post("tools/call", {"name": "t", "arguments": {}}))
-    while not upstream.calls("tools/call"):
-        await asyncio.sleep(0.01)
+    await until(lambda: upstream.calls("tools/call"))
     closing = asyncio.ensure_future(client.client.server.close())
     resp = await call
     message = await resp.json()
@@ -63,10 +64,9 @@ async def test_a_first_round_answered_during_the_shutdown_gets_its_result(make_g
     client = Legacy(await make_gateway())
     await client.initialize()
     call = asyncio.ensure_future(client.post("tools/call", {"name": "t", "arguments": {}}))
-    while not upstream.calls("tools/call"):
-        await asyncio.sleep(0.01)
+    await until(lambda: upstream.calls("tools/call"))
     closing = asyncio.ensure_future(client.client.server.close())
-    await asyncio.sleep(0.2)
+    await asyncio.sleep(0.2)  # sleep: a quiet window: the shutdown must not end the call
     assert not call.done()  # the shutdown waits for it
     answer.set()
     resp = await call
@@ -89,12 +89,11 @@ async def test_a_first_round_that_asks_the_client_during_the_shutdown_ends_at_on
     client = Legacy(await make_gateway(shutdown_timeout_seconds=30))
     await client.initialize()
     call = asyncio.ensure_future(client.post("tools/call", {"name": "t", "arguments": {}}))
-    while not upstream.calls("tools/call"):
-        await asyncio.sleep(0.01)
+    await until(lambda: upstream.calls("tools/call"))
     loop = asyncio.get_running_loop()
     started = loop.time()
     closing = asyncio.ensure_future(client.client.server.close())
-    await asyncio.sleep(0.1)
+    await until(lambda: client.client.app[GATEWAY].closing, "the shutdown began")
     answer.set()
     rest = await client.events(await call)
     await closing
