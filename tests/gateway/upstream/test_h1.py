@@ -11,6 +11,7 @@ import pytest
 from aiohttp import web
 
 from gateway.upstream.h1 import BrokenResponse, H1Pool, Unreachable
+from tests.waiting import until
 
 
 def pool_for(url: str, **kw: float) -> H1Pool:
@@ -132,7 +133,7 @@ async def test_a_silent_server_times_out_between_arrivals(aiohttp_server) -> Non
     async def handle(request: web.Request) -> web.StreamResponse:
         resp = await sse(request)
         await resp.write(b"data: first\n\n")
-        await asyncio.sleep(10)
+        await asyncio.sleep(10)  # sleep: silent from here on
         return resp
 
     pool = await pool_serving(aiohttp_server, handle, read_timeout=0.3)
@@ -153,7 +154,7 @@ async def test_leaving_a_stream_early_closes_its_connection(aiohttp_server) -> N
         try:
             while True:
                 await resp.write(b"data: tick\n\n")
-                await asyncio.sleep(0.02)
+                await asyncio.sleep(0.02)  # sleep: the stream's pace
         except (ConnectionResetError, asyncio.CancelledError):
             disconnected.set()
             raise
@@ -175,7 +176,7 @@ async def test_a_connection_the_server_closed_while_idle_is_not_reused(aiohttp_s
     for _ in range(2):
         async with await pool.post(b"{}", {}) as resp:
             assert await resp.read() == b"{}"
-        await asyncio.sleep(0.4)  # the server closes the idle connection meanwhile
+        await until(lambda: pool.connections == 0, "the server closes the idle connection")
     await pool.close()
 
 
@@ -201,7 +202,7 @@ async def test_the_connection_limit_queues_requests(aiohttp_server) -> None:
         nonlocal active, most
         active += 1
         most = max(most, active)
-        await asyncio.sleep(0.05)
+        await asyncio.sleep(0.05)  # sleep: each request takes a while, so that they overlap
         active -= 1
         return web.json_response({})
 
@@ -238,12 +239,12 @@ async def test_a_request_that_gets_no_connection_fails_within_the_connect_timeou
     from gateway.upstream.h1 import PoolBusy
 
     async def handle(request: web.Request) -> web.Response:
-        await asyncio.sleep(0 if request.headers.get("X-Fast") else 10)
+        await asyncio.sleep(0 if request.headers.get("X-Fast") else 10)  # sleep: the slow one never answers
         return web.json_response({})
 
     pool = await pool_serving(aiohttp_server, handle, limit=1, connect_timeout=0.2)
     slow = asyncio.ensure_future(pool.post(b"{}", {}))
-    await asyncio.sleep(0.05)
+    await until(lambda: any(conn.in_use for conn in pool._all), "the slow request holds the connection")
     started = asyncio.get_running_loop().time()
     with pytest.raises(PoolBusy, match=r"within 0.2 s: all 1 request connections are in use"):
         await pool.post(b"{}", {"X-Fast": "1"})
@@ -283,7 +284,7 @@ async def test_cancelling_a_request_frees_its_slot_and_closes_the_connection(aio
     async def handle(request: web.Request) -> web.Response:
         if request.headers.get("X-Slow"):
             arrived.set()
-            await asyncio.sleep(10)
+            await asyncio.sleep(10)  # sleep: never answers
         return web.json_response({})
 
     pool = await pool_serving(aiohttp_server, handle, limit=1)
@@ -312,7 +313,7 @@ async def test_a_large_body_read_slowly_pauses_and_resumes_reading(aiohttp_serve
     pool = await pool_serving(aiohttp_server, handle)
     got, paused = [], False
     async with await pool.post(b"{}", {}) as resp:
-        await asyncio.sleep(0.3)  # let the server fill the buffer
+        await until(lambda: resp._conn.paused, "the server fills the buffer: reading pauses")
         paused = resp._conn.paused
         async for chunk in resp.chunks():
             got.append(chunk)
@@ -330,17 +331,17 @@ async def test_an_idle_connection_the_server_writes_on_is_dropped() -> None:
     async def reply(_r: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n{}")
         await writer.drain()
-        await asyncio.sleep(0.1)
+        await asyncio.sleep(0.1)  # sleep: the client has released the connection when the stray bytes come
         writer.write(b"HTTP/1.1 200 OK\r\n")  # nobody asked: the connection is not to be trusted again
         await writer.drain()
-        await asyncio.sleep(1)
+        await asyncio.sleep(1)  # sleep: keeps the connection open
 
     async with raw_server(reply) as url:
         pool = pool_for(url)
         async with await pool.post(b"{}", {}) as resp:
             assert await resp.read() == b"{}"
         assert pool.connections == 1
-        await asyncio.sleep(0.3)
+        await until(lambda: pool.connections == 0, "the connection the server wrote on is dropped")
         assert pool.connections == 0
         await pool.close()
 
@@ -359,7 +360,7 @@ async def test_the_upstream_client_reports_a_framing_header_as_a_broken_call_and
         client = UpstreamClient(url, connect_timeout=2, read_timeout=2)
         with pytest.raises(UpstreamFailure) as caught:
             await client.post(b"{}", {"X-Note": "a\r\nInjected: 1"})
-        await asyncio.sleep(0.05)
+        await asyncio.sleep(0.05)  # sleep: a quiet window: nothing may reach the upstream
         await client.close()
     assert caught.value.error.data == {"upstream": "stream_broken"} and "framing" in caught.value.error.message
     assert seen == [] and client.pool.connections == 0
@@ -377,7 +378,7 @@ def interim_then(head: bytes, answer: bytes = ANSWER):
     async def reply(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         writer.write(head)
         await writer.drain()
-        await asyncio.sleep(0.05)  # separate packets: the 1xx is read alone
+        await asyncio.sleep(0.05)  # sleep: separate packets: the 1xx is read alone
         writer.write(answer)
         await writer.drain()
         served.append(1)
@@ -423,7 +424,7 @@ async def test_bytes_after_the_answer_in_the_same_packet_make_the_connection_not
     async def reply(_r: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         writer.write(ANSWER + extra)
         await writer.drain()
-        await asyncio.sleep(1)
+        await asyncio.sleep(1)  # sleep: keeps the connection open
 
     async with raw_server(reply) as url:
         pool = pool_for(url)
@@ -437,16 +438,16 @@ async def test_bytes_after_the_answer_before_it_is_released_make_the_connection_
     async def reply(_r: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         writer.write(ANSWER)
         await writer.drain()
-        await asyncio.sleep(0.05)
+        await asyncio.sleep(0.05)  # sleep: separate packets: the stray answer comes after the real one
         writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n{}")
         await writer.drain()
-        await asyncio.sleep(1)
+        await asyncio.sleep(1)  # sleep: keeps the connection open
 
     async with raw_server(reply) as url:
         pool = pool_for(url)
         async with await pool.post(b"{}", {}) as resp:
             assert await resp.read() == b'{"a": 1}'
-            await asyncio.sleep(0.2)  # the stray answer arrives while this response is still held
+            await until(lambda: resp._conn.closed, "the stray answer arrives while this response is held")
         assert pool.connections == 0
         await pool.close()
 
@@ -456,7 +457,7 @@ async def test_repeated_headers_keep_every_value() -> None:
         writer.write(b'HTTP/1.1 401 Unauthorized\r\nWWW-Authenticate: Bearer realm="a", scope="x y"\r\n'
                      b'Content-Length: 0\r\nwww-authenticate: DPoP algs="ES256"\r\n\r\n')
         await writer.drain()
-        await asyncio.sleep(1)
+        await asyncio.sleep(1)  # sleep: keeps the connection open
 
     async with raw_server(reply) as url:
         pool = pool_for(url)

@@ -63,7 +63,7 @@ async def early_hints_then_answer(body: dict[str, Any], writer: asyncio.StreamWr
         return
     writer.write(b"HTTP/1.1 103 Early Hints\r\nLink: </style.css>; rel=preload\r\n\r\n")
     await writer.drain()
-    await asyncio.sleep(0.3)  # long enough for another request to take a connection wrongly pooled after the 103
+    await asyncio.sleep(0.3)  # sleep: long enough for another request to take a connection wrongly pooled after the 103
     if who == "A":
         events = b"data: %s\n\ndata: %s\n\n" % (json.dumps(NOTE).encode(), result(body["id"], text("for A")))
         writer.write(http(200, events, b"text/event-stream"))
