@@ -1,0 +1,292 @@
+"""What a bridged request keeps in the store, decided without I/O: when its round is counted as waiting, when and how it
+is saved, what rides on a save (the lease, the ownership claims and releases, the hold, the stream's copy), whether a
+save is fenced, how its records end, and when it hands its round over
+(docs/design/replicas.md#replicas-relay-through-the-store,
+docs/design/takeover.md#leases-and-takeover-of-a-dead-replicas-rounds,
+docs/design/takeover.md#sigterm-hands-the-rounds-over,
+docs/design/takeover.md#a-bridged-step-is-one-fenced-store-write). The bridge machine (``adapters.bridge``) decides the
+protocol; this :class:`Keeper` decides the keeping, over a small state record of its own, and returns what to write; the
+shell (``gateway.session.exchange``) performs it and tells the keeper what was written.
+
+A round's keeping only moves forward: ``Kept`` NOTHING -> HELD (counted as a waiting round) -> SAVED (another
+replica can continue it); ``Stage`` RUNNING -> HANDING_OVER (asked to let the round go) and, once the exchange's
+task is over, STOPPED or HANDED_OVER; ``Records`` LIVE -> ENDED (its store records gone, or left to the next
+holder).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from enum import Enum, auto
+from typing import NamedTuple
+
+from adapters import bridge as B
+from adapters.records import SessionRecord
+from adapters.relay import answer_key
+
+__all__ = ["CARRIED", "EndRound", "HoldAt", "Keeper", "Kept", "Ownership", "Records", "Refresh", "SaveAt",
+           "SaveRound", "Stage", "StepPlan", "Store", "retry_refused"]
+
+# The actions of a step whose events its save can carry (nothing else may start before that save).
+CARRIED = (B.SendToClient, B.ArmTimer)
+
+
+class Kept(Enum):
+    NOTHING = auto()  # neither counted nor saved
+    HELD = auto()  # counted in the store as a waiting round (adapters.admission.admit_waiting), not saved
+    SAVED = auto()  # saved (and counted): another replica can continue it, so a shutdown hands it over
+
+
+class Stage(Enum):
+    RUNNING = auto()
+    HANDING_OVER = auto()  # to stop without answering, leaving the saved round to another replica
+    STOPPED = auto()  # the exchange's task is over: nothing queued from then on is ever acted on
+    HANDED_OVER = auto()  # over, and the round goes on elsewhere
+
+
+class Records(Enum):
+    LIVE = auto()
+    ENDED = auto()  # EndRound was given: the round's records are gone (or left to expire, or to the next holder)
+
+
+class Refresh(Enum):
+    """The ``tools/list`` refresh a HEADER_MISMATCH asks for, at most once per exchange (2026-07-28 server/tools
+    §x-mcp-header)."""
+
+    UNUSED = auto()
+    USED = auto()
+
+
+class HoldAt(Enum):
+    """Where a round that starts waiting with this step is counted (adapters.admission.admit_waiting)."""
+
+    NONE = auto()  # not starting to wait, or counted already
+    STORE = auto()  # counted in the store on its own, before anything of the step is done
+    SAVE = auto()  # counted by the step's save, which is refused whole past a bound
+
+
+class SaveAt(Enum):
+    """Where a step's save goes among its actions: a step that asks the client is saved before the client can
+    see it (a replica taking over must find it)."""
+
+    NONE = auto()
+    BEFORE = auto()  # before the step's sends are pushed
+    WITH_COPY = auto()  # after they are pushed into the stream's held copy, which the save carries
+    AFTER = auto()  # after the step's actions (the upstream round left first), before it is acknowledged
+
+
+class Store(NamedTuple):
+    """What the keeping needs to know of where it keeps: ``shares_rounds``: other processes read saved rounds;
+    ``relayed``: replicas share it (leases, fencing, ownership records); ``claim_seconds``: how long a claim
+    lasts (the client's answer timeout)."""
+
+    shares_rounds: bool
+    relayed: bool
+    replica: str
+    lease_seconds: float
+    claim_seconds: float
+
+
+@dataclass(frozen=True, slots=True)
+class Ownership:
+    """Ownership records a write claims (``replica``'s, for ``ttl_seconds``) and releases."""
+
+    replica: str
+    ttl_seconds: float
+    claim: frozenset[str]
+    release: frozenset[str]
+
+
+class StepPlan(NamedTuple):
+    hold: HoldAt
+    save: SaveAt
+
+    def uncarried(self) -> StepPlan:
+        """The stream's copy could not be held for the save: it goes before the sends instead."""
+        return StepPlan(self.hold, SaveAt.BEFORE) if self.save is SaveAt.WITH_COPY else self
+
+
+_UNKEPT = StepPlan(HoldAt.NONE, SaveAt.NONE)
+_COUNTED = StepPlan(HoldAt.STORE, SaveAt.NONE)
+
+
+@dataclass(frozen=True, slots=True)
+class SaveRound:
+    """Write the round: ``lease`` (replica, seconds) taken by its first save; later saves are fenced on
+    ``holder``: a replica that stalled past its lease must not overwrite the new holder's record."""
+
+    lease: tuple[str, float] | None
+    holder: str | None
+    owners: Ownership | None
+
+
+@dataclass(frozen=True, slots=True)
+class EndRound:
+    """End the round's records in one store step: ``release`` its ownership records, ``delete`` its record and
+    count (False: handed over, the record stays for the next holder); ``write``: anything to write at all."""
+
+    release: frozenset[str]
+    delete: bool
+    write: bool
+
+
+@dataclass(slots=True)
+class Keeper:
+    """One exchange's keeping; ``request``: the ownership key of its request (adapters.relay.request_key)."""
+
+    store: Store
+    request: str
+    kept: Kept = Kept.NOTHING
+    stage: Stage = Stage.RUNNING
+    records: Records = Records.LIVE
+    refresh: Refresh = Refresh.UNUSED
+    owned: set[str] = field(default_factory=set)  # ownership keys claimed in the store
+    claims: set[str] = field(default_factory=set)  # not written yet: they ride on the step's save
+    releases: set[str] = field(default_factory=set)  # a subset of ``owned`` until written
+
+    @property
+    def saved(self) -> bool:
+        return self.kept is Kept.SAVED
+
+    @property
+    def handed_over(self) -> bool:
+        return self.stage in (Stage.HANDING_OVER, Stage.HANDED_OVER)
+
+    @property
+    def stopped(self) -> bool:
+        return self.stage in (Stage.STOPPED, Stage.HANDED_OVER)
+
+    def saves(self, waiting: bool, done: bool) -> bool:
+        """Whether a step saves the record, on a store other processes read (on one process nobody could continue
+        a round): once the round waits (what another process needs to continue it), and on a relayed store after
+        every step from then on, so a replica taking over continues from the last one."""
+        if not self.store.shares_rounds or done:
+            return False
+        return waiting or (self.kept is Kept.SAVED and self.store.relayed)
+
+    # --- a step ---------------------------------------------------------------------------------------------
+    def plan(self, actions: Sequence[B.Action], *, waiting: bool, done: bool, mirrored: bool) -> StepPlan:
+        """Where the step is counted and saved; its claims are noted to ride on that save. ``mirrored``: the
+        stream has a copy other replicas read. A round's count rides on its save when nothing of the step is
+        done before it that a refusal cannot take back: the save comes before the step's actions, or these only
+        push (the held copy then forgets them) and arm timers."""
+        if not self.store.shares_rounds:  # nothing is saved, nor claimed: a waiting round is only counted
+            return _COUNTED if self.kept is Kept.NOTHING and waiting and not done else _UNKEPT
+        saves = self.saves(waiting, done)
+        sends = any(isinstance(a, B.SendToClient) for a in actions)
+        carried = all(isinstance(a, CARRIED) for a in actions)
+        hold = HoldAt.NONE
+        if self.kept is Kept.NOTHING and waiting and not done:
+            hold = HoldAt.SAVE if saves and (sends or carried) else HoldAt.STORE
+        save = SaveAt.NONE
+        if saves:
+            save = (SaveAt.WITH_COPY if mirrored and carried else SaveAt.BEFORE) if sends else SaveAt.AFTER
+        self._claim(actions)
+        # A step that claims asks the client or backs off, so its round waits and is saved: no claim is left behind.
+        assert saves or not self.claims or done
+        return StepPlan(hold, save)
+
+    def held(self) -> None:
+        """The round was counted in the store on its own (HoldAt.STORE)."""
+        self.kept = Kept.HELD
+
+    def answered(self, gateway_id: str) -> None:
+        """A client's answer: its claim goes with the step's save, or at the end."""
+        key = answer_key(gateway_id)
+        if key in self.owned:
+            self.releases.add(key)
+
+    def _claim(self, actions: Sequence[B.Action]) -> None:
+        """Before the client is asked: this replica owns every id it is asked under and the request, so a replica
+        that gets its answer or cancel can pass it on here, for as long as the client may take to answer.
+        A task's wait claims from its first poll (the task may run long before any question); a waiting round
+        renews the request's claim (a cancel long after the client's last answer must still find it)."""
+        if not self.store.relayed:  # one process holds every exchange: nobody asks who owns one
+            return
+        asks = {answer_key(a.message["id"]) for a in actions if isinstance(a, B.SendToClient) and "id" in a.message}
+        keys = {key for key in asks if key is not None}
+        timers = {a.name for a in actions if isinstance(a, B.ArmTimer)}
+        if not keys and B.Timer.POLL not in timers and not (B.Timer.BACKOFF in timers and self.request in self.owned):
+            return
+        keys.add(self.request)
+        self.claims |= keys
+        self.releases -= keys
+
+    def save(self, *, waiting: bool, done: bool) -> SaveRound | None:
+        """The step's save, or None when the round is not saved. Its first save takes the lease."""
+        if not self.saves(waiting, done):
+            return None
+        first, relayed = self.kept is not Kept.SAVED, self.store.relayed
+        self.kept = Kept.SAVED  # saved from now on: a shutdown hands it over
+        lease = (self.store.replica, self.store.lease_seconds) if first and relayed else None
+        holder = self.store.replica if relayed and not first else None
+        return SaveRound(lease, holder, self._ownership(releases=True))
+
+    def refused(self) -> None:
+        """A first save whose hold the store refused wrote nothing: no round, lease or claim."""
+        self.kept = Kept.NOTHING
+
+    def written(self, owners: Ownership | None) -> None:
+        if owners is not None:
+            self.owned = (self.owned | owners.claim) - owners.release
+            self.claims -= owners.claim
+            self.releases -= owners.release
+
+    def _ownership(self, releases: bool) -> Ownership | None:
+        release = frozenset(self.releases) if releases else frozenset()
+        if not (self.claims or release):
+            return None
+        return Ownership(self.store.replica, self.store.claim_seconds, frozenset(self.claims), release)
+
+    # --- takeover, handover, the end ---------------------------------------------------------------------
+    def take_over(self, outstanding: Iterable[str]) -> Ownership | None:
+        """Continue a round another replica saved: saved and counted already, by the replica that began it; the
+        ids the client is still to answer, and the request, now route here: the claims to write
+        on their own (its first step may save nothing)."""
+        self.kept = Kept.SAVED
+        self.claims |= {k for k in map(answer_key, outstanding) if k is not None} | {self.request}
+        return self._ownership(releases=False)
+
+    def hand_over(self, *, lost: bool = False) -> None:
+        """Stop without answering (shutdown, or ``lost``: its lease was taken, and the ownership records are the
+        new holder's)."""
+        self.stage = Stage.HANDED_OVER if self.stopped else Stage.HANDING_OVER
+        if lost:
+            self.owned = set()
+
+    def stop(self) -> None:
+        """The exchange's task is over."""
+        self.stage = Stage.HANDED_OVER if self.handed_over else Stage.STOPPED
+
+    def carries_answer(self) -> bool:
+        """Whether the answer's step ends the round's records, copying the answer in the same store step:
+        the store then holds the round, for a replica to continue, or its answer, never both."""
+        return self.kept is Kept.SAVED and not self.handed_over and self.records is Records.LIVE
+
+    def end_round(self, copying: bool) -> EndRound | None:
+        """The round's records end (once): its ownership records go, its record and count unless handed over."""
+        if self.records is Records.ENDED:
+            return None
+        self.records = Records.ENDED
+        release, self.owned, self.claims, self.releases = frozenset(self.owned), set(), set(), set()
+        counted = self.kept is not Kept.NOTHING
+        return EndRound(release, counted and not self.handed_over, counted or bool(release) or copying)
+
+    # --- the upstream round ------------------------------------------------------------------------------
+    def refreshes(self, mismatch: bool) -> bool:
+        """A HEADER_MISMATCH on tools/call may mean the x-mcp-header map is stale or missing: refresh it from
+        tools/list once, then resend the same round with a new id (2026-07-28 server/tools §x-mcp-header)."""
+        if not mismatch or self.refresh is Refresh.USED:
+            return False
+        self.refresh = Refresh.USED
+        return True
+
+
+def retry_refused(session: SessionRecord | None, expired: bool) -> B.Cancelled | None:
+    """A retry no client action started (a timer's) on a session that ended, or idle past the limit: its client
+    is gone and can reach none of this (its next request gets 404), so polling the upstream for it would only go
+    on until the total limit."""
+    if session is None:
+        return B.Cancelled("session ended")
+    return B.Cancelled("session expired") if expired else None
