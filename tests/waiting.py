@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import os
+import socket
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
@@ -71,6 +72,25 @@ def until_sync(check: Callable[[], Any], what: str = "", show: Callable[[], Any]
         if time.monotonic() >= deadline:
             raise AssertionError(f"not within {scaled(seconds):g} s: {_describe(check, what, show)}")
         time.sleep(POLL)  # sleep: the poll interval of the one waiting helper
+
+
+async def accepts(port: int, host: str = "127.0.0.1") -> bool:
+    """Whether something listens on ``port``: a condition for ``until`` while a server process starts."""
+    try:
+        _, writer = await asyncio.open_connection(host, port)
+    except OSError:
+        return False
+    writer.close()
+    return True
+
+
+def accepts_sync(port: int, host: str = "127.0.0.1") -> bool:
+    """``accepts`` for ``until_sync``."""
+    try:
+        socket.create_connection((host, port), timeout=0.5).close()
+    except OSError:
+        return False
+    return True
 
 
 def hung_up(request: Any) -> bool:

@@ -6,12 +6,12 @@ import asyncio
 import socket
 import subprocess
 import sys
-import time
 
 import aiohttp
 import pytest
 
 from tests.modern_server.conftest import CoreClient
+from tests.waiting import accepts_sync, until_sync
 
 WS = "file:///work/notes"
 
@@ -41,14 +41,7 @@ def two_cores(tmp_path):
 
 
 def _wait_listening(port: int) -> None:
-    deadline = time.monotonic() + 20
-    while time.monotonic() < deadline:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-            return
-        except OSError:
-            time.sleep(0.05)
-    raise AssertionError(f"core on port {port} did not start")
+    until_sync(lambda: accepts_sync(port), f"the core on port {port} starts")
 
 
 async def test_one_confirmation_executes_once_across_processes(two_cores):

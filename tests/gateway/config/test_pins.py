@@ -3,13 +3,11 @@ injected date, the canary split, and reloads that leave live sessions alone."""
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import json
 import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import aiohttp
@@ -27,6 +25,7 @@ from gateway.ops.cli import check_config
 from gateway.ops.reload import reload_config
 from modern_server.app import create_app as create_core
 from modern_server.config import CoreConfig, TokenEntry
+from tests.waiting import accepts, until
 
 AGENT_TOKEN = "agent-token"
 IDE = types.Implementation(name="acme-ide", version="3.2")
@@ -263,12 +262,10 @@ async def test_sighup_through_the_cli(core, tmp_path):
             assert not (await _initialize(http, endpoint)).startswith("{")
             path.write_text(pins_toml(str(core.make_url("/mcp")), default_revisions='["2026-07-28"]'))
             subprocess.run([sys.executable, "-m", "gateway", "reload", "--pid-file", str(pid_file)], check=True)
-            refused = ""
-            for _ in range(50):
-                refused = await _initialize(http, endpoint)
-                if refused.startswith("{"):
-                    break
-                await asyncio.sleep(0.1)
+            async def refusal() -> str:
+                said = await _initialize(http, endpoint)
+                return said if said.startswith("{") else ""
+            refused = await until(refusal, "the reloaded pins apply", seconds=5)
             assert "must use MCP 2026-07-28" in refused
     finally:
         proc.terminate()
@@ -276,12 +273,4 @@ async def test_sighup_through_the_cli(core, tmp_path):
 
 
 async def _wait(port: int) -> None:
-    deadline = time.monotonic() + 20
-    while time.monotonic() < deadline:
-        try:
-            _, writer = await asyncio.open_connection("127.0.0.1", port)
-            writer.close()
-            return
-        except OSError:
-            await asyncio.sleep(0.1)
-    raise AssertionError("gateway did not start")
+    await until(lambda: accepts(port), "the gateway starts")

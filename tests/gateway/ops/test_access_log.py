@@ -4,7 +4,6 @@ a ``Referer`` that repeats the URL."""
 
 from __future__ import annotations
 
-import asyncio
 import os
 import subprocess
 import sys
@@ -15,6 +14,7 @@ import pytest
 
 from gateway.ops.logs import redact_query
 from tests.gateway.ops.test_workers import _free_port
+from tests.waiting import until
 
 ROOT = Path(__file__).resolve().parents[3]
 TOKEN = "admin-hunter2-token"
@@ -23,16 +23,15 @@ INITIALIZE = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
 
 
 async def _ready(base: str, proc: subprocess.Popen) -> None:
-    for _ in range(600):  # start-up imports the gateway and the embedded core: slow on a loaded machine
+    async def healthy() -> bool:
         assert proc.poll() is None, "the gateway exited at start-up"
         try:
             async with aiohttp.ClientSession() as http, http.get(f"{base}/healthz") as resp:
-                if resp.status == 200:
-                    return
+                return resp.status == 200
         except aiohttp.ClientConnectionError:
-            pass
-        await asyncio.sleep(0.1)
-    raise AssertionError("the gateway did not start")
+            return False
+    # start-up imports the gateway and the embedded core: slow on a loaded machine
+    await until(healthy, "the gateway starts", seconds=60)
 
 
 async def _sse_session(http: aiohttp.ClientSession, base: str) -> str:
@@ -65,10 +64,7 @@ async def test_the_access_log_redacts_the_sse_session_id_and_the_admin_token(tmp
             url = f"{base}/migration?since=7d&token={TOKEN}"
             async with http.get(url, headers={"Referer": url}, allow_redirects=False) as resp:
                 assert resp.status == 303
-        for _ in range(100):  # aiohttp logs a request once its handler is done
-            if log.read_text().count("<redacted>") >= 3:
-                break
-            await asyncio.sleep(0.05)
+        await until(lambda: log.read_text().count("<redacted>") >= 3)  # aiohttp logs a request once its handler is done
     finally:
         proc.terminate()
         proc.wait(10)

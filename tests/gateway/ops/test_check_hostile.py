@@ -100,7 +100,7 @@ async def _drip(request: web.Request, _body: dict[str, Any]) -> web.StreamRespon
     await resp.prepare(request)
     while True:  # one byte at a time, never the end: only a total timeout stops a reader
         await resp.write(b" ")
-        await asyncio.sleep(0.1)
+        await asyncio.sleep(0.1)  # sleep: the drip's pace
 
 
 async def test_a_dripping_server_is_timed_out(aiohttp_server, tmp_path) -> None:
@@ -201,7 +201,7 @@ async def test_100000_tools_are_capped_and_the_rest_named(aiohttp_server, tmp_pa
 
 async def test_the_total_time_skips_the_tools_left(aiohttp_server, tmp_path) -> None:
     async def slow(_request: web.Request, body: dict[str, Any]) -> web.StreamResponse:
-        await asyncio.sleep(1.5)
+        await asyncio.sleep(1.5)  # sleep: a slow tool, past the check's total time
         return reply(body, {"resultType": "complete", "content": [{"type": "text", "text": "late"}]})
 
     async def listing(_request: web.Request, body: dict[str, Any]) -> web.StreamResponse:

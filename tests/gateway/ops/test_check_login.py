@@ -81,7 +81,7 @@ async def test_check_refreshes_an_expired_token(aiohttp_server: Any, tmp_path: P
         core = await start_core(aiohttp_server, tmp_path, issuer.issuer, scopes_supported=("mcp:tools",))
         await check(tmp_path, core, "first")
         [before] = stored(tmp_path)
-        await asyncio.sleep(4.5)  # the access token expired; the refresh token did not
+        await asyncio.sleep(4.5)  # sleep: the access token expired; the refresh token did not
         code, report, stderr, logins = await check(tmp_path, core, "second")
         [after] = stored(tmp_path)
     assert code == 0 and echo_ok(report) and logins == []

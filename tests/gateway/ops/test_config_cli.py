@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import gc
 import json
 import os
@@ -10,6 +9,7 @@ import socket
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 import pytest
@@ -20,6 +20,7 @@ from gateway.http.app import create_app
 from gateway.ops.cli import parser, served_app
 from gateway.ops.loops import tune_gc
 from tests.gateway.conftest import Legacy
+from tests.waiting import until
 
 ROOT = Path(__file__).resolve().parents[3]
 EXAMPLE = ROOT / "config" / "gateway.example.toml"
@@ -119,16 +120,14 @@ async def test_python_m_gateway_serve_is_the_main_command(tmp_path) -> None:
     try:
         async with aiohttp.ClientSession() as http:
             # Start-up imports the gateway and the embedded core: up to a minute on a loaded 2-core machine.
-            for _ in range(1200):
+            async def answered() -> tuple[Any, Any] | None:
                 try:
                     async with http.post(f"http://127.0.0.1:{port}/mcp", json=body, headers=headers) as resp:
-                        message = json.loads(await resp.text())
-                        break
+                        return resp, json.loads(await resp.text())
                 except aiohttp.ClientConnectionError:
                     assert proc.poll() is None, "the gateway exited during start-up"
-                    await asyncio.sleep(0.05)
-            else:
-                pytest.fail("the gateway did not come up")
+                    return None
+            resp, message = await until(answered, "the gateway comes up", seconds=60)
         assert resp.headers["Mcp-Session-Id"] and message["result"]["protocolVersion"] == "2025-11-25"
     finally:
         proc.terminate()

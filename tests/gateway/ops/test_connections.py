@@ -21,16 +21,9 @@ from gateway.ops.connections import CappedRunner, ConnectionCap, client_cap, der
 from gateway.ops.logs import RepeatFilter
 from tests.faults import procs
 from tests.faults.procs import faulty_upstream
+from tests.waiting import until
 
 REQUEST = b"DELETE /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"  # answered by the gateway alone (400: no session)
-
-
-async def _until(predicate) -> None:
-    for _ in range(500):
-        if predicate():
-            return
-        await asyncio.sleep(0.01)
-    raise AssertionError("condition not reached")
 
 
 async def _served(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> bool:
@@ -59,7 +52,7 @@ async def test_connections_over_the_cap_are_closed_at_once_and_a_freed_slot_is_s
     try:
         for n in range(1, 4):  # one at a time, so the first three are the ones accepted
             held.append(await asyncio.open_connection("127.0.0.1", site.port))
-            await _until(lambda n=n: cap.open == n)
+            await until(lambda n=n: cap.open == n)
         extra = [await asyncio.open_connection("127.0.0.1", site.port) for _ in range(2)]
         for reader, writer in extra:
             assert await _closed_by_server(reader)  # before anything was sent: nothing of theirs was read
@@ -67,7 +60,7 @@ async def test_connections_over_the_cap_are_closed_at_once_and_a_freed_slot_is_s
         assert cap.refused == 2 and cap.open == 3
         assert all([await _served(reader, writer) for reader, writer in held])
         held.pop()[1].close()
-        await _until(lambda: cap.open == 2)
+        await until(lambda: cap.open == 2)
         held.append(await asyncio.open_connection("127.0.0.1", site.port))
         assert await _served(*held[-1]) and cap.open == 3
     finally:
@@ -130,15 +123,13 @@ async def test_serve_applies_the_configured_cap(tmp_path) -> None:
                              "--no-access-log"], cwd=root, env={**os.environ, "PYTHONPATH": str(root)},
                             stdout=subprocess.DEVNULL, stderr=log)
     try:
-        for _ in range(300):
+        async def served() -> tuple[asyncio.StreamReader, asyncio.StreamWriter] | None:
             try:
-                first = await asyncio.open_connection("127.0.0.1", port)
-                if await _served(*first):
-                    break
+                connection = await asyncio.open_connection("127.0.0.1", port)
+                return connection if await _served(*connection) else None
             except (OSError, asyncio.IncompleteReadError):
-                await asyncio.sleep(0.05)
-        else:
-            raise AssertionError("the gateway did not come up")
+                return None
+        first = await until(served, "the gateway comes up", seconds=15)
         reader, writer = await asyncio.open_connection("127.0.0.1", port)
         assert await _closed_by_server(reader)
         writer.close()
@@ -169,10 +160,8 @@ async def test_serve_raises_a_low_descriptor_soft_limit_before_deriving_its_caps
         async with aiohttp.ClientSession() as http, http.get(f"http://127.0.0.1:{gateway.port}/healthz") as health:
             assert health.status == 200
         assert _open_files(gateway.proc.pid) == (4096, 4096)
-        for _ in range(100):  # the banner is printed just after the bind
-            if "max_client_connections" in (tmp_path / "gateway.stdout").read_text():
-                break
-            await asyncio.sleep(0.05)
+        # the banner is printed just after the bind
+        await until(lambda: "max_client_connections" in (tmp_path / "gateway.stdout").read_text())
         # Derived at 4096, not 1024 (348): (4096 - 64 - 1100) less 11 door sessions' 132 descriptors.
         assert "(max_client_connections 1480)" in (tmp_path / "gateway.stdout").read_text()
         assert "descriptor limit raised from 1024 to 4096" in gateway.stderr()

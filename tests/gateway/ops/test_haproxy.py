@@ -35,6 +35,7 @@ from mcp.client.streamable_http import create_mcp_http_client, streamable_http_c
 from tests.faults.procs import Proc
 from tests.gateway.http.test_e2e_sdk import DroppingProxy, elicitation_answering, pick_first, roots, sampling
 from tests.gateway.session.test_redis_store import PrivateRedis, answers
+from tests.waiting import accepts_sync, until, until_sync
 
 ROOT = Path(__file__).resolve().parents[3]
 EXAMPLE = ROOT / "config" / "haproxy.example.cfg"
@@ -81,15 +82,12 @@ def _redis(tmp: Path) -> tuple[str, PrivateRedis | None]:
 
 def _wait_listening(proc: Proc, port: int | None = None) -> None:
     port = port or proc.port
-    for _ in range(600):
+
+    def started() -> bool:
         if proc.proc.poll() is not None:
             raise RuntimeError(f"{proc.name} exited: {proc.stderr()[-2000:]}")
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
-            return
-        except OSError:
-            time.sleep(0.05)
-    raise RuntimeError(f"{proc.name} did not start listening")
+        return accepts_sync(port)
+    until_sync(started, f"{proc.name} listens", seconds=30)
 
 
 def _rotation(port: int) -> list[str]:
@@ -240,10 +238,7 @@ class Route:
         """Move the rotation so that the next request reaches another replica than ``avoid``: once every request
         sent has its answer (or after 2 s), probe until the probe's successor in the rotation is not ``avoid``.
         Which replica a request reaches then no longer depends on what else the SDK sent before it."""
-        for _ in range(200):
-            if all(id(request) in self.answers for _name, request in self.sent):
-                break
-            await asyncio.sleep(0.01)
+        await until(lambda: all(id(request) in self.answers for _name, request in self.sent))
         for _ in range(REPLICAS):
             reached = await self.probe()
             rotation = self.cluster.rotation

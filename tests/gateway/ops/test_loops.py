@@ -6,7 +6,6 @@ On Redis this once failed at start-up: uvloop calls a protocol's ``connection_ma
 
 from __future__ import annotations
 
-import asyncio
 import os
 import secrets
 import signal
@@ -19,22 +18,21 @@ import pytest
 
 from bench.clients import LegacyClient
 from tests.gateway.ops.test_workers import REDIS, _forget, _free_port, _redis_answers
+from tests.waiting import until
 
 pytest.importorskip("uvloop")
 ROOT = Path(__file__).resolve().parents[3]
 
 
 async def _ready(base: str, proc: subprocess.Popen) -> None:
-    for _ in range(300):
+    async def healthy() -> bool:
         assert proc.poll() is None, "the gateway exited at start-up"
         try:
             async with aiohttp.ClientSession() as http, http.get(f"{base}/healthz") as resp:
-                if resp.status == 200:
-                    return
+                return resp.status == 200
         except aiohttp.ClientConnectionError:
-            pass
-        await asyncio.sleep(0.1)
-    raise AssertionError("the gateway did not start")
+            return False
+    await until(healthy, "the gateway starts", seconds=30)
 
 
 @pytest.mark.parametrize("store", ["memory", "redis"])

@@ -172,7 +172,7 @@ async def test_ctrl_c_with_a_call_in_flight_ends_within_the_shutdown_budget(tmp_
             headers = {**ACCEPT, "Mcp-Session-Id": session, "MCP-Protocol-Version": "2025-11-25"}
             pending = asyncio.create_task(http.post(gateway.url, headers=headers, json={
                 "jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": call}))
-            await asyncio.sleep(1.5)  # the call is upstream, where it hangs
+            await asyncio.sleep(1.5)  # sync: the call reaches the upstream (a process) and hangs; nothing says when
             assert not pending.done()
             started = time.monotonic()
             gateway.proc.send_signal(signal.SIGINT)

@@ -13,6 +13,7 @@ from mcp import Client
 from mcp.client.stdio import StdioServerParameters
 
 from tests.gateway.http.test_e2e_sdk import elicitation_answering, roots, sampling
+from tests.waiting import until_hung_up
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -63,8 +64,7 @@ async def test_closing_stdin_ends_the_session_and_closes_the_upstream_request(tm
         if body["method"] == "server/discover":
             return web.json_response({"jsonrpc": "2.0", "id": body["id"], "result": DISCOVER})
         if body["method"] == "tools/call":  # never answered: only its close (the 2026 cancel) ends it
-            while request.transport is not None and not request.transport.is_closing():
-                await asyncio.sleep(0.02)
+            await until_hung_up(request)
             closed.set()
             return web.Response()
         return web.json_response({"jsonrpc": "2.0", "id": body["id"], "error": {"code": -32601, "message": "no"}},

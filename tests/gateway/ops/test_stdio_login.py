@@ -30,6 +30,7 @@ from modern_server.app import create_app as create_core
 from modern_server.config import CoreConfig, OAuthConfig
 from tests.gateway.auth.oidc import AuthorizationServer, authorization_server, free_port
 from tests.gateway.auth.test_upstream_credentials import Core, start_core
+from tests.waiting import until
 
 ROOT = Path(__file__).resolve().parents[3]
 URL_LINE = re.compile(r"open: (http\S+)")
@@ -54,7 +55,7 @@ async def follow_login(errlog: Path, logins: list[str]) -> None:
                 answer = await browser.get(url)
                 assert answer.status_code == 200 and "Logged in" in answer.text, (answer.status_code, answer.text)
             seen = len(found)
-            await asyncio.sleep(0.05)
+            await asyncio.sleep(0.05)  # sleep: the fake user's look at the log, a file, until cancelled
 
 
 async def session_run(tmp_path: Path, core: Core, name: str, *flags: str) -> tuple[list[str], str, Any]:
@@ -110,7 +111,7 @@ async def test_an_expired_token_is_refreshed_not_logged_in_again(aiohttp_server:
         core = await start_core(aiohttp_server, tmp_path, issuer.issuer, scopes_supported=("mcp:tools",))
         logins, _, _ = await session_run(tmp_path, core, "first")
         [before] = stored(tmp_path)
-        await asyncio.sleep(4.5)  # the access token expired; the refresh token did not
+        await asyncio.sleep(4.5)  # sleep: the access token expired; the refresh token did not
         logins, stderr, result = await session_run(tmp_path, core, "second")
         [after] = stored(tmp_path)
     assert logins == [] and not result.is_error
@@ -170,8 +171,7 @@ async def confirm_device(errlog: Path, logins: list[str]) -> None:
     """The user on another device: opens the printed verification URL (the code filled in), posts the
     confirmation form, and follows the authorization server's login and consent to its success page."""
     async with httpx2.AsyncClient(follow_redirects=True, max_redirects=10) as browser:
-        while not (found := DEVICE_LINE.findall(errlog.read_text() if errlog.exists() else "")):
-            await asyncio.sleep(0.05)
+        found = await until(lambda: DEVICE_LINE.findall(errlog.read_text() if errlog.exists() else ""))
         logins.append(found[0])
         page = await browser.get(found[0])
         form = dict(HIDDEN.findall(page.text))

@@ -18,6 +18,7 @@ import pytest
 
 from gateway.config.settings import load_config
 from gateway.ops.workers import refusal, worker_argv
+from tests.waiting import until
 
 ROOT = Path(__file__).resolve().parents[3]
 REDIS = os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0")
@@ -92,14 +93,15 @@ async def test_two_workers_share_one_port_and_every_session(tmp_path: Path) -> N
     base, headers = f"http://127.0.0.1:{port}", {"Accept": "application/json, text/event-stream"}
     try:
         replicas: set[str] = set()
-        for _ in range(600):  # start-up, then new connections until both workers answered
+
+        async def both_answered() -> bool:  # start-up, then new connections until both workers answered
             try:
                 async with aiohttp.ClientSession() as http, http.get(f"{base}/healthz") as resp:
                     replicas.add(resp.headers["X-Gateway-Replica"])
             except aiohttp.ClientConnectionError:
-                await asyncio.sleep(0.1)
-            if len(replicas) == 2:
-                break
+                pass
+            return len(replicas) == 2
+        await until(both_answered, "both workers answer", lambda: replicas, seconds=60)
         assert len(replicas) == 2
         init = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
             "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "w", "version": "1"}}}
@@ -155,7 +157,7 @@ async def _load(base: str, headers: dict[str, str], results: list[str], stop: as
             results.append("ok" if ok else f"wrong {message}")
         except (TimeoutError, aiohttp.ClientError):
             results.append("conn")
-            await asyncio.sleep(0.05)
+            await asyncio.sleep(0.05)  # sleep: the load's pause before it tries again
 
 
 def _start(args: list[str], cwd: Path, log: Path) -> subprocess.Popen[bytes]:
@@ -176,10 +178,7 @@ async def test_a_worker_killed_under_load_is_restarted_and_the_service_stays_up(
     base, headers = f"http://127.0.0.1:{port}", {"Accept": "application/json, text/event-stream"}
     stop, results = asyncio.Event(), []
     try:
-        for _ in range(600):
-            if log.read_text().count("serving legacy MCP") == 2:
-                break
-            await asyncio.sleep(0.1)
+        await until(lambda: log.read_text().count("serving legacy MCP") == 2, seconds=60)
         init = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
             "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "w", "version": "1"}}}
         async with aiohttp.ClientSession() as http, http.post(f"{base}/mcp", json=init, headers=headers) as resp:
@@ -190,18 +189,15 @@ async def test_a_worker_killed_under_load_is_restarted_and_the_service_stays_up(
         assert (tmp_path / "var" / "gw.pid").read_text().strip() == str(proc.pid)  # the parent's, folder made
         loads = [asyncio.create_task(_load(base, session_headers, results, stop, first))
                  for first in (100, 1_000_000)]
-        while results.count("ok") < 20:
-            await asyncio.sleep(0.05)
+        await until(lambda: results.count("ok") >= 20)
         victim = min(before)
         os.kill(victim, signal.SIGKILL)
         killed_at = len(results)
-        for _ in range(300):  # the restart is due after 0.5 s; the new worker then starts up
-            if "serving legacy MCP" in log.read_text().split("restarted")[-1] and "restarted" in log.read_text():
-                break
-            await asyncio.sleep(0.1)
+        # the restart is due after 0.5 s; the new worker then starts up
+        await until(lambda: "serving legacy MCP" in log.read_text().split("restarted")[-1]
+                    and "restarted" in log.read_text(), "a worker restarted", seconds=30)
         after = len(results)
-        while len(results) < after + 40:
-            await asyncio.sleep(0.05)
+        await until(lambda: len(results) >= after + 40)
         stop.set()
         await asyncio.gather(*loads)
         assert proc.poll() is None, log.read_text()  # the parent stayed up
@@ -234,18 +230,14 @@ async def test_workers_end_when_their_supervisor_is_killed(tmp_path: Path) -> No
                    str(tmp_path / "u.db"), "--no-access-log"], tmp_path, log)
     workers: set[int] = set()
     try:
-        for _ in range(600):
-            if log.read_text().count("serving legacy MCP") == 2:
-                break
-            await asyncio.sleep(0.1)
+        await until(lambda: log.read_text().count("serving legacy MCP") == 2, seconds=60)
         workers = _children(proc.pid)
         assert len(workers) == 2, log.read_text()
         proc.kill()
         proc.wait()
-        for _ in range(300):  # each gets SIGTERM from the kernel and stops within its shutdown budget
-            if not any(Path(f"/proc/{pid}").exists() and "zombie" not in _state(pid) for pid in workers):
-                break
-            await asyncio.sleep(0.1)
+        # each gets SIGTERM from the kernel and stops within its shutdown budget
+        await until(lambda: not any(Path(f"/proc/{pid}").exists() and "zombie" not in _state(pid) for pid in workers),
+                    "the workers stopped", seconds=30)
         assert not [pid for pid in workers if Path(f"/proc/{pid}").exists() and "zombie" not in _state(pid)]
         assert log.read_text().count("gateway stopped") == 2, log.read_text()
     finally:

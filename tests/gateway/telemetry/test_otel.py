@@ -30,6 +30,7 @@ from gateway.session.runtime import Gateway
 from gateway.telemetry.usage import UsageObserver
 from tests.gateway.conftest import Legacy
 from tests.gateway.http.test_bridge_shell import SAMPLED, two_rounds
+from tests.waiting import accepts, until
 
 ROOT = Path(__file__).resolve().parents[3]
 SECRET = "hunter2-argument"
@@ -193,12 +194,7 @@ async def test_serve_otel_exports_over_otlp_to_the_configured_endpoint(aiohttp_s
 
 
 async def _listening(port: int, proc: asyncio.subprocess.Process) -> None:
-    for _ in range(600):
+    def started() -> Any:
         assert proc.returncode is None, "serve exited early"
-        try:
-            _, writer = await asyncio.open_connection("127.0.0.1", port)
-            writer.close()
-            return
-        except OSError:
-            await asyncio.sleep(0.05)
-    raise AssertionError("serve did not start listening")
+        return accepts(port)
+    await until(started, "serve listens", seconds=30)

@@ -16,6 +16,7 @@ from adapters.usage import DAY_MS, Facts, LabelFolder, add_to_rollup, build_reco
 from gateway.config.settings import load_config
 from gateway.http.app import create_app
 from gateway.telemetry.usage import USAGE, UsageDb
+from tests.waiting import accepts_sync, until_sync
 
 ROOT = Path(__file__).resolve().parents[3]
 TODAY = "2026-12-02"
@@ -147,7 +148,6 @@ def test_serve_then_report_from_the_command_line(tmp_path) -> None:
     """The README path: ``serve --usage-db FILE``, traffic, a stop (SIGTERM flushes), then ``report``."""
     import asyncio
     import socket
-    import time
 
     db = tmp_path / "usage.sqlite3"
     with socket.socket() as sock:
@@ -156,12 +156,7 @@ def test_serve_then_report_from_the_command_line(tmp_path) -> None:
     proc = subprocess.Popen([sys.executable, "-m", "gateway", "serve", "--port", str(port), "--usage-db", str(db),
                              "--no-access-log"], cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        for _ in range(300):
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-                break
-            except OSError:
-                time.sleep(0.05)
+        until_sync(lambda: accepts_sync(port), "serve listens", seconds=15)
 
         async def traffic() -> None:
             async with aiohttp.ClientSession() as http:

@@ -8,6 +8,7 @@ from typing import Any
 
 from gateway.telemetry.usage import USAGE
 from tests.gateway.conftest import Legacy, text
+from tests.waiting import until
 
 SAMPLING = {"method": "sampling/createMessage", "params": {
     "messages": [{"role": "user", "content": {"type": "text", "text": "pick"}}], "maxTokens": 10,
@@ -64,11 +65,8 @@ async def test_client_refusal_and_cancellation_are_counted(make_gateway, upstrea
     await client.next_event(resp)
     assert await client.notify("notifications/cancelled", {"requestId": client.next_id}) == 202
     await client.events(resp)
+    await until(lambda: calls_of(records(client.client)) == 2)
     rows = records(client.client)
-    for _ in range(100):
-        if calls_of(rows := records(client.client)) == 2:
-            break
-        await asyncio.sleep(0.01)
     assert calls_of(rows, outcome="error", cause="client refused") == 1
     assert calls_of(rows, outcome="cancelled") == 1
 
@@ -96,27 +94,27 @@ async def test_the_periodic_flush_writes_without_being_asked(make_gateway, upstr
     db = str(tmp_path / "usage.db")
     client = Legacy(await make_gateway(usage={"db": db, "flush_seconds": 0.05}))
     await client.initialize()
-    for _ in range(200):
+    def methods() -> list[str]:
         store = UsageDb(db)
         stored = [r["method"] for r in store.rows(0)]
         store.close()
-        if stored:
-            break
-        await asyncio.sleep(0.02)
+        return stored
+    stored = await until(methods, "the usage is flushed to the file")
     assert stored == ["initialize"] and records(client.client) == []  # moved from memory to the file
 
 
 async def _stored_methods(db: str, want: int) -> list[str]:
     from gateway.telemetry.usage import UsageDb
 
-    for _ in range(200):
+    def methods() -> list[str]:
         store = UsageDb(db)
         stored = [r["method"] for r in store.rows(0) for _ in range(r["count"])]
         store.close()
-        if len(stored) >= want:
-            return stored
-        await asyncio.sleep(0.02)
-    return stored
+        return stored
+    def enough() -> list[str] | None:
+        stored = methods()
+        return stored if len(stored) >= want else None
+    return list(await until(enough, f"{want} methods stored"))
 
 
 async def test_a_flush_that_cannot_start_keeps_its_counts_and_the_timer(make_gateway, upstream, tmp_path) -> None:
@@ -170,6 +168,6 @@ async def test_the_session_gauge_forgets_a_session_whose_get_stream_outlived_it(
     gauge = client.client.server.app[USAGE].sessions
     assert (await client.client.delete("/mcp", headers=client.headers())).status == 204
     assert await client.events(stream) == []  # the stream ended with the session, and its handler returned
-    for _ in range(50):  # the GET handler's own accounting runs as it returns
-        await asyncio.sleep(0.01)
+    # the GET handler's own accounting runs as it returns
+    await until(lambda: gauge.by_revision(client.client.server.app[USAGE].clock_ms()) == {}, "the gauge is down")
     assert gauge.by_revision(client.client.server.app[USAGE].clock_ms()) == {}
