@@ -16,6 +16,8 @@ from typing import Any
 import pytest
 import websockets
 
+from tests.waiting import until
+
 CHROMIUM = "/usr/bin/chromium"
 needs_chromium = pytest.mark.skipif(not Path(CHROMIUM).exists(),
                                     reason=f"{CHROMIUM} is absent (apt-get install -y chromium; .ci/run does it)")
@@ -64,13 +66,13 @@ class Cdp:
 
 async def devtools_url(profile: Path, proc: subprocess.Popen) -> str:
     marker = profile / "DevToolsActivePort"
-    for _ in range(300):
-        if marker.exists() and len(marker.read_text().splitlines()) >= 2:
-            port, path = marker.read_text().splitlines()[:2]
-            return f"ws://127.0.0.1:{port}{path}"
+
+    def written() -> list[str]:
         assert proc.poll() is None, "chromium exited early"
-        await asyncio.sleep(0.1)
-    raise AssertionError("chromium did not open its DevTools port")
+        lines = marker.read_text().splitlines() if marker.exists() else []
+        return lines[:2] if len(lines) >= 2 else []
+    port, path = await until(written, "chromium opens its DevTools port", seconds=30)
+    return f"ws://127.0.0.1:{port}{path}"
 
 
 @asynccontextmanager

@@ -36,13 +36,13 @@ class KeyServer:
         return app
 
     async def metadata(self, request: web.Request) -> web.Response:
-        await asyncio.sleep(self.delay)
+        await asyncio.sleep(self.delay)  # sleep: a slow server, when the test asks for one
         return web.json_response({"issuer": self.claimed_issuer or self.issuer, "jwks_uri": f"{self.issuer}/jwks",
                                   "token_endpoint": f"{self.issuer}/token"})
 
     async def jwks(self, request: web.Request) -> web.Response:
         self.jwks_hits += 1
-        await asyncio.sleep(self.delay)
+        await asyncio.sleep(self.delay)  # sleep: a slow server, when the test asks for one
         if self.down:
             return web.Response(status=503)
         if self.jwks_body is not None:

@@ -22,6 +22,7 @@ from gateway.auth.login import loopback
 from tests.gateway.auth.oidc import AuthorizationServer, authorization_server
 from tests.gateway.auth.test_upstream_credentials import start_core
 from tests.gateway.ops.test_stdio_login import URL_LINE, door, session_run, stored
+from tests.waiting import until
 
 
 @pytest.fixture
@@ -58,8 +59,10 @@ async def test_an_error_callback_ends_the_login_saying_why() -> None:
 
 async def printed_url(errlog: Path, seen: int = 0) -> str:
     """The (seen+1)-th authorization URL the process printed on stderr."""
-    while len(found := URL_LINE.findall(errlog.read_text() if errlog.exists() else "")) <= seen:
-        await asyncio.sleep(0.05)
+    def printed() -> list[str]:
+        found = URL_LINE.findall(errlog.read_text() if errlog.exists() else "")
+        return found if len(found) > seen else []
+    found = await until(printed, f"authorization URL {seen + 1} printed")
     return str(found[seen])
 
 

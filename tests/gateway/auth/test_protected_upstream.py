@@ -18,6 +18,7 @@ from adapters.authz import UpstreamProtection
 from adapters.probe import UpstreamKind
 from gateway.ops.probe import probe
 from tests.gateway.auth.oidc import free_port
+from tests.waiting import until
 
 ROOT = Path(__file__).resolve().parents[3]
 AS = "https://auth.example.com"
@@ -93,15 +94,14 @@ async def test_serve_protects_its_doors_like_the_upstream(aiohttp_server: Any, t
 
 
 async def listening(http: aiohttp.ClientSession, base: str) -> None:
-    """The banner is logged as the server starts listening, not after: wait for /healthz (10 s at most)."""
-    for _ in range(200):
+    """The banner is logged as the server starts listening, not after: wait for /healthz."""
+    async def healthy() -> bool:
         try:
             async with http.get(f"{base}/healthz") as resp:
-                if resp.status == 200:
-                    return
+                return resp.status == 200
         except aiohttp.ClientConnectorError:
-            await asyncio.sleep(0.05)
-    raise AssertionError(f"{base} never listened")
+            return False
+    await until(healthy, f"{base} listens")
 
 
 @pytest.mark.parametrize("challenge, expected", [

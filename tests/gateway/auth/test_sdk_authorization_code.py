@@ -179,7 +179,7 @@ async def test_authorization_code_with_pkce_then_refresh_in_a_waiting_round(stac
     async def elicit_slowly(context: Any, params: Any) -> Any:
         assert storage.tokens is not None
         first.append(storage.tokens.access_token)
-        await asyncio.sleep(TOKEN_TTL + 0.5)  # the token the round started with expires while the user thinks
+        await asyncio.sleep(TOKEN_TTL + 0.5)  # sleep: the token the round started with expires while the user thinks
         return await elicitation_answering(action="accept", content=pick_first)(context, params)
 
     async with create_mcp_http_client(auth=provider) as http:

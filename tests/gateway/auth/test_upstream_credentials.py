@@ -138,7 +138,7 @@ async def test_an_upstream_401_is_retried_once_with_a_fresh_token(
     await holder.initialize()
     tools_listed(await holder.call("tools/list", {}))
     expires = core.accepted[-1].exp
-    await asyncio.sleep(1.1)  # the next token the authorization server issues expires at least a second later
+    await asyncio.sleep(1.1)  # sleep: the next token the authorization server issues expires at least a second later
     core.offset = expires + 0.5 - time.time()  # the core now holds the gateway's cached token expired
     before = len(core.seen)
     tools_listed(await holder.call("tools/list", {}))  # refused once (401), then sent again with a fresh token
