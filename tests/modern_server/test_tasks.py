@@ -17,6 +17,7 @@ from modern_server.taskrun import task_tool
 from modern_server.tasks import TaskSupport
 from tests import schema
 from tests.modern_server.conftest import ALICE, BOB, CoreClient, V, core_config, parse_sse
+from tests.waiting import until
 
 TASKS = "io.modelcontextprotocol/tasks"
 CAPS = {"elicitation": {"form": {}}, "extensions": {TASKS: {}}}
@@ -39,16 +40,17 @@ async def get(client: CoreClient, task_id: str, token: str = ALICE) -> dict[str,
     return (await client.call("tasks/get", {"taskId": task_id}, caps=CAPS, token=token)).result
 
 
-async def until(client: CoreClient, task_id: str, *statuses: str, token: str = ALICE) -> dict[str, Any]:
+async def until_status(client: CoreClient, task_id: str, *statuses: str, token: str = ALICE) -> dict[str, Any]:
+    """The task once its status is one of ``statuses``, with every status message seen on the way (``seen``)."""
     seen: list[str] = []
-    for _ in range(200):
+
+    async def reached() -> dict[str, Any] | None:
         task = await get(client, task_id, token)
         seen.append(task.get("statusMessage", ""))
-        if task["status"] in statuses:
-            task["seen"] = seen
-            return task
-        await asyncio.sleep(0.02)
-    raise AssertionError(f"task {task_id} never reached {statuses}; messages {seen[-5:]}")
+        return task if task["status"] in statuses else None
+    task: dict[str, Any] = await until(reached, f"task {task_id} reaches {statuses}", lambda: f"messages {seen[-5:]}")
+    task["seen"] = seen
+    return task
 
 
 async def update(client: CoreClient, task_id: str, responses: dict[str, Any], token: str = ALICE) -> Any:
@@ -61,14 +63,14 @@ def confirm(yes: bool) -> dict[str, Any]:
 
 async def test_a_confirmed_build_reports_asks_and_completes(client):
     task_id = await create(client)
-    asked = await until(client, task_id, "input_required")  # a tasks/get right after creation resolved, too
+    asked = await until_status(client, task_id, "input_required")  # a tasks/get right after creation resolved, too
     ask = asked["inputRequests"]["publish"]
     assert ask["method"] == "elicitation/create" and ask["params"]["mode"] == "form"
     assert asked["statusMessage"] == "waiting for confirmation to publish demo"
     assert any(m.startswith("step 2/4: compiling") for m in asked["seen"])
     ack = await update(client, task_id, confirm(True))
     assert ack.result == {"resultType": "complete", "_meta": ack.result["_meta"]}
-    done = await until(client, task_id, "completed", "failed", "cancelled")
+    done = await until_status(client, task_id, "completed", "failed", "cancelled")
     assert done["status"] == "completed" and done["result"]["structuredContent"] == {
         "project": "demo", "outcome": "published"}
     assert "isError" not in done["result"] and done["result"]["resultType"] == "complete"
@@ -82,9 +84,9 @@ async def test_a_confirmed_build_reports_asks_and_completes(client):
 ])
 async def test_a_declined_or_dismissed_confirmation(client, answer, status, outcome):
     task_id = await create(client)
-    await until(client, task_id, "input_required")
+    await until_status(client, task_id, "input_required")
     await update(client, task_id, answer)
-    done = await until(client, task_id, "completed", "failed", "cancelled")
+    done = await until_status(client, task_id, "completed", "failed", "cancelled")
     assert done["status"] == status
     if outcome:
         assert done["result"]["structuredContent"]["outcome"] == outcome and "isError" not in done["result"]
@@ -93,25 +95,22 @@ async def test_a_declined_or_dismissed_confirmation(client, answer, status, outc
 
 
 async def test_a_broken_build_completes_with_is_error_and_a_crash_fails_the_task(client):
-    broken = await until(client, await create(client, simulate_failure="tool_error"), "completed", "failed")
+    broken = await until_status(client, await create(client, simulate_failure="tool_error"), "completed", "failed")
     assert broken["status"] == "completed" and broken["result"]["isError"] is True
-    crashed = await until(client, await create(client, simulate_failure="protocol_error"), "completed", "failed")
+    crashed = await until_status(client, await create(client, simulate_failure="protocol_error"), "completed", "failed")
     assert crashed["status"] == "failed" and crashed["error"]["code"] == -32603 and "result" not in crashed
     assert "crashed" in crashed["error"]["message"] and crashed["statusMessage"].startswith("failed: ")
 
 
 async def test_cancel_mid_build_stops_it_and_is_idempotent(client, core):
     task_id = await create(client)
-    await until(client, task_id, "input_required")
+    await until_status(client, task_id, "input_required")
     assert task_id in core.services.running
     for _ in range(2):  # the second cancel meets a terminal task: the same empty acknowledgement
         ack = await client.call("tasks/cancel", {"taskId": task_id}, caps=CAPS, token=ALICE)
         assert set(ack.result) == {"resultType", "_meta"}
     assert (await get(client, task_id))["status"] == "cancelled"
-    for _ in range(100):  # the runner notices at its next look and ends
-        if task_id not in core.services.running:
-            break
-        await asyncio.sleep(0.02)
+    await until(lambda: task_id not in core.services.running)  # the runner notices at its next look and ends
     assert task_id not in core.services.running
     late = await update(client, task_id, confirm(True))  # answers to a cancelled task change nothing
     assert late.status == 200 and (await get(client, task_id))["status"] == "cancelled"
@@ -119,7 +118,7 @@ async def test_cancel_mid_build_stops_it_and_is_idempotent(client, core):
 
 async def test_another_principal_cannot_see_or_touch_a_task(client):
     task_id = await create(client)
-    await until(client, task_id, "input_required")
+    await until_status(client, task_id, "input_required")
     unknown = await client.call("tasks/get", {"taskId": "no-such-task"}, caps=CAPS, token=BOB)
     for method, extra in (("tasks/get", {}), ("tasks/update", {"inputResponses": confirm(True)}),
                           ("tasks/cancel", {})):
@@ -174,7 +173,7 @@ async def test_tasks_methods_need_the_extension(client):
 
 async def test_a_bad_answer_is_refused_and_loses_nothing(client):
     task_id = await create(client)
-    await until(client, task_id, "input_required")
+    await until_status(client, task_id, "input_required")
     bad = await update(client, task_id, {"publish": {"action": "maybe"}})
     assert bad.status == 400 and bad.error["code"] == -32602 and "publish" in bad.error["message"]
     still = await get(client, task_id)
@@ -190,17 +189,14 @@ async def test_a_bad_answer_is_refused_and_loses_nothing(client):
 
 async def test_a_task_expires_after_its_ttl(client, core, clock):
     task_id = await create(client)
-    await until(client, task_id, "input_required")
+    await until_status(client, task_id, "input_required")
     clock.now += 59.9
     assert (await get(client, task_id))["ttlMs"] == 60_000
     clock.now += 0.1
     gone = await client.call("tasks/get", {"taskId": task_id}, caps=CAPS, token=ALICE)
     assert gone.error["code"] == -32602 and gone.error["message"] == "Failed to retrieve task: Task has expired"
     assert core.services.store.task(task_id) is None  # purged
-    for _ in range(100):
-        if task_id not in core.services.running:
-            break
-        await asyncio.sleep(0.02)
+    await until(lambda: task_id not in core.services.running)
     assert task_id not in core.services.running  # its runner stopped too
 
 
@@ -226,7 +222,7 @@ async def test_bounds_on_unfinished_tasks_and_on_kept_tasks(aiohttp_server, tmp_
 
 async def test_task_notifications_on_a_listen_stream(client):
     task_id = await create(client)
-    await until(client, task_id, "input_required")
+    await until_status(client, task_id, "input_required")
     params = {"notifications": {"taskIds": [task_id, "not-mine-or-unknown"]}, "_meta": client.meta(CAPS)}
     body = {"jsonrpc": "2.0", "id": "listen-t", "method": "subscriptions/listen", "params": params}
     headers = client.headers("subscriptions/listen", params, ALICE)
@@ -276,7 +272,7 @@ async def test_a_task_survives_a_restart_of_the_core(aiohttp_server, config, clo
     async with aiohttp.ClientSession() as session:
         client = CoreClient(session, str(first.make_url("/mcp")))
         task_id = await create(client)
-        asked = await until(client, task_id, "input_required")
+        asked = await until_status(client, task_id, "input_required")
         await first.close()  # a graceful stop releases the task's lease
         second = await _serve(aiohttp_server, config, clock)
         client = CoreClient(session, str(second.make_url("/mcp")))
@@ -284,7 +280,7 @@ async def test_a_task_survives_a_restart_of_the_core(aiohttp_server, config, clo
         assert again["status"] == "input_required" and again["inputRequests"] == asked["inputRequests"]
         assert again["createdAt"] == asked["createdAt"]
         await update(client, task_id, confirm(True))
-        done = await until(client, task_id, "completed")
+        done = await until_status(client, task_id, "completed")
         assert done["result"]["structuredContent"]["outcome"] == "published"
 
 
@@ -296,19 +292,19 @@ async def test_a_dead_runner_is_taken_over_once_its_lease_runs_out(aiohttp_serve
         one = CoreClient(session, str(first.make_url("/mcp")))
         two = CoreClient(session, str(second.make_url("/mcp")))
         task_id = await create(one)
-        await until(one, task_id, "input_required")
+        await until_status(one, task_id, "input_required")
         runner = first.app[SERVICES].running[task_id]
         runner.cancel()  # the first process "dies": its runner is gone, its lease is not released
         await asyncio.gather(runner, return_exceptions=True)
         await get(two, task_id)
         assert task_id not in second.app[SERVICES].running  # the lease still holds: nobody takes it over
         await update(two, task_id, confirm(True))
-        await asyncio.sleep(0.1)
+        await asyncio.sleep(0.1)  # sleep: a quiet window: nobody may run the task while the lease holds
         assert (await get(two, task_id))["status"] == "working"  # answered, but nobody runs it yet
         clock.now += config.task_lease_seconds
         await get(two, task_id)  # the lease ran out: this process resumes the build from its checkpoint
         assert task_id in second.app[SERVICES].running
-        done = await until(two, task_id, "completed")
+        done = await until_status(two, task_id, "completed")
         assert done["result"]["structuredContent"]["outcome"] == "published"
 
 
