@@ -81,8 +81,8 @@ async def test_a_get_stream_opened_during_a_subscribe_does_not_undo_it(legacy, u
     assert stream.status == 200
     acks[1].set()
     assert (await subscribing)["result"] == {}
-    # sleep: a quiet window: the GET's background listen change runs after it, from the saved record, and must
-    # not undo the subscribe (nothing to wait for when it rightly changes nothing)
+    # The GET's background listen change runs after it, from the saved record, and must not undo the subscribe.
+    # sleep: a quiet window (there is nothing to wait for when the change rightly changes nothing)
     await asyncio.sleep(0.2)
     assert len(filters) == 1 and gw.hub.shared == {}
     assert gw.runtimes[legacy.session_id].listen.filter["resourceSubscriptions"] == ["file:///a"]
