@@ -76,6 +76,19 @@ class SaveAt(Enum):
     AFTER = auto()  # after the step's actions (the upstream round left first), before it is acknowledged
 
 
+# The members the per-step code compares with, as module names: on Python 3.11 every ``Kind.MEMBER`` lookup
+# goes through ``EnumType.__getattr__``'s slot hook, a cost each bridged step would pay several times over.
+_NOTHING, _HELD, _SAVED = Kept.NOTHING, Kept.HELD, Kept.SAVED
+_RUNNING, _HANDING_OVER, _STOPPED, _HANDED_OVER = Stage.RUNNING, Stage.HANDING_OVER, Stage.STOPPED, Stage.HANDED_OVER
+_LIVE, _ENDED = Records.LIVE, Records.ENDED
+_UNUSED, _USED = Refresh.UNUSED, Refresh.USED
+_HOLD_NONE, _HOLD_STORE, _HOLD_SAVE = HoldAt.NONE, HoldAt.STORE, HoldAt.SAVE
+_SAVE_NONE, _BEFORE, _WITH_COPY, _AFTER = SaveAt.NONE, SaveAt.BEFORE, SaveAt.WITH_COPY, SaveAt.AFTER
+_POLL, _BACKOFF = B.Timer.POLL, B.Timer.BACKOFF
+_HANDED = frozenset({_HANDING_OVER, _HANDED_OVER})
+_OVER = frozenset({_STOPPED, _HANDED_OVER})
+
+
 class Store(NamedTuple):
     """What the keeping needs to know of where it keeps: ``shares_rounds``: other processes read saved rounds;
     ``relayed``: replicas share it (leases, fencing, ownership records); ``claim_seconds``: how long a claim
@@ -104,11 +117,11 @@ class StepPlan(NamedTuple):
 
     def uncarried(self) -> StepPlan:
         """The stream's copy could not be held for the save: it goes before the sends instead."""
-        return StepPlan(self.hold, SaveAt.BEFORE) if self.save is SaveAt.WITH_COPY else self
+        return StepPlan(self.hold, _BEFORE) if self.save is _WITH_COPY else self
 
 
-_UNKEPT = StepPlan(HoldAt.NONE, SaveAt.NONE)
-_COUNTED = StepPlan(HoldAt.STORE, SaveAt.NONE)
+_UNKEPT = StepPlan(_HOLD_NONE, _SAVE_NONE)
+_COUNTED = StepPlan(_HOLD_STORE, _SAVE_NONE)
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,25 +150,25 @@ class Keeper:
 
     store: Store
     request: str
-    kept: Kept = Kept.NOTHING
-    stage: Stage = Stage.RUNNING
-    records: Records = Records.LIVE
-    refresh: Refresh = Refresh.UNUSED
+    kept: Kept = _NOTHING
+    stage: Stage = _RUNNING
+    records: Records = _LIVE
+    refresh: Refresh = _UNUSED
     owned: set[str] = field(default_factory=set)  # ownership keys claimed in the store
     claims: set[str] = field(default_factory=set)  # not written yet: they ride on the step's save
     releases: set[str] = field(default_factory=set)  # a subset of ``owned`` until written
 
     @property
     def saved(self) -> bool:
-        return self.kept is Kept.SAVED
+        return self.kept is _SAVED
 
     @property
     def handed_over(self) -> bool:
-        return self.stage in (Stage.HANDING_OVER, Stage.HANDED_OVER)
+        return self.stage in _HANDED
 
     @property
     def stopped(self) -> bool:
-        return self.stage in (Stage.STOPPED, Stage.HANDED_OVER)
+        return self.stage in _OVER
 
     def saves(self, waiting: bool, done: bool) -> bool:
         """Whether a step saves the record, on a store other processes read (on one process nobody could continue
@@ -163,7 +176,7 @@ class Keeper:
         every step from then on, so a replica taking over continues from the last one."""
         if not self.store.shares_rounds or done:
             return False
-        return waiting or (self.kept is Kept.SAVED and self.store.relayed)
+        return waiting or (self.kept is _SAVED and self.store.relayed)
 
     # --- a step ---------------------------------------------------------------------------------------------
     def plan(self, actions: Sequence[B.Action], *, waiting: bool, done: bool, mirrored: bool) -> StepPlan:
@@ -172,24 +185,24 @@ class Keeper:
         done before it that a refusal cannot take back: the save comes before the step's actions, or these only
         push (the held copy then forgets them) and arm timers."""
         if not self.store.shares_rounds:  # nothing is saved, nor claimed: a waiting round is only counted
-            return _COUNTED if self.kept is Kept.NOTHING and waiting and not done else _UNKEPT
+            return _COUNTED if self.kept is _NOTHING and waiting and not done else _UNKEPT
         saves = self.saves(waiting, done)
         sends = any(isinstance(a, B.SendToClient) for a in actions)
         carried = all(isinstance(a, CARRIED) for a in actions)
-        hold = HoldAt.NONE
-        if self.kept is Kept.NOTHING and waiting and not done:
-            hold = HoldAt.SAVE if saves and (sends or carried) else HoldAt.STORE
-        save = SaveAt.NONE
+        hold = _HOLD_NONE
+        if self.kept is _NOTHING and waiting and not done:
+            hold = _HOLD_SAVE if saves and (sends or carried) else _HOLD_STORE
+        save = _SAVE_NONE
         if saves:
-            save = (SaveAt.WITH_COPY if mirrored and carried else SaveAt.BEFORE) if sends else SaveAt.AFTER
+            save = (_WITH_COPY if mirrored and carried else _BEFORE) if sends else _AFTER
         self._claim(actions)
         # A step that claims asks the client or backs off, so its round waits and is saved: no claim is left behind.
         assert saves or not self.claims or done
         return StepPlan(hold, save)
 
     def held(self) -> None:
-        """The round was counted in the store on its own (HoldAt.STORE)."""
-        self.kept = Kept.HELD
+        """The round was counted in the store on its own (``HoldAt.STORE``)."""
+        self.kept = _HELD
 
     def answered(self, gateway_id: str) -> None:
         """A client's answer: its claim goes with the step's save, or at the end."""
@@ -207,7 +220,7 @@ class Keeper:
         asks = {answer_key(a.message["id"]) for a in actions if isinstance(a, B.SendToClient) and "id" in a.message}
         keys = {key for key in asks if key is not None}
         timers = {a.name for a in actions if isinstance(a, B.ArmTimer)}
-        if not keys and B.Timer.POLL not in timers and not (B.Timer.BACKOFF in timers and self.request in self.owned):
+        if not keys and _POLL not in timers and not (_BACKOFF in timers and self.request in self.owned):
             return
         keys.add(self.request)
         self.claims |= keys
@@ -217,15 +230,15 @@ class Keeper:
         """The step's save, or None when the round is not saved. Its first save takes the lease."""
         if not self.saves(waiting, done):
             return None
-        first, relayed = self.kept is not Kept.SAVED, self.store.relayed
-        self.kept = Kept.SAVED  # saved from now on: a shutdown hands it over
+        first, relayed = self.kept is not _SAVED, self.store.relayed
+        self.kept = _SAVED  # saved from now on: a shutdown hands it over
         lease = (self.store.replica, self.store.lease_seconds) if first and relayed else None
         holder = self.store.replica if relayed and not first else None
         return SaveRound(lease, holder, self._ownership(releases=True))
 
     def refused(self) -> None:
         """A first save whose hold the store refused wrote nothing: no round, lease or claim."""
-        self.kept = Kept.NOTHING
+        self.kept = _NOTHING
 
     def written(self, owners: Ownership | None) -> None:
         if owners is not None:
@@ -244,42 +257,42 @@ class Keeper:
         """Continue a round another replica saved: saved and counted already, by the replica that began it; the
         ids the client is still to answer, and the request, now route here: the claims to write
         on their own (its first step may save nothing)."""
-        self.kept = Kept.SAVED
+        self.kept = _SAVED
         self.claims |= {k for k in map(answer_key, outstanding) if k is not None} | {self.request}
         return self._ownership(releases=False)
 
     def hand_over(self, *, lost: bool = False) -> None:
         """Stop without answering (shutdown, or ``lost``: its lease was taken, and the ownership records are the
         new holder's)."""
-        self.stage = Stage.HANDED_OVER if self.stopped else Stage.HANDING_OVER
+        self.stage = _HANDED_OVER if self.stopped else _HANDING_OVER
         if lost:
             self.owned = set()
 
     def stop(self) -> None:
         """The exchange's task is over."""
-        self.stage = Stage.HANDED_OVER if self.handed_over else Stage.STOPPED
+        self.stage = _HANDED_OVER if self.handed_over else _STOPPED
 
     def carries_answer(self) -> bool:
         """Whether the answer's step ends the round's records, copying the answer in the same store step:
         the store then holds the round, for a replica to continue, or its answer, never both."""
-        return self.kept is Kept.SAVED and not self.handed_over and self.records is Records.LIVE
+        return self.kept is _SAVED and not self.handed_over and self.records is _LIVE
 
     def end_round(self, copying: bool) -> EndRound | None:
         """The round's records end (once): its ownership records go, its record and count unless handed over."""
-        if self.records is Records.ENDED:
+        if self.records is _ENDED:
             return None
-        self.records = Records.ENDED
+        self.records = _ENDED
         release, self.owned, self.claims, self.releases = frozenset(self.owned), set(), set(), set()
-        counted = self.kept is not Kept.NOTHING
+        counted = self.kept is not _NOTHING
         return EndRound(release, counted and not self.handed_over, counted or bool(release) or copying)
 
     # --- the upstream round ------------------------------------------------------------------------------
     def refreshes(self, mismatch: bool) -> bool:
         """A HEADER_MISMATCH on tools/call may mean the x-mcp-header map is stale or missing: refresh it from
         tools/list once, then resend the same round with a new id (2026-07-28 server/tools §x-mcp-header)."""
-        if not mismatch or self.refresh is Refresh.USED:
+        if not mismatch or self.refresh is _USED:
             return False
-        self.refresh = Refresh.USED
+        self.refresh = _USED
         return True
 
 

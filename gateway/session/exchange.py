@@ -23,42 +23,32 @@ answered."""
 from __future__ import annotations
 
 import asyncio
-from dataclasses import replace
-from typing import Any, cast
+from typing import Any
 
 from adapters import bridge as B
+from adapters import exchange as X
 from adapters import legacy_tasks
-from adapters.admission import (
-    WaitingLoad,
-    admit_waiting,
-    answer_verifies,
-    header_maps_storable,
-    roots_cacheable,
-    waiting_ceilings,
-)
-from adapters.classify import session_expired
-from adapters.errors import INTERNAL_ERROR, ErrorValue, store_unavailable
+from adapters.admission import WaitingLoad, admit_waiting, waiting_ceilings
+from adapters.errors import ErrorValue
 from adapters.jsonwire import dumps
 from adapters.peers import peer_limits
 from adapters.records import PendingRound, SessionRecord
-from adapters.relay import answer_key, request_key
-from adapters.results import progress_advances, request_notification, response
-from adapters.task_poll import declare, offered
-from adapters.upstream import UnencodableHeader, build_request, header_map_of, learned_header_maps, needs_header_refresh
+from adapters.relay import request_key
+from adapters.results import response
+from adapters.task_poll import offered
 from gateway.errors import SessionError
-from gateway.session.listen import remember_task, task_watch
 from gateway.session.observer import ExchangeWatcher
-from gateway.session.runtime import SessionRuntime, log, new_id, random_id, session_view
+from gateway.session.rounds import Refused, Rounds, failure
+from gateway.session.runtime import SessionRuntime, log, random_id
 from gateway.session.store import Hold, Owners, StoreUnavailable, WaitingFull
 from gateway.session.streams import Mirror, OutStream
-from gateway.upstream.client import Answer, UpstreamFailure
 
-REFRESH_PAGE_CAP = 20
 # After begin() there is no upstream task left to abort; a task to remember is remembered before the answer.
 _SILENT = (B.Finish, B.AbortUpstream, B.RememberTask)
 _TOTAL_TIMEOUT = B.TimerFired(B.Timer.TOTAL, 0)
-_INTERNAL = ErrorValue(INTERNAL_ERROR, "internal gateway error")  # a gateway bug: nothing more for the client
-_CARRIED = (B.SendToClient, B.ArmTimer)  # the actions of a step whose events its save can carry
+# adapters.exchange's plans, as module names (a lookup through an Enum class is slow on Python 3.11).
+_NO_HOLD, _ON_SAVE = X.HoldAt.NONE, X.HoldAt.SAVE
+_BEFORE, _WITH_COPY, _AFTER = X.SaveAt.BEFORE, X.SaveAt.WITH_COPY, X.SaveAt.AFTER
 _SENDS = (B.SendToClient, B.Finish)  # the actions that put messages on the request's stream
 _HAND_OVER = object()  # the event that stops an exchange without an answer (Exchange.hand_over)
 _WAKE = object()  # another task's step finished the machine: the exchange's task ends the exchange
@@ -143,15 +133,6 @@ class HandedOver(SessionError):
     docs/design/takeover.md#sigterm-hands-the-rounds-over)."""
 
 
-class _Refused(SessionError):
-    """A round about to wait was past a bound the store counts (adapters.admission.admit_waiting): the request
-    ends with that limit error, before the client is asked anything."""
-
-    def __init__(self, error: ErrorValue) -> None:
-        super().__init__(error.message)
-        self.error = error
-
-
 class _LeaseLost(SessionError):
     """A fenced save found the round's lease lapsed or taken (this replica stalled past it,
     docs/design/takeover.md#a-bridged-step-is-one-fenced-store-write): the round is another replica's, and this
@@ -181,14 +162,6 @@ def _tasks_running(runtime: SessionRuntime) -> int:
                for exchange in runtime.exchanges.values())
 
 
-def _backs_off(actions: list[Any]) -> bool:
-    return any(isinstance(a, B.ArmTimer) and a.name is B.Timer.BACKOFF for a in actions)
-
-
-def _polls(actions: list[Any]) -> bool:
-    return any(isinstance(a, B.ArmTimer) and a.name is B.Timer.POLL for a in actions)
-
-
 class Exchange:
     observer: ExchangeWatcher | None = None  # sees every action batch and the end (gateway.session.observer)
 
@@ -200,42 +173,44 @@ class Exchange:
         self.events = _Inbox()
         # Answers queued with a waiter (a handler, or a relay's acknowledgement), not yet acted on.
         self._acted: list[asyncio.Future[bool]] = []
-        self._stopped = False  # the exchange's task is over: nothing queued from then on is ever acted on
         self._session = session  # the record a handler just read, for the round it starts (none: read it again)
-        # The record the request was accepted with: its client's answers are checked against it and the rounds they
-        # start use it (docs/design/takeover.md#a-clients-answer-is-checked-on-its-requests-session-record), as they use
-        # the request's own credential.
-        self.request_session = session
         self._upstream: asyncio.Task[Any] | None = None
         self._upstream_began = False  # its task ran its first step (the round's request left, or is on its way)
         self._timers: list[asyncio.TimerHandle] = []
-        self._last_progress: float | None = None
-        self._refreshed = self._saved = False
         self._inline: asyncio.Task[Any] | None = None  # the handler task while begin() waits on the upstream
         self._interrupted: Any = None  # the event that stopped that wait: Cancelled or the total timeout
         self._early: list[dict[str, Any]] = []  # notifications that arrived during begin()
-        # ownership keys claimed in the store (docs/design/replicas.md#replicas-relay-through-the-store)
-        self._owned: set[str] = set()
-        # Ownership changes not written yet: they ride on the step's save
-        # (docs/design/takeover.md#a-bridged-step-is-one-fenced-store-write).
-        self._claims: set[str] = set()
-        self._releases: set[str] = set()  # a subset of _owned until written
         self._task: asyncio.Task[Any] | None = None  # run(), once spawned
-        self._handed_over = False  # stopped to let another replica continue the saved round (§40, §42)
-        self._round_ended = False  # its store records are gone (or left to expire): _end_round ran
-        # Counted in the store as a waiting round (hold_round, or a save's Hold): _end_round gives it back.
-        self._held = False
-        meta = record.params.get("_meta")
-        self.progress_token = meta.get("progressToken") if isinstance(meta, dict) else None
+        gateway = runtime.gateway  # what the round keeps in the store, and when (adapters.exchange)
+        relayed = gateway.relay is not None  # only then does anybody ask who owns the request
+        self.keeper = X.Keeper(X.Store(gateway.store.shares_rounds, relayed, gateway.replica,
+                                       gateway.config.store.lease_seconds, ctx.limits.client_answer_timeout_seconds),
+                               request_key(record.session_id, record.downstream_id) if relayed else "")
+        self.rounds = Rounds(runtime, record, authorization, self.keeper, session)
+        self.progress_token = self.rounds.progress_token
 
     @property
     def record(self) -> PendingRound:
         return self.machine.record
 
     @property
+    def request_session(self) -> SessionRecord | None:
+        """The record the request was accepted with: its client's answers are checked against it and the rounds
+        they start use it (docs/design/takeover.md#a-clients-answer-is-checked-on-its-requests-session-record), as
+        they use the request's own credential."""
+        session: SessionRecord | None = self.rounds.request_session
+        return session
+
+    def _notify(self, message: dict[str, Any]) -> None:
+        if self.stream is not None:
+            self.stream.push(message)
+        else:
+            self._early.append(message)  # begin() is running: sent first once it escalates
+
+    @property
     def saved(self) -> bool:
         """Whether the round is in the store, where another replica can continue it."""
-        return self._saved
+        return self.keeper.saved
 
     def can_begin_inline(self, session: SessionRecord) -> bool:
         """Only when the upstream has nothing to stream meanwhile: progress needs a token and request logs a
@@ -252,7 +227,7 @@ class Exchange:
             return await self._begin()
         except Exception as exc:  # as in run(): a failure still answers the request and frees its id
             self._end()
-            return B.Finish(response(self.record.downstream_id, error=self._failure(exc)))
+            return B.Finish(response(self.record.downstream_id, error=failure(exc, self.record.downstream_id)))
 
     async def _begin(self) -> B.Finish | None:
         actions = self.machine.start()
@@ -263,7 +238,8 @@ class Exchange:
         # The total limit is the same interrupt as cancel(): a plain timer, not a timeout context per request.
         timer = loop.call_at(deadline, self._interrupt, _TOTAL_TIMEOUT)
         try:
-            event = await self._upstream_event({}, self._session)
+            session, self._session = self._session, None  # a later round reads it again, or takes its own
+            event = await self.rounds.event(self._notify, {}, session)
         except asyncio.CancelledError:
             if self._interrupted is None or self._inline is None:
                 self._end()
@@ -279,7 +255,7 @@ class Exchange:
             self._observe(actions)
             for action in actions:
                 if isinstance(action, B.RememberTask):
-                    await self._remember(action)
+                    await self.rounds.remember(action)
             self._end()
             return finish
         # Escalate: the total limit still counts from the request's arrival.
@@ -319,17 +295,15 @@ class Exchange:
         continued here), from the stored record; ``unsent``: the outstanding requests the client never received,
         asked again."""
         rec, gateway = self.record, self.runtime.gateway
-        self.stream, self._saved, self._held = stream, True, True  # held by the replica that began it
+        self.stream = stream
         self.runtime.exchanges[rec.downstream_id] = self
         gateway.leases[rec.bridge_id] = self
         for gid in rec.outstanding:
             self.runtime.awaiting[gid] = self
-        # The ids the client is still to answer, and the request, now route here
-        # (docs/design/replicas.md#replicas-relay-through-the-store).
-        keys = {k for k in map(answer_key, rec.outstanding) if k is not None}
-        keys.add(request_key(rec.session_id, rec.downstream_id))
-        self._claims |= keys
-        await self._write_claims()
+        owners = self.keeper.take_over(rec.outstanding)
+        if owners is not None:  # on their own: its first step may save nothing
+            await gateway.store.claim_owner(owners.claim, owners.replica, owners.ttl_seconds, rec.bridge_id)
+            self.keeper.written(owners)
         self._task = self.runtime.spawn(self.run(self.machine.resume(elapsed_seconds, unsent)))
 
     def hand_over(self, *, lost: bool = False) -> asyncio.Task[Any] | None:
@@ -337,9 +311,7 @@ class Exchange:
         was taken, and the ownership records are the new holder's): once the step under way is saved, the
         lease is released and the client's stream ends; its reconnection with Last-Event-ID reaches the replica
         that continues. The exchange's task, which ends by itself."""
-        self._handed_over = True
-        if lost:
-            self._owned = set()
+        self.keeper.hand_over(lost=lost)
         self.events.put_nowait(_HAND_OVER)
         return self._task
 
@@ -365,11 +337,11 @@ class Exchange:
         except _LeaseLost:
             log.warning("request %r: its round's lease was lost before a save; another replica continues it",
                         self.record.downstream_id)
-            self._handed_over, self._owned = True, set()
+            self.keeper.hand_over(lost=True)
         except Exception as exc:  # a failure must still answer the original request, not leave it hanging
-            self.stream.finish(response(self.record.downstream_id, error=self._failure(exc)))
+            self.stream.finish(response(self.record.downstream_id, error=failure(exc, self.record.downstream_id)))
         finally:
-            self._stopped = True
+            self.keeper.stop()
             self._settle()  # the exchange ends: an answer still queued was not acted on (and never will be here)
             for handle in self._timers:
                 handle.cancel()
@@ -377,22 +349,22 @@ class Exchange:
                 self._upstream.cancel()
             for gid in [g for g, ex in self.runtime.awaiting.items() if ex is self]:
                 del self.runtime.awaiting[gid]
-            if self._handed_over:  # let go before the stream ends: the client's reconnection finds no holder
+            if self.keeper.handed_over:  # let go before the stream ends: the client's reconnection finds no holder
                 await self._end_round()
                 if self.stream.mirror is not None:  # the copy goes on where the round continues
                     self.stream.mirror.leave_open()
             if not self.stream.closed:
                 self.stream.finish()
             self._end()
-            if not self._handed_over:  # after the answer is sent: off its path
+            if not self.keeper.handed_over:  # after the answer is sent: off its path
                 await self._end_round()
 
     async def _step(self, event: Any) -> None:
         """The machine's step on one event, performed."""
         answered = isinstance(event, B.ClientAnswered)
-        if answered and (key := answer_key(event.gateway_id)) in self._owned:
-            self._releases.add(key)  # its claim goes with the step's save, or at the end
-        # A round an answer starts uses the request's record; a timer's retry reads it again (§51).
+        if answered:
+            self.keeper.answered(event.gateway_id)  # its claim goes with the step's save, or at the end
+        # A round an answer starts uses the request's record; a timer's retry reads it again.
         self._session = self.request_session if answered else None
         try:
             await self._perform(self.machine.handle(event))
@@ -421,45 +393,23 @@ class Exchange:
             self.events.release()
         return True
 
-    def _saves(self) -> bool:
-        """Whether this step saves the record, on a store other processes read (on one process nobody could
-        continue a round, so nothing is saved): once the round waits (what another process needs to continue
-        it), and on a shared store after every step from then on, so a replica taking over continues from the
-        last one."""
-        gateway = self.runtime.gateway
-        if not gateway.store.shares_rounds or self.machine.done:
-            return False
-        return self.record.waiting or (self._saved and gateway.relay is not None)
-
     async def _save(self, sends: int, mirror: Mirror | None = None, *, hold: Hold | None = None,
                     actions: list[Any] | None = None) -> None:
-        """Save the record if :meth:`_saves`; a step that asks the client is saved before the client can see it
-        (docs/design/takeover.md#leases-and-takeover-of-a-dead-replicas-rounds): before its ``sends`` messages are
-        pushed, or with them when ``mirror`` holds the stream's copy, whose next append then rides on this save
-        (§50); ``hold``: the round starts waiting with this save (:meth:`_hold`), whose ``actions`` are observed once
-        it is admitted. The first save takes the round's lease, renewed while this replica lives
-        (gateway.session.takeover)."""
+        """The step's save (:meth:`_perform` places it): its last event numbered as it will be once its ``sends``
+        messages are pushed; ``mirror``: the stream's copy held for it to carry
+        (docs/design/takeover.md#a-bridged-step-is-one-fenced-store-write); ``hold``: the round starts waiting with
+        it, whose ``actions`` are observed once it is admitted."""
         rec, gateway = self.record, self.runtime.gateway
-        if not self._saves():
-            # A step that claims asks the client or backs off, so its round waits and is saved: no claim is left
-            # behind here.
-            assert not self._claims or self.machine.done
-            assert hold is None  # a hold rides only on a save
-            return
-        assert self.stream is not None
-        shared = gateway.relay is not None
-        first, self._saved = not self._saved, True  # saved from now on: a shutdown hands it over
-        lease = (gateway.replica, gateway.config.store.lease_seconds) if first and shared else None
-        if lease is not None:
+        save = self.keeper.save(waiting=rec.waiting, done=self.machine.done)
+        assert self.stream is not None and save is not None
+        if save.lease is not None:  # renewed while this replica lives (gateway.session.takeover)
             gateway.leases[rec.bridge_id] = self
-        # The last event of the step, numbered as it will be once its ``sends`` messages are pushed.
         rec.stream, rec.stream_seq = self.stream.name, self.stream.buffer.next_seq - 1 + sends
-        owners = self._owner_changes()
-        # Later saves are fenced: a replica that stalled past its lease must not overwrite the new holder's record.
-        holder = gateway.replica if shared and not first else None
+        owned = save.owners
+        owners = None if owned is None else Owners(owned.replica, owned.ttl_seconds, owned.claim, owned.release)
         copy, written = mirror.held_events() if mirror is not None else None, False
         try:
-            written = await gateway.store.put_round(rec, lease, owners, holder=holder, copy=copy, hold=hold)
+            written = await gateway.store.put_round(rec, save.lease, owners, holder=save.holder, copy=copy, hold=hold)
         except WaitingFull as full:
             raise self._refused(full.load) from None
         finally:
@@ -467,56 +417,20 @@ class Exchange:
                 mirror.released(copy, written)
         if not written:
             raise _LeaseLost
-        self._written(owners)
+        self.keeper.written(save.owners)
         if hold is not None:
-            self._held = True
             self._observe(actions or [])
 
-    def _refused(self, load: WaitingLoad) -> _Refused:
+    def _refused(self, load: WaitingLoad) -> Refused:
         """A first save whose hold the store refused (``adapters.admission.waiting_ceilings``) wrote nothing: no
         round, lease or claim (the pushes it held are forgotten). Its limit error, named by admit_waiting."""
-        self._saved = False
+        self.keeper.refused()
         gateway = self.runtime.gateway
         if gateway.leases.get(self.record.bridge_id) is self:
             del gateway.leases[self.record.bridge_id]
         refused = admit_waiting(load, self.machine.ctx.limits)
         assert refused is not None, "a store refuses only what admit_waiting refuses"
-        return _Refused(refused)
-
-    def _owner_changes(self, releases: bool = True) -> Owners | None:
-        """What the next write claims and releases, for as long as the client may take to answer."""
-        release = frozenset(self._releases) if releases else frozenset()
-        if not (self._claims or release):
-            return None
-        gateway = self.runtime.gateway
-        return Owners(gateway.replica, self.machine.ctx.limits.client_answer_timeout_seconds,
-                      frozenset(self._claims), release)
-
-    def _written(self, owners: Owners | None) -> None:
-        if owners is not None:
-            self._owned = (self._owned | owners.claim) - owners.release
-            self._claims -= owners.claim
-            self._releases -= owners.release
-
-    async def _write_claims(self) -> None:
-        """The pending claims on their own (a takeover, whose first step may save nothing)."""
-        owners = self._owner_changes(releases=False)
-        if owners is not None:
-            await self.runtime.gateway.store.claim_owner(owners.claim, owners.replica, owners.ttl_seconds,
-                                                         self.record.bridge_id)
-            self._written(owners)
-
-    def _failure(self, exc: Exception) -> ErrorValue:
-        """What the client is told when the exchange itself fails: the store's unavailability (a dependency,
-        said as such), or a gateway bug (logged with its traceback)."""
-        if isinstance(exc, StoreUnavailable):
-            log.warning("request %r: %s", self.record.downstream_id, exc)
-            return store_unavailable().error
-        if isinstance(exc, _Refused):
-            log.warning("request %r refused: %s", self.record.downstream_id, exc)
-            return exc.error
-        log.exception("exchange for request %r failed", self.record.downstream_id, exc_info=exc)
-        return _INTERNAL
+        return Refused(refused)
 
     async def _finish(self, message: dict[str, Any] | None) -> None:
         """The request's answer ends the stream. A saved round on a shared store ends with it, in one store step that
@@ -525,8 +439,7 @@ class Exchange:
         copied would send the round's last retry upstream again)."""
         assert self.stream is not None
         mirror = self.stream.mirror
-        held = (mirror is not None and self._saved and not (self._handed_over or self._round_ended)
-                and mirror.hold())
+        held = mirror is not None and self.keeper.carries_answer() and mirror.hold()
         self.stream.finish(message)
         if held:
             await self._end_round(mirror)
@@ -538,19 +451,15 @@ class Exchange:
         ``mirror`` is held for them. A failure only leaves the records to their TTL (a relayed answer then finds
         nothing awaiting it and is ignored, as a late one is; the round's keys expire with the session's idle time);
         the answer still goes out, from this replica only."""
-        if self._round_ended:
-            return
-        self._round_ended = True
         gateway, bridge_id = self.runtime.gateway, self.record.bridge_id
-        if gateway.leases.get(bridge_id) is self:
-            del gateway.leases[bridge_id]
-        release, self._owned, self._claims, self._releases = self._owned, set(), set(), set()
         copy = mirror.held_events() if mirror is not None else None
+        end = self.keeper.end_round(copy is not None)
+        if end is not None and gateway.leases.get(bridge_id) is self:
+            del gateway.leases[bridge_id]
         written = False
         try:
-            if self._saved or self._held or release or copy is not None:
-                await gateway.store.end_round(bridge_id, gateway.replica, release=release,
-                                              delete=(self._saved or self._held) and not self._handed_over,
+            if end is not None and end.write:
+                await gateway.store.end_round(bridge_id, gateway.replica, release=end.release, delete=end.delete,
                                               copy=copy)
             written = True
         except StoreUnavailable as exc:
@@ -568,62 +477,42 @@ class Exchange:
         if self.observer is not None:
             self.observer(self.record, actions)
 
-    def _claim(self, actions: list[Any]) -> None:
-        """Before the client is asked: record this replica as the owner of every id it is asked under and of the
-        request, so a replica that gets its answer or cancel can pass it on here
-        (docs/design/replicas.md#replicas-relay-through-the-store). For as long as the client may take to answer;
-        each round renews the request's claim. Written with the step's save, which precedes what the client sees
-        (§50)."""
-        if self.runtime.gateway.relay is None:  # one process holds every exchange: nobody asks who owns one
-            return
-        asks = {answer_key(a.message["id"]) for a in actions if isinstance(a, B.SendToClient) and "id" in a.message}
-        keys = {key for key in asks if key is not None}
-        request = request_key(self.record.session_id, self.record.downstream_id)
-        # A task's wait claims it too, from its first poll: the task may run long before (or without) any question.
-        if not keys and not _polls(actions) and not (request in self._owned and _backs_off(actions)):
-            return
-        # A waiting round renews the request's claim too: a cancel reaching another replica long after the
-        # client's last answer (the user still on the out-of-band page) must still find this exchange.
-        keys.add(request)
-        self._claims |= keys
-        self._releases -= keys
-
-    async def _hold(self, actions: list[Any], sends: int) -> Hold | None:
+    async def _hold(self, at: X.HoldAt) -> Hold | None:
         """The round waits from this step on: counted in the store first, where every replica's waiting rounds
-        are, and refused past a bound before anything of the step is seen (nothing was sent to the client). A
-        round this step saves is counted by that save (the :class:`Hold` returned; a refused one writes
-        nothing), when nothing of the step is done before it that a refusal cannot take back: the save comes
-        before the step's actions, or these only push (the held copy then forgets them) and arm timers."""
+        are, and refused past a bound before anything of the step is seen (nothing was sent to the client); or
+        counted by the step's save (the :class:`Hold` returned; a refused one writes nothing)."""
         rec, gateway, session = self.record, self.runtime.gateway, self.request_session
         if session is None:
             session = await gateway.store.get_session(rec.session_id)
         principal = session.principal if session is not None else ""
         size, limits = len(dumps(rec.to_dict())), self.machine.ctx.limits
-        if self._saves() and (sends or all(isinstance(a, _CARRIED) for a in actions)):
+        if at is _ON_SAVE:
             return Hold(principal, size, waiting_ceilings(limits))
         load = await gateway.store.hold_round(rec.bridge_id, rec.session_id, principal, size)
-        self._held = True
+        self.keeper.held()
         refused = admit_waiting(WaitingLoad(*load), limits)
         if refused is not None:
-            raise _Refused(refused)
+            raise Refused(refused)
         return None
 
     async def _perform(self, actions: list[Any]) -> None:
-        assert self.stream is not None
+        stream, rec = self.stream, self.record
+        assert stream is not None
         sends = sum(isinstance(a, B.SendToClient) for a in actions)
-        hold = None
-        if not self._held and self.record.waiting and not self.machine.done:
-            hold = await self._hold(actions, sends)
+        plan = self.keeper.plan(actions, waiting=rec.waiting, done=self.machine.done,
+                                mirrored=stream.mirror is not None)
+        hold = await self._hold(plan.hold) if plan.hold is not _NO_HOLD else None
         if hold is None:  # else once its save admitted it: a refused step is not observed
             self._observe(actions)
-        self._claim(actions)
-        mirror = self._carrier(actions) if sends else None
-        if sends and mirror is None:  # saved before the client can see what it is asked (a replica taking over
-            await self._save(sends, hold=hold, actions=actions)  # must find it)
+        mirror = stream.mirror if plan.save is _WITH_COPY else None
+        if mirror is not None and not mirror.hold():
+            mirror, plan = None, plan.uncarried()
+        if plan.save is _BEFORE:  # a replica taking over must find what the client is asked
+            await self._save(sends, hold=hold, actions=actions)
         # The step writes what it sends to a waiting writer itself
         # (docs/design/takeover.md#a-step-runs-in-the-task-of-its-event), once the copy for other replicas (if any)
         # holds it: after the save that carries it.
-        stream, hushed = self.stream, any(isinstance(a, _SENDS) for a in actions)
+        hushed = any(isinstance(a, _SENDS) for a in actions)
         if hushed:
             stream.hush()
         try:
@@ -634,7 +523,7 @@ class Exchange:
         finally:
             if hushed:
                 await stream.flush()
-        if mirror is None and not sends:  # after the upstream round left: saved before the step is
+        if plan.save is _AFTER:  # after the upstream round left: saved before the step is
             await self._save(0, hold=hold, actions=actions)  # acknowledged, off its path
 
     async def _act(self, action: Any) -> None:
@@ -647,7 +536,7 @@ class Exchange:
             self._upstream_began = False
             self._upstream = self.runtime.spawn(self._call_upstream({}, self._session, action), leaves=True)
         elif isinstance(action, B.CancelTask):
-            self.runtime.spawn(self._cancel_task(action))
+            self.runtime.spawn(self.rounds.cancel_task(action, self._notify))
         elif isinstance(action, B.SendToClient):
             if "id" in action.message:
                 self.runtime.awaiting[action.message["id"]] = self
@@ -659,9 +548,9 @@ class Exchange:
         elif isinstance(action, B.AbortUpstream) and self._upstream is not None:
             self._upstream.cancel()  # closing the upstream response is the 2026 cancel
         elif isinstance(action, B.StoreRoots):
-            await self._store_roots(action.result)
+            await self.rounds.store_roots(action.result)
         elif isinstance(action, B.RememberTask):
-            await self._remember(action)
+            await self.rounds.remember(action)
         elif isinstance(action, B.Finish):
             if action.log:
                 log.warning("request %r: %s", self.record.downstream_id, action.log)
@@ -669,188 +558,17 @@ class Exchange:
                 self.stream.status = action.challenge.answer()
             await self._finish(action.message)
 
-    def _carrier(self, actions: list[Any]) -> Mirror | None:
-        """The stream's copy, held for this step's save to carry its events
-        (docs/design/takeover.md#a-bridged-step-is-one-fenced-store-write), when the step only sends and arms timers
-        (nothing else may start before the save) and is saved at all."""
-        assert self.stream is not None
-        mirror = self.stream.mirror
-        if mirror is None or not self._saves() or not all(isinstance(a, _CARRIED) for a in actions):
-            return None
-        return mirror if mirror.hold() else None
-
     async def _call_upstream(self, extra: dict[str, Any], session: SessionRecord | None,
                              task: B.PollTask | B.UpdateTask | None = None) -> None:
         """One upstream round's task, or a task call's (spawned with ``leaves``: nothing here raises but its
         cancellation)."""
         self._upstream_began = True
         try:
-            event = await self._upstream_event(extra, session, task)
+            event = await self.rounds.event(self._notify, extra, session, task)
             if not await self.offer(event):
                 self.events.put_nowait(event)
         finally:
             self.runtime.left()
-
-    async def _upstream_event(self, extra: dict[str, Any], session: SessionRecord | None,
-                              task: B.PollTask | B.UpdateTask | None = None) -> Any:
-        """One upstream round -> the machine's event for its outcome. Always an event, whatever goes wrong: the
-        exchange waits for it, so a round that raised would hold the request (and its pending slot) until the
-        total limit and then blame the wrong thing."""
-        try:
-            return await self._round(extra, session, task)
-        except UpstreamFailure as failure:
-            return B.UpstreamFailed(failure.error)
-        except UnencodableHeader as bad:  # raised while building, so nothing was sent (header value encoding)
-            return B.UpstreamFailed(bad.error(self.record.method))
-        except Exception as exc:  # answered at once, like a failure in run() or begin()
-            return B.UpstreamFailed(self._failure(exc))
-
-    async def _round(self, extra: dict[str, Any], session: SessionRecord | None,
-                     task: B.PollTask | B.UpdateTask | None = None) -> Any:
-        """``session``: the record read by the handler whose request or answer starts this round; None (a
-        timer's retry) reads it again, since the session may have ended or changed meanwhile."""
-        rec, self._session = self.record, None
-        if session is None:
-            session = await self.runtime.gateway.store.get_session(rec.session_id)
-            if session is not None and self._expired(session):
-                # A retry no client action started (a waiting round's backoff) on a session idle past the limit:
-                # its client is gone and can reach none of this (its next request gets 404), so polling the
-                # upstream for it would only go on until the total limit.
-                return B.Cancelled("session expired")
-        if session is None:
-            return B.Cancelled("session ended")
-        if task is not None:
-            return await self._send(session, extra, task)
-        answer = await self._send(session, extra)
-        if isinstance(answer, B.UpstreamError) and needs_header_refresh(rec.method, answer.error) \
-                and not self._refreshed:
-            # 2026-07-28 server/tools §x-mcp-header: a HEADER_MISMATCH on tools/call may mean our x-mcp-header map is
-            # stale or missing: refresh it from tools/list once, then resend the same round with a new id.
-            self._refreshed = True
-            await self._refresh_header_maps(session)
-            answer = await self._send(session, extra)
-        if isinstance(answer, B.UpstreamResult) and rec.method == "tools/list":
-            maps = learned_header_maps(self._header_maps(session), answer.result)
-            if maps is not None:
-                await self._keep_header_maps(session, maps)
-        return answer
-
-    def _expired(self, session: SessionRecord) -> bool:
-        gateway = self.runtime.gateway
-        return session_expired(session, gateway.clock(), gateway.policy.session_idle_ms)
-
-    async def _send(self, session: Any, extra: dict[str, Any],
-                    task: B.PollTask | B.UpdateTask | B.CancelTask | None = None) -> Answer:
-        rec = self.record
-        method, params = task.request() if task is not None else (rec.method, rec.params)
-        if task is not None and "inputResponses" in params:  # the bridge's own field: build_request adds it as such
-            params, extra = {**params}, {**extra, "inputResponses": params["inputResponses"]}
-            del params["inputResponses"]
-        # A tools/call's name is a str: adapters.local.check_request validated the params.
-        header_map = (header_map_of(self._header_maps(session), cast(str, rec.params.get("name")))
-                      if method == "tools/call" else None)
-        view = session_view(session, self.authorization)
-        # The tasks extension is declared where the upstream offers it and the bridge drives tasks (task_poll).
-        view = replace(view, capabilities=declare(view.capabilities, session.server_capabilities, method))
-        call = build_request(method, params, request_id=new_id("u"), extra=extra, view=view, header_map=header_map)
-        gateway = self.runtime.gateway
-        answer = await gateway.upstream_for(session.upstream).call(call, self._on_notification)
-        # An answer at all (a 401/403 raised UpstreamFailure): the upstream took the credential it was given.
-        if answer_verifies(self.authorization is not None, rec.authorized is True):
-            await gateway.verify(session.principal)
-        return answer
-
-    async def _cancel_task(self, action: B.CancelTask) -> None:
-        """``tasks/cancel`` for a task the call gave up on; its answer changes nothing (the call is over), a
-        failure is logged (the task then ends at its own TTL upstream: ext-tasks §Task Lifetime)."""
-        try:
-            session = await self.runtime.gateway.store.get_session(self.record.session_id)
-            if session is None:
-                session = self.request_session
-            if session is not None:
-                answer = await self._send(session, {}, action)
-                if isinstance(answer, B.UpstreamError):
-                    log.info("request %r: tasks/cancel answered %s", self.record.downstream_id, answer.error)
-        except Exception as exc:  # UpstreamFailure, StoreUnavailable, ...: nothing more to do for a finished call
-            log.warning("request %r: task %s was not cancelled upstream: %s", self.record.downstream_id,
-                        action.task_id, exc)
-
-    async def _refresh_header_maps(self, session: Any) -> None:
-        """Every page of tools/list learned, then kept once (one record write for the whole refresh)."""
-        upstream, cursor = self.runtime.gateway.upstream_for(session.upstream), None
-        maps, changed = self._header_maps(session), False
-        for _page in range(REFRESH_PAGE_CAP):  # a paginator that never ends cannot hang the request
-            call = build_request("tools/list", {"cursor": cursor} if cursor else {}, request_id=new_id("u"),
-                                 view=session_view(session, self.authorization))
-            answer = await upstream.call(call, lambda _m: None)
-            if not isinstance(answer, B.UpstreamResult):
-                break
-            learned = learned_header_maps(maps, answer.result)
-            if learned is not None:
-                maps, changed = learned, True
-            cursor = answer.result.get("nextCursor") if isinstance(answer.result, dict) else None
-            if not isinstance(cursor, str):
-                break
-        if changed:
-            await self._keep_header_maps(session, maps)
-
-    def _header_maps(self, session: SessionRecord) -> dict[str, Any]:
-        """The session's x-mcp-header maps: its record's, else (none learned, or too large for the record) those
-        this process keeps for it."""
-        return session.header_maps if session.header_maps is not None else self.runtime.header_maps
-
-    async def _keep_header_maps(self, session: SessionRecord, maps: dict[str, Any]) -> None:
-        """Keep learned x-mcp-header maps so tools/call can mirror Mcp-Param-*
-        (docs/design/upstream.md#mcp-param--headers): in the session's record, where every replica serving it finds
-        them, when they fit there; else in this process. ``session`` (the record this request was read with) sees
-        them at once, for the resend a HEADER_MISMATCH asks for."""
-        gateway = self.runtime.gateway
-        kept = maps if header_maps_storable(maps, gateway.config.sessions.session_limits) else None
-        self.runtime.header_maps = {} if kept is not None else maps
-        if kept == session.header_maps:
-            return
-        session.header_maps = kept
-        try:
-            await self._update_session(header_maps=kept)
-        except StoreUnavailable as exc:  # the request still gets its answer; the next HEADER_MISMATCH learns them again
-            log.warning("request %r: the session's header maps were not saved: %s", self.record.downstream_id, exc)
-
-    async def _update_session(self, **changes: Any) -> None:
-        """``changes`` made to the session's stored record, read again here: what changed since this request read
-        it is kept (a session ended meanwhile stays ended)."""
-        def apply(stored: SessionRecord) -> None:
-            for name, value in changes.items():
-                setattr(stored, name, value)
-        await self.runtime.gateway.store.change_session(self.record.session_id, apply)
-
-    def _on_notification(self, message: dict[str, Any]) -> None:
-        legacy = request_notification(message, self.progress_token)
-        if legacy is not None:
-            keep, self._last_progress = progress_advances(self._last_progress, legacy)
-            if keep and self.stream is not None:
-                self.stream.push(legacy)
-            elif keep:
-                self._early.append(legacy)  # begin() is running: sent first once it escalates
-
-    async def _remember(self, action: B.RememberTask) -> None:
-        """A 2025 task as last seen, kept in the session's registry (adapters.legacy_tasks): written only when it
-        changed there, so tasks/list and tasks/cancel on any replica see it; when the tasks that may still move
-        changed, the session's task listen follows them (gateway.session.listen.TaskWatch)."""
-        known = self.request_session.legacy_tasks if self.request_session is not None else None
-        now = self.runtime.gateway.clock()
-        if legacy_tasks.remember(known, action.task, action.created, now) is None and known is not None:
-            return  # the record this request read already holds it
-        seen = await remember_task(self.runtime, action.task, action.created)
-        if seen.refollow:
-            self.runtime.spawn(task_watch(self.runtime).follow(self.authorization))
-        if self.request_session is not None:  # this request's later steps see it too
-            self.request_session.legacy_tasks = legacy_tasks.remember(known, action.task, action.created, now) or known
-
-    async def _store_roots(self, result: dict[str, Any]) -> None:
-        gateway = self.runtime.gateway
-        if not roots_cacheable(result, gateway.config.sessions.session_limits):
-            return  # too large to keep for the session's life: asked again next time
-        await self._update_session(cached_roots=result)
 
     async def answer_now(self, gateway_id: str, message: dict[str, Any]) -> None:
         """The client's answer, acted on before this returns (its handler then acknowledges the POST): stepped
@@ -864,7 +582,7 @@ class Exchange:
         if await self.offer(event):
             if self._upstream is not None and not self._upstream_began:  # the step's save, if any, waited
                 await asyncio.sleep(0)  # without letting it start: it sends now, then the 202 goes
-        elif not await self._queue_waited(event) and self._handed_over:
+        elif not await self._queue_waited(event) and self.keeper.handed_over:
             raise HandedOver(gateway_id)
 
     def answer(self, gateway_id: str, message: dict[str, Any]) -> asyncio.Future[bool]:
@@ -874,7 +592,7 @@ class Exchange:
         return self._queue_waited(B.ClientAnswered(gateway_id, message.get("result"), message.get("error")))
 
     def _queue_waited(self, event: B.ClientAnswered | B.Cancelled) -> asyncio.Future[bool]:
-        if self._stopped:  # its waiters were told already: one queued now would wait for ever
+        if self.keeper.stopped:  # its waiters were told already: one queued now would wait for ever
             return _told(False)
         acted = asyncio.get_running_loop().create_future()
         self._acted.append(acted)
@@ -919,7 +637,7 @@ class Exchange:
         has let the round go (its lease and ownership records released), so the caller can pass the cancel on to
         where the round goes on (docs/design/takeover.md#sigterm-hands-the-rounds-over). One the exchange ended
         without (it finished first) needs nothing more: the request is over."""
-        if not await self.cancel_acted(reason) and self._handed_over:
+        if not await self.cancel_acted(reason) and self.keeper.handed_over:
             if self._task is not None:
                 await asyncio.wait([self._task])  # not cancelled with the caller: it ends by itself
             raise HandedOver(self.record.downstream_id)
