@@ -112,7 +112,7 @@ def test_all_cpu_counts_the_process_behind_the_front_once() -> None:
             return self.user, self.user / 2
 
     async def op() -> None:
-        await asyncio.sleep(0.001)
+        await asyncio.sleep(0.001)  # sleep: an operation that takes some time
 
     core, fwd = Ticking(), Ticking()
     args = argparse.Namespace(warmup=0.0, duration=0.02, slice=0.01)

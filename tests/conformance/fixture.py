@@ -159,7 +159,7 @@ async def tool_with_logging(ctx: Context) -> dict[str, Any]:
     # 2026 logging: only when the request opted in with _meta logLevel (ctx.log enforces it).
     for i, message in enumerate(("Tool execution started", "Tool processing data", "Tool execution completed")):
         if i:
-            await asyncio.sleep(0.05)
+            await asyncio.sleep(0.05)  # sleep: the tool's steps are spaced, as the scenario expects
         await ctx.log("info", message, logger=LOGGER)
     return text_result("Tool with logging executed successfully")
 
@@ -167,7 +167,7 @@ async def tool_with_logging(ctx: Context) -> dict[str, Any]:
 async def tool_with_progress(ctx: Context) -> dict[str, Any]:
     for i, value in enumerate((0, 50, 100)):
         if i:
-            await asyncio.sleep(0.05)
+            await asyncio.sleep(0.05)  # sleep: the tool's steps are spaced, as the scenario expects
         await ctx.progress(value, 100, f"Completed step {value} of 100")
     token = ctx.env.progress_token
     return text_result(str(token if token is not None else 0))
@@ -181,7 +181,7 @@ async def error_handling(ctx: Context) -> dict[str, Any]:
 async def reconnection(ctx: Context) -> dict[str, Any]:
     # SEP-1699 (2025-11-25 server-sse-polling): stream polling is the legacy transport's business (the gateway's);
     # the upstream call itself simply completes.
-    await asyncio.sleep(0.1)
+    await asyncio.sleep(0.1)  # sleep: the call takes a while, for the client to reconnect meanwhile
     return text_result("Reconnection test completed successfully. If you received this, the client properly "
                        "reconnected after stream closure.")
 

@@ -130,7 +130,7 @@ class FaultClient:
             record.detail = f"sampling request for {prompt!r} on the stream of {record.nonce}"
         answer: Any = {"role": "assistant", "model": "m", "content": {"type": "text", "text": f"S-{prompt[6:]}"}}
         if mode == "late":
-            await asyncio.sleep(ANSWER_LATE)
+            await asyncio.sleep(ANSWER_LATE)  # sleep: the client answers late, on purpose
         if mode == "shape_str":
             answer = "not an object"
         if mode == "shape_obj":

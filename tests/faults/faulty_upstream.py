@@ -84,7 +84,7 @@ async def trickle(body: dict[str, Any], _r: Any, w: Writer) -> bool:
     for byte in reply(body, text(body["params"]["arguments"]["nonce"])):
         w.write(bytes([byte]))
         await w.drain()
-        await asyncio.sleep(0.001)
+        await asyncio.sleep(0.001)  # sleep: a trickle, byte by byte
     return True
 
 
@@ -98,7 +98,7 @@ async def truncate(body: dict[str, Any], _r: Any, w: Writer) -> bool:
 async def early_hints(body: dict[str, Any], _r: Any, w: Writer) -> bool:
     w.write(head("103 Early Hints", {"Link": "</style.css>; rel=preload"}))
     await w.drain()
-    await asyncio.sleep(0.05)  # a separate packet: the 1xx head arrives alone
+    await asyncio.sleep(0.05)  # sleep: a separate packet: the 1xx head arrives alone
     w.write(reply(body, text(body["params"]["arguments"]["nonce"])))
     return True
 
@@ -154,7 +154,7 @@ async def sse_forever(body: dict[str, Any], _r: Any, w: Writer) -> bool:
     while True:
         w.write(f"{len(event):x}\r\n".encode() + event + b"\r\n")
         await w.drain()
-        await asyncio.sleep(0.3)
+        await asyncio.sleep(0.3)  # sleep: the notifications' pace
 
 
 async def sample(body: dict[str, Any], _r: Any, w: Writer) -> bool:

@@ -6,14 +6,15 @@ Every gateway gets ``--usage-db`` in the temp dir (``serve`` would otherwise wri
 
 from __future__ import annotations
 
-import asyncio
 import os
 import resource
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 from bench.procs import free_port
+from tests.waiting import accepts, until
 
 ROOT = Path(__file__).resolve().parents[2]  # the checkout under test (PYTHONPATH for every child)
 READ_TIMEOUT, ANSWER_TIMEOUT, TOTAL_TIMEOUT = 2.0, 2.0, 6.0
@@ -42,16 +43,11 @@ class Proc:
         self.url = f"http://127.0.0.1:{self.port}/mcp"
 
     async def listening(self, seconds: float = 30.0) -> None:
-        for _ in range(int(seconds / 0.05)):
+        def started() -> Any:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"{self.name} exited: {self.stderr()[-2000:]}")
-            try:
-                _, writer = await asyncio.open_connection("127.0.0.1", self.port)
-                writer.close()
-                return
-            except OSError:
-                await asyncio.sleep(0.05)
-        raise RuntimeError(f"{self.name} did not start listening")
+            return accepts(self.port)
+        await until(started, f"{self.name} listens", seconds=seconds)
 
     def alive(self) -> bool:
         return self.proc.poll() is None

@@ -27,6 +27,7 @@ stops' draws) change the run, e.g. ``CHAOS_SESSIONS=12 CHAOS_SECONDS=50 CHAOS_ST
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import random
@@ -47,6 +48,7 @@ from tests.faults.client import sse_events
 from tests.faults.procs import Proc
 from tests.faults.replicas import Front, replica
 from tests.gateway.session import test_redis_store as redis_tests
+from tests.waiting import until
 
 pytest.importorskip("redis")
 core_app = pytest.importorskip("modern_server.app")
@@ -179,7 +181,7 @@ class ChaosClient:
                     return reply
         except BROKEN as exc:
             self.note(f"{what} broken: {exc!r}")
-        await asyncio.sleep(0.05)
+        await asyncio.sleep(0.05)  # sleep: a client's pause before it sends again
         return None
 
     async def until_sent(self, method: str, body: dict[str, Any] | None = None) -> Reply:
@@ -279,7 +281,7 @@ class ChaosClient:
                 continue
             self.ledger.resent_requests += 1  # broke before its first event: sent again, as a new request
             self.abandoned.add(ident)
-            await asyncio.sleep(0.05)
+            await asyncio.sleep(0.05)  # sleep: a client's pause before it sends again
 
     async def resume(self, ident: int, call: Call, last: list[str]) -> dict[str, Any]:
         while True:
@@ -294,7 +296,7 @@ class ChaosClient:
                     return await self.read(resp, ident, call, last)
             except (Broken, *BROKEN) as exc:
                 self.note(f"broken: {exc!r}")
-                await asyncio.sleep(0.05)
+                await asyncio.sleep(0.05)  # sleep: a client's pause before it resumes again
 
     async def read(self, resp: aiohttp.ClientResponse, ident: int, call: Call, last: list[str]) -> dict[str, Any]:
         """Events until the call's response, answering each request the call asks (a ``CANCEL`` call is cancelled
@@ -388,8 +390,7 @@ class Replicas:
         await new.listening()
         self.slots[slot] = new
         self.front.ports[slot] = new.port
-        while old.proc.poll() is None:  # polled: the clients run on this loop meanwhile
-            await asyncio.sleep(0.05)
+        await until(lambda: old.proc.poll() is not None, f"the old replica ({sig.name}) exits", seconds=120)
         return sig
 
     def stop(self) -> None:
@@ -400,7 +401,7 @@ class Replicas:
 async def kill_at_random(replicas: Replicas, until: float, rng: random.Random) -> list[signal.Signals]:
     loop, sent = asyncio.get_running_loop(), []
     while loop.time() + KILL_EVERY[1] < until:
-        await asyncio.sleep(rng.uniform(*KILL_EVERY))
+        await asyncio.sleep(rng.uniform(*KILL_EVERY))  # sleep: the chaos's random pace
         sent.append(await replicas.replace_one(rng))
     return sent
 
@@ -409,15 +410,17 @@ async def rounds_left(clients: list[ChaosClient], redis_url: str, prefix: str) -
     """The rounds still in the store, once they had :data:`SETTLE` seconds to end, of calls each client finished or
     cancelled (a request it abandoned for a new id may have left one, waiting for answers nobody will send)."""
     store = RedisStore(redis_url, idle_seconds=600, prefix=prefix)
-    deadline, left = asyncio.get_running_loop().time() + SETTLE, []
+    left: list[str] = []
+
+    async def ended() -> bool:
+        left[:] = [f"{client.session_id} request {record.downstream_id}: {record.phase.value}"
+                   for client in clients for record in await store.rounds_of(client.session_id)
+                   if record.downstream_id not in client.abandoned]
+        return not left
     try:
-        while True:
-            left = [f"{client.session_id} request {record.downstream_id}: {record.phase.value}"
-                    for client in clients for record in await store.rounds_of(client.session_id)
-                    if record.downstream_id not in client.abandoned]
-            if not left or asyncio.get_running_loop().time() > deadline:
-                return left
-            await asyncio.sleep(0.2)
+        with contextlib.suppress(AssertionError):  # the caller names the rounds left
+            await until(ended, "the finished calls' rounds end", seconds=SETTLE)
+        return left
     finally:
         await store.close()
 

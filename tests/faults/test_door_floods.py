@@ -24,6 +24,7 @@ import pytest
 
 from tests.faults import procs
 from tests.faults.procs import Proc
+from tests.waiting import until
 
 RUN_SECONDS = 5.0  # each client's flood
 # What the gateway (about 75 MB idle) may grow by during one run. What the doors hold by design at most: the
@@ -67,7 +68,7 @@ class RssPeak:
     async def _sample(self) -> None:
         while True:
             self.peak = max(self.peak, rss_mb(self.pid))
-            await asyncio.sleep(0.05)
+            await asyncio.sleep(0.05)  # sleep: the sampling's pace
 
     async def __aenter__(self) -> RssPeak:
         self.task = asyncio.get_running_loop().create_task(self._sample())
@@ -106,9 +107,9 @@ async def upstream_calls(upstream: Proc) -> int:
 async def assert_quiet_after_leaving(upstream: Proc, before_leaving: int) -> None:
     """What was on its way when the client left may still arrive (at most the door's messages in flight);
     nothing after :data:`QUIET_SECONDS`."""
-    await asyncio.sleep(QUIET_SECONDS)
+    await asyncio.sleep(QUIET_SECONDS)  # sleep: what was on its way arrives (no event: it may be nothing)
     settled = await upstream_calls(upstream)
-    await asyncio.sleep(QUIET_SECONDS)
+    await asyncio.sleep(QUIET_SECONDS)  # sleep: a quiet window: nothing more may arrive
     assert await upstream_calls(upstream) == settled, "the upstream still gets requests for a client that left"
     assert settled - before_leaving <= DOOR_IN_FLIGHT, (before_leaving, settled)
 
@@ -382,7 +383,7 @@ async def poll_health(port: int, seconds: float) -> list[int | str]:
                     statuses.append(resp.status)
             except (aiohttp.ClientError, TimeoutError) as exc:
                 statuses.append(repr(exc))
-            await asyncio.sleep(0.1)
+            await asyncio.sleep(0.1)  # sleep: the probe's pace
     return statuses
 
 
@@ -425,8 +426,8 @@ async def test_door_sessions_under_a_low_descriptor_limit(tmp_path: Path) -> Non
                 await _ws_answer(ws, 0)
                 await ws.send_str(json.dumps(INITIALIZED))
             sse = asyncio.get_running_loop().create_task(sse_hangs(http, base, RUN_SECONDS))
-            while (await upstream_hanging(upstream)) == 0:  # the stream is open: every door place is taken
-                await asyncio.sleep(0.05)
+            # the stream is open: every door place is taken
+            await until(lambda: upstream_hanging(upstream), "the SSE stream's call hangs upstream")
             refused = []
             for _ in range(3):  # past door_max_sessions: refused before the upgrade, the others unharmed
                 with pytest.raises(aiohttp.WSServerHandshakeError) as extra:
@@ -443,7 +444,8 @@ async def test_door_sessions_under_a_low_descriptor_limit(tmp_path: Path) -> Non
                 vanish(ws)
             assert stream.connection is not None and stream.connection.transport is not None
             stream.connection.transport.abort()
-            await asyncio.sleep(1.0)  # under the upstream read timeout (2 s): released by the doors' ends
+            # sleep: a window under the upstream read timeout (2 s): only the doors' ends can release them in it
+            await asyncio.sleep(1.0)
             still_held = await upstream_hanging(upstream)
     finally:
         gateway.stop()

@@ -104,7 +104,7 @@ async def background_session(url: str, index: int, ledger: list[tuple[Scenario, 
     while not done.is_set():
         await call(client, ECHO, ledger)
         await call(client, BRIDGED, ledger)
-        await asyncio.sleep(0.05)  # steady, not flat out: the machine is shared and the count is not the point
+        await asyncio.sleep(0.05)  # sleep: steady, not flat out: the machine is shared and the count is not the point
     return client
 
 

@@ -6,7 +6,6 @@ the harness's property: no ERROR log, no case past its time)."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 from typing import Any
 
@@ -20,6 +19,7 @@ from gateway.http.keys import GATEWAY
 from gateway.ops.stdio import Lines, deliver
 from tests.fuzz.conftest import FUZZ_CAPS, Harness, check_message, fuzz_settings
 from tests.fuzz.strategies import encode, messages
+from tests.waiting import until
 
 LIMIT = 1024  # the smallest max_request_bytes: lines over it are cheap to make
 request_ids = st.integers(min_value=-(2**53), max_value=2**53) | st.text(max_size=10)
@@ -74,12 +74,10 @@ TOO_LARGE = {"limit": "max_request_bytes", "value": LIMIT}
 
 async def answered(out: Out, ident: Any, data: Any = None) -> dict[str, Any]:
     """The door's answer under ``ident`` (with ``data`` in its error, when given: another line may share the id)."""
-    while True:
-        found = [m for m in out.messages() if "method" not in m and m.get("id") == ident
-                 and (data is None or (m.get("error") or {}).get("data") == data)]
-        if found:
-            return found[-1]
-        await asyncio.sleep(0.01)
+    def found() -> list[dict[str, Any]]:
+        return [m for m in out.messages() if "method" not in m and m.get("id") == ident
+                and (data is None or (m.get("error") or {}).get("data") == data)]
+    return (await until(found, f"the answer to {ident!r}"))[-1]
 
 
 @fuzz_settings(0.02)
