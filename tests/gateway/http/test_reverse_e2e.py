@@ -27,6 +27,7 @@ from gateway.config.settings import load_config
 from gateway.http.app import create_app
 from gateway.http.keys import REVERSE
 from tests.gateway.http.test_doors_sdk1 import _client_env, sdk1_python  # noqa: F401  (a fixture)
+from tests.waiting import accepts_sync, until, until_sync
 
 SERVER = Path(__file__).with_name("legacy_sdk1_server.py")
 META = {"io.modelcontextprotocol/protocolVersion": "2026-07-28",
@@ -52,13 +53,10 @@ def _legacy_server(sdk1_python: Path) -> Iterator[tuple[str, subprocess.Popen[by
     proc = subprocess.Popen([str(sdk1_python), "-I", str(SERVER), str(port)], env=_client_env(),
                             cwd=tempfile.gettempdir(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     try:
-        for _ in range(200):
-            try:
-                socket.create_connection(("127.0.0.1", port), 0.1).close()
-                break
-            except OSError:
-                assert proc.poll() is None, proc.stderr.read().decode()[-2000:] if proc.stderr else ""
-                subprocess.run(["sleep", "0.05"], check=True)
+        def started() -> bool:
+            assert proc.poll() is None, proc.stderr.read().decode()[-2000:] if proc.stderr else ""
+            return accepts_sync(port)
+        until_sync(started, "the legacy server listens", seconds=10)
         yield f"http://127.0.0.1:{port}/mcp", proc
     finally:
         proc.kill()
@@ -220,10 +218,7 @@ async def test_a_call_nobody_retries_is_cancelled_upstream(aiohttp_server: Any, 
     async with aiohttp.ClientSession() as http:
         _, first = await _ask(http, gateway)
         assert bridge.parked
-        for _ in range(100):
-            if not bridge.parked:
-                break
-            await asyncio.sleep(0.05)
+        await until(lambda: not bridge.parked, "the parked call is given up")
         assert not bridge.parked and all(p.busy == 0 for p in bridge.pool.values())
         assert await _cancelled(http, gateway) == "ask_model"  # the legacy tool was cancelled
         status, late = await _ask(http, gateway, 2, requestState=first["result"]["requestState"],
@@ -235,13 +230,10 @@ async def test_a_call_nobody_retries_is_cancelled_upstream(aiohttp_server: Any, 
 
 
 async def _cancelled(http: aiohttp.ClientSession, gateway: Any) -> str:
-    for _ in range(40):
+    async def told() -> str:
         _, said = await _post(http, gateway, 99, "tools/call", {"name": "cancelled", "arguments": {}}, "cancelled")
-        text = str(said["result"]["content"][0]["text"]) if said["result"]["content"] else ""
-        if text:
-            return text
-        await asyncio.sleep(0.05)
-    return ""
+        return str(said["result"]["content"][0]["text"]) if said["result"]["content"] else ""
+    return str(await until(told, "the legacy server names a cancelled tool"))
 
 
 async def test_a_client_that_hangs_up_cancels_the_legacy_call(gateway: Any) -> None:
@@ -267,10 +259,7 @@ async def test_an_idle_session_is_closed_and_a_new_one_opens(aiohttp_server: Any
     async with aiohttp.ClientSession() as http:
         await _post(http, gateway, 1, "tools/call", {"name": "echo", "arguments": {"text": "a"}}, "echo")
         first = next(iter(bridge.pool.values())).session.session_id
-        for _ in range(100):
-            if not bridge.pool:
-                break
-            await asyncio.sleep(0.05)
+        await until(lambda: not bridge.pool, "the idle session is closed")
         assert not bridge.pool
         _, again = await _post(http, gateway, 2, "tools/call", {"name": "echo", "arguments": {"text": "b"}}, "echo")
         assert again["result"]["content"][0]["text"] == "b"
@@ -318,15 +307,15 @@ def test_auto_takes_the_probes_verdict(legacy_url: str) -> None:
 
 async def _eventually(http: aiohttp.ClientSession, gateway: Any, tool: str, expected: str) -> str:
     """A legacy tool's text once it says ``expected`` (what the gateway does after an answer, it does soon after)."""
-    text = ""
-    for _ in range(60):
+    text = [""]
+
+    async def says() -> bool:
         _, said = await _post(http, gateway, 98, "tools/call", {"name": tool, "arguments": {}}, tool)
         content = said["result"]["content"]
-        text = str(content[0]["text"]) if content else ""
-        if text == expected:
-            break
-        await asyncio.sleep(0.05)
-    return text
+        text[0] = str(content[0]["text"]) if content else ""
+        return text[0] == expected
+    await until(says, f"{tool} says {expected!r}", lambda: f"(it says {text[0]!r})")
+    return text[0]
 
 
 async def test_a_listen_gets_the_legacy_sessions_changes_it_opted_into(gateway: Any) -> None:
@@ -477,8 +466,7 @@ async def test_a_legacy_server_that_dies_while_a_call_runs_fails_it_clearly(aioh
             await _post(http, gateway, 1, "tools/call", {"name": "echo", "arguments": {"text": "x"}}, "echo")
             running = asyncio.ensure_future(_post(http, gateway, 2, "tools/call", {"name": "slow", "arguments": {}},
                                                   "slow"))
-            while not any(p.calls for p in gateway.app[REVERSE].pool.values()):
-                await asyncio.sleep(0.02)
+            await until(lambda: any(p.calls for p in gateway.app[REVERSE].pool.values()), "the slow call runs")
             proc.kill()
             _, failed = await asyncio.wait_for(running, 30)  # a guard against a hang, not a timing check
         assert failed["error"]["code"] == -32603 and failed["error"]["data"]["upstream"] == "session"
