@@ -85,8 +85,6 @@ _UNUSED, _USED = Refresh.UNUSED, Refresh.USED
 _HOLD_NONE, _HOLD_STORE, _HOLD_SAVE = HoldAt.NONE, HoldAt.STORE, HoldAt.SAVE
 _SAVE_NONE, _BEFORE, _WITH_COPY, _AFTER = SaveAt.NONE, SaveAt.BEFORE, SaveAt.WITH_COPY, SaveAt.AFTER
 _POLL, _BACKOFF = B.Timer.POLL, B.Timer.BACKOFF
-_HANDED = frozenset({_HANDING_OVER, _HANDED_OVER})
-_OVER = frozenset({_STOPPED, _HANDED_OVER})
 
 
 class Store(NamedTuple):
@@ -164,11 +162,11 @@ class Keeper:
 
     @property
     def handed_over(self) -> bool:
-        return self.stage in _HANDED
+        return self.stage is _HANDING_OVER or self.stage is _HANDED_OVER
 
     @property
     def stopped(self) -> bool:
-        return self.stage in _OVER
+        return self.stage is _STOPPED or self.stage is _HANDED_OVER
 
     def saves(self, waiting: bool, done: bool) -> bool:
         """Whether a step saves the record, on a store other processes read (on one process nobody could continue

@@ -28,19 +28,18 @@ from typing import Any
 from adapters import bridge as B
 from adapters import exchange as X
 from adapters import legacy_tasks
-from adapters.admission import WaitingLoad, admit_waiting, waiting_ceilings
 from adapters.errors import ErrorValue
-from adapters.jsonwire import dumps
 from adapters.peers import peer_limits
 from adapters.records import PendingRound, SessionRecord
 from adapters.relay import request_key
 from adapters.results import response
 from adapters.task_poll import offered
 from gateway.errors import SessionError
+from gateway.session.keeping import LeaseLost, StoreKeeping
 from gateway.session.observer import ExchangeWatcher
-from gateway.session.rounds import Refused, Rounds, failure
+from gateway.session.rounds import Rounds, failure
 from gateway.session.runtime import SessionRuntime, log, random_id
-from gateway.session.store import Hold, Owners, StoreUnavailable, WaitingFull
+from gateway.session.store import Hold
 from gateway.session.streams import Mirror, OutStream
 
 # After begin() there is no upstream task left to abort; a task to remember is remembered before the answer.
@@ -133,12 +132,6 @@ class HandedOver(SessionError):
     docs/design/takeover.md#sigterm-hands-the-rounds-over)."""
 
 
-class _LeaseLost(SessionError):
-    """A fenced save found the round's lease lapsed or taken (this replica stalled past it,
-    docs/design/takeover.md#a-bridged-step-is-one-fenced-store-write): the round is another replica's, and this
-    exchange stops as a lost handover does."""
-
-
 def bridge_context(runtime: SessionRuntime, session: SessionRecord,
                    limits: B.BridgeLimits | None = None) -> B.BridgeContext:
     """The bridge's context for a request of ``session``: ``limits`` (the session core's ``Forward`` carries
@@ -187,6 +180,7 @@ class Exchange:
                                        gateway.config.store.lease_seconds, ctx.limits.client_answer_timeout_seconds),
                                request_key(record.session_id, record.downstream_id) if relayed else "")
         self.rounds = Rounds(runtime, record, authorization, self.keeper, session)
+        self.keeping = StoreKeeping(gateway, record, ctx.limits, self.keeper)
         self.progress_token = self.rounds.progress_token
 
     @property
@@ -334,7 +328,7 @@ class Exchange:
                     self._settle(event.acted, True)
                 elif event is not _WAKE:
                     await self._step(event)
-        except _LeaseLost:
+        except LeaseLost:
             log.warning("request %r: its round's lease was lost before a save; another replica continues it",
                         self.record.downstream_id)
             self.keeper.hand_over(lost=True)
@@ -350,14 +344,14 @@ class Exchange:
             for gid in [g for g, ex in self.runtime.awaiting.items() if ex is self]:
                 del self.runtime.awaiting[gid]
             if self.keeper.handed_over:  # let go before the stream ends: the client's reconnection finds no holder
-                await self._end_round()
+                await self.keeping.end(self)
                 if self.stream.mirror is not None:  # the copy goes on where the round continues
                     self.stream.mirror.leave_open()
             if not self.stream.closed:
                 self.stream.finish()
             self._end()
             if not self.keeper.handed_over:  # after the answer is sent: off its path
-                await self._end_round()
+                await self.keeping.end(self)
 
     async def _step(self, event: Any) -> None:
         """The machine's step on one event, performed."""
@@ -365,7 +359,7 @@ class Exchange:
         if answered:
             self.keeper.answered(event.gateway_id)  # its claim goes with the step's save, or at the end
         # A round an answer starts uses the request's record; a timer's retry reads it again.
-        self._session = self.request_session if answered else None
+        self._session = self.rounds.request_session if answered else None
         try:
             await self._perform(self.machine.handle(event))
         finally:
@@ -393,45 +387,6 @@ class Exchange:
             self.events.release()
         return True
 
-    async def _save(self, sends: int, mirror: Mirror | None = None, *, hold: Hold | None = None,
-                    actions: list[Any] | None = None) -> None:
-        """The step's save (:meth:`_perform` places it): its last event numbered as it will be once its ``sends``
-        messages are pushed; ``mirror``: the stream's copy held for it to carry
-        (docs/design/takeover.md#a-bridged-step-is-one-fenced-store-write); ``hold``: the round starts waiting with
-        it, whose ``actions`` are observed once it is admitted."""
-        rec, gateway = self.record, self.runtime.gateway
-        save = self.keeper.save(waiting=rec.waiting, done=self.machine.done)
-        assert self.stream is not None and save is not None
-        if save.lease is not None:  # renewed while this replica lives (gateway.session.takeover)
-            gateway.leases[rec.bridge_id] = self
-        rec.stream, rec.stream_seq = self.stream.name, self.stream.buffer.next_seq - 1 + sends
-        owned = save.owners
-        owners = None if owned is None else Owners(owned.replica, owned.ttl_seconds, owned.claim, owned.release)
-        copy, written = mirror.held_events() if mirror is not None else None, False
-        try:
-            written = await gateway.store.put_round(rec, save.lease, owners, holder=save.holder, copy=copy, hold=hold)
-        except WaitingFull as full:
-            raise self._refused(full.load) from None
-        finally:
-            if mirror is not None:
-                mirror.released(copy, written)
-        if not written:
-            raise _LeaseLost
-        self.keeper.written(save.owners)
-        if hold is not None:
-            self._observe(actions or [])
-
-    def _refused(self, load: WaitingLoad) -> Refused:
-        """A first save whose hold the store refused (``adapters.admission.waiting_ceilings``) wrote nothing: no
-        round, lease or claim (the pushes it held are forgotten). Its limit error, named by admit_waiting."""
-        self.keeper.refused()
-        gateway = self.runtime.gateway
-        if gateway.leases.get(self.record.bridge_id) is self:
-            del gateway.leases[self.record.bridge_id]
-        refused = admit_waiting(load, self.machine.ctx.limits)
-        assert refused is not None, "a store refuses only what admit_waiting refuses"
-        return Refused(refused)
-
     async def _finish(self, message: dict[str, Any] | None) -> None:
         """The request's answer ends the stream. A saved round on a shared store ends with it, in one store step that
         also copies the answer (docs/design/takeover.md#a-bridged-step-is-one-fenced-store-write): the store then
@@ -442,31 +397,7 @@ class Exchange:
         held = mirror is not None and self.keeper.carries_answer() and mirror.hold()
         self.stream.finish(message)
         if held:
-            await self._end_round(mirror)
-
-    async def _end_round(self, mirror: Mirror | None = None) -> None:
-        """The exchange ended (or handed its round over): in one store step its ownership records go, and its round's
-        record (kept for the next holder when handed over) and lease
-        (docs/design/takeover.md#a-bridged-step-is-one-fenced-store-write), with the stream's last events when
-        ``mirror`` is held for them. A failure only leaves the records to their TTL (a relayed answer then finds
-        nothing awaiting it and is ignored, as a late one is; the round's keys expire with the session's idle time);
-        the answer still goes out, from this replica only."""
-        gateway, bridge_id = self.runtime.gateway, self.record.bridge_id
-        copy = mirror.held_events() if mirror is not None else None
-        end = self.keeper.end_round(copy is not None)
-        if end is not None and gateway.leases.get(bridge_id) is self:
-            del gateway.leases[bridge_id]
-        written = False
-        try:
-            if end is not None and end.write:
-                await gateway.store.end_round(bridge_id, gateway.replica, release=end.release, delete=end.delete,
-                                              copy=copy)
-            written = True
-        except StoreUnavailable as exc:
-            log.warning("request %r: its round's records stay until they expire: %s", self.record.downstream_id, exc)
-        finally:
-            if mirror is not None:
-                mirror.released(copy, written, forget=False)
+            await self.keeping.end(self, mirror)
 
     def _end(self) -> None:
         self.runtime.exchanges.pop(self.record.downstream_id, None)
@@ -477,38 +408,20 @@ class Exchange:
         if self.observer is not None:
             self.observer(self.record, actions)
 
-    async def _hold(self, at: X.HoldAt) -> Hold | None:
-        """The round waits from this step on: counted in the store first, where every replica's waiting rounds
-        are, and refused past a bound before anything of the step is seen (nothing was sent to the client); or
-        counted by the step's save (the :class:`Hold` returned; a refused one writes nothing)."""
-        rec, gateway, session = self.record, self.runtime.gateway, self.request_session
-        if session is None:
-            session = await gateway.store.get_session(rec.session_id)
-        principal = session.principal if session is not None else ""
-        size, limits = len(dumps(rec.to_dict())), self.machine.ctx.limits
-        if at is _ON_SAVE:
-            return Hold(principal, size, waiting_ceilings(limits))
-        load = await gateway.store.hold_round(rec.bridge_id, rec.session_id, principal, size)
-        self.keeper.held()
-        refused = admit_waiting(WaitingLoad(*load), limits)
-        if refused is not None:
-            raise Refused(refused)
-        return None
-
     async def _perform(self, actions: list[Any]) -> None:
         stream, rec = self.stream, self.record
         assert stream is not None
         sends = sum(isinstance(a, B.SendToClient) for a in actions)
         plan = self.keeper.plan(actions, waiting=rec.waiting, done=self.machine.done,
                                 mirrored=stream.mirror is not None)
-        hold = await self._hold(plan.hold) if plan.hold is not _NO_HOLD else None
+        hold = await self.keeping.hold(plan.hold, self.request_session) if plan.hold is not _NO_HOLD else None
         if hold is None:  # else once its save admitted it: a refused step is not observed
             self._observe(actions)
         mirror = stream.mirror if plan.save is _WITH_COPY else None
         if mirror is not None and not mirror.hold():
             mirror, plan = None, plan.uncarried()
         if plan.save is _BEFORE:  # a replica taking over must find what the client is asked
-            await self._save(sends, hold=hold, actions=actions)
+            await self._save(sends, None, hold, actions)
         # The step writes what it sends to a waiting writer itself
         # (docs/design/takeover.md#a-step-runs-in-the-task-of-its-event), once the copy for other replicas (if any)
         # holds it: after the save that carries it.
@@ -519,12 +432,18 @@ class Exchange:
             for action in actions:
                 await self._act(action)
             if mirror is not None:  # pushed, held back until this save has written them too
-                await self._save(0, mirror, hold=hold, actions=actions)
+                await self._save(0, mirror, hold, actions)
         finally:
             if hushed:
                 await stream.flush()
         if plan.save is _AFTER:  # after the upstream round left: saved before the step is
-            await self._save(0, hold=hold, actions=actions)  # acknowledged, off its path
+            await self._save(0, None, hold, actions)  # acknowledged, off its path
+
+    async def _save(self, sends: int, mirror: Mirror | None, hold: Hold | None, actions: list[Any]) -> None:
+        assert self.stream is not None
+        await self.keeping.save(self, self.stream, sends, mirror, hold, done=self.machine.done)
+        if hold is not None:  # admitted: observed now (a refused step is not)
+            self._observe(actions)
 
     async def _act(self, action: Any) -> None:
         """One action of a step (its save is :meth:`_perform`'s)."""
