@@ -8,6 +8,7 @@ import asyncio
 import contextlib
 import json
 import os
+import select
 import socket
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -302,7 +303,8 @@ async def test_a_client_gone_behind_its_unread_flood_has_its_calls_ended(upstrea
     sock = await _raw_websocket(client.make_url("/ws"))
     await _raw_send(sock, INIT)
     await until(lambda: _counted(gw, (1, 1)), "the door's session is stored")
-    await asyncio.sleep(0.2)  # sync: the door finishes with the initialize before the flood; nothing says when
+    # The door is done with the initialize once its answer waits on the socket (left there for the drain below).
+    await until(lambda: select.select([sock], [], [], 0)[0], "the door answers the initialize")
     ident, stalled = 2, 0
     while stalled < 5:  # until neither kernel takes more (the door reads 2 of these): the rest wait in ours
         stalled += 1
