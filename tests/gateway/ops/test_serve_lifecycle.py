@@ -20,6 +20,8 @@ import aiohttp
 import pytest
 
 from tests.faults.procs import Proc, faulty_upstream
+from tests.faults.test_door_floods import upstream_hanging
+from tests.waiting import until
 
 ROOT = Path(__file__).resolve().parents[3]
 ENV = {**os.environ, "PYTHONPATH": str(ROOT)}
@@ -172,7 +174,10 @@ async def test_ctrl_c_with_a_call_in_flight_ends_within_the_shutdown_budget(tmp_
             headers = {**ACCEPT, "Mcp-Session-Id": session, "MCP-Protocol-Version": "2025-11-25"}
             pending = asyncio.create_task(http.post(gateway.url, headers=headers, json={
                 "jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": call}))
-            await asyncio.sleep(1.5)  # sync: the call reaches the upstream (a process) and hangs; nothing says when
+            if upstream is not None:
+                await until(lambda: upstream_hanging(upstream), "the call hangs upstream")
+            else:
+                await asyncio.sleep(1.5)  # sync: the embedded core's slow_count is under way; nothing outside says so
             assert not pending.done()
             started = time.monotonic()
             gateway.proc.send_signal(signal.SIGINT)
