@@ -301,3 +301,32 @@ def retry_refused(session: SessionRecord | None, expired: bool) -> B.Cancelled |
     if session is None:
         return B.Cancelled("session ended")
     return B.Cancelled("session expired") if expired else None
+
+
+# --- the first round, in the request's handler ------------------------------------------------------------
+# What may follow the first round's answer there: no upstream task is left to abort, and a task to remember is
+# remembered before the answer.
+_SILENT = (B.Finish, B.AbortUpstream, B.RememberTask)
+
+
+def begins_inline(progress_token: object, log_level: str | None, method: str) -> bool:
+    """Whether the first upstream round may run in the request's handler, answered as JSON when that is all
+    there is: only when the upstream has nothing to stream meanwhile (progress needs a token and request logs a
+    level: 2026-07-28 basic/transports §Streamable HTTP; a notification that comes anyway is kept and sent first,
+    after the escalation). tasks/result starts by polling its task, not with the request's own round."""
+    return progress_token is None and log_level is None and method != "tasks/result"
+
+
+def answered_inline(actions: Sequence[B.Action], notified: bool) -> B.Finish | None:
+    """The first round's ``Finish`` when the handler can answer with it alone (a plain request, most traffic);
+    None when the exchange must go on as a stream: the round asked for more, or a notification came
+    (``notified``) that must be sent before the answer."""
+    if notified:
+        return None
+    finish = None
+    for action in actions:
+        if not isinstance(action, _SILENT):
+            return None
+        if isinstance(action, B.Finish):
+            finish = action
+    return finish

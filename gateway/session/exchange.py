@@ -23,6 +23,7 @@ answered."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Coroutine
 from typing import Any
 
 from adapters import bridge as B
@@ -42,8 +43,6 @@ from gateway.session.runtime import SessionRuntime, log, random_id
 from gateway.session.store import Hold
 from gateway.session.streams import Mirror, OutStream
 
-# After begin() there is no upstream task left to abort; a task to remember is remembered before the answer.
-_SILENT = (B.Finish, B.AbortUpstream, B.RememberTask)
 _TOTAL_TIMEOUT = B.TimerFired(B.Timer.TOTAL, 0)
 # adapters.exchange's plans, as module names (a lookup through an Enum class is slow on Python 3.11).
 _NO_HOLD, _ON_SAVE = X.HoldAt.NONE, X.HoldAt.SAVE
@@ -123,6 +122,34 @@ def _told(acted: bool) -> asyncio.Future[bool]:
     return told
 
 
+class _InlineWait:
+    """The handler's task while :meth:`Exchange.begin` waits on the first upstream round, and the event that
+    interrupted that wait (a cancel, shutdown's abort, or the total limit: the first one wins)."""
+
+    __slots__ = ("event", "task")
+
+    def __init__(self) -> None:
+        self.task, self.event = asyncio.current_task(), None
+
+    def interrupt(self, event: Any) -> None:
+        if self.event is None and self.task is not None:
+            self.event = event
+            self.task.cancel()
+
+    async def until(self, round_: Coroutine[Any, Any, Any], timer: asyncio.TimerHandle) -> Any:
+        """The round's event, or the interrupting one (the round is then cancelled: the 2026 cancel); a
+        cancellation of the handler itself is raised. The total limit's ``timer`` is cancelled either way."""
+        try:
+            return await round_
+        except asyncio.CancelledError:
+            if self.event is None or self.task is None:
+                raise
+            self.task.uncancel()
+            return self.event
+        finally:
+            timer.cancel()
+
+
 class HandedOver(SessionError):
     """A client's answer (or cancel) cannot be taken here: it reached an exchange that handed its round over
     (shutdown, or a lost lease) before acting on it, or a replica shutting down that takes no round on. The round
@@ -168,10 +195,9 @@ class Exchange:
         self._acted: list[asyncio.Future[bool]] = []
         self._session = session  # the record a handler just read, for the round it starts (none: read it again)
         self._upstream: asyncio.Task[Any] | None = None
-        self._upstream_began = False  # its task ran its first step (the round's request left, or is on its way)
+        self._began: asyncio.Task[Any] | None = None  # the upstream task that ran its first step (its request left)
         self._timers: list[asyncio.TimerHandle] = []
-        self._inline: asyncio.Task[Any] | None = None  # the handler task while begin() waits on the upstream
-        self._interrupted: Any = None  # the event that stopped that wait: Cancelled or the total timeout
+        self._inline: _InlineWait | None = None  # while begin() waits on the upstream in the handler's task
         self._early: list[dict[str, Any]] = []  # notifications that arrived during begin()
         self._task: asyncio.Task[Any] | None = None  # run(), once spawned
         gateway = runtime.gateway  # what the round keeps in the store, and when (adapters.exchange)
@@ -207,11 +233,7 @@ class Exchange:
         return self.keeper.saved
 
     def can_begin_inline(self, session: SessionRecord) -> bool:
-        """Only when the upstream has nothing to stream meanwhile: progress needs a token and request logs a
-        level (2026-07-28 basic/transports §Streamable HTTP); a notification that comes anyway is kept and sent
-        first, after the escalation."""
-        # tasks/result starts by polling its task, not with the request's own round.
-        return self.progress_token is None and session.log_level is None and self.record.method != "tasks/result"
+        return X.begins_inline(self.progress_token, session.log_level, self.record.method)
 
     async def begin(self) -> B.Finish | None:
         """The first round in the caller's task: the machine's ``Finish`` when that is all there is to do (its
@@ -224,28 +246,22 @@ class Exchange:
             return B.Finish(response(self.record.downstream_id, error=failure(exc, self.record.downstream_id)))
 
     async def _begin(self) -> B.Finish | None:
-        actions = self.machine.start()
-        self._observe(actions)
+        self._observe(self.machine.start())
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.machine.ctx.limits.total_timeout_seconds
-        self._inline = asyncio.current_task()
-        # The total limit is the same interrupt as cancel(): a plain timer, not a timeout context per request.
-        timer = loop.call_at(deadline, self._interrupt, _TOTAL_TIMEOUT)
+        session, self._session = self._session, None  # a later round reads it again, or takes its own
+        self._inline = wait = _InlineWait()
         try:
-            session, self._session = self._session, None  # a later round reads it again, or takes its own
-            event = await self.rounds.event(self._notify, {}, session)
+            event = await wait.until(self.rounds.event(self._notify, {}, session), loop.call_at(
+                deadline, wait.interrupt, _TOTAL_TIMEOUT))
         except asyncio.CancelledError:
-            if self._interrupted is None or self._inline is None:
-                self._end()
-                raise  # the handler itself is being cancelled (shutdown), not this request
-            self._inline.uncancel()
-            event = self._interrupted
+            self._end()
+            raise  # the handler itself is being cancelled (shutdown), not this request
         finally:
-            timer.cancel()
             self._inline = None
         actions = self.machine.handle(event)
-        finish = next((a for a in actions if isinstance(a, B.Finish)), None)
-        if finish is not None and not self._early and all(isinstance(a, _SILENT) for a in actions):
+        finish = X.answered_inline(actions, bool(self._early))
+        if finish is not None:
             self._observe(actions)
             for action in actions:
                 if isinstance(action, B.RememberTask):
@@ -253,7 +269,7 @@ class Exchange:
             self._end()
             return finish
         # Escalate: the total limit still counts from the request's arrival.
-        self._timers.append(loop.call_at(deadline, self.events.put_nowait, B.TimerFired(B.Timer.TOTAL, 0)))
+        self._timers.append(loop.call_at(deadline, self.events.put_nowait, _TOTAL_TIMEOUT))
         await self._escalate(actions)
         return None
 
@@ -449,10 +465,8 @@ class Exchange:
         """One action of a step (its save is :meth:`_perform`'s)."""
         assert self.stream is not None
         if isinstance(action, B.CallUpstream):
-            self._upstream_began = False
             self._upstream = self.runtime.spawn(self._call_upstream(action.extra, self._session), leaves=True)
         elif isinstance(action, (B.PollTask, B.UpdateTask)):
-            self._upstream_began = False
             self._upstream = self.runtime.spawn(self._call_upstream({}, self._session, action), leaves=True)
         elif isinstance(action, B.CancelTask):
             self.runtime.spawn(self.rounds.cancel_task(action, self._notify))
@@ -481,7 +495,7 @@ class Exchange:
                              task: B.PollTask | B.UpdateTask | None = None) -> None:
         """One upstream round's task, or a task call's (spawned with ``leaves``: nothing here raises but its
         cancellation)."""
-        self._upstream_began = True
+        self._began = asyncio.current_task()
         try:
             event = await self.rounds.event(self._notify, extra, session, task)
             if not await self.offer(event):
@@ -499,7 +513,7 @@ class Exchange:
         failed first) is a late answer, ignored as on one gateway."""
         event = B.ClientAnswered(gateway_id, message.get("result"), message.get("error"))
         if await self.offer(event):
-            if self._upstream is not None and not self._upstream_began:  # the step's save, if any, waited
+            if self._upstream is not self._began:  # the step's save, if any, waited
                 await asyncio.sleep(0)  # without letting it start: it sends now, then the 202 goes
         elif not await self._queue_waited(event) and self.keeper.handed_over:
             raise HandedOver(gateway_id)
@@ -531,7 +545,7 @@ class Exchange:
         """End the request with ``error`` now (shutdown): the machine decides what is sent; a running exchange's
         task is about to be cancelled, so its stream gets the machine's final answer here, at once."""
         if self._inline is not None:  # begin() answers it when its wait is interrupted
-            self._interrupt(B.Aborted(error))
+            self._inline.interrupt(B.Aborted(error))
             return
         if self.stream is not None and not self.stream.closed:
             self._finish_now(self.machine.handle(B.Aborted(error)))
@@ -546,7 +560,7 @@ class Exchange:
 
     def cancel(self, reason: str | None) -> None:
         if self._inline is not None:  # begin() is waiting on the upstream: stop that wait (the 2026 cancel)
-            self._interrupt(B.Cancelled(reason))
+            self._inline.interrupt(B.Cancelled(reason))
             return
         self.events.put_nowait(B.Cancelled(reason))
 
@@ -569,9 +583,3 @@ class Exchange:
             self.cancel(reason)
             return _told(True)
         return self._queue_waited(B.Cancelled(reason))
-
-    def _interrupt(self, event: Any) -> None:
-        """Stop :meth:`begin`'s upstream wait; the machine then handles ``event`` (the first one wins)."""
-        if self._inline is not None and self._interrupted is None:
-            self._interrupted = event
-            self._inline.cancel()

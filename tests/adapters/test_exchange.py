@@ -185,3 +185,28 @@ def test_a_timers_retry_stops_on_an_ended_or_expired_session() -> None:
     assert X.retry_refused(None, False) == B.Cancelled("session ended")
     assert X.retry_refused(record, True) == B.Cancelled("session expired")
     assert X.retry_refused(record, False) is None
+
+
+@pytest.mark.parametrize(("token", "level", "method", "inline"), [
+    (None, None, "tools/call", True),
+    ("p1", None, "tools/call", False),  # progress may stream meanwhile
+    (None, "info", "tools/call", False),  # so may request logs
+    (None, None, "tasks/result", False),  # it starts by polling its task
+])
+def test_which_first_rounds_run_in_the_handler(token, level, method, inline) -> None:
+    assert X.begins_inline(token, level, method) is inline
+
+
+ANSWER = B.Finish({"jsonrpc": "2.0", "id": 42, "result": {}})
+
+
+@pytest.mark.parametrize(("actions", "notified", "answered"), [
+    ([ANSWER], False, ANSWER),
+    ([B.AbortUpstream(), B.RememberTask({"taskId": "t"}), ANSWER], False, ANSWER),
+    ([ANSWER], True, None),  # a notification came first: it goes out before the answer, on a stream
+    ([ASK, ANSWER_TIMER], False, None),  # the round asks the client: the exchange goes on
+    ([BACKOFF], False, None),
+    ([B.SendToClient({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {}}), ANSWER], False, None),
+])
+def test_what_the_handler_answers_after_the_first_round(actions, notified, answered) -> None:
+    assert X.answered_inline(actions, notified) == answered
