@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Coroutine
-from typing import Any
+from typing import Any, assert_never
 
 from adapters import bridge as B
 from adapters import exchange as X
@@ -58,12 +58,31 @@ class _Inbox:
     bridged round's cost. While another task steps the machine (:meth:`Exchange.offer`) the inbox is *held*:
     what arrives meanwhile waits, and wakes the exchange's task only once that step is over."""
 
-    __slots__ = ("_held", "_items", "_waiter")
+    __slots__ = ("_held", "_items", "_waiter", "acted")
 
     def __init__(self) -> None:
         self._items: list[Any] = []
         self._waiter: asyncio.Future[None] | None = None
         self._held = False
+        # Answers (and relayed cancels) queued with a waiter (a handler, or a relay's acknowledgement), not yet
+        # acted on.
+        self.acted: list[asyncio.Future[bool]] = []
+
+    def put_waited(self, event: B.ClientAnswered | B.Cancelled) -> asyncio.Future[bool]:
+        """Queue ``event`` with the future its waiter awaits: set by :meth:`settle`."""
+        acted = asyncio.get_running_loop().create_future()
+        self.acted.append(acted)
+        self.put_nowait(_Queued(event, acted))
+        return acted
+
+    def settle(self, only: asyncio.Future[bool] | None, acted: bool) -> None:
+        """Tell the waiter of one queued event (``only``) whether it was ``acted`` on, or, the exchange ending,
+        every waiter still waiting that its event was not."""
+        settled = [only] if only is not None else self.acted
+        self.acted = [w for w in self.acted if w is not only] if only is not None else []
+        for waiter in settled:
+            if not waiter.done():
+                waiter.set_result(acted)
 
     def put_nowait(self, item: Any) -> None:
         self._items.append(item)
@@ -191,8 +210,6 @@ class Exchange:
         self.machine = B.BridgeMachine(record, ctx)
         self.stream: OutStream | None = None  # made when the answer is more than one lone response
         self.events = _Inbox()
-        # Answers queued with a waiter (a handler, or a relay's acknowledgement), not yet acted on.
-        self._acted: list[asyncio.Future[bool]] = []
         self._session = session  # the record a handler just read, for the round it starts (none: read it again)
         self._upstream: asyncio.Task[Any] | None = None
         self._began: asyncio.Task[Any] | None = None  # the upstream task that ran its first step (its request left)
@@ -310,10 +327,7 @@ class Exchange:
         gateway.leases[rec.bridge_id] = self
         for gid in rec.outstanding:
             self.runtime.awaiting[gid] = self
-        owners = self.keeper.take_over(rec.outstanding)
-        if owners is not None:  # on their own: its first step may save nothing
-            await gateway.store.claim_owner(owners.claim, owners.replica, owners.ttl_seconds, rec.bridge_id)
-            self.keeper.written(owners)
+        await self.keeping.take_over()
         self._task = self.runtime.spawn(self.run(self.machine.resume(elapsed_seconds, unsent)))
 
     def hand_over(self, *, lost: bool = False) -> asyncio.Task[Any] | None:
@@ -461,35 +475,40 @@ class Exchange:
         if hold is not None:  # admitted: observed now (a refused step is not)
             self._observe(actions)
 
-    async def _act(self, action: Any) -> None:
+    async def _act(self, action: B.Action) -> None:
         """One action of a step (its save is :meth:`_perform`'s)."""
         assert self.stream is not None
-        if isinstance(action, B.CallUpstream):
-            self._upstream = self.runtime.spawn(self._call_upstream(action.extra, self._session), leaves=True)
-        elif isinstance(action, (B.PollTask, B.UpdateTask)):
-            self._upstream = self.runtime.spawn(self._call_upstream({}, self._session, action), leaves=True)
-        elif isinstance(action, B.CancelTask):
-            self.runtime.spawn(self.rounds.cancel_task(action, self._notify))
-        elif isinstance(action, B.SendToClient):
-            if "id" in action.message:
-                self.runtime.awaiting[action.message["id"]] = self
-            self.stream.push(action.message)
-        elif isinstance(action, B.ArmTimer):
-            event = B.TimerFired(action.name, action.round)
-            loop = asyncio.get_running_loop()
-            self._timers.append(loop.call_later(action.seconds, self.events.put_nowait, event))
-        elif isinstance(action, B.AbortUpstream) and self._upstream is not None:
-            self._upstream.cancel()  # closing the upstream response is the 2026 cancel
-        elif isinstance(action, B.StoreRoots):
-            await self.rounds.store_roots(action.result)
-        elif isinstance(action, B.RememberTask):
-            await self.rounds.remember(action)
-        elif isinstance(action, B.Finish):
-            if action.log:
-                log.warning("request %r: %s", self.record.downstream_id, action.log)
-            if action.challenge is not None:
-                self.stream.status = action.challenge.answer()
-            await self._finish(action.message)
+        match action:
+            case B.SendToClient(message=message):
+                if "id" in message:
+                    self.runtime.awaiting[message["id"]] = self
+                self.stream.push(message)
+            case B.ArmTimer(name=name, seconds=seconds, round=round_):
+                fired = B.TimerFired(name, round_)
+                self._timers.append(asyncio.get_running_loop().call_later(seconds, self.events.put_nowait, fired))
+            case B.CallUpstream(extra=extra):
+                self._upstream = self.runtime.spawn(self._call_upstream(extra, self._session), leaves=True)
+            case B.PollTask() | B.UpdateTask():
+                self._upstream = self.runtime.spawn(self._call_upstream({}, self._session, action), leaves=True)
+            case B.Finish(message=message, log=said, challenge=challenge):
+                if said:
+                    log.warning("request %r: %s", self.record.downstream_id, said)
+                if challenge is not None:
+                    self.stream.status = challenge.answer()
+                await self._finish(message)
+            case B.AbortUpstream():
+                if self._upstream is not None:
+                    self._upstream.cancel()  # closing the upstream response is the 2026 cancel
+            case B.CancelTask():
+                self.runtime.spawn(self.rounds.cancel_task(action, self._notify))
+            case B.StoreRoots(result=result):
+                await self.rounds.store_roots(result)
+            case B.RememberTask():
+                await self.rounds.remember(action)
+            case B.TaskEnded():
+                pass  # counted by the observer, which sees every action
+            case _:
+                assert_never(action)
 
     async def _call_upstream(self, extra: dict[str, Any], session: SessionRecord | None,
                              task: B.PollTask | B.UpdateTask | None = None) -> None:
@@ -525,21 +544,15 @@ class Exchange:
         return self._queue_waited(B.ClientAnswered(gateway_id, message.get("result"), message.get("error")))
 
     def _queue_waited(self, event: B.ClientAnswered | B.Cancelled) -> asyncio.Future[bool]:
-        if self.keeper.stopped:  # its waiters were told already: one queued now would wait for ever
-            return _told(False)
-        acted = asyncio.get_running_loop().create_future()
-        self._acted.append(acted)
-        self.events.put_nowait(_Queued(event, acted))
-        return acted
+        # Once stopped, its waiters were told already: one queued now would wait for ever.
+        return _told(False) if self.keeper.stopped else self.events.put_waited(event)
 
     def _settle(self, only: asyncio.Future[bool] | None = None, acted: bool = False) -> None:
-        """Tell the waiter of one queued answer (``only``) whether it was ``acted`` on, or, the exchange ending,
-        every waiter still waiting that its answer was not."""
-        settled = [only] if only is not None else self._acted
-        self._acted = [w for w in self._acted if w is not only] if only is not None else []
-        for waiter in settled:
-            if not waiter.done():
-                waiter.set_result(acted)
+        self.events.settle(only, acted)
+
+    @property
+    def _acted(self) -> list[asyncio.Future[bool]]:
+        return self.events.acted
 
     def abort(self, error: ErrorValue) -> None:
         """End the request with ``error`` now (shutdown): the machine decides what is sent; a running exchange's

@@ -36,6 +36,16 @@ class StoreKeeping:
     def __init__(self, gateway: Gateway, record: PendingRound, limits: B.BridgeLimits, keeper: X.Keeper) -> None:
         self.gateway, self.record, self.limits, self.keeper = gateway, record, limits, keeper
 
+    async def take_over(self) -> None:
+        """The round, saved by another replica, continues here: the ids the client is still to answer, and the
+        request, now route here (docs/design/replicas.md#replicas-relay-through-the-store), claimed on their own
+        (its first step here may save nothing)."""
+        rec = self.record
+        owners = self.keeper.take_over(rec.outstanding)
+        if owners is not None:
+            await self.gateway.store.claim_owner(owners.claim, owners.replica, owners.ttl_seconds, rec.bridge_id)
+            self.keeper.written(owners)
+
     async def hold(self, at: X.HoldAt, session: SessionRecord | None) -> Hold | None:
         """The round waits from this step on: counted in the store first, where every replica's waiting rounds
         are, and refused past a bound before anything of the step is seen (nothing was sent to the client); or
