@@ -473,15 +473,15 @@ async def test_an_argument_that_cannot_be_a_param_header_is_invalid_params(legac
 
 
 async def test_a_gateway_bug_in_the_upstream_task_answers_at_once(make_gateway, upstream, monkeypatch) -> None:
-    from gateway.session.exchange import Exchange
+    from gateway.session.rounds import Rounds
     upstream.script["tools/call"] = lambda b, r: text("x")
     legacy = Legacy(await make_gateway(limits={"total_timeout_seconds": 5}))
     await legacy.initialize()
     assert (await legacy.call("logging/setLevel", {"level": "error"}))["result"] == {}  # the round runs in a task
 
-    async def broken(self, session, extra):
+    async def broken(self, notify, session, extra):
         raise RuntimeError("bug")
-    monkeypatch.setattr(Exchange, "_send", broken)
+    monkeypatch.setattr(Rounds, "_send", broken)
     message = await asyncio.wait_for(legacy.call("tools/call", {"name": "echo", "arguments": {}}), 2)
     assert message["error"] == {"code": -32603, "message": "internal gateway error"} and _pending(legacy) == {}
     monkeypatch.undo()
