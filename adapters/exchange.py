@@ -99,8 +99,7 @@ class Store(NamedTuple):
     claim_seconds: float
 
 
-@dataclass(frozen=True, slots=True)
-class Ownership:
+class Ownership(NamedTuple):  # a tuple: cheap to make, on every save
     """Ownership records a write claims (``replica``'s, for ``ttl_seconds``) and releases."""
 
     replica: str
@@ -122,8 +121,7 @@ _UNKEPT = StepPlan(_HOLD_NONE, _SAVE_NONE)
 _COUNTED = StepPlan(_HOLD_STORE, _SAVE_NONE)
 
 
-@dataclass(frozen=True, slots=True)
-class SaveRound:
+class SaveRound(NamedTuple):  # a tuple: cheap to make, on every save
     """Write the round: ``lease`` (replica, seconds) taken by its first save; later saves are fenced on
     ``holder``: a replica that stalled past its lease must not overwrite the new holder's record."""
 
@@ -132,8 +130,7 @@ class SaveRound:
     owners: Ownership | None
 
 
-@dataclass(frozen=True, slots=True)
-class EndRound:
+class EndRound(NamedTuple):  # a tuple: cheap to make, once per round
     """End the round's records in one store step: ``release`` its ownership records, ``delete`` its record and
     count (False: handed over, the record stays for the next holder); ``write``: anything to write at all."""
 
@@ -185,8 +182,10 @@ class Keeper:
         if not self.store.shares_rounds:  # nothing is saved, nor claimed: a waiting round is only counted
             return _COUNTED if self.kept is _NOTHING and waiting and not done else _UNKEPT
         saves = self.saves(waiting, done)
-        sends = any(isinstance(a, B.SendToClient) for a in actions)
-        carried = all(isinstance(a, CARRIED) for a in actions)
+        sends, carried = False, True
+        for action in actions:
+            sends = sends or isinstance(action, B.SendToClient)
+            carried = carried and isinstance(action, CARRIED)
         hold = _HOLD_NONE
         if self.kept is _NOTHING and waiting and not done:
             hold = _HOLD_SAVE if saves and (sends or carried) else _HOLD_STORE
