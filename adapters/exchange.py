@@ -25,7 +25,7 @@ from adapters import bridge as B
 from adapters.records import SessionRecord
 from adapters.relay import answer_key
 
-__all__ = ["CARRIED", "EndRound", "HoldAt", "Keeper", "Kept", "Ownership", "Records", "Refresh", "SaveAt",
+__all__ = ["CARRIED", "EndRound", "Ending", "HoldAt", "Keeper", "Kept", "Ownership", "Records", "Refresh", "SaveAt",
            "SaveRound", "Stage", "StepPlan", "Store", "retry_refused"]
 
 # The actions of a step whose events its save can carry (nothing else may start before that save).
@@ -48,6 +48,15 @@ class Stage(Enum):
 class Records(Enum):
     LIVE = auto()
     ENDED = auto()  # EndRound was given: the round's records are gone (or left to expire, or to the next holder)
+
+
+class Ending(Enum):
+    """A step of the exchange's end, once its task is over."""
+
+    END_ROUND = auto()  # the round's records end (Keeper.end_round)
+    LEAVE_COPY_OPEN = auto()  # the stream's copy in the store goes on where the round continues
+    CLOSE_STREAM = auto()  # the request's stream ends (without an answer, if none was sent)
+    FORGET = auto()  # the exchange leaves the session's table, and its watcher is told
 
 
 class Refresh(Enum):
@@ -85,6 +94,10 @@ _UNUSED, _USED = Refresh.UNUSED, Refresh.USED
 _HOLD_NONE, _HOLD_STORE, _HOLD_SAVE = HoldAt.NONE, HoldAt.STORE, HoldAt.SAVE
 _SAVE_NONE, _BEFORE, _WITH_COPY, _AFTER = SaveAt.NONE, SaveAt.BEFORE, SaveAt.WITH_COPY, SaveAt.AFTER
 _POLL, _BACKOFF = B.Timer.POLL, B.Timer.BACKOFF
+# Handed over: the round is let go before the stream ends, so the client's reconnection finds no holder here.
+# Answered: the stream ends first, the records after it, off the answer's path.
+_LET_GO = (Ending.END_ROUND, Ending.LEAVE_COPY_OPEN, Ending.CLOSE_STREAM, Ending.FORGET)
+_ANSWERED = (Ending.CLOSE_STREAM, Ending.FORGET, Ending.END_ROUND)
 
 
 class Store(NamedTuple):
@@ -265,9 +278,10 @@ class Keeper:
         if lost:
             self.owned = set()
 
-    def stop(self) -> None:
-        """The exchange's task is over."""
+    def stop(self) -> tuple[Ending, ...]:
+        """The exchange's task is over: the steps of its end, in order."""
         self.stage = _HANDED_OVER if self.handed_over else _STOPPED
+        return _LET_GO if self.stage is _HANDED_OVER else _ANSWERED
 
     def carries_answer(self) -> bool:
         """Whether the answer's step ends the round's records, copying the answer in the same store step:

@@ -47,6 +47,8 @@ _TOTAL_TIMEOUT = B.TimerFired(B.Timer.TOTAL, 0)
 # adapters.exchange's plans, as module names (a lookup through an Enum class is slow on Python 3.11).
 _NO_HOLD, _ON_SAVE = X.HoldAt.NONE, X.HoldAt.SAVE
 _BEFORE, _WITH_COPY, _AFTER = X.SaveAt.BEFORE, X.SaveAt.WITH_COPY, X.SaveAt.AFTER
+_END_ROUND, _LEAVE_COPY_OPEN, _CLOSE_STREAM, _FORGET = (X.Ending.END_ROUND, X.Ending.LEAVE_COPY_OPEN,
+                                                        X.Ending.CLOSE_STREAM, X.Ending.FORGET)
 _SENDS = (B.SendToClient, B.Finish)  # the actions that put messages on the request's stream
 _HAND_OVER = object()  # the event that stops an exchange without an answer (Exchange.hand_over)
 _WAKE = object()  # another task's step finished the machine: the exchange's task ends the exchange
@@ -365,7 +367,7 @@ class Exchange:
         except Exception as exc:  # a failure must still answer the original request, not leave it hanging
             self.stream.finish(response(self.record.downstream_id, error=failure(exc, self.record.downstream_id)))
         finally:
-            self.keeper.stop()
+            ending = self.keeper.stop()
             self._settle()  # the exchange ends: an answer still queued was not acted on (and never will be here)
             for handle in self._timers:
                 handle.cancel()
@@ -373,15 +375,19 @@ class Exchange:
                 self._upstream.cancel()
             for gid in [g for g, ex in self.runtime.awaiting.items() if ex is self]:
                 del self.runtime.awaiting[gid]
-            if self.keeper.handed_over:  # let go before the stream ends: the client's reconnection finds no holder
-                await self.keeping.end(self)
-                if self.stream.mirror is not None:  # the copy goes on where the round continues
-                    self.stream.mirror.leave_open()
-            if not self.stream.closed:
-                self.stream.finish()
+            for step in ending:
+                await self._wind_up(step)
+
+    async def _wind_up(self, step: X.Ending) -> None:
+        assert self.stream is not None
+        if step is _END_ROUND:
+            await self.keeping.end(self)
+        elif step is _LEAVE_COPY_OPEN and self.stream.mirror is not None:
+            self.stream.mirror.leave_open()
+        elif step is _CLOSE_STREAM and not self.stream.closed:
+            self.stream.finish()
+        elif step is _FORGET:
             self._end()
-            if not self.keeper.handed_over:  # after the answer is sent: off its path
-                await self.keeping.end(self)
 
     async def _step(self, event: Any) -> None:
         """The machine's step on one event, performed."""

@@ -210,3 +210,20 @@ ANSWER = B.Finish({"jsonrpc": "2.0", "id": 42, "result": {}})
 ])
 def test_what_the_handler_answers_after_the_first_round(actions, notified, answered) -> None:
     assert X.answered_inline(actions, notified) == answered
+
+
+E = X.Ending
+
+
+@pytest.mark.parametrize(("handed_over", "ending"), [
+    # Answered (or failed): the stream ends first; the round's records end after it, off the answer's path.
+    (False, (E.CLOSE_STREAM, E.FORGET, E.END_ROUND)),
+    # Handed over: the round is let go before the stream ends (the client's reconnection finds no holder here),
+    # and the copy of the stream is left open for the replica that continues it.
+    (True, (E.END_ROUND, E.LEAVE_COPY_OPEN, E.CLOSE_STREAM, E.FORGET)),
+])
+def test_the_end_of_an_exchange_in_order(handed_over, ending) -> None:
+    k = saved()
+    if handed_over:
+        k.hand_over()
+    assert k.stop() == ending
