@@ -60,12 +60,12 @@ class _Inbox:
     bridged round's cost. While another task steps the machine (:meth:`Exchange.offer`) the inbox is *held*:
     what arrives meanwhile waits, and wakes the exchange's task only once that step is over."""
 
-    __slots__ = ("_held", "_items", "_waiter", "acted")
+    __slots__ = ("_items", "_stepping", "_waiter", "acted")
 
     def __init__(self) -> None:
         self._items: list[Any] = []
         self._waiter: asyncio.Future[None] | None = None
-        self._held = False
+        self._stepping: asyncio.Task[Any] | None = None  # the other task stepping the machine now (held)
         # Answers (and relayed cancels) queued with a waiter (a handler, or a relay's acknowledgement), not yet
         # acted on.
         self.acted: list[asyncio.Future[bool]] = []
@@ -88,7 +88,7 @@ class _Inbox:
 
     def put_nowait(self, item: Any) -> None:
         self._items.append(item)
-        if not self._held:
+        if self._stepping is None:
             self._wake()
 
     def _wake(self) -> None:
@@ -97,18 +97,18 @@ class _Inbox:
 
     def idle(self) -> bool:
         """Whether the exchange's task waits here with nothing to do and no other task is stepping."""
-        return self._waiter is not None and not self._items and not self._held
+        return self._waiter is not None and not self._items and self._stepping is None
 
     def hold(self) -> None:
-        self._held = True
+        self._stepping = asyncio.current_task()
 
     def release(self) -> None:
-        self._held = False
+        self._stepping = None
         if self._items:
             self._wake()
 
     async def get(self) -> Any:
-        while not self._items or self._held:
+        while not self._items or self._stepping is not None:
             self._waiter = asyncio.get_running_loop().create_future()
             try:
                 await self._waiter
