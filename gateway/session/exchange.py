@@ -143,9 +143,10 @@ def _told(acted: bool) -> asyncio.Future[bool]:
     return told
 
 
-class _InlineWait:
-    """The handler's task while :meth:`Exchange.begin` waits on the first upstream round, and the event that
-    interrupted that wait (a cancel, shutdown's abort, or the total limit: the first one wins)."""
+class _FirstRound:
+    """A request's first upstream round, run in its handler's task (:meth:`Exchange.begin`): the handler's task
+    while it waits, and the event that interrupted that wait (a cancel, shutdown's abort, or the total limit: the
+    first one wins)."""
 
     __slots__ = ("event", "task")
 
@@ -169,6 +170,36 @@ class _InlineWait:
             return self.event
         finally:
             timer.cancel()
+
+    async def run(self, ex: Exchange) -> B.Finish | None:
+        """:meth:`Exchange.begin`'s round: the machine's ``Finish`` when the handler answers it alone
+        (``adapters.exchange.answered_inline``), else None once the exchange goes on as a session task."""
+        ex._observe(ex.machine.start())
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + ex.machine.ctx.limits.total_timeout_seconds
+        session, ex._session = ex._session, None  # a later round reads it again, or takes its own
+        ex._inline = self
+        try:
+            event = await self.until(ex.rounds.event(ex._notify, {}, session), loop.call_at(
+                deadline, self.interrupt, _TOTAL_TIMEOUT))
+        except asyncio.CancelledError:
+            ex._end()
+            raise  # the handler itself is being cancelled (shutdown), not this request
+        finally:
+            ex._inline = None
+        actions = ex.machine.handle(event)
+        finish = X.answered_inline(actions, bool(ex._early))
+        if finish is not None:
+            ex._observe(actions)
+            for action in actions:
+                if isinstance(action, B.RememberTask):
+                    await ex.rounds.remember(action)
+            ex._end()
+            return finish
+        # Escalate: the total limit still counts from the request's arrival.
+        ex._timers.append(loop.call_at(deadline, ex.events.put_nowait, _TOTAL_TIMEOUT))
+        await ex._escalate(actions)
+        return None
 
 
 class HandedOver(SessionError):
@@ -216,7 +247,7 @@ class Exchange:
         self._upstream: asyncio.Task[Any] | None = None
         self._began: asyncio.Task[Any] | None = None  # the upstream task that ran its first step (its request left)
         self._timers: list[asyncio.TimerHandle] = []
-        self._inline: _InlineWait | None = None  # while begin() waits on the upstream in the handler's task
+        self._inline: _FirstRound | None = None  # while begin() waits on the upstream in the handler's task
         self._early: list[dict[str, Any]] = []  # notifications that arrived during begin()
         self._task: asyncio.Task[Any] | None = None  # run(), once spawned
         gateway = runtime.gateway  # what the round keeps in the store, and when (adapters.exchange)
@@ -259,38 +290,10 @@ class Exchange:
         message is None when cancelled: nothing is sent), or None once escalated to :meth:`run` (the caller then
         answers with :attr:`stream`)."""
         try:
-            return await self._begin()
+            return await _FirstRound().run(self)
         except Exception as exc:  # as in run(): a failure still answers the request and frees its id
             self._end()
             return B.Finish(response(self.record.downstream_id, error=failure(exc, self.record.downstream_id)))
-
-    async def _begin(self) -> B.Finish | None:
-        self._observe(self.machine.start())
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + self.machine.ctx.limits.total_timeout_seconds
-        session, self._session = self._session, None  # a later round reads it again, or takes its own
-        self._inline = wait = _InlineWait()
-        try:
-            event = await wait.until(self.rounds.event(self._notify, {}, session), loop.call_at(
-                deadline, wait.interrupt, _TOTAL_TIMEOUT))
-        except asyncio.CancelledError:
-            self._end()
-            raise  # the handler itself is being cancelled (shutdown), not this request
-        finally:
-            self._inline = None
-        actions = self.machine.handle(event)
-        finish = X.answered_inline(actions, bool(self._early))
-        if finish is not None:
-            self._observe(actions)
-            for action in actions:
-                if isinstance(action, B.RememberTask):
-                    await self.rounds.remember(action)
-            self._end()
-            return finish
-        # Escalate: the total limit still counts from the request's arrival.
-        self._timers.append(loop.call_at(deadline, self.events.put_nowait, _TOTAL_TIMEOUT))
-        await self._escalate(actions)
-        return None
 
     def spawn(self) -> OutStream:
         """Run the exchange as a session task from the start; its stream, which the caller answers with."""
