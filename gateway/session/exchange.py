@@ -148,10 +148,11 @@ class _FirstRound:
     while it waits, and the event that interrupted that wait (a cancel, shutdown's abort, or the total limit: the
     first one wins)."""
 
-    __slots__ = ("event", "task")
+    __slots__ = ("early", "event", "task")
 
     def __init__(self) -> None:
         self.task, self.event = asyncio.current_task(), None
+        self.early: list[dict[str, Any]] = []  # the request's notifications meanwhile: sent first if it escalates
 
     def interrupt(self, event: Any) -> None:
         if self.event is None and self.task is not None:
@@ -188,7 +189,7 @@ class _FirstRound:
         finally:
             ex._inline = None
         actions = ex.machine.handle(event)
-        finish = X.answered_inline(actions, bool(ex._early))
+        finish = X.answered_inline(actions, bool(self.early))
         if finish is not None:
             ex._observe(actions)
             for action in actions:
@@ -198,8 +199,23 @@ class _FirstRound:
             return finish
         # Escalate: the total limit still counts from the request's arrival.
         ex._timers.append(loop.call_at(deadline, ex.events.put_nowait, _TOTAL_TIMEOUT))
-        await ex._escalate(actions)
+        await self._escalate(ex, actions)
         return None
+
+    async def _escalate(self, ex: Exchange, actions: list[Any]) -> None:
+        """Go on as a session task with what the first round left to perform, performed here first, in the
+        handler's task (docs/design/takeover.md#a-step-runs-in-the-task-of-its-event): the stream the handler then
+        answers with already holds what they send, and neither the exchange's task nor the handler wakes for it. A
+        failure is the exchange's task's to answer, as any step's."""
+        ex.open_stream(self.early)
+        try:
+            await ex._perform(actions)
+        except BaseException as exc:
+            ex.events.put_nowait(_Failed(exc))
+            if not isinstance(exc, Exception):
+                ex._task = ex.runtime.spawn(ex.run(None, performed=True))
+                raise
+        ex._task = ex.runtime.spawn(ex.run(None, performed=True))
 
 
 class HandedOver(SessionError):
@@ -248,7 +264,6 @@ class Exchange:
         self._began: asyncio.Task[Any] | None = None  # the upstream task that ran its first step (its request left)
         self._timers: list[asyncio.TimerHandle] = []
         self._inline: _FirstRound | None = None  # while begin() waits on the upstream in the handler's task
-        self._early: list[dict[str, Any]] = []  # notifications that arrived during begin()
         self._task: asyncio.Task[Any] | None = None  # run(), once spawned
         gateway = runtime.gateway  # what the round keeps in the store, and when (adapters.exchange)
         relayed = gateway.relay is not None  # only then does anybody ask who owns the request
@@ -274,8 +289,8 @@ class Exchange:
     def _notify(self, message: dict[str, Any]) -> None:
         if self.stream is not None:
             self.stream.push(message)
-        else:
-            self._early.append(message)  # begin() is running: sent first once it escalates
+        elif self._inline is not None:  # the first round runs in the handler: sent first if it escalates
+            self._inline.early.append(message)
 
     @property
     def saved(self) -> bool:
@@ -297,29 +312,14 @@ class Exchange:
 
     def spawn(self) -> OutStream:
         """Run the exchange as a session task from the start; its stream, which the caller answers with."""
-        self._open_stream()
+        self.open_stream([])
         self._task = self.runtime.spawn(self.run(None))
         return self.stream  # type: ignore[return-value]
 
-    def _open_stream(self) -> None:
+    def open_stream(self, early: list[dict[str, Any]]) -> None:
         self.stream = self.runtime.new_stream()
-        for message in self._early:
+        for message in early:
             self.stream.push(message)
-
-    async def _escalate(self, actions: list[Any]) -> None:
-        """Go on as a session task with what :meth:`begin` left to perform, performed here first, in the handler's
-        task (docs/design/takeover.md#a-step-runs-in-the-task-of-its-event): the stream the handler then answers with
-        already holds what they send, and neither the exchange's task nor the handler wakes for it. A failure is the
-        exchange's task's to answer, as any step's."""
-        self._open_stream()
-        try:
-            await self._perform(actions)
-        except BaseException as exc:
-            self.events.put_nowait(_Failed(exc))
-            if not isinstance(exc, Exception):
-                self._task = self.runtime.spawn(self.run(None, performed=True))
-                raise
-        self._task = self.runtime.spawn(self.run(None, performed=True))
 
     async def take_over(self, stream: OutStream, elapsed_seconds: float, unsent: set[str]) -> None:
         """Continue a round another replica saved, whose lease this replica just won
