@@ -76,6 +76,7 @@ class UsageRecord:
     sunset: str | None = None
     transport: str = Transport.STREAMABLE_HTTP.value
     labelled: bool = False  # /metrics shows ``client`` (a known name, or a configured peer's client), else other
+    upstream: str = ""  # the 2025-era upstream (its configured name) a reverse-bridged request reached; else ""
 
     @property
     def metric_client(self) -> str:
@@ -303,6 +304,7 @@ class Facts(NamedTuple):
     cause: str = ""
     transport: str = Transport.STREAMABLE_HTTP.value
     configured: bool = False  # the peer is one of the configured [[peers]] (not the default peer)
+    upstream: str = ""  # the reverse bridge's upstream name (the report's modern clients -> legacy servers column)
 
 
 def build_record(folder: LabelFolder, facts: Facts) -> UsageRecord:
@@ -317,18 +319,18 @@ def build_record(folder: LabelFolder, facts: Facts) -> UsageRecord:
                        fold_revision(facts.revision), fold_method(facts.method), facts.translated, facts.rounds,
                        tuple(k for k in INPUT_KINDS if k in facts.inputs) if facts.inputs else (),
                        ordered(facts.features + transport_features(facts.transport)), facts.outcome, facts.cause,
-                       facts.sunset, fold_transport(facts.transport), labelled)
+                       facts.sunset, fold_transport(facts.transport), labelled, facts.upstream[:_LABEL_MAX])
 
 
 KEY_FIELDS = ("bucket", "peer", "client", "client_version", "era", "revision", "method", "translated", "inputs",
-              "features", "outcome", "cause", "transport")
+              "features", "outcome", "cause", "transport", "upstream")
 
 
 def rollup_key(record: UsageRecord, bucket_ms: int = HOUR_MS) -> tuple[Any, ...]:
     """The aggregation key (hourly bucket + every label); the value is ``[count, rounds]``."""
     return (record.ts_ms - record.ts_ms % bucket_ms, record.peer, record.client, record.client_version,
             record.era, record.revision, record.method, int(record.translated), ",".join(record.inputs),
-            ",".join(record.features), record.outcome, record.cause, record.transport)
+            ",".join(record.features), record.outcome, record.cause, record.transport, record.upstream)
 
 
 def add_to_rollup(rollup: dict[tuple[Any, ...], list[int]], record: UsageRecord, count: int = 1) -> None:

@@ -89,7 +89,7 @@ def _perform(request: web.Request, gw: Gateway, acc: Accepted, action: Action) -
             # a 2025-era upstream: answered as a 2026-07-28 server
             # (docs/design/eras.md#2026-clients-in-front-of-a-2025-server-the-reverse-bridge)
             if reverse is not None:
-                watch = reverse_watch(request, gw, acc.principal, acc.message, acc.grant)
+                watch = reverse_watch(request, gw, acc.principal, acc.message, acc.grant, upstream)
                 return reverse.handle(request, acc.principal, acc.message, request.app[PASSTHROUGHS], watch)
             return on_modern(request, gw, acc, upstream, tools)
         case Reply(message, warning):

@@ -3,7 +3,8 @@
 2025-11-25 upstream is recorded once, as the forward direction's bridged requests are, in the same store and
 ``/metrics`` families: era ``modern`` (the client's), ``translated`` (the gateway carried it across eras), the round it
 asked its client (an ``input_required`` answer is one bridged round) and the kinds of the legacy server's requests in it
-(``mcp_gateway_bridged_inputs``: which legacy features 2026 clients still reach); its deprecated features are the
+(``mcp_gateway_bridged_inputs``: which legacy features 2026 clients still reach) and the upstream's configured name
+(the report's "modern clients -> legacy servers" section groups by it); its deprecated features are the
 client's own, as for a passthrough (adapters.usage.modern_request_features). Which legacy servers are behind the gateway
 is the ``mcp_gateway_legacy_upstream_sessions`` gauge, set from the bridge's pool at each scrape.
 
@@ -40,8 +41,8 @@ class ReverseWatch:
     """One reverse-bridged HTTP request, recorded at :meth:`done`. Never raises into the request."""
 
     def __init__(self, recorder: UsageRecorder, request: web.Request, gw: Any, principal: str,
-                 message: Mapping[str, Any], grant: Any = None) -> None:
-        self.recorder, self.request, self.gw = recorder, request, gw
+                 message: Mapping[str, Any], grant: Any = None, upstream: str = "") -> None:
+        self.recorder, self.request, self.gw, self.upstream = recorder, request, gw, upstream
         self.principal, self.message, self.grant = principal, message, grant
         self.rounds = 0
         self.inputs: set[str] = set()
@@ -78,7 +79,7 @@ class ReverseWatch:
         recorder.note(facts_of(recorder.clock_ms(), "modern", meta.get(_REVISION_META, "2026-07-28"),
                                self.message.get("method"), True, info, peer, sunset, rounds=self.rounds,
                                inputs=inputs, features=features, outcome=outcome,
-                               configured=configured_peer(self.gw, peer)))
+                               configured=configured_peer(self.gw, peer), upstream=self.upstream))
         if recorder.metrics is not None and _STARTED in self.request:
             recorder.metrics.request_seconds("modern", time.perf_counter() - self.request[_STARTED])
 
@@ -96,9 +97,10 @@ def _outcome_of(response: web.StreamResponse) -> tuple[str, str]:
 
 
 def reverse_watch(request: web.Request, gw: Any, principal: str, message: Mapping[str, Any],
-                  grant: Any = None) -> ReverseWatch | None:
-    """The watch of a request about to be reverse-bridged, or None when usage recording is off."""
+                  grant: Any = None, upstream: str = "") -> ReverseWatch | None:
+    """The watch of a request about to be reverse-bridged to ``upstream`` (its configured name), or None when usage
+    recording is off."""
     recorder = request.app.get(USAGE)
     if recorder is None or not recorder.config.enabled:
         return None
-    return ReverseWatch(recorder, request, gw, principal, message, grant)
+    return ReverseWatch(recorder, request, gw, principal, message, grant, upstream)

@@ -57,6 +57,7 @@ _USAGE_TABLE = f"""CREATE TABLE IF NOT EXISTS usage (
   era TEXT NOT NULL, revision TEXT NOT NULL, method TEXT NOT NULL, translated INTEGER NOT NULL,
   inputs TEXT NOT NULL, features TEXT NOT NULL, outcome TEXT NOT NULL, cause TEXT NOT NULL,
   transport TEXT NOT NULL DEFAULT 'streamable_http',
+  upstream TEXT NOT NULL DEFAULT '',
   count INTEGER NOT NULL, rounds INTEGER NOT NULL, PRIMARY KEY ({_KEY_COLUMNS}))"""
 _SCHEMA = f"""{_USAGE_TABLE};
 CREATE INDEX IF NOT EXISTS usage_bucket ON usage (bucket);
@@ -67,20 +68,24 @@ _UPSERT = (f"INSERT INTO usage ({_KEY_COLUMNS}, count, rounds) VALUES ({', '.joi
            "rounds = rounds + excluded.rounds")
 
 
-def _add_transport_column(conn: sqlite3.Connection) -> None:
-    """A store written before the transport label: its rows came through /mcp. The column is part of the
-    primary key, which SQLite cannot alter, so the rows move to a table of the new shape, in one transaction."""
+_LATER_COLUMNS = ("transport", "upstream")  # labels added after the first stores were written
+
+
+def _add_label_columns(conn: sqlite3.Connection) -> None:
+    """A store written before a later label (the transport: its rows came through /mcp; the reverse bridge's
+    upstream: its rows name none) gets the column with its default. The columns are part of the primary key,
+    which SQLite cannot alter, so the rows move to a table of the new shape, in one transaction."""
     columns = {row[1] for row in conn.execute("PRAGMA table_info(usage)")}
-    if not columns or "transport" in columns:
+    if not columns or all(c in columns for c in _LATER_COLUMNS):
         return
-    old = ", ".join(c for c in (*KEY_FIELDS, "count", "rounds") if c != "transport")
+    old = ", ".join(c for c in (*KEY_FIELDS, "count", "rounds") if c in columns)
     conn.execute("BEGIN")
     try:
-        conn.execute("ALTER TABLE usage RENAME TO usage_before_transport")
+        conn.execute("ALTER TABLE usage RENAME TO usage_before_labels")
         conn.execute("DROP INDEX IF EXISTS usage_bucket")
         conn.execute(_USAGE_TABLE)
-        conn.execute(f"INSERT INTO usage ({old}) SELECT {old} FROM usage_before_transport")
-        conn.execute("DROP TABLE usage_before_transport")
+        conn.execute(f"INSERT INTO usage ({old}) SELECT {old} FROM usage_before_labels")
+        conn.execute("DROP TABLE usage_before_labels")
         conn.commit()
     except sqlite3.Error:
         conn.rollback()
@@ -109,7 +114,7 @@ class UsageDb:
             try:
                 if self.path != ":memory:":
                     self.conn.execute("PRAGMA journal_mode=WAL")  # `report` can read while `serve` writes
-                _add_transport_column(self.conn)
+                _add_label_columns(self.conn)
                 self.conn.executescript(_SCHEMA)
                 return
             except sqlite3.OperationalError as exc:
@@ -374,10 +379,10 @@ def _transport(gw: Any, request: web.Request) -> str:
 def facts_of(now_ms: int, era: str, revision: Any, method: Any, translated: bool, info: Any, peer: Any,
              sunset: Any, rounds: int = 0, inputs: tuple[str, ...] = (), features: tuple[str, ...] = (),
              outcome: tuple[str, str] = ("ok", ""), transport: str = Transport.STREAMABLE_HTTP.value,
-             configured: bool = False) -> Facts:
+             configured: bool = False, upstream: str = "") -> Facts:
     """Hashable facts: the hour bucket, folded method and revision, plain-string client labels."""
     return Facts(*facts_head(now_ms, era, revision, method, translated, info, peer, sunset), rounds, inputs, features,
-                 *outcome, transport, configured)
+                 *outcome, transport, configured, upstream)
 
 
 # The first eight fields of Facts: the hour, era, revision, method, translated, client labels, peer, sunset.

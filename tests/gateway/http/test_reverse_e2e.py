@@ -23,9 +23,11 @@ import pytest
 from mcp import Client
 from mcp.shared.exceptions import MCPError
 
+from adapters.usage import KEY_FIELDS
 from gateway.config.settings import load_config
 from gateway.http.app import create_app
 from gateway.http.keys import REVERSE
+from gateway.telemetry.usage import USAGE
 from tests.gateway.http.test_doors_sdk1 import _client_env, sdk1_python  # noqa: F401  (a fixture)
 from tests.waiting import accepts_sync, until, until_sync
 
@@ -436,6 +438,9 @@ async def test_reverse_bridged_requests_are_counted_once_with_their_rounds(aioht
     assert total("mcp_gateway_bridged_inputs", input_kind="sampling") == 1
     assert total("mcp_gateway_bridged_inputs", input_kind="roots") == 1
     assert total("mcp_gateway_legacy_upstream_sessions", server="legacy-notes", revision="2025-11-25") == 1
+    field = {name: i for i, name in enumerate(KEY_FIELDS)}  # the report's rows name the upstream reached
+    assert {key[field["upstream"]] for key in gateway.app[USAGE].rollup
+            if key[field["era"]] == "modern" and key[field["translated"]]} == {"default"}
 
 
 async def test_a_legacy_server_that_dies_mid_round_fails_the_retry_clearly(aiohttp_server: Any,

@@ -93,9 +93,30 @@ async def test_each_door_is_a_transport_label_and_http_sse_a_deprecated_feature(
     assert 'class="transports">' in render_html(report) and "http_sse: 3" in render_html(report)
 
 
+def test_a_store_from_before_the_upstream_label_keeps_its_rows(tmp_path: Path) -> None:
+    path = str(tmp_path / "old.db")
+    old = [f for f in KEY_FIELDS if f != "upstream"]
+    conn = sqlite3.connect(path)
+    conn.execute(f"CREATE TABLE usage ({', '.join(old)}, count, rounds, PRIMARY KEY ({', '.join(old)}))")
+    conn.execute("CREATE INDEX usage_bucket ON usage (bucket)")
+    row: dict[str, Any] = dict(bucket=0, peer="default", client="bot", client_version="1", era="modern",
+                               revision="2026-07-28", method="tools/call", translated=1, inputs="sampling",
+                               features="", outcome="ok", cause="", transport="streamable_http", count=4, rounds=4)
+    conn.execute(f"INSERT INTO usage VALUES ({', '.join('?' * len(row))})", list(row.values()))
+    conn.commit()
+    conn.close()
+    store = UsageDb(path)
+    try:
+        assert [(r["client"], r["count"], r["upstream"]) for r in store.rows(0)] == [("bot", 4, "")]
+        store.write({(*[row[f] for f in old], ""): [1, 1], (*[row[f] for f in old], "crm"): [2, 2]}, {}, 400, 0)
+        assert sorted((r["upstream"], r["count"]) for r in store.rows(0)) == [("", 5), ("crm", 2)]
+    finally:
+        store.close()
+
+
 def test_a_store_from_before_the_transport_label_keeps_its_rows(tmp_path: Path) -> None:
     path = str(tmp_path / "old.db")
-    old = [f for f in KEY_FIELDS if f != "transport"]
+    old = [f for f in KEY_FIELDS if f not in ("transport", "upstream")]  # the first stores' key
     conn = sqlite3.connect(path)
     conn.execute(f"CREATE TABLE usage ({', '.join(old)}, count, rounds, PRIMARY KEY ({', '.join(old)}))")
     conn.execute("CREATE INDEX usage_bucket ON usage (bucket)")
@@ -109,7 +130,7 @@ def test_a_store_from_before_the_transport_label_keeps_its_rows(tmp_path: Path) 
     try:
         rows = list(store.rows(0))
         assert [(r["client"], r["count"], r["transport"]) for r in rows] == [("ide", 7, "streamable_http")]
-        key = (*[row[f] for f in old], "streamable_http")
+        key = (*[row[f] for f in old], "streamable_http", "")
         store.write({key: [3, 0]}, {}, 400, 0)  # the upsert meets the migrated key
         assert [r["count"] for r in store.rows(0)] == [10]
     finally:
