@@ -2,7 +2,9 @@
 
 Owns: folding stored rollup rows (``adapters.usage.KEY_FIELDS`` + count + rounds) into groups, the legacy share
 per day, requests per transport (the door they came through), deprecated features still in use, translation
-failures by cause, days until the peer's sunset and until 2027-07-28 (2026-07-28 §Deprecated), and the verdict.
+failures by cause, days until the peer's sunset and until 2027-07-28 (2026-07-28 §Deprecated), and the verdict;
+and the other direction beside it: the reverse bridge's rows (era ``modern``, ``translated``: a 2026 client served
+from a 2025-era upstream) by upstream, with the legacy features (input kinds), methods and clients that reach it.
 The shell feeds rows one at a time (so it can show progress over a large store) and injects ``today``. Also owns
 the report window (``--since``, ``/migration?since=``): its syntax and its bound, the history the store keeps.
 
@@ -136,8 +138,55 @@ def _bump(counts: dict[str, int], key: str, n: int) -> None:
     counts[key] = counts.get(key, 0) + n
 
 
+def _by_count(counts: Mapping[str, int]) -> dict[str, int]:
+    return dict(sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
+
+
 def _split(joined: str) -> list[str]:
     return [part for part in (joined or "").split(",") if part]
+
+
+# --- the other direction: modern clients -> legacy servers -----------------------------------------------------
+UNNAMED = "(not recorded)"  # a reverse row written before records named their upstream
+
+
+def is_reverse(row: Mapping[str, Any]) -> bool:
+    """A 2026 client's request the gateway carried to a 2025-era upstream: the client's era is ``modern`` and it
+    was translated (a modern passthrough is not; a forward-bridged request's era is ``legacy``)."""
+    return row["era"] == "modern" and bool(row["translated"])
+
+
+@dataclass
+class Reach:
+    """What 2026 clients reach through one legacy upstream: requests, rounds, input kinds, methods, clients."""
+
+    requests: int = 0
+    rounds: int = 0
+    errors: int = 0
+    cancelled: int = 0
+    inputs: dict[str, int] = field(default_factory=dict)
+    methods: dict[str, int] = field(default_factory=dict)
+    clients: dict[str, int] = field(default_factory=dict)
+    failures: dict[str, int] = field(default_factory=dict)
+
+    def add(self, row: Mapping[str, Any]) -> None:
+        n = int(row["count"])
+        self.requests += n
+        self.rounds += int(row["rounds"])
+        self.errors += n if row["outcome"] == "error" else 0
+        self.cancelled += n if row["outcome"] == "cancelled" else 0
+        _bump(self.methods, row["method"], n)
+        _bump(self.clients, f"{row['peer']}/{row['client']}", n)
+        for name in _split(row["inputs"]):
+            _bump(self.inputs, name, n)
+        if row["cause"] in FAILURE_CAUSES:
+            _bump(self.failures, row["cause"], n)
+
+    def summary(self) -> dict[str, Any]:
+        return {"requests": self.requests, "rounds": self.rounds, "errors": self.errors, "cancelled": self.cancelled,
+                "inputs": {k: self.inputs[k] for k in INPUT_KINDS if k in self.inputs},
+                "methods": _by_count(self.methods), "clients": _by_count(self.clients),
+                "failures": {c: self.failures[c] for c in FAILURE_CAUSES if c in self.failures}}
 
 
 def verdict(features: Mapping[str, int]) -> str:
@@ -151,12 +200,15 @@ class ReportBuilder:
 
     peers: dict[str, Tally] = field(default_factory=dict)
     clients: dict[tuple[str, str], Tally] = field(default_factory=dict)
+    upstreams: dict[str, Reach] = field(default_factory=dict)
     rows: int = 0
 
     def add(self, row: Mapping[str, Any]) -> None:
         self.rows += 1
         self.peers.setdefault(row["peer"], Tally()).add(row)
         self.clients.setdefault((row["peer"], row["client"]), Tally()).add(row)
+        if is_reverse(row):
+            self.upstreams.setdefault(row.get("upstream") or UNNAMED, Reach()).add(row)
 
     def finish(self, today: str, since_days: int, sunsets: Mapping[str, str | None]) -> dict[str, Any]:
         first = day_number(today) - since_days + 1
@@ -170,7 +222,8 @@ class ReportBuilder:
                                   for (p, c), t in sorted(self.clients.items()) if p == name])
             peers.append(entry)
         return {"today": today, "since_days": since_days, "removal_date": REMOVAL_DATE,
-                "days_until_removal": days_until(REMOVAL_DATE, today), "rows_read": self.rows, "peers": peers}
+                "days_until_removal": days_until(REMOVAL_DATE, today), "rows_read": self.rows, "peers": peers,
+                "reverse": [dict(self.upstreams[name].summary(), upstream=name) for name in sorted(self.upstreams)]}
 
 
 def summarize(tally: Tally, first_day: int, last_day: int) -> dict[str, Any]:

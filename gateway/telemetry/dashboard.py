@@ -96,9 +96,24 @@ def _peer_section(peer: dict[str, Any]) -> str:
             "</section>")
 
 
+def _reverse_section(upstreams: list[dict[str, Any]]) -> str:
+    """The other direction: the 2025-era upstreams 2026 clients still reach through the reverse bridge."""
+    rows = ["<tr><th>legacy upstream</th><th>requests</th><th>rounds</th><th>legacy features reached</th>"
+            "<th>methods</th><th>clients</th><th>failures</th></tr>"]
+    for up in upstreams:
+        cells = [", ".join(f"{k}: {v}" for k, v in up[key].items()) or "none"
+                 for key in ("inputs", "methods", "clients", "failures")]
+        rows.append(f'<tr class="upstream" data-upstream="{escape(up["upstream"])}" data-requests="{up["requests"]}">'
+                    f'<td>{escape(up["upstream"])}</td><td>{up["requests"]}</td><td>{up["rounds"]}</td>'
+                    + "".join(f"<td>{escape(c)}</td>" for c in cells) + "</tr>")
+    table = "<table>" + "".join(rows) + "</table>" if upstreams else "<p>None in this window.</p>"
+    return f'<section id="reverse"><h2>Modern clients &rarr; legacy servers</h2>{table}</section>'
+
+
 def render_html(report: dict[str, Any], refresh_seconds: int | None = None) -> str:
     refresh = f'<meta http-equiv="refresh" content="{refresh_seconds}">' if refresh_seconds else ""
     body = "".join(_peer_section(p) for p in report["peers"]) or "<p>No traffic recorded in this window.</p>"
+    body += _reverse_section(report.get("reverse", []))
     return ("<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\">" + refresh +
             f"<title>MCP migration progress</title><style>{_CSS}</style></head><body>"
             f'<h1>MCP migration progress</h1><p id="summary" data-days-until-removal="{report["days_until_removal"]}">'

@@ -80,7 +80,22 @@ def render_table(report: dict[str, Any]) -> str:
         lines.append("")
     if not report["peers"]:
         lines.append("no traffic recorded in this window")
-    return "\n".join(lines)
+    return "\n".join(lines + _reverse_lines(report.get("reverse", [])))
+
+
+def _reverse_lines(upstreams: list[dict[str, Any]]) -> list[str]:
+    """The other direction: which 2025-era upstreams 2026 clients still reach, and with which of their features."""
+    lines = ["", "modern clients -> legacy servers (reverse bridge)"]
+    for up in upstreams:
+        lines.append(f"  {up['upstream']}: {up['requests']} requests, {up['rounds']} rounds, "
+                     f"{up['errors']} errors, {up['cancelled']} cancelled")
+        lines.append(f"    legacy features reached: {_pairs(up['inputs'])}")
+        lines.append(f"    methods: {_pairs(up['methods'])}")
+        lines.append(f"    clients: {_pairs(up['clients'])}")
+        lines.append(f"    translation failures: {_pairs(up['failures'])}")
+    if not upstreams:
+        lines.append("  none in this window")
+    return lines
 
 
 def _pairs(counts: Mapping[str, int]) -> str:

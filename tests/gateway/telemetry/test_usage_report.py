@@ -221,3 +221,50 @@ def test_report_since_hours_and_the_retention_bound(tmp_path) -> None:
     longer = report("--db", db, "--format", "json", "--since", "401d", "--config", str(config))
     assert longer.returncode == 0 and json.loads(longer.stdout)["window"] == "401 days"
     assert report("--db", db, "--since", "1e9d").returncode == 2
+
+
+def reverse_store(path: str) -> None:
+    """A 2026 client (agent) reaching two 2025-era upstreams through the reverse bridge, beside forward traffic."""
+    folder, rollup = LabelFolder(), {}
+    agent = {"name": "bot", "version": "2"}
+    facts = [Facts(at("2026-12-01"), "modern", "2026-07-28", "tools/call", True, agent, "agent", None, rounds=2,
+                   inputs=("sampling", "elicitation.form"), upstream="crm")] * 3
+    facts += [Facts(at("2026-12-01"), "modern", "2026-07-28", "tools/call", True, agent, "agent", None, rounds=1,
+                    inputs=("roots",), upstream="crm")]
+    facts += [Facts(at("2026-12-02"), "modern", "2026-07-28", "subscriptions/listen", True, agent, "agent", None,
+                    upstream="files")] * 2
+    facts += [Facts(at("2026-12-01"), "legacy", "2025-11-25", "tools/call", True, {"name": "vscode-mcp"}, "ide",
+                    None, features=("legacy handshake",))] * 5
+    for fact in facts:
+        add_to_rollup(rollup, build_record(folder, fact))
+    db = UsageDb(path)
+    db.write(rollup, {"agent": (None, 0), "ide": (None, 0)}, 400, at(TODAY))
+    db.close()
+
+
+def test_report_shows_the_reverse_direction_by_legacy_upstream(tmp_path) -> None:
+    db = str(tmp_path / "reverse.db")
+    reverse_store(db)
+    table = report("--db", db, "--since", "7d")
+    assert table.returncode == 0, table.stderr
+    section = table.stdout.split("modern clients -> legacy servers (reverse bridge)\n")[1].splitlines()
+    assert section == [
+        "  crm: 4 requests, 7 rounds, 0 errors, 0 cancelled",
+        "    legacy features reached: sampling 3, elicitation.form 3, roots 1",
+        "    methods: tools/call 4",
+        "    clients: agent/bot 4",
+        "    translation failures: none",
+        "  files: 2 requests, 0 rounds, 0 errors, 0 cancelled",
+        "    legacy features reached: none",
+        "    methods: subscriptions/listen 2",
+        "    clients: agent/bot 2",
+        "    translation failures: none"]
+    data = json.loads(report("--db", db, "--format", "json", "--since", "7d").stdout)
+    assert [(u["upstream"], u["requests"], u["inputs"]) for u in data["reverse"]] == [
+        ("crm", 4, {"sampling": 3, "elicitation.form": 3, "roots": 1}), ("files", 2, {})]
+    html = report("--db", db, "--format", "html", "--since", "7d").stdout
+    assert 'data-upstream="crm" data-requests="4"' in html and "sampling: 3, elicitation.form: 3, roots: 1" in html
+    forward_only = str(tmp_path / "forward.db")
+    synthetic_store(forward_only)
+    assert report("--db", forward_only).stdout.rstrip().endswith("modern clients -> legacy servers (reverse bridge)\n"
+                                                                 "  none in this window")
