@@ -108,7 +108,7 @@ async def handle_mcp(request: web.Request) -> web.StreamResponse:
         refused = None if checked else check_origin_host(headers, gw.policy)
         if refused is not None:
             return rejection_response(refused)
-        relayed = await bridges.relay(request, body, parsed, principal, not gw.config.auth.enabled)
+        relayed = await bridges.relay(request, body, parsed, principal)
         if relayed is not None:
             return relayed
     verdict = await classified(gw, HttpView(request.method, headers, body, repeated, checked, key, principal), now)

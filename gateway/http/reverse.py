@@ -31,6 +31,7 @@ from multidict import CIMultiDict
 from adapters import reverse as R
 from adapters import reverse_listen as RL
 from adapters import reverse_wire as W
+from adapters.credentials import Grant
 from adapters.errors import (
     INTERNAL_ERROR,
     METHOD_NOT_FOUND,
@@ -43,6 +44,7 @@ from adapters.jsonwire import loads
 from adapters.protocol import MRTR_METHODS, NAME_PARAM
 from adapters.sse import encode_event
 from adapters.upstream import header_map_of, learned_header_maps
+from gateway.auth.credentials import CredentialError, UpstreamCredentials
 from gateway.http.passthrough import Passthroughs
 from gateway.http.streams import json_response
 from gateway.session.runtime import log
@@ -59,6 +61,9 @@ class Watch(Protocol):
     def done(self, response: web.StreamResponse) -> None: ...
 
 _FAILURES = (LegacyFailure, aiohttp.ClientError, TimeoutError, ValueError)
+# The grants whose credential is made from the client's own token: only these see it (a pooled session keeps the
+# token of the request that opened it, its principal's; the others never hold one).
+_CLIENT_GRANTS = frozenset({Grant.FORWARD, Grant.TOKEN_EXCHANGE})
 # A bound on the tools/list pages read to learn x-mcp-header annotations: a server that pages forever is not
 # followed forever (tools on later pages go unchecked).
 _TOOL_PAGES = 20
@@ -165,6 +170,9 @@ class ReverseBridge:
         # Relays a retry to the replica its state names (gateway.http.reverse_bridges): its JSON-RPC answer, or
         # None when that replica is gone. None: no shared store, so no other replica.
         self.forward: Callable[[str, dict[str, Any]], Awaitable[Mapping[str, Any] | None]] | None = None
+        # The upstream's credential (``[gateway.upstream_auth]`` / ``[upstreams.NAME] auth``), the one its forward
+        # client holds (gateway.http.reverse_bridges); None: none is sent.
+        self.credentials: Callable[[], UpstreamCredentials | None] = lambda: None
 
     def spawn(self, step: Any) -> None:
         task = asyncio.create_task(step)
@@ -221,7 +229,23 @@ class ReverseBridge:
         if pooled is not None:
             await pooled.session.close()
 
-    async def _session(self, key: R.PoolKey, req: W.Request) -> Pooled | ErrorValue:
+    async def authorization(self, client: str | None) -> str | None:
+        """The ``Authorization`` value for the upstream, as the forward ``UpstreamClient`` sends it: never the
+        client's token unless the upstream shares the gateway's audience (``forward``, gateway.config.pins)."""
+        credentials = self.credentials()
+        if credentials is None:
+            return None
+        try:
+            return await credentials.header(client if credentials.grant in _CLIENT_GRANTS else None)
+        except CredentialError as exc:
+            raise LegacyFailure(str(exc)) from None
+
+    def _authorize(self, client: str | None) -> Callable[[], Awaitable[str | None]]:
+        credentials = self.credentials()
+        kept = client if credentials is not None and credentials.grant in _CLIENT_GRANTS else None
+        return lambda: self.authorization(kept)
+
+    async def _session(self, key: R.PoolKey, req: W.Request, client: str | None = None) -> Pooled | ErrorValue:
         """The key's session, opened (``initialize``) on first use; other keys' idle sessions make room."""
         decision = R.plan(self._entries(), key, self.settings.pool)
         if isinstance(decision, R.Full):
@@ -231,7 +255,8 @@ class ReverseBridge:
         pooled = self.pool.get(key)
         if pooled is None:
             assert self.http is not None, "the bridge was started"
-            session = LegacySession(self.http, self.settings.url, self.settings.max_event_bytes, streams=self.streams)
+            session = LegacySession(self.http, self.settings.url, self.settings.max_event_bytes, streams=self.streams,
+                                    authorize=self._authorize(client))
             opened = asyncio.create_task(session.open(W.initialize_params(req.capabilities, req.client_info)))
             pooled = self.pool[key] = Pooled(session, opened, now_ms())
             session.on_unrelated = lambda message: self._unrelated(pooled, message)
@@ -261,17 +286,24 @@ class ReverseBridge:
             queue.put_nowait(message)
 
     # --- 2025 clients: relayed as they are ---------------------------------------------------------------
-    async def relay_legacy(self, request: web.Request, body: bytes, forward_token: bool,
+    async def relay_legacy(self, request: web.Request, body: bytes,
                            session: tuple[str | None, Callable[[str], str]] = (None, str)) -> web.StreamResponse:
         """A 2025-era request passed to the legacy server and its answer streamed back (sessions, live requests
-        and the GET stream are the server's own); ``forward_token``: the client's Authorization goes along.
-        ``session``: the server's session id to send instead of the client's, and how the server's id in the
-        answer is given to the client (gateway.http.reverse_bridges seals it)."""
+        and the GET stream are the server's own), with the upstream's credential in place of the client's token
+        (:meth:`authorization`). ``session``: the server's session id to send instead of the client's, and how
+        the server's id in the answer is given to the client (gateway.http.reverse_bridges seals it)."""
         assert self.streams is not None, "the bridge was started"
-        names = _LEGACY_HEADERS if forward_token else _LEGACY_HEADERS - {"authorization"}
-        headers = {k: v for k, v in request.headers.items() if k.lower() in names and k.lower() != "mcp-session-id"}
+        headers = {k: v for k, v in request.headers.items()
+                   if k.lower() in _LEGACY_HEADERS and k.lower() not in ("mcp-session-id", "authorization")}
         if session[0] is not None:
             headers["Mcp-Session-Id"] = session[0]
+        try:
+            credential = await self.authorization(request.headers.get("authorization"))
+        except LegacyFailure as exc:
+            error = upstream_failure(UpstreamFault.CREDENTIAL, str(exc))
+            return json_response({"jsonrpc": "2.0", "id": None, "error": error.to_wire()}, 502)
+        if credential:
+            headers["Authorization"] = credential
         try:
             up = await self.streams.request(request.method, self.settings.url, data=body or None, headers=headers,
                                          allow_redirects=False)
@@ -307,7 +339,7 @@ class ReverseBridge:
             return await self._retry(request, req, principal, relays, watch)
         key = R.pool_key(principal, req.capabilities, req.client_info)
         for attempt in range(2):  # a 404 means the session ended: one new session, one more try
-            pooled = await self._session(key, req)
+            pooled = await self._session(key, req, request.headers.get("authorization"))
             if isinstance(pooled, ErrorValue):
                 return answer(req.ident, error=pooled)
             caps = pooled.session.initialized.get("capabilities")

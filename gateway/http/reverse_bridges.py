@@ -6,27 +6,33 @@ Owns which bridge a 2025 client's relayed request goes to (``adapters.reverse.re
 gateway's ``Mcp-Session-Id`` of a relayed session is sealed over ``adapters.reverse.RelayedSession``, so any
 replica knows where it goes, with nothing stored), and the retries of parked calls relayed between replicas
 through the store's bus (gateway.session.relay): sent from the replica the client reached, answered here by the
-bridge holding the call.
+bridge holding the call. And the relayed sessions this replica opened, counted against the gateway's own session
+limits (:class:`RelayedSessions`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import os
+from collections import Counter
 from collections.abc import Mapping
 from typing import Any
 
 from aiohttp import web
 
 from adapters import reverse as R
+from adapters.admission import SessionCounts, admit_session
 from adapters.authz import Principal
 from adapters.classify import principal_of
+from adapters.errors import Rejection
 from adapters.peers import client_info_of, match_peer
 from adapters.reverse_wire import Era, era_of
+from gateway.auth.credentials import UpstreamCredentials
 from gateway.config.settings import GatewayConfig
 from gateway.http.reverse import ReverseBridge, ReverseSettings, Sealer
+from gateway.http.streams import json_response
 from gateway.session.relay import BusRelay
-from gateway.session.runtime import Gateway
+from gateway.session.runtime import Gateway, log
 
 _SESSION_AAD = b"mcp-legacy-gateway relayed 2025 session v1"
 
@@ -59,6 +65,49 @@ def legacy_upstreams(config: GatewayConfig, url: str) -> dict[str, str]:
     return found
 
 
+class RelayedSessions:
+    """The relayed 2025 sessions this replica opened, by (upstream, the server's session id): their principal and
+    last use (ms), and the ``initialize``s in flight by principal. Process-local: a relayed session's id is sealed
+    and nothing of it is stored, so each replica counts what it opened; one not used for the gateway's
+    ``session_idle_seconds`` here (its requests went to another replica, or the client left without ``DELETE``) is
+    no longer counted (docs/design/eras.md#2026-clients-in-front-of-a-2025-server-the-reverse-bridge)."""
+
+    def __init__(self) -> None:
+        self.live: dict[tuple[str, str], tuple[str, int]] = {}
+        self.of_principal: Counter[str] = Counter()
+        self.opening: Counter[str] = Counter()
+
+    def counts(self, principal: str) -> tuple[int, int]:
+        """In total and of ``principal``, the initializes in flight included."""
+        return (len(self.live) + self.opening.total(),
+                self.of_principal[principal] + self.opening[principal])
+
+    def opened(self, key: tuple[str, str], principal: str, now: int) -> None:
+        if self.live.pop(key, None) is None:
+            self.of_principal[principal] += 1
+        self.live[key] = (principal, now)
+
+    def used(self, key: tuple[str, str], now: int) -> None:
+        entry = self.live.pop(key, None)
+        if entry is not None:
+            self.live[key] = (entry[0], now)  # last: the dict stays ordered by last use, for sweep
+
+    def ended(self, key: tuple[str, str]) -> None:
+        entry = self.live.pop(key, None)
+        if entry is not None:
+            self.of_principal[entry[0]] -= 1
+            if self.of_principal[entry[0]] <= 0:
+                del self.of_principal[entry[0]]
+
+    def sweep(self, now: int, idle_ms: int) -> None:
+        """End the ones idle for ``idle_ms``: the oldest used come first, so the walk stops at a fresh one."""
+        while self.live:
+            key, (_, seen) = next(iter(self.live.items()))
+            if now - seen < idle_ms:
+                return
+            self.ended(key)
+
+
 class ReverseBridges:
     """The bridges by upstream name, the sealing of relayed sessions' ids, and the replica relay's retries."""
 
@@ -67,11 +116,19 @@ class ReverseBridges:
         self.by_name = {name: self._bridge(config, name, at) for name, at in legacy_upstreams(config, url).items()}
         self.sealer = Sealer(_state_key(config))
         self.closing: set[asyncio.Task[None]] = set()  # bridges a reload replaced, closing
+        self.relayed = RelayedSessions()
 
     def _bridge(self, config: GatewayConfig, name: str, url: str) -> ReverseBridge:
         bridge = ReverseBridge(reverse_settings(config, name, url, self.gateway.replica))
         bridge.forward = self._forward
+        bridge.credentials = lambda: self._credentials(name)
         return bridge
+
+    def _credentials(self, name: str) -> UpstreamCredentials | None:
+        """The credential the upstream's forward client sends (gateway.http.app), looked up when used: a reload
+        replaces the clients. A named upstream without one gets none, never the main upstream's."""
+        client = self.gateway.upstream if name == "default" else self.gateway.upstreams.get(name)
+        return client.credentials if client is not None else None
 
     def get(self, name: str) -> ReverseBridge | None:
         return self.by_name.get(name)
@@ -117,10 +174,11 @@ class ReverseBridges:
             relay.on_retry = self.answer_retry
 
     # --- 2025 clients ----------------------------------------------------------------------------------
-    async def relay(self, request: web.Request, body: bytes, message: object, grant: Principal | None,
-                    forward_token: bool) -> web.StreamResponse | None:
+    async def relay(self, request: web.Request, body: bytes, message: object,
+                    grant: Principal | None) -> web.StreamResponse | None:
         """A 2025 client's request relayed to the 2025-era upstream its session or peer names; None when it is
-        not one of those (the gateway's own sessions serve it)."""
+        not one of those (the gateway's own sessions serve it). An ``initialize`` is admitted first as a forward
+        session is (gateway.http.handshake)."""
         gw, headers = self.gateway, request.headers
         principal = grant.key if grant is not None else principal_of(headers.get("authorization"), gw.policy.tokens)
         sealed = headers.get("mcp-session-id")
@@ -130,9 +188,52 @@ class ReverseBridges:
         name = R.relay_upstream(bool(sealed), session, principal, routed, self.by_name)
         if name is None:
             return None
+        if session is None and isinstance(message, Mapping) and message.get("method") == "initialize":
+            return await self._initialize(request, body, message, name, principal)
         upstream_id = session.session_id if session is not None else None
-        return await self.by_name[name].relay_legacy(request, body, forward_token,
-                                                     (upstream_id, lambda sid: self._seal(name, sid, principal)))
+        answer = await self.by_name[name].relay_legacy(request, body, (upstream_id,
+                                                                      lambda sid: self._seal(name, sid, principal)))
+        if upstream_id is None:
+            return answer
+        key = (name, upstream_id)
+        if answer.status == 404 or (request.method == "DELETE" and answer.status < 300):
+            self.relayed.ended(key)  # 2025-11-25 basic/transports §Session Management: the session is over
+        else:
+            self.relayed.used(key, gw.clock())
+        return answer
+
+    async def _initialize(self, request: web.Request, body: bytes, message: Mapping[str, Any], name: str,
+                          principal: str) -> web.StreamResponse:
+        """An ``initialize`` without a session, admitted against the
+        gateway's session limits: its sessions in the store and the relayed ones opened here. It is counted as
+        in flight before the counts are read, so concurrent initializes here cannot all pass one free slot."""
+        gw, relayed = self.gateway, self.relayed
+        relayed.opening[principal] += 1
+        try:
+            full = await self._admit(principal, message.get("id"))
+            if full is not None:
+                log.warning("relayed initialize refused: %s", full.error.message)
+                return json_response(full.body(), full.status)  # a session limit has no challenge
+
+            def given(upstream_id: str) -> str:
+                relayed.opened((name, upstream_id), principal, gw.clock())
+                return self._seal(name, upstream_id, principal)
+
+            return await self.by_name[name].relay_legacy(request, body, (None, given))
+        finally:
+            relayed.opening[principal] -= 1
+            if relayed.opening[principal] <= 0:
+                del relayed.opening[principal]
+
+    async def _admit(self, principal: str, ident: Any) -> Rejection | None:
+        """adapters.admission.admit_session over the store's sessions and the relayed ones here (this request's
+        own count in flight left out)."""
+        gw = self.gateway
+        self.relayed.sweep(gw.clock(), gw.policy.session_idle_ms)
+        total, own = await gw.store.count_sessions(principal)
+        mine, mine_own = self.relayed.counts(principal)
+        counts = SessionCounts(total + mine - 1, own + mine_own - 1)
+        return admit_session(counts, gw.config.sessions.session_limits, ident)
 
     def _routed(self, message: object, principal: str, grant: Principal | None) -> str:
         """The upstream the request's peer routes to (an initialize's clientInfo counts: adapters.peers)."""

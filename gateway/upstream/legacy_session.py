@@ -13,7 +13,7 @@ import asyncio
 import contextlib
 import itertools
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 import aiohttp
@@ -43,13 +43,17 @@ class LegacySession:
 
     ``streams`` (default: ``http``) carries what stays open while the server works or waits (a call's POST, the
     GET stream); ``http`` the short exchanges. Two connection pools, so that answers to parked calls never
-    wait for a connection those very calls hold."""
+    wait for a connection those very calls hold. ``authorize``: the upstream's credential (the ``Authorization``
+    value, or None), asked before each request since a minted token is renewed; it raises
+    :class:`LegacyFailure` when none can be had."""
 
     def __init__(self, http: aiohttp.ClientSession, url: str, max_event_bytes: int,
-                 headers: Mapping[str, str] | None = None, streams: aiohttp.ClientSession | None = None) -> None:
+                 headers: Mapping[str, str] | None = None, streams: aiohttp.ClientSession | None = None,
+                 authorize: Callable[[], Awaitable[str | None]] | None = None) -> None:
         self.http, self.url, self.max_event_bytes = http, url, max_event_bytes
         self.streams = streams or http
         self.extra = dict(headers or {})
+        self.authorize = authorize
         self.session_id: str | None = None
         self.version = "2025-11-25"
         self.initialized: Mapping[str, Any] = {}
@@ -65,12 +69,21 @@ class LegacySession:
             out["Mcp-Session-Id"] = self.session_id
         return out
 
+    async def sent_headers(self) -> dict[str, str]:
+        """:meth:`headers` with the upstream's credential, when it has one."""
+        out = self.headers()
+        value = await self.authorize() if self.authorize is not None else None
+        if value:
+            out["Authorization"] = value
+        return out
+
     async def open(self, params: Mapping[str, Any]) -> Mapping[str, Any]:
         """``initialize``, then ``notifications/initialized``, then the GET stream (a 405 means there is none)."""
         queue: asyncio.Queue[Message] = asyncio.Queue()
         ident = f"gw-init-{next(self.ids)}"
         async with self.http.post(self.url, data=dumps({"jsonrpc": "2.0", "id": ident, "method": "initialize",
-                                                        "params": dict(params)}), headers=self.headers()) as resp:
+                                                        "params": dict(params)}),
+                                  headers=await self.sent_headers()) as resp:
             if resp.status != 200:
                 raise LegacyFailure(f"initialize answered HTTP {resp.status}")
             self.session_id = resp.headers.get("mcp-session-id")
@@ -102,13 +115,15 @@ class LegacySession:
 
     async def _exchange(self, message: Message, queue: asyncio.Queue[Message], http: aiohttp.ClientSession) -> None:
         try:
-            async with http.post(self.url, data=dumps(message), headers=self.headers()) as resp:
+            async with http.post(self.url, data=dumps(message), headers=await self.sent_headers()) as resp:
                 if reinitialize(resp.status):
                     queue.put_nowait({GONE: True})
                 elif resp.status != 200:
                     queue.put_nowait({BROKE: f"the upstream answered HTTP {resp.status}"})
                 elif not await self._read(resp, queue, message["id"]):
                     queue.put_nowait({BROKE: "the upstream stream ended before its answer"})
+        except LegacyFailure as exc:  # no credential for the upstream
+            queue.put_nowait({BROKE: str(exc)})
         except (aiohttp.ClientError, EventTooLarge, ValueError, TimeoutError) as exc:
             queue.put_nowait({BROKE: f"the upstream stream broke ({type(exc).__name__})"})
 
@@ -131,9 +146,9 @@ class LegacySession:
 
     async def _listen(self) -> None:
         """The session's GET stream (2025-11-25 basic/transports §Listening for Messages from the Server)."""
-        headers = {k: v for k, v in self.headers().items() if k != "Content-Type"}
-        headers["Accept"] = "text/event-stream"
         try:
+            headers = {k: v for k, v in (await self.sent_headers()).items() if k != "Content-Type"}
+            headers["Accept"] = "text/event-stream"
             async with self.streams.get(self.url, headers=headers, timeout=aiohttp.ClientTimeout()) as resp:
                 if resp.status != 200:
                     return  # 405: the server offers no GET stream
@@ -143,7 +158,7 @@ class LegacySession:
                         message = loads(data) if data.strip() else None
                         if isinstance(message, dict) and "method" in message:
                             (self.on_unrelated if "id" in message else self.on_notified)(message)
-        except (aiohttp.ClientError, EventTooLarge, ValueError) as exc:
+        except (aiohttp.ClientError, EventTooLarge, ValueError, LegacyFailure) as exc:
             log.info("legacy upstream %s: the session's GET stream ended (%s)", self.url, exc)
         finally:
             self.on_notified(None)
@@ -167,7 +182,7 @@ class LegacySession:
 
     async def post(self, message: Message) -> None:
         """A response or notification: 202 expected; 404: the session is gone."""
-        async with self.http.post(self.url, data=dumps(message), headers=self.headers()) as resp:
+        async with self.http.post(self.url, data=dumps(message), headers=await self.sent_headers()) as resp:
             if reinitialize(resp.status):
                 raise SessionGone(self.url)
             if resp.status >= 300:
@@ -189,8 +204,8 @@ class LegacySession:
                 await self.listener
         if self.session_id is None:
             return
-        with contextlib.suppress(aiohttp.ClientError, TimeoutError):
-            async with self.http.delete(self.url, headers=self.headers()):
+        with contextlib.suppress(aiohttp.ClientError, TimeoutError, LegacyFailure):
+            async with self.http.delete(self.url, headers=await self.sent_headers()):
                 pass
 
 
