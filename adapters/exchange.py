@@ -25,8 +25,27 @@ from adapters import bridge as B
 from adapters.records import SessionRecord
 from adapters.relay import answer_key
 
-__all__ = ["CARRIED", "EndRound", "Ending", "HoldAt", "Keeper", "Kept", "Ownership", "Records", "Refresh", "SaveAt",
-           "SaveRound", "Stage", "StepPlan", "Store", "retry_refused"]
+__all__ = [
+    "CARRIED",
+    "EndRound",
+    "Ending",
+    "Given",
+    "HoldAt",
+    "Keeper",
+    "Kept",
+    "Ownership",
+    "Records",
+    "Refresh",
+    "SaveAt",
+    "SaveRound",
+    "Stage",
+    "StepPlan",
+    "Store",
+    "Take",
+    "not_taken",
+    "retry_refused",
+    "take",
+]
 
 # The actions of a step whose events its save can carry (nothing else may start before that save).
 CARRIED = (B.SendToClient, B.ArmTimer)
@@ -83,6 +102,23 @@ class SaveAt(Enum):
     BEFORE = auto()  # before the step's sends are pushed
     WITH_COPY = auto()  # after they are pushed into the stream's held copy, which the save carries
     AFTER = auto()  # after the step's actions (the upstream round left first), before it is acknowledged
+
+
+class Given(Enum):
+    """What a client gives a running exchange."""
+
+    ANSWER = auto()  # its answer to one of the round's requests
+    CANCEL = auto()  # notifications/cancelled for the request
+
+
+class Take(Enum):
+    """What an exchange does with a client's answer or cancel (:func:`take`)."""
+
+    STEP = auto()  # step the machine in the caller's task: the exchange's task waits idle
+    INTERRUPT = auto()  # the first round runs in the handler: its wait is interrupted (the 2026 cancel)
+    QUEUE = auto()  # queued for the exchange's task; its waiter is told whether it was acted on
+    REFUSE = auto()  # not acted on, the round handed over: it goes on elsewhere, for the client to send it again
+    IGNORE = auto()  # not acted on, the exchange over otherwise: a late message
 
 
 # The members the per-step code compares with, as module names: on Python 3.11 every ``Kind.MEMBER`` lookup
@@ -305,6 +341,27 @@ class Keeper:
             return False
         self.refresh = _USED
         return True
+
+
+# --- a client's answer or cancel ---------------------------------------------------------------------------
+def take(given: Given, stage: Stage, *, first_round: bool, idle: bool, done: bool) -> Take:
+    """What to do with ``given`` now (docs/design/takeover.md#a-step-runs-in-the-task-of-its-event,
+    docs/design/bridge.md#a-clients-answer-is-acted-on-before-it-is-acknowledged): an answer is stepped in its
+    handler's task when the exchange's task waits ``idle`` with the machine not ``done``; a cancel interrupts a
+    ``first_round`` running in the handler; anything else is queued for the exchange's task, unless that task is
+    over (:func:`not_taken`)."""
+    if stage is _STOPPED or stage is _HANDED_OVER:
+        return not_taken(stage)
+    if given is Given.CANCEL:
+        return Take.INTERRUPT if first_round else Take.QUEUE
+    return Take.STEP if idle and not done else Take.QUEUE
+
+
+def not_taken(stage: Stage) -> Take:
+    """A message the exchange did not act on: refused when its round was handed over (it goes on elsewhere,
+    docs/design/takeover.md#sigterm-hands-the-rounds-over), else late and ignored (2025-11-25
+    basic/utilities §Cancellation: races)."""
+    return Take.REFUSE if stage is _HANDING_OVER or stage is _HANDED_OVER else Take.IGNORE
 
 
 def retry_refused(session: SessionRecord | None, expired: bool) -> B.Cancelled | None:

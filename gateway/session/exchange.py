@@ -49,6 +49,8 @@ _NO_HOLD, _ON_SAVE = X.HoldAt.NONE, X.HoldAt.SAVE
 _BEFORE, _WITH_COPY, _AFTER = X.SaveAt.BEFORE, X.SaveAt.WITH_COPY, X.SaveAt.AFTER
 _END_ROUND, _LEAVE_COPY_OPEN, _CLOSE_STREAM, _FORGET = (X.Ending.END_ROUND, X.Ending.LEAVE_COPY_OPEN,
                                                         X.Ending.CLOSE_STREAM, X.Ending.FORGET)
+_STEP, _QUEUE, _REFUSE, _INTERRUPT = X.Take.STEP, X.Take.QUEUE, X.Take.REFUSE, X.Take.INTERRUPT
+_ANSWER, _CANCEL = X.Given.ANSWER, X.Given.CANCEL
 _SENDS = (B.SendToClient, B.Finish)  # the actions that put messages on the request's stream
 _HAND_OVER = object()  # the event that stops an exchange without an answer (Exchange.hand_over)
 _WAKE = object()  # another task's step finished the machine: the exchange's task ends the exchange
@@ -531,19 +533,24 @@ class Exchange:
         finally:
             self.runtime.left()
 
+    def _take(self, given: X.Given) -> X.Take:
+        return X.take(given, self.keeper.stage, first_round=self._inline is not None, idle=self.events.idle(),
+                      done=self.machine.done)
+
     async def answer_now(self, gateway_id: str, message: dict[str, Any]) -> None:
         """The client's answer, acted on before this returns (its handler then acknowledges the POST): stepped
-        in the caller's task when the exchange is idle (:meth:`offer`), else queued and waited for. Either way a
-        next upstream round is sent before the 202: the handler yields once after its step, behind the upstream
-        task the step spawned, so the acknowledgement's send is off the round's critical path (unless the step's
-        save already waited on the store, during which that task began). :class:`HandedOver` when the round was
-        handed over first: it goes on elsewhere without this answer. One the exchange ended without (finished or
-        failed first) is a late answer, ignored as on one gateway."""
+        in the caller's task when the exchange is idle (:meth:`offer`), else queued and waited for
+        (``adapters.exchange.take``). Either way a next upstream round is sent before the 202: the handler yields
+        once after its step, behind the upstream task the step spawned, so the acknowledgement's send is off the
+        round's critical path (unless the step's save already waited on the store, during which that task began).
+        :class:`HandedOver` when the round was handed over first: it goes on elsewhere without this answer. One
+        the exchange ended without (finished or failed first) is a late answer, ignored as on one gateway."""
         event = B.ClientAnswered(gateway_id, message.get("result"), message.get("error"))
-        if await self.offer(event):
+        taken = self._take(_ANSWER)
+        if taken is _STEP and await self.offer(event):
             if self._upstream is not self._began:  # the step's save, if any, waited
                 await asyncio.sleep(0)  # without letting it start: it sends now, then the 202 goes
-        elif not await self._queue_waited(event) and self.keeper.handed_over:
+        elif not await self._queue_waited(event) and X.not_taken(self.keeper.stage) is _REFUSE:
             raise HandedOver(gateway_id)
 
     def answer(self, gateway_id: str, message: dict[str, Any]) -> asyncio.Future[bool]:
@@ -554,7 +561,8 @@ class Exchange:
 
     def _queue_waited(self, event: B.ClientAnswered | B.Cancelled) -> asyncio.Future[bool]:
         # Once stopped, its waiters were told already: one queued now would wait for ever.
-        return _told(False) if self.keeper.stopped else self.events.put_waited(event)
+        taken = self._take(_CANCEL if isinstance(event, B.Cancelled) else _ANSWER)
+        return self.events.put_waited(event) if taken is _QUEUE or taken is _STEP else _told(False)
 
     def _settle(self, only: asyncio.Future[bool] | None = None, acted: bool = False) -> None:
         self.events.settle(only, acted)
@@ -581,10 +589,11 @@ class Exchange:
                 self.stream.finish(action.message)
 
     def cancel(self, reason: str | None) -> None:
-        if self._inline is not None:  # begin() is waiting on the upstream: stop that wait (the 2026 cancel)
-            self._inline.interrupt(B.Cancelled(reason))
-            return
-        self.events.put_nowait(B.Cancelled(reason))
+        taken, inline = self._take(_CANCEL), self._inline
+        if inline is not None and taken is _INTERRUPT:  # begin() waits on the upstream: stop that (the 2026 cancel)
+            inline.interrupt(B.Cancelled(reason))
+        elif taken is _QUEUE:
+            self.events.put_nowait(B.Cancelled(reason))
 
     async def cancel_now(self, reason: str | None) -> None:
         """:meth:`cancel`, acted on before this returns (on a shared store, where a round can move: its handler then
@@ -592,7 +601,7 @@ class Exchange:
         has let the round go (its lease and ownership records released), so the caller can pass the cancel on to
         where the round goes on (docs/design/takeover.md#sigterm-hands-the-rounds-over). One the exchange ended
         without (it finished first) needs nothing more: the request is over."""
-        if not await self.cancel_acted(reason) and self.keeper.handed_over:
+        if not await self.cancel_acted(reason) and X.not_taken(self.keeper.stage) is _REFUSE:
             if self._task is not None:
                 await asyncio.wait([self._task])  # not cancelled with the caller: it ends by itself
             raise HandedOver(self.record.downstream_id)
@@ -601,7 +610,7 @@ class Exchange:
         """:meth:`cancel` (one relayed from another replica): the future is True once its step is done, False
         when the exchange ended first without it. A request in its first, inline round (never saved, so no other
         replica could continue it) is told at once."""
-        if self._inline is not None:
+        if self._take(_CANCEL) is _INTERRUPT:
             self.cancel(reason)
             return _told(True)
         return self._queue_waited(B.Cancelled(reason))

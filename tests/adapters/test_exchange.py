@@ -227,3 +227,29 @@ def test_the_end_of_an_exchange_in_order(handed_over, ending) -> None:
     if handed_over:
         k.hand_over()
     assert k.stop() == ending
+
+
+S, G, T = X.Stage, X.Given, X.Take
+
+
+@pytest.mark.parametrize(("given", "stage", "first_round", "idle", "done", "taken"), [
+    (G.ANSWER, S.RUNNING, False, True, False, T.STEP),  # the exchange's task waits: the handler steps it
+    (G.ANSWER, S.RUNNING, False, False, False, T.QUEUE),  # a step is under way: the exchange's task takes it
+    (G.ANSWER, S.RUNNING, False, True, True, T.QUEUE),  # the machine is done: its task ends it, not acting on it
+    (G.ANSWER, S.HANDING_OVER, False, False, False, T.QUEUE),  # told once the exchange let the round go
+    (G.ANSWER, S.HANDED_OVER, False, False, False, T.REFUSE),  # it goes on elsewhere: sent again there
+    (G.ANSWER, S.STOPPED, False, False, False, T.IGNORE),  # late
+    (G.CANCEL, S.RUNNING, True, False, False, T.INTERRUPT),  # the first round's wait in the handler
+    (G.CANCEL, S.RUNNING, False, True, False, T.QUEUE),  # a cancel is the exchange's task's to step
+    (G.CANCEL, S.HANDING_OVER, False, False, False, T.QUEUE),
+    (G.CANCEL, S.HANDED_OVER, False, False, False, T.REFUSE),  # it follows the round
+    (G.CANCEL, S.STOPPED, False, False, False, T.IGNORE),  # the request is over
+])
+def test_what_an_exchange_does_with_a_clients_answer_or_cancel(given, stage, first_round, idle, done, taken) -> None:
+    assert X.take(given, stage, first_round=first_round, idle=idle, done=done) is taken
+
+
+@pytest.mark.parametrize(("stage", "taken"), [
+    (S.RUNNING, T.IGNORE), (S.STOPPED, T.IGNORE), (S.HANDING_OVER, T.REFUSE), (S.HANDED_OVER, T.REFUSE)])
+def test_a_message_not_acted_on_is_refused_only_when_its_round_was_handed_over(stage, taken) -> None:
+    assert X.not_taken(stage) is taken
