@@ -94,7 +94,9 @@ async def open_session(request: web.Request, gw: Gateway, acc: Accepted, opening
     # slot; across replicas, the count the put itself makes settles it.
     (total, own), unverified = await asyncio.gather(gw.store.count_sessions(acc.principal),
                                                     gw.store.count_unverified(acc.principal))
-    full = admit_session(SessionCounts(total, own, unverified), gw.config.sessions.session_limits, message["id"])
+    relayed, relayed_own = gw.relayed_sessions(acc.principal)  # the relayed 2025 sessions opened here count too
+    full = admit_session(SessionCounts(total + relayed, own + relayed_own, unverified),
+                         gw.config.sessions.session_limits, message["id"])
     if full is None:
         full = await _store_admitted(gw, record, message["id"], unverified is not None)
     if full is not None:

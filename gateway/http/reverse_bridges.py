@@ -117,6 +117,7 @@ class ReverseBridges:
         self.sealer = Sealer(_state_key(config))
         self.closing: set[asyncio.Task[None]] = set()  # bridges a reload replaced, closing
         self.relayed = RelayedSessions()
+        gateway.relayed_sessions = self.relayed.counts  # a forward session's initialize counts them too
 
     def _bridge(self, config: GatewayConfig, name: str, url: str) -> ReverseBridge:
         bridge = ReverseBridge(reverse_settings(config, name, url, self.gateway.replica))

@@ -147,3 +147,35 @@ async def test_with_gateway_auth_no_client_token_reaches_the_legacy_server(
             assert resp.status == 200
     assert [m for m, _ in fake.seen if m != "GET"] == ["initialize", "initialize", "notifications/initialized"]
     assert {auth for _, auth in fake.seen} == {None}  # the GET stream's too, when it was opened yet
+
+
+PEERS = """
+[gateway.sessions]
+max_sessions = 1
+
+[upstreams.old]
+url = "{legacy}"
+era = "2025-11-25"
+
+[[peers]]
+name = "old-clients"
+client_name = "old-*"
+upstream = "old"
+"""
+
+
+async def test_a_forward_session_counts_the_relayed_ones(aiohttp_server: Any, legacy: tuple[FakeLegacy, str],
+                                                         tmp_path: Any) -> None:
+    """The main upstream is the embedded 2026 core (forward sessions), ``old`` the fake 2025 server (relayed)."""
+    _, upstream = legacy
+    path = tmp_path / "gateway.toml"
+    path.write_text(PEERS.format(legacy=upstream))
+    config = load_config(path, state_dir=str(tmp_path / "state"))
+    url = str((await aiohttp_server(create_app(config))).make_url("/mcp"))
+    old = _initialize(1)
+    old["params"]["clientInfo"]["name"] = "old-one"
+    async with aiohttp.ClientSession() as http:
+        async with http.post(url, json=old, headers=LEGACY) as resp:
+            assert resp.status == 200 and resp.headers.get("Mcp-Session-Id")
+        async with http.post(url, json=_initialize(2), headers=LEGACY) as resp:  # a forward session
+            assert (resp.status, await resp.json()) == (503, limit_rejection("max_sessions", 1, 2).body())
