@@ -8,6 +8,7 @@ from typing import Any
 
 from aiohttp import web
 
+from adapters import exchange as X
 from adapters.bridge import BridgeLimits
 from adapters.records import PendingRound, SessionRecord
 from adapters.session import SessionChange, UpdateSession
@@ -15,7 +16,7 @@ from adapters.takeover import token_goes_upstream
 from gateway.http.answers import Acknowledgement
 from gateway.http.streams import StreamMode, json_response, write_stream
 from gateway.session import takeover
-from gateway.session.exchange import Exchange, HandedOver, bridge_context
+from gateway.session.exchange import Exchange, FirstRound, HandedOver, bridge_context
 from gateway.session.runtime import Gateway, log, new_id
 from gateway.session.streams import OutStream
 
@@ -53,8 +54,8 @@ async def forward(request: web.Request, gw: Gateway, session: SessionRecord, mes
     exchange = Exchange(runtime, record, bridge_context(runtime, session, limits), authorization, session)
     exchange.observer = gw.observer.exchange(request, session, message)
     runtime.exchanges[ident] = exchange
-    if exchange.can_begin_inline(session):
-        finish = await exchange.begin()
+    if X.begins_inline(exchange.progress_token, session.log_level, record.method):
+        finish = await FirstRound(exchange).run()
         if finish is not None:
             if finish.log:
                 log.warning("request %r: %s", ident, finish.log)

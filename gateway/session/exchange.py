@@ -5,7 +5,7 @@ I/O — upstream calls, writes on the request's :class:`~gateway.session.streams
 
 Two ways to run one (the machine and its decisions are the same in both):
 
-- :meth:`Exchange.begin` runs the *first* upstream round in the handler's own task when nothing can be streamed
+- :class:`FirstRound` runs the *first* upstream round in the handler's own task when nothing can be streamed
   while it runs (no progress token, no log level). If the machine then finishes with a lone response — a plain
   request, most traffic — the handler answers it as JSON: no task, no stream, no saved round (the benchmark's
   profile: that machinery was a fifth of the gateway's CPU per translated request). Anything else — an
@@ -145,15 +145,16 @@ def _told(acted: bool) -> asyncio.Future[bool]:
     return told
 
 
-class _FirstRound:
-    """A request's first upstream round, run in its handler's task (:meth:`Exchange.begin`): the handler's task
-    while it waits, and the event that interrupted that wait (a cancel, shutdown's abort, or the total limit: the
-    first one wins)."""
+class FirstRound:
+    """A request's first upstream round, run in its handler's task when nothing can be streamed while it runs
+    (``adapters.exchange.begins_inline``): the handler's task while it waits, the event that interrupted that wait
+    (a cancel, shutdown's abort, or the total limit: the first one wins), and the request's notifications
+    meanwhile. It escalates to the full exchange (:meth:`Exchange.escalate`) when there is more than the answer."""
 
-    __slots__ = ("early", "event", "task")
+    __slots__ = ("early", "event", "exchange", "task")
 
-    def __init__(self) -> None:
-        self.task, self.event = asyncio.current_task(), None
+    def __init__(self, exchange: Exchange) -> None:
+        self.exchange, self.task, self.event = exchange, asyncio.current_task(), None
         self.early: list[dict[str, Any]] = []  # the request's notifications meanwhile: sent first if it escalates
 
     def interrupt(self, event: Any) -> None:
@@ -174,50 +175,45 @@ class _FirstRound:
         finally:
             timer.cancel()
 
-    async def run(self, ex: Exchange) -> B.Finish | None:
-        """:meth:`Exchange.begin`'s round: the machine's ``Finish`` when the handler answers it alone
-        (``adapters.exchange.answered_inline``), else None once the exchange goes on as a session task."""
-        ex._observe(ex.machine.start())
+    async def run(self) -> B.Finish | None:
+        """The machine's ``Finish`` when the handler answers it alone (``adapters.exchange.answered_inline``;
+        its message is None when cancelled: nothing is sent), else None once escalated (the caller then answers
+        with the exchange's stream)."""
+        ex = self.exchange
+        try:
+            return await self._run(ex)
+        except Exception as exc:  # as in Exchange.run: a failure still answers the request and frees its id
+            ex.forget()
+            return B.Finish(response(ex.record.downstream_id, error=failure(exc, ex.record.downstream_id)))
+
+    async def _run(self, ex: Exchange) -> B.Finish | None:
+        ex.observe(ex.machine.start())
         loop = asyncio.get_running_loop()
         deadline = loop.time() + ex.machine.ctx.limits.total_timeout_seconds
         session, ex._session = ex._session, None  # a later round reads it again, or takes its own
         ex._inline = self
         try:
-            event = await self.until(ex.rounds.event(ex._notify, {}, session), loop.call_at(
+            event = await self.until(ex.rounds.event(ex.notify, {}, session), loop.call_at(
                 deadline, self.interrupt, _TOTAL_TIMEOUT))
         except asyncio.CancelledError:
-            ex._end()
+            ex.forget()
             raise  # the handler itself is being cancelled (shutdown), not this request
         finally:
             ex._inline = None
         actions = ex.machine.handle(event)
         finish = X.answered_inline(actions, bool(self.early))
-        if finish is not None:
-            ex._observe(actions)
-            for action in actions:
-                if isinstance(action, B.RememberTask):
-                    await ex.rounds.remember(action)
-            ex._end()
-            return finish
-        # Escalate: the total limit still counts from the request's arrival.
-        ex._timers.append(loop.call_at(deadline, ex.events.put_nowait, _TOTAL_TIMEOUT))
-        await self._escalate(ex, actions)
-        return None
-
-    async def _escalate(self, ex: Exchange, actions: list[Any]) -> None:
-        """Go on as a session task with what the first round left to perform, performed here first, in the
-        handler's task (docs/design/takeover.md#a-step-runs-in-the-task-of-its-event): the stream the handler then
-        answers with already holds what they send, and neither the exchange's task nor the handler wakes for it. A
-        failure is the exchange's task's to answer, as any step's."""
-        ex.open_stream(self.early)
-        try:
-            await ex._perform(actions)
-        except BaseException as exc:
-            ex.events.put_nowait(_Failed(exc))
-            if not isinstance(exc, Exception):
-                ex._task = ex.runtime.spawn(ex.run(None, performed=True))
-                raise
-        ex._task = ex.runtime.spawn(ex.run(None, performed=True))
+        if finish is None:  # escalate: the total limit still counts from the request's arrival
+            stream = ex.runtime.new_stream()
+            for message in self.early:
+                stream.push(message)
+            await ex.escalate(stream, actions, deadline)
+            return None
+        ex.observe(actions)
+        for action in actions:
+            if isinstance(action, B.RememberTask):
+                await ex.rounds.remember(action)
+        ex.forget()
+        return finish
 
 
 class HandedOver(SessionError):
@@ -265,7 +261,7 @@ class Exchange:
         self._upstream: asyncio.Task[Any] | None = None
         self._began: asyncio.Task[Any] | None = None  # the upstream task that ran its first step (its request left)
         self._timers: list[asyncio.TimerHandle] = []
-        self._inline: _FirstRound | None = None  # while begin() waits on the upstream in the handler's task
+        self._inline: FirstRound | None = None  # while the first round waits in the handler's task
         self._task: asyncio.Task[Any] | None = None  # run(), once spawned
         gateway = runtime.gateway  # what the round keeps in the store, and when (adapters.exchange)
         relayed = gateway.relay is not None  # only then does anybody ask who owns the request
@@ -288,7 +284,7 @@ class Exchange:
         session: SessionRecord | None = self.rounds.request_session
         return session
 
-    def _notify(self, message: dict[str, Any]) -> None:
+    def notify(self, message: dict[str, Any]) -> None:
         if self.stream is not None:
             self.stream.push(message)
         elif self._inline is not None:  # the first round runs in the handler: sent first if it escalates
@@ -299,29 +295,28 @@ class Exchange:
         """Whether the round is in the store, where another replica can continue it."""
         return self.keeper.saved
 
-    def can_begin_inline(self, session: SessionRecord) -> bool:
-        return X.begins_inline(self.progress_token, session.log_level, self.record.method)
-
-    async def begin(self) -> B.Finish | None:
-        """The first round in the caller's task: the machine's ``Finish`` when that is all there is to do (its
-        message is None when cancelled: nothing is sent), or None once escalated to :meth:`run` (the caller then
-        answers with :attr:`stream`)."""
-        try:
-            return await _FirstRound().run(self)
-        except Exception as exc:  # as in run(): a failure still answers the request and frees its id
-            self._end()
-            return B.Finish(response(self.record.downstream_id, error=failure(exc, self.record.downstream_id)))
-
     def spawn(self) -> OutStream:
         """Run the exchange as a session task from the start; its stream, which the caller answers with."""
-        self.open_stream([])
+        self.stream = stream = self.runtime.new_stream()
         self._task = self.runtime.spawn(self.run(None))
-        return self.stream  # type: ignore[return-value]
+        return stream
 
-    def open_stream(self, early: list[dict[str, Any]]) -> None:
-        self.stream = self.runtime.new_stream()
-        for message in early:
-            self.stream.push(message)
+    async def escalate(self, stream: OutStream, actions: list[Any], deadline: float) -> None:
+        """Go on as a session task on ``stream`` after a first round in the handler (:class:`FirstRound`), with
+        what it left to perform, performed here first, in the handler's task
+        (docs/design/takeover.md#a-step-runs-in-the-task-of-its-event): the stream the handler then answers with
+        already holds what they send, and neither the exchange's task nor the handler wakes for it. A failure is
+        the exchange's task's to answer, as any step's. The total limit ends at ``deadline``."""
+        self.stream = stream
+        self._timers.append(asyncio.get_running_loop().call_at(deadline, self.events.put_nowait, _TOTAL_TIMEOUT))
+        try:
+            await self._perform(actions)
+        except BaseException as exc:
+            self.events.put_nowait(_Failed(exc))
+            if not isinstance(exc, Exception):
+                raise
+        finally:
+            self._task = self.runtime.spawn(self.run(None, performed=True))
 
     async def take_over(self, stream: OutStream, elapsed_seconds: float, unsent: set[str]) -> None:
         """Continue a round another replica saved, whose lease this replica just won
@@ -392,7 +387,7 @@ class Exchange:
         elif step is _CLOSE_STREAM and not self.stream.closed:
             self.stream.finish()
         elif step is _FORGET:
-            self._end()
+            self.forget()
 
     async def _step(self, event: Any) -> None:
         """The machine's step on one event, performed."""
@@ -440,12 +435,12 @@ class Exchange:
         if held:
             await self.keeping.end(self, mirror)
 
-    def _end(self) -> None:
+    def forget(self) -> None:
         self.runtime.exchanges.pop(self.record.downstream_id, None)
         if self.observer is not None:
             self.observer.done()
 
-    def _observe(self, actions: list[Any]) -> None:
+    def observe(self, actions: list[Any]) -> None:
         if self.observer is not None:
             self.observer(self.record, actions)
 
@@ -457,7 +452,7 @@ class Exchange:
                                 mirrored=stream.mirror is not None)
         hold = await self.keeping.hold(plan.hold, self.request_session) if plan.hold is not _NO_HOLD else None
         if hold is None:  # else once its save admitted it: a refused step is not observed
-            self._observe(actions)
+            self.observe(actions)
         mirror = stream.mirror if plan.save is _WITH_COPY else None
         if mirror is not None and not mirror.hold():
             mirror, plan = None, plan.uncarried()
@@ -484,7 +479,7 @@ class Exchange:
         assert self.stream is not None
         await self.keeping.save(self, self.stream, sends, mirror, hold, done=self.machine.done)
         if hold is not None:  # admitted: observed now (a refused step is not)
-            self._observe(actions)
+            self.observe(actions)
 
     async def _act(self, action: B.Action) -> None:
         """One action of a step (its save is :meth:`_perform`'s)."""
@@ -511,7 +506,7 @@ class Exchange:
                 if self._upstream is not None:
                     self._upstream.cancel()  # closing the upstream response is the 2026 cancel
             case B.CancelTask():
-                self.runtime.spawn(self.rounds.cancel_task(action, self._notify))
+                self.runtime.spawn(self.rounds.cancel_task(action, self.notify))
             case B.StoreRoots(result=result):
                 await self.rounds.store_roots(result)
             case B.RememberTask():
@@ -527,7 +522,7 @@ class Exchange:
         cancellation)."""
         self._began = asyncio.current_task()
         try:
-            event = await self.rounds.event(self._notify, extra, session, task)
+            event = await self.rounds.event(self.notify, extra, session, task)
             if not await self.offer(event):
                 self.events.put_nowait(event)
         finally:
@@ -574,7 +569,7 @@ class Exchange:
     def abort(self, error: ErrorValue) -> None:
         """End the request with ``error`` now (shutdown): the machine decides what is sent; a running exchange's
         task is about to be cancelled, so its stream gets the machine's final answer here, at once."""
-        if self._inline is not None:  # begin() answers it when its wait is interrupted
+        if self._inline is not None:  # the first round answers it when its wait is interrupted
             self._inline.interrupt(B.Aborted(error))
             return
         if self.stream is not None and not self.stream.closed:
@@ -590,7 +585,7 @@ class Exchange:
 
     def cancel(self, reason: str | None) -> None:
         taken, inline = self._take(_CANCEL), self._inline
-        if inline is not None and taken is _INTERRUPT:  # begin() waits on the upstream: stop that (the 2026 cancel)
+        if inline is not None and taken is _INTERRUPT:  # the first round's wait stops (the 2026 cancel)
             inline.interrupt(B.Cancelled(reason))
         elif taken is _QUEUE:
             self.events.put_nowait(B.Cancelled(reason))
