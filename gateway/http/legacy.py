@@ -71,11 +71,11 @@ async def cancel(gw: Gateway, session: SessionRecord, request_id: str | int, rea
     """Stop the bridge, close the upstream request and cancel our requests to the client."""
     exchange = gw.runtime(session.session_id).exchanges.get(request_id)
     if exchange is not None and gw.relay is None:  # one process: a round never moves, so nothing is waited for
-        exchange.cancel(reason)
+        exchange.door.cancel(reason)
         return
     if exchange is not None:
         try:
-            await exchange.cancel_now(reason)
+            await exchange.door.cancel_now(reason)
             return
         # its round went on elsewhere first: the cancel follows it there
         # (docs/design/takeover.md#sigterm-hands-the-rounds-over)
@@ -90,7 +90,7 @@ async def cancel(gw: Gateway, session: SessionRecord, request_id: str | int, rea
 async def deliver(gw: Gateway, session: SessionRecord, message: dict[str, Any], authorization: str | None) -> None:
     exchange = gw.runtime(session.session_id).awaiting.pop(message["id"], None)
     if exchange is not None:
-        await exchange.answer_now(message["id"], message)  # acted on first: the next round leaves before the 202
+        await exchange.door.answer_now(message["id"], message)  # acted on first: the next round leaves before the 202
     elif gw.relay is not None:  # maybe asked by another replica's exchange, alive (§34) or not (§40)
         await takeover.answer(gw, session, message, authorization)
     # Late or unknown answers are ignored (2025-11-25 basic/utilities §Cancellation: races).

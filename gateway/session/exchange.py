@@ -277,23 +277,14 @@ class Exchange:
         return self.machine.record
 
     @property
-    def request_session(self) -> SessionRecord | None:
-        """The record the request was accepted with: its client's answers are checked against it and the rounds
-        they start use it (docs/design/takeover.md#a-clients-answer-is-checked-on-its-requests-session-record), as
-        they use the request's own credential."""
-        session: SessionRecord | None = self.rounds.request_session
-        return session
+    def door(self) -> Door:
+        return Door(self)
 
     def notify(self, message: dict[str, Any]) -> None:
         if self.stream is not None:
             self.stream.push(message)
         elif self._inline is not None:  # the first round runs in the handler: sent first if it escalates
             self._inline.early.append(message)
-
-    @property
-    def saved(self) -> bool:
-        """Whether the round is in the store, where another replica can continue it."""
-        return self.keeper.saved
 
     def spawn(self) -> OutStream:
         """Run the exchange as a session task from the start; its stream, which the caller answers with."""
@@ -331,15 +322,6 @@ class Exchange:
             self.runtime.awaiting[gid] = self
         await self.keeping.take_over()
         self._task = self.runtime.spawn(self.run(self.machine.resume(elapsed_seconds, unsent)))
-
-    def hand_over(self, *, lost: bool = False) -> asyncio.Task[Any] | None:
-        """Stop without answering, leaving the saved round to another replica (shutdown, or ``lost``: its lease
-        was taken, and the ownership records are the new holder's): once the step under way is saved, the
-        lease is released and the client's stream ends; its reconnection with Last-Event-ID reaches the replica
-        that continues. The exchange's task, which ends by itself."""
-        self.keeper.hand_over(lost=lost)
-        self.events.put_nowait(_HAND_OVER)
-        return self._task
 
     async def run(self, first: list[Any] | None, *, performed: bool = False) -> None:
         """The exchange's task: ``first`` (else the machine's start) performed unless ``performed`` already,
@@ -450,7 +432,7 @@ class Exchange:
         sends = sum(isinstance(a, B.SendToClient) for a in actions)
         plan = self.keeper.plan(actions, waiting=rec.waiting, done=self.machine.done,
                                 mirrored=stream.mirror is not None)
-        hold = await self.keeping.hold(plan.hold, self.request_session) if plan.hold is not _NO_HOLD else None
+        hold = await self.keeping.hold(plan.hold, self.rounds.request_session) if plan.hold is not _NO_HOLD else None
         if hold is None:  # else once its save admitted it: a refused step is not observed
             self.observe(actions)
         mirror = stream.mirror if plan.save is _WITH_COPY else None
@@ -528,24 +510,51 @@ class Exchange:
         finally:
             self.runtime.left()
 
+    def _settle(self, only: asyncio.Future[bool] | None = None, acted: bool = False) -> None:
+        self.events.settle(only, acted)
+
+
+class Door:
+    """The handlers' and the relay's way into an exchange (:attr:`Exchange.door`): a client's answer or cancel
+    (``adapters.exchange.take`` decides what is done with it), shutdown's abort, and the handover of its round. It
+    keeps nothing of its own and is made per call: no exchange holds one, so an exchange is freed as soon as it
+    ends."""
+
+    __slots__ = ("exchange",)
+
+    def __init__(self, exchange: Exchange) -> None:
+        self.exchange = exchange
+
+    def hand_over(self, *, lost: bool = False) -> asyncio.Task[Any] | None:
+        """Stop without answering, leaving the saved round to another replica (shutdown, or ``lost``: its lease
+        was taken, and the ownership records are the new holder's): once the step under way is saved, the
+        lease is released and the client's stream ends; its reconnection with Last-Event-ID reaches the replica
+        that continues. The exchange's task, which ends by itself."""
+        ex = self.exchange
+        ex.keeper.hand_over(lost=lost)
+        ex.events.put_nowait(_HAND_OVER)
+        return ex._task
+
     def _take(self, given: X.Given) -> X.Take:
-        return X.take(given, self.keeper.stage, first_round=self._inline is not None, idle=self.events.idle(),
-                      done=self.machine.done)
+        ex = self.exchange
+        return X.take(given, ex.keeper.stage, first_round=ex._inline is not None, idle=ex.events.idle(),
+                      done=ex.machine.done)
 
     async def answer_now(self, gateway_id: str, message: dict[str, Any]) -> None:
         """The client's answer, acted on before this returns (its handler then acknowledges the POST): stepped
-        in the caller's task when the exchange is idle (:meth:`offer`), else queued and waited for
+        in the caller's task when the exchange is idle (:meth:`Exchange.offer`), else queued and waited for
         (``adapters.exchange.take``). Either way a next upstream round is sent before the 202: the handler yields
         once after its step, behind the upstream task the step spawned, so the acknowledgement's send is off the
         round's critical path (unless the step's save already waited on the store, during which that task began).
         :class:`HandedOver` when the round was handed over first: it goes on elsewhere without this answer. One
         the exchange ended without (finished or failed first) is a late answer, ignored as on one gateway."""
+        ex = self.exchange
         event = B.ClientAnswered(gateway_id, message.get("result"), message.get("error"))
         taken = self._take(_ANSWER)
-        if taken is _STEP and await self.offer(event):
-            if self._upstream is not self._began:  # the step's save, if any, waited
+        if taken is _STEP and await ex.offer(event):
+            if ex._upstream is not ex._began:  # the step's save, if any, waited
                 await asyncio.sleep(0)  # without letting it start: it sends now, then the 202 goes
-        elif not await self._queue_waited(event) and X.not_taken(self.keeper.stage) is _REFUSE:
+        elif not await self._queue_waited(event) and X.not_taken(ex.keeper.stage) is _REFUSE:
             raise HandedOver(gateway_id)
 
     def answer(self, gateway_id: str, message: dict[str, Any]) -> asyncio.Future[bool]:
@@ -555,40 +564,37 @@ class Exchange:
         return self._queue_waited(B.ClientAnswered(gateway_id, message.get("result"), message.get("error")))
 
     def _queue_waited(self, event: B.ClientAnswered | B.Cancelled) -> asyncio.Future[bool]:
+        ex = self.exchange
         # Once stopped, its waiters were told already: one queued now would wait for ever.
         taken = self._take(_CANCEL if isinstance(event, B.Cancelled) else _ANSWER)
-        return self.events.put_waited(event) if taken is _QUEUE or taken is _STEP else _told(False)
-
-    def _settle(self, only: asyncio.Future[bool] | None = None, acted: bool = False) -> None:
-        self.events.settle(only, acted)
-
-    @property
-    def _acted(self) -> list[asyncio.Future[bool]]:
-        return self.events.acted
+        return ex.events.put_waited(event) if taken is _QUEUE or taken is _STEP else _told(False)
 
     def abort(self, error: ErrorValue) -> None:
         """End the request with ``error`` now (shutdown): the machine decides what is sent; a running exchange's
         task is about to be cancelled, so its stream gets the machine's final answer here, at once."""
-        if self._inline is not None:  # the first round answers it when its wait is interrupted
-            self._inline.interrupt(B.Aborted(error))
+        ex = self.exchange
+        if ex._inline is not None:  # the first round answers it when its wait is interrupted
+            ex._inline.interrupt(B.Aborted(error))
             return
-        if self.stream is not None and not self.stream.closed:
-            self._finish_now(self.machine.handle(B.Aborted(error)))
+        if ex.stream is not None and not ex.stream.closed:
+            self._finish_now(ex.machine.handle(B.Aborted(error)))
 
     def _finish_now(self, actions: list[B.Action]) -> None:
-        assert self.stream is not None
+        ex = self.exchange
+        assert ex.stream is not None
         for action in actions:
             if isinstance(action, B.SendToClient):
-                self.stream.push(action.message)  # notifications/cancelled for the client's open requests
+                ex.stream.push(action.message)  # notifications/cancelled for the client's open requests
             elif isinstance(action, B.Finish):
-                self.stream.finish(action.message)
+                ex.stream.finish(action.message)
 
     def cancel(self, reason: str | None) -> None:
-        taken, inline = self._take(_CANCEL), self._inline
+        ex = self.exchange
+        taken, inline = self._take(_CANCEL), ex._inline
         if inline is not None and taken is _INTERRUPT:  # the first round's wait stops (the 2026 cancel)
             inline.interrupt(B.Cancelled(reason))
         elif taken is _QUEUE:
-            self.events.put_nowait(B.Cancelled(reason))
+            ex.events.put_nowait(B.Cancelled(reason))
 
     async def cancel_now(self, reason: str | None) -> None:
         """:meth:`cancel`, acted on before this returns (on a shared store, where a round can move: its handler then
@@ -596,10 +602,11 @@ class Exchange:
         has let the round go (its lease and ownership records released), so the caller can pass the cancel on to
         where the round goes on (docs/design/takeover.md#sigterm-hands-the-rounds-over). One the exchange ended
         without (it finished first) needs nothing more: the request is over."""
-        if not await self.cancel_acted(reason) and X.not_taken(self.keeper.stage) is _REFUSE:
-            if self._task is not None:
-                await asyncio.wait([self._task])  # not cancelled with the caller: it ends by itself
-            raise HandedOver(self.record.downstream_id)
+        ex = self.exchange
+        if not await self.cancel_acted(reason) and X.not_taken(ex.keeper.stage) is _REFUSE:
+            if ex._task is not None:
+                await asyncio.wait([ex._task])  # not cancelled with the caller: it ends by itself
+            raise HandedOver(ex.record.downstream_id)
 
     def cancel_acted(self, reason: str | None) -> asyncio.Future[bool]:
         """:meth:`cancel` (one relayed from another replica): the future is True once its step is done, False

@@ -186,14 +186,14 @@ class BusRelay:
             ident = message.get("id")
             exchange = runtime.awaiting.pop(ident, None) if runtime is not None and isinstance(ident, str) else None
             if exchange is not None:
-                self._acknowledge(relayed, exchange.answer(ident, dict(message)))
+                self._acknowledge(relayed, exchange.door.answer(ident, dict(message)))
             else:  # not awaited here: late, answered twice (ignored, as on one replica), or its round moved on
                 await self._send_ack(relayed, held=False)
             return
         cancel = local.cancel_request(message.get("params"))
         exchange = runtime.exchanges.get(cancel.request_id) if runtime is not None and cancel is not None else None
         if exchange is not None and cancel is not None:
-            self._acknowledge(relayed, exchange.cancel_acted(cancel.reason))
+            self._acknowledge(relayed, exchange.door.cancel_acted(cancel.reason))
         else:  # not run here (any more): ended, or its round moved on
             await self._send_ack(relayed, held=False)
 

@@ -116,7 +116,7 @@ class SessionRuntime:
         """The record a round waiting here for this session's client was accepted with (any of them: what an
         answer is checked against is the same in each), or None."""
         for exchange in self.awaiting.values():
-            return exchange.request_session  # type: ignore[no-any-return]
+            return exchange.rounds.request_session  # type: ignore[no-any-return]
         return None
 
     def new_stream(self) -> OutStream:
@@ -178,12 +178,12 @@ class SessionRuntime:
         handed = set()
         for exchange in list(self.exchanges.values()):
             # One still in its first round runs in a handler, not a task here: both reach it.
-            if hand_over and exchange.saved:
-                handed.add(exchange.hand_over())  # it ends by itself, its lease released, once its step is saved
+            if hand_over and exchange.keeper.saved:
+                handed.add(exchange.door.hand_over())  # it ends by itself, its lease released, once its step is saved
             elif error is not None:
-                exchange.abort(error)
+                exchange.door.abort(error)
             else:
-                exchange.cancel("session ended")
+                exchange.door.cancel("session ended")
         for task in list(self.tasks):
             if task not in handed:
                 task.cancel()

@@ -102,7 +102,7 @@ async def _deliver_answer(gw: Gateway, session: SessionRecord, message: dict[str
     async def act(_record: PendingRound) -> None:
         exchange = gw.runtime(session.session_id).awaiting.pop(gid, None)
         if exchange is not None:
-            await exchange.answer_now(gid, message)
+            await exchange.door.answer_now(gid, message)
     return await _continue(gw, session, authorization, lambda rounds: T.round_for_answer(rounds, gid), act)
 
 
@@ -115,7 +115,7 @@ async def _deliver_cancel(gw: Gateway, session: SessionRecord, request_id: str |
     async def act(record: PendingRound) -> None:
         exchange = gw.runtime(session.session_id).exchanges.get(record.downstream_id)
         if exchange is not None:
-            await exchange.cancel_now(reason)
+            await exchange.door.cancel_now(reason)
     return await _continue(gw, session, None, lambda rounds: T.round_for_request(rounds, request_id), act, end=True)
 
 
@@ -248,7 +248,7 @@ async def renew_forever(gw: Gateway) -> None:
             if exchange is not None:
                 log.warning("replica %s lost the lease of round %s; another replica continues it", gw.replica,
                             bridge_id)
-                exchange.hand_over(lost=True)
+                exchange.door.hand_over(lost=True)
 
 
 async def sweep(gw: Gateway) -> int:

@@ -11,7 +11,7 @@ import pytest
 
 from gateway.config.settings import load_config
 from gateway.http.app import GATEWAY, create_app
-from gateway.session.exchange import Exchange
+from gateway.session.exchange import Door, Exchange
 from gateway.session.runtime import SessionRuntime
 from gateway.session.store import InMemoryStore, StoreUnavailable
 from tests.gateway.conftest import Legacy, SharedMemoryStore
@@ -203,7 +203,7 @@ async def test_a_queued_answer_is_acknowledged_after_its_own_step(upstream, aioh
     stepped: set[str] = set()
     premature: list[str] = []
     waiters: dict[int, str] = {}
-    step, settle, queue = Exchange._step, Exchange._settle, Exchange._queue_waited
+    step, settle, queue = Exchange._step, Exchange._settle, Door._queue_waited
 
     async def watched_step(exchange: Exchange, event: Any) -> None:
         await step(exchange, event)
@@ -211,23 +211,23 @@ async def test_a_queued_answer_is_acknowledged_after_its_own_step(upstream, aioh
             stepped.add(event.gateway_id)
 
     def watched_settle(exchange: Exchange, only: Any = None, acted: bool = False) -> None:
-        for waiter in ([only] if only is not None else list(exchange._acted)):
+        for waiter in ([only] if only is not None else list(exchange.events.acted)):
             if not waiter.done() and not exchange.machine.done and waiters[id(waiter)] not in stepped:
                 premature.append(waiters[id(waiter)])
         settle(exchange, only, acted)
 
-    def watched_queue(exchange: Exchange, event: Any) -> Any:
-        acted = queue(exchange, event)
+    def watched_queue(door: Door, event: Any) -> Any:
+        acted = queue(door, event)
         waiters[id(acted)] = event.gateway_id
         return acted
     monkeypatch.setattr(Exchange, "_step", watched_step)
     monkeypatch.setattr(Exchange, "_settle", watched_settle)
-    monkeypatch.setattr(Exchange, "_queue_waited", watched_queue)
+    monkeypatch.setattr(Door, "_queue_waited", watched_queue)
     client = await gateway(upstream, aiohttp_client, SharedMemoryStore())
     resp, first, second = await two_requests_sent(client)
     runtime = client.client.app[GATEWAY].runtime(client.session_id)
     exchange = runtime.awaiting[first["id"]]
-    acks = [exchange.answer(ask["id"], {"jsonrpc": "2.0", "id": ask["id"], "result": SAMPLED})
+    acks = [exchange.door.answer(ask["id"], {"jsonrpc": "2.0", "id": ask["id"], "result": SAMPLED})
             for ask in (first, second)]
     assert await asyncio.wait_for(asyncio.gather(*acks), 5) == [True, True]  # both acted on
     assert stepped >= {first["id"], second["id"]} and premature == []

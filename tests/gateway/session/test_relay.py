@@ -168,7 +168,7 @@ async def test_a_cancel_on_another_replica_stops_a_plain_request_answered_inline
     posted = asyncio.ensure_future(a.post("tools/call", {"name": "t", "arguments": {}}))
     await until(lambda: len(upstream.calls("tools/call")) == 1)
     exchanges = a.client.app[GATEWAY].runtime(a.session_id).exchanges
-    assert list(exchanges) == [a.next_id] and not exchanges[a.next_id].saved  # inline, nothing stored
+    assert list(exchanges) == [a.next_id] and not exchanges[a.next_id].keeper.saved  # inline, nothing stored
     assert await owner_keys(redis_url, prefix, "aql") == {}
     assert await b.notify("notifications/cancelled", {"requestId": a.next_id, "reason": "no"}) == 202
     await within(closed.wait())  # A closed its upstream request (the 2026 cancel)

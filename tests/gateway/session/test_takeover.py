@@ -457,7 +457,7 @@ async def test_an_answer_relayed_as_its_round_is_handed_over_is_acknowledged_as_
     a, b = await replicas(make_gateway, redis_url, prefix)
     _resp, first, (_last, second) = await first_round_asked(a)
     relay_a, relay_b = a.client.app[GATEWAY].relay, b.client.app[GATEWAY].relay
-    handed = a.client.app[GATEWAY].runtime(a.session_id).awaiting[first["id"]].hand_over()
+    handed = a.client.app[GATEWAY].runtime(a.session_id).awaiting[first["id"]].door.hand_over()
     acked = relay_b.acks["token-2"] = asyncio.get_running_loop().create_future()
     relayed = R.Relayed(R.RelayKind.ANSWER, a.session_id, {"jsonrpc": "2.0", "id": first["id"], "result": SAMPLED},
                         b.client.app[GATEWAY].replica, "token-2")
@@ -480,9 +480,9 @@ async def test_an_answer_queued_as_its_round_is_handed_over_is_refused_for_sendi
     a, b = await replicas(make_gateway, redis_url, prefix)
     _resp, first, (_last, second) = await first_round_asked(a)
     exchange = a.client.app[GATEWAY].runtime(a.session_id).awaiting[first["id"]]
-    handed = exchange.hand_over()
+    handed = exchange.door.hand_over()
     with pytest.raises(HandedOver):  # queued behind the hand-over, in the same turn
-        await within(exchange.answer_now(first["id"], {"jsonrpc": "2.0", "id": first["id"], "result": SAMPLED}))
+        await within(exchange.door.answer_now(first["id"], {"jsonrpc": "2.0", "id": first["id"], "result": SAMPLED}))
     await within(handed)
     for ask in (first, second):
         assert await within(b.answer(ask["id"], SAMPLED)) == 202
@@ -502,7 +502,7 @@ async def test_a_cancel_given_to_a_round_as_it_is_handed_over_follows_the_round(
     gw = a.client.app[GATEWAY]
     session = await gw.store.get_session(a.session_id)
     exchange = gw.runtime(a.session_id).exchanges[a.next_id]
-    handed = exchange.hand_over()
+    handed = exchange.door.hand_over()
     cancel = {"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": a.next_id}}
     await within(legacy.cancel(gw, session, a.next_id, None, cancel))  # queued behind the hand-over, same turn
     assert handed.done()  # the exchange let the round go before the cancel went after it
@@ -510,7 +510,7 @@ async def test_a_cancel_given_to_a_round_as_it_is_handed_over_follows_the_round(
     assert await owner_keys(redis_url, prefix, "aql") == {}
     assert len(upstream.calls("tools/call")) == 1
     with pytest.raises(HandedOver):  # the exchange itself says so, to whoever gives it a cancel now
-        await within(exchange.cancel_now(None))
+        await within(exchange.door.cancel_now(None))
 
 
 async def test_a_replica_shutting_down_refuses_an_answer_it_would_have_to_take_a_round_on_for(
