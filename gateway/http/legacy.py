@@ -54,7 +54,7 @@ async def forward(request: web.Request, gw: Gateway, session: SessionRecord, mes
     exchange = Exchange(runtime, record, bridge_context(runtime, session, limits), authorization, session)
     exchange.observer = gw.observer.exchange(request, session, message)
     runtime.exchanges[ident] = exchange
-    if X.begins_inline(exchange.progress_token, session.log_level, record.method):
+    if X.begins_inline(exchange.rounds.progress_token, session.log_level, record.method):
         finish = await FirstRound(exchange).run()
         if finish is not None:
             if finish.log:

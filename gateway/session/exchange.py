@@ -193,7 +193,7 @@ class FirstRound:
         session, ex._session = ex._session, None  # a later round reads it again, or takes its own
         ex._inline = self
         try:
-            event = await self.until(ex.rounds.event(ex.notify, {}, session), loop.call_at(
+            event = await self.until(ex.rounds.event(self.early.append, {}, session), loop.call_at(
                 deadline, self.interrupt, _TOTAL_TIMEOUT))
         except asyncio.CancelledError:
             ex.forget()
@@ -253,8 +253,8 @@ class Exchange:
 
     def __init__(self, runtime: SessionRuntime, record: PendingRound, ctx: B.BridgeContext,
                  authorization: str | None, session: SessionRecord | None = None) -> None:
-        self.runtime, self.authorization = runtime, authorization
-        self.machine = B.BridgeMachine(record, ctx)
+        self.runtime, self.authorization, self.record = runtime, authorization, record
+        self.machine = B.BridgeMachine(record, ctx)  # its record is ``record``, stepped in place
         self.stream: OutStream | None = None  # made when the answer is more than one lone response
         self.events = _Inbox()
         self._session = session  # the record a handler just read, for the round it starts (none: read it again)
@@ -270,11 +270,6 @@ class Exchange:
                                request_key(record.session_id, record.downstream_id) if relayed else "")
         self.rounds = Rounds(runtime, record, authorization, self.keeper, session)
         self.keeping = StoreKeeping(gateway, record, ctx.limits, self.keeper)
-        self.progress_token = self.rounds.progress_token
-
-    @property
-    def record(self) -> PendingRound:
-        return self.machine.record
 
     @property
     def door(self) -> Door:
@@ -283,8 +278,6 @@ class Exchange:
     def notify(self, message: dict[str, Any]) -> None:
         if self.stream is not None:
             self.stream.push(message)
-        elif self._inline is not None:  # the first round runs in the handler: sent first if it escalates
-            self._inline.early.append(message)
 
     def spawn(self) -> OutStream:
         """Run the exchange as a session task from the start; its stream, which the caller answers with."""
@@ -310,16 +303,10 @@ class Exchange:
             self._task = self.runtime.spawn(self.run(None, performed=True))
 
     async def take_over(self, stream: OutStream, elapsed_seconds: float, unsent: set[str]) -> None:
-        """Continue a round another replica saved, whose lease this replica just won
-        (docs/design/takeover.md#leases-and-takeover-of-a-dead-replicas-rounds): on ``stream`` (the request's stream,
-        continued here), from the stored record; ``unsent``: the outstanding requests the client never received,
-        asked again."""
-        rec, gateway = self.record, self.runtime.gateway
+        """Continue a round another replica saved, whose lease this replica just won, on ``stream`` (the request's,
+        continued here); ``unsent``: the outstanding requests the client never received, asked again
+        (docs/design/takeover.md#leases-and-takeover-of-a-dead-replicas-rounds)."""
         self.stream = stream
-        self.runtime.exchanges[rec.downstream_id] = self
-        gateway.leases[rec.bridge_id] = self
-        for gid in rec.outstanding:
-            self.runtime.awaiting[gid] = self
         await self.keeping.take_over()
         self._task = self.runtime.spawn(self.run(self.machine.resume(elapsed_seconds, unsent)))
 
@@ -406,10 +393,8 @@ class Exchange:
         return True
 
     async def _finish(self, message: dict[str, Any] | None) -> None:
-        """The request's answer ends the stream. A saved round on a shared store ends with it, in one store step that
-        also copies the answer (docs/design/takeover.md#a-bridged-step-is-one-fenced-store-write): the store then
-        holds either the round, for a replica to continue, or its answer, never both (a takeover after the answer was
-        copied would send the round's last retry upstream again)."""
+        """The request's answer ends the stream, and a saved round with it in one store step that also copies the
+        answer (docs/design/takeover.md#a-bridged-step-is-one-fenced-store-write: round or answer, never both)."""
         assert self.stream is not None
         mirror = self.stream.mirror
         held = mirror is not None and self.keeper.carries_answer() and mirror.hold()
@@ -474,10 +459,8 @@ class Exchange:
             case B.ArmTimer(name=name, seconds=seconds, round=round_):
                 fired = B.TimerFired(name, round_)
                 self._timers.append(asyncio.get_running_loop().call_later(seconds, self.events.put_nowait, fired))
-            case B.CallUpstream(extra=extra):
-                self._upstream = self.runtime.spawn(self._call_upstream(extra, self._session), leaves=True)
-            case B.PollTask() | B.UpdateTask():
-                self._upstream = self.runtime.spawn(self._call_upstream({}, self._session, action), leaves=True)
+            case B.CallUpstream() | B.PollTask() | B.UpdateTask():
+                self._upstream = self.runtime.spawn(self._call_upstream(action, self._session), leaves=True)
             case B.Finish(message=message, log=said, challenge=challenge):
                 if said:
                     log.warning("request %r: %s", self.record.downstream_id, said)
@@ -498,12 +481,13 @@ class Exchange:
             case _:
                 assert_never(action)
 
-    async def _call_upstream(self, extra: dict[str, Any], session: SessionRecord | None,
-                             task: B.PollTask | B.UpdateTask | None = None) -> None:
+    async def _call_upstream(self, call: B.CallUpstream | B.PollTask | B.UpdateTask,
+                             session: SessionRecord | None) -> None:
         """One upstream round's task, or a task call's (spawned with ``leaves``: nothing here raises but its
         cancellation)."""
         self._began = asyncio.current_task()
         try:
+            extra, task = (call.extra, None) if isinstance(call, B.CallUpstream) else ({}, call)
             event = await self.rounds.event(self.notify, extra, session, task)
             if not await self.offer(event):
                 self.events.put_nowait(event)

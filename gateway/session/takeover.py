@@ -203,6 +203,9 @@ async def _run_here(gw: Gateway, record: PendingRound, session: SessionRecord, a
                 "%s)", session.session_id, record.downstream_id, record.round, record.phase.value,
                 T.repeats(record).value)
     unsent = set(record.outstanding) - sent if sent is not None else set()
+    runtime.exchanges[record.downstream_id] = gw.leases[record.bridge_id] = exchange
+    for gid in record.outstanding:
+        runtime.awaiting[gid] = exchange
     await exchange.take_over(stream, max(0, gw.clock() - record.started_ms) / 1000, unsent)
 
 
