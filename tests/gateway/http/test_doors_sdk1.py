@@ -106,8 +106,10 @@ def _client_env() -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}
 
 
-async def _run_flows(python: Path, door: str, base: str) -> dict[str, Any]:
-    proc = await asyncio.create_subprocess_exec(str(python), "-I", str(CLIENT), door, base, "flows",
+async def run_sdk1_script(python: Path, script: Path, *args: str) -> dict[str, Any]:
+    """Run one of these tests' client scripts with the mcp 1.x venv's ``python`` (isolated from the project)
+    and return the JSON summary it prints last; fails with its stderr when it exits non-zero."""
+    proc = await asyncio.create_subprocess_exec(str(python), "-I", str(script), *args,
                                                 env=_client_env(), cwd=tempfile.gettempdir(),
                                                 stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
     try:
@@ -116,7 +118,7 @@ async def _run_flows(python: Path, door: str, base: str) -> dict[str, Any]:
         if proc.returncode is None:
             proc.kill()
             await proc.wait()
-    assert proc.returncode == 0, err.decode()[-2000:]
+    assert proc.returncode == 0, err.decode()[-3000:]
     summary: dict[str, Any] = json.loads(out.decode().splitlines()[-1])
     return summary
 
@@ -166,7 +168,7 @@ async def test_the_bridged_flows_with_the_1x_sdk_client(door: str, sdk1_python: 
                                                                 "flush_seconds": 3600,
                                                                 "known_clients": [f"sdk1-{door}"]})))
     base = str(server.make_url("")).rstrip("/")
-    summary = await _run_flows(sdk1_python, door, base)
+    summary = await run_sdk1_script(sdk1_python, CLIENT, door, base, "flows")
     assert summary == EXPECTED
     async with aiohttp.ClientSession() as http, http.get(f"{base}/metrics") as metrics:
         text = await metrics.text()

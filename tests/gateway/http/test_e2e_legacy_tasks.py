@@ -14,9 +14,7 @@ against the extension's shapes: tests.task_wire).
 
 from __future__ import annotations
 
-import asyncio
 import json
-import tempfile
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -31,7 +29,7 @@ from gateway.http.app import GATEWAY, create_app
 from tests import schema
 from tests.gateway import ts_sdk
 from tests.gateway.conftest import Legacy
-from tests.gateway.http.test_doors_sdk1 import _client_env, sdk1_python  # noqa: F401 (the venv's fixture)
+from tests.gateway.http.test_doors_sdk1 import run_sdk1_script, sdk1_python  # noqa: F401 (the venv's fixture)
 from tests.gateway.http.test_e2e_tasks import FAST, core_app, core_config, make_stack
 
 CLIENT = Path(__file__).with_name("sdk1_tasks_client.py")
@@ -77,18 +75,7 @@ async def tasks_by_outcome(gateway) -> dict[str, float]:
 
 
 async def run_client(python: Path, base: str, mode: str = "flows") -> dict[str, Any]:
-    proc = await asyncio.create_subprocess_exec(str(python), "-I", str(CLIENT), base, mode, env=_client_env(),
-                                                cwd=tempfile.gettempdir(), stdout=asyncio.subprocess.PIPE,
-                                                stderr=asyncio.subprocess.PIPE)
-    try:
-        out, err = await asyncio.wait_for(proc.communicate(), 120)
-    finally:
-        if proc.returncode is None:
-            proc.kill()
-            await proc.wait()
-    assert proc.returncode == 0, err.decode()[-3000:]
-    summary: dict[str, Any] = json.loads(out.decode().splitlines()[-1])
-    return summary
+    return await run_sdk1_script(python, CLIENT, base, mode)
 
 
 async def test_the_sdk1_client_runs_builds_as_2025_tasks(aiohttp_server, tmp_path, sdk1_python) -> None:  # noqa: F811

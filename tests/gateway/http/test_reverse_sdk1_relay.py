@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -23,7 +21,7 @@ from gateway.config.settings import load_config
 from gateway.http.app import create_app
 from gateway.http.keys import REVERSE
 from gateway.ops.cli import check_upstream
-from tests.gateway.http.test_doors_sdk1 import _client_env, sdk1_python  # noqa: F401  (a fixture)
+from tests.gateway.http.test_doors_sdk1 import run_sdk1_script, sdk1_python  # noqa: F401  (a fixture)
 from tests.gateway.http.test_reverse_e2e import _legacy_server
 from tests.gateway.http.test_reverse_ts import _ts_server
 
@@ -40,18 +38,7 @@ async def _gateway(aiohttp_server: Any, url: str) -> Any:
 
 
 async def _run_client(python: Path, url: str) -> dict[str, Any]:
-    proc = await asyncio.create_subprocess_exec(str(python), "-I", str(CLIENT), url, env=_client_env(),
-                                                cwd=tempfile.gettempdir(), stdout=asyncio.subprocess.PIPE,
-                                                stderr=asyncio.subprocess.PIPE)
-    try:
-        out, err = await asyncio.wait_for(proc.communicate(), 120)
-    finally:
-        if proc.returncode is None:
-            proc.kill()
-            await proc.wait()
-    assert proc.returncode == 0, err.decode()[-3000:]
-    summary: dict[str, Any] = json.loads(out.decode().splitlines()[-1])
-    return summary
+    return await run_sdk1_script(python, CLIENT, url)
 
 
 @contextlib.contextmanager
