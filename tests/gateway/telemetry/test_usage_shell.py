@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+from adapters.usage import KEY_FIELDS
 from gateway.telemetry.usage import USAGE
 from tests.gateway.conftest import Legacy, text
 from tests.waiting import until
@@ -19,9 +20,7 @@ URL = {"method": "elicitation/create", "params": {"mode": "url", "message": "con
 def records(client: Any) -> list[dict[str, Any]]:
     recorder = client.server.app[USAGE]
     recorder.drain()
-    return [dict(zip(("bucket", "peer", "client", "client_version", "era", "revision", "method", "translated",
-                      "inputs", "features", "outcome", "cause", "transport"), key, strict=True),
-                 count=value[0], rounds=value[1])
+    return [dict(zip(KEY_FIELDS, key, strict=True), count=value[0], rounds=value[1])
             for key, value in recorder.rollup.items()]
 
 
