@@ -263,18 +263,9 @@ def check_session(view: HttpView, session: SessionRecord | None, principal: str,
 
 
 def classify(view: HttpView, session: SessionRecord | None, policy: Policy, now_ms: int) -> Accepted | Rejection:
-    verdict = _classify(view, session, policy, now_ms)
-    if view.grant is None or not isinstance(verdict, Accepted):
-        return verdict
-    return _granted(verdict, view.grant)
-
-
-def _granted(verdict: Accepted, grant: Principal) -> Accepted:
-    """The verdict, and each batch element, carrying the request's verified claims (only with [gateway.auth])."""
-    batch = tuple(_granted(e, grant) if isinstance(e, Accepted) else e for e in verdict.batch)
-    # Built directly: dataclasses.replace introspects the fields on every call, and every request pays this.
-    return Accepted(verdict.kind, verdict.principal, verdict.message, verdict.session, verdict.last_event_id,
-                    batch, grant)
+    """The request's verdict; an accepted one (and each batch element) carries the request's verified claims
+    (``view.grant``), set where it is built rather than copied on afterwards: every request pays this path."""
+    return _classify(view, session, policy, now_ms)
 
 
 def _classify(view: HttpView, session: SessionRecord | None, policy: Policy, now_ms: int) -> Accepted | Rejection:
@@ -297,9 +288,10 @@ def _classify(view: HttpView, session: SessionRecord | None, policy: Policy, now
     if refused is not None:
         return refused
     if view.method == "DELETE":
-        return Accepted(Kind.DELETE, principal, session=session)
+        return Accepted(Kind.DELETE, principal, session=session, grant=view.grant)
     last = view.headers.get("last-event-id")
-    return Accepted(Kind.RESUME if last else Kind.OPEN_STREAM, principal, session=session, last_event_id=last)
+    return Accepted(Kind.RESUME if last else Kind.OPEN_STREAM, principal, session=session, last_event_id=last,
+                    grant=view.grant)
 
 
 def _check_repeated(view: HttpView) -> Rejection | None:
@@ -326,11 +318,11 @@ def _classify_post(view: HttpView, session: SessionRecord | None, policy: Policy
     if kind is None:
         return reject(Reason.INVALID_REQUEST, "not a JSON-RPC request, notification or response", message.get("id"))
     if kind is not Kind.RESPONSE and is_modern(message, view.headers):
-        return check_modern_meta(message) or Accepted(Kind.MODERN, principal, message)
+        return check_modern_meta(message) or Accepted(Kind.MODERN, principal, message, grant=view.grant)
     if kind is Kind.REQUEST and message["method"] == "initialize":
-        return Accepted(Kind.INITIALIZE, principal, message)
+        return Accepted(Kind.INITIALIZE, principal, message, grant=view.grant)
     refused = check_session(view, session, principal, policy, now_ms, message.get("id"))
-    return refused or Accepted(kind, principal, message, session)
+    return refused or Accepted(kind, principal, message, session, grant=view.grant)
 
 
 def _classify_batch(view: HttpView, session: SessionRecord | None, policy: Policy, now_ms: int, principal: str,
@@ -353,11 +345,12 @@ def _classify_batch(view: HttpView, session: SessionRecord | None, policy: Polic
     if len(items) > MAX_BATCH:
         return reject(Reason.INVALID_REQUEST, f"a JSON-RPC batch of {len(items)} messages (the gateway takes "
                                          f"at most {MAX_BATCH})")
-    return Accepted(Kind.BATCH, principal, session=session, batch=tuple(_batch_element(i, principal, session)
-                                                                     for i in items))
+    elements = tuple(_batch_element(i, principal, session, view.grant) for i in items)
+    return Accepted(Kind.BATCH, principal, session=session, batch=elements, grant=view.grant)
 
 
-def _batch_element(item: Any, principal: str, session: SessionRecord) -> Accepted | Rejection:
+def _batch_element(item: Any, principal: str, session: SessionRecord,
+                   grant: Principal | None) -> Accepted | Rejection:
     message = check_message(item)
     if isinstance(message, Rejection):
         return message
@@ -368,7 +361,7 @@ def _batch_element(item: Any, principal: str, session: SessionRecord) -> Accepte
         return reject(Reason.INVALID_REQUEST, "initialize must not be part of a JSON-RPC batch", ident)
     if kind is not Kind.RESPONSE and is_modern(message, {}):
         return reject(Reason.INVALID_REQUEST, "a 2026-07-28 request cannot be part of a session's batch", ident)
-    return Accepted(kind, principal, message, session)
+    return Accepted(kind, principal, message, session, grant=grant)
 
 
 def batch_status(batch: tuple[Accepted | Rejection, ...], answers: int) -> int:
