@@ -110,6 +110,10 @@ class Sealer:
             return None
         try:
             raw = base64.urlsafe_b64decode(token.encode("ascii"))
+            # Only the canonical spelling: base64 ignores a last character's spare bits, so a token changed there
+            # would decode to the same sealed bytes and pass as untouched.
+            if base64.urlsafe_b64encode(raw).decode() != token:
+                return None
             return self.aead.decrypt(raw[:12], raw[12:], aad)
         except (InvalidTag, binascii.Error, ValueError, UnicodeEncodeError):
             return None
