@@ -39,13 +39,14 @@ from __future__ import annotations
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any, assert_never, cast
+from typing import assert_never, cast
 
 from adapters import errors as E
 from adapters import legacy_tasks as LT
 from adapters import takeover as T
 from adapters import task_poll as TP
 from adapters.errors import AuthChallenge, ErrorValue
+from adapters.jsonwire import JsonObject, JsonValue, JsonView, members
 from adapters.records import PendingRound, Phase
 from adapters.results import Complete, InputRequired, Invalid, classify_result, response
 from adapters.task_poll import TaskOutcome, TaskState, TaskView
@@ -78,9 +79,9 @@ class BridgeLimits:
 @dataclass(frozen=True, slots=True)
 class BridgeContext:
     limits: BridgeLimits
-    client_capabilities: Mapping[str, Any]  # as declared at initialize (2025 shape)
+    client_capabilities: JsonView  # as declared at initialize (2025 shape)
     new_id: Callable[[], str]  # injected: gateway request ids and elicitationIds (unique in the session)
-    cached_roots: Mapping[str, Any] | None = None
+    cached_roots: JsonView | None = None
     # The peer's tool policy, applied to a tools/list result; ``scoped``: tokens carry scopes ([gateway.auth]).
     tools: ToolPolicy = OPEN
     scoped: bool = False
@@ -100,7 +101,7 @@ class BridgeContext:
         return isinstance(roots, Mapping) and roots.get("listChanged") is True
 
 
-def _answer_error(event: ClientAnswered) -> Mapping[str, Any] | None:
+def _answer_error(event: ClientAnswered) -> JsonView | None:
     """The error object a client's answer ends the bridge with, or None for a usable result. An answer that is
     neither a result object nor an error object (``"error": "no"``, a list, a number) is invalid like one with
     no result: INVALID_REQUEST, named as the client's (docs/design/bridge.md#a-clients-error-answer-ends-the-bridge),
@@ -117,12 +118,12 @@ def _answer_error(event: ClientAnswered) -> Mapping[str, Any] | None:
 # --- events ---------------------------------------------------------------------------------------------
 @dataclass(frozen=True, slots=True)
 class UpstreamResult:
-    result: Any
+    result: JsonValue
 
 
 @dataclass(frozen=True, slots=True)
 class UpstreamError:
-    error: Mapping[str, Any]
+    error: JsonView
 
 
 @dataclass(frozen=True, slots=True)
@@ -136,8 +137,8 @@ class UpstreamFailed:
 @dataclass(frozen=True, slots=True)
 class ClientAnswered:
     gateway_id: str
-    result: Any = None
-    error: Any = None  # the client's "error" member, as sent: not necessarily an object
+    result: JsonValue = None
+    error: JsonValue = None  # the client's "error" member, as sent: not necessarily an object
 
 
 class Timer(StrEnum):
@@ -170,12 +171,12 @@ class Aborted:
 # --- actions --------------------------------------------------------------------------------------------
 @dataclass(frozen=True, slots=True)
 class CallUpstream:
-    extra: dict[str, Any] = field(default_factory=dict)
+    extra: JsonObject = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
 class SendToClient:
-    message: dict[str, Any]
+    message: JsonObject
 
 
 @dataclass(frozen=True, slots=True)
@@ -192,23 +193,23 @@ class AbortUpstream:
 
 @dataclass(frozen=True, slots=True)
 class StoreRoots:
-    result: dict[str, Any]
+    result: JsonObject
 
 
 @dataclass(frozen=True, slots=True)
 class PollTask:
     task_id: str
 
-    def request(self) -> tuple[str, dict[str, Any]]:
+    def request(self) -> tuple[str, JsonObject]:
         return "tasks/get", {"taskId": self.task_id}
 
 
 @dataclass(frozen=True, slots=True)
 class UpdateTask:
     task_id: str
-    responses: dict[str, Any]
+    responses: JsonObject
 
-    def request(self) -> tuple[str, dict[str, Any]]:
+    def request(self) -> tuple[str, JsonObject]:
         return "tasks/update", {"taskId": self.task_id, "inputResponses": dict(self.responses)}
 
 
@@ -216,7 +217,7 @@ class UpdateTask:
 class CancelTask:
     task_id: str
 
-    def request(self) -> tuple[str, dict[str, Any]]:
+    def request(self) -> tuple[str, JsonObject]:
         return "tasks/cancel", {"taskId": self.task_id}
 
 
@@ -230,13 +231,13 @@ class RememberTask:
     """Keep ``task`` (a 2025 Task) in the session's registry (adapters.legacy_tasks.remember); ``created``: the
     session just made it."""
 
-    task: dict[str, Any]
+    task: JsonObject
     created: bool = False
 
 
 @dataclass(frozen=True, slots=True)
 class Finish:
-    message: dict[str, Any] | None
+    message: JsonObject | None
     log: str | None = None
     challenge: AuthChallenge | None = None  # the upstream refused the client's token: answer with its status
 
@@ -247,7 +248,7 @@ Action = (CallUpstream | SendToClient | ArmTimer | AbortUpstream | StoreRoots | 
 _TASK_CALLS = (Phase.TASK_POLL, Phase.TASK_UPDATE)
 
 
-def admit(in_flight: Collection[Any], ident: Any, limits: BridgeLimits) -> ErrorValue | None:
+def admit(in_flight: Collection[JsonValue], ident: JsonValue, limits: BridgeLimits) -> ErrorValue | None:
     """Refuse a new forwarded request whose id is already in flight in the session (its answer could not be told
     from the other's: 2025-11-25 basic §Requests, ids unique in a session), or when the session already has
     too many in flight."""
@@ -258,10 +259,10 @@ def admit(in_flight: Collection[Any], ident: Any, limits: BridgeLimits) -> Error
     return None
 
 
-def required_capability(entry: Mapping[str, Any], caps: Mapping[str, Any]) -> tuple[str, dict[str, Any]] | None:
+def required_capability(entry: JsonView, caps: JsonView) -> tuple[str, JsonObject] | None:
     """The capability an input request needs and the client lacks (2026-07-28 basic/patterns §Multi Round-Trip
     Requests: never send undeclared ones)."""
-    method, params = entry.get("method"), entry.get("params") or {}
+    method, params = entry.get("method"), members(entry.get("params"))
     if method == "roots/list":
         return None if isinstance(caps.get("roots"), Mapping) else ("roots", {"roots": {}})
     if method == "sampling/createMessage":
@@ -277,7 +278,7 @@ def required_capability(entry: Mapping[str, Any], caps: Mapping[str, Any]) -> tu
     mode = params.get("mode", "form")
     declared = set(elicitation) & {"form", "url"} or {"form"}  # {} means form only (2025-11-25 client/elicitation)
     if mode not in declared:
-        return (f"elicitation.{mode}", {"elicitation": {mode: {}}})
+        return (f"elicitation.{mode}", {"elicitation": {str(mode): {}}})
     return None
 
 
@@ -330,7 +331,7 @@ class BridgeMachine:
         rec.resent = resent  # an error answering it no longer says the round failed (T.outcome_unknown)
         return actions
 
-    def _ask_message(self, gateway_id: str) -> dict[str, Any]:
+    def _ask_message(self, gateway_id: str) -> JsonObject:
         """The request the client was sent under ``gateway_id`` (as :meth:`_ask` built it)."""
         rec = self.record
         key = rec.outstanding[gateway_id]
@@ -381,7 +382,7 @@ class BridgeMachine:
                 assert_never(event)
 
     # --- transitions ------------------------------------------------------------------------------------
-    def _on_result(self, result: Any) -> list[Action]:
+    def _on_result(self, result: JsonValue) -> list[Action]:
         rec = self.record
         rec.resent = None  # the resent round was answered: what follows is an ordinary round
         if rec.method == "tasks/get":
@@ -443,9 +444,9 @@ class BridgeMachine:
                    and (entry.get("params") or {}).get("url") in accepted
                    for entry in outcome.input_requests.values())
 
-    def _ask(self, key: str, entry: Mapping[str, Any]) -> list[Action]:
+    def _ask(self, key: str, entry: JsonView) -> list[Action]:
         """Answer from what we already know (cached roots, an already accepted URL), or ask the client."""
-        rec, params = self.record, dict(entry.get("params") or {})
+        rec, params = self.record, dict(members(entry.get("params")))
         if entry["method"] == "roots/list" and self.ctx.cache_roots and self.ctx.cached_roots is not None:
             rec.answers[key] = dict(self.ctx.cached_roots)
             return []
@@ -479,7 +480,7 @@ class BridgeMachine:
     def _retry(self) -> list[Action]:
         rec = self.record
         rec.resent = None
-        extra: dict[str, Any] = {}
+        extra: JsonObject = {}
         if rec.answers:
             extra["inputResponses"] = dict(rec.answers)
         if rec.request_state is not None:
@@ -498,18 +499,18 @@ class BridgeMachine:
         if error is not None:
             return [*self._cancel_outstanding(), self._end(response(
                 rec.downstream_id, error=E.client_refused_error(key, entry["method"], error)))]
-        actions = self._record_answer(key, entry, event.result)
+        actions = self._record_answer(key, entry, members(event.result))
         if rec.outstanding:
             return actions
         return actions + self._send_answers(True)
 
-    def _record_answer(self, key: str, entry: Mapping[str, Any], result: Mapping[str, Any]) -> list[Action]:
+    def _record_answer(self, key: str, entry: JsonView, result: JsonView) -> list[Action]:
         rec, method = self.record, entry["method"]
         answer = dict(result)
         if method in _INPUT_RESULT_DROP_META:
             answer.pop("_meta", None)  # not in the 2026-07-28 schema: the safe choice
         rec.answers[key] = answer
-        params = entry.get("params") or {}
+        params = members(entry.get("params"))
         if method == "elicitation/create" and params.get("mode") == "url" and answer.get("action") == "accept":
             rec.url_elicitations[rec.minted_ids[key]] = str(params.get("url"))
         if method == "roots/list" and self.ctx.cache_roots:
@@ -546,7 +547,7 @@ class BridgeMachine:
         rec.phase = Phase.TASK_UPDATE
         return [UpdateTask(rec.task_id, dict(rec.answers))]
 
-    def _on_task_created(self, result: Any) -> list[Action]:
+    def _on_task_created(self, result: JsonValue) -> list[Action]:
         view, limits = TP.read_task(result, None), self.ctx.limits
         if isinstance(view, ErrorValue):
             return self._finish_error(view)
@@ -558,7 +559,7 @@ class BridgeMachine:
         # Only a working task is waited for: any other status is fetched at once with its payload.
         return [timer, *self._task_moved(view), *(self._wait() if view.state is TaskState.WORKING else self._poll())]
 
-    def _on_task(self, value: Any) -> list[Action]:
+    def _on_task(self, value: JsonValue) -> list[Action]:
         """A tasks/get answer (ext-tasks §Getting Tasks)."""
         rec = self.record
         if rec.method == "tasks/cancel":
@@ -567,7 +568,7 @@ class BridgeMachine:
         if isinstance(view, ErrorValue):
             return self._finish_error(view)
         rec.task_failures = None
-        moved = [*self._status_changed(value, view), *self._task_moved(view)]
+        moved = [*self._status_changed(members(value), view), *self._task_moved(view)]
         if view.state is TaskState.COMPLETED:
             outcome = classify_result(self._underlying, view.payload)
             if isinstance(outcome, Invalid):
@@ -650,28 +651,28 @@ class BridgeMachine:
         """The method a task's result and input requests belong to: a 2025 task is always a tools/call's."""
         return "tools/call" if self.record.method == "tasks/result" else self.record.method
 
-    def _task_result(self, result: dict[str, Any]) -> dict[str, Any]:
+    def _task_result(self, result: JsonObject) -> JsonObject:
         task_id = self.record.task_id
         return LT.with_related(result, task_id) if self.record.method == "tasks/result" and task_id else result
 
-    def _legacy_created(self, result: Any) -> list[Action]:
+    def _legacy_created(self, result: JsonValue) -> list[Action]:
         """A task-augmented call's answer: its CreateTaskResult, the task kept in the session's registry."""
         view = TP.read_task(result, None)
         if isinstance(view, ErrorValue):
             return self._finish_error(view)
-        created = LT.created_result(result)
+        created = LT.created_result(members(result))
         return [RememberTask(created["task"], True), self._end(response(self.record.downstream_id, created))]
 
-    def _legacy_task(self, value: Any) -> list[Action]:
+    def _legacy_task(self, value: JsonValue) -> list[Action]:
         """tasks/get or tasks/cancel: the upstream task as a 2025 Task (2025-11-25 basic/utilities/tasks §Getting
         Tasks, §Cancelling Tasks)."""
         view = TP.read_task(value, str(self.record.params["taskId"]))
         if isinstance(view, ErrorValue):
             return self._finish_error(view)
-        task = LT.to_legacy(value)
+        task = LT.to_legacy(members(value))
         return [RememberTask(task), self._end(response(self.record.downstream_id, task))]
 
-    def _status_changed(self, value: Mapping[str, Any], view: TaskView) -> list[Action]:
+    def _status_changed(self, value: JsonView, view: TaskView) -> list[Action]:
         """While tasks/result waits: a new status is kept and told (notifications/tasks/status)."""
         if self.record.method != "tasks/result" or view.seen == self.record.task_seen:
             return []
@@ -691,12 +692,12 @@ class BridgeMachine:
     def _finish_error(self, error: ErrorValue) -> list[Action]:
         return [self._end(response(self.record.downstream_id, error=error), error.log, error.challenge)]
 
-    def _end(self, message: dict[str, Any] | None, log: str | None = None,
+    def _end(self, message: JsonObject | None, log: str | None = None,
              challenge: AuthChallenge | None = None) -> Finish:
         self.record.phase = Phase.DONE
         return Finish(message, log, challenge)
 
 
-def _elicitation_complete(elicitation_id: str) -> dict[str, Any]:
+def _elicitation_complete(elicitation_id: str) -> JsonObject:
     return {"jsonrpc": "2.0", "method": "notifications/elicitation/complete",
             "params": {"elicitationId": elicitation_id}}

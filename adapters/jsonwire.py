@@ -32,9 +32,27 @@ from __future__ import annotations
 
 import json
 import math
-from typing import Any, Final
+from collections.abc import Mapping
+from typing import Any, Final, TypeAlias, Union
 
 import orjson
+
+# The shapes of JSON the gateway handles, in one place for every module of adapters/ to use:
+# - JsonValue: a value the gateway builds or copies through (a message, a result, a record), recursively.
+# - JsonObject / JsonArray: its two containers, for what the gateway builds and may still add members to.
+# - JsonView: a read-only view of an object someone else built (a client's message, an upstream's result):
+#   a Mapping, so callers may pass any dict of JSON values, and the values are narrowed (isinstance) where used.
+JsonValue: TypeAlias = Union["JsonObject", "JsonArray", str, int, float, bool, None]
+JsonObject: TypeAlias = dict[str, JsonValue]
+JsonArray: TypeAlias = list[JsonValue]
+JsonView: TypeAlias = Mapping[str, JsonValue]
+_NO_MEMBERS: Final[JsonView] = {}
+
+
+def members(value: JsonValue) -> JsonView:
+    """``value``'s members when it is a JSON object, else none: for an optional object member (``params``,
+    ``_meta``, a capability) read where a missing and a malformed one mean the same."""
+    return value if isinstance(value, Mapping) else _NO_MEMBERS
 
 # A text's shape: digits become '0', both opening brackets '[', every other byte a space. A run of 19 digits is
 # then one substring search, and the opening brackets one count: one translation of the text serves both.
@@ -54,13 +72,13 @@ assert ENCODED_DEPTH < 255  # orjson.dumps: "Recursion limit reached" at 255 lev
 class TooDeep(ValueError):
     """A JSON text nested deeper than the limit it is read with: bad input, refused before any encoder sees it."""
 
-    def __init__(self, limit: int, value: Any = None) -> None:
+    def __init__(self, limit: int, value: JsonValue = None) -> None:
         super().__init__(f"the JSON text is nested too deeply (more than {limit} levels)")
         self.limit = limit
         self.value = value  # what was parsed, when a parser read it whole (a refusal can still name its id)
 
 
-def _refuse_constant(name: str) -> Any:
+def _refuse_constant(name: str) -> float:
     raise ValueError(f"{name} is not a JSON number")
 
 
@@ -71,21 +89,23 @@ def _finite_float(text: str) -> float:
     return value
 
 
-def _stdlib_loads(data: bytes | str, max_depth: int) -> Any:
+def _stdlib_loads(data: bytes | str, max_depth: int) -> JsonValue:
     try:
-        return json.loads(data, parse_constant=_refuse_constant, parse_float=_finite_float)
+        value: JsonValue = json.loads(data, parse_constant=_refuse_constant, parse_float=_finite_float)
     except RecursionError:  # deeper than the interpreter's stack: bad input, not a gateway failure
         raise TooDeep(max_depth) from None
+    return value
 
 
-def _deeper_than(value: Any, limit: int) -> bool:
+def _deeper_than(value: JsonValue, limit: int) -> bool:
     """Whether ``value`` nests more than ``limit`` containers: one level at a time, no recursion."""
-    level, containers = 0, [value] if isinstance(value, (dict, list)) else []
+    containers: list[JsonObject | JsonArray] = [value] if isinstance(value, (dict, list)) else []
+    level = 0
     while containers:
         level += 1
         if level > limit:
             return True
-        inner: list[Any] = []
+        inner: list[JsonObject | JsonArray] = []
         for container in containers:
             items = container.values() if isinstance(container, dict) else container
             inner.extend(item for item in items if isinstance(item, (dict, list)))
@@ -105,16 +125,18 @@ def loads(data: bytes | str, max_depth: int = MAX_DEPTH) -> Any:
     return value
 
 
-def _parse(data: bytes | str, raw: bytes, shape: bytes, max_depth: int) -> Any:
+def _parse(data: bytes | str, raw: bytes, shape: bytes, max_depth: int) -> JsonValue:
     if _LONG_DIGIT_RUN not in shape:
         try:
-            return orjson.loads(raw)
+            value: JsonValue = orjson.loads(raw)
         except orjson.JSONDecodeError:
             pass  # refused by orjson: the stdlib either reads it as it always did or raises
+        else:
+            return value
     return _stdlib_loads(data, max_depth)
 
 
-def dumps(value: Any) -> bytes:
+def dumps(value: object) -> bytes:
     """Compact JSON, UTF-8. What orjson returns keeps its write buffer's capacity (4-8 KiB, whatever the
     length): fine for what is sent at once, but copy what is kept (``bytes(memoryview(data))``). A value too
     deep for either encoder is a ``ValueError`` (never ``RecursionError``), for the caller to handle."""

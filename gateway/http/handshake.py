@@ -49,6 +49,7 @@ async def discover(gw: Gateway, principal: str, view: SessionView,
     outcome = classify_result("server/discover", payload)
     if isinstance(outcome, Invalid):
         return outcome.error
+    assert isinstance(payload, dict)  # classify_result: a result that is not an object is Invalid
     problem = check_discover(payload)
     if problem is not None:
         return problem
@@ -92,9 +93,11 @@ async def open_session(request: web.Request, gw: Gateway, acc: Accepted, opening
         await gw.verify(acc.principal)
     # Counted after the last wait before the put, so concurrent initializes on one process cannot all pass one free
     # slot; across replicas, the count the put itself makes settles it.
-    (total, own), unverified = await asyncio.gather(gw.store.count_sessions(acc.principal),
-                                                    gw.store.count_unverified(acc.principal))
-    relayed, relayed_own = gw.relayed_sessions(acc.principal)  # the relayed 2025 sessions opened here count too
+    # The relayed 2025 sessions of every replica count too
+    # (docs/design/eras.md#relayed-sessions-count-against-the-gateways-session-limits).
+    (total, own), unverified, (relayed, relayed_own) = await asyncio.gather(
+        gw.store.count_sessions(acc.principal), gw.store.count_unverified(acc.principal),
+        gw.store.count_relayed(acc.principal))
     full = admit_session(SessionCounts(total + relayed, own + relayed_own, unverified),
                          gw.config.sessions.session_limits, message["id"])
     if full is None:

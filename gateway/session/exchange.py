@@ -453,8 +453,8 @@ class Exchange:
         assert self.stream is not None
         match action:
             case B.SendToClient(message=message):
-                if "id" in message:
-                    self.runtime.awaiting[message["id"]] = self
+                if isinstance(ident := message.get("id"), str):  # a request of ours (ids we mint are str)
+                    self.runtime.awaiting[ident] = self
                 self.stream.push(message)
             case B.ArmTimer(name=name, seconds=seconds, round=round_):
                 fired = B.TimerFired(name, round_)
