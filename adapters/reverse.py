@@ -191,6 +191,17 @@ class RelayedSession:
     def encode(self) -> bytes:
         return canonical([self.upstream, self.session_id, self.principal]).encode()
 
+    def lease_key(self) -> str:
+        """The opaque key every replica counts this session by in the store
+        (docs/design/eras.md#relayed-sessions-count-against-the-gateways-session-limits): a digest of the upstream
+        and the server's id, so the store holds nothing a request could be sent with."""
+        return lease_key(self.upstream, self.session_id)
+
+
+def lease_key(upstream: str, session_id: str) -> str:
+    """:meth:`RelayedSession.lease_key` of the server's session ``session_id`` on ``upstream``."""
+    return "s" + hashlib.sha256(canonical([upstream, session_id]).encode()).hexdigest()
+
 
 def decode_relayed_session(raw: bytes) -> RelayedSession | None:
     try:

@@ -6,15 +6,15 @@ Owns which bridge a 2025 client's relayed request goes to (``adapters.reverse.re
 gateway's ``Mcp-Session-Id`` of a relayed session is sealed over ``adapters.reverse.RelayedSession``, so any
 replica knows where it goes, with nothing stored), and the retries of parked calls relayed between replicas
 through the store's bus (gateway.session.relay): sent from the replica the client reached, answered here by the
-bridge holding the call. And the relayed sessions this replica opened, counted against the gateway's own session
-limits (:class:`RelayedSessions`).
+bridge holding the call. And the relayed sessions, counted against the gateway's own session limits by every
+replica on one store (``gateway.session.store.RelayedLeases``: an opaque key per session, leased).
 """
 
 from __future__ import annotations
 
 import asyncio
 import os
-from collections import Counter
+import uuid
 from collections.abc import Mapping
 from typing import Any
 
@@ -65,49 +65,6 @@ def legacy_upstreams(config: GatewayConfig, url: str) -> dict[str, str]:
     return found
 
 
-class RelayedSessions:
-    """The relayed 2025 sessions this replica opened, by (upstream, the server's session id): their principal and
-    last use (ms), and the ``initialize``s in flight by principal. Process-local: a relayed session's id is sealed
-    and nothing of it is stored, so each replica counts what it opened; one not used for the gateway's
-    ``session_idle_seconds`` here (its requests went to another replica, or the client left without ``DELETE``) is
-    no longer counted (docs/design/eras.md#2026-clients-in-front-of-a-2025-server-the-reverse-bridge)."""
-
-    def __init__(self) -> None:
-        self.live: dict[tuple[str, str], tuple[str, int]] = {}
-        self.of_principal: Counter[str] = Counter()
-        self.opening: Counter[str] = Counter()
-
-    def counts(self, principal: str) -> tuple[int, int]:
-        """In total and of ``principal``, the initializes in flight included."""
-        return (len(self.live) + self.opening.total(),
-                self.of_principal[principal] + self.opening[principal])
-
-    def opened(self, key: tuple[str, str], principal: str, now: int) -> None:
-        if self.live.pop(key, None) is None:
-            self.of_principal[principal] += 1
-        self.live[key] = (principal, now)
-
-    def used(self, key: tuple[str, str], now: int) -> None:
-        entry = self.live.pop(key, None)
-        if entry is not None:
-            self.live[key] = (entry[0], now)  # last: the dict stays ordered by last use, for sweep
-
-    def ended(self, key: tuple[str, str]) -> None:
-        entry = self.live.pop(key, None)
-        if entry is not None:
-            self.of_principal[entry[0]] -= 1
-            if self.of_principal[entry[0]] <= 0:
-                del self.of_principal[entry[0]]
-
-    def sweep(self, now: int, idle_ms: int) -> None:
-        """End the ones idle for ``idle_ms``: the oldest used come first, so the walk stops at a fresh one."""
-        while self.live:
-            key, (_, seen) = next(iter(self.live.items()))
-            if now - seen < idle_ms:
-                return
-            self.ended(key)
-
-
 class ReverseBridges:
     """The bridges by upstream name, the sealing of relayed sessions' ids, and the replica relay's retries."""
 
@@ -116,8 +73,6 @@ class ReverseBridges:
         self.by_name = {name: self._bridge(config, name, at) for name, at in legacy_upstreams(config, url).items()}
         self.sealer = Sealer(_state_key(config))
         self.closing: set[asyncio.Task[None]] = set()  # bridges a reload replaced, closing
-        self.relayed = RelayedSessions()
-        gateway.relayed_sessions = self.relayed.counts  # a forward session's initialize counts them too
 
     def _bridge(self, config: GatewayConfig, name: str, url: str) -> ReverseBridge:
         bridge = ReverseBridge(reverse_settings(config, name, url, self.gateway.replica))
@@ -194,47 +149,53 @@ class ReverseBridges:
         upstream_id = session.session_id if session is not None else None
         answer = await self.by_name[name].relay_legacy(request, body, (upstream_id,
                                                                       lambda sid: self._seal(name, sid, principal)))
-        if upstream_id is None:
+        if session is None:
             return answer
-        key = (name, upstream_id)
         if answer.status == 404 or (request.method == "DELETE" and answer.status < 300):
-            self.relayed.ended(key)  # 2025-11-25 basic/transports §Session Management: the session is over
+            # 2025-11-25 basic/transports §Session Management: the session is over
+            await gw.store.release_relayed(session.lease_key(), principal)
         else:
-            self.relayed.used(key, gw.clock())
+            await gw.store.renew_relayed(session.lease_key(), principal, self._lease_seconds())
         return answer
 
     async def _initialize(self, request: web.Request, body: bytes, message: Mapping[str, Any], name: str,
                           principal: str) -> web.StreamResponse:
-        """An ``initialize`` without a session, admitted against the
-        gateway's session limits: its sessions in the store and the relayed ones opened here. It is counted as
-        in flight before the counts are read, so concurrent initializes here cannot all pass one free slot."""
-        gw, relayed = self.gateway, self.relayed
-        relayed.opening[principal] += 1
+        """An ``initialize`` without a session, admitted against the gateway's session limits: the sessions in the
+        store and the relayed ones of every replica. It holds a lease of its own while in flight (so initializes
+        at once, here or elsewhere, cannot all pass one free slot: the hold answers the count right after it),
+        then the session's own lease once the server gave its id."""
+        gw, opening = self.gateway, "o" + uuid.uuid4().hex
+        given: list[str] = []
         try:
-            full = await self._admit(principal, message.get("id"))
+            full = await self._admit(opening, principal, message.get("id"))
             if full is not None:
                 log.warning("relayed initialize refused: %s", full.error.message)
                 return json_response(full.body(), full.status)  # a session limit has no challenge
 
-            def given(upstream_id: str) -> str:
-                relayed.opened((name, upstream_id), principal, gw.clock())
+            def sealed(upstream_id: str) -> str:
+                given.append(upstream_id)
                 return self._seal(name, upstream_id, principal)
 
-            return await self.by_name[name].relay_legacy(request, body, (None, given))
+            answer = await self.by_name[name].relay_legacy(request, body, (None, sealed))
+            if given and answer.status < 300:
+                await gw.store.hold_relayed(R.lease_key(name, given[-1]), principal, self._lease_seconds())
+            return answer
         finally:
-            relayed.opening[principal] -= 1
-            if relayed.opening[principal] <= 0:
-                del relayed.opening[principal]
+            await gw.store.release_relayed(opening, principal)
 
-    async def _admit(self, principal: str, ident: Any) -> Rejection | None:
-        """adapters.admission.admit_session over the store's sessions and the relayed ones here (this request's
-        own count in flight left out)."""
+    async def _admit(self, opening: str, principal: str, ident: Any) -> Rejection | None:
+        """adapters.admission.admit_session over the store's sessions and the relayed ones, counted right after
+        this initialize's own lease (``opening``) was taken, less that one."""
         gw = self.gateway
-        self.relayed.sweep(gw.clock(), gw.policy.session_idle_ms)
-        total, own = await gw.store.count_sessions(principal)
-        mine, mine_own = self.relayed.counts(principal)
-        counts = SessionCounts(total + mine - 1, own + mine_own - 1)
-        return admit_session(counts, gw.config.sessions.session_limits, ident)
+        (relayed, relayed_own), (total, own) = await asyncio.gather(
+            gw.store.hold_relayed(opening, principal, self._lease_seconds()), gw.store.count_sessions(principal))
+        return admit_session(SessionCounts(total + relayed - 1, own + relayed_own - 1),
+                             gw.config.sessions.session_limits, ident)
+
+    def _lease_seconds(self) -> float:
+        """A relayed session's lease: the gateway's idle time, renewed by each of its requests on any replica, so
+        one whose client left without DELETE, or whose replica died, stops counting after the idle time."""
+        return self.gateway.policy.session_idle_ms / 1000
 
     def _routed(self, message: object, principal: str, grant: Principal | None) -> str:
         """The upstream the request's peer routes to (an initialize's clientInfo counts: adapters.peers)."""

@@ -37,6 +37,10 @@ read back with ``ENCODED_DEPTH``. Keys, all under a configurable prefix (``[gate
 - ``ol:B``: the lease on round ``B`` (docs/design/takeover.md#leases-and-takeover-of-a-dead-replicas-rounds): the
   holding replica, with the lease time as TTL,
   renewed while it lives; claimed with ``SET NX`` only while ``r:B`` exists, so one replica takes a round over;
+- ``rel``: a sorted set of the relayed 2025 sessions every replica counts (``RelayedLeases``), member the
+  gateway's opaque key for one (a digest, never the server's session id), score = when its lease runs out (ms,
+  Redis's own clock); ``relp:P``: the same for principal ``P``'s. Each hold keeps a set's TTL at least the
+  lease it gives, so a set whose every lease ran out goes by itself; counting first removes the lapsed members;
 - ``rl``: a sorted set of the leased rounds, member ``B``, score = when its lease runs out (ms, Redis's own clock:
   ``TIME`` in the scripts), moved with every take and renewal: where a replica's sweep finds the rounds of a
   replica that died (:meth:`RedisStore.orphaned_rounds`). A round that ends leaves it; a member whose round expired
@@ -83,6 +87,7 @@ from redis.asyncio import BlockingConnectionPool, Redis
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 
+from adapters import relay as R
 from adapters.admission import WaitingLoad
 from adapters.jsonwire import ENCODED_DEPTH, dumps, loads
 from adapters.records import PendingRound, SessionRecord
@@ -310,10 +315,11 @@ return gone
 
 # ARGV: prefix, bridge id, session id, record text, ttl ms, lease mode ('take': the first save takes the lease; 'check':
 # saved only while the replica holds it; 'none'), replica, lease ms, claim count, claim ttl ms, release count, hold
-# ('1': the round starts waiting, store.Hold; else '0'), its principal, bytes and three ceilings, claimed keys...,
-# released keys..., then the step's stream append (see append) -> 1 when saved; 0 when not (the lease is another's or
-# lapsed: docs/design/takeover.md#a-bridged-step-is-one-fenced-store-write); the load (see hold) when the hold did not
-# fit, and nothing was written. The events are written only with the record.
+# ('1': the round starts waiting, store.Hold; else '0'), its principal, bytes and three ceilings, the channel and
+# text of a relayed answer's acknowledgement to publish once saved ('' for none), claimed keys..., released keys...,
+# then the step's stream append (see append) -> 1 when saved; 0 when not (the lease is another's or lapsed:
+# docs/design/takeover.md#a-bridged-step-is-one-fenced-store-write); the load (see hold) when the hold did not fit,
+# and nothing was written (nor published). The events are written only with the record.
 _SAVE_ROUND: Final = _LUA_COMMON + """
 local bid, sid, ttl, mode, replica = ARGV[2], ARGV[3], ARGV[5], ARGV[6], ARGV[7]
 local lease = P .. 'ol:' .. bid
@@ -332,9 +338,10 @@ if mode == 'take' then
   leased(bid, ARGV[8], ttl)
 end
 local claims, releases = tonumber(ARGV[9]), tonumber(ARGV[11])
-for i = 18, 17 + claims do redis.call('SET', P .. ARGV[i], replica .. ' ' .. bid, 'PX', ARGV[10]) end
-for i = 18 + claims, 17 + claims + releases do redis.call('DEL', P .. ARGV[i]) end
-append(18 + claims + releases)
+for i = 20, 19 + claims do redis.call('SET', P .. ARGV[i], replica .. ' ' .. bid, 'PX', ARGV[10]) end
+for i = 20 + claims, 19 + claims + releases do redis.call('DEL', P .. ARGV[i]) end
+append(20 + claims + releases)
+if ARGV[18] ~= '' then redis.call('PUBLISH', ARGV[18], ARGV[19]) end
 return 1
 """
 
@@ -349,12 +356,26 @@ if not bid or redis.call('GET', P .. 'ol:' .. bid) ~= replica then return false 
 return replica
 """
 
-# ARGV: prefix, bridge id, replica, delete (0/1), release count, ownership keys..., then the stream append of its last
-# events (see append): a round's end in one step (docs/design/takeover.md#a-bridged-step-is-one-fenced-store-write): its
-# record (when deleted), the lease the replica holds (never another's), its ownership records, its result.
+# ARGV: prefix, ownership key, this replica, the owners' channel prefix, message text -> {owner, receivers}: the
+# owner as _OWNER finds it ('' for none), and the message published on its channel when it is another replica (0
+# receivers otherwise): a relayed message's lookup and send in one round trip
+# (docs/design/replicas.md#replicas-relay-through-the-store).
+_RELAY_TO_OWNER: Final = _LUA_COMMON + """
+local value = redis.call('GET', P .. ARGV[2])
+if not value then return {'', 0} end
+local replica, bid = string.match(value, '^(%S+) (%S+)$')
+if not bid or redis.call('GET', P .. 'ol:' .. bid) ~= replica then return {'', 0} end
+if replica == ARGV[3] then return {replica, 0} end
+return {replica, redis.call('PUBLISH', ARGV[4] .. replica, ARGV[5])}
+"""
+
+# ARGV: prefix, bridge id, replica, delete (0/1), release count, an acknowledgement's channel and text (as
+# _SAVE_ROUND's), ownership keys..., then the stream append of its last events (see append): a round's end in one step
+# (docs/design/takeover.md#a-bridged-step-is-one-fenced-store-write): its record (when deleted), the lease the replica
+# holds (never another's), its ownership records, its result.
 _END_ROUND: Final = _LUA_COMMON + """
 local bid, releases = ARGV[2], tonumber(ARGV[5])
-append(6 + releases)
+append(8 + releases)
 if ARGV[4] == '1' then
   local sid = redis.call('HGET', P .. 'r:' .. bid, 's')
   if sid then redis.call('SREM', P .. 'rs:' .. sid, bid) end
@@ -368,7 +389,8 @@ if redis.call('GET', P .. 'ol:' .. bid) == ARGV[3] then
     redis.call('ZADD', P .. 'rl', now_ms(), bid)  -- handed over: another replica's sweep may take it now
   end
 end
-for i = 6, 5 + releases do redis.call('DEL', P .. ARGV[i]) end
+for i = 8, 7 + releases do redis.call('DEL', P .. ARGV[i]) end
+if ARGV[6] ~= '' then redis.call('PUBLISH', ARGV[6], ARGV[7]) end
 return 1
 """
 
@@ -433,6 +455,25 @@ end
 return lost
 """
 
+# ARGV: prefix, key, principal, ttl ms, mode (1: hold, 0: renew only while held, -1: release, 2: count) ->
+# {in total, of the principal} after the step (relayed 2025 sessions, RelayedLeases).
+_RELAYED: Final = _LUA_COMMON + """
+local t, ttl = now_ms(), tonumber(ARGV[4])
+local all, mine, mode = P .. 'rel', P .. 'relp:' .. ARGV[3], tonumber(ARGV[5])
+redis.call('ZREMRANGEBYSCORE', all, '-inf', t)
+redis.call('ZREMRANGEBYSCORE', mine, '-inf', t)
+if mode == -1 then
+  redis.call('ZREM', all, ARGV[2])
+  redis.call('ZREM', mine, ARGV[2])
+elseif mode == 1 or (mode == 0 and redis.call('ZSCORE', all, ARGV[2])) then
+  for _, k in ipairs({all, mine}) do
+    redis.call('ZADD', k, t + ttl, ARGV[2])
+    if redis.call('PTTL', k) < ttl then redis.call('PEXPIRE', k, ttl) end  -- never shorter than a lease in it
+  end
+end
+return {redis.call('ZCARD', all), redis.call('ZCARD', mine)}
+"""
+
 # ARGV: prefix, then a stream append (see append) -> 0 when nothing was written (no such copy, or no session).
 _APPEND: Final = _LUA_COMMON + """
 return append(2)
@@ -464,11 +505,12 @@ class RedisStore:
         self.wire = RedisWire(url, timeout_seconds=timeout_seconds)
         self._put, self._touch, self._delete = Script(_PUT_SESSION), Script(_TOUCH), Script(_DELETE)
         self._mark_verified, self._hold = Script(_MARK_VERIFIED), Script(_HOLD_ROUND)
-        self._change = Script(_CHANGE_SESSION)
+        self._change, self._relay_to_owner = Script(_CHANGE_SESSION), Script(_RELAY_TO_OWNER)
         self._expire, self._rounds_of = Script(_EXPIRE), Script(_ROUNDS_OF)
         self._take, self._renew = Script(_TAKE_LEASE), Script(_RENEW_LEASES)
         self._append, self._save_round, self._end_round = Script(_APPEND), Script(_SAVE_ROUND), Script(_END_ROUND)
         self._owner, self._orphaned = Script(_OWNER), Script(_ORPHANED)
+        self._relayed = Script(_RELAYED)
         # Blocking reads (follow_events) on their own connections, whose read timeout allows for the block.
         # Each stream followed here holds one of these while it blocks.
         self._follower = Redis.from_url(url, socket_connect_timeout=timeout_seconds, max_connections=MAX_FOLLOWED,
@@ -575,7 +617,7 @@ class RedisStore:
 
     async def put_round(self, record: PendingRound, lease: tuple[str, float] | None = None,
                         owners: Owners | None = None, *, holder: str | None = None,
-                        copy: StreamAppend | None = None, hold: Hold | None = None) -> bool:
+                        copy: StreamAppend | None = None, hold: Hold | None = None, tell: R.Ack | None = None) -> bool:
         mode = "take" if lease else "check" if holder else "none"
         replica = lease[0] if lease else holder or (owners.replica if owners else "")
         lease_ms = _ms(lease[1]) if lease else 0
@@ -583,17 +625,21 @@ class RedisStore:
         ttl = _ms(owners.ttl_seconds) if owners else 0
         args: list[str | bytes | int] = [
             self.prefix, record.bridge_id, record.session_id, _dump(record), self._ttl_ms, mode, replica, lease_ms,
-            len(claims), ttl, len(releases), *_hold_args(hold), *claims, *releases]
+            len(claims), ttl, len(releases), *_hold_args(hold), *self._tell_args(tell), *claims, *releases]
         saved = await self.wire.script(self._save_round, [*args, *self._copy_args(copy)])
         if isinstance(saved, list):
             raise WaitingFull(WaitingLoad(*(int(count) for count in saved)))
         return bool(saved)
 
     async def end_round(self, bridge_id: str, replica: str, *, release: Collection[str] = (),
-                        delete: bool = True, copy: StreamAppend | None = None) -> None:
+                        delete: bool = True, copy: StreamAppend | None = None, tell: R.Ack | None = None) -> None:
         keys = list(release)
-        await self.wire.script(self._end_round, [self.prefix, bridge_id, replica, int(delete), len(keys), *keys,
-                                                 *self._copy_args(copy)])
+        await self.wire.script(self._end_round, [self.prefix, bridge_id, replica, int(delete), len(keys),
+                                                 *self._tell_args(tell), *keys, *self._copy_args(copy)])
+
+    def _tell_args(self, tell: R.Ack | None) -> tuple[str | bytes, str | bytes]:
+        """An acknowledgement as the round scripts publish it: its channel and text ('' for none)."""
+        return ("", "") if tell is None else (R.relay_channel(self.prefix, tell.to.replica), R.encode(tell))
 
     async def hold_round(self, bridge_id: str, session_id: str, principal: str, size: int) -> tuple[int, int, int]:
         rounds, mine, total = await self.wire.script(self._hold, [self.prefix, bridge_id, session_id, principal,
@@ -616,6 +662,12 @@ class RedisStore:
         owner = await self.wire.script(self._owner, [self.prefix, key])
         return owner.decode() if isinstance(owner, bytes) else owner
 
+    async def relay_to_owner(self, key: str, replica: str, message: R.Relayed) -> tuple[str | None, bool]:
+        owner, received = await self.wire.script(self._relay_to_owner, [
+            self.prefix, key, replica, R.relay_channel(self.prefix, ""), R.encode(message)])
+        owner = owner.decode() if isinstance(owner, bytes) else owner
+        return owner or None, int(received) > 0
+
     async def take_lease(self, bridge_id: str, replica: str, ttl_seconds: float) -> bool:
         return bool(await self.wire.script(self._take, [self.prefix, bridge_id, replica, _ms(ttl_seconds),
                                                         self._ttl_ms]))
@@ -637,6 +689,22 @@ class RedisStore:
     async def orphaned_rounds(self, most: int) -> list[PendingRound]:
         texts = await self.wire.script(self._orphaned, [self.prefix, most])
         return [PendingRound.from_dict(loads(text, ENCODED_DEPTH)) for text in texts]
+
+    async def _relayed_step(self, key: str, principal: str, ttl_seconds: float, mode: int) -> tuple[int, int]:
+        total, mine = await self.wire.script(self._relayed, [self.prefix, key, principal, _ms(ttl_seconds), mode])
+        return int(total), int(mine)
+
+    async def hold_relayed(self, key: str, principal: str, ttl_seconds: float) -> tuple[int, int]:
+        return await self._relayed_step(key, principal, ttl_seconds, 1)
+
+    async def renew_relayed(self, key: str, principal: str, ttl_seconds: float) -> None:
+        await self._relayed_step(key, principal, ttl_seconds, 0)
+
+    async def release_relayed(self, key: str, principal: str) -> None:
+        await self._relayed_step(key, principal, 0, -1)
+
+    async def count_relayed(self, principal: str) -> tuple[int, int]:
+        return await self._relayed_step("", principal, 0, 2)
 
     def stream_key(self, session_id: str, stream: str) -> str:
         return self.key("e:", f"{session_id}:{stream}")

@@ -285,9 +285,6 @@ class Gateway:
     # Principals this process marked verified in the store, and when (ms): a mark is written again only after half
     # the idle time, so a request of a verified principal costs the store nothing more (adapters.admission).
     verified: dict[str, int] = field(default_factory=dict)
-    # The relayed 2025 sessions this process opened to 2025-era upstreams, (in total, of a principal): they count
-    # against the session limits too (gateway.http.reverse_bridges.RelayedSessions sets it).
-    relayed_sessions: Callable[[str], tuple[int, int]] = lambda _principal: (0, 0)
 
     def __post_init__(self) -> None:
         self.policy = self.config.policy(self.pins.tokens)

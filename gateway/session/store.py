@@ -1,7 +1,8 @@
 """The session store's interface and its in-memory backends.
 
-The interface is four small protocols, :class:`SessionRecords`, :class:`RoundStore` (rounds and their leases),
-:class:`Ownership` and :class:`StreamCopies`, and :class:`SessionStore`, a backend that has all four, the bus its
+The interface is five small protocols, :class:`SessionRecords`, :class:`RoundStore` (rounds and their leases),
+:class:`Ownership`, :class:`StreamCopies` and :class:`RelayedLeases` (relayed 2025 sessions, counted), and
+:class:`SessionStore`, a backend that has all five, the bus its
 replicas share (``gateway.session.bus``), and a lifetime. Only plain records (``adapters.records``) cross it,
 serialized to dicts, so every backend keeps the same thing; sockets, streams and tasks stay in ``runtime``. Idle
 sessions expire in the store itself (:meth:`SessionRecords.expire_sessions`), since a session may never have had
@@ -25,6 +26,7 @@ from typing import ClassVar, Protocol
 from adapters.admission import WaitingLoad, past_ceilings
 from adapters.jsonwire import ENCODED_DEPTH, dumps, loads
 from adapters.records import PendingRound, SessionRecord
+from adapters.relay import Ack, Relayed
 from adapters.sse import FINISHED_STREAMS_KEPT, PRIMING_SEQ, Event, StoredEvents, resumable
 from adapters.takeover import Lease
 from gateway.errors import StoreError
@@ -141,21 +143,23 @@ class RoundStore(Protocol):
 
     async def put_round(self, record: PendingRound, lease: tuple[str, float] | None = None,
                         owners: Owners | None = None, *, holder: str | None = None,
-                        copy: StreamAppend | None = None, hold: Hold | None = None) -> bool:
+                        copy: StreamAppend | None = None, hold: Hold | None = None, tell: Ack | None = None) -> bool:
         """Save a round; ``lease`` (replica, seconds): its first save, which takes the round's lease in the same step
         (docs/design/takeover.md#leases-and-takeover-of-a-dead-replicas-rounds), so no replica ever sees the round
         without its holder; ``owners``: the ownership records the step claims and releases, ``copy``: the step's
-        events for its stream's copy, and ``hold``: the round starts waiting (:class:`Hold`), all in that same step
-        (one round trip); ``holder``: save only while that replica holds the round's lease (a later save, fenced,
-        §50). False when not saved (the lease lapsed or is another's), :class:`WaitingFull` when the hold did not
-        fit: either way nothing of the step was written."""
+        events for its stream's copy, ``hold``: the round starts waiting (:class:`Hold`), and ``tell``: the
+        acknowledgement of a relayed answer this step saves, sent on the bus once it is written, all in that same step
+        (one round trip, docs/design/replicas.md#replicas-relay-through-the-store); ``holder``: save only while that
+        replica holds the round's lease (a later save, fenced, §50). False when not saved (the lease lapsed or is
+        another's), :class:`WaitingFull` when the hold did not fit: either way nothing of the step was written (nor
+        told)."""
         ...
     async def end_round(self, bridge_id: str, replica: str, *, release: Collection[str] = (),
-                        delete: bool = True, copy: StreamAppend | None = None) -> None:
+                        delete: bool = True, copy: StreamAppend | None = None, tell: Ack | None = None) -> None:
         """A round ended here, in one step: its record goes (``delete``; False: handed over, the record stays
         for the replica that continues it), the lease ``replica`` holds on it (never another's), and the
         ownership records ``release``; ``copy``: the last events of its stream (the result), written in that
-        step, so the store holds either the round or its result."""
+        step, so the store holds either the round or its result; ``tell`` as for :meth:`put_round`."""
         ...
     async def hold_round(self, bridge_id: str, session_id: str, principal: str, size: int) -> tuple[int, int, int]:
         """Count a round waiting for its client (once per round: holding it again changes nothing), ``size``
@@ -201,6 +205,11 @@ class Ownership(Protocol):
         stalled past its lease, docs/design/takeover.md#a-bridged-step-is-one-fenced-store-write): a message is then
         not relayed to it but taken over."""
         ...
+    async def relay_to_owner(self, key: str, replica: str, message: Relayed) -> tuple[str | None, bool]:
+        """The key's owner as :meth:`owner_of` finds it and, when that is another replica than ``replica``,
+        ``message`` sent to it on the store's bus in the same step (one round trip,
+        docs/design/replicas.md#replicas-relay-through-the-store): the owner, and whether it received the message."""
+        ...
 
 
 class StreamCopies(Protocol):
@@ -232,8 +241,31 @@ class StreamCopies(Protocol):
         ...
 
 
-class SessionStore(SessionRecords, RoundStore, Ownership, StreamCopies, Protocol):
-    """A session store backend: the four parts above, the bus its replicas share, and its lifetime."""
+class RelayedLeases(Protocol):
+    """The relayed 2025 sessions every replica counts against the session bounds
+    (docs/design/eras.md#relayed-sessions-count-against-the-gateways-session-limits): each only as an opaque key
+    (a digest the gateway makes; never the server's session id), its principal and a lease that runs out unless
+    renewed, so a replica that dies leaks no count for longer than one lease."""
+
+    async def hold_relayed(self, key: str, principal: str, ttl_seconds: float) -> tuple[int, int]:
+        """Count ``key`` as ``principal``'s relayed session for ``ttl_seconds`` from now (holding it again renews
+        it); right after, in the same atomic step, the relayed sessions as :meth:`count_relayed` counts them:
+        replicas admitting at once learn which one took the last free slot."""
+        ...
+    async def renew_relayed(self, key: str, principal: str, ttl_seconds: float) -> None:
+        """Move ``key``'s lease to ``ttl_seconds`` from now, only while it is held (a released or lapsed key is
+        not counted again)."""
+        ...
+    async def release_relayed(self, key: str, principal: str) -> None:
+        """Stop counting ``key`` (the session ended, or its initialize did not open one)."""
+        ...
+    async def count_relayed(self, principal: str) -> tuple[int, int]:
+        """Relayed sessions whose lease has not run out: (in total, of ``principal``)."""
+        ...
+
+
+class SessionStore(SessionRecords, RoundStore, Ownership, StreamCopies, RelayedLeases, Protocol):
+    """A session store backend: the five parts above, the bus its replicas share, and its lifetime."""
 
     @property
     def bus(self) -> Bus | None:
@@ -279,6 +311,7 @@ class InMemoryStore:
         self._held, self._held_rounds, self._held_bytes = state.held, state.held_rounds, state.held_bytes
         self._verified, self._unverified = state.verified, state.unverified
         self._owners, self._leases, self._leased, self._copies = state.owners, state.leases, state.leased, state.copies
+        self._relayed = state.relayed
 
     @property
     def bus(self) -> Bus | None:
@@ -378,7 +411,7 @@ class InMemoryStore:
 
     async def put_round(self, record: PendingRound, lease: tuple[str, float] | None = None,
                         owners: Owners | None = None, *, holder: str | None = None,
-                        copy: StreamAppend | None = None, hold: Hold | None = None) -> bool:
+                        copy: StreamAppend | None = None, hold: Hold | None = None, tell: Ack | None = None) -> bool:
         if holder is not None and lease is None and not self._holds(record.bridge_id, holder):
             return False
         if hold is not None:
@@ -394,10 +427,11 @@ class InMemoryStore:
             self._release(owners.release)
         if copy is not None:
             await self._append(copy)
+        await self._tell(tell)
         return True
 
     async def end_round(self, bridge_id: str, replica: str, *, release: Collection[str] = (),
-                        delete: bool = True, copy: StreamAppend | None = None) -> None:
+                        delete: bool = True, copy: StreamAppend | None = None, tell: Ack | None = None) -> None:
         if copy is not None:
             await self._append(copy)
         if delete:
@@ -407,6 +441,13 @@ class InMemoryStore:
         if self._holds(bridge_id, replica):
             del self._leases[bridge_id]
         self._release(release)
+        await self._tell(tell)
+
+    async def _tell(self, tell: Ack | None) -> None:
+        """A relayed answer's acknowledgement, sent once its step is written (a bus that only queues, as Redis's
+        script publishes in the step)."""
+        if tell is not None and self._bus is not None:
+            await self._bus.send(tell.to.replica, tell)
 
     async def hold_round(self, bridge_id: str, session_id: str, principal: str, size: int) -> tuple[int, int, int]:
         if bridge_id not in self._held and session_id in self._sessions:
@@ -447,6 +488,12 @@ class InMemoryStore:
         deadline = self._clock() + ttl_seconds
         for key in keys:
             self._owners[key] = (replica, deadline, bridge_id)
+
+    async def relay_to_owner(self, key: str, replica: str, message: Relayed) -> tuple[str | None, bool]:
+        owner = await self.owner_of(key)
+        if owner is None or owner == replica or self._bus is None:
+            return owner, False
+        return owner, await self._bus.send(owner, message)
 
     async def owner_of(self, key: str) -> str | None:
         entry = self._owners.get(key)
@@ -508,6 +555,24 @@ class InMemoryStore:
             else:
                 self._hold(bridge_id, replica, ttl_seconds)
         return lost
+
+    async def hold_relayed(self, key: str, principal: str, ttl_seconds: float) -> tuple[int, int]:
+        self._relayed[key] = (principal, self._clock() + ttl_seconds)
+        return await self.count_relayed(principal)
+
+    async def renew_relayed(self, key: str, principal: str, ttl_seconds: float) -> None:
+        await self.count_relayed(principal)  # a lapsed lease goes first: renewing never brings one back
+        if key in self._relayed:
+            self._relayed[key] = (principal, self._clock() + ttl_seconds)
+
+    async def release_relayed(self, key: str, principal: str) -> None:
+        self._relayed.pop(key, None)
+
+    async def count_relayed(self, principal: str) -> tuple[int, int]:
+        now, held = self._clock(), self._relayed
+        for key in [k for k, (_, deadline) in held.items() if deadline <= now]:
+            del held[key]
+        return len(held), sum(1 for p, _ in held.values() if p == principal)
 
     shares_rounds: ClassVar[bool] = False  # one process: nobody else could continue a round (a test may say True)
     shares_streams: ClassVar[bool] = False  # one process: a stream's own buffer is its only copy
@@ -609,6 +674,7 @@ class _MemoryState:
         # Stream copies: made only by gateways on a SharedMemory's replica stores (shares_streams).
         self.copies: dict[tuple[str, str], _Copy] = {}
         self.ended = 0  # copies ended so far: their order, for keeping the last FINISHED_STREAMS_KEPT
+        self.relayed: dict[str, tuple[str, float]] = {}  # relayed session key -> (principal, lease deadline)
 
 
 class _Copy:

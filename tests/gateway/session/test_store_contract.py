@@ -259,6 +259,35 @@ async def test_orphaned_rounds_are_the_leased_ones_nobody_holds(backend: Backend
     assert await store.orphaned_rounds(10) == []
 
 
+async def test_relayed_sessions_are_counted_by_lease(backend: Backend) -> None:
+    """docs/design/eras.md#relayed-sessions-count-against-the-gateways-session-limits: a hold counts a key (once,
+    however often held) and answers the counts after it; a renewal moves only a held lease; a release, or a lease
+    nobody renews (its replica died), stops the count; counts are apart from the session records'."""
+    store = backend.store
+    assert await store.hold_relayed("k1", "alice", 0.3) == (1, 1)
+    assert await store.hold_relayed("k2", "alice", 5) == (2, 2)
+    assert await store.hold_relayed("k3", "bob", 5) == (3, 1)
+    assert await store.hold_relayed("k2", "alice", 5) == (3, 2)  # held again: renewed, not counted twice
+    assert await store.count_relayed("alice") == (3, 2) and await store.count_relayed("carol") == (3, 0)
+    assert await store.count_sessions("alice") == (0, 0)  # not session records
+    await store.release_relayed("k3", "bob")
+    assert await store.count_relayed("bob") == (2, 0)
+    await store.renew_relayed("k3", "bob", 5)  # released: a renewal does not bring it back
+    assert await store.count_relayed("bob") == (2, 0)
+
+    async def k1_lapsed() -> bool:
+        return await store.count_relayed("alice") == (1, 1)
+    await backend.lapses(k1_lapsed, "k1 was never renewed: its lease runs out", 0.31)
+    await store.renew_relayed("k1", "alice", 5)  # lapsed: not counted again
+    assert await store.count_relayed("alice") == (1, 1)
+    await store.renew_relayed("k2", "alice", 0.3)  # a renewal sets the lease anew
+    await backend.lapses(lambda: _relayed_none(store), "k2 not renewed again: nothing is counted", 0.31)
+
+
+async def _relayed_none(store: Any) -> bool:
+    return bool(await store.count_relayed("alice") == (0, 0))
+
+
 async def test_a_step_writes_its_ownership_with_its_save_and_a_round_ends_in_one_step(store) -> None:
     """docs/design/takeover.md#a-bridged-step-is-one-fenced-store-write: the claims and releases of a step ride on
     its save; the end of a round drops its record, its holder's lease (never another's) and its ownership records
@@ -440,13 +469,13 @@ async def test_replica_stores_share_one_state_and_one_clock() -> None:
 
 async def test_the_local_bus_reaches_one_replica_or_every_replica() -> None:
     bus = SharedMemory().bus
-    end = R.Relayed(R.RelayKind.END, "s1")
+    end = R.End("s1")
     assert not await bus.send("A", end) and not await bus.listens("A")  # nobody listens: lost, as on pub/sub
     a, b = await bus.subscribe("A"), await bus.subscribe("B")
     got_a, got_b = a.messages(), b.messages()
     assert await bus.listens("A") and await bus.send("A", end)
     assert await within(anext(got_a)) == end
-    assert await bus.send(None, R.Relayed(R.RelayKind.END, "s2"))  # to every replica
+    assert await bus.send(None, R.End("s2"))  # to every replica
     assert (await within(anext(got_a))).session_id == (await within(anext(got_b))).session_id == "s2"
     await a.close()
     assert not await bus.listens("A") and await bus.listens("B")
