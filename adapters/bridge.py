@@ -427,7 +427,7 @@ class BridgeMachine:
         for entry in outcome.input_requests.values():
             missing = required_capability(entry, self.ctx.client_capabilities)
             if missing is not None:
-                return self._finish_error(E.missing_capability_error(missing[0], missing[1], entry["method"]))
+                return self._finish_error(E.missing_capability_error(missing[0], missing[1], str(entry["method"])))
         rec.request_state, rec.input_requests = outcome.request_state, outcome.input_requests
         rec.answers, rec.outstanding, rec.minted_ids = {}, {}, {}
         sends = [a for key, entry in outcome.input_requests.items() for a in self._ask(key, entry)]
@@ -440,8 +440,8 @@ class BridgeMachine:
         """Nothing new to ask: requestState only, or only URLs the client already accepted in this bridge
         (answered by the gateway, docs/design/bridge.md#url-elicitation-and-waiting-rounds)."""
         accepted = self.record.url_elicitations.values()
-        return all(entry["method"] == "elicitation/create" and (entry.get("params") or {}).get("mode") == "url"
-                   and (entry.get("params") or {}).get("url") in accepted
+        return all(entry["method"] == "elicitation/create" and members(entry.get("params")).get("mode") == "url"
+                   and members(entry.get("params")).get("url") in accepted
                    for entry in outcome.input_requests.values())
 
     def _ask(self, key: str, entry: JsonView) -> list[Action]:
@@ -660,8 +660,9 @@ class BridgeMachine:
         view = TP.read_task(result, None)
         if isinstance(view, ErrorValue):
             return self._finish_error(view)
-        created = LT.created_result(members(result))
-        return [RememberTask(created["task"], True), self._end(response(self.record.downstream_id, created))]
+        task = LT.to_legacy(members(result))
+        # LT.created_result's CreateTaskResult, from the task it keeps
+        return [RememberTask(task, True), self._end(response(self.record.downstream_id, {"task": task}))]
 
     def _legacy_task(self, value: JsonValue) -> list[Action]:
         """tasks/get or tasks/cancel: the upstream task as a 2025 Task (2025-11-25 basic/utilities/tasks §Getting

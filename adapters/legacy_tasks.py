@@ -20,9 +20,10 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Final, TypeAlias
 
 from adapters.errors import INVALID_PARAMS, METHOD_NOT_FOUND, ErrorValue, limit_error
+from adapters.jsonwire import JsonArray, JsonObject, JsonValue, JsonView
 from adapters.task_poll import EXTENSION, TaskOutcome, TaskState, offered, read_task
 
 RELATED_TASK: Final = "io.modelcontextprotocol/related-task"
@@ -36,12 +37,14 @@ DRIVEN: Final = frozenset({"tasks/get", "tasks/result", "tasks/cancel"})
 KEPT_TERMINAL: Final = 16
 # Extension Task fields -> 2025 Task fields (2025-11-25 schema "Task"); the rest of the extension's task
 # (inputRequests, result, error, resultType) is not part of a 2025 Task.
+# The session's 2025 tasks (adapters.records.SessionRecord.legacy_tasks): task id -> the 2025 Task as last seen.
+Registry: TypeAlias = Mapping[str, JsonView]
 _FIELDS: Final = {"taskId": "taskId", "status": "status", "statusMessage": "statusMessage",
                   "createdAt": "createdAt", "lastUpdatedAt": "lastUpdatedAt", "ttlMs": "ttl",
                   "pollIntervalMs": "pollInterval"}
 
 
-def enabled(client_capabilities: Mapping[str, Any] | None, server_capabilities: Mapping[str, Any] | None,
+def enabled(client_capabilities: JsonView | None, server_capabilities: JsonView | None,
             version: str) -> bool:
     """2025 tasks for a session: it speaks a revision that has them, its client declared ``tasks`` at initialize
     (it speaks 2025 tasks) and the upstream offers the extension that backs them (ext-tasks §Capability
@@ -50,18 +53,18 @@ def enabled(client_capabilities: Mapping[str, Any] | None, server_capabilities: 
             and offered(server_capabilities))
 
 
-def capability() -> dict[str, Any]:
+def capability() -> JsonObject:
     """The server ``tasks`` capability a 2025 client is offered (2025-11-25 basic/utilities/tasks
     §Capabilities): task-augmented ``tools/call``, ``tasks/list`` and ``tasks/cancel``."""
     return {"list": {}, "cancel": {}, "requests": {"tools": {"call": {}}}}
 
 
-def augmented(method: str, params: Mapping[str, Any] | None) -> bool:
+def augmented(method: str, params: JsonView | None) -> bool:
     """A task-augmented request the gateway runs as a task: ``tools/call`` with ``params.task``."""
     return method == "tools/call" and isinstance((params or {}).get("task"), Mapping)
 
 
-def to_legacy(task: Mapping[str, Any]) -> dict[str, Any]:
+def to_legacy(task: JsonView) -> JsonObject:
     """An extension ``Task`` (or ``DetailedTask``) as a 2025 ``Task``: milliseconds fields renamed, ``ttl``
     present (null: unlimited), values passed as they are."""
     out = {legacy: task[name] for name, legacy in _FIELDS.items() if task.get(name) is not None}
@@ -69,28 +72,28 @@ def to_legacy(task: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
-def created_result(task: Mapping[str, Any]) -> dict[str, Any]:
+def created_result(task: JsonView) -> JsonObject:
     """``CreateTaskResult`` for a task-augmented call the upstream answered with a task."""
     return {"task": to_legacy(task)}
 
 
-def status_notification(task: Mapping[str, Any]) -> dict[str, Any]:
+def status_notification(task: JsonView) -> JsonObject:
     """``notifications/tasks/status``: the 2025 task as its params."""
     return {"jsonrpc": "2.0", "method": "notifications/tasks/status", "params": dict(task)}
 
 
-def related(task_id: str) -> dict[str, Any]:
+def related(task_id: str) -> JsonObject:
     return {RELATED_TASK: {"taskId": task_id}}
 
 
-def with_related(result: Mapping[str, Any], task_id: str) -> dict[str, Any]:
+def with_related(result: JsonView, task_id: str) -> JsonObject:
     """A ``tasks/result`` answer carries the related-task metadata (2025-11-25 basic/utilities/tasks §Related
     Task Metadata: MUST, since the result itself does not name the task)."""
     meta = result.get("_meta")
     return {**result, "_meta": {**(meta if isinstance(meta, Mapping) else {}), **related(task_id)}}
 
 
-def ask_params(params: Mapping[str, Any], task_id: str) -> dict[str, Any]:
+def ask_params(params: JsonView, task_id: str) -> JsonObject:
     """A request the task needs answered (elicitation, sampling), marked as the task's (§Related Task
     Metadata: requests sent on behalf of a task carry it)."""
     return with_related(params, task_id)
@@ -100,11 +103,12 @@ def ask_params(params: Mapping[str, Any], task_id: str) -> dict[str, Any]:
 _STATUSES = frozenset(s.value for s in TaskState)
 
 
-def _terminal(task: Mapping[str, Any]) -> bool:
-    return task.get("status") in _STATUSES and TaskState(task["status"]).terminal
+def _terminal(task: JsonView) -> bool:
+    status = task.get("status")
+    return isinstance(status, str) and status in _STATUSES and TaskState(status).terminal
 
 
-def expired(task: Mapping[str, Any], now_ms: int | None) -> bool:
+def expired(task: JsonView, now_ms: int | None) -> bool:
     """Past its ``ttl`` (milliseconds from ``createdAt``; null: never): 2025-11-25 basic/utilities/tasks §TTL and
     Resource Management lets a receiver forget such a task whatever its status, and the registry does, so a task
     the client never polls stops counting against the session's bound. ``now_ms`` None: nothing expires."""
@@ -154,12 +158,12 @@ def _days_from_civil(year: int, month: int, day: int) -> int:
     return era * 146097 + day_of_era - 719468
 
 
-def current(tasks: Mapping[str, Any] | None, now_ms: int | None) -> dict[str, Any]:
+def current(tasks: Registry | None, now_ms: int | None) -> dict[str, JsonView]:
     """The registry less the tasks past their ttl."""
     return {k: t for k, t in (tasks or {}).items() if not expired(t, now_ms)}
 
 
-def admit(tasks: Mapping[str, Any] | None, limit: int, now_ms: int | None = None) -> ErrorValue | None:
+def admit(tasks: Registry | None, limit: int, now_ms: int | None = None) -> ErrorValue | None:
     """A new task-augmented call, refused when the session already has ``limit`` tasks not known to be over
     (nor past their ttl)."""
     if sum(not _terminal(t) for t in current(tasks, now_ms).values()) >= limit:
@@ -167,15 +171,15 @@ def admit(tasks: Mapping[str, Any] | None, limit: int, now_ms: int | None = None
     return None
 
 
-def remember(tasks: Mapping[str, Any] | None, task: Mapping[str, Any], created: bool,
-             now_ms: int | None = None) -> dict[str, Any] | None:
+def remember(tasks: Registry | None, task: JsonView, created: bool,
+             now_ms: int | None = None) -> dict[str, JsonObject] | None:
     """The registry with ``task`` as last seen (``created``: a task the session just made), or None when nothing
     changes (a task it does not hold, or no new status), so an unchanged poll writes nothing. A write leaves out
     the other tasks past their ttl (``task`` itself was just seen: it is kept)."""
     ident = task.get("taskId")
     if not isinstance(ident, str) or (not created and ident not in (tasks or {})) or (tasks or {}).get(ident) == task:
         return None
-    kept = {k: t for k, t in (tasks or {}).items() if k == ident or not expired(t, now_ms)}
+    kept = {k: dict(t) for k, t in (tasks or {}).items() if k == ident or not expired(t, now_ms)}
     kept[ident] = dict(task)
     terminal = [k for k, t in kept.items() if _terminal(t)]
     for old in terminal[:max(0, len(terminal) - KEPT_TERMINAL)]:
@@ -187,7 +191,7 @@ _OUTCOMES: Final = {TaskState.COMPLETED: TaskOutcome.COMPLETED, TaskState.FAILED
                     TaskState.CANCELLED: TaskOutcome.CANCELLED}
 
 
-def ended(tasks: Mapping[str, Any] | None, task: Mapping[str, Any]) -> TaskOutcome | None:
+def ended(tasks: Registry | None, task: JsonView) -> TaskOutcome | None:
     """The outcome ``task`` (as just seen, and written to the registry ``tasks``) is counted with: only when the
     registry did not know it over, so each task is counted once whoever sees it end (a poll, a tasks/result, the
     listen). A cancelled one is ``cancelled`` even when the client's tasks/cancel ended it: the listen may report
@@ -195,24 +199,24 @@ def ended(tasks: Mapping[str, Any] | None, task: Mapping[str, Any]) -> TaskOutco
     before = (tasks or {}).get(str(task.get("taskId")))
     if (before is not None and _terminal(before)) or not _terminal(task):
         return None
-    return _OUTCOMES[TaskState(task["status"])]
+    return _OUTCOMES[TaskState(str(task["status"]))]
 
 
 # --- status notifications outside a tasks/result -------------------------------------------------------------
-def watched(tasks: Mapping[str, Any] | None, now_ms: int | None) -> list[str]:
+def watched(tasks: Registry | None, now_ms: int | None) -> list[str]:
     """The session's tasks whose status may still change (neither over nor past their ttl), in a stable order."""
     return sorted(k for k, t in current(tasks, now_ms).items() if not _terminal(t))
 
 
-def listen_filter(tasks: Mapping[str, Any] | None, now_ms: int | None) -> dict[str, Any]:
+def listen_filter(tasks: Registry | None, now_ms: int | None) -> JsonObject:
     """The session's task listen (ext-tasks §Task Status Notifications: ``subscriptions/listen`` with
     ``notifications.taskIds``): its live tasks, or nothing to listen to. Its own listen, apart from the session's
     list_changed and resource one, so a task created or ended never disturbs those."""
-    ids = watched(tasks, now_ms)
+    ids: JsonArray = [*watched(tasks, now_ms)]
     return {"taskIds": ids} if ids else {}
 
 
-def from_listen(message: Mapping[str, Any]) -> dict[str, Any] | None:
+def from_listen(message: JsonView) -> JsonObject | None:
     """The 2025 Task an upstream ``notifications/tasks`` carries (a whole ``DetailedTask``: ext-tasks §Task Status
     Notifications), or None for anything else (the acknowledgement, a malformed task). Whether it is the
     session's and news is :func:`remember`'s to say; the result it may carry is not part of a 2025 Task, the
@@ -231,7 +235,7 @@ def from_listen(message: Mapping[str, Any]) -> dict[str, Any] | None:
 class Answer:
     """Answered here: ``result``, or ``error`` when it is not None."""
 
-    result: dict[str, Any] | None = None
+    result: JsonObject | None = None
     error: ErrorValue | None = None
 
 
@@ -240,12 +244,12 @@ class Drive:
     """Sent through a bridge exchange (tasks/get, tasks/result, tasks/cancel of a task the session holds)."""
 
 
-def unknown(task_id: Any) -> ErrorValue:
+def unknown(task_id: JsonValue) -> ErrorValue:
     """2025-11-25 basic/utilities/tasks §Error Handling: an invalid or nonexistent taskId is INVALID_PARAMS."""
     return ErrorValue(INVALID_PARAMS, "Failed to retrieve task: Task not found", {"taskId": task_id})
 
 
-def decide(method: str, params: Any, tasks: Mapping[str, Any] | None, on: bool,
+def decide(method: str, params: JsonValue, tasks: Registry | None, on: bool,
            now_ms: int | None = None) -> Answer | Drive:
     """A ``tasks/*`` request of a session: METHOD_NOT_FOUND when the session has no 2025 tasks (none were offered),
     ``tasks/list`` from the registry (one page: it is bounded), an id the session does not hold (or holds past its

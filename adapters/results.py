@@ -26,6 +26,7 @@ from mcp_types.methods import CACHEABLE_METHODS, SERVER_RESULTS
 from pydantic import TypeAdapter
 
 from adapters.errors import ErrorValue, UpstreamFault, upstream_failure
+from adapters.jsonwire import JsonObject, JsonValue, JsonView, members
 from adapters.protocol import INPUT_REQUEST_METHODS, MODERN_VERSION, MRTR_METHODS, SUBSCRIPTION_ID_META_KEY
 from adapters.upstream import x_mcp_header_map
 
@@ -34,13 +35,13 @@ _CONSUMED_KEYS = ("resultType", "ttlMs", "cacheScope")
 
 @dataclass(frozen=True, slots=True)
 class Complete:
-    result: dict[str, Any]  # already in legacy shape
-    raw: dict[str, Any]  # the upstream's result (for caching decisions)
+    result: JsonObject  # already in legacy shape
+    raw: JsonObject  # the upstream's result (for caching decisions)
 
 
 @dataclass(frozen=True, slots=True)
 class InputRequired:
-    input_requests: dict[str, Any]
+    input_requests: dict[str, JsonView]  # each an object with a known method and object params
     request_state: str | None
 
 
@@ -49,7 +50,7 @@ class Invalid:
     error: ErrorValue
 
 
-def _validation_view(method: str, result: Mapping[str, Any]) -> dict[str, Any]:
+def _validation_view(method: str, result: JsonView) -> JsonObject:
     """A copy for schema checks: absent resultType means complete (2026-07-28 basic §ResultType); absent ttl/scope
     from older servers mean 0 / private (2026-07-28 caching). The copy is checked, never forwarded."""
     view = dict(result)
@@ -73,7 +74,7 @@ def _complete_validator(method: str) -> TypeAdapter[Any] | None:
     if row is None:
         return None
     # A runtime union is a type form, but pydantic >= 2.14 types TypeAdapter's argument as TypeForm, which a
-    # UnionType value (or get_args' Any) does not satisfy statically: the form is passed as the Any it is.
+    # UnionType value (or get_args' JsonValue) does not satisfy statically: the form is passed as the JsonValue it is.
     form: Any = row
     if isinstance(row, UnionType):
         arms = [arm for arm in get_args(row) if arm.__name__ != "InputRequiredResult"]
@@ -81,7 +82,7 @@ def _complete_validator(method: str) -> TypeAdapter[Any] | None:
     return TypeAdapter(form)
 
 
-def _schema_error(method: str, view: Mapping[str, Any]) -> ErrorValue | None:
+def _schema_error(method: str, view: JsonView) -> ErrorValue | None:
     validator = _complete_validator(method)
     if validator is None:
         return None
@@ -93,7 +94,7 @@ def _schema_error(method: str, view: Mapping[str, Any]) -> ErrorValue | None:
     return None
 
 
-def classify_result(method: str, result: Any) -> Complete | InputRequired | Invalid:
+def classify_result(method: str, result: JsonValue) -> Complete | InputRequired | Invalid:
     if not isinstance(result, Mapping):
         return Invalid(upstream_failure(UpstreamFault.INVALID_RESULT, f"{method} result is not an object"))
     kind = result.get("resultType", "complete")
@@ -106,7 +107,7 @@ def classify_result(method: str, result: Any) -> Complete | InputRequired | Inva
     return Invalid(error) if error else Complete(to_legacy_result(method, result), dict(result))
 
 
-def _input_required(method: str, result: Mapping[str, Any]) -> InputRequired | Invalid:
+def _input_required(method: str, result: JsonView) -> InputRequired | Invalid:
     if method not in MRTR_METHODS:
         return Invalid(upstream_failure(UpstreamFault.INVALID_RESULT, f"input_required is not allowed for {method}"))
     requests, state = result.get("inputRequests"), result.get("requestState")
@@ -117,27 +118,30 @@ def _input_required(method: str, result: Mapping[str, Any]) -> InputRequired | I
         return Invalid(upstream_failure(UpstreamFault.INVALID_RESULT, "requestState must be a string"))
     if requests is not None and not isinstance(requests, Mapping):
         return Invalid(upstream_failure(UpstreamFault.INVALID_RESULT, "inputRequests must be an object"))
+    entries: dict[str, JsonView] = {}
     for key, entry in (requests or {}).items():
         if not isinstance(entry, Mapping) or entry.get("method") not in INPUT_REQUEST_METHODS \
                 or not isinstance(entry.get("params", {}), Mapping):
             return Invalid(upstream_failure(UpstreamFault.INVALID_RESULT, f"input request {key!r} is malformed"))
-    return InputRequired(dict(requests or {}), state)
+        entries[key] = entry
+    return InputRequired(entries, state)
 
 
-def to_legacy_result(method: str, result: Mapping[str, Any]) -> dict[str, Any]:
+def to_legacy_result(method: str, result: JsonView) -> JsonObject:
     out = {k: v for k, v in result.items() if k not in _CONSUMED_KEYS}
     if method == "tools/call" and "structuredContent" in out and not isinstance(out["structuredContent"], dict):
         del out["structuredContent"]
-    if method == "tools/list" and isinstance(out.get("tools"), list):
-        out["tools"] = [_legacy_tool(t) for t in out["tools"] if _tool_is_valid(t)]
+    tools = out.get("tools")
+    if method == "tools/list" and isinstance(tools, list):
+        out["tools"] = [_legacy_tool(t) for t in tools if isinstance(t, Mapping) and _tool_is_valid(t)]
     return out
 
 
-def _tool_is_valid(tool: Any) -> bool:
-    return isinstance(tool, Mapping) and x_mcp_header_map(tool.get("inputSchema")) is not None
+def _tool_is_valid(tool: JsonView) -> bool:
+    return x_mcp_header_map(tool.get("inputSchema")) is not None
 
 
-def _legacy_tool(tool: Mapping[str, Any]) -> dict[str, Any]:
+def _legacy_tool(tool: JsonView) -> JsonObject:
     out = dict(tool)
     schema = out.get("outputSchema")
     if schema is not None and not (isinstance(schema, Mapping) and schema.get("type") == "object"):
@@ -145,7 +149,7 @@ def _legacy_tool(tool: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
-def request_notification(message: Mapping[str, Any], progress_token: Any) -> dict[str, Any] | None:
+def request_notification(message: JsonView, progress_token: JsonValue) -> JsonObject | None:
     """An upstream request-stream notification -> the legacy one (or None to drop it).
 
     Only progress and log messages are request-scoped in 2026 (2026-07-28 basic/transports
@@ -164,18 +168,18 @@ def request_notification(message: Mapping[str, Any], progress_token: Any) -> dic
     return None
 
 
-def progress_advances(last: float | None, message: Mapping[str, Any]) -> tuple[bool, float | None]:
+def progress_advances(last: float | None, message: JsonView) -> tuple[bool, float | None]:
     """Progress must increase (2025-11-25 basic/utilities/progress) but every MRTR round is a new upstream request
     whose progress may start again: keep only values above the last one forwarded for this client request."""
     if message.get("method") != "notifications/progress":
         return True, last
-    value = (message.get("params") or {}).get("progress")
+    value = members(message.get("params")).get("progress")
     if not isinstance(value, (int, float)) or isinstance(value, bool) or (last is not None and value <= last):
         return False, last
     return True, value
 
 
-def _strip_subscription(params: Mapping[str, Any]) -> dict[str, Any]:
+def _strip_subscription(params: JsonView) -> JsonObject:
     out = dict(params)
     meta = out.get("_meta")
     if isinstance(meta, Mapping) and SUBSCRIPTION_ID_META_KEY in meta:
@@ -186,8 +190,8 @@ def _strip_subscription(params: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
-def response(request_id: Any, result: Mapping[str, Any] | None = None,
-             error: ErrorValue | None = None) -> dict[str, Any]:
+def response(request_id: JsonValue, result: JsonView | None = None,
+             error: ErrorValue | None = None) -> JsonObject:
     if error is not None:
         return {"jsonrpc": "2.0", "id": request_id, "error": error.to_wire()}
     return {"jsonrpc": "2.0", "id": request_id, "result": dict(result or {})}

@@ -14,9 +14,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any, Final
+from typing import Final
 
 from adapters.errors import INTERNAL_ERROR, ErrorValue, UpstreamFault, translate_upstream_error, upstream_failure
+from adapters.jsonwire import JsonObject, JsonValue, JsonView
 
 EXTENSION: Final = "io.modelcontextprotocol/tasks"
 # Methods whose requests declare the extension: the one the bridge accepts a task for, the task methods themselves, and
@@ -60,7 +61,7 @@ class TaskView:
     state: TaskState
     message: str | None
     poll_ms: int | None
-    payload: Any = None  # inputRequests (input_required), result (completed) or error (failed)
+    payload: JsonValue = None  # inputRequests (input_required), result (completed) or error (failed)
 
     @property
     def seen(self) -> str:
@@ -71,14 +72,14 @@ class TaskView:
 _PAYLOAD = {TaskState.INPUT_REQUIRED: "inputRequests", TaskState.COMPLETED: "result", TaskState.FAILED: "error"}
 
 
-def offered(server_capabilities: Mapping[str, Any] | None) -> bool:
+def offered(server_capabilities: JsonView | None) -> bool:
     """Whether the upstream's ``server/discover`` lists the extension (ext-tasks §Capability Negotiation)."""
     extensions = (server_capabilities or {}).get("extensions")
     return isinstance(extensions, Mapping) and isinstance(extensions.get(EXTENSION), Mapping)
 
 
-def declare(capabilities: Mapping[str, Any], server_capabilities: Mapping[str, Any] | None,
-            method: str) -> Mapping[str, Any]:
+def declare(capabilities: JsonView, server_capabilities: JsonView | None,
+            method: str) -> JsonView:
     """The per-request client capabilities with the extension declared when the upstream offers it and the
     gateway drives tasks for ``method`` (2026-07-28 basic §_meta: capabilities travel on every request)."""
     if method not in DECLARED_FOR or not offered(server_capabilities):
@@ -88,11 +89,11 @@ def declare(capabilities: Mapping[str, Any], server_capabilities: Mapping[str, A
     return {**capabilities, "extensions": merged}
 
 
-def is_task(result: Any) -> bool:
+def is_task(result: JsonValue) -> bool:
     return isinstance(result, Mapping) and result.get("resultType") == "task"
 
 
-def read_task(value: Any, task_id: str | None) -> TaskView | ErrorValue:
+def read_task(value: JsonValue, task_id: str | None) -> TaskView | ErrorValue:
     """A task message as the bridge acts on it, or the upstream failure it is (``task_id``: the task it must be
     about, None for the ``CreateTaskResult`` that names it)."""
     if not isinstance(value, Mapping):
@@ -122,10 +123,10 @@ def poll_delay(poll_ms: int | None, unchanged: int, floor: float, ceiling: float
     return float(max(base, min(ceiling, base * 2 ** min(unchanged, 16))))
 
 
-def progress(token: Any, count: int, message: str | None) -> dict[str, Any]:
+def progress(token: JsonValue, count: int, message: str | None) -> JsonObject:
     """A status message as the legacy client's progress (2025-11-25 basic/utilities/progress): the client's own
     token object, a count of the task's moves (it must increase), the status message as the progress message."""
-    params: dict[str, Any] = {"progressToken": token, "progress": count}
+    params: JsonObject = {"progressToken": token, "progress": count}
     if message:
         params["message"] = message
     return {"jsonrpc": "2.0", "method": "notifications/progress", "params": params}
