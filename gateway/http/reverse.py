@@ -31,7 +31,7 @@ from multidict import CIMultiDict
 from adapters import reverse as R
 from adapters import reverse_listen as RL
 from adapters import reverse_wire as W
-from adapters.credentials import Grant
+from adapters.credentials import Grant, Refusal, after_refusal
 from adapters.errors import (
     INTERNAL_ERROR,
     METHOD_NOT_FOUND,
@@ -249,6 +249,23 @@ class ReverseBridge:
         kept = client if credentials is not None and credentials.grant in _CLIENT_GRANTS else None
         return lambda: self.authorization(kept)
 
+    def _refused(self, client: str | None) -> Callable[[], bool]:
+        """For a pooled session: :meth:`refused` with the token its credential is made from."""
+        credentials = self.credentials()
+        kept = client if credentials is not None and credentials.grant in _CLIENT_GRANTS else None
+        return lambda: self.refused(kept)
+
+    def refused(self, client: str | None) -> bool:
+        """The server answered 401 to the credential :meth:`authorization` gave for ``client``: True when the
+        gateway obtained it (client credentials, token exchange), which is then forgotten so that the request is
+        sent once more with a fresh one (``adapters.credentials.after_refusal``, as ``UpstreamClient.post``); a
+        static or forwarded credential is not retried, its 401 is the answer."""
+        credentials = self.credentials()
+        if credentials is None or after_refusal(401, (), credentials.grant, retried=False) is not Refusal.RETRY:
+            return False
+        credentials.forget(client if credentials.grant in _CLIENT_GRANTS else None)
+        return True
+
     async def _session(self, key: R.PoolKey, req: W.Request, client: str | None = None) -> Pooled | ErrorValue:
         """The key's session, opened (``initialize``) on first use; other keys' idle sessions make room."""
         decision = R.plan(self._entries(), key, self.settings.pool)
@@ -260,7 +277,7 @@ class ReverseBridge:
         if pooled is None:
             assert self.http is not None, "the bridge was started"
             session = LegacySession(self.http, self.settings.url, self.settings.max_event_bytes, streams=self.streams,
-                                    authorize=self._authorize(client))
+                                    authorize=self._authorize(client), refused=self._refused(client))
             opened = asyncio.create_task(session.open(W.initialize_params(req.capabilities, req.client_info)))
             pooled = self.pool[key] = Pooled(session, opened, now_ms())
             session.on_unrelated = lambda message: self._unrelated(pooled, message)
@@ -301,19 +318,28 @@ class ReverseBridge:
                    if k.lower() in _LEGACY_HEADERS and k.lower() not in ("mcp-session-id", "authorization")}
         if session[0] is not None:
             headers["Mcp-Session-Id"] = session[0]
-        try:
-            credential = await self.authorization(request.headers.get("authorization"))
-        except LegacyFailure as exc:
-            error = upstream_failure(UpstreamFault.CREDENTIAL, str(exc))
-            return json_response({"jsonrpc": "2.0", "id": None, "error": error.to_wire()}, 502)
-        if credential:
-            headers["Authorization"] = credential
-        try:
-            up = await self.streams.request(request.method, self.settings.url, data=body or None, headers=headers,
-                                         allow_redirects=False)
-        except _FAILURES as exc:
-            error = upstream_failure(UpstreamFault.UNREACHABLE, str(exc) or type(exc).__name__)
-            return json_response({"jsonrpc": "2.0", "id": None, "error": error.to_wire()}, 502)
+        client = request.headers.get("authorization")
+        up: aiohttp.ClientResponse | None = None
+        for retried in (False, True):  # a 401 to a credential the gateway obtained: once more with a fresh one
+            try:
+                credential = await self.authorization(client)
+            except LegacyFailure as exc:
+                error = upstream_failure(UpstreamFault.CREDENTIAL, str(exc))
+                return json_response({"jsonrpc": "2.0", "id": None, "error": error.to_wire()}, 502)
+            headers.pop("Authorization", None)
+            if credential:
+                headers["Authorization"] = credential
+            try:
+                up = await self.streams.request(request.method, self.settings.url, data=body or None,
+                                                headers=headers, allow_redirects=False)
+            except _FAILURES as exc:
+                error = upstream_failure(UpstreamFault.UNREACHABLE, str(exc) or type(exc).__name__)
+                return json_response({"jsonrpc": "2.0", "id": None, "error": error.to_wire()}, 502)
+            if up.status != 401 or retried or not self.refused(client):
+                break
+            async with up:
+                await up.read()  # small, and read whole so the connection goes back to the pool
+        assert up is not None
         async with up:
             kept = {k: (session[1](v) if k.lower() == "mcp-session-id" else v) for k, v in up.headers.items()
                     if k.lower() in _ANSWER_HEADERS}

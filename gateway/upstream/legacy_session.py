@@ -45,15 +45,18 @@ class LegacySession:
     GET stream); ``http`` the short exchanges. Two connection pools, so that answers to parked calls never
     wait for a connection those very calls hold. ``authorize``: the upstream's credential (the ``Authorization``
     value, or None), asked before each request since a minted token is renewed; it raises
-    :class:`LegacyFailure` when none can be had."""
+    :class:`LegacyFailure` when none can be had. ``refused``: the server answered 401 to that credential; it
+    forgets a credential the gateway obtained and says whether to send the request once more with a fresh one
+    (``adapters.credentials.after_refusal``), as the forward ``UpstreamClient.post`` does."""
 
     def __init__(self, http: aiohttp.ClientSession, url: str, max_event_bytes: int,
                  headers: Mapping[str, str] | None = None, streams: aiohttp.ClientSession | None = None,
-                 authorize: Callable[[], Awaitable[str | None]] | None = None) -> None:
+                 authorize: Callable[[], Awaitable[str | None]] | None = None,
+                 refused: Callable[[], bool] | None = None) -> None:
         self.http, self.url, self.max_event_bytes = http, url, max_event_bytes
         self.streams = streams or http
         self.extra = dict(headers or {})
-        self.authorize = authorize
+        self.authorize, self.refused = authorize, refused
         self.session_id: str | None = None
         self.version = "2025-11-25"
         self.initialized: Mapping[str, Any] = {}
@@ -77,13 +80,31 @@ class LegacySession:
             out["Authorization"] = value
         return out
 
+    async def _send(self, http: aiohttp.ClientSession, method: str,
+                    data: bytes | None = None) -> aiohttp.ClientResponse:
+        """One request with the upstream's credential; a 401 to a credential the gateway obtained is sent once more
+        with a fresh one (``refused``), never more: a second 401 is the answer."""
+        resp = await self._request(http, method, data)
+        if resp.status == 401 and self.refused is not None and self.refused():
+            async with resp:
+                await resp.read()  # small, and read whole so the connection goes back to the pool
+            resp = await self._request(http, method, data)
+        return resp
+
+    async def _request(self, http: aiohttp.ClientSession, method: str, data: bytes | None) -> aiohttp.ClientResponse:
+        headers = await self.sent_headers()
+        if method != "GET":
+            return await http.request(method, self.url, data=data, headers=headers)
+        del headers["Content-Type"]
+        headers["Accept"] = "text/event-stream"
+        return await http.request(method, self.url, headers=headers, timeout=aiohttp.ClientTimeout())
+
     async def open(self, params: Mapping[str, Any]) -> Mapping[str, Any]:
         """``initialize``, then ``notifications/initialized``, then the GET stream (a 405 means there is none)."""
         queue: asyncio.Queue[Message] = asyncio.Queue()
         ident = f"gw-init-{next(self.ids)}"
-        async with self.http.post(self.url, data=dumps({"jsonrpc": "2.0", "id": ident, "method": "initialize",
-                                                        "params": dict(params)}),
-                                  headers=await self.sent_headers()) as resp:
+        body = dumps({"jsonrpc": "2.0", "id": ident, "method": "initialize", "params": dict(params)})
+        async with await self._send(self.http, "POST", body) as resp:
             if resp.status != 200:
                 raise LegacyFailure(f"initialize answered HTTP {resp.status}")
             self.session_id = resp.headers.get("mcp-session-id")
@@ -115,7 +136,7 @@ class LegacySession:
 
     async def _exchange(self, message: Message, queue: asyncio.Queue[Message], http: aiohttp.ClientSession) -> None:
         try:
-            async with http.post(self.url, data=dumps(message), headers=await self.sent_headers()) as resp:
+            async with await self._send(http, "POST", dumps(message)) as resp:
                 if reinitialize(resp.status):
                     queue.put_nowait({GONE: True})
                 elif resp.status != 200:
@@ -147,9 +168,7 @@ class LegacySession:
     async def _listen(self) -> None:
         """The session's GET stream (2025-11-25 basic/transports §Listening for Messages from the Server)."""
         try:
-            headers = {k: v for k, v in (await self.sent_headers()).items() if k != "Content-Type"}
-            headers["Accept"] = "text/event-stream"
-            async with self.streams.get(self.url, headers=headers, timeout=aiohttp.ClientTimeout()) as resp:
+            async with await self._send(self.streams, "GET") as resp:
                 if resp.status != 200:
                     return  # 405: the server offers no GET stream
                 decoder = SseDecoder(self.max_event_bytes)
@@ -182,7 +201,7 @@ class LegacySession:
 
     async def post(self, message: Message) -> None:
         """A response or notification: 202 expected; 404: the session is gone."""
-        async with self.http.post(self.url, data=dumps(message), headers=await self.sent_headers()) as resp:
+        async with await self._send(self.http, "POST", dumps(message)) as resp:
             if reinitialize(resp.status):
                 raise SessionGone(self.url)
             if resp.status >= 300:
@@ -205,7 +224,7 @@ class LegacySession:
         if self.session_id is None:
             return
         with contextlib.suppress(aiohttp.ClientError, TimeoutError, LegacyFailure):
-            async with self.http.delete(self.url, headers=await self.sent_headers()):
+            async with await self._send(self.http, "DELETE"):
                 pass
 
 
