@@ -336,7 +336,7 @@ class BridgeMachine:
         rec = self.record
         key = rec.outstanding[gateway_id]
         entry = rec.input_requests[key]
-        params = dict(entry.get("params") or {})
+        params = dict(members(entry.get("params")))
         if key in rec.minted_ids:
             params["elicitationId"] = rec.minted_ids[key]
         if rec.method == "tasks/result" and rec.task_id is not None:
@@ -498,7 +498,7 @@ class BridgeMachine:
         error = _answer_error(event)
         if error is not None:
             return [*self._cancel_outstanding(), self._end(response(
-                rec.downstream_id, error=E.client_refused_error(key, entry["method"], error)))]
+                rec.downstream_id, error=E.client_refused_error(key, str(entry["method"]), error)))]
         actions = self._record_answer(key, entry, members(event.result))
         if rec.outstanding:
             return actions

@@ -7,39 +7,50 @@ records (docs/design/replicas.md#session-stores): they hold only JSON-compatible
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields
 from enum import StrEnum
 from functools import cache
-from typing import Any
+from typing import TYPE_CHECKING, TypeVar
+
+from adapters.jsonwire import JsonObject, JsonView
+
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
+
+_Record = TypeVar("_Record", "SessionRecord", "PendingRound")
 
 
-def _from_dict(cls: type, data: dict[str, Any]) -> Any:
-    known = _known(cls)
+def _from_dict(cls: type[_Record], data: Mapping[str, object]) -> _Record:
+    # The stored form is what to_dict wrote (JSON values of each field's type): checked by the fields' own use.
+    make: Callable[..., _Record] = cls
+    shape: type[DataclassInstance] = cls
+    known = _known(shape)
     if data.keys() <= known:  # what this version wrote (every request's session parse): no filtering copy
-        return cls(**data)
-    return cls(**{k: v for k, v in data.items() if k in known})  # a newer writer's extra fields are dropped
+        return make(**data)
+    return make(**{k: v for k, v in data.items() if k in known})  # a newer writer's extra fields are dropped
 
 
 @cache  # read on every request (the session record is parsed per request); the fields never change
-def _names(cls: Any) -> tuple[str, ...]:
+def _names(cls: type[DataclassInstance]) -> tuple[str, ...]:
     return tuple(f.name for f in fields(cls))
 
 
 @cache
-def _known(cls: type) -> frozenset[str]:
+def _known(cls: type[DataclassInstance]) -> frozenset[str]:
     return frozenset(_names(cls))
 
 
 @cache
-def _unset_when_none(cls: Any) -> frozenset[str]:
+def _unset_when_none(cls: type[DataclassInstance]) -> frozenset[str]:
     """The fields whose default is None: left out of the stored form while None (``from_dict`` restores them),
     so a record costs neither the bytes nor the parsing of every optional field it does not use."""
     return frozenset(f.name for f in fields(cls) if f.default is None)
 
 
-def _to_dict(record: Any) -> dict[str, Any]:
+def _to_dict(record: DataclassInstance) -> dict[str, object]:
     # A shallow view: the store serializes it at once (dataclasses.asdict deep-copies, which costs ~5x more).
-    cls: Any = type(record)
+    cls = type(record)
     unset = _unset_when_none(cls)
     return {name: value for name in _names(cls)
             if (value := getattr(record, name)) is not None or name not in unset}
@@ -52,8 +63,8 @@ class SessionRecord:
     session_id: str
     principal: str
     protocol_version: str
-    client_capabilities: dict[str, Any]
-    client_info: dict[str, Any]
+    client_capabilities: JsonObject
+    client_info: JsonObject
     created_ms: int
     last_seen_ms: int
     log_level: str | None = None
@@ -62,22 +73,22 @@ class SessionRecord:
     # Roots are cached only for clients that declared roots.listChanged: they promise to tell us when the cache goes
     # stale (2025-11-25 client/roots), and notifications/roots/list_changed drops it
     # (docs/design/bridge.md#roots-cache).
-    cached_roots: dict[str, Any] | None = None
+    cached_roots: JsonObject | None = None
     # The upstream's discovered capabilities at initialize: which list_changed/subscribe we claimed.
-    server_capabilities: dict[str, Any] = field(default_factory=dict)
+    server_capabilities: JsonObject = field(default_factory=dict)
     # The per-peer pins this session was opened under: a snapshot, so a config reload leaves live sessions
     # as they were, and any replica holding the record applies the same pins. See adapters.peers.
-    pins: dict[str, Any] = field(default_factory=dict)
+    pins: JsonObject = field(default_factory=dict)
     upstream: str = "default"
     # The x-mcp-header maps learned from the upstream's tools/list (adapters.upstream.learned_header_maps), in the
     # record so that every replica mirrors the same Mcp-Param-* headers (docs/design/upstream.md#mcp-param--headers);
     # None: none learned, or too large to keep here (adapters.admission.header_maps_storable).
-    header_maps: dict[str, Any] | None = None
+    header_maps: JsonObject | None = None
     # The 2025 tasks this session created (adapters.legacy_tasks): task id -> the 2025 Task as last seen, in
     # creation order; None while it has none.
-    legacy_tasks: dict[str, Any] | None = None
+    legacy_tasks: dict[str, JsonObject] | None = None
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         return _to_dict(self)
 
     def identity(self) -> SessionRecord:
@@ -87,9 +98,8 @@ class SessionRecord:
                              self.last_seen_ms)
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> SessionRecord:
-        record: SessionRecord = _from_dict(cls, data)
-        return record
+    def from_dict(cls, data: Mapping[str, object]) -> SessionRecord:
+        return _from_dict(cls, data)
 
 
 class Phase(StrEnum):
@@ -118,14 +128,14 @@ class PendingRound:
     session_id: str
     downstream_id: str | int
     method: str
-    params: dict[str, Any]
+    params: JsonObject
     round: int = 0  # every upstream answer that needed another round (timers carry it to spot stale ones)
     input_rounds: int = 0  # rounds that asked for input: these count against max_rounds (waiting ones do not)
     phase: Phase = Phase.UPSTREAM
     request_state: str | None = None
-    input_requests: dict[str, Any] = field(default_factory=dict)
+    input_requests: dict[str, JsonView] = field(default_factory=dict)
     outstanding: dict[str, str] = field(default_factory=dict)  # gateway request id -> input key
-    answers: dict[str, Any] = field(default_factory=dict)  # input key -> client result (this round)
+    answers: JsonObject = field(default_factory=dict)  # input key -> client result (this round)
     state_only_rounds: int = 0
     url_elicitations: dict[str, str] = field(default_factory=dict)  # elicitationId -> url (accepted)
     minted_ids: dict[str, str] = field(default_factory=dict)  # input key -> elicitationId (this round)
@@ -154,7 +164,7 @@ class PendingRound:
     task_progress: int | None = None
     task_failures: int | None = None
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         return _to_dict(self)
 
     @property
@@ -163,7 +173,7 @@ class PendingRound:
         return self.phase in (Phase.AWAITING_CLIENT, Phase.BACKOFF, Phase.TASK_WAIT)
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> PendingRound:
-        record: PendingRound = _from_dict(cls, data)
+    def from_dict(cls, data: Mapping[str, object]) -> PendingRound:
+        record = _from_dict(cls, data)
         record.phase = Phase(record.phase)
         return record

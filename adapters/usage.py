@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 from adapters.doors import Transport
 from adapters.errors import MISSING_REQUIRED_CLIENT_CAPABILITY
@@ -84,7 +84,7 @@ class UsageRecord:
 
 
 # --- labels ---------------------------------------------------------------------------------------------
-def clean_label(value: Any) -> str:
+def clean_label(value: object) -> str:
     """A printable, length-capped label (client names are attacker-controlled strings)."""
     text = value if isinstance(value, str) else ""
     text = "".join(ch if ch.isprintable() and ch not in '"\\' else "_" for ch in text.strip())[:_LABEL_MAX]
@@ -111,10 +111,10 @@ class LabelFolder:
     pools: dict[bool, int] = field(default_factory=lambda: {False: 0, True: 0})  # admitted, by configured peer
     _memo: dict[tuple[str, str, bool], tuple[str, str, bool]] = field(default_factory=dict, repr=False)
 
-    def client(self, name: Any, version: Any, configured: bool = False) -> tuple[str, str]:
+    def client(self, name: object, version: object, configured: bool = False) -> tuple[str, str]:
         return self.labels(name, version, configured)[:2]
 
-    def labels(self, name: Any, version: Any, configured: bool = False) -> tuple[str, str, bool]:
+    def labels(self, name: object, version: object, configured: bool = False) -> tuple[str, str, bool]:
         """(name, version, whether /metrics shows the name); ``configured``: the request is a configured peer's."""
         raw = (name, version, configured) if isinstance(name, str) and isinstance(version, str) else None
         folded = self._memo.get(raw) if raw is not None else None
@@ -139,7 +139,7 @@ class LabelFolder:
             versions.add(version)
         return name, version, labelled
 
-    def peer(self, name: Any) -> str:
+    def peer(self, name: object) -> str:
         if isinstance(name, str) and name in self.peers:  # the hot path: an admitted peer
             return name
         label: str = clean_label(name) if name else DEFAULT_PEER
@@ -156,15 +156,15 @@ class LabelFolder:
                 self.client(name, version)
 
 
-def fold_method(method: Any) -> str:
+def fold_method(method: object) -> str:
     return method if isinstance(method, str) and method in KNOWN_METHODS else OTHER
 
 
-def fold_revision(revision: Any) -> str:
+def fold_revision(revision: object) -> str:
     return revision if revision in LEGACY_REVISIONS or revision == MODERN_REVISION else OTHER
 
 
-def fold_transport(transport: Any) -> str:
+def fold_transport(transport: object) -> str:
     return transport if transport in TRANSPORTS else OTHER
 
 
@@ -175,7 +175,7 @@ _LEGACY_EXTRA = {"ping": ("legacy handshake", "ping"), "logging/setLevel": ("leg
                  "resources/unsubscribe": ("legacy handshake", "resources/subscribe")}
 
 
-def legacy_request_features(method: Any, params: Any = None) -> tuple[str, ...]:
+def legacy_request_features(method: object, params: object = None) -> tuple[str, ...]:
     """Features a legacy request itself leans on (those 2026-07-28 removed, answered locally or
     via listen: 2026-07-28 changelog).
 
@@ -190,19 +190,19 @@ def legacy_request_features(method: Any, params: Any = None) -> tuple[str, ...]:
     return _LEGACY_EXTRA.get(method, ("legacy handshake",))
 
 
-def transport_features(transport: Any) -> tuple[str, ...]:
+def transport_features(transport: object) -> tuple[str, ...]:
     """The HTTP+SSE transport is deprecated (2025-03-26 basic/transports; formally so in 2026-07-28
     §Deprecated): every request through that door counts it, whatever revision its session speaks."""
     return ("HTTP+SSE transport",) if transport == Transport.HTTP_SSE.value else ()
 
 
-def modern_request_features(params: Any) -> tuple[str, ...]:
+def modern_request_features(params: object) -> tuple[str, ...]:
     """Deprecated 2026 features a modern request shows (2026-07-28 §Deprecated): Logging via ``_meta`` logLevel, and
     sampling/roots answers in ``inputResponses`` (recognised by the result's shape, never stored)."""
-    params = params if isinstance(params, Mapping) else {}
-    meta = params.get("_meta") if isinstance(params.get("_meta"), Mapping) else {}
-    found = ["logging/setLevel"] if _LOG_LEVEL_META in meta else []
-    responses = params.get("inputResponses")
+    view = params if isinstance(params, Mapping) else {}
+    meta = view.get("_meta")
+    found = ["logging/setLevel"] if isinstance(meta, Mapping) and _LOG_LEVEL_META in meta else []
+    responses = view.get("inputResponses")
     for value in (responses.values() if isinstance(responses, Mapping) else ()):
         if isinstance(value, Mapping) and "model" in value and "role" in value:
             found.append("sampling")
@@ -211,7 +211,7 @@ def modern_request_features(params: Any) -> tuple[str, ...]:
     return ordered(found)
 
 
-def input_kind(entry: Any) -> tuple[str | None, tuple[str, ...]]:
+def input_kind(entry: object) -> tuple[str | None, tuple[str, ...]]:
     """(input kind, deprecated features) of one MRTR ``inputRequests`` entry the bridge carried over."""
     if not isinstance(entry, Mapping):
         return None, ()
@@ -231,7 +231,7 @@ def input_kind(entry: Any) -> tuple[str | None, tuple[str, ...]]:
     return None, ()
 
 
-_ORDERED: dict[Any, tuple[str, ...]] = {}
+_ORDERED: dict[tuple[str, ...], tuple[str, ...]] = {}
 
 
 def ordered(features: Iterable[str]) -> tuple[str, ...]:
@@ -250,7 +250,7 @@ def ordered(features: Iterable[str]) -> tuple[str, ...]:
 _LIMIT_CAUSES = {"max_rounds": "round cap", "client_answer_timeout_seconds": "client timeout"}
 
 
-def failure_cause(error: Any) -> str:
+def failure_cause(error: object) -> str:
     """The cause of an error answer, read from the structured ``data`` the adapters put on their errors."""
     if not isinstance(error, Mapping):
         return ""
@@ -270,7 +270,7 @@ def failure_cause(error: Any) -> str:
     return "request error"  # the request itself was refused (bad params, unknown tool...): not a translation failure
 
 
-def outcome_of(message: Any) -> tuple[str, str]:
+def outcome_of(message: object) -> tuple[str, str]:
     """(outcome, cause) of a final JSON-RPC message; ``None`` (nothing was answered) means cancelled."""
     if not isinstance(message, Mapping):
         return "cancelled", ""
@@ -291,11 +291,11 @@ class Facts(NamedTuple):
 
     ts_ms: int
     era: str
-    revision: Any
-    method: Any
+    revision: object
+    method: object
     translated: bool
-    client_info: Any = None
-    peer: Any = None
+    client_info: object = None
+    peer: object = None
     sunset: str | None = None
     rounds: int = 0
     inputs: tuple[str, ...] = ()
@@ -326,14 +326,14 @@ KEY_FIELDS = ("bucket", "peer", "client", "client_version", "era", "revision", "
               "features", "outcome", "cause", "transport", "upstream")
 
 
-def rollup_key(record: UsageRecord, bucket_ms: int = HOUR_MS) -> tuple[Any, ...]:
+def rollup_key(record: UsageRecord, bucket_ms: int = HOUR_MS) -> tuple[int | str, ...]:
     """The aggregation key (hourly bucket + every label); the value is ``[count, rounds]``."""
     return (record.ts_ms - record.ts_ms % bucket_ms, record.peer, record.client, record.client_version,
             record.era, record.revision, record.method, int(record.translated), ",".join(record.inputs),
             ",".join(record.features), record.outcome, record.cause, record.transport, record.upstream)
 
 
-def add_to_rollup(rollup: dict[tuple[Any, ...], list[int]], record: UsageRecord, count: int = 1) -> None:
+def add_to_rollup(rollup: dict[tuple[int | str, ...], list[int]], record: UsageRecord, count: int = 1) -> None:
     """Count ``count`` requests that all look like ``record``."""
     slot = rollup.setdefault(rollup_key(record), [0, 0])
     slot[0] += count

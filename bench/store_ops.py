@@ -43,8 +43,8 @@ def _operation(op: str, store: Any, stream: str) -> Callable[[int], Awaitable[An
     from gateway.session.store import Owners, StreamAppend
 
     session = _session()
-    params = {"name": "summarize_repo", "arguments": {"repo": "bench"}}
-    record = PendingRound("b-" + "x" * 22, session.session_id, 7, "tools/call", params, started_ms=1)
+    record = PendingRound("b-" + "x" * 22, session.session_id, 7, "tools/call",
+                          {"name": "summarize_repo", "arguments": {"repo": "bench"}}, started_ms=1)
     owners = Owners("replica-1", 60.0, frozenset({"oa:g-4f0c2a9e"}), frozenset())
 
     async def put_round(i: int) -> Any:

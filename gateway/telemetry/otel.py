@@ -134,8 +134,9 @@ class OtelObserver:
             return None
         method, params = str(message.get("method")), message.get("params")
         params = params if isinstance(params, dict) else {}
+        peer = session.pins.get("name")
         attrs = S.request_attributes(method, params, session.protocol_version, S.RequestKind.BRIDGED,
-                                     session.pins.get("name") if session.pins else None, content=content)
+                                     peer if isinstance(peer, str) else None, content=content)
         root = self.tracer.start_span(S.span_name(method, params), kind=SpanKind.SERVER, attributes=attrs,
                                       start_time=request.get(_ARRIVED))
         return ExchangeSpans(self.tracer, root, content)
