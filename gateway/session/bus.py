@@ -16,7 +16,7 @@ import asyncio
 from collections.abc import AsyncIterator
 from typing import Protocol
 
-from adapters.relay import Relayed
+from adapters.relay import Drop, Relayed, decode, encode
 
 __all__ = ["Bus", "LocalBus", "Subscription"]
 
@@ -61,7 +61,7 @@ class LocalBus:
 
     async def send(self, replica: str | None, message: Relayed) -> bool:
         queues = self._queues.get(_EVERYONE if replica is None else replica, [])
-        data = message.encode()
+        data = encode(message)
         for queue in queues:
             queue.put_nowait(data)
         return bool(queues)
@@ -93,8 +93,8 @@ class _LocalSubscription:
 
     async def messages(self) -> AsyncIterator[Relayed]:
         while (data := await self._queue.get()) is not None:
-            relayed = Relayed.decode(data)
-            if relayed is not None:
+            relayed = decode(data)
+            if not isinstance(relayed, Drop):
                 yield relayed
 
     async def close(self) -> None:

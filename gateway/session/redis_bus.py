@@ -3,8 +3,8 @@
 exception.
 
 Each replica subscribes to its own channel (``<prefix>relay:<replica>``) and to the broadcast one
-(``<prefix>relay-all``), named by ``adapters.relay``. A message is its ``Relayed.encode()`` text; anything else on
-a channel (a foreign publisher) is skipped. Publishing and asking who listens go over the store's pipelined
+(``<prefix>relay-all``), named by ``adapters.relay``. A message is its ``adapters.relay.encode`` text; anything
+else on a channel (a foreign publisher) is skipped. Publishing and asking who listens go over the store's pipelined
 connection (``gateway.session.redis_wire``); a subscription keeps a redis-py connection of its own.
 """
 
@@ -44,7 +44,7 @@ class RedisBus:
         return R.broadcast_channel(self._prefix) if replica is None else R.relay_channel(self._prefix, replica)
 
     async def send(self, replica: str | None, message: R.Relayed) -> bool:
-        return int(await self._wire.call("PUBLISH", self.channel(replica), message.encode())) > 0
+        return int(await self._wire.call("PUBLISH", self.channel(replica), R.encode(message))) > 0
 
     async def listens(self, replica: str) -> bool:
         counts = await self._wire.call("PUBSUB", "NUMSUB", self.channel(replica))  # [channel, count]
@@ -69,8 +69,8 @@ class _RedisSubscription:
         async with redis_failures():
             async for item in self._pubsub.listen():
                 data = item.get("data")
-                relayed = R.Relayed.decode(data) if isinstance(data, bytes | str) else None
-                if relayed is not None:
+                relayed = R.decode(data) if isinstance(data, bytes | str) else None
+                if relayed is not None and not isinstance(relayed, R.Drop):
                     yield relayed
 
     async def close(self) -> None:

@@ -17,7 +17,7 @@ import logging
 import secrets
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import asynccontextmanager
-from typing import Any
+from typing import Any, assert_never
 
 from adapters import local
 from adapters import relay as R
@@ -49,11 +49,11 @@ class BusRelay:
         when no listening replica owns it (then maybe a takeover: gateway.session.takeover). Cancel the future to
         stop waiting."""
         key = R.answer_key(message.get("id"))
-        return None if key is None else await self._relay(R.RelayKind.ANSWER, session_id, message, key=key)
+        return None if key is None else await self._relay(R.Answer, session_id, message, key=key)
 
     async def answer_to(self, replica: str, session_id: str, message: dict[str, Any]) -> asyncio.Future[bool] | None:
         """:meth:`answer`, to ``replica`` (the live holder of the answer's stored round)."""
-        return await self._relay(R.RelayKind.ANSWER, session_id, message, replica=replica)
+        return await self._relay(R.Answer, session_id, message, replica=replica)
 
     async def cancel(self, session_id: str, request_id: str | int,
                      message: dict[str, Any]) -> asyncio.Future[bool] | None:
@@ -66,21 +66,21 @@ class BusRelay:
         key = R.request_key(session_id, request_id)
         owner = await self.gateway.store.owner_of(key)
         if owner is None:
-            await self.bus.send(None, R.Relayed(R.RelayKind.CANCEL, session_id, message))
+            await self.bus.send(None, R.Cancel(session_id, message))
             return None
-        return await self._relay(R.RelayKind.CANCEL, session_id, message, key=key, owner=owner)
+        return await self._relay(R.Cancel, session_id, message, key=key, owner=owner)
 
     async def cancel_to(self, replica: str, session_id: str, message: dict[str, Any]) -> asyncio.Future[bool] | None:
         """:meth:`cancel`, to ``replica`` (the live holder of the request's stored round)."""
-        return await self._relay(R.RelayKind.CANCEL, session_id, message, replica=replica)
+        return await self._relay(R.Cancel, session_id, message, replica=replica)
 
-    async def _relay(self, kind: R.RelayKind, session_id: str, message: dict[str, Any], *, key: str = "",
+    async def _relay(self, kind: type[R.Answer | R.Cancel], session_id: str, message: dict[str, Any], *, key: str = "",
                      owner: str | None = None, replica: str | None = None) -> asyncio.Future[bool] | None:
         """Relay ``message`` asking for an acknowledgement: to ``replica``, else to the owner of ``key``."""
         token = secrets.token_hex(8)
         acked = self.acks[token] = asyncio.get_running_loop().create_future()
         acked.add_done_callback(lambda _done: self.acks.pop(token, None))
-        relayed = R.Relayed(kind, session_id, message, self.gateway.replica, token)
+        relayed = kind(session_id, message, R.ReplyTo(self.gateway.replica, token))
         try:
             passed = await (self.send(replica, relayed) if replica is not None else self._pass_on(key, relayed, owner))
         except BaseException:
@@ -100,7 +100,7 @@ class BusRelay:
         reply: asyncio.Future[Mapping[str, Any]] = asyncio.get_running_loop().create_future()
         self.replies[token] = reply
         try:
-            if not await self.send(replica, R.Relayed(R.RelayKind.RETRY, "", message, self.gateway.replica, token)):
+            if not await self.send(replica, R.Retry(message, R.ReplyTo(self.gateway.replica, token))):
                 return None
             while not (await asyncio.wait({reply}, timeout=HOLDER_CHECK_SECONDS))[0]:
                 if not await self.listens(replica):
@@ -118,9 +118,9 @@ class BusRelay:
         return await self.bus.send(replica, relayed)
 
     async def ended(self, session_id: str) -> None:
-        await self.bus.send(None, R.Relayed(R.RelayKind.END, session_id))
+        await self.bus.send(None, R.End(session_id))
 
-    async def _pass_on(self, key: str, relayed: R.Relayed, owner: str | None = None) -> bool:
+    async def _pass_on(self, key: str, relayed: R.Answer | R.Cancel, owner: str | None = None) -> bool:
         """Send to the key's owner: True when a replica received it. Its owner not listening (it stopped, or
         lost the bus) is where a takeover may begin
         (docs/design/takeover.md#leases-and-takeover-of-a-dead-replicas-rounds)."""
@@ -131,7 +131,7 @@ class BusRelay:
         if await self.send(decision.owner, relayed):
             return True
         log.info("session %s: replica %s does not listen for a client's %s", relayed.session_id, decision.owner,
-                 relayed.kind.value)
+                 "answer" if isinstance(relayed, R.Answer) else "cancel")
         return False
 
     async def subscribe(self) -> Subscription:
@@ -164,25 +164,34 @@ class BusRelay:
     async def deliver(self, data: R.Relayed | bytes | str) -> None:
         """What another replica passed on (a message, or its encoded text), performed here as the replica that
         got it from the client would."""
-        relayed = data if isinstance(data, R.Relayed) else R.Relayed.decode(data)
-        if relayed is None:
-            return
-        if relayed.kind is R.RelayKind.ACK:
-            acked = self.acks.get(relayed.token or "")
-            if acked is not None and not acked.done():
-                acked.set_result(relayed.held)
-            return
-        if relayed.kind is R.RelayKind.END:
-            await self.gateway.end_runtime(relayed.session_id)
-            return
-        if relayed.kind in (R.RelayKind.RETRY, R.RelayKind.REPLY):
-            self._reverse(relayed)
-            return
+        relayed = R.decode(data) if isinstance(data, bytes | str) else data
+        match relayed:
+            case R.Drop(reason):
+                log.debug("relay %s: dropped a message on the bus (%s)", self.own, reason.value)
+            case R.Ack(_, to, held):
+                acked = self.acks.get(to.token)
+                if acked is not None and not acked.done():
+                    acked.set_result(held)
+            case R.End(session_id):
+                await self.gateway.end_runtime(session_id)
+            case R.Retry():
+                self._answer_retry(relayed)
+            case R.Reply(message, to):
+                reply = self.replies.get(to.token)
+                if reply is not None and not reply.done():
+                    reply.set_result(message)
+            case R.Answer() | R.Cancel():
+                await self._deliver_client(relayed)
+            case _:
+                assert_never(relayed)
+
+    async def _deliver_client(self, relayed: R.Answer | R.Cancel) -> None:
+        """A client's answer or cancel, to the exchange here it is for, acknowledged once acted on when asked."""
         if self.gateway.taking:  # a round being taken over here is relayed to as soon as its lease is won:
             # deliver once its exchange runs (docs/design/takeover.md#leases-and-takeover-of-a-dead-replicas-rounds)
             await asyncio.wait(list(self.gateway.taking.values()))
-        runtime, message = self.gateway.runtimes.get(relayed.session_id), relayed.message or {}
-        if relayed.kind is R.RelayKind.ANSWER:
+        runtime, message = self.gateway.runtimes.get(relayed.session_id), relayed.message
+        if isinstance(relayed, R.Answer):
             ident = message.get("id")
             exchange = runtime.awaiting.pop(ident, None) if runtime is not None and isinstance(ident, str) else None
             if exchange is not None:
@@ -197,15 +206,10 @@ class BusRelay:
         else:  # not run here (any more): ended, or its round moved on
             await self._send_ack(relayed, held=False)
 
-    def _reverse(self, relayed: R.Relayed) -> None:
+    def _answer_retry(self, relayed: R.Retry) -> None:
         """A relayed retry is answered in a task of its own (a parked call's next round takes as long as the
-        upstream does: the relay goes on meanwhile); a reply completes the retry waiting for it."""
-        if relayed.kind is R.RelayKind.REPLY:
-            reply = self.replies.get(relayed.token or "")
-            if reply is not None and not reply.done() and relayed.message is not None:
-                reply.set_result(relayed.message)
-            return
-        answering, message = self.on_retry, relayed.message or {}
+        upstream does: the relay goes on meanwhile)."""
+        answering, message = self.on_retry, relayed.message
 
         async def answered() -> None:
             said: Mapping[str, Any] | None = None
@@ -217,19 +221,17 @@ class BusRelay:
                 request = message.get("request")
                 ident = request.get("id") if isinstance(request, Mapping) else None
                 said = {"jsonrpc": "2.0", "id": ident, "error": holder_gone().to_wire()}
-            back = relayed.reply(said)
-            if back is not None and back.reply_to is not None:
-                await self.send(back.reply_to, back)
+            await self.send(relayed.to.replica, relayed.reply(said))
         task = asyncio.get_running_loop().create_task(answered())
         self.acking.add(task)
         task.add_done_callback(self._acked)
 
-    def _acknowledge(self, relayed: R.Relayed, acted: asyncio.Future[bool]) -> None:
+    def _acknowledge(self, relayed: R.Answer | R.Cancel, acted: asyncio.Future[bool]) -> None:
         """Tell the relaying replica once the answer's step is saved (a cancel's: the request ended), or that it
         was not acted on here (the exchange ended first: handed over, say). It kept the message meanwhile: a
         replica dying before that does not lose it (docs/design/replicas.md#replicas-relay-through-the-store,
         docs/design/takeover.md#leases-and-takeover-of-a-dead-replicas-rounds)."""
-        if not relayed.wants_ack:
+        if relayed.ack is None:
             return
 
         async def once_acted() -> None:
@@ -247,10 +249,10 @@ class BusRelay:
         elif failure is not None:
             log.error("relay %s: an acknowledgement failed", self.own, exc_info=failure)
 
-    async def _send_ack(self, relayed: R.Relayed, *, held: bool) -> None:
-        ack = relayed.ack(held)
-        if ack is not None and ack.reply_to is not None:
-            await self.send(ack.reply_to, ack)
+    async def _send_ack(self, relayed: R.Answer | R.Cancel, *, held: bool) -> None:
+        ack = relayed.acked(held)
+        if ack is not None:
+            await self.send(ack.to.replica, ack)
 
     def close(self) -> None:
         """Stop waiting and acknowledging (the app is stopping)."""

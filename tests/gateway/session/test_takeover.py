@@ -435,10 +435,10 @@ async def test_a_relayed_answer_is_acknowledged_once_its_owner_saved_its_step(ma
     assert await within(b.answer(first["id"], SAMPLED)) == 202
     await until(lambda: seen == [True])
     assert await owner_keys(redis_url, prefix, "a") != {}  # A still owns the ask not answered yet
-    unknown = R.Relayed(R.RelayKind.ANSWER, a.session_id, {"jsonrpc": "2.0", "id": "g-never-asked", "result": {}},
-                        b.client.app[GATEWAY].replica, "token-1")
+    unknown = R.Answer(a.session_id, {"jsonrpc": "2.0", "id": "g-never-asked", "result": {}},
+                       R.ReplyTo(b.client.app[GATEWAY].replica, "token-1"))
     acked = relay_b.acks["token-1"] = asyncio.get_running_loop().create_future()
-    await relay_a.deliver(unknown.encode())
+    await relay_a.deliver(R.encode(unknown))
     assert await within(acked) is False
     del relay_b.acks["token-1"]  # put there by hand, without the relay's own clean-up
     assert await within(b.answer(second["id"], SAMPLED)) == 202
@@ -459,9 +459,9 @@ async def test_an_answer_relayed_as_its_round_is_handed_over_is_acknowledged_as_
     relay_a, relay_b = a.client.app[GATEWAY].relay, b.client.app[GATEWAY].relay
     handed = a.client.app[GATEWAY].runtime(a.session_id).awaiting[first["id"]].door.hand_over()
     acked = relay_b.acks["token-2"] = asyncio.get_running_loop().create_future()
-    relayed = R.Relayed(R.RelayKind.ANSWER, a.session_id, {"jsonrpc": "2.0", "id": first["id"], "result": SAMPLED},
-                        b.client.app[GATEWAY].replica, "token-2")
-    await relay_a.deliver(relayed.encode())  # queued behind the hand-over, in the same turn
+    relayed = R.Answer(a.session_id, {"jsonrpc": "2.0", "id": first["id"], "result": SAMPLED},
+                       R.ReplyTo(b.client.app[GATEWAY].replica, "token-2"))
+    await relay_a.deliver(R.encode(relayed))  # queued behind the hand-over, in the same turn
     assert await within(acked) is False
     del relay_b.acks["token-2"]  # put there by hand, without the relay's own clean-up
     await within(handed)
@@ -631,7 +631,7 @@ async def test_an_acknowledgement_that_cannot_be_sent_leaves_nothing_delivered_t
     send = relay_a.send
 
     async def acks_fail(replica: str, relayed: Any) -> bool:
-        if relayed.kind is R.RelayKind.ACK:
+        if isinstance(relayed, R.Ack):
             raise StoreUnavailable("the session store (Redis) failed: publish refused")
         return await send(replica, relayed)
     relay_a.send = acks_fail
