@@ -36,6 +36,9 @@ from adapters.protocol import INPUT_REQUEST_METHODS, MRTR_METHODS
 from adapters.reverse_listen import LOG_MESSAGE, log_wanted
 from adapters.reverse_wire import complete_result, modern_error
 
+# A client's name or version sealed into a relayed session's id: bounded, as usage labels are (adapters.usage).
+_CLIENT_LABEL_MAX = 64
+
 
 # --- the pool --------------------------------------------------------------------------------------------
 @dataclass(frozen=True, slots=True)
@@ -181,21 +184,29 @@ def holder_gone() -> ErrorValue:
 @dataclass(frozen=True, slots=True)
 class RelayedSession:
     """What the gateway's ``Mcp-Session-Id`` of a relayed 2025 session binds (sealed by the shell like a state):
-    the named upstream whose session it is, that server's own session id (passed back to it, never read), and
-    whose it is. The id itself says where a request goes, on any replica, with nothing stored."""
+    the named upstream whose session it is, that server's own session id (passed back to it, never read), whose
+    it is, and the ``clientInfo`` name and version its ``initialize`` gave (usage labels and the peer of its later
+    requests, docs/design/eras.md#relayed-2025-requests-are-counted-in-the-usage-report). The id itself says where a
+    request goes, on any replica, with nothing stored."""
 
     upstream: str
     session_id: str
     principal: str
+    client: str = ""
+    client_version: str = ""
 
     def encode(self) -> bytes:
-        return canonical([self.upstream, self.session_id, self.principal]).encode()
+        return canonical([self.upstream, self.session_id, self.principal, self.client, self.client_version]).encode()
 
     def lease_key(self) -> str:
         """The opaque key every replica counts this session by in the store
         (docs/design/eras.md#relayed-sessions-count-against-the-gateways-session-limits): a digest of the upstream
         and the server's id, so the store holds nothing a request could be sent with."""
         return lease_key(self.upstream, self.session_id)
+
+    def client_info(self) -> dict[str, str] | None:
+        """The ``clientInfo`` its ``initialize`` gave (name and version only), or None when it gave none."""
+        return {"name": self.client, "version": self.client_version} if self.client else None
 
 
 def lease_key(upstream: str, session_id: str) -> str:
@@ -204,13 +215,23 @@ def lease_key(upstream: str, session_id: str) -> str:
 
 
 def decode_relayed_session(raw: bytes) -> RelayedSession | None:
+    """An id's sealed values: three from before ids carried the client (still live when a gateway is upgraded)."""
     try:
         values = json.loads(raw)
     except (ValueError, TypeError):
         return None
-    if not isinstance(values, list) or len(values) != 3 or not all(isinstance(v, str) for v in values):
+    if not isinstance(values, list) or len(values) not in (3, 5) or not all(isinstance(v, str) for v in values):
         return None
     return RelayedSession(*values)
+
+
+def relayed_client(params: object) -> tuple[str, str]:
+    """The ``clientInfo`` name and version of a relayed ``initialize``'s params (each "" when not a string), to be
+    sealed into its session's id."""
+    info = params.get("clientInfo") if isinstance(params, Mapping) else None
+    info = info if isinstance(info, Mapping) else {}
+    name, version = (value if isinstance(value := info.get(key), str) else "" for key in ("name", "version"))
+    return name[:_CLIENT_LABEL_MAX], version[:_CLIENT_LABEL_MAX]
 
 
 def relay_upstream(has_session_id: bool, session: RelayedSession | None, principal: str, routed: str,

@@ -21,6 +21,8 @@ from typing import NamedTuple
 
 from adapters.doors import Transport
 from adapters.errors import MISSING_REQUIRED_CLIENT_CAPABILITY
+from adapters.jsonwire import loads
+from adapters.sse import EventTooLarge, SseDecoder
 
 LEGACY_REVISIONS = ("2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05")
 MODERN_REVISION = "2026-07-28"
@@ -76,7 +78,9 @@ class UsageRecord:
     sunset: str | None = None
     transport: str = Transport.STREAMABLE_HTTP.value
     labelled: bool = False  # /metrics shows ``client`` (a known name, or a configured peer's client), else other
-    upstream: str = ""  # the 2025-era upstream (its configured name) a reverse-bridged request reached; else ""
+    # The 2025-era upstream (its configured name) a request reached in reverse: a 2026 client's, bridged (era
+    # modern, translated), or a 2025 client's, relayed as it is (era legacy, not translated); else "".
+    upstream: str = ""
 
     @property
     def metric_client(self) -> str:
@@ -277,6 +281,64 @@ def outcome_of(message: object) -> tuple[str, str]:
     if "error" in message:
         return "error", failure_cause(message.get("error"))
     return "ok", ""
+
+
+# A relayed answer's JSON body longer than this is not read for its outcome (an answer, unless its status says).
+RELAYED_BODY_READ = 256 * 1024
+
+
+class RelayedAnswer:
+    """The outcome of a 2025 request relayed as it is to a 2025-era upstream
+    (docs/design/eras.md#relayed-2025-requests-are-counted-in-the-usage-report), read from its answer's bytes as they
+    stream past to the client, never kept: a JSON body (up to :data:`RELAYED_BODY_READ`) is read once at the end;
+    of an SSE stream only the events that may be the request's answer (they name a result or an error) are read.
+    ``ident``: the request's JSON-RPC id."""
+
+    def __init__(self, ident: object, status: int, sse: bool, max_event_bytes: int = 0) -> None:
+        self.ident, self.status = ident, status
+        self.decoder = SseDecoder(max_event_bytes) if sse else None
+        self.body: list[bytes] | None = [] if not sse else None
+        self.size = 0
+        self.final: object = None
+
+    def feed(self, chunk: bytes) -> None:
+        if self.final is not None:
+            return
+        if self.decoder is None:
+            self.size += len(chunk)
+            if self.body is not None and self.size <= RELAYED_BODY_READ:
+                self.body.append(chunk)
+            else:
+                self.body = None
+            return
+        try:
+            events = self.decoder.feed(chunk)
+        except EventTooLarge:
+            self.decoder = SseDecoder()  # that event is not read; the next ones are
+            return
+        for data in events:
+            if ('"result"' in data or '"error"' in data) and self._answers(data):
+                return
+
+    def _answers(self, data: str) -> bool:
+        try:
+            message = loads(data)
+        except ValueError:
+            return False
+        if isinstance(message, Mapping) and message.get("id") == self.ident and "method" not in message:
+            self.final = message
+            return True
+        return False
+
+    def outcome(self) -> tuple[str, str]:
+        """(outcome, cause), as :func:`outcome_of`: a stream that ended without the answer was cancelled."""
+        if self.body is not None and self.final is None:
+            self._answers(b"".join(self.body).decode("utf-8", "replace"))
+        if self.final is not None:
+            return outcome_of(self.final)
+        if self.status >= 400:
+            return "error", ""
+        return ("ok", "") if self.decoder is None else ("cancelled", "")
 
 
 # --- building and aggregating ---------------------------------------------------------------------------

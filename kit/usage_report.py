@@ -4,7 +4,9 @@ Owns: folding stored rollup rows (``adapters.usage.KEY_FIELDS`` + count + rounds
 per day, requests per transport (the door they came through), deprecated features still in use, translation
 failures by cause, days until the peer's sunset and until 2027-07-28 (2026-07-28 §Deprecated), and the verdict;
 and the other direction beside it: the reverse bridge's rows (era ``modern``, ``translated``: a 2026 client served
-from a 2025-era upstream) by upstream, with the legacy features (input kinds), methods and clients that reach it.
+from a 2025-era upstream) by upstream, with the legacy features (input kinds), methods and clients that reach it;
+and the 2025 clients relayed as they are to a 2025-era upstream (era ``legacy``, not translated, the upstream
+named), by upstream: the era matrix's last cell, so the report says which legacy servers anyone still reaches.
 The shell feeds rows one at a time (so it can show progress over a large store) and injects ``today``. Also owns
 the report window (``--since``, ``/migration?since=``): its syntax and its bound, the history the store keeps.
 
@@ -156,6 +158,12 @@ def is_reverse(row: Mapping[str, Any]) -> bool:
     return row["era"] == "modern" and bool(row["translated"])
 
 
+def is_relayed(row: Mapping[str, Any]) -> bool:
+    """A 2025 client's request relayed as it is to a 2025-era upstream: era ``legacy``, not translated, and the
+    upstream named (the gateway's own sessions' rows name none)."""
+    return row["era"] == "legacy" and not row["translated"] and bool(row.get("upstream"))
+
+
 @dataclass
 class Reach:
     """What 2026 clients reach through one legacy upstream: requests, rounds, input kinds, methods, clients."""
@@ -201,6 +209,7 @@ class ReportBuilder:
     peers: dict[str, Tally] = field(default_factory=dict)
     clients: dict[tuple[str, str], Tally] = field(default_factory=dict)
     upstreams: dict[str, Reach] = field(default_factory=dict)
+    relayed: dict[str, Reach] = field(default_factory=dict)
     rows: int = 0
 
     def add(self, row: Mapping[str, Any]) -> None:
@@ -209,6 +218,8 @@ class ReportBuilder:
         self.clients.setdefault((row["peer"], row["client"]), Tally()).add(row)
         if is_reverse(row):
             self.upstreams.setdefault(row.get("upstream") or UNNAMED, Reach()).add(row)
+        elif is_relayed(row):
+            self.relayed.setdefault(row["upstream"], Reach()).add(row)
 
     def finish(self, today: str, since_days: int, sunsets: Mapping[str, str | None]) -> dict[str, Any]:
         first = day_number(today) - since_days + 1
@@ -223,7 +234,8 @@ class ReportBuilder:
             peers.append(entry)
         return {"today": today, "since_days": since_days, "removal_date": REMOVAL_DATE,
                 "days_until_removal": days_until(REMOVAL_DATE, today), "rows_read": self.rows, "peers": peers,
-                "reverse": [dict(self.upstreams[name].summary(), upstream=name) for name in sorted(self.upstreams)]}
+                "reverse": [dict(self.upstreams[name].summary(), upstream=name) for name in sorted(self.upstreams)],
+                "relayed": [dict(self.relayed[name].summary(), upstream=name) for name in sorted(self.relayed)]}
 
 
 def summarize(tally: Tally, first_day: int, last_day: int) -> dict[str, Any]:

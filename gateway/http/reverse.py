@@ -44,6 +44,7 @@ from adapters.jsonwire import loads
 from adapters.protocol import MRTR_METHODS, NAME_PARAM
 from adapters.sse import encode_event
 from adapters.upstream import header_map_of, learned_header_maps
+from adapters.usage import RelayedAnswer
 from gateway.auth.credentials import CredentialError, UpstreamCredentials
 from gateway.http.passthrough import Passthroughs
 from gateway.http.streams import json_response
@@ -308,11 +309,14 @@ class ReverseBridge:
 
     # --- 2025 clients: relayed as they are ---------------------------------------------------------------
     async def relay_legacy(self, request: web.Request, body: bytes,
-                           session: tuple[str | None, Callable[[str], str]] = (None, str)) -> web.StreamResponse:
+                           session: tuple[str | None, Callable[[str], str]] = (None, str),
+                           scan: Callable[[int, bool], RelayedAnswer] | None = None) -> web.StreamResponse:
         """A 2025-era request passed to the legacy server and its answer streamed back (sessions, live requests
         and the GET stream are the server's own), with the upstream's credential in place of the client's token
         (:meth:`authorization`). ``session``: the server's session id to send instead of the client's, and how
-        the server's id in the answer is given to the client (gateway.http.reverse_bridges seals it)."""
+        the server's id in the answer is given to the client (gateway.http.reverse_bridges seals it). ``scan``:
+        made with the answer's status and whether it streams (SSE), it reads the answer's bytes as they pass
+        (usage accounting, ``adapters.usage.RelayedAnswer``)."""
         assert self.streams is not None, "the bridge was started"
         headers = {k: v for k, v in request.headers.items()
                    if k.lower() in _LEGACY_HEADERS and k.lower() not in ("mcp-session-id", "authorization")}
@@ -345,8 +349,11 @@ class ReverseBridge:
                     if k.lower() in _ANSWER_HEADERS}
             out = web.StreamResponse(status=up.status, headers=kept)
             await out.prepare(request)
+            seen = scan(up.status, up.content_type == "text/event-stream") if scan is not None else None
             with contextlib.suppress(ConnectionResetError, aiohttp.ClientError):
                 async for chunk in up.content.iter_any():
+                    if seen is not None:
+                        seen.feed(chunk)
                     await out.write(chunk)
             return out
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import os
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from aiohttp import web
@@ -27,12 +27,14 @@ from adapters.classify import principal_of
 from adapters.errors import Rejection
 from adapters.peers import client_info_of, match_peer
 from adapters.reverse_wire import Era, era_of
+from adapters.usage import RelayedAnswer
 from gateway.auth.credentials import UpstreamCredentials
 from gateway.config.settings import GatewayConfig
 from gateway.http.reverse import ReverseBridge, ReverseSettings, Sealer
 from gateway.http.streams import json_response
 from gateway.session.relay import BusRelay
 from gateway.session.runtime import Gateway, log
+from gateway.telemetry.reverse import relayed_watch
 
 _SESSION_AAD = b"mcp-legacy-gateway relayed 2025 session v1"
 
@@ -144,11 +146,18 @@ class ReverseBridges:
         name = R.relay_upstream(bool(sealed), session, principal, routed, self.by_name)
         if name is None:
             return None
+        watch = relayed_watch(request, gw, principal, grant, message, name,
+                              session.client_info() if session is not None else None,
+                              self.by_name[name].settings.max_event_bytes)
+        scan = watch.scan if watch is not None else None
         if session is None and isinstance(message, Mapping) and message.get("method") == "initialize":
-            return await self._initialize(request, body, message, name, principal)
-        upstream_id = session.session_id if session is not None else None
-        answer = await self.by_name[name].relay_legacy(request, body, (upstream_id,
-                                                                      lambda sid: self._seal(name, sid, principal)))
+            answer = await self._initialize(request, body, message, name, principal, scan)
+        else:
+            upstream_id = session.session_id if session is not None else None
+            answer = await self.by_name[name].relay_legacy(
+                request, body, (upstream_id, lambda sid: self._seal(name, sid, principal)), scan)
+        if watch is not None:
+            watch.done(answer)
         if session is None:
             return answer
         if answer.status == 404 or (request.method == "DELETE" and answer.status < 300):
@@ -159,7 +168,7 @@ class ReverseBridges:
         return answer
 
     async def _initialize(self, request: web.Request, body: bytes, message: Mapping[str, Any], name: str,
-                          principal: str) -> web.StreamResponse:
+                          principal: str, scan: Callable[[int, bool], RelayedAnswer] | None) -> web.StreamResponse:
         """An ``initialize`` without a session, admitted against the gateway's session limits: the sessions in the
         store and the relayed ones of every replica. It holds a lease of its own while in flight (so initializes
         at once, here or elsewhere, cannot all pass one free slot: the hold answers the count right after it),
@@ -172,11 +181,13 @@ class ReverseBridges:
                 log.warning("relayed initialize refused: %s", full.error.message)
                 return json_response(full.body(), full.status)  # a session limit has no challenge
 
+            client = R.relayed_client(message.get("params"))
+
             def sealed(upstream_id: str) -> str:
                 given.append(upstream_id)
-                return self._seal(name, upstream_id, principal)
+                return self._seal(name, upstream_id, principal, client)
 
-            answer = await self.by_name[name].relay_legacy(request, body, (None, sealed))
+            answer = await self.by_name[name].relay_legacy(request, body, (None, sealed), scan)
             if given and answer.status < 300:
                 await gw.store.hold_relayed(R.lease_key(name, given[-1]), principal, self._lease_seconds())
             return answer
@@ -205,8 +216,8 @@ class ReverseBridges:
         pins = self.gateway.pins
         return match_peer(pins.peers, pins.default, principal, info, grant).upstream
 
-    def _seal(self, name: str, upstream_id: str, principal: str) -> str:
-        return self.sealer.seal_bytes(R.RelayedSession(name, upstream_id, principal).encode(), _SESSION_AAD)
+    def _seal(self, name: str, upstream_id: str, principal: str, client: tuple[str, str] = ("", "")) -> str:
+        return self.sealer.seal_bytes(R.RelayedSession(name, upstream_id, principal, *client).encode(), _SESSION_AAD)
 
     # --- retries between replicas -----------------------------------------------------------------------
     async def _forward(self, replica: str, relayed: dict[str, Any]) -> Mapping[str, Any] | None:

@@ -110,10 +110,24 @@ def _reverse_section(upstreams: list[dict[str, Any]]) -> str:
     return f'<section id="reverse"><h2>Modern clients &rarr; legacy servers</h2>{table}</section>'
 
 
+def _relayed_section(upstreams: list[dict[str, Any]]) -> str:
+    """The 2025 clients relayed as they are to 2025-era upstreams (shown only when there are some)."""
+    if not upstreams:
+        return ""
+    rows = ["<tr><th>legacy upstream</th><th>requests</th><th>errors</th><th>methods</th><th>clients</th></tr>"]
+    for up in upstreams:
+        cells = [", ".join(f"{k}: {v}" for k, v in up[key].items()) or "none" for key in ("methods", "clients")]
+        rows.append(f'<tr class="relayed" data-upstream="{escape(up["upstream"])}" data-requests="{up["requests"]}">'
+                    f'<td>{escape(up["upstream"])}</td><td>{up["requests"]}</td><td>{up["errors"]}</td>'
+                    + "".join(f"<td>{escape(c)}</td>" for c in cells) + "</tr>")
+    return (f'<section id="relayed"><h2>Legacy clients &rarr; legacy servers (relayed)</h2>'
+            f'<table>{"".join(rows)}</table></section>')
+
+
 def render_html(report: dict[str, Any], refresh_seconds: int | None = None) -> str:
     refresh = f'<meta http-equiv="refresh" content="{refresh_seconds}">' if refresh_seconds else ""
     body = "".join(_peer_section(p) for p in report["peers"]) or "<p>No traffic recorded in this window.</p>"
-    body += _reverse_section(report.get("reverse", []))
+    body += _relayed_section(report.get("relayed", [])) + _reverse_section(report.get("reverse", []))
     return ("<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\">" + refresh +
             f"<title>MCP migration progress</title><style>{_CSS}</style></head><body>"
             f'<h1>MCP migration progress</h1><p id="summary" data-days-until-removal="{report["days_until_removal"]}">'

@@ -80,7 +80,18 @@ def render_table(report: dict[str, Any]) -> str:
         lines.append("")
     if not report["peers"]:
         lines.append("no traffic recorded in this window")
-    return "\n".join(lines + _reverse_lines(report.get("reverse", [])))
+    return "\n".join(lines + _relayed_lines(report.get("relayed", [])) + _reverse_lines(report.get("reverse", [])))
+
+
+def _relayed_lines(upstreams: list[dict[str, Any]]) -> list[str]:
+    """The 2025 clients relayed as they are to 2025-era upstreams (shown only when there are some)."""
+    lines = ["", "legacy clients -> legacy servers (relayed as they are)"] if upstreams else []
+    for up in upstreams:
+        lines.append(f"  {up['upstream']}: {up['requests']} requests, {up['errors']} errors, "
+                     f"{up['cancelled']} cancelled")
+        lines.append(f"    methods: {_pairs(up['methods'])}")
+        lines.append(f"    clients: {_pairs(up['clients'])}")
+    return lines
 
 
 def _reverse_lines(upstreams: list[dict[str, Any]]) -> list[str]:

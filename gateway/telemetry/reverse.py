@@ -8,6 +8,12 @@ asked its client (an ``input_required`` answer is one bridged round) and the kin
 client's own, as for a passthrough (adapters.usage.modern_request_features). Which legacy servers are behind the gateway
 is the ``mcp_gateway_legacy_upstream_sessions`` gauge, set from the bridge's pool at each scrape.
 
+A 2025 client's request relayed as it is to a 2025-era upstream (:class:`RelayedWatch`) is recorded too, once, as
+the gateway's own sessions' requests are: era ``legacy``, not ``translated``, its features
+(adapters.usage.legacy_request_features), its outcome read from the answer as it streams past
+(adapters.usage.RelayedAnswer), and the upstream's name (the report's "legacy clients -> legacy servers" section,
+docs/design/eras.md#relayed-2025-requests-are-counted-in-the-usage-report).
+
 Only labels and counts are kept, never a message's content (adapters.usage).
 """
 
@@ -22,12 +28,21 @@ from aiohttp import web
 
 from adapters.errors import INTERNAL_ERROR, ErrorValue
 from adapters.jsonwire import loads
-from adapters.usage import INPUT_KINDS, input_kind, modern_request_features, ordered, outcome_of
+from adapters.usage import (
+    INPUT_KINDS,
+    RelayedAnswer,
+    input_kind,
+    legacy_request_features,
+    modern_request_features,
+    ordered,
+    outcome_of,
+)
 from gateway.telemetry.usage import (
     _BRIDGED,
     _STARTED,
     USAGE,
     UsageRecorder,
+    _transport,
     configured_peer,
     facts_of,
     request_identity,
@@ -104,3 +119,64 @@ def reverse_watch(request: web.Request, gw: Any, principal: str, message: Mappin
     if recorder is None or not recorder.config.enabled:
         return None
     return ReverseWatch(recorder, request, gw, principal, message, grant, upstream)
+
+
+class RelayedWatch:
+    """The 2025 requests of one relayed POST (one, or a 2025-03-26 batch's), recorded at :meth:`done` with the
+    outcome its answer gave (a batch's elements share it). Never raises into the request."""
+
+    def __init__(self, recorder: UsageRecorder, request: web.Request, gw: Any, principal: str, grant: Any,
+                 message: object, upstream: str, client_info: Mapping[str, str] | None,
+                 max_event_bytes: int) -> None:
+        self.recorder, self.request, self.gw, self.upstream = recorder, request, gw, upstream
+        self.principal, self.grant, self.client_info = principal, grant, client_info
+        elements = message if isinstance(message, list) else [message]
+        # Requests only, as for the gateway's own sessions: notifications and a client's answers are not counted.
+        self.requests = [m for m in elements if isinstance(m, Mapping) and "method" in m and "id" in m]
+        self.max_event_bytes = max_event_bytes
+        self.answer: RelayedAnswer | None = None
+
+    def scan(self, status: int, sse: bool) -> RelayedAnswer:
+        """``relay_legacy``'s scanner of the answer, for the (first) request's id."""
+        ident = self.requests[0].get("id") if len(self.requests) == 1 else None
+        self.answer = RelayedAnswer(ident, status, sse, self.max_event_bytes)
+        return self.answer
+
+    def done(self, response: web.StreamResponse) -> None:
+        try:
+            self._record(response)
+        except Exception:
+            log.exception("usage accounting failed for a relayed 2025 request (it was answered)")
+
+    def _record(self, response: web.StreamResponse) -> None:
+        if self.answer is not None and len(self.requests) == 1:
+            outcome = self.answer.outcome()
+        else:  # answered by the gateway (a refusal) or a batch: its status says
+            outcome = _outcome_of(response)
+        recorder, headers = self.recorder, self.request.headers
+        for message in self.requests:
+            method, params = message.get("method"), message.get("params")
+            params = params if isinstance(params, Mapping) else {}
+            initialize = method == "initialize"
+            info = params.get("clientInfo") if initialize else self.client_info
+            _, peer, sunset = request_identity(self.gw, None, "initialize", self.principal,
+                                               {"clientInfo": info} if isinstance(info, Mapping) else {}, self.grant)
+            # Without the header a server assumes 2025-03-26 (2025-11-25 basic/transports §Protocol Version Header).
+            revision = params.get("protocolVersion") if initialize else headers.get("mcp-protocol-version")
+            recorder.note(facts_of(recorder.clock_ms(), "legacy", revision or "2025-03-26", method, False, info, peer,
+                                   sunset, features=legacy_request_features(method, params), outcome=outcome,
+                                   transport=_transport(self.gw, self.request),
+                                   configured=configured_peer(self.gw, peer), upstream=self.upstream))
+        if recorder.metrics is not None and _STARTED in self.request and self.requests:
+            recorder.metrics.request_seconds("legacy", time.perf_counter() - self.request[_STARTED])
+
+
+def relayed_watch(request: web.Request, gw: Any, principal: str, grant: Any, message: object, upstream: str,
+                  client_info: Mapping[str, str] | None, max_event_bytes: int) -> RelayedWatch | None:
+    """The watch of a 2025 POST about to be relayed to ``upstream`` (its configured name), or None when usage
+    recording is off or it holds no request."""
+    recorder = request.app.get(USAGE)
+    if recorder is None or not recorder.config.enabled or request.method != "POST":
+        return None
+    watch = RelayedWatch(recorder, request, gw, principal, grant, message, upstream, client_info, max_event_bytes)
+    return watch if watch.requests else None
