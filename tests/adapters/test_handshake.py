@@ -1,9 +1,13 @@
-"""Version negotiation, capability translation, InitializeResult from server/discover, and cache policy."""
+"""Version negotiation, capability translation, InitializeResult from server/discover, cache policy, and the
+handshake's order as a pure machine."""
 
 from __future__ import annotations
 
 import pytest
 
+from adapters import errors as E
+from adapters import handshake as H
+from adapters.admission import SessionLimits
 from adapters.capabilities import BridgedFeatures, client_caps_to_modern, server_caps_to_legacy
 from adapters.handshake import (
     SYNTHETIC_SERVER_INFO,
@@ -13,6 +17,7 @@ from adapters.handshake import (
     discover_cache_keys,
     server_info_of,
 )
+from adapters.peers import Peer
 from adapters.protocol import negotiate_version
 from tests import schema
 
@@ -135,3 +140,142 @@ def test_the_tasks_extension_is_not_offered_to_legacy_clients() -> None:
     assert server_caps_to_legacy(caps, BridgedFeatures())["extensions"] == {"io.modelcontextprotocol/ui": ui}
     assert "extensions" not in server_caps_to_legacy({"extensions": {"io.modelcontextprotocol/tasks": {}}},
                                                      BridgedFeatures())
+
+
+# --- the handshake's order (adapters.handshake.Handshake), event by event, with no event loop -------------------------
+LIMITS = SessionLimits(max_sessions=10, max_sessions_per_principal=4, max_unverified_sessions=3)
+PEER = Peer("default")
+
+
+def handshake(verified: bool = True, peer: Peer = PEER) -> H.Handshake:
+    return H.Handshake(H.HandshakeContext(7, "sid-1", "alice", peer, "2025-11-25", {"roots": {"listChanged": True}},
+                                          {"name": "c", "version": "1"}, "default", BridgedFeatures(), LIMITS,
+                                          verified, "2026-12-07"))
+
+
+def admitting(verified: bool = True, peer: Peer = PEER) -> H.Handshake:
+    """A handshake past its discover (a cached one), waiting for the counts."""
+    machine = handshake(verified, peer)
+    assert machine.start(discover_result(), 1000) == [H.SweepExpired(), *([H.Verify("alice")] if verified else []),
+                                                      H.CountSessions("alice")]
+    assert machine.step is H.HandshakeStep.ADMIT
+    return machine
+
+
+def saving(verified: bool = True, unverified: int | None = None, peer: Peer = PEER) -> H.Handshake:
+    """A handshake admitted on the counts before its write, waiting for the counts after it (``unverified``: an
+    unverified principal's, counted again after the write)."""
+    machine = admitting(verified, peer)
+    (save,) = machine.handle(H.Counted(1, 1, unverified))
+    assert isinstance(save, H.SaveSession) and machine.step is H.HandshakeStep.SAVE
+    assert save.count_unverified == (unverified is not None)
+    return machine
+
+
+def test_a_cached_discover_is_not_fetched_again_and_the_session_is_counted_after_the_sweep() -> None:
+    """start -> ADMIT: the sweep goes first (each new session pays for ending the expired ones), the principal the
+    gateway vouches for is verified, and the counts come last, after every other wait."""
+    admitting(verified=True)
+    admitting(verified=False)
+
+
+def test_without_a_cached_discover_the_upstream_is_asked() -> None:
+    machine = handshake()
+    assert machine.start(None, 1000) == [H.FetchDiscover()] and machine.step is H.HandshakeStep.DISCOVER
+    assert machine.start(None, 1000) == []  # started once
+
+
+@pytest.mark.parametrize("ttl,scope,cached", [
+    (60000, "public", [H.CacheDiscover("server/discover|public", 61000, discover_result())]),
+    (5000, "private", [H.CacheDiscover("server/discover|private|alice", 6000, discover_result(ttlMs=5000,
+                                                                                            cacheScope="private"))]),
+    (0, "public", []),  # stale at once (2026-07-28 server/utilities §Caching): nothing kept
+])
+def test_a_discover_is_cached_as_its_policy_says_then_the_session_is_admitted(ttl, scope, cached) -> None:
+    machine = handshake(verified=False)
+    machine.start(None, 1000)
+    actions = machine.handle(H.Discovered(discover_result(ttlMs=ttl, cacheScope=scope), 1000))
+    assert actions == [*cached, H.SweepExpired(), H.CountSessions("alice")] and machine.step is H.HandshakeStep.ADMIT
+    assert machine.record is not None and machine.record.created_ms == machine.record.last_seen_ms == 1000
+    assert machine.record.server_capabilities == UPSTREAM_CAPS and machine.record.pins["name"] == "default"
+
+
+@pytest.mark.parametrize("event,code,fault", [
+    (H.Discovered("nope", 1000), E.UPSTREAM_FAILURE, E.UpstreamFault.INVALID_RESULT),  # not an object
+    (H.Discovered(discover_result(supportedVersions=["2099-01-01"]), 1000), E.UPSTREAM_FAILURE,
+     E.UpstreamFault.UNSUPPORTED_VERSION),
+    (H.DiscoverRefused({"code": E.METHOD_NOT_FOUND, "message": "no such method"}), E.METHOD_NOT_FOUND, None),
+    (H.DiscoverRefused({"code": "x"}), E.UPSTREAM_FAILURE, E.UpstreamFault.INVALID_RESPONSE),  # malformed
+    (H.DiscoverFailed(E.upstream_failure(E.UpstreamFault.TIMEOUT, "late")), E.UPSTREAM_FAILURE,
+     E.UpstreamFault.TIMEOUT),
+])
+def test_a_discover_that_fails_answers_the_initialize_with_an_error_and_asks_nothing_more(event, code, fault) -> None:
+    machine = handshake()
+    machine.start(None, 1000)
+    (fail,) = machine.handle(event)
+    assert isinstance(fail, H.Fail) and fail.error.code == code and machine.step is H.HandshakeStep.DONE
+    assert fault is None or fail.error.data == {"upstream": fault.value}
+    assert machine.handle(H.Counted(0, 0, None)) == [] and machine.handle(event) == []
+
+
+@pytest.mark.parametrize("counted,limit", [
+    (H.Counted(10, 0, None), "max_sessions"),
+    (H.Counted(6, 2, None, relayed=4), "max_sessions"),  # the relayed 2025 sessions count too
+    (H.Counted(5, 4, None), "max_sessions_per_principal"),
+    (H.Counted(5, 2, None, relayed=2, relayed_own=2), "max_sessions_per_principal"),
+    (H.Counted(5, 1, 3), "max_unverified_sessions"),
+])
+def test_a_full_limit_refuses_the_session_before_it_is_stored(counted, limit) -> None:
+    machine = admitting()
+    (refuse,) = machine.handle(counted)
+    assert isinstance(refuse, H.Refuse) and refuse.rejection.error.data["limit"] == limit
+    assert refuse.rejection.ident == 7 and machine.step is H.HandshakeStep.DONE
+    assert machine.handle(H.Saved(1, 1, None)) == []  # nothing was saved
+
+
+def test_an_admitted_session_is_saved_then_answered_with_its_id() -> None:
+    machine = saving(unverified=None)
+    (answer,) = machine.handle(H.Saved(5, 2, None))
+    assert isinstance(answer, H.Answer) and answer.session_id == "sid-1" and machine.step is H.HandshakeStep.DONE
+    assert answer.result["protocolVersion"] == "2025-11-25" and answer.result["serverInfo"] == INFO
+    schema.check("2025-11-25", {"jsonrpc": "2.0", "id": 7, "result": answer.result}, "initialize")
+    assert machine.handle(H.Saved(5, 2, None)) == []  # answered once
+
+
+def test_the_answer_carries_the_peers_deprecation_notice() -> None:
+    peer = Peer("old", sunset="2027-01-01", deprecation_notice="move on")
+    machine = saving(peer=peer)
+    (answer,) = machine.handle(H.Saved(1, 1, None))
+    assert isinstance(answer, H.Answer) and "move on" in answer.result["instructions"]
+
+
+@pytest.mark.parametrize("saved,limit", [
+    (H.Saved(11, 1, None), "max_sessions"),  # another replica took the last slot between the count and the write
+    (H.Saved(5, 5, None), "max_sessions_per_principal"),
+    (H.Saved(5, 1, 4), "max_unverified_sessions"),
+])
+def test_a_slot_taken_meanwhile_takes_the_stored_session_back(saved, limit) -> None:
+    machine = saving(verified=False, unverified=None if saved.unverified is None else 0)
+    delete, refuse = machine.handle(saved)
+    assert delete == H.DeleteSession("sid-1") and machine.step is H.HandshakeStep.DONE
+    assert isinstance(refuse, H.Refuse) and refuse.rejection.error.data["limit"] == limit
+
+
+def test_events_out_of_step_are_ignored() -> None:
+    machine = handshake()
+    assert machine.handle(H.Discovered(discover_result(), 1)) == []  # not started: nothing was asked
+    assert machine.handle(H.Counted(0, 0, None)) == [] and machine.step is H.HandshakeStep.START
+    machine = admitting()
+    assert machine.handle(H.Discovered(discover_result(), 1)) == [] and machine.handle(H.Saved(1, 1, None)) == []
+    assert machine.step is H.HandshakeStep.ADMIT
+
+
+def test_a_cached_discover_is_found_for_its_upstream_private_first_and_only_while_fresh() -> None:
+    cache = {"default|server/discover|public": (2000, {"v": "public"}),
+             "default|server/discover|private|alice": (1500, {"v": "alice"}),
+             "other|server/discover|public": (9000, {"v": "other"})}
+    assert H.cached_discover(cache, "default", "alice", 1000) == {"v": "alice"}
+    assert H.cached_discover(cache, "default", "alice", 1500) == {"v": "public"}  # alice's went stale
+    assert H.cached_discover(cache, "default", "bob", 1999) == {"v": "public"}
+    assert H.cached_discover(cache, "default", "bob", 2000) is None
+    assert H.cached_discover(cache, "other", "bob", 2000) == {"v": "other"}
