@@ -16,8 +16,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
 
+from adapters.jsonwire import JsonObject, JsonValue, JsonView
 from adapters.legacy_tasks import capability as legacy_task_capability
 from adapters.task_poll import EXTENSION as TASKS_EXTENSION
 from adapters.task_poll import offered
@@ -33,11 +33,11 @@ class BridgedFeatures:
     resource_subscribe: bool = True
 
 
-def client_caps_to_modern(caps: Mapping[str, Any] | None) -> dict[str, Any]:
+def client_caps_to_modern(caps: JsonView | None) -> JsonObject:
     """The per-request ``clientCapabilities`` sent upstream for a legacy session (capabilities
     travel on every request in 2026-07-28: basic §_meta)."""
     caps = caps if isinstance(caps, Mapping) else {}
-    out: dict[str, Any] = {}
+    out: JsonObject = {}
     if isinstance(caps.get("roots"), Mapping):
         out["roots"] = {}  # 2026 roots has no listChanged (2026-07-28 client/roots)
     for key in _PASS_THROUGH_CLIENT:
@@ -47,46 +47,49 @@ def client_caps_to_modern(caps: Mapping[str, Any] | None) -> dict[str, Any]:
     return out
 
 
-def _flag(section: Any, name: str) -> bool:
+def _flag(section: JsonValue, name: str) -> bool:
     return isinstance(section, Mapping) and section.get(name) is True
 
 
-def _list_section(section: Any, claim_list_changed: bool, extra: dict[str, Any] | None = None) -> dict[str, Any]:
-    out: dict[str, Any] = dict(extra or {})
+def _list_section(section: JsonValue, claim_list_changed: bool, extra: JsonObject | None = None) -> JsonObject:
+    out: JsonObject = dict(extra or {})
     if claim_list_changed and _flag(section, "listChanged"):
         out["listChanged"] = True
     return out
 
 
-def server_caps_to_legacy(caps: Mapping[str, Any] | None, features: BridgedFeatures,
-                          client_tasks: bool = False) -> dict[str, Any]:
+def server_caps_to_legacy(caps: JsonView | None, features: BridgedFeatures,
+                          client_tasks: bool = False) -> JsonObject:
     """The ``InitializeResult.capabilities`` for a 2026 upstream's discovered capabilities; ``client_tasks``:
     the client declared 2025 tasks (adapters.legacy_tasks.enabled then says whether they are offered)."""
     caps = caps if isinstance(caps, Mapping) else {}
-    out: dict[str, Any] = {}
+    out: JsonObject = {}
     for name in ("tools", "prompts"):
         if isinstance(caps.get(name), Mapping):
             out[name] = _list_section(caps[name], features.list_changed)
     if isinstance(caps.get("resources"), Mapping):
-        sub = {"subscribe": True} if features.resource_subscribe and _flag(caps["resources"], "subscribe") else {}
+        subscribe = features.resource_subscribe and _flag(caps["resources"], "subscribe")
+        sub: JsonObject = {"subscribe": True} if subscribe else {}
         out["resources"] = _list_section(caps["resources"], features.list_changed, sub)
     # logging/setLevel is answered locally and mapped to the per-request logLevel, so logging is claimed
     # whenever the upstream emits logs at all.
     for name in ("logging", "completions", "experimental", "extensions"):
-        if isinstance(caps.get(name), Mapping):
-            out[name] = dict(caps[name])
+        if isinstance(section := caps.get(name), Mapping):
+            out[name] = dict(section)
     # The tasks extension is the gateway's to use (it drives the upstream's tasks,
     # docs/design/bridge.md#tasks-the-gateway-drives-them-or-maps-them-onto-2025-tasks); a client that speaks 2025 tasks
     # is offered those instead, backed by it.
     if client_tasks and offered(caps):
         out["tasks"] = legacy_task_capability()
-    out.get("extensions", {}).pop(TASKS_EXTENSION, None)
-    if out.get("extensions") == {}:
-        del out["extensions"]
+    extensions = out.get("extensions")
+    if isinstance(extensions, dict):
+        extensions.pop(TASKS_EXTENSION, None)
+        if not extensions:
+            del out["extensions"]
     return out
 
 
-def wants_listen(caps: Mapping[str, Any] | None, features: BridgedFeatures) -> dict[str, bool]:
+def wants_listen(caps: JsonView | None, features: BridgedFeatures) -> dict[str, bool]:
     """Which list_changed families the session's listen should ask for (only those we claimed)."""
     legacy = server_caps_to_legacy(caps, features)
     return {

@@ -18,7 +18,7 @@ from urllib.parse import urlsplit
 
 from adapters.authz import Principal
 from adapters.errors import Reason, Rejection, reject
-from adapters.jsonwire import TooDeep, loads
+from adapters.jsonwire import JsonValue, TooDeep, loads
 from adapters.protocol import (
     BATCH_VERSIONS,
     HANDSHAKE_VERSIONS,
@@ -115,7 +115,7 @@ def _has_utf8_form(value: str) -> bool:
     return True
 
 
-def _request_id(view: HttpView) -> object:
+def _request_id(view: HttpView) -> JsonValue:
     """The id of a POSTed message, for a refusal decided before the body was read (None when there is none)."""
     if view.method != "POST":
         return None
@@ -128,7 +128,7 @@ def _request_id(view: HttpView) -> object:
     return message.get("id") if isinstance(message, dict) else None
 
 
-def request_id(view: HttpView) -> object:
+def request_id(view: HttpView) -> JsonValue:
     """The id of a POSTed message, or None: for a refusal the shell decides after classification (a store down)."""
     return _request_id(view)
 

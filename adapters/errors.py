@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any, Final
+from typing import Final
 
 from mcp_types.jsonrpc import (
     HEADER_MISMATCH,
@@ -25,6 +25,7 @@ from mcp_types.jsonrpc import (
     URL_ELICITATION_REQUIRED,
 )
 
+from adapters.jsonwire import JsonObject, JsonValue, JsonView
 from adapters.protocol import is_request_id
 
 RESOURCE_NOT_FOUND_2025: Final = -32002  # retired in 2026, still meaningful to 2025 clients (2026 §Error Codes)
@@ -89,12 +90,12 @@ class ErrorValue:
 
     code: int
     message: str
-    data: Any = None
+    data: JsonValue = None
     log: str | None = field(default=None, compare=False)
     challenge: AuthChallenge | None = field(default=None, compare=False)
 
-    def to_wire(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"code": self.code, "message": self.message}
+    def to_wire(self) -> JsonObject:
+        out: JsonObject = {"code": self.code, "message": self.message}
         if self.data is not None:
             out["data"] = self.data
         return out
@@ -108,9 +109,9 @@ class Rejection:
     reason: Reason
     status: int
     error: ErrorValue
-    ident: Any = None  # the request's id when it is known (2026-07-28 basic §Error Codes: every error carries it)
+    ident: JsonValue = None  # the request's id when it is known (2026-07-28 basic §Error Codes: every error carries it)
 
-    def body(self) -> dict[str, Any]:
+    def body(self) -> JsonObject:
         return {"jsonrpc": "2.0", "id": self.ident, "error": self.error.to_wire()}
 
 
@@ -224,12 +225,12 @@ REJECTIONS: Final[Mapping[Reason, tuple[int, int]]] = {
 }
 
 
-def refusal(reason: Reason, error: ErrorValue, ident: Any = None) -> Rejection:
+def refusal(reason: Reason, error: ErrorValue, ident: object = None) -> Rejection:
     """``error`` (built elsewhere, with its own code and data) answered with ``reason``'s HTTP status."""
     return Rejection(reason, REJECTIONS[reason][0], error, ident if is_request_id(ident) else None)
 
 
-def reject(reason: Reason, message: str, ident: Any = None) -> Rejection:
+def reject(reason: Reason, message: str, ident: object = None) -> Rejection:
     """The refusal for ``reason``, answered to ``ident`` only when that is a valid id: an id of another type (an
     array, an object, a bool) cannot be echoed, so the answer's id is null (JSON-RPC 2.0 §5: unknown id)."""
     status, code = REJECTIONS[reason]
@@ -248,7 +249,7 @@ def reserved_2026(code: int) -> bool:
     return -32099 <= code <= HEADER_MISMATCH
 
 
-def translate_upstream_error(error: Mapping[str, Any]) -> ErrorValue:
+def translate_upstream_error(error: JsonView) -> ErrorValue:
     """Map an upstream JSON-RPC error object to the one the legacy client receives."""
     code, message, data = error.get("code"), error.get("message"), error.get("data")
     if not isinstance(code, int) or isinstance(code, bool) or not isinstance(message, str):
@@ -267,7 +268,7 @@ def translate_upstream_error(error: Mapping[str, Any]) -> ErrorValue:
     return ErrorValue(code, message, data)
 
 
-def token_refused(status: int, challenges: tuple[str, ...], upstream_error: Mapping[str, Any] | None,
+def token_refused(status: int, challenges: tuple[str, ...], upstream_error: JsonView | None,
                   forwarded: bool) -> ErrorValue:
     """An upstream HTTP 401/403. With the client's own token forwarded (a shared audience,
     docs/design/authorization.md#principal-and-token-passthrough) it is the client's to act on: the upstream's
@@ -283,28 +284,28 @@ def token_refused(status: int, challenges: tuple[str, ...], upstream_error: Mapp
     if upstream_error is not None:
         error = translate_upstream_error(upstream_error)
     else:
-        data = {"upstream": "unauthorized", "upstreamStatus": status}
+        data: JsonObject = {"upstream": "unauthorized", "upstreamStatus": status}
         if challenges:
             # One challenge stays a string, as it always was (clients read it so); several are a list, in order.
-            data["wwwAuthenticate"] = challenges[0] if len(challenges) == 1 else list(challenges)
+            data["wwwAuthenticate"] = challenges[0] if len(challenges) == 1 else [*challenges]
         error = ErrorValue(REJECTIONS[reason][1], f"the upstream server refused the client's credentials "
                                                   f"(HTTP {status})", data)
     return ErrorValue(error.code, error.message, error.data, error.log, AuthChallenge(reason, challenges))
 
 
-def limit_error(limit: str, value: Any) -> ErrorValue:
+def limit_error(limit: str, value: JsonValue) -> ErrorValue:
     """A bridge limit was exceeded; the message names the limit and its configured value."""
     return ErrorValue(GATEWAY_LIMIT_EXCEEDED, f"gateway limit {limit} ({value}) exceeded",
                       {"limit": limit, "value": value})
 
 
-def limit_rejection(limit: str, value: Any, ident: Any = None) -> Rejection:
+def limit_rejection(limit: str, value: JsonValue, ident: JsonValue = None) -> Rejection:
     """A session bound is full: HTTP 503 whose JSON-RPC error names the limit, like :func:`limit_error`."""
     status, _code = REJECTIONS[Reason.SESSION_LIMIT]
     return Rejection(Reason.SESSION_LIMIT, status, limit_error(limit, value), ident)
 
 
-def store_unavailable(ident: Any = None) -> Rejection:
+def store_unavailable(ident: object = None) -> Rejection:
     """The session store failed: HTTP 503, -32603 with ``data.store = "unavailable"``, answered to ``ident``."""
     status, code = REJECTIONS[Reason.STORE_UNAVAILABLE]
     return Rejection(Reason.STORE_UNAVAILABLE, status, ErrorValue(code, "the gateway's session store is unavailable",
@@ -312,7 +313,7 @@ def store_unavailable(ident: Any = None) -> Rejection:
                      ident if is_request_id(ident) else None)
 
 
-def answer_not_taken(ident: Any = None) -> Rejection:
+def answer_not_taken(ident: object = None) -> Rejection:
     """A client's answer (or cancel, or stream resumption) its round was handed over before taking, or that a
     replica shutting down would have had to take the round on for: HTTP 503, -32603 with ``data.gateway =
     "handed_over"``; the client sends it again, and it reaches the round where it goes on."""
@@ -338,7 +339,7 @@ def upstream_failure(kind: UpstreamFault, detail: str) -> ErrorValue:
                       log=f"upstream {kind}: {detail}")
 
 
-def missing_capability_error(capability: str, required: Mapping[str, Any], method: str) -> ErrorValue:
+def missing_capability_error(capability: str, required: JsonView, method: str) -> ErrorValue:
     # Same code the upstream would use (-32021) so both paths read alike downstream.
     return ErrorValue(MISSING_REQUIRED_CLIENT_CAPABILITY,
                       f"the server needs the client capability '{capability}' for {method}, "
@@ -346,7 +347,7 @@ def missing_capability_error(capability: str, required: Mapping[str, Any], metho
                       {"requiredCapabilities": dict(required)})
 
 
-def client_refused_error(key: str, method: str, error: Mapping[str, Any]) -> ErrorValue:
+def client_refused_error(key: str, method: str, error: JsonView) -> ErrorValue:
     """The client answered a gateway request with an error: end the bridge with that error, explained."""
     code = error.get("code")
     code = code if isinstance(code, int) and not isinstance(code, bool) else INTERNAL_ERROR

@@ -34,6 +34,7 @@ from typing import Any
 from adapters.authz import Principal
 from adapters.bridge import BridgeLimits
 from adapters.errors import INVALID_PARAMS, UNSUPPORTED_PROTOCOL_VERSION, ErrorValue
+from adapters.jsonwire import JsonObject
 from adapters.protocol import HANDSHAKE_VERSIONS, LEGACY_VERSIONS, MODERN_VERSION
 from adapters.tool_policy import OPEN, ToolPolicy, policy_from_record, policy_record
 
@@ -122,7 +123,7 @@ def sunset_error(peer: Peer, revision: str) -> ErrorValue:
     assert peer.sunset is not None
     message = (f"legacy MCP access for this client ended on {peer.sunset}: revision {revision} is "
                f"no longer served; move to MCP {MODERN_VERSION}")
-    data = {"supported": [MODERN_VERSION], "requested": revision, "sunset": peer.sunset}
+    data: JsonObject = {"supported": [MODERN_VERSION], "requested": revision, "sunset": peer.sunset}
     return ErrorValue(INVALID_PARAMS, message, data, log=f"sunset refusal for peer {peer.name}")
 
 

@@ -16,7 +16,7 @@ from typing import Any, Final
 from adapters.authz import UpstreamProtection
 from adapters.errors import METHOD_NOT_FOUND, ErrorValue, UpstreamFault, upstream_failure
 from adapters.handshake import check_discover, server_info_of
-from adapters.jsonwire import loads
+from adapters.jsonwire import loads, members
 from adapters.protocol import MODERN_VERSION
 from adapters.sse import EventTooLarge, SseDecoder
 
@@ -117,7 +117,7 @@ def http_failure(answer: ProbeAnswer) -> ErrorValue:
     verdict = judge_http(answer)
     error = upstream_failure(UpstreamFault.HTTP_STATUS,
                              f"HTTP {answer.status} without a JSON-RPC body: {verdict.message}")
-    data = {**error.data, "upstreamStatus": answer.status, "upstreamKind": verdict.kind.value}
+    data = {**members(error.data), "upstreamStatus": answer.status, "upstreamKind": verdict.kind.value}
     return ErrorValue(error.code, error.message, data, error.log)
 
 

@@ -6,7 +6,7 @@ Owns the answers to "which revision", "which method goes where" and "which versi
 
 from __future__ import annotations
 
-from typing import Final
+from typing import Final, TypeGuard
 
 from mcp_types import (
     CLIENT_CAPABILITIES_META_KEY,
@@ -58,7 +58,7 @@ INPUT_REQUEST_METHODS: Final = frozenset({"sampling/createMessage", "elicitation
 LOG_LEVELS: Final = ("debug", "info", "notice", "warning", "error", "critical", "alert", "emergency")
 
 
-def is_request_id(value: object) -> bool:
+def is_request_id(value: object) -> TypeGuard[str | int]:
     """A JSON-RPC id the gateway takes: a string or an integer (MCP: ``RequestId = string | number``; the gateway
     reads only integral numbers, and never a bool, which Python counts as an int)."""
     return isinstance(value, str) or (isinstance(value, int) and not isinstance(value, bool))

@@ -78,7 +78,7 @@ def unhonoured(ack: Mapping[str, Any], wanted: Mapping[str, Any]) -> list[str]:
 def unhonoured_error(uris: list[str]) -> ErrorValue:
     # INVALID_PARAMS: the server chose not to watch these URIs; asking again the same way will not help.
     return ErrorValue(INVALID_PARAMS, f"the server does not honour a subscription to {', '.join(uris)}",
-                      {"unhonouredUris": uris})
+                      {"unhonouredUris": [*uris]})
 
 
 # Failures of an acknowledged listen that re-opening may cure: the transport, not the upstream's answer. The

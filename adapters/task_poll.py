@@ -138,7 +138,7 @@ def ended_error(view: TaskView) -> ErrorValue:
     own, so INTERNAL_ERROR saying so, with the task's id and status message in ``data``."""
     if view.state is TaskState.FAILED and isinstance(view.payload, Mapping):
         return translate_upstream_error(view.payload)
-    data = {"taskId": view.task_id, "taskStatus": view.state.value}
+    data: JsonObject = {"taskId": view.task_id, "taskStatus": view.state.value}
     detail = f": {view.message}" if view.message else ""
     return ErrorValue(INTERNAL_ERROR, f"the upstream task was {view.state.value}{detail}",
                       {**data, "statusMessage": view.message} if view.message else data)

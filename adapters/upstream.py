@@ -14,9 +14,9 @@ import base64
 import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any
 
 from adapters.errors import HEADER_MISMATCH, INVALID_PARAMS, ErrorValue
+from adapters.jsonwire import JsonObject, JsonValue, JsonView
 from adapters.protocol import (
     CLIENT_CAPABILITIES_META_KEY,
     CLIENT_INFO_META_KEY,
@@ -41,15 +41,15 @@ _RESERVED_META = ("io.modelcontextprotocol/", "dev.mcp/")
 class SessionView:
     """What every upstream request needs to know about the legacy session it speaks for."""
 
-    capabilities: Mapping[str, Any]  # already translated to 2026 (capabilities.client_caps_to_modern)
-    client_info: Mapping[str, Any] | None = None
+    capabilities: JsonView  # already translated to 2026 (capabilities.client_caps_to_modern)
+    client_info: JsonView | None = None
     log_level: str | None = None
     authorization: str | None = None  # passed through: the embedded core shares the gateway's audience
 
 
 @dataclass(frozen=True, slots=True)
 class UpstreamCall:
-    body: dict[str, Any]
+    body: JsonObject
     headers: dict[str, str] = field(default_factory=dict)
 
 
@@ -79,8 +79,8 @@ def encode_header_value(value: str, header: str = "header") -> str:
     return "=?base64?" + base64.b64encode(raw).decode("ascii") + "?="
 
 
-def build_meta(client_meta: Any, view: SessionView) -> dict[str, Any]:
-    meta: dict[str, Any] = {}
+def build_meta(client_meta: JsonValue, view: SessionView) -> JsonObject:
+    meta: JsonObject = {}
     if isinstance(client_meta, Mapping):
         # Keep the client's own entries (progressToken, traceparent, vendor keys) as the same objects; only
         # the reserved namespace is ours to set (2026-07-28 basic §_meta).
@@ -94,20 +94,20 @@ def build_meta(client_meta: Any, view: SessionView) -> dict[str, Any]:
     return meta
 
 
-def build_request(method: str, params: Mapping[str, Any] | None, *, request_id: str | int, view: SessionView,
-                  extra: Mapping[str, Any] | None = None,
+def build_request(method: str, params: JsonView | None, *, request_id: str | int, view: SessionView,
+                  extra: JsonView | None = None,
                   header_map: Mapping[tuple[str, ...], str] | None = None) -> UpstreamCall:
     """The upstream request for ``method``; ``extra`` adds bridge fields (inputResponses / requestState).
     Raises :class:`UnencodableHeader` when a value to mirror into a header has no UTF-8 form."""
     params = params if isinstance(params, Mapping) else {}
-    out = {k: v for k, v in params.items() if k not in _STRIPPED_PARAMS}
+    out: JsonObject = {k: v for k, v in params.items() if k not in _STRIPPED_PARAMS}
     out.update(extra or {})
     out["_meta"] = build_meta(params.get("_meta"), view)
-    body = {"jsonrpc": "2.0", "id": request_id, "method": method, "params": out}
+    body: JsonObject = {"jsonrpc": "2.0", "id": request_id, "method": method, "params": out}
     return UpstreamCall(body, build_headers(method, out, view, header_map))
 
 
-def build_headers(method: str, params: Mapping[str, Any], view: SessionView,
+def build_headers(method: str, params: JsonView, view: SessionView,
                   header_map: Mapping[tuple[str, ...], str] | None = None) -> dict[str, str]:
     headers = {
         "Accept": "application/json, text/event-stream",
@@ -116,8 +116,9 @@ def build_headers(method: str, params: Mapping[str, Any], view: SessionView,
         "Mcp-Method": method,
     }
     name_key = NAME_PARAM.get(method) or TASK_NAME_PARAM.get(method)
-    if name_key is not None and isinstance(params.get(name_key), str):
-        headers["Mcp-Name"] = encode_header_value(params[name_key], "Mcp-Name")
+    name = params.get(name_key) if name_key is not None else None
+    if isinstance(name, str):
+        headers["Mcp-Name"] = encode_header_value(name, "Mcp-Name")
     if method == "tools/call" and header_map:
         headers.update(param_headers(header_map, params.get("arguments")))
     if view.authorization:
@@ -129,12 +130,12 @@ def build_discover(request_id: str | int, view: SessionView) -> UpstreamCall:
     return build_request("server/discover", {}, request_id=request_id, view=view)
 
 
-def build_listen(request_id: str | int, view: SessionView, notifications: Mapping[str, Any]) -> UpstreamCall:
+def build_listen(request_id: str | int, view: SessionView, notifications: JsonView) -> UpstreamCall:
     return build_request("subscriptions/listen", {"notifications": dict(notifications)},
                          request_id=request_id, view=view)
 
 
-def x_mcp_header_map(input_schema: Any) -> dict[tuple[str, ...], str] | None:
+def x_mcp_header_map(input_schema: JsonValue) -> dict[tuple[str, ...], str] | None:
     """``properties`` path -> header name for ``x-mcp-header`` annotations; None when the tool is invalid
     (2026-07-28 server/tools §x-mcp-header: clients MUST drop such tools from their tools/list view).
 
@@ -143,7 +144,7 @@ def x_mcp_header_map(input_schema: Any) -> dict[tuple[str, ...], str] | None:
     ``properties`` chain makes the tool invalid (2026-07-28 server/tools §x-mcp-header)."""
     found: dict[tuple[str, ...], str] = {}
     # path None: the node is off the pure properties chain (an annotation there is invalid)
-    stack: list[tuple[tuple[str, ...] | None, Any]] = [((), input_schema)]
+    stack: list[tuple[tuple[str, ...] | None, JsonValue]] = [((), input_schema)]
     while stack:
         path, node = stack.pop()
         if not isinstance(node, Mapping):
@@ -164,7 +165,7 @@ _NAMED_SUBSCHEMAS = frozenset({"properties", "patternProperties", "$defs", "defi
 _INSTANCE_DATA = frozenset({"const", "enum", "default", "examples"})
 
 
-def _subschemas(node: Mapping[str, Any]) -> Iterator[tuple[str | None, Any]]:
+def _subschemas(node: JsonView) -> Iterator[tuple[str | None, JsonValue]]:
     """Every subschema of a schema node: ``(name, schema)`` for ``properties`` entries, ``(None, schema)`` for
     the rest. Any other object or array of objects counts as a subschema (unknown keywords too: the safe side);
     instance data (``const``, ``enum``, ...) does not: a key spelled ``x-mcp-header`` in it is a value."""
@@ -180,11 +181,11 @@ def _subschemas(node: Mapping[str, Any]) -> Iterator[tuple[str | None, Any]]:
             yield from ((None, child) for child in value if isinstance(child, Mapping))
 
 
-def param_headers(header_map: Mapping[tuple[str, ...], str], arguments: Any) -> dict[str, str]:
+def param_headers(header_map: Mapping[tuple[str, ...], str], arguments: JsonValue) -> dict[str, str]:
     """``Mcp-Param-{Name}`` values mirrored from the arguments; null/absent values are omitted."""
     out: dict[str, str] = {}
     for path, name in header_map.items():
-        value: Any = arguments
+        value: JsonValue = arguments
         for step in path:
             value = value.get(step) if isinstance(value, Mapping) else None
         if value is None:
@@ -194,7 +195,7 @@ def param_headers(header_map: Mapping[tuple[str, ...], str], arguments: Any) -> 
     return out
 
 
-def learned_header_maps(maps: Mapping[str, Any], tools_result: Any) -> dict[str, Any] | None:
+def learned_header_maps(maps: JsonView, tools_result: object) -> JsonObject | None:
     """``maps`` (as a session record keeps them: tool name -> ``[[path, header name], ...]``, JSON) with one
     ``tools/list`` page learned: each listed tool's map set, or dropped when the tool no longer annotates an
     argument or is invalid (2026-07-28 server/tools §x-mcp-header), so a stale map never outlives the re-fetch a
@@ -204,22 +205,29 @@ def learned_header_maps(maps: Mapping[str, Any], tools_result: Any) -> dict[str,
         return None  # malformed: the machine's schema check answers the request (adapters.results)
     out = dict(maps)
     for tool in tools:
-        if isinstance(tool, Mapping) and isinstance(tool.get("name"), str):
+        name = tool.get("name") if isinstance(tool, Mapping) else None
+        if isinstance(tool, Mapping) and isinstance(name, str):
             found = x_mcp_header_map(tool.get("inputSchema"))
             if found:
-                out[tool["name"]] = [[list(path), name] for path, name in found.items()]
+                out[name] = [[[*path], header] for path, header in found.items()]
             else:
-                out.pop(tool["name"], None)
+                out.pop(name, None)
     return out if out != maps else None
 
 
-def header_map_of(maps: Mapping[str, Any] | None, tool: str) -> dict[tuple[str, ...], str] | None:
+def header_map_of(maps: JsonView | None, tool: str) -> dict[tuple[str, ...], str] | None:
     """The x-mcp-header map of ``tool`` from maps kept as :func:`learned_header_maps` makes them."""
     entry = maps.get(tool) if maps else None
-    return {tuple(path): name for path, name in entry} if entry else None
+    if not isinstance(entry, list) or not entry:
+        return None
+    found: dict[tuple[str, ...], str] = {}
+    for pair in entry:  # [[path, header name], ...], as learned_header_maps wrote it
+        if isinstance(pair, list) and len(pair) == 2 and isinstance(pair[0], list) and isinstance(pair[1], str):
+            found[tuple(str(step) for step in pair[0])] = pair[1]
+    return found
 
 
-def needs_header_refresh(method: str, error: Any) -> bool:
+def needs_header_refresh(method: str, error: object) -> bool:
     """A HEADER_MISMATCH (HeaderMismatch) on ``tools/call``: re-learn the x-mcp-header maps and resend once (2026-07-28
     basic/transports §Custom Headers: on HEADER_MISMATCH the client SHOULD re-fetch tools/list and retry)."""
     return method == "tools/call" and isinstance(error, Mapping) and error.get("code") == HEADER_MISMATCH

@@ -20,6 +20,7 @@ from typing import Any
 from mcp_types.methods import validate_server_result
 
 from adapters.errors import GATEWAY_LIMIT_EXCEEDED, INTERNAL_ERROR, INVALID_PARAMS, UpstreamFault
+from adapters.jsonwire import JsonObject
 from adapters.protocol import MODERN_VERSION
 from adapters.upstream import x_mcp_header_map
 
@@ -27,7 +28,8 @@ LEGACY = "2025-11-25"
 CLIENT_INFO = {"name": "mcp-gateway-check", "version": "1"}
 # Everything a 2025-11-25 client can declare (2025-11-25 client §Sampling, §Elicitation, §Roots), so no tool is
 # refused for a capability the check lacks: a refusal then points at the mapping, not at the client.
-CLIENT_CAPABILITIES = {"sampling": {}, "elicitation": {"form": {}, "url": {}}, "roots": {"listChanged": True}}
+CLIENT_CAPABILITIES: JsonObject = {"sampling": {}, "elicitation": {"form": {}, "url": {}},
+                                   "roots": {"listChanged": True}}
 SAMPLED_TEXT = "A canned reply from python -m gateway check."
 _MAX_DEPTH = 32
 _MAX_ARMS = 16  # anyOf/oneOf arms tried
