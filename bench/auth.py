@@ -6,6 +6,9 @@ gateway to the reference core), every scenario interleaved in short slices as ``
 - ``translated`` against ``translated_auth``: a gateway without authorization, and one verifying a JWT access
   token on every request (``[gateway.auth]``). Each client keeps its token, as a real client does until it
   expires, so the steady state is a digest lookup. Target: gateway CPU at most 1.05 times.
+- ``translated_padded``: the unauthenticated gateway's own process, its clients sending a header as long as
+  ``Authorization: Bearer <token>`` that it ignores. It splits the ratio above in two: what the token's bytes
+  cost (reading and parsing a longer request, which no gateway can avoid) and what checking it costs.
 - ``translated_auth_cold``: a new token on every request, each paying a signature check (reported).
 - ``forwarded`` against ``exchanged``: in front of a core that checks tokens itself (``[oauth]``), a gateway that
   passes the client's token on (one audience) and one that verifies it and sends the core a token exchanged for
@@ -97,6 +100,18 @@ class BearerClient(LegacyClient):
         return {**super()._headers(), "Authorization": f"Bearer {self.current}"}
 
 
+class PaddedClient(LegacyClient):
+    """The benchmark's legacy client sending, instead of a token, a header of the same name length and value
+    length that the gateway ignores (it builds its upstream requests' headers itself)."""
+
+    def __init__(self, http: aiohttp.ClientSession, url: str, length: int) -> None:
+        super().__init__(http, url)
+        self.padding = "x" * length
+
+    def _headers(self) -> dict[str, str]:
+        return {**super()._headers(), "X-Bench-Token": self.padding}
+
+
 CORE = "http://bench-core.invalid/mcp"  # the checking core's resource: the audience its tokens must name
 
 
@@ -132,7 +147,9 @@ async def run(args: argparse.Namespace) -> list[Stats]:
         core = _kept(started, Child("core", ["-m", "modern_server", "--port", "{port}", "--no-access-log"]))
         checking = _kept(started, Child("core-oauth", ["-m", "modern_server", "--port", "{port}", "--no-access-log",
                                                        "--config", str(files["core"])]))
-        front = {"translated": _kept(started, gateway(core, None)),
+        plain = _kept(started, gateway(core, None))
+        front = {"translated": plain,
+                 "translated_padded": plain,  # the same process: the only difference is the header's bytes
                  "translated_auth": _kept(started, gateway(core, files["auth"])),
                  # A gateway of its own: the cold clients' verified tokens (one per request, up to the cache's
                  # bound) would otherwise sit in the steady-state gateway's heap and its collector's passes.
@@ -173,8 +190,10 @@ async def _ops(http: aiohttp.ClientSession, front: dict[str, Child], keys: Keys,
     def bearer(scenario: str, audience: str = f"{PUBLIC}/mcp", fresh: bool = False) -> Callable[[int], LegacyClient]:
         return lambda n: BearerClient(http, front[scenario].url, lambda: keys.token(f"{scenario}{n}", audience), fresh)
 
+    length = len(f"Bearer {keys.token('translated_auth0')}")
     return {
         "translated": await each(lambda n: LegacyClient(http, front["translated"].url)),
+        "translated_padded": await each(lambda n: PaddedClient(http, front["translated_padded"].url, length)),
         "translated_auth": await each(bearer("translated_auth")),
         "translated_auth_cold": await each(bearer("translated_auth_cold", fresh=True)),
         "forwarded": await each(bearer("forwarded", CORE)),  # the client's token is for the core itself
@@ -195,7 +214,9 @@ def report(results: list[Stats]) -> bool:
         ok = warm <= TARGET
         met &= ok
         print(f"c={conc}: gateway CPU authenticated / unauthenticated {warm:.3f} (target <= {TARGET}: "
-              f"{'met' if ok else 'MISSED'}); a new token every request {cold:.3f} (reported); "
+              f"{'met' if ok else 'MISSED'}); of it, the token's bytes (padded / unauthenticated) "
+              f"{cpu['translated_padded'] / cpu['translated']:.3f} and the check (authenticated / padded) "
+              f"{cpu['translated_auth'] / cpu['translated_padded']:.3f}; a new token every request {cold:.3f}; "
               f"exchanged / forwarded {cpu['exchanged'] / cpu['forwarded']:.3f} (reported)")
     return met
 
