@@ -20,6 +20,7 @@ from adapters.results import response
 from adapters.session import OpenSession
 from adapters.upstream import SessionView, build_discover
 from gateway.http.answers import error_answer, rejection_response
+from gateway.http.reverse_bridges import CANARY_PICK
 from gateway.http.streams import json_response
 from gateway.session.runtime import Gateway, log, new_id
 from gateway.upstream.client import UpstreamFailure
@@ -44,7 +45,9 @@ async def open_session(request: web.Request, gw: Gateway, acc: Accepted, opening
     """``initialize`` passed the core's checks (``adapters.session``): perform what the handshake asks until it
     answers."""
     session_id = secrets.token_urlsafe(32)
-    upstream = pick_upstream(opening.peer, session_id, gw.pins.seed)
+    # A canary's pick made by the relay, where a 2025-era upstream could have taken it
+    # (docs/design/eras.md#canary-splits-across-eras).
+    upstream = request.get(CANARY_PICK) or pick_upstream(opening.peer, session_id, gw.pins.seed)
     view = SessionView(client_caps_to_modern(opening.capabilities), opening.client_info, None,
                        request.headers.get("Authorization"))
     ident = acc.message["id"]

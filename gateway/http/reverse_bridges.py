@@ -25,7 +25,7 @@ from adapters.admission import SessionCounts, admit_session
 from adapters.authz import Principal
 from adapters.classify import principal_of
 from adapters.errors import Rejection
-from adapters.peers import client_info_of, match_peer
+from adapters.peers import client_info_of, match_peer, pick_upstream
 from adapters.reverse_wire import Era, era_of
 from adapters.usage import RelayedAnswer
 from gateway.auth.credentials import UpstreamCredentials
@@ -37,6 +37,10 @@ from gateway.session.runtime import Gateway, log
 from gateway.telemetry.reverse import relayed_watch
 
 _SESSION_AAD = b"mcp-legacy-gateway relayed 2025 session v1"
+# The upstream a 2025 client's new session was split to (a peer's canary), picked once when its initialize reached
+# the relay: the gateway's own session takes it when it is not 2025-era (gateway.http.handshake), so one
+# initialize is never split twice (docs/design/eras.md#canary-splits-across-eras).
+CANARY_PICK = web.RequestKey("canary_pick", str)
 
 
 def reverse_settings(config: GatewayConfig, name: str, url: str, replica: str) -> ReverseSettings:
@@ -142,7 +146,7 @@ class ReverseBridges:
         sealed = headers.get("mcp-session-id")
         raw = self.sealer.open_bytes(sealed, _SESSION_AAD) if sealed else None
         session = R.decode_relayed_session(raw) if raw is not None else None
-        routed = "" if sealed else self._routed(message, principal, grant)
+        routed = "" if sealed else self._routed(request, message, principal, grant)
         name = R.relay_upstream(bool(sealed), session, principal, routed, self.by_name)
         if name is None:
             return None
@@ -208,13 +212,21 @@ class ReverseBridges:
         one whose client left without DELETE, or whose replica died, stops counting after the idle time."""
         return self.gateway.policy.session_idle_ms / 1000
 
-    def _routed(self, message: object, principal: str, grant: Principal | None) -> str:
-        """The upstream the request's peer routes to (an initialize's clientInfo counts: adapters.peers)."""
+    def _routed(self, request: web.Request, message: object, principal: str, grant: Principal | None) -> str:
+        """The upstream the request's peer routes to (an initialize's clientInfo counts: adapters.peers); for an
+        initialize of a peer with a canary, the new session's share, whichever era the upstream picked is
+        (docs/design/eras.md#canary-splits-across-eras)."""
         params = message.get("params") if isinstance(message, Mapping) else None
         initialize = isinstance(message, Mapping) and message.get("method") == "initialize"
         info = client_info_of(initialize, params) if isinstance(params, Mapping) else None
         pins = self.gateway.pins
-        return match_peer(pins.peers, pins.default, principal, info, grant).upstream
+        peer = match_peer(pins.peers, pins.default, principal, info, grant)
+        if not (initialize and peer.canary):
+            return peer.upstream
+        # Keyed by a new random value, as the gateway's own sessions are by their new id: the server's session id
+        # is not known yet. Kept on the request for the gateway's own session, if the pick is not 2025-era.
+        picked = request[CANARY_PICK] = pick_upstream(peer, uuid.uuid4().hex, pins.seed)
+        return picked
 
     def _seal(self, name: str, upstream_id: str, principal: str, client: tuple[str, str] = ("", "")) -> str:
         return self.sealer.seal_bytes(R.RelayedSession(name, upstream_id, principal, *client).encode(), _SESSION_AAD)
