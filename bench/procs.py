@@ -29,6 +29,16 @@ def scratch_usage_db() -> str:
     return os.path.join(folder, "usage.sqlite3")
 
 
+def scratch_config(text: str) -> str:
+    """A gateway configuration file with ``text``, in a directory removed at exit."""
+    folder = tempfile.mkdtemp(prefix="gateway-bench-")
+    atexit.register(shutil.rmtree, folder, True)
+    path = os.path.join(folder, "gateway.toml")
+    with open(path, "w") as handle:
+        handle.write(text)
+    return path
+
+
 def _cpu_times(pid: int) -> tuple[float, float]:
     """User and system CPU seconds of ``pid`` (utime, stime)."""
     try:
