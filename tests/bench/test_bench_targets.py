@@ -29,16 +29,26 @@ def test_every_target_is_met_at_its_limit_and_missed_just_above_it() -> None:
     for key, over, name in [("passthrough/forwarder", 1.11, "passthrough/forwarder median, c=1"),
                             ("translated/forwarder", 1.16, "translated/forwarder median, c=1"),
                             ("bridged_round_added_ms", 1.01, "bridged round added ms, c=1"),
-                            ("bridged/mrtr_forwarder", 1.11, "bridged/mrtr_forwarder median, c=1"),
-                            ("bridged_round_cpu/translated_cpu", 1.11,
-                             "gateway CPU per bridged round / per translated call, c=1")]:
+                            ("bridged/mrtr_forwarder", 1.11, "bridged/mrtr_forwarder median, c=1")]:
         assert missed(verdicts(_ratios(**{key: over}))) == [name]
 
 
-def test_the_bridged_ratios_are_judged_at_every_concurrency_measured() -> None:
+def test_the_bridged_latency_is_judged_at_c1_and_reported_above() -> None:
     ratios = _ratios()
     ratios["c32"]["bridged/mrtr_forwarder"] = 1.3
-    assert missed(verdicts(ratios)) == ["bridged/mrtr_forwarder median, c=32"]
+    assert missed(verdicts(ratios)) == []
+    row = _by_name(ratios)["bridged/mrtr_forwarder median, c=32"]
+    assert (row["met"], row["judged"]) == (False, False)
+    ratios["c1"]["bridged/mrtr_forwarder"] = 1.3
+    assert missed(verdicts(ratios)) == ["bridged/mrtr_forwarder median, c=1"]
+
+
+def test_a_rounds_timed_cpu_is_reported_not_judged() -> None:
+    """Judged in instructions (bench.instructions) instead, which the host's drift does not move."""
+    ratios = _ratios(**{"bridged_round_cpu/translated_cpu": 1.5})
+    row = _by_name(ratios)["gateway CPU per bridged round / per translated call, c=1"]
+    assert (row["met"], row["judged"]) == (False, False)
+    assert missed(verdicts(ratios)) == []
 
 
 def test_idle_memory_and_sessions_held() -> None:
