@@ -1,6 +1,7 @@
 """``python -m bench.instructions [--scenario translated] [--requests 300] [--concurrency 1] [--tree DIR]
 [--gc-gen0 N] [--store redis://HOST:PORT/DB]``: the gateway's user-space instructions per request, counted by
-valgrind's callgrind.
+valgrind's callgrind. ``--scenario round`` counts a translated and a two-round bridged call and judges a round's
+instructions against a call's (at most 1.10 times; exit status 1 when over).
 
 Timings on a shared VM drift by tens of percent between runs; an instruction count does not (the same count to
 about 0.5% run after run, whatever else the machine is doing), so a change worth 2% shows plainly. It counts
@@ -190,9 +191,25 @@ def _forget(url: str, prefix: str) -> None:
         client.close()
 
 
+ROUND_TARGET = 1.10  # a bridged round's instructions over a translated call's (docs/benchmarks.md "Targets")
+
+
+def round_ratio(args: argparse.Namespace, tree: str) -> bool:
+    """``--scenario round``: a translated call and a two-round bridged call counted one after the other, and a
+    round's instructions, ``(bridged - translated) / 2``, over the translated call's; True when within target."""
+    per = {name: count(name, args.requests, tree, args.gc_gen0, args.store, args.concurrency)
+           for name in ("translated", "bridged")}
+    ratio = (per["bridged"] - per["translated"]) / 2 / per["translated"]
+    print(f"translated: {per['translated']:,.0f}, bridged (two rounds): {per['bridged']:,.0f} instructions per "
+          f"request; a round / a translated call {ratio:.3f} (target <= {ROUND_TARGET}: "
+          f"{'met' if ratio <= ROUND_TARGET else 'NOT MET'})")
+    return ratio <= ROUND_TARGET
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m bench.instructions", description=__doc__)
-    parser.add_argument("--scenario", choices=SCENARIOS, default="translated")
+    parser.add_argument("--scenario", choices=(*SCENARIOS, "round"), default="translated",
+                        help="'round': translated and bridged, and a round's ratio to a call (judged)")
     parser.add_argument("--requests", type=int, default=300, help="measured requests (after the warm-up)")
     parser.add_argument("--concurrency", type=int, default=1, help="measured requests in flight at once")
     parser.add_argument("--tree", default=os.getcwd(), help="the checkout whose gateway is measured")
@@ -201,6 +218,8 @@ def main() -> None:
     args = parser.parse_args()
     if args.concurrency < 1:
         parser.error("--concurrency: at least 1")
+    if args.scenario == "round":
+        sys.exit(0 if round_ratio(args, os.path.abspath(args.tree)) else 1)
     per = count(args.scenario, args.requests, os.path.abspath(args.tree), args.gc_gen0, args.store, args.concurrency)
     print(f"{args.scenario}: {per:,.0f} instructions per request (gateway from {args.tree}, "
           f"{args.requests} requests after warm-up, concurrency {args.concurrency}, store {args.store or 'memory'})")

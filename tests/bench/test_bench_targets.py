@@ -147,3 +147,19 @@ def test_the_balanced_replicas_and_the_store_round_trips_are_judged_when_they_ra
     assert missed(verdicts(ratios)) == ["bridged_rr/bridged_redis median, c=32"]
     ratios["store_trips"]["one replica"] = 7
     assert "Redis round trips per two-round bridged call" in missed(verdicts(ratios))
+
+
+def test_a_rounds_instructions_are_judged_against_a_calls(monkeypatch: Any, capsys: Any) -> None:
+    """``bench.instructions --scenario round``: (bridged - translated) / 2 over translated, judged at 1.10."""
+    import argparse
+
+    from bench import instructions
+
+    counts = {"translated": 1_000_000.0, "bridged": 3_200_000.0}
+    monkeypatch.setattr(instructions, "count", lambda name, *rest: counts[name])
+    args = argparse.Namespace(requests=10, gc_gen0=10_000, store=None, concurrency=1)
+    assert instructions.round_ratio(args, ".") is True
+    assert "a round / a translated call 1.100 (target <= 1.1: met)" in capsys.readouterr().out
+    counts["bridged"] = 3_300_000.0
+    assert instructions.round_ratio(args, ".") is False
+    assert "1.150" in capsys.readouterr().out
