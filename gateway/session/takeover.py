@@ -3,26 +3,25 @@ this replica's leases, renewed while it lives, and the continuation of a stored 
 a client's answer, cancel or stream resumption for it reaches this replica, or when this replica's periodic sweep finds
 it with nobody holding it.
 
-The rules (which round, who continues it, what it repeats upstream) are ``adapters.takeover``'s; this module looks
-rounds and leases up in the store, claims, and rebuilds the round's :class:`~gateway.session.exchange.Exchange`
-from its record. Only replicas on a shared store take rounds over (``Gateway.relay`` is set).
+The rules (which round, who continues it, what it repeats upstream) and their order (``adapters.takeover.Takeover``
+and ``Keeping``) are ``adapters.takeover``'s; this module performs their actions: it looks rounds and leases up in
+the store, claims, waits, relays, and rebuilds the round's :class:`~gateway.session.exchange.Exchange` from its
+record. Only replicas on a shared store take rounds over (``Gateway.relay`` is set).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import math
 import secrets
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
-from typing import Any
+from typing import Any, assert_never
 
 from adapters import local
-from adapters import relay as R
 from adapters import takeover as T
 from adapters.classify import session_expired
-from adapters.records import PendingRound, Phase, SessionRecord
+from adapters.records import PendingRound, SessionRecord
 from adapters.sse import PRIMING_SEQ
 from gateway.session.exchange import Exchange, HandedOver, bridge_context
 from gateway.session.replay import Mirror
@@ -31,7 +30,7 @@ from gateway.session.store import StoreUnavailable
 from gateway.session.streams import OutStream
 
 Pick = Callable[[list[PendingRound]], PendingRound | None]
-MAX_WAITS = 4  # lease lapses waited for one message: a holder that keeps renewing without listening is alive
+End = T.PassOn | T.Deliver | T.Refuse | T.Settle  # how a Takeover ends
 
 
 async def answer(gw: Gateway, session: SessionRecord, message: dict[str, Any], authorization: str | None) -> None:
@@ -68,29 +67,41 @@ Again = Callable[[str], Awaitable[asyncio.Future[bool] | None]]  # relay to that
 
 async def _kept(gw: Gateway, session_id: str, acked: asyncio.Future[bool] | None, deliver: Deliver,
                 again: Again) -> None:
-    """Wait (the store's timeout at most each time: the owner's step is one save) for the owner's word on a
-    relayed message (``acked``; None when no live owner took it); without it, ``deliver`` it by the stored round,
-    which then needs it or not (an owner that acted on it and died before saying so has moved the round past it:
-    nothing is delivered twice). While the round's holder still counts as alive (it listens, and holds the lease)
-    the message is relayed to it ``again``, asking again for its word: a holder frozen past its lease loses the
-    round, and the message goes where it is taken over, rather than into the frozen replica's subscription. A
-    holder that stays alive without ever acting on it leaves the message undelivered: the client is told
-    (``StoreUnavailable``), not acknowledged."""
+    """Keep a relayed message until its owner acted on it, as :class:`adapters.takeover.Keeping` orders: wait (the
+    store's timeout at most each time: the owner's step is one save) for the owner's word (``acked``; None when no
+    live owner took it); without it, ``deliver`` it by the stored round; relay it ``again`` to a holder that
+    still lives. A holder that stays alive without ever acting on it leaves the message undelivered: the client is
+    told (``StoreUnavailable``), not acknowledged."""
     store = gw.config.store
-    for _ in range(math.ceil(store.lease_seconds / store.timeout_seconds) + 2):
-        try:
-            if acked is not None and await asyncio.wait_for(acked, store.timeout_seconds):
-                return
-        except TimeoutError:
-            log.info("session %s: no acknowledgement for a relayed message; delivering it by its stored round",
-                     session_id)
-        holder = await deliver()
-        if holder is None:  # delivered here, or nothing needs it any more
-            return
-        acked = await again(holder)
-    log.warning("session %s: replica %s holds the round of a client's message but never acted on it", session_id,
-                holder)
-    raise StoreUnavailable(f"the replica running the round ({holder}) did not act on the message")
+    keeping = T.Keeping(T.keep_attempts(store.lease_seconds, store.timeout_seconds))
+    actions = keeping.start(acked is not None)
+    while actions:
+        event: T.KeepEvent | None = None
+        for action in actions:
+            match action:
+                case T.AwaitAck():
+                    assert acked is not None
+                    try:
+                        event = T.AckWord(await asyncio.wait_for(acked, store.timeout_seconds))
+                    except TimeoutError:
+                        log.info("session %s: no acknowledgement for a relayed message; delivering it by its stored "
+                                 "round", session_id)
+                        event = T.AckWord(None)
+                case T.DeliverByRound():
+                    event = T.Delivered(await deliver())
+                case T.RelayAgain(holder):
+                    acked = await again(holder)
+                    event = T.RelayedAgain(acked is not None)
+                case T.Kept():
+                    return
+                case T.NotKept(holder):
+                    log.warning("session %s: replica %s holds the round of a client's message but never acted on it",
+                                session_id, holder)
+                    raise StoreUnavailable(f"the replica running the round ({holder}) did not act on the message")
+                case _:
+                    assert_never(action)
+        actions = keeping.handle(event) if event is not None else []
+    raise AssertionError("keeping a relayed message ended without an end")  # every path ends Kept or NotKept
 
 
 async def _deliver_answer(gw: Gateway, session: SessionRecord, message: dict[str, Any],
@@ -129,67 +140,80 @@ async def resume(gw: Gateway, session: SessionRecord, stream: str, seq: int, aut
 
 async def _continue(gw: Gateway, session: SessionRecord, authorization: str | None, pick: Pick,
                     act: Callable[[PendingRound], Any], *, end: bool = False, after: int = 0) -> str | None:
-    """Find the stored round ``pick`` chooses and do what :func:`adapters.takeover.decide` says, waiting for a dead
-    holder's lease to lapse, until the message is delivered (``act`` on the exchange here) or there is nothing to
-    deliver it to: None then, else the round's live holder (the caller relays the message to it)."""
-    for _ in range(MAX_WAITS + 1):
-        record = pick(await gw.store.rounds_of(session.session_id))
-        decision = await _decide(gw, record)
-        match decision:
-            case T.NoRound():
-                return None
-            case R.RelayTo(owner):
-                return owner
-            case T.HeldHere():
-                assert record is not None
-                claim = gw.taking.get(record.bridge_id)
-                if claim is not None:  # being taken over here by another message: deliver once it runs
-                    await claim
-                await act(record)
-                return None
-            case T.WaitFor(seconds):
-                await asyncio.sleep(seconds)
-            case T.TakeOver():
-                assert record is not None
-                if gw.closing:  # the rounds a stopping replica handed over are the others' to take (§42)
-                    raise HandedOver(record.bridge_id)  # refused (503): the client sends it again elsewhere
-                if await take_over(gw, record, session, authorization, after=after, end=end):
-                    await act(record)
-                    return None
+    """Take a client's message to the stored round ``pick`` chooses, as :class:`adapters.takeover.Takeover` orders,
+    until it is delivered (``act`` on the exchange here) or there is nothing to deliver it to: None then, else the
+    round's live holder (the caller relays the message to it)."""
+    machine = T.Takeover(T.TakeoverContext(gw.replica, end, after))
+    outcome = await _perform(gw, machine, machine.start(), session, authorization, pick)
+    match outcome:
+        case T.PassOn(holder):
+            return holder
+        case T.Deliver(record):
+            await act(record)
+        case T.Refuse(bridge_id):  # the rounds a stopping replica handed over are the others' to take
+            raise HandedOver(bridge_id)  # refused (503): the client sends it again elsewhere
+        case T.Settle():
+            pass
+        case _:
+            assert_never(outcome)
     return None
 
 
-async def _decide(gw: Gateway, record: PendingRound | None) -> T.Decision:
-    if record is None:
-        return T.decide(None, gw.replica, False)
-    lease = await gw.store.lease_of(record.bridge_id)
-    other = lease.holder is not None and lease.holder != gw.replica
-    listens = other and gw.relay is not None and await gw.relay.listens(lease.holder or "")
-    return T.decide(lease, gw.replica, bool(listens))
-
-
-async def take_over(gw: Gateway, record: PendingRound, session: SessionRecord, authorization: str | None, *,
-                    after: int = 0, end: bool = False) -> bool:
-    """Claim ``record``'s lease and continue the round here from the stored record (``end``: end it instead, a
-    cancelled request); False when another replica won the claim or the round is gone."""
-    bridge_id = record.bridge_id
-    claim = gw.taking.get(bridge_id)
-    if claim is not None:
-        await claim
-        return bridge_id in gw.leases
-    claim = gw.taking[bridge_id] = asyncio.get_running_loop().create_future()
+async def _perform(gw: Gateway, machine: T.Takeover, actions: list[T.TakeoverAction], session: SessionRecord,
+                   authorization: str | None, pick: Pick | None = None) -> End:
+    """Perform ``machine``'s actions until it ends; a claim registered here (``Gateway.taking``, which other
+    messages for the round join) is released however this ends."""
+    claims: dict[str, asyncio.Future[None]] = {}
     try:
-        if not await gw.store.take_lease(bridge_id, gw.replica, gw.config.store.lease_seconds):
-            return False
-        fresh = await gw.store.get_round(bridge_id)  # the holder's last save before it died
-        if fresh is None or fresh.phase is Phase.DONE or end:
-            await gw.store.end_round(bridge_id, gw.replica)
-            log.warning("session %s: request %r of a replica that stopped is ended here", session.session_id,
-                        record.downstream_id)
-            return False
-        await _run_here(gw, fresh, session, authorization, after)
-        return True
+        while actions:
+            event: T.TakeoverEvent | None = None
+            for action in actions:
+                match action:
+                    case T.LookUpRound():
+                        assert pick is not None
+                        event = T.RoundFound(pick(await gw.store.rounds_of(session.session_id)))
+                    case T.ReadLease(bridge_id):
+                        lease = await gw.store.lease_of(bridge_id)
+                        event = T.LeaseRead(lease, bridge_id in gw.taking, gw.closing)
+                    case T.AskListens(holder):
+                        event = T.HolderListens(gw.relay is not None and await gw.relay.listens(holder))
+                    case T.JoinClaim(bridge_id):
+                        claim = gw.taking.get(bridge_id)
+                        if claim is not None:
+                            await claim
+                        event = T.ClaimJoined(bridge_id in gw.leases)
+                    case T.Claim(bridge_id):
+                        claims[bridge_id] = gw.taking[bridge_id] = asyncio.get_running_loop().create_future()
+                        event = T.Claimed(await gw.store.take_lease(bridge_id, gw.replica,
+                                                                    gw.config.store.lease_seconds))
+                    case T.LoadRound(bridge_id):
+                        event = T.Loaded(await gw.store.get_round(bridge_id))  # the holder's last save before it died
+                    case T.EndRound(record):
+                        await gw.store.end_round(record.bridge_id, gw.replica)
+                        log.warning("session %s: request %r of a replica that stopped is ended here",
+                                    session.session_id, record.downstream_id)
+                    case T.RunHere(record, after):
+                        await _run_here(gw, record, session, authorization, after)
+                    case T.Release(bridge_id):
+                        _release(gw, claims, bridge_id)
+                    case T.WaitLapse(seconds):
+                        await asyncio.sleep(seconds)
+                        event = T.Waited()
+                    case T.PassOn() | T.Deliver() | T.Refuse() | T.Settle():
+                        return action
+                    case _:
+                        assert_never(action)
+            actions = machine.handle(event) if event is not None else []
+        raise AssertionError("a takeover ended without an end")  # every path of the machine ends
     finally:
+        for bridge_id in list(claims):
+            _release(gw, claims, bridge_id)
+
+
+def _release(gw: Gateway, claims: dict[str, asyncio.Future[None]], bridge_id: str) -> None:
+    """This replica's claim of ``bridge_id`` is over: the messages that joined it go on."""
+    claim = claims.pop(bridge_id, None)
+    if claim is not None:
         del gw.taking[bridge_id]
         claim.set_result(None)
 
@@ -276,7 +300,9 @@ async def sweep(gw: Gateway) -> int:
                     await gw.store.end_round(record.bridge_id, gw.replica)
             case T.Sweep.CONTINUE:
                 assert session is not None
-                if await take_over(gw, record, session, None):
+                machine = T.Takeover(T.TakeoverContext(gw.replica, lookups=0))
+                claiming = record.bridge_id in gw.taking  # a client's message began taking it over meanwhile
+                if isinstance(await _perform(gw, machine, machine.claim(record, claiming), session, None), T.Deliver):
                     continued += 1
     return continued
 

@@ -175,3 +175,179 @@ def test_only_a_resent_rounds_error_is_reported_unknown() -> None:
     assert m.record.resent is None and m.record.phase is Phase.BACKOFF
     m.handle(B.TimerFired(B.Timer.BACKOFF, m.record.round))
     assert m.handle(B.UpstreamError(refused))[0].message["error"] == refused  # type: ignore[union-attr]
+
+
+# --- the order of a takeover (adapters.takeover.Takeover), event by event, with no event loop -----------------------
+ROUND = PendingRound("b1", "s1", 7, "tools/call", {"name": "t", "arguments": {}}, phase=Phase.AWAITING_CLIENT)
+FRESH = PendingRound("b1", "s1", 7, "tools/call", {"name": "t", "arguments": {}}, phase=Phase.AWAITING_CLIENT,
+                     round=1)
+ENDED = PendingRound("b1", "s1", 7, "tools/call", {"name": "t", "arguments": {}}, phase=Phase.DONE)
+
+
+def pursuing(**ctx) -> T.Takeover:
+    """A client's message whose round was found: its lease is being read."""
+    m = T.Takeover(T.TakeoverContext("me", **ctx))
+    assert m.start() == [T.LookUpRound()] and m.stage is T.Stage.LOOK
+    assert m.handle(T.RoundFound(ROUND)) == [T.ReadLease("b1")] and m.stage is T.Stage.LEASE
+    return m
+
+
+def claiming(**ctx) -> T.Takeover:
+    """Nobody holds the lease: it is being claimed."""
+    m = pursuing(**ctx)
+    assert m.handle(T.LeaseRead(T.Lease(None))) == [T.Claim("b1")] and m.stage is T.Stage.CLAIM
+    return m
+
+
+def test_no_round_waits_for_the_message() -> None:
+    m = T.Takeover(T.TakeoverContext("me"))
+    m.start()
+    assert m.handle(T.RoundFound(None)) == [T.Settle()] and m.done
+
+
+def test_a_live_holder_is_passed_the_message() -> None:
+    m = pursuing()
+    assert m.handle(T.LeaseRead(T.Lease("other", 900))) == [T.AskListens("other")] and m.stage is T.Stage.LISTENS
+    assert m.handle(T.HolderListens(True)) == [T.PassOn("other")] and m.done
+
+
+def test_a_dead_holders_lease_is_waited_for_then_the_round_looked_up_again() -> None:
+    m = pursuing()
+    m.handle(T.LeaseRead(T.Lease("other", 900)))
+    assert m.handle(T.HolderListens(False)) == [T.WaitLapse(0.9 + T.LAPSE_MARGIN_SECONDS)] and m.stage is T.Stage.WAIT
+    assert m.handle(T.Waited()) == [T.LookUpRound()] and m.stage is T.Stage.LOOK
+
+
+def test_a_holder_alive_but_never_listening_leaves_the_message_after_the_last_lookup() -> None:
+    m = T.Takeover(T.TakeoverContext("me"))
+    actions = m.start()
+    for _ in range(T.MAX_LOOKUPS):
+        assert actions == [T.LookUpRound()]
+        m.handle(T.RoundFound(ROUND))
+        m.handle(T.LeaseRead(T.Lease("other", 900)))  # it renews its lease...
+        m.handle(T.HolderListens(False))  # ...without listening
+        actions = m.handle(T.Waited())
+    assert actions == [T.Settle()] and m.done
+
+
+def test_the_lease_held_here_delivers_here_or_once_the_claim_under_way_ends() -> None:
+    m = pursuing()
+    assert m.handle(T.LeaseRead(T.Lease("me", 900))) == [T.Deliver(ROUND)] and m.done
+    for runs_here in (True, False):  # held here: delivered to whatever runs it once its claim settled
+        m = pursuing()
+        assert m.handle(T.LeaseRead(T.Lease("me", 900), claiming_here=True)) == [T.JoinClaim("b1")]
+        assert m.stage is T.Stage.JOIN_HELD and m.handle(T.ClaimJoined(runs_here)) == [T.Deliver(ROUND)]
+
+
+def test_a_lapsed_lease_is_claimed_loaded_and_the_round_run_here() -> None:
+    m = claiming(after=12)
+    assert m.handle(T.Claimed(True)) == [T.LoadRound("b1")] and m.stage is T.Stage.LOAD
+    assert m.handle(T.Loaded(FRESH)) == [T.RunHere(FRESH, 12), T.Release("b1"), T.Deliver(ROUND)] and m.done
+
+
+def test_a_lost_claim_is_released_and_the_round_looked_up_again() -> None:
+    m = claiming()
+    assert m.handle(T.Claimed(False)) == [T.Release("b1"), T.LookUpRound()] and m.stage is T.Stage.LOOK
+    assert m.handle(T.RoundFound(ROUND)) == [T.ReadLease("b1")]
+    m.handle(T.LeaseRead(T.Lease("winner", 900)))
+    assert m.handle(T.HolderListens(True)) == [T.PassOn("winner")]  # the winner runs it now
+
+
+def test_a_claimed_round_that_ended_or_is_cancelled_is_ended_never_continued() -> None:
+    for fresh, ctx in ((None, {}), (ENDED, {}), (FRESH, {"end": True})):
+        m = claiming(**ctx)
+        m.handle(T.Claimed(True))
+        assert m.handle(T.Loaded(fresh)) == [T.EndRound(ROUND), T.Release("b1"), T.LookUpRound()]
+        assert m.handle(T.RoundFound(None)) == [T.Settle()]
+
+
+def test_a_claim_under_way_here_is_joined() -> None:
+    m = pursuing()
+    assert m.handle(T.LeaseRead(T.Lease(None), claiming_here=True)) == [T.JoinClaim("b1")] and m.stage is T.Stage.JOIN
+    assert m.handle(T.ClaimJoined(True)) == [T.Deliver(ROUND)]
+    m = pursuing()
+    m.handle(T.LeaseRead(T.Lease(None), claiming_here=True))
+    assert m.handle(T.ClaimJoined(False)) == [T.LookUpRound()]  # it ended without running the round here
+
+
+def test_a_stopping_replica_refuses_to_take_a_round_over() -> None:
+    m = pursuing()
+    assert m.handle(T.LeaseRead(T.Lease(None), closing=True)) == [T.Refuse("b1")] and m.done
+
+
+def test_the_sweep_claims_its_orphan_once() -> None:
+    sweep = T.TakeoverContext("me", lookups=0)
+    m = T.Takeover(sweep)
+    assert m.claim(ROUND, False) == [T.Claim("b1")]
+    m.handle(T.Claimed(True))
+    assert m.handle(T.Loaded(FRESH)) == [T.RunHere(FRESH, 0), T.Release("b1"), T.Deliver(ROUND)]
+    m = T.Takeover(sweep)
+    m.claim(ROUND, False)
+    assert m.handle(T.Claimed(False)) == [T.Release("b1"), T.Settle()]  # another replica won: not looked up again
+    m = T.Takeover(sweep)
+    m.claim(ROUND, False)
+    m.handle(T.Claimed(True))
+    assert m.handle(T.Loaded(ENDED)) == [T.EndRound(ROUND), T.Release("b1"), T.Settle()]
+    m = T.Takeover(sweep)
+    assert m.claim(ROUND, True) == [T.JoinClaim("b1")]  # a client's message is taking it over here
+    assert m.handle(T.ClaimJoined(True)) == [T.Deliver(ROUND)]
+    m = T.Takeover(sweep)
+    m.claim(ROUND, True)
+    assert m.handle(T.ClaimJoined(False)) == [T.Settle()]
+
+
+def test_takeover_events_out_of_stage_are_ignored() -> None:
+    m = T.Takeover(T.TakeoverContext("me"))
+    assert m.handle(T.RoundFound(ROUND)) == [] and m.handle(T.Claimed(True)) == []  # not started
+    m = claiming()
+    for event in (T.RoundFound(ROUND), T.LeaseRead(T.Lease(None)), T.HolderListens(True), T.ClaimJoined(True),
+                  T.Loaded(FRESH), T.Waited()):
+        assert m.handle(event) == []
+    assert m.stage is T.Stage.CLAIM and m.start() == [] and m.claim(ROUND, False) == []
+    m = pursuing()
+    m.handle(T.RoundFound(None))  # ignored while reading the lease
+    assert m.stage is T.Stage.LEASE
+
+
+# --- a relayed message kept until its round acted on it (adapters.takeover.Keeping) ---------------------------------
+def test_keep_attempts_outlast_a_lease() -> None:
+    assert T.keep_attempts(9.0, 3.0) == 5 and T.keep_attempts(10.0, 3.0) == 6
+
+
+def test_an_acknowledged_message_is_kept() -> None:
+    k = T.Keeping(3)
+    assert k.start(True) == [T.AwaitAck()]
+    assert k.handle(T.AckWord(True)) == [T.Kept()] and k.step is T.KeepStep.DONE
+    assert k.handle(T.AckWord(True)) == []
+
+
+def test_without_the_owners_word_the_message_is_delivered_by_its_round() -> None:
+    for word in (None, False):  # no word in time, or "not held here"
+        k = T.Keeping(3)
+        k.start(True)
+        assert k.handle(T.AckWord(word)) == [T.DeliverByRound()]
+        assert k.handle(T.Delivered(None)) == [T.Kept()]
+    k = T.Keeping(3)
+    assert k.start(False) == [T.DeliverByRound()]  # no live owner took it: straight to its round
+
+
+def test_a_live_holder_is_relayed_to_again_until_the_attempts_run_out() -> None:
+    k = T.Keeping(2)
+    k.start(True)
+    k.handle(T.AckWord(None))
+    assert k.handle(T.Delivered("holder")) == [T.RelayAgain("holder")]
+    assert k.handle(T.RelayedAgain(True)) == [T.AwaitAck()]
+    k.handle(T.AckWord(None))
+    assert k.handle(T.Delivered("holder")) == [T.RelayAgain("holder")]
+    assert k.handle(T.RelayedAgain(True)) == [T.NotKept("holder")] and k.step is T.KeepStep.DONE
+    k = T.Keeping(2)
+    k.start(False)
+    k.handle(T.Delivered("holder"))
+    assert k.handle(T.RelayedAgain(False)) == [T.DeliverByRound()]  # it stopped listening: its round again
+    assert k.handle(T.Delivered(None)) == [T.Kept()]
+
+
+def test_keeping_events_out_of_step_are_ignored() -> None:
+    k = T.Keeping(2)
+    k.start(True)
+    assert k.handle(T.Delivered(None)) == [] and k.handle(T.RelayedAgain(True)) == [] and k.step is T.KeepStep.ACK
