@@ -26,10 +26,11 @@ import hashlib
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from enum import Enum
-from typing import Any, Final
+from typing import Final
 from urllib.parse import parse_qs, urlencode, urlsplit
 
 from adapters.credentials import Issued, read_token_answer
+from adapters.jsonwire import JsonObject, JsonValue, JsonView
 
 CALLBACK_PATH: Final = "/callback"
 DEVICE_CODE_GRANT: Final = "urn:ietf:params:oauth:grant-type:device_code"
@@ -119,7 +120,7 @@ def state_of(random_bytes: bytes) -> str:
     return _b64url(random_bytes)
 
 
-def supports_s256(as_metadata: Mapping[str, Any]) -> bool:
+def supports_s256(as_metadata: JsonView) -> bool:
     """2025-11-25 basic/authorization, "Authorization Code Protection": without ``S256`` listed the client MUST
     refuse to go on (an absent list says nothing, so it is refused too)."""
     methods = as_metadata.get("code_challenge_methods_supported")
@@ -182,7 +183,7 @@ def scopes_to_ask(challenge_scope: str | None, scopes_supported: Sequence[str], 
     return tuple(scopes_supported)
 
 
-def registration_request(redirect_uri: str, grant: LoginGrant) -> dict[str, Any]:
+def registration_request(redirect_uri: str, grant: LoginGrant) -> JsonObject:
     """RFC 7591 §2 for a public native client (RFC 8252 §8.4: no secret): loopback redirect URI, no client
     authentication at the token endpoint, the grants this login uses (refresh tokens included)."""
     grants = [DEVICE_CODE_GRANT] if grant is LoginGrant.DEVICE_CODE else ["authorization_code"]
@@ -192,7 +193,7 @@ def registration_request(redirect_uri: str, grant: LoginGrant) -> dict[str, Any]
             "redirect_uris": [redirect_uri] if grant is LoginGrant.AUTHORIZATION_CODE else []}
 
 
-def read_registration(doc: Mapping[str, Any], redirect_uri: str | None) -> ClientRegistration | str:
+def read_registration(doc: JsonView, redirect_uri: str | None) -> ClientRegistration | str:
     """RFC 7591 §3.2.1: the client id the server assigned (and a secret, if it insists on one)."""
     client_id, secret = doc.get("client_id"), doc.get("client_secret")
     if not isinstance(client_id, str) or not client_id:
@@ -226,7 +227,7 @@ def device_token_form(device_code: str, client_id: str, resource: str) -> dict[s
             "resource": resource}
 
 
-def read_device_authorization(doc: Mapping[str, Any]) -> DeviceAuthorization | str:
+def read_device_authorization(doc: JsonView) -> DeviceAuthorization | str:
     """RFC 8628 §3.2; ``interval`` defaults to 5 seconds."""
     code, user, uri = doc.get("device_code"), doc.get("user_code"), doc.get("verification_uri")
     if not all(isinstance(v, str) and v for v in (code, user, uri)):
@@ -238,23 +239,24 @@ def read_device_authorization(doc: Mapping[str, Any]) -> DeviceAuthorization | s
                                                                                    DEFAULT_POLL_SECONDS))
 
 
-def read_poll_error(doc: Mapping[str, Any]) -> Poll:
+def read_poll_error(doc: JsonView) -> Poll:
     """A device-code token request's 400 (RFC 8628 §3.5): wait, wait longer, or give up."""
     error = doc.get("error")
     return Poll.PENDING if error == Poll.PENDING.value else Poll.SLOW_DOWN if error == Poll.SLOW_DOWN.value \
         else Poll.FAILED
 
 
-def _number(value: Any) -> float | None:
+def _number(value: JsonValue) -> float | None:
     return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
 
 
-def _positive(value: Any, default: float) -> float:
-    ok = isinstance(value, int | float) and not isinstance(value, bool) and value > 0
-    return float(value) if ok else default
+def _positive(value: JsonValue, default: float) -> float:
+    if isinstance(value, int | float) and not isinstance(value, bool) and value > 0:
+        return float(value)
+    return default
 
 
-def read_user_token(answer: Mapping[str, Any], now: float, issuer: str, resource: str,
+def read_user_token(answer: JsonView, now: float, issuer: str, resource: str,
                     client: ClientRegistration | None, previous: StoredToken | None = None) -> StoredToken | str:
     """A token answer as the token to store; a refresh answer without a new refresh token keeps the old one
     (RFC 6749 §6: the server MAY issue a new one)."""
@@ -284,8 +286,8 @@ def client_file_name(issuer: str) -> str:
     return "client-" + hashlib.sha256(issuer.encode()).hexdigest()[:32] + ".json"
 
 
-def dump_client(client: ClientRegistration) -> dict[str, Any]:
-    doc: dict[str, Any] = {"version": FILE_VERSION, "client_id": client.client_id}
+def dump_client(client: ClientRegistration) -> JsonObject:
+    doc: JsonObject = {"version": FILE_VERSION, "client_id": client.client_id}
     if client.redirect_uri:
         doc["redirect_uri"] = client.redirect_uri
     if client.client_secret:
@@ -293,16 +295,17 @@ def dump_client(client: ClientRegistration) -> dict[str, Any]:
     return doc
 
 
-def load_client(doc: Any) -> ClientRegistration | None:
+def load_client(doc: JsonValue) -> ClientRegistration | None:
     if not isinstance(doc, dict) or doc.get("version") != FILE_VERSION:
         return None
-    found = read_registration(doc, doc.get("redirect_uri") if isinstance(doc.get("redirect_uri"), str) else None)
+    redirect = doc.get("redirect_uri")
+    found = read_registration(doc, redirect if isinstance(redirect, str) else None)
     return None if isinstance(found, str) else found
 
 
-def dump_token(token: StoredToken) -> dict[str, Any]:
+def dump_token(token: StoredToken) -> JsonObject:
     issued = token.issued
-    doc: dict[str, Any] = {"version": FILE_VERSION, "issuer": token.issuer, "resource": token.resource,
+    doc: JsonObject = {"version": FILE_VERSION, "issuer": token.issuer, "resource": token.resource,
                            "access_token": issued.token, "token_type": "Bearer", "issued_at": issued.issued_at,
                            "expires_at": issued.expires_at}
     if issued.scope is not None:
@@ -314,7 +317,7 @@ def dump_token(token: StoredToken) -> dict[str, Any]:
     return doc
 
 
-def load_token(doc: Any, issuer: str, resource: str) -> StoredToken | None:
+def load_token(doc: JsonValue, issuer: str, resource: str) -> StoredToken | None:
     """A stored token, only if it is well formed and for this issuer and resource (never another audience's)."""
     if not isinstance(doc, dict) or doc.get("version") != FILE_VERSION:
         return None

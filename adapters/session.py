@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from enum import Enum
-from typing import Any, Final, NamedTuple
+from typing import Final, NamedTuple
 
 from adapters import legacy_tasks as LT
 from adapters import local
@@ -26,6 +26,7 @@ from adapters.authz import refusal as auth_refusal
 from adapters.bridge import BridgeLimits, admit
 from adapters.classify import Accepted, Kind
 from adapters.errors import ErrorValue, Reason, Rejection, refusal, reject
+from adapters.jsonwire import JsonObject, JsonValue, JsonView
 from adapters.peers import (
     Peer,
     admit_initialize,
@@ -55,7 +56,7 @@ class Context(NamedTuple):
     peer: Peer | None = None
     peers: Sequence[Peer] = ()
     default_peer: Peer | None = None
-    in_flight: Collection[Any] = ()
+    in_flight: Collection[JsonValue] = ()
     offered: tuple[str, ...] = LEGACY_VERSIONS  # the handshake revisions the client's door offers (/mcp: these)
     resource: ResourceServer | None = None  # [gateway.auth]: the challenge a scope step-up names (else None)
     now_ms: int | None = None  # epoch ms, for the 2025 tasks past their ttl (adapters.legacy_tasks.expired)
@@ -66,7 +67,7 @@ class Context(NamedTuple):
 class Reply:
     """Answer with this JSON-RPC message at once (HTTP 200)."""
 
-    message: dict[str, Any]
+    message: JsonObject
     log: str | None = None  # an operator's warning to write beside it
 
 
@@ -86,7 +87,7 @@ class SessionChange(Enum):
 @dataclass(frozen=True, slots=True)
 class UpdateSession:
     change: SessionChange
-    value: Any = None
+    value: str | bool | None = None  # the log level (LOG_LEVEL), True (INITIALIZED)
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,14 +96,14 @@ class OpenSession:
 
     peer: Peer
     version: str
-    capabilities: dict[str, Any]  # masked by the peer's bridge policy
-    client_info: dict[str, Any]
+    capabilities: JsonObject  # masked by the peer's bridge policy
+    client_info: JsonObject
 
 
 @dataclass(frozen=True, slots=True)
 class ChangeSubscription:
-    ident: Any
-    params: Mapping[str, Any]
+    ident: JsonValue
+    params: JsonView
     subscribe: bool
 
 
@@ -110,7 +111,7 @@ class ChangeSubscription:
 class Forward:
     """Send the request upstream through a bridge exchange bounded by ``limits`` (the peer's)."""
 
-    ident: Any
+    ident: JsonValue
     limits: BridgeLimits
 
 
@@ -126,7 +127,7 @@ class Cancel:
 class Deliver:
     """A client's answer to a request the gateway asked: to the exchange waiting for it, wherever it runs."""
 
-    message: dict[str, Any]
+    message: JsonObject
 
 
 @dataclass(frozen=True, slots=True)
@@ -141,7 +142,7 @@ class Stream:
 class FanOut:
     """A 2025-03-26 batch: each element goes through :func:`handle` on its own, all at once."""
 
-    elements: tuple[Any, ...] = field(default=())
+    elements: tuple[Accepted | Rejection, ...] = field(default=())
 
 
 @dataclass(frozen=True, slots=True)
@@ -170,7 +171,7 @@ def handle(accepted: Accepted, context: Context) -> tuple[Action, ...]:
     return _BY_KIND[accepted.kind](accepted, context)
 
 
-def _reply(ident: Any, result: dict[str, Any] | None = None, error: ErrorValue | None = None) -> Reply:
+def _reply(ident: JsonValue, result: JsonObject | None = None, error: ErrorValue | None = None) -> Reply:
     return Reply(response(ident, result) if error is None else response(ident, error=error))
 
 
@@ -297,8 +298,8 @@ def _called_tool(element: Accepted | Rejection) -> str | None:
     return name if isinstance(name, str) else None
 
 
-def _notification(message: dict[str, Any]) -> tuple[Action, ...]:
-    route = local.route_notification(message["method"])
+def _notification(message: JsonObject) -> tuple[Action, ...]:
+    route = local.route_notification(str(message["method"]))
     if route == "initialized":
         return (UpdateSession(SessionChange.INITIALIZED, True),)
     if route == "roots_changed":  # nothing goes upstream (2026-07-28 removed it)

@@ -14,9 +14,8 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any
 
-from adapters.jsonwire import dumps
+from adapters.jsonwire import JsonObject, JsonValue, dumps
 
 
 class TapKind(StrEnum):
@@ -61,14 +60,14 @@ def every_kind(tap: object) -> bool:
     return getattr(tap, "every_kind", False) is True
 
 
-def digest(value: Any) -> dict[str, Any]:
+def digest(value: JsonValue) -> JsonObject:
     """A value's length and hash: a string's own UTF-8 bytes (an opaque value is hashed as received), anything
     else its compact JSON."""
     raw = value.encode("utf-8", "surrogatepass") if isinstance(value, str) else dumps(value)
     return {"len": len(raw), "sha256": hashlib.sha256(raw).hexdigest()[:12]}
 
 
-def client_words(kind: TapKind, error: Any) -> bool:
+def client_words(kind: TapKind, error: JsonValue) -> bool:
     """Whether an error's ``message`` is the legacy client's own text: its error answer to a request of the
     gateway's (refusing sampling, elicitation or roots: 2025-11-25 client/sampling §Error Handling), or the
     gateway's error that quotes one (``adapters.errors.client_refused_error``, recognised by its
@@ -79,12 +78,12 @@ def client_words(kind: TapKind, error: Any) -> bool:
     return kind is TapKind.CLIENT or (isinstance(data, dict) and "clientError" in data)
 
 
-def redact(message: Any, *, client_error: bool = False) -> Any:
+def redact(message: JsonValue, *, client_error: bool = False) -> JsonValue:
     """``message`` with its content digested; ids, methods, names, error codes and ``_meta`` kept (an error's
     message too, unless ``client_error``: :func:`client_words`)."""
     if not isinstance(message, dict):
         return digest(message)
-    out: dict[str, Any] = {}
+    out: JsonObject = {}
     error_content = CLIENT_ERROR if client_error else CONTENT_ERROR
     for key, value in message.items():
         if key == "result":
@@ -104,32 +103,33 @@ class Seen:
     own id), the bridge round, and the monotonic time in ms."""
 
     session: str | None
-    request: Any
+    request: JsonValue
     round: int | None
     t_ms: float
 
 
-def correlation(session: str | None, request: Any) -> str:
+def correlation(session: str | None, request: JsonValue) -> str:
     """The key every record of one legacy request shares: its session and its downstream id."""
     return f"{session or '-'}/{dumps(request).decode() if request is not None else '-'}"
 
 
-def trace_record(kind: TapKind, message: Any, seen: Seen, *, content: bool) -> dict[str, Any]:
+def trace_record(kind: TapKind, message: JsonValue, seen: Seen, *, content: bool) -> JsonObject:
     """One JSON Lines record for ``message`` (a JSON-RPC message; for :attr:`TapKind.FAILED`, the error)."""
     failed = kind is TapKind.FAILED
-    msg: dict[str, Any] = message if isinstance(message, dict) else {}
+    msg: JsonObject = message if isinstance(message, dict) else {}
     error = message if failed else msg.get("error")
     request = seen.request if seen.request is not None else msg.get("id")
-    record: dict[str, Any] = {
+    record: JsonObject = {
         "t_ms": round(seen.t_ms, 3), "corr": correlation(seen.session, request), "session": seen.session,
         "round": seen.round, "dir": DIRECTIONS[kind].value, "method": msg.get("method"), "id": msg.get("id"),
     }
     quoted = not content and not failed and client_words(kind, error)
     if isinstance(error, dict):
         text = error.get("message")
-        record["error"] = {"code": error.get("code"), "message": digest(text) if quoted else text}
+        told: JsonObject = {"code": error.get("code"), "message": digest(text) if quoted else text}
         if failed and "data" in error:  # the gateway's own cause (data.upstream "timeout", ...): not content
-            record["error"]["data"] = error["data"]
+            told["data"] = error["data"]
+        record["error"] = told
     result = msg.get("result")
     if isinstance(result, dict) and isinstance(result.get("resultType"), str):
         record["resultType"] = result["resultType"]  # a kind, not content: shows the MRTR rounds

@@ -33,7 +33,7 @@ async def update_session(gw: Gateway, session: SessionRecord, update: UpdateSess
     def apply(record: SessionRecord) -> None:
         match update.change:
             case SessionChange.LOG_LEVEL:
-                record.log_level = update.value
+                record.log_level = update.value if isinstance(update.value, str) else None
             case SessionChange.INITIALIZED:
                 record.initialized = True
             case SessionChange.ROOTS_STALE:
