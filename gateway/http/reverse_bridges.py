@@ -13,9 +13,10 @@ replica on one store (``gateway.session.store.RelayedLeases``: an opaque key per
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 from aiohttp import web
@@ -34,6 +35,7 @@ from gateway.http.reverse import ReverseBridge, ReverseSettings, Sealer
 from gateway.http.streams import json_response
 from gateway.session.relay import BusRelay
 from gateway.session.runtime import Gateway, log
+from gateway.session.store import StoreUnavailable
 from gateway.telemetry.reverse import relayed_watch
 
 _SESSION_AAD = b"mcp-legacy-gateway relayed 2025 session v1"
@@ -158,18 +160,38 @@ class ReverseBridges:
             answer = await self._initialize(request, body, message, name, principal, scan)
         else:
             upstream_id = session.session_id if session is not None else None
-            answer = await self.by_name[name].relay_legacy(
+            pending = self.by_name[name].relay_legacy(
                 request, body, (upstream_id, lambda sid: self._seal(name, sid, principal)), scan)
+            answer = await (self._renewed_while(session, principal, pending) if session is not None else pending)
         if watch is not None:
             watch.done(answer)
         if session is None:
             return answer
         if answer.status == 404 or (request.method == "DELETE" and answer.status < 300):
             # 2025-11-25 basic/transports §Session Management: the session is over
-            await gw.store.release_relayed(session.lease_key(), principal)
+            await _answered(gw.store.release_relayed(session.lease_key(), principal))
         else:
-            await gw.store.renew_relayed(session.lease_key(), principal, self._lease_seconds())
+            await _answered(gw.store.renew_relayed(session.lease_key(), principal, self._lease_seconds()))
         return answer
+
+    async def _renewed_while(self, session: R.RelayedSession, principal: str,
+                             pending: Awaitable[web.StreamResponse]) -> web.StreamResponse:
+        """``pending``, a relayed request of ``session``, with the session's lease renewed every half lease while it
+        lasts: a GET stream (or a long call) is use, and may outlast a lease."""
+
+        async def renewing() -> None:
+            ttl = self._lease_seconds()
+            while True:
+                await asyncio.sleep(ttl / 2)
+                await _answered(self.gateway.store.renew_relayed(session.lease_key(), principal, ttl))
+
+        task = asyncio.create_task(renewing())
+        try:
+            return await pending
+        finally:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
 
     async def _initialize(self, request: web.Request, body: bytes, message: Mapping[str, Any], name: str,
                           principal: str, scan: Callable[[int, bool], RelayedAnswer] | None) -> web.StreamResponse:
@@ -193,10 +215,10 @@ class ReverseBridges:
 
             answer = await self.by_name[name].relay_legacy(request, body, (None, sealed), scan)
             if given and answer.status < 300:
-                await gw.store.hold_relayed(R.lease_key(name, given[-1]), principal, self._lease_seconds())
+                await _answered(gw.store.hold_relayed(R.lease_key(name, given[-1]), principal, self._lease_seconds()))
             return answer
         finally:
-            await gw.store.release_relayed(opening, principal)
+            await _answered(gw.store.release_relayed(opening, principal))  # else it lapses by itself
 
     async def _admit(self, opening: str, principal: str, ident: Any) -> Rejection | None:
         """adapters.admission.admit_session over the store's sessions and the relayed ones, counted right after
@@ -244,3 +266,12 @@ class ReverseBridges:
             ident = request.get("id") if isinstance(request, Mapping) else None
             return {"jsonrpc": "2.0", "id": ident, "error": R.holder_gone().to_wire()}
         return await bridge.retry_relayed(relayed)
+
+
+async def _answered(step: Awaitable[object]) -> None:
+    """A lease step after the client's answer began: a store that fails then is logged, not raised (the answer is
+    under way); the lease is put right by the session's next request, or runs out by itself."""
+    try:
+        await step
+    except StoreUnavailable as exc:
+        log.warning("a relayed session's lease was not written: %s", exc)

@@ -6,10 +6,12 @@ either gives it back; the lease of a session whose replica died runs out after t
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import aiohttp
 import pytest
+from aiohttp import web
 
 pytest.importorskip("redis")
 
@@ -18,7 +20,7 @@ from gateway.config.settings import load_config
 from gateway.http.app import create_app
 from tests.gateway.http.test_reverse_relay_limits import LEGACY, FakeLegacy, _init, legacy  # noqa: F401  (a fixture)
 from tests.gateway.session.test_redis_store import prefix, redis_url  # noqa: F401  (fixtures)
-from tests.waiting import until
+from tests.waiting import until, until_hung_up
 
 IDLE = 1.5  # seconds: the gateway's idle time, so the lease of a session nobody uses runs out within a test
 KEY_ENV = "TEST_RELAY_REPLICAS_STATE_KEY"
@@ -35,6 +37,23 @@ async def _replicas(aiohttp_server: Any, upstream: str, redis_url: str, prefix: 
                          store={"url": redis_url, "prefix": prefix}, sessions=sessions,
                          reverse={"state_key_env": KEY_ENV})
     return [await aiohttp_server(create_app(config)) for _ in range(2)]
+
+
+class Listening(FakeLegacy):
+    """Also a session's GET stream: an event, then open until the client hangs up or ``ended`` is set."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.ended = asyncio.Event()
+
+    async def handle(self, request: web.Request) -> web.StreamResponse:
+        if request.method != "GET" or request.headers.get("Mcp-Session-Id") not in self.sessions:
+            return await super().handle(request)
+        out = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await out.prepare(request)
+        await out.write(b"id: 1\ndata: \n\n")  # a priming event (2025-11-25 basic/transports)
+        await until_hung_up(request, self.ended)
+        return out
 
 
 def _headers(token: str, sid: str) -> dict[str, str]:
@@ -89,3 +108,22 @@ async def test_a_dead_replicas_relayed_sessions_stop_counting_after_the_idle_tim
 
         await until(one_slot_free, "bob's lease ran out: carol's initialize is admitted")
         assert await _init(http, url_b, 6, "dave") == (503, limit_rejection("max_sessions", 2, 6).body(), None)
+
+
+async def test_an_open_get_stream_keeps_its_sessions_lease(aiohttp_server: Any, redis_url: str,  # noqa: F811
+                                                           prefix: str) -> None:  # noqa: F811
+    fake = Listening()
+    upstream = str((await aiohttp_server(fake.app())).make_url("/mcp"))
+    a, b = await _replicas(aiohttp_server, upstream, redis_url, prefix, max_sessions_per_principal=1)
+    url_a, url_b = str(a.make_url("/mcp")), str(b.make_url("/mcp"))
+    async with aiohttp.ClientSession() as http:
+        status, _, sid = await _init(http, url_a, 1, "alice")
+        assert status == 200 and sid
+        get = {**_headers("alice", sid), "Accept": "text/event-stream"}
+        async with http.get(url_a, headers=get) as stream:
+            assert stream.status == 200 and await stream.content.readuntil(b"\n\n")
+            # sleep: two leases pass with nothing but the GET stream open: it is use, so the lease is renewed
+            await asyncio.sleep(2 * IDLE)
+            status, body, _ = await _init(http, url_b, 2, "alice")
+            assert status == 503 and body["error"]["data"]["limit"] == "max_sessions_per_principal"
+            fake.ended.set()
