@@ -148,18 +148,23 @@ async def _verified_principal(request: web.Request, headers: Any, body: bytes,
 
 
 async def classified(gw: Gateway, view: HttpView, now: int) -> Accepted | Rejection:
-    """The request's verdict on its session's record: the one a round waiting here for the session's client holds
-    when that verdict stands on it (an answer: adapters.classify.stands_on_held_record,
-    docs/design/takeover.md#a-clients-answer-is-checked-on-its-requests-session-record), else the stored one."""
+    """The request's verdict on its session's record: the one a round waiting here for the session's client holds,
+    or on a shared store the one this replica read last, when that verdict stands on it (an answer:
+    adapters.classify.stands_on_held_record,
+    docs/design/takeover.md#a-clients-answer-is-checked-on-its-requests-session-record,
+    docs/design/replicas.md#replicas-relay-through-the-store), else the stored one."""
     session_id = view.headers.get("mcp-session-id")
     if not session_id:
         return classify(view, None, gw.policy, now)
-    held = gw.held_record(session_id)
+    held = gw.answer_record(session_id)  # one held here, else the one last read (on a shared store)
     if held is not None:
         verdict = classify(view, held, gw.policy, now)
         if stands_on_held_record(verdict):
             return verdict
-    return classify(view, await gw.store.get_session(session_id), gw.policy, now)
+    stored = await gw.store.get_session(session_id)
+    if stored is not None:
+        gw.remember_record(stored)
+    return classify(view, stored, gw.policy, now)
 
 
 async def read_body(request: web.Request, gw: Gateway) -> bytes | web.Response:

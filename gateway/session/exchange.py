@@ -36,7 +36,7 @@ from adapters.relay import request_key
 from adapters.results import response
 from adapters.task_poll import offered
 from gateway.errors import SessionError
-from gateway.session.keeping import LeaseLost, StoreKeeping
+from gateway.session.keeping import LeaseLost, StoreKeeping, Tell
 from gateway.session.observer import ExchangeWatcher
 from gateway.session.rounds import Rounds, failure
 from gateway.session.runtime import SessionRuntime, log, random_id
@@ -72,11 +72,12 @@ class _Inbox:
         # acted on.
         self.acted: list[asyncio.Future[bool]] = []
 
-    def put_waited(self, event: B.ClientAnswered | B.Cancelled) -> asyncio.Future[bool]:
-        """Queue ``event`` with the future its waiter awaits: set by :meth:`settle`."""
+    def put_waited(self, event: B.ClientAnswered | B.Cancelled, tell: Tell | None = None) -> asyncio.Future[bool]:
+        """Queue ``event`` with the future its waiter awaits: set by :meth:`settle`; ``tell``: a relayed answer's
+        acknowledgement, for its step's save to send."""
         acted = asyncio.get_running_loop().create_future()
         self.acted.append(acted)
-        self.put_nowait(_Queued(event, acted))
+        self.put_nowait(_Queued(event, acted, tell))
         return acted
 
     def settle(self, only: asyncio.Future[bool] | None, acted: bool) -> None:
@@ -123,10 +124,11 @@ class _Queued:
     """A client's answer (or a relayed cancel) queued with the future its waiter awaits (set once its step is
     done: saved, for an answer)."""
 
-    __slots__ = ("acted", "event")
+    __slots__ = ("acted", "event", "tell")
 
-    def __init__(self, event: B.ClientAnswered | B.Cancelled, acted: asyncio.Future[bool]) -> None:
-        self.event, self.acted = event, acted
+    def __init__(self, event: B.ClientAnswered | B.Cancelled, acted: asyncio.Future[bool],
+                 tell: Tell | None = None) -> None:
+        self.event, self.acted, self.tell = event, acted, tell
 
 
 class _Failed:
@@ -324,8 +326,14 @@ class Exchange:
                 if isinstance(event, _Failed):
                     raise event.error
                 if isinstance(event, _Queued):
-                    # Acknowledged once its own step is saved (a replica taking over then has it), not before.
-                    await self._step(event.event)
+                    # Acknowledged once its own step is saved (a replica taking over then has it), not before; a
+                    # relayed answer's acknowledgement goes with that save
+                    # (docs/design/replicas.md#replicas-relay-through-the-store).
+                    self.keeping.telling = event.tell
+                    try:
+                        await self._step(event.event)
+                    finally:
+                        self.keeping.telling = None
                     self._settle(event.acted, True)
                 elif event is not _WAKE:
                     await self._step(event)
@@ -541,17 +549,18 @@ class Door:
         elif not await self._queue_waited(event) and X.not_taken(ex.keeper.stage) is _REFUSE:
             raise HandedOver(gateway_id)
 
-    def answer(self, gateway_id: str, message: dict[str, Any]) -> asyncio.Future[bool]:
+    def answer(self, gateway_id: str, message: dict[str, Any], tell: Tell | None = None) -> asyncio.Future[bool]:
         """Queue the client's answer (one relayed from another replica). The future is True once the exchange
         has acted on it (its step saved), False when the exchange ended without doing so (finished, failed or
-        handed over first)."""
-        return self._queue_waited(B.ClientAnswered(gateway_id, message.get("result"), message.get("error")))
+        handed over first). ``tell``: its acknowledgement, sent by the store write that saves its step when the
+        step writes (``tell.sent``)."""
+        return self._queue_waited(B.ClientAnswered(gateway_id, message.get("result"), message.get("error")), tell)
 
-    def _queue_waited(self, event: B.ClientAnswered | B.Cancelled) -> asyncio.Future[bool]:
+    def _queue_waited(self, event: B.ClientAnswered | B.Cancelled, tell: Tell | None = None) -> asyncio.Future[bool]:
         ex = self.exchange
         # Once stopped, its waiters were told already: one queued now would wait for ever.
         taken = self._take(_CANCEL if isinstance(event, B.Cancelled) else _ANSWER)
-        return ex.events.put_waited(event) if taken is _QUEUE or taken is _STEP else _told(False)
+        return ex.events.put_waited(event, tell) if taken is _QUEUE or taken is _STEP else _told(False)
 
     def abort(self, error: ErrorValue) -> None:
         """End the request with ``error`` now (shutdown): the machine decides what is sent; a running exchange's

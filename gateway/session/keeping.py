@@ -15,6 +15,7 @@ from adapters import exchange as X
 from adapters.admission import WaitingLoad, admit_waiting, waiting_ceilings
 from adapters.jsonwire import dumps
 from adapters.records import PendingRound, SessionRecord
+from adapters.relay import Ack
 from gateway.errors import SessionError
 from gateway.session.rounds import Refused
 from gateway.session.runtime import Gateway, log
@@ -30,11 +31,32 @@ class LeaseLost(SessionError):
     exchange stops as a lost handover does."""
 
 
+class Tell:
+    """The acknowledgement a relayed answer asked for (``adapters.relay.Ack``, held), sent by the store write that
+    saves the answer's step, in that write's round trip (docs/design/replicas.md#replicas-relay-through-the-store);
+    ``sent`` once written. One left unsent (a step that wrote nothing) the relay sends itself once the step is
+    done."""
+
+    __slots__ = ("ack", "sent")
+
+    def __init__(self, ack: Ack) -> None:
+        self.ack, self.sent = ack, False
+
+
 class StoreKeeping:
-    __slots__ = ("gateway", "keeper", "limits", "record")
+    __slots__ = ("gateway", "keeper", "limits", "record", "telling")
 
     def __init__(self, gateway: Gateway, record: PendingRound, limits: B.BridgeLimits, keeper: X.Keeper) -> None:
         self.gateway, self.record, self.limits, self.keeper = gateway, record, limits, keeper
+        self.telling: Tell | None = None  # the relayed answer whose step is being taken, for its step's write to tell
+
+    def _tell(self) -> Ack | None:
+        telling = self.telling
+        return telling.ack if telling is not None and not telling.sent else None
+
+    def _told(self, tell: Ack | None) -> None:
+        if tell is not None and self.telling is not None:
+            self.telling.sent = True
 
     async def take_over(self) -> None:
         """The round, saved by another replica, continues here: the ids the client is still to answer, and the
@@ -78,9 +100,10 @@ class StoreKeeping:
         rec.stream, rec.stream_seq = stream.name, stream.buffer.next_seq - 1 + sends
         owned = save.owners
         owners = None if owned is None else Owners(owned.replica, owned.ttl_seconds, owned.claim, owned.release)
-        copy, written = mirror.held_events() if mirror is not None else None, False
+        copy, written, tell = mirror.held_events() if mirror is not None else None, False, self._tell()
         try:
-            written = await gateway.store.put_round(rec, save.lease, owners, holder=save.holder, copy=copy, hold=hold)
+            written = await gateway.store.put_round(rec, save.lease, owners, holder=save.holder, copy=copy, hold=hold,
+                                                    tell=tell)
         except WaitingFull as full:
             raise self._refused(owner, full.load) from None
         finally:
@@ -88,6 +111,7 @@ class StoreKeeping:
                 mirror.released(copy, written)
         if not written:
             raise LeaseLost
+        self._told(tell)
         self.keeper.written(owned)
 
     def _refused(self, owner: Any, load: WaitingLoad) -> Refused:
@@ -112,11 +136,12 @@ class StoreKeeping:
         end = self.keeper.end_round(copy is not None)
         if end is not None and gateway.leases.get(bridge_id) is owner:
             del gateway.leases[bridge_id]
-        written = False
+        written, tell = False, self._tell()
         try:
             if end is not None and end.write:
                 await gateway.store.end_round(bridge_id, gateway.replica, release=end.release, delete=end.delete,
-                                              copy=copy)
+                                              copy=copy, tell=tell)
+                self._told(tell)
             written = True
         except StoreUnavailable as exc:
             log.warning("request %r: its round's records stay until they expire: %s", self.record.downstream_id, exc)

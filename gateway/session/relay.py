@@ -23,6 +23,7 @@ from adapters import local
 from adapters import relay as R
 from adapters.reverse import holder_gone
 from gateway.session.bus import Bus, Subscription
+from gateway.session.keeping import Tell
 from gateway.session.runtime import Gateway
 from gateway.session.store import StoreUnavailable
 
@@ -63,26 +64,21 @@ class BusRelay:
         every replica, and the one running it stops it
         (docs/design/takeover.md#a-cancel-for-a-plain-request-goes-to-every-replica); None then, as when the owner
         does not listen."""
-        key = R.request_key(session_id, request_id)
-        owner = await self.gateway.store.owner_of(key)
-        if owner is None:
-            await self.bus.send(None, R.Cancel(session_id, message))
-            return None
-        return await self._relay(R.Cancel, session_id, message, key=key, owner=owner)
+        return await self._relay(R.Cancel, session_id, message, key=R.request_key(session_id, request_id))
 
     async def cancel_to(self, replica: str, session_id: str, message: dict[str, Any]) -> asyncio.Future[bool] | None:
         """:meth:`cancel`, to ``replica`` (the live holder of the request's stored round)."""
         return await self._relay(R.Cancel, session_id, message, replica=replica)
 
     async def _relay(self, kind: type[R.Answer | R.Cancel], session_id: str, message: dict[str, Any], *, key: str = "",
-                     owner: str | None = None, replica: str | None = None) -> asyncio.Future[bool] | None:
+                     replica: str | None = None) -> asyncio.Future[bool] | None:
         """Relay ``message`` asking for an acknowledgement: to ``replica``, else to the owner of ``key``."""
         token = secrets.token_hex(8)
         acked = self.acks[token] = asyncio.get_running_loop().create_future()
         acked.add_done_callback(lambda _done: self.acks.pop(token, None))
         relayed = kind(session_id, message, R.ReplyTo(self.gateway.replica, token))
         try:
-            passed = await (self.send(replica, relayed) if replica is not None else self._pass_on(key, relayed, owner))
+            passed = await (self.send(replica, relayed) if replica is not None else self._pass_on(key, relayed))
         except BaseException:
             acked.cancel()
             raise
@@ -120,23 +116,30 @@ class BusRelay:
     async def ended(self, session_id: str) -> None:
         await self.bus.send(None, R.End(session_id))
 
-    async def _pass_on(self, key: str, relayed: R.Answer | R.Cancel, owner: str | None = None) -> bool:
-        """Send to the key's owner: True when a replica received it. Its owner not listening (it stopped, or
-        lost the bus) is where a takeover may begin
-        (docs/design/takeover.md#leases-and-takeover-of-a-dead-replicas-rounds)."""
-        decision = R.route(owner or await self.gateway.store.owner_of(key), self.gateway.replica)
+    async def _pass_on(self, key: str, relayed: R.Answer | R.Cancel) -> bool:
+        """Send to the key's owner, looked up and sent to in one store step: True when a replica received it. Its
+        owner not listening (it stopped, or lost the bus) is where a takeover may begin
+        (docs/design/takeover.md#leases-and-takeover-of-a-dead-replicas-rounds). A cancel whose request claimed no
+        owner goes to every replica (docs/design/takeover.md#a-cancel-for-a-plain-request-goes-to-every-replica)."""
+        owner, received = await self.gateway.store.relay_to_owner(key, self.gateway.replica, relayed)
+        decision = R.route(owner, self.gateway.replica)
         if isinstance(decision, R.Drop):
+            if isinstance(relayed, R.Cancel) and decision.reason is R.DropReason.NO_OWNER:
+                await self.bus.send(None, R.Cancel(relayed.session_id, relayed.message))
             return False
-        assert isinstance(decision, R.RelayTo)
-        if await self.send(decision.owner, relayed):
+        if received:
             return True
         log.info("session %s: replica %s does not listen for a client's %s", relayed.session_id, decision.owner,
                  "answer" if isinstance(relayed, R.Answer) else "cancel")
         return False
 
     async def subscribe(self) -> Subscription:
-        """This replica's subscription to the bus (raises StoreUnavailable while the bus is down)."""
-        return await self.bus.subscribe(self.gateway.replica)
+        """This replica's subscription to the bus (raises StoreUnavailable while the bus is down). A session's end
+        sent before it (while the bus was lost) never arrives here: the records kept for relayed answers go
+        (``Gateway.answer_records``)."""
+        subscription = await self.bus.subscribe(self.gateway.replica)
+        self.gateway.answer_records.clear()
+        return subscription
 
     async def run(self, subscription: Subscription | None) -> None:
         """Deliver every message until cancelled; while the bus is down, subscribe again every second (messages
@@ -194,8 +197,10 @@ class BusRelay:
         if isinstance(relayed, R.Answer):
             ident = message.get("id")
             exchange = runtime.awaiting.pop(ident, None) if runtime is not None and isinstance(ident, str) else None
-            if exchange is not None:
-                self._acknowledge(relayed, exchange.door.answer(ident, dict(message)))
+            if exchange is not None:  # its acknowledgement goes with its step's save, in that round trip
+                ack = relayed.acked(True)
+                tell = Tell(ack) if ack is not None else None
+                self._acknowledge(relayed, exchange.door.answer(ident, dict(message), tell), tell)
             else:  # not awaited here: late, answered twice (ignored, as on one replica), or its round moved on
                 await self._send_ack(relayed, held=False)
             return
@@ -226,16 +231,19 @@ class BusRelay:
         self.acking.add(task)
         task.add_done_callback(self._acked)
 
-    def _acknowledge(self, relayed: R.Answer | R.Cancel, acted: asyncio.Future[bool]) -> None:
+    def _acknowledge(self, relayed: R.Answer | R.Cancel, acted: asyncio.Future[bool], tell: Tell | None = None) -> None:
         """Tell the relaying replica once the answer's step is saved (a cancel's: the request ended), or that it
         was not acted on here (the exchange ended first: handed over, say). It kept the message meanwhile: a
         replica dying before that does not lose it (docs/design/replicas.md#replicas-relay-through-the-store,
-        docs/design/takeover.md#leases-and-takeover-of-a-dead-replicas-rounds)."""
+        docs/design/takeover.md#leases-and-takeover-of-a-dead-replicas-rounds). An answer whose step's save
+        already told it (``tell.sent``) needs nothing more."""
         if relayed.ack is None:
             return
 
         async def once_acted() -> None:
-            await self._send_ack(relayed, held=await acted)
+            held = await acted
+            if not (held and tell is not None and tell.sent):
+                await self._send_ack(relayed, held=held)
         task = asyncio.get_running_loop().create_task(once_acted())
         self.acking.add(task)
         task.add_done_callback(self._acked)

@@ -12,6 +12,7 @@ import itertools
 import logging
 import secrets
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -35,6 +36,7 @@ from gateway.upstream.client import UpstreamClient
 log = logging.getLogger("gateway")
 KEEP_FINISHED_STREAMS = FINISHED_STREAMS_KEPT
 VERIFIED_KEPT = 4096  # principals remembered as marked (Gateway.verified); past it the oldest is marked again
+ANSWER_RECORDS_KEPT = 1024  # session records kept for client answers relayed from here (Gateway.answer_records)
 
 
 _PROCESS_TAG = secrets.token_hex(6)
@@ -285,6 +287,11 @@ class Gateway:
     # Principals this process marked verified in the store, and when (ms): a mark is written again only after half
     # the idle time, so a request of a verified principal costs the store nothing more (adapters.admission).
     verified: dict[str, int] = field(default_factory=dict)
+    # On a shared store: the session records this replica read last (oldest first), on which a client's answer for
+    # a round another replica runs is accepted as on a held record, without reading the store again
+    # (docs/design/replicas.md#replicas-relay-through-the-store). A session's goes when it ends here or anywhere
+    # (the relay's END), and every one when the bus was lost (an END may have been missed meanwhile).
+    answer_records: OrderedDict[str, SessionRecord] = field(default_factory=OrderedDict)
 
     def __post_init__(self) -> None:
         self.policy = self.config.policy(self.pins.tokens)
@@ -318,6 +325,24 @@ class Gateway:
         docs/design/takeover.md#a-clients-answer-is-checked-on-its-requests-session-record)."""
         runtime = self.runtimes.get(session_id)
         return runtime.held_record() if runtime is not None else None
+
+    def answer_record(self, session_id: str) -> SessionRecord | None:
+        """What a client's answer for this session is classified on before the store is read: a held record, else
+        the record this replica read last (only an accepted answer stands on either:
+        docs/design/takeover.md#a-clients-answer-is-checked-on-its-requests-session-record)."""
+        held = self.held_record(session_id)
+        return held if held is not None else self.answer_records.get(session_id)
+
+    def remember_record(self, record: SessionRecord) -> None:
+        """Keep a record just read from a shared store for :meth:`answer_record` (the oldest goes past
+        :data:`ANSWER_RECORDS_KEPT`)."""
+        if self.relay is None:
+            return
+        records = self.answer_records
+        records[record.session_id] = record
+        records.move_to_end(record.session_id)
+        if len(records) > ANSWER_RECORDS_KEPT:
+            records.popitem(last=False)
 
     def runtime(self, session_id: str) -> SessionRuntime:
         if session_id not in self.runtimes:
@@ -366,6 +391,7 @@ class Gateway:
 
     async def end_runtime(self, session_id: str) -> None:
         """End this process's streams, exchanges and listen of a session (its record is already gone)."""
+        self.answer_records.pop(session_id, None)
         runtime = self.runtimes.pop(session_id, None)
         if runtime is not None:
             await runtime.close()

@@ -1,7 +1,8 @@
 """The Redis round trips of a two-round bridged call, counted by the benchmark's own seam
 (``bench.balancer.store_trips``: two gateways on one prefix behind a proxy that counts every write to Redis). A
 count, not a timing: the same on any machine. Six is the budget (docs/benchmarks.md "Replicas behind a balancer"):
-a round that starts waiting is counted in the store by its first save, not by a round trip of its own."""
+a round that starts waiting is counted in the store by its first save, not by a round trip of its own; answers
+posted to another replica add one each."""
 
 from __future__ import annotations
 
@@ -37,6 +38,7 @@ def test_a_two_round_bridged_call_costs_at_most_six_store_round_trips(tmp_path: 
 
     trips = asyncio.run(count())
     assert trips["one replica"] <= 6, trips
-    # Relayed answers cost their relay on top (docs/design/replicas.md#replicas-relay-through-the-store): counted too,
-    # and more.
-    assert trips["answers on another replica"] > trips["one replica"], trips
+    # A relayed answer costs one round trip more, the owner's lookup and the publish in one script
+    # (docs/design/replicas.md#replicas-relay-through-the-store): no session read where it lands (the record read
+    # last), no publish of the owner's acknowledgement (its save sends it). Two answers: 8 (it was 13).
+    assert trips["answers on another replica"] <= trips["one replica"] + 2, trips

@@ -216,8 +216,8 @@ async def test_a_queued_answer_is_acknowledged_after_its_own_step(upstream, aioh
                 premature.append(waiters[id(waiter)])
         settle(exchange, only, acted)
 
-    def watched_queue(door: Door, event: Any) -> Any:
-        acted = queue(door, event)
+    def watched_queue(door: Door, event: Any, tell: Any = None) -> Any:
+        acted = queue(door, event, tell)
         waiters[id(acted)] = event.gateway_id
         return acted
     monkeypatch.setattr(Exchange, "_step", watched_step)

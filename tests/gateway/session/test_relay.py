@@ -14,6 +14,7 @@ pytest.importorskip("redis")
 from redis.asyncio import Redis
 
 from gateway.http.app import GATEWAY
+from gateway.session.redis_wire import Script
 from tests.gateway.conftest import CAPS, Legacy, geo_upstream, hang_until_closed, text
 from tests.gateway.http.test_bridge_shell import SAMPLED, SAMPLING, two_rounds
 from tests.gateway.session import test_redis_store as redis_tests
@@ -188,3 +189,70 @@ async def test_header_maps_learned_on_one_replica_serve_the_session_on_another(m
     assert message["result"]["content"][0]["text"] == "ok eu"
     assert [m["method"] for m in upstream.received if m["method"].startswith("tools/")] == ["tools/list", "tools/call"]
     assert upstream.headers[-1]["Mcp-Param-Region"] == "eu"
+
+
+PERIODIC = frozenset({"renew", "orphaned", "touch", "expire"})  # a replica's timers and once-a-second writes
+
+
+def store_trips(gateway: Any) -> list[str]:
+    """The store round trips ``gateway`` makes from now on, each named by its script (else its first command):
+    one per write on the store's pipelined connection, waited for
+    (docs/design/replicas.md#one-pipelined-redis-connection-per-process). Those :data:`PERIODIC` ones are left out:
+    they come with time, not with a call."""
+    store = gateway.store
+    scripts = {getattr(store, name).sha: name.lstrip("_") for name in vars(store)
+               if isinstance(getattr(store, name), Script)}
+    trips: list[str] = []
+    send = store.wire._send
+
+    async def counted(commands: Any) -> Any:
+        first = commands[0]
+        name = scripts.get(first[1], "script") if first[0] == "EVALSHA" else str(first[0])
+        if name not in PERIODIC:
+            trips.append(name)
+        return await send(commands)
+    store.wire._send = counted
+    return trips
+
+
+def ask_per_round(body: dict[str, Any], _request: Any) -> dict[str, Any]:
+    """Two rounds of one request to the client each (the benchmark's ``summarize_repo``), then the result."""
+    state = body["params"].get("requestState")
+    if state is None:
+        return {"resultType": "input_required", "inputRequests": {"a": SAMPLING}, "requestState": "r1"}
+    if state == "r1":
+        return {"resultType": "input_required", "inputRequests": {"b": SAMPLING}, "requestState": "r2"}
+    return text("bridged")
+
+
+async def bridged_call(caller: Legacy, answerer: Legacy) -> None:
+    """A two-round call through ``caller``, whose requests to the client are answered through ``answerer``."""
+    resp = await caller.post("tools/call", {"name": "t", "arguments": {}})
+    while True:
+        _, message = await within(caller.next_event(resp))
+        assert message is None or "error" not in message, message
+        if message is not None and "method" in message:
+            assert await answerer.answer(message["id"], SAMPLED) == 202
+        elif message is not None:
+            assert message["result"]["content"][0]["text"] == "bridged"
+            return
+
+
+async def test_a_relayed_answer_costs_one_store_round_trip_more_than_one_answered_where_its_round_runs(
+        make_gateway, upstream, redis_url, prefix) -> None:
+    """docs/design/replicas.md#replicas-relay-through-the-store: a two-round call whose answers reach the replica
+    running it costs six store round trips (the session read, four saves, the end); with the answers on another
+    replica, each costs that replica one more, its owner's lookup and the publish in one script, and nothing for the
+    session read (the record it read last) or for the acknowledgement (sent by the save of the answer's step). So
+    the relayed call costs eight, and no round trip is a bare publish."""
+    upstream.script["tools/call"] = ask_per_round
+    a, b = await replicas(make_gateway, redis_url, prefix)
+    gw_a, gw_b = a.client.app[GATEWAY], b.client.app[GATEWAY]
+    await bridged_call(a, b)  # B reads the session's record once, for its first answer
+    at_a, at_b = store_trips(gw_a), store_trips(gw_b)
+    await bridged_call(a, a)
+    assert (at_a, at_b) == (["HGET", "save_round", "save_round", "save_round", "save_round", "end_round"], [])
+    at_a.clear()
+    await bridged_call(a, b)
+    assert at_a == ["HGET", "save_round", "save_round", "save_round", "save_round", "end_round"]
+    assert at_b == ["relay_to_owner", "relay_to_owner"]

@@ -321,6 +321,39 @@ async def test_a_step_writes_its_ownership_with_its_save_and_a_round_ends_in_one
     await store.end_round("b1", "C", release=["oa:never"])  # twice, or with nothing held, is harmless
 
 
+async def test_a_relayed_message_is_looked_up_and_sent_in_one_step_and_a_save_tells_its_acknowledgement(
+        store) -> None:
+    """docs/design/replicas.md#replicas-relay-through-the-store: ``relay_to_owner`` finds the owner as ``owner_of``
+    does and sends the message to it on the store's bus (never to the sender itself, nor to an owner that lost its
+    lease); a save or end given an acknowledgement sends it once written, and a fenced save sends nothing."""
+    if store.bus is None:  # one process: nothing is relayed
+        assert await store.relay_to_owner("oa:g1", "B", R.End("s1")) == (None, False)
+        return
+    await store.put_session(record("s1"))
+    answer = R.Answer("s1", {"jsonrpc": "2.0", "id": "g1", "result": {}}, R.ReplyTo("B", "t1"))
+    at_a, at_b = await store.bus.subscribe("A"), await store.bus.subscribe("B")
+    got_a, got_b = at_a.messages(), at_b.messages()
+    try:
+        assert await store.relay_to_owner("oa:g1", "B", answer) == (None, False)  # unclaimed: sent to nobody
+        await store.put_round(pending("b1", "s1"), ("A", 5), Owners("A", 5, frozenset({"oa:g1", "oa:g2"})))
+        assert await store.relay_to_owner("oa:g1", "A", answer) == ("A", False)  # its own: not sent
+        assert await store.relay_to_owner("oa:g1", "B", answer) == ("A", True)
+        assert await within(anext(got_a)) == answer
+        ack = R.Ack("s1", R.ReplyTo("B", "t1"), True)
+        fenced = R.Ack("s1", R.ReplyTo("B", "t0"), True)
+        assert not await store.put_round(pending("b1", "s1"), holder="C", tell=fenced)  # fenced: nothing told
+        assert await store.put_round(pending("b1", "s1"), owners=Owners("A", 5, release=frozenset({"oa:g1"})),
+                                     holder="A", tell=ack)
+        assert await within(anext(got_b)) == ack  # the fenced save's would have come first
+        done = R.Ack("s1", R.ReplyTo("B", "t2"), True)
+        await store.end_round("b1", "A", release=["oa:g2"], tell=done)
+        assert await within(anext(got_b)) == done
+        assert await store.relay_to_owner("oa:g2", "B", answer) == (None, False)  # released with the end
+    finally:
+        await at_a.close()
+        await at_b.close()
+
+
 
 
 def following(store: Any) -> bool:
