@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections import deque
 
 import aiohttp
 from aiohttp import WSCloseCode, web
@@ -72,7 +73,8 @@ async def _serve_socket(request: web.Request) -> web.WebSocketResponse:
                       door=gw.door_headers(Transport.WEBSOCKET), in_flight=limits.door_max_in_flight)
     sender = asyncio.get_running_loop().create_task(_send(ws, frames))
     try:
-        await serve_until_gone(request, _receive(request, ws, door), probe=ws.ping)
+        await serve_until_gone(request, _receive(request, ws, door, Inbox(limits.door_max_queued_bytes)),
+                               probe=ws.ping)
     finally:
         # The handler may be cancelled while it ends the session (shutdown; aiohttp itself does not cancel it
         # when the connection is lost, which is why serve_until_gone watches): the ending (closing the door's
@@ -118,15 +120,57 @@ async def _end(door: DoorClient, frames: Outbox, sender: asyncio.Task[None]) -> 
         await door.http.close()
 
 
-async def _receive(request: web.Request, ws: web.WebSocketResponse, door: DoorClient) -> None:
-    async for frame in ws:
-        if client_gone(request):  # frames it sent before it left (aiohttp still yields them) are not served
+class Inbox:
+    """The client's messages read and not yet served, bounded in bytes as the outbox is: the door reads ahead of
+    what it serves, so a close frame behind messages waiting for a place is seen (and answered: RFC 6455 §5.5.1)
+    however long those wait, but no further than ``max_bytes``, past which it stops reading (back-pressure). A
+    message reaching an empty inbox is always taken, whatever its size."""
+
+    def __init__(self, max_bytes: int) -> None:
+        self.max_bytes = max_bytes
+        self.items: deque[bytes] = deque()
+        self.size = 0
+        self.changed = asyncio.Condition()
+
+    async def put(self, data: bytes) -> None:
+        async with self.changed:
+            await self.changed.wait_for(lambda: not self.size or self.size + len(data) <= self.max_bytes)
+            self.items.append(data)
+            self.size += len(data)
+            self.changed.notify_all()
+
+    async def get(self) -> bytes:
+        async with self.changed:
+            await self.changed.wait_for(lambda: bool(self.items))
+            data = self.items.popleft()
+            self.size -= len(data)
+            self.changed.notify_all()
+            return data
+
+
+async def _receive(request: web.Request, ws: web.WebSocketResponse, door: DoorClient, inbox: Inbox) -> None:
+    """Reads the client's frames into ``inbox`` while :func:`_serve` serves them, until the client closes. A
+    client that closes while all its places are taken (every call waiting on the upstream) is thus seen to leave
+    at once: its calls are cancelled and its close answered, not held until one of them ends."""
+    async with asyncio.TaskGroup() as tasks:
+        serving = tasks.create_task(_serve(request, door, inbox))
+        async for frame in ws:
+            if client_gone(request):  # frames it sent before it left (aiohttp still yields them) are not served
+                break
+            if frame.type == aiohttp.WSMsgType.TEXT:
+                await inbox.put(frame.data.encode())  # waits while the inbox is full: no frame is read meanwhile
+            elif frame.type == aiohttp.WSMsgType.BINARY:  # one JSON-RPC message per *text* frame
+                door.write({"jsonrpc": "2.0", "id": None,
+                            "error": {"code": PARSE_ERROR, "message": "binary frames are not JSON-RPC: send text"}})
+        serving.cancel()  # the client closed: what it sent and was not served yet is not served
+
+
+async def _serve(request: web.Request, door: DoorClient, inbox: Inbox) -> None:
+    while True:
+        line = await inbox.get()
+        if client_gone(request):
             return
-        if frame.type == aiohttp.WSMsgType.TEXT:
-            await door.handle_line(frame.data.encode())  # waits for a free slot: no frame is read meanwhile
-        elif frame.type == aiohttp.WSMsgType.BINARY:  # one JSON-RPC message per *text* frame
-            door.write({"jsonrpc": "2.0", "id": None,
-                        "error": {"code": PARSE_ERROR, "message": "binary frames are not JSON-RPC: send text"}})
+        await door.handle_line(line)  # waits for a free place: the next message waits in the inbox meanwhile
 
 
 async def _send(ws: web.WebSocketResponse, frames: Outbox) -> None:

@@ -294,25 +294,29 @@ async def test_door_sessions_over_door_max_sessions_are_refused_before_the_upgra
 async def test_a_client_gone_behind_its_unread_flood_has_its_calls_ended(upstream: FakeUpstream,
                                                                           make_gateway: Any) -> None:
     """A client that closes its socket while the door is not reading it (every place taken by calls waiting on
-    the upstream): its FIN waits in its kernel behind the frames it sent, which the door will not read. The
-    door's ping draws a reset from the closed socket, and the door ends: its calls are cancelled upstream."""
+    the upstream, and its inbox of messages read ahead full): its FIN waits in its kernel behind the frames it
+    sent, which the door will not read. The door's ping draws a reset from the closed socket, and the door ends:
+    its calls are cancelled upstream."""
     closed = asyncio.Event()
     _scripted(upstream, closed)
-    client = await make_gateway(connections={"door_max_in_flight": 2})
+    # door_max_queued_bytes also bounds what the door reads ahead of what it serves: the least, so it fills soon.
+    client = await make_gateway(connections={"door_max_in_flight": 2, "door_max_queued_bytes": 1024})
     gw = client.server.app[GATEWAY]
     sock = await _raw_websocket(client.make_url("/ws"))
     await _raw_send(sock, INIT)
     await until(lambda: _counted(gw, (1, 1)), "the door's session is stored")
     # The door is done with the initialize once its answer waits on the socket (left there for the drain below).
     await until(lambda: select.select([sock], [], [], 0)[0], "the door answers the initialize")
-    ident, stalled = 2, 0
-    while stalled < 5:  # until neither kernel takes more (the door reads 2 of these): the rest wait in ours
+    ident, stalled, frame = 2, 0, b""
+    while stalled < 5:  # until neither kernel takes more (the door serves 2 of these): the rest wait in ours
         stalled += 1
         with contextlib.suppress(BlockingIOError):
             while True:
-                payload = json.dumps(_call(ident, "hang")).encode()
-                sock.send(b"\x81" + bytes([0x80 | len(payload)]) + b"\0\0\0\0" + payload)
-                ident, stalled = ident + 1, 0
+                if not frame:
+                    payload = json.dumps(_call(ident, "hang")).encode()
+                    frame, ident = b"\x81" + bytes([0x80 | len(payload)]) + b"\0\0\0\0" + payload, ident + 1
+                # A frame the kernel takes in part is finished next time: the stream stays whole frames.
+                frame, stalled = frame[sock.send(frame):], 0
         await asyncio.sleep(0.1)  # sleep: the kernels' time to drain before the next fill (5 stalls: full)
     assert await _hangs(upstream) == 2 and not closed.is_set()
     with contextlib.suppress(BlockingIOError):
