@@ -10,10 +10,11 @@ not taken. Delivered notifications go onto the session's GET stream with ``subsc
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, Final
+from typing import Final
 
 from adapters.capabilities import BridgedFeatures, wants_listen
 from adapters.errors import INVALID_PARAMS, ErrorValue, UpstreamFault, translate_upstream_error
+from adapters.jsonwire import JsonArray, JsonObject, JsonValue, JsonView, members
 from adapters.protocol import LOG_LEVELS, SUBSCRIPTION_ID_META_KEY
 
 _DELIVERED = frozenset({
@@ -23,12 +24,12 @@ _DELIVERED = frozenset({
 ACK = "notifications/subscriptions/acknowledged"
 
 
-def listen_filter(server_caps: Mapping[str, Any] | None, subscriptions: list[str],
-                  features: BridgedFeatures) -> dict[str, Any]:
+def listen_filter(server_caps: JsonView | None, subscriptions: list[str],
+                  features: BridgedFeatures) -> JsonObject:
     """The filter for a session: the list_changed families we claimed, plus the subscribed URIs."""
-    out: dict[str, Any] = {k: True for k, v in wants_listen(server_caps, features).items() if v}
+    out: JsonObject = {k: True for k, v in wants_listen(server_caps, features).items() if v}
     if subscriptions and features.resource_subscribe:
-        out["resourceSubscriptions"] = sorted(set(subscriptions))
+        out["resourceSubscriptions"] = [*sorted(set(subscriptions))]
     return out
 
 
@@ -44,18 +45,18 @@ def apply_subscribes(current: list[str], changes: list[tuple[str, bool]]) -> lis
     return current
 
 
-def subscribe_uri(params: Any) -> str | ErrorValue:
+def subscribe_uri(params: JsonValue) -> str | ErrorValue:
     uri = params.get("uri") if isinstance(params, Mapping) else None
     if not isinstance(uri, str) or not uri:
         return ErrorValue(INVALID_PARAMS, "params.uri must be a non-empty string")
     return uri
 
 
-def is_ack(message: Mapping[str, Any]) -> bool:
+def is_ack(message: JsonView) -> bool:
     return message.get("method") == ACK
 
 
-def listen_refusal(message: Mapping[str, Any], listen_id: Any) -> ErrorValue | None:
+def listen_refusal(message: JsonView, listen_id: JsonValue) -> ErrorValue | None:
     """The upstream's JSON-RPC error answering our listen (unknown resource, auth...), as the legacy client is to
     see it; None for anything else. The id may be null: rejected before the id was read (2026-07-28 basic
     §Error Codes)."""
@@ -65,14 +66,15 @@ def listen_refusal(message: Mapping[str, Any], listen_id: Any) -> ErrorValue | N
     return translate_upstream_error(error)
 
 
-def unhonoured(ack: Mapping[str, Any], wanted: Mapping[str, Any]) -> list[str]:
+def unhonoured(ack: JsonView, wanted: JsonView) -> list[str]:
     """The wanted ``resourceSubscriptions`` the acknowledgement's filter leaves out (2026-07-28 basic/patterns
     §Subscriptions). Left-out list_changed families are not counted: the session simply receives none of those."""
     params = ack.get("params")
     granted = params.get("notifications") if isinstance(params, Mapping) else None
     uris = granted.get("resourceSubscriptions") if isinstance(granted, Mapping) else None
     kept = {u for u in uris if isinstance(u, str)} if isinstance(uris, list) else set()
-    return [u for u in wanted.get("resourceSubscriptions", ()) if u not in kept]
+    asked = wanted.get("resourceSubscriptions")
+    return [u for u in asked if isinstance(u, str) and u not in kept] if isinstance(asked, list) else []
 
 
 def unhonoured_error(uris: list[str]) -> ErrorValue:
@@ -97,16 +99,17 @@ def worth_retrying(error: ErrorValue) -> bool:
     return isinstance(data, Mapping) and data.get("upstream") in _TRANSIENT
 
 
-def without_uris(filter_: Mapping[str, Any], uris: list[str]) -> dict[str, Any]:
+def without_uris(filter_: JsonView, uris: list[str]) -> JsonObject:
     """``filter_`` less the subscriptions to ``uris``: what a re-opened listen still honours."""
     out = dict(filter_)
-    kept = [u for u in out.pop("resourceSubscriptions", ()) if u not in uris]
+    listed = out.pop("resourceSubscriptions", None)
+    kept: JsonArray = [u for u in listed if u not in uris] if isinstance(listed, list) else []
     if kept:
         out["resourceSubscriptions"] = kept
     return out
 
 
-def gateway_warning(log_level: str | None, text: str, data: Mapping[str, Any]) -> dict[str, Any] | None:
+def gateway_warning(log_level: str | None, text: str, data: JsonView) -> JsonObject | None:
     """A ``notifications/message`` from the gateway itself for the session's GET stream, or None: only to a
     session whose ``logging/setLevel`` admits warnings (2025-11-25 server/utilities/logging), since no other legacy
     message can tell a client that a subscription it was granted has stopped."""
@@ -116,18 +119,18 @@ def gateway_warning(log_level: str | None, text: str, data: Mapping[str, Any]) -
             "params": {"level": "warning", "logger": "gateway", "data": {"message": text, **data}}}
 
 
-def legacy_notification(message: Mapping[str, Any]) -> dict[str, Any] | None:
+def legacy_notification(message: JsonView) -> JsonObject | None:
     """A listen-stream notification for the GET stream, or None (ack, results, unknown methods)."""
     method = message.get("method")
     if method not in _DELIVERED or "id" in message:
         return None
-    params = dict(message.get("params") or {}) if isinstance(message.get("params"), Mapping) else {}
+    params = dict(members(message.get("params")))
     meta = params.pop("_meta", None)
     if isinstance(meta, Mapping):
         rest = {k: v for k, v in meta.items() if k != SUBSCRIPTION_ID_META_KEY}
         if rest:
             params["_meta"] = rest
-    out: dict[str, Any] = {"jsonrpc": "2.0", "method": method}
+    out: JsonObject = {"jsonrpc": "2.0", "method": method}
     if params:
         out["params"] = params
     return out
@@ -137,7 +140,7 @@ _STALE_LISTS: Final = {"notifications/tools/list_changed": "tools/list",
                       "notifications/prompts/list_changed": "prompts/list",
                       "notifications/resources/list_changed": "resources/list"}
 
-def invalidates(message: Mapping[str, Any]) -> str | None:
+def invalidates(message: JsonView) -> str | None:
     """Which cached method a delivered notification makes stale (2026-07-28 server/utilities §Caching: list_changed
     invalidates)."""
     return _STALE_LISTS.get(str(message.get("method")))
