@@ -29,12 +29,11 @@ import hashlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from fnmatch import fnmatchcase
-from typing import Any
 
 from adapters.authz import Principal
 from adapters.bridge import BridgeLimits
 from adapters.errors import INVALID_PARAMS, UNSUPPORTED_PROTOCOL_VERSION, ErrorValue
-from adapters.jsonwire import JsonObject
+from adapters.jsonwire import JsonObject, JsonValue, JsonView, members
 from adapters.protocol import HANDSHAKE_VERSIONS, LEGACY_VERSIONS, MODERN_VERSION
 from adapters.tool_policy import OPEN, ToolPolicy, policy_from_record, policy_record
 
@@ -56,7 +55,7 @@ class Peer:
     input_kinds: tuple[str, ...] = INPUT_KINDS
     max_rounds: int | None = None
     answer_timeout_seconds: float | None = None
-    extra: Mapping[str, Any] = field(default_factory=dict)
+    extra: Mapping[str, object] = field(default_factory=dict)
     trace: bool | None = None  # translation traces and spans for this peer (None: the gateway's [gateway.trace])
     trace_content: bool | None = None  # with content (None: the gateway's)
     # Token-claim conditions (a verified token's, adapters.authz.Principal): globs, globs, scopes all held.
@@ -78,7 +77,7 @@ class Peer:
         return MODERN_VERSION in self.revisions
 
 
-def _claims(peer: Peer, client_info: Mapping[str, Any] | None) -> bool:
+def _claims(peer: Peer, client_info: JsonView | None) -> bool:
     if peer.client_name is None and peer.client_version is None:
         return False
     info = client_info if isinstance(client_info, Mapping) else {}
@@ -98,7 +97,7 @@ def _token_claims(peer: Peer, grant: Principal | None) -> bool:
 
 
 def match_peer(peers: Sequence[Peer], default: Peer, principal: str,
-               client_info: Mapping[str, Any] | None, grant: Principal | None = None) -> Peer:
+               client_info: JsonView | None, grant: Principal | None = None) -> Peer:
     """The peer of a request's credential, else of its clientInfo, else the default (module docstring).
     ``grant``: the verified token's claims ([gateway.auth]), never the token."""
     for peer in peers:
@@ -139,7 +138,7 @@ def admit_initialize(peer: Peer, negotiated: str, today: str) -> ErrorValue | No
     return None
 
 
-def legacy_answer_version(peer: Peer, requested: Any, offered: tuple[str, ...] = HANDSHAKE_VERSIONS) -> str:
+def legacy_answer_version(peer: Peer, requested: object, offered: tuple[str, ...] = HANDSHAKE_VERSIONS) -> str:
     """The legacy version to answer within this peer's pins and the revisions its door ``offered``
     (2025-11-25 basic/lifecycle: echo, else our latest)."""
     allowed = tuple(r for r in peer.legacy if r in offered)
@@ -160,14 +159,19 @@ def admit_modern(peer: Peer, requested: str) -> ErrorValue | None:
                       log=f"legacy-pinned peer {peer.name} sent a modern request")
 
 
-def deprecation_meta(peer: Peer, today: str) -> dict[str, Any] | None:
+def deprecation_meta(peer: Peer, today: str) -> JsonObject | None:
     """The operator's notice for legacy sessions before the sunset, as a result ``_meta`` entry."""
+    notice = _notice(peer, today)
+    return None if notice is None else {DEPRECATION_META_KEY: notice}
+
+
+def _notice(peer: Peer, today: str) -> JsonObject | None:
     if peer.deprecation_notice is None or sunset_passed(peer, today):
         return None
-    notice: dict[str, Any] = {"message": peer.deprecation_notice, "moveTo": MODERN_VERSION}
+    notice: JsonObject = {"message": peer.deprecation_notice, "moveTo": MODERN_VERSION}
     if peer.sunset is not None:
         notice["sunset"] = peer.sunset
-    return {DEPRECATION_META_KEY: notice}
+    return notice
 
 
 def pick_upstream(peer: Peer, session_key: str, seed: str) -> str:
@@ -181,7 +185,7 @@ def pick_upstream(peer: Peer, session_key: str, seed: str) -> str:
     return peer.upstream
 
 
-def allowed_input_kind(peer: Peer, method: str, params: Mapping[str, Any]) -> str | None:
+def allowed_input_kind(peer: Peer, method: str, params: JsonView) -> str | None:
     """None when the peer's bridge policy allows this input request, else the kind it refuses."""
     kind = {"sampling/createMessage": "sampling", "roots/list": "roots"}.get(method)
     if method == "elicitation/create":
@@ -189,34 +193,51 @@ def allowed_input_kind(peer: Peer, method: str, params: Mapping[str, Any]) -> st
     return None if kind is None or kind in peer.input_kinds else kind
 
 
-def peer_record(peer: Peer) -> dict[str, Any]:
+def peer_record(peer: Peer) -> JsonObject:
     """A JSON-compatible snapshot of a peer's pins, kept in the session record (the tool policy and matched
     scopes only when there are some: every idle session holds its record)."""
-    record: dict[str, Any] = {
-        "name": peer.name, "revisions": list(peer.revisions), "sunset": peer.sunset,
+    record: JsonObject = {
+        "name": peer.name, "revisions": [*peer.revisions], "sunset": peer.sunset,
         "deprecation_notice": peer.deprecation_notice, "upstream": peer.upstream,
-        "input_kinds": list(peer.input_kinds), "max_rounds": peer.max_rounds,
+        "input_kinds": [*peer.input_kinds], "max_rounds": peer.max_rounds,
         "answer_timeout_seconds": peer.answer_timeout_seconds, "trace": peer.trace,
         "trace_content": peer.trace_content}
     if peer.scopes:
-        record["scopes"] = list(peer.scopes)
+        record["scopes"] = [*peer.scopes]
     if not peer.tools.open:
         record["tools"] = policy_record(peer.tools)
     return record
 
 
-def peer_from_record(data: Mapping[str, Any]) -> Peer:
+def peer_from_record(data: JsonView) -> Peer:
+    """The peer :func:`peer_record` wrote (a session's pins), each member read as the type it was written."""
     if not data:
         return Peer("default")
-    return Peer(data["name"], tuple(data["revisions"]), sunset=data.get("sunset"),
-                deprecation_notice=data.get("deprecation_notice"),
-                upstream=data.get("upstream", "default"), input_kinds=tuple(data.get("input_kinds", INPUT_KINDS)),
-                max_rounds=data.get("max_rounds"), answer_timeout_seconds=data.get("answer_timeout_seconds"),
-                trace=data.get("trace"), trace_content=data.get("trace_content"),
-                scopes=tuple(data.get("scopes", ())), tools=policy_from_record(data.get("tools")))
+    rounds, timeout, upstream = data.get("max_rounds"), data.get("answer_timeout_seconds"), data.get("upstream")
+    return Peer(str(data["name"]), _texts(data.get("revisions"), ()), sunset=_text(data.get("sunset")),
+                deprecation_notice=_text(data.get("deprecation_notice")),
+                upstream=upstream if isinstance(upstream, str) else "default",
+                input_kinds=_texts(data.get("input_kinds"), INPUT_KINDS),
+                max_rounds=rounds if isinstance(rounds, int) and not isinstance(rounds, bool) else None,
+                answer_timeout_seconds=float(timeout) if isinstance(timeout, int | float)
+                and not isinstance(timeout, bool) else None,
+                trace=_flag(data.get("trace")), trace_content=_flag(data.get("trace_content")),
+                scopes=_texts(data.get("scopes"), ()), tools=policy_from_record(data.get("tools")))
 
 
-def client_info_of(initialize: bool, params: Mapping[str, Any]) -> Mapping[str, Any] | None:
+def _text(value: JsonValue) -> str | None:
+    return value if isinstance(value, str) else None
+
+
+def _texts(value: JsonValue, default: tuple[str, ...]) -> tuple[str, ...]:
+    return tuple(v for v in value if isinstance(v, str)) if isinstance(value, list) else default
+
+
+def _flag(value: JsonValue) -> bool | None:
+    return value if isinstance(value, bool) else None
+
+
+def client_info_of(initialize: bool, params: JsonView) -> JsonView | None:
     """The clientInfo a session-less request reports: the handshake's own (2025-11-25 basic/lifecycle), or a
     2026-07-28 request's ``_meta`` entry (2026-07-28 basic §_meta)."""
     meta = params.get("_meta")
@@ -233,7 +254,7 @@ def trace_policy(peer: Peer | None, enabled: bool, content: bool) -> tuple[bool,
             content if peer.trace_content is None else peer.trace_content)
 
 
-def mask_capabilities(caps: Mapping[str, Any], peer: Peer) -> dict[str, Any]:
+def mask_capabilities(caps: JsonView, peer: Peer) -> JsonObject:
     """The client's capabilities minus the input kinds this peer's bridge policy forbids.
 
     Masking at the capability level means the upstream is told the truth (it answers
@@ -257,23 +278,21 @@ def mask_capabilities(caps: Mapping[str, Any], peer: Peer) -> dict[str, Any]:
 
 def peer_limits(limits: BridgeLimits, peer: Peer) -> BridgeLimits:
     """The gateway-wide bridge limits, narrowed by the peer's own (the peer's bridge policy)."""
-    changes: dict[str, Any] = {}
     if peer.max_rounds is not None:
-        changes["max_rounds"] = min(limits.max_rounds, peer.max_rounds)
+        limits = replace(limits, max_rounds=min(limits.max_rounds, peer.max_rounds))
     if peer.answer_timeout_seconds is not None:
-        changes["client_answer_timeout_seconds"] = peer.answer_timeout_seconds
-    return replace(limits, **changes) if changes else limits
+        limits = replace(limits, client_answer_timeout_seconds=peer.answer_timeout_seconds)
+    return limits
 
 
-def with_notice(result: dict[str, Any], peer: Peer, today: str) -> dict[str, Any]:
+def with_notice(result: JsonObject, peer: Peer, today: str) -> JsonObject:
     """An InitializeResult carrying the peer's deprecation notice: in ``_meta`` for programs, and appended to
     ``instructions`` so the people reading them see it too."""
-    meta = deprecation_meta(peer, today)
-    if meta is None:
+    notice = _notice(peer, today)
+    if notice is None:
         return result
     out = dict(result)
-    out["_meta"] = {**(result.get("_meta") or {}), **meta}
-    notice = meta[DEPRECATION_META_KEY]
+    out["_meta"] = {**members(result.get("_meta")), DEPRECATION_META_KEY: notice}
     when = f" Legacy access ends after {notice['sunset']}." if "sunset" in notice else ""
     line = f"Deprecation notice: {notice['message']}{when} Move to MCP {MODERN_VERSION}."
     out["instructions"] = f"{result['instructions']}\n\n{line}" if result.get("instructions") else line
