@@ -31,6 +31,7 @@ from adapters.protocol import (
     NAME_PARAM,
     PROTOCOL_VERSION_META_KEY,
     SERVER_INFO_META_KEY,
+    TASK_NAME_PARAM,
 )
 
 SUPPORTED: Final = (MODERN_VERSION,)
@@ -49,7 +50,9 @@ RELAYED: Final[Mapping[str, str | None]] = {
     "resources/templates/list": "resources", "completion/complete": "completions",
     # served from the session's GET stream and resources/subscribe (adapters.reverse_listen), what the server
     # offers of it told in the acknowledgement
-    "subscriptions/listen": None}
+    "subscriptions/listen": None,
+    # the tasks extension's requests, on a server with 2025 tasks (adapters.reverse_tasks)
+    "tasks/get": "tasks", "tasks/update": "tasks", "tasks/cancel": "tasks"}
 # What a retry relayed to the replica holding its call carries of its HTTP request: the headers the ladder checks.
 ROUTING_HEADERS: Final = frozenset({"mcp-protocol-version", "mcp-method", "mcp-name"})
 _SENTINEL = re.compile(r"=\?base64\?([A-Za-z0-9+/=]*)\?=")
@@ -154,7 +157,7 @@ def validate(headers: Mapping[str, str], message: Mapping[str, Any],
 def _routing(headers: Mapping[str, str], method: str, params: Mapping[str, Any]) -> Refused | None:
     if headers.get("mcp-method") != method:
         return _bad(400, HEADER_MISMATCH, f"the Mcp-Method header must be present and equal {method!r}")
-    key = NAME_PARAM.get(method)
+    key = NAME_PARAM.get(method) or TASK_NAME_PARAM.get(method)  # ext-tasks: Mcp-Name carries the taskId
     if key is None:
         return None
     value = params.get(key)
@@ -222,9 +225,10 @@ def gated_open(method: str, server_caps: Mapping[str, Any] | None) -> bool:
 
 
 def legacy_params(params: Mapping[str, Any]) -> dict[str, Any]:
-    """A 2026 request's params for the 2025 server: the protocol ``_meta`` keys (said once, at ``initialize``)
-    and the MRTR fields removed; other ``_meta`` keys (``progressToken``, tracing, vendors') stay."""
-    out = {k: v for k, v in params.items() if k not in ("_meta", "inputResponses", "requestState")}
+    """A 2026 request's params for the 2025 server: the protocol ``_meta`` keys (said once, at ``initialize``),
+    the MRTR fields and a v1 ``task`` hint (not a 2026 field: whether a call runs as a 2025 task is the gateway's
+    choice, adapters.reverse_tasks) removed; other ``_meta`` keys (``progressToken``, tracing, vendors') stay."""
+    out = {k: v for k, v in params.items() if k not in ("_meta", "inputResponses", "requestState", "task")}
     meta = params.get("_meta")
     if isinstance(meta, Mapping):
         kept = {k: v for k, v in meta.items() if k not in _MIRRORED}

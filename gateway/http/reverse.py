@@ -30,6 +30,7 @@ from multidict import CIMultiDict
 
 from adapters import reverse as R
 from adapters import reverse_listen as RL
+from adapters import reverse_tasks as RT
 from adapters import reverse_wire as W
 from adapters.credentials import Grant, Refusal, after_refusal
 from adapters.errors import (
@@ -47,6 +48,7 @@ from adapters.upstream import header_map_of, learned_header_maps
 from adapters.usage import RelayedAnswer
 from gateway.auth.credentials import CredentialError, UpstreamCredentials
 from gateway.http.passthrough import Passthroughs
+from gateway.http.reverse_tasks import ReverseTasks
 from gateway.http.streams import json_response
 from gateway.session.runtime import log
 from gateway.upstream.legacy_session import BROKE, GONE, LegacyFailure, LegacySession, Message, SessionGone
@@ -133,6 +135,7 @@ class Pooled:
     # The x-mcp-header maps of its server's tools (adapters.upstream.learned_header_maps); None: not learned yet,
     # or the server said its tools changed since.
     header_maps: dict[str, Any] | None = None
+    task_support: dict[str, RT.Support] | None = None  # each tool's execution.taskSupport, learned with those
 
 
 @dataclass(eq=False)
@@ -178,6 +181,8 @@ class ReverseBridge:
         # The upstream's credential (``[gateway.upstream_auth]`` / ``[upstreams.NAME] auth``), the one its forward
         # client holds (gateway.http.reverse_bridges); None: none is sent.
         self.credentials: Callable[[], UpstreamCredentials | None] = lambda: None
+        # 2026 tasks on the server's 2025 tasks (docs/design/eras.md#tasks-in-reverse)
+        self.legacy_tasks = ReverseTasks()
 
     def spawn(self, step: Any) -> None:
         task = asyncio.create_task(step)
@@ -202,6 +207,7 @@ class ReverseBridge:
             self.reaper.cancel()
         for call in list(self.parked.values()):
             await self._feed(call, R.AnswerTimedOut(call.state.round))
+        await self.legacy_tasks.close()
         await asyncio.gather(*(self._drop(key) for key in list(self.pool)), return_exceptions=True)
         for http in (self.http, self.streams):
             if http is not None:
@@ -303,7 +309,7 @@ class ReverseBridge:
     def _changed(self, pooled: Pooled, message: Message | None) -> None:
         """A notification of the GET stream goes to each listen of the session; None (it ended) ends them."""
         if message is not None and message.get("method") == "notifications/tools/list_changed":
-            pooled.header_maps = None  # learned again on the next call
+            pooled.header_maps = pooled.task_support = None  # learned again on the next call
         for queue in pooled.listens:
             queue.put_nowait(message)
 
@@ -383,7 +389,10 @@ class ReverseBridge:
             if not W.gated_open(req.method, caps if isinstance(caps, Mapping) else {}):
                 return answer(req.ident, error=ErrorValue(METHOD_NOT_FOUND, f"method not found: {req.method}"))
             if req.method == "server/discover":
-                return answer(req.ident, W.discover_result(pooled.session.initialized))
+                return answer(req.ident, RT.discover(W.discover_result(pooled.session.initialized), caps))
+            if req.method in RT.METHODS:
+                result, error = await self.legacy_tasks.handle(req, principal, RT.offered(caps))
+                return answer(req.ident, result, error)
             try:
                 if req.method == "subscriptions/listen":
                     return await self._listen(request, pooled, req, relays)
@@ -391,6 +400,15 @@ class ReverseBridge:
                 refused = await self._param_headers(pooled, request.headers, req)
                 if refused is not None:
                     return answer(req.ident, error=refused.error)
+                if req.method == "tools/call":  # as a task? (docs/design/eras.md#tasks-in-reverse)
+                    tool = str(req.params.get("name"))
+                    runs = RT.dispatch(RT.offered(caps), RT.declared(req.capabilities),
+                                       RT.support_of(pooled.task_support, tool))
+                    if runs is RT.Dispatch.REFUSE:
+                        return answer(req.ident, error=RT.required_error(tool))
+                    if runs is RT.Dispatch.TASK:
+                        result, error = await self.legacy_tasks.create(pooled, req, principal)
+                        return answer(req.ident, result, error)
                 return await self._relay(request, pooled, req, principal, relays, watch)
             except SessionGone:  # 2025-11-25 basic/transports §Session Management: 404 -> initialize again
                 if attempt:
@@ -630,7 +648,7 @@ class ReverseBridge:
         learned from the session's ``tools/list`` on its first call."""
         if req.method != "tools/call":
             return None
-        if pooled.header_maps is None:
+        if pooled.header_maps is None or pooled.task_support is None:
             pooled.header_maps = await self._learn_header_maps(pooled)
         header_map = header_map_of(pooled.header_maps, str(req.params.get("name")))
         return W.param_header_refusal(header_map, req.params.get("arguments"), headers) if header_map else None
@@ -639,6 +657,7 @@ class ReverseBridge:
         """Every page of the server's ``tools/list`` (at most ``_TOOL_PAGES``); None when it could not be read:
         the call goes on unchecked, and the next one tries again."""
         maps: dict[str, Any] = {}
+        supports: dict[str, RT.Support] = {}
         cursor: Any = None
         for _ in range(_TOOL_PAGES):
             try:
@@ -650,9 +669,11 @@ class ReverseBridge:
             if not isinstance(result, Mapping):
                 return None
             maps = learned_header_maps(maps, result) or maps
+            supports = RT.learned_support(supports, result)
             cursor = result.get("nextCursor")
             if not isinstance(cursor, str):
                 break
+        pooled.task_support = supports
         return maps
 
     async def _set_level(self, pooled: Pooled, level: str | None) -> None:

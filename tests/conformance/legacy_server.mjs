@@ -14,6 +14,7 @@ import { randomUUID } from 'node:crypto';
 import { createServer } from 'node:http';
 import { Server } from '@modelcontextprotocol/sdk/server/index.js';
 import { StreamableHTTPServerTransport } from '@modelcontextprotocol/sdk/server/streamableHttp.js';
+import { InMemoryTaskMessageQueue, InMemoryTaskStore } from '@modelcontextprotocol/sdk/experimental/tasks';
 import {
   CallToolRequestSchema, CompleteRequestSchema, ErrorCode, GetPromptRequestSchema, ListPromptsRequestSchema,
   ListResourcesRequestSchema, ListResourceTemplatesRequestSchema, ListToolsRequestSchema, McpError,
@@ -67,6 +68,7 @@ function asker(server, extra) {
 // ---------------------------------------------------------------------------------------------- tools
 const TOOLS = {
   test_simple_text: [NO_ARGS, async () => text('This is a simple text response for testing.')],
+  greet: [stringArg('name', 'Who to greet'), async (args) => text(`Hello, ${args.name}!`)],
   test_image_content: [NO_ARGS, async () => ({ content: [{ type: 'image', data: IMAGE_PNG, mimeType: 'image/png' }] })],
   test_audio_content: [NO_ARGS, async () => ({ content: [{ type: 'audio', data: AUDIO_WAV, mimeType: 'audio/wav' }] })],
   test_embedded_resource: [NO_ARGS, async () => ({ content: [{ type: 'resource', resource: {
@@ -210,6 +212,96 @@ const TOOLS = {
   }],
 };
 
+// ---------------------------------------------------------------------------------------------- 2025 tasks
+// The tasks-* scenarios' fixtures (greet, slow_compute, failing_job, protocol_error_job, confirm_delete,
+// multi_input, test_tool_with_task) as a 2025-11-25 server has them (basic/utilities/tasks): the client asks for a
+// task with `params.task` on a tool whose `execution.taskSupport` allows it; the server answers `{task}` at once
+// and runs the job in the background; its questions go to the task's message queue with `relatedTask` (the
+// SDK delivers them on the client's `tasks/result` stream) while the task is `input_required`; `tasks/result`
+// answers the stored result. Called without `params.task`, an optional tool runs inline, asking live.
+const tasks = new InMemoryTaskStore(); // one store: the SDK binds each task to the session that created it
+const POLL_MS = 100;
+
+// What a job sees: how to ask (within its task, or live on its call) and whether its task was cancelled.
+function jobContext(server, extra, taskId) {
+  if (!taskId) {
+    return { ask: (params) => asker(server, extra).elicit(params), cancelled: async () => false };
+  }
+  const store = extra.taskStore;
+  return {
+    ask: async (params) => {
+      await store.updateTaskStatus(taskId, 'input_required').catch(() => {});
+      const answer = await server.elicitInput(params, { relatedTask: { taskId }, timeout: 600000 });
+      const now = await store.getTask(taskId).catch(() => null);
+      if (now?.status === 'input_required') await store.updateTaskStatus(taskId, 'working').catch(() => {});
+      return answer;
+    },
+    cancelled: async () => (await store.getTask(taskId).catch(() => null))?.status === 'cancelled',
+  };
+}
+
+async function pause(ctx, seconds) { // a sleep a cancel ends early
+  const until = Date.now() + seconds * 1000;
+  while (Date.now() < until) {
+    if (await ctx.cancelled()) return false;
+    await sleep(Math.min(POLL_MS, until - Date.now()));
+  }
+  return true;
+}
+
+// name -> [inputSchema, taskSupport, job]; a job answers [status, result] (a 2025 server fails the task of a
+// tool that reported an error, which the gateway reports to 2026 clients as completed with isError).
+const TASK_TOOLS = {
+  slow_compute: [{ type: 'object', properties: { seconds: { type: 'number' }, label: { type: 'string' } } }, 'optional',
+    async (args, ctx) => {
+      const seconds = Number(args.seconds ?? 1);
+      if (!(await pause(ctx, seconds))) return null;
+      return ['completed', text(`computed ${args.label ?? 'result'} after ${seconds}s`)];
+    }],
+  failing_job: [NO_ARGS, 'required', async (args, ctx) => {
+    if (!(await pause(ctx, 1))) return null;
+    return ['failed', text('failing_job failed, as it always does', true)];
+  }],
+  protocol_error_job: [NO_ARGS, 'optional', async () => ['failed', { content: [] }]],
+  confirm_delete: [stringArg('filename', 'The file to delete'), 'optional', async (args, ctx) => {
+    const answer = await ctx.ask(form(`Delete ${args.filename}?`, { confirm: { type: 'boolean' } }, ['confirm']));
+    const yes = answer.action === 'accept' && answer.content?.confirm === true;
+    return ['completed', text(yes ? `deleted ${args.filename}` : `kept ${args.filename}`)];
+  }],
+  multi_input: [NO_ARGS, 'optional', async (args, ctx) => {
+    const fields = { name: { type: 'string' }, confirm: { type: 'boolean' } };
+    const [first, second] = await Promise.all([ctx.ask(form('First input?', fields)), ctx.ask(form('Second input?', fields))]);
+    return ['completed', text(`first=${field(first, 'name')} second=${field(second, 'name')}`)];
+  }],
+  test_tool_with_task: [NO_ARGS, 'required', async (args, ctx) => {
+    const answer = await ctx.ask(form('What is your name?', { user_name: { type: 'string' } }, ['user_name']));
+    return ['completed', text(`Hello, ${field(answer, 'user_name')}!`)];
+  }],
+};
+
+async function callTaskTool(name, request, extra, server) {
+  const [, support, job] = TASK_TOOLS[name];
+  const args = request.params.arguments ?? {};
+  const wanted = request.params.task;
+  if (!wanted) {
+    if (support === 'required') throw new McpError(ErrorCode.MethodNotFound, `${name} runs only as a task`);
+    const [, result] = (await job(args, jobContext(server, extra, null))) ?? [null, text('cancelled')];
+    return result;
+  }
+  const task = await extra.taskStore.createTask({ ttl: wanted.ttl ?? 300000, pollInterval: POLL_MS });
+  (async () => {
+    try {
+      const done = await job(args, jobContext(server, extra, task.taskId));
+      if (done) await extra.taskStore.storeTaskResult(task.taskId, done[0], done[1]);
+    } catch (error) {
+      // cancelled meanwhile (a terminal task takes no result), or the job broke: the task failed
+      await extra.taskStore.storeTaskResult(task.taskId, 'failed', text(String(error?.message ?? error), true))
+        .catch(() => {});
+    }
+  })();
+  return { task };
+}
+
 async function broadcast(send) {
   for (const { server } of sessions.values()) {
     await send(server).catch(() => {}); // a session that ended meanwhile
@@ -267,12 +359,17 @@ function read(uri) {
 function newServer() {
   const server = new Server({ name: 'conformance-legacy-ts', version: '1.0.0' }, {
     capabilities: { tools: { listChanged: true }, prompts: { listChanged: true }, completions: {}, logging: {},
-      resources: { subscribe: true, listChanged: true } },
+      resources: { subscribe: true, listChanged: true },
+      tasks: { list: {}, cancel: {}, requests: { tools: { call: {} } } } },
+    taskStore: tasks, taskMessageQueue: new InMemoryTaskMessageQueue(), defaultTaskPollInterval: POLL_MS,
     instructions: 'A 2025-11-25-only server (TypeScript SDK 1.x) with the conformance suite\'s tools.',
   });
   server.setRequestHandler(ListToolsRequestSchema, async () => ({
-    tools: Object.entries(TOOLS).map(([name, [inputSchema]]) => ({ name, description: name, inputSchema })) }));
+    tools: [...Object.entries(TOOLS).map(([name, [inputSchema]]) => ({ name, description: name, inputSchema })),
+      ...Object.entries(TASK_TOOLS).map(([name, [inputSchema, taskSupport]]) => (
+        { name, description: name, inputSchema, execution: { taskSupport } }))] }));
   server.setRequestHandler(CallToolRequestSchema, async (request, extra) => {
+    if (TASK_TOOLS[request.params.name]) return callTaskTool(request.params.name, request, extra, server);
     const tool = TOOLS[request.params.name];
     if (!tool) throw new McpError(ErrorCode.InvalidParams, `Unknown tool: ${request.params.name}`);
     return tool[1](request.params.arguments ?? {}, extra, server);

@@ -1,0 +1,201 @@
+"""The reverse bridge's tasks (docs/design/eras.md#tasks-in-reverse): a 2026-07-28 client's task-augmented
+``tools/call``, ``tasks/get``, ``tasks/update`` and ``tasks/cancel`` performed on a 2025-11-25 server's tasks.
+
+Owns the registry of the tasks created through this replica (by principal and the upstream's opaque task id), the
+pooled session each was created on (a 2025 server binds a task to its session: every request about it rides
+that one, which stays open while the task lives), and each task's *driver*: the upstream ``tasks/result`` read
+from creation until it answers, whose streamed requests become the task's ``inputRequests``. The rules are
+``adapters.reverse_tasks``'s; this module only performs them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import aiohttp
+
+from adapters import reverse_tasks as RT
+from adapters.errors import ErrorValue, UpstreamFault, upstream_failure
+from adapters.jsonwire import JsonObject, members
+from adapters.reverse_wire import Request, complete_result, modern_error
+from gateway.session.runtime import log
+from gateway.upstream.legacy_session import BROKE, GONE, LegacyFailure, LegacySession, SessionGone
+
+_FAILURES = (LegacyFailure, SessionGone, aiohttp.ClientError, TimeoutError, ValueError)
+Answer = tuple[JsonObject | None, ErrorValue | None]
+
+
+class Holding(Protocol):
+    """What a task needs of its pooled session (gateway.http.reverse.Pooled): the session, and the count that
+    keeps the pool from closing it."""
+
+    session: LegacySession
+    busy: int
+
+
+@dataclass(eq=False)
+class Entry:
+    pooled: Holding
+    state: RT.TaskState
+    driver: asyncio.Task[None] | None = None
+    held: bool = True  # counted in pooled.busy until the task is terminal here
+
+
+class ReverseTasks:
+    """The tasks of one reverse-bridged upstream."""
+
+    def __init__(self, limits: RT.TaskLimits | None = None) -> None:
+        self.limits = limits or RT.TaskLimits()
+        self.entries: dict[tuple[str, str], Entry] = {}  # (principal, task id), oldest first
+
+    async def close(self) -> None:
+        for entry in self.entries.values():
+            if entry.driver is not None:
+                entry.driver.cancel()
+            self._release(entry)
+        self.entries.clear()
+
+    # --- creation -----------------------------------------------------------------------------------------
+    async def create(self, pooled: Holding, req: Request, principal: str) -> Answer:
+        """A task-augmented ``tools/call`` on the session; its CreateTaskResult, registered and driven."""
+        room = RT.make_room(tuple((key[1], self._terminal(e)) for key, e in self.entries.items()), self.limits)
+        if isinstance(room, ErrorValue):
+            return None, room
+        try:
+            said = await pooled.session.call("tools/call", RT.task_request(req.params))
+        except _FAILURES as exc:
+            return None, upstream_failure(UpstreamFault.SESSION, str(exc) or type(exc).__name__)
+        if "error" in said:
+            return None, modern_error(said["error"])
+        result = said.get("result")
+        made = RT.created(result)
+        if made is None:  # the server answered at once: a plain result
+            return complete_result("tools/call", result), None
+        if isinstance(made, ErrorValue):
+            return None, made
+        for key in [k for k in self.entries if k[1] in room]:
+            self._forget(key)
+        task_id = str(made["taskId"])
+        entry = Entry(pooled, RT.start(task_id, principal, req.capabilities))
+        pooled.busy += 1
+        self.entries[(principal, task_id)] = entry
+        self._drive(entry)
+        return made, None
+
+    # --- the task methods ---------------------------------------------------------------------------------
+    async def handle(self, req: Request, principal: str, offers: bool) -> Answer:
+        gate = RT.gate(req.method, RT.declared(req.capabilities), offers)
+        if gate is not None:
+            return None, gate
+        task_id = RT.task_id_of(req.params)
+        entry = self.entries.get((principal, task_id)) if task_id is not None else None
+        if entry is None:  # never created by this principal here: unknown, whoever created it upstream
+            return None, RT.unknown_task()
+        if req.method == "tasks/get":
+            return await self._get(entry)
+        if req.method == "tasks/update":
+            return await self._update(entry, req.params.get("inputResponses"))
+        return await self._cancel(entry)
+
+    async def _get(self, entry: Entry) -> Answer:
+        if entry.state.final is not None:
+            return entry.state.final, None
+        said = await self._upstream(entry, "tasks/get")
+        if isinstance(said, ErrorValue):
+            return None, said
+        entry.state, out = RT.detailed(entry.state, said)
+        if entry.state.final is not None:
+            self._release(entry)
+        elif entry.driver is None or entry.driver.done():
+            self._drive(entry)  # its tasks/result broke: read it again (a terminal task answers at once)
+        return (None, out) if isinstance(out, ErrorValue) else (out, None)
+
+    async def _update(self, entry: Entry, responses: Any) -> Answer:
+        step = RT.answered(entry.state, responses)
+        if isinstance(step, ErrorValue):
+            return None, step
+        entry.state, replies = step
+        for reply in replies:
+            await self._reply(entry, reply)
+        return RT.ack(), None
+
+    async def _cancel(self, entry: Entry) -> Answer:
+        """``tasks/cancel``: an ack, also for a task already terminal (2026 makes it idempotent; a 2025 server
+        refuses a terminal task's cancel, so its refusal is checked against the task's status)."""
+        if entry.state.final is not None:
+            return RT.ack(), None
+        said = await self._upstream(entry, "tasks/cancel")
+        if isinstance(said, ErrorValue):
+            now = await self._upstream(entry, "tasks/get")
+            if isinstance(now, ErrorValue) or not RT.terminal(now):
+                return None, said
+        entry.state = RT.cancelled(entry.state)
+        return RT.ack(), None
+
+    # --- upstream -----------------------------------------------------------------------------------------
+    async def _upstream(self, entry: Entry, method: str) -> JsonObject | ErrorValue:
+        try:
+            said = await entry.pooled.session.call(method, {"taskId": entry.state.task_id})
+        except _FAILURES as exc:
+            return upstream_failure(UpstreamFault.SESSION, str(exc) or type(exc).__name__)
+        if "error" in said:
+            return modern_error(said["error"])
+        result = said.get("result")
+        return dict(result) if isinstance(result, Mapping) else {}
+
+    async def _reply(self, entry: Entry, reply: RT.Reply) -> None:
+        error = reply.error.to_wire() if reply.error is not None else None
+        result = dict(reply.result) if reply.result is not None and error is None else None
+        with contextlib.suppress(*_FAILURES):
+            await entry.pooled.session.respond(reply.upstream_id, result, error)
+
+    def _drive(self, entry: Entry) -> None:
+        entry.driver = asyncio.create_task(self._read_result(entry))
+
+    async def _read_result(self, entry: Entry) -> None:
+        """The task's ``tasks/result``: its requests become pending questions, its answer the outcome. A broken
+        stream ends the driver without an outcome (the next tasks/get starts another)."""
+        session = entry.pooled.session
+        ident = session.new_id()
+        queue, reader = session.request({"jsonrpc": "2.0", "id": ident, "method": "tasks/result",
+                                         "params": {"taskId": entry.state.task_id}})
+        try:
+            while True:
+                message = await queue.get()
+                if BROKE in message or GONE in message:
+                    log.info("reverse bridge: the tasks/result of a task ended without its answer")
+                    return
+                method = message.get("method")
+                if isinstance(method, str) and "id" in message:
+                    entry.state, reply = RT.asked(entry.state, message["id"], method, members(message.get("params")))
+                    if reply is not None:
+                        await self._reply(entry, reply)
+                elif method is None and message.get("id") == ident:
+                    entry.state = RT.settled(entry.state, RT.Outcome(members(message.get("result")) if
+                                                                     "result" in message else None,
+                                                                     members(message.get("error")) if
+                                                                     "error" in message else None))
+                    return
+        finally:
+            reader.cancel()
+
+    # --- the registry -------------------------------------------------------------------------------------
+    @staticmethod
+    def _terminal(entry: Entry) -> bool:
+        return entry.state.final is not None
+
+    def _release(self, entry: Entry) -> None:
+        if entry.held:
+            entry.held = False
+            entry.pooled.busy -= 1
+
+    def _forget(self, key: tuple[str, str]) -> None:
+        entry = self.entries.pop(key, None)
+        if entry is not None:
+            if entry.driver is not None:
+                entry.driver.cancel()
+            self._release(entry)
