@@ -13,14 +13,14 @@ shape as the bridge limits (:func:`adapters.errors.limit_error`). A refusal neve
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Final
 
 from adapters.authz import PRINCIPAL_PREFIX
 from adapters.bridge import BridgeLimits
 from adapters.errors import ErrorValue, Rejection, limit_error, limit_rejection
-from adapters.jsonwire import dumps
+from adapters.jsonwire import JsonValue, JsonView, dumps
 from adapters.subscriptions import apply_subscribes
 
 ANONYMOUS: Final = "anonymous"  # the principal of every request without a credential (adapters.classify)
@@ -50,7 +50,7 @@ class SessionCounts:
     unverified: int | None = None
 
 
-def admit_session(counts: SessionCounts, limits: SessionLimits, ident: Any) -> Rejection | None:
+def admit_session(counts: SessionCounts, limits: SessionLimits, ident: JsonValue) -> Rejection | None:
     """Room for one more session, or an HTTP 503 naming the bound that is full: the gateway is at capacity,
     which is not the client's fault and may pass (sessions end or expire), so not a 4xx. A verified principal is
     never refused for what unverified ones hold beyond their allowance."""
@@ -120,7 +120,7 @@ def answer_verifies(has_credential: bool, credential_went_upstream: bool) -> boo
     return has_credential and credential_went_upstream
 
 
-def initialize_size_error(capabilities: Any, client_info: Any, limits: SessionLimits) -> ErrorValue | None:
+def initialize_size_error(capabilities: JsonValue, client_info: JsonValue, limits: SessionLimits) -> ErrorValue | None:
     """``clientInfo`` and ``capabilities`` are kept for the session's whole life: their encoded size together
     is bounded. Official SDK clients send well under 1 KiB (an icon given as a data: URI is the large case)."""
     size = len(dumps(capabilities)) + len(dumps(client_info))
@@ -142,13 +142,13 @@ def subscription_error(current: Sequence[str], uri: str, limits: SessionLimits) 
     return None
 
 
-def roots_cacheable(result: Mapping[str, Any], limits: SessionLimits) -> bool:
+def roots_cacheable(result: JsonView, limits: SessionLimits) -> bool:
     """A roots/list answer larger than ``max_cached_roots_bytes`` is used for its request but not kept: the next
     request asks the client again, which is correct, only slower (no error for the client to see)."""
     return len(dumps(result)) <= limits.max_cached_roots_bytes
 
 
-def header_maps_storable(maps: Mapping[str, Any], limits: SessionLimits) -> bool:
+def header_maps_storable(maps: JsonView, limits: SessionLimits) -> bool:
     """Whether a session's x-mcp-header maps go in its record, where every replica reads them; larger ones stay
     with the process that learned them (another replica learns them again on its first HEADER_MISMATCH), so no request
     parses them with its session record."""

@@ -20,10 +20,11 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Any, Final
+from typing import Final
 from urllib.parse import urlsplit
 
 from adapters.errors import AuthChallenge, ErrorValue, Reason, Rejection, reject
+from adapters.jsonwire import JsonObject, JsonView
 
 WELL_KNOWN: Final = "/.well-known/oauth-protected-resource"
 # Every principal a verified access token names starts so; classification makes none of its own that do.
@@ -117,9 +118,9 @@ def authorization_server_metadata_urls(issuer: str) -> tuple[str, ...]:
             f"{origin}/.well-known/openid-configuration{path}", f"{origin}{path}/.well-known/openid-configuration")
 
 
-def metadata(server: ResourceServer) -> dict[str, Any]:
+def metadata(server: ResourceServer) -> JsonObject:
     """The RFC 9728 §2 document (2025-11-25 basic/authorization, "Authorization Server Discovery")."""
-    doc: dict[str, Any] = {"resource": server.resource,
+    doc: JsonObject = {"resource": server.resource,
                            "authorization_servers": list(server.authorization_servers),
                            "bearer_methods_supported": ["header"]}
     if server.scopes_supported:
@@ -150,7 +151,7 @@ def looks_like_jwt(token: str) -> bool:
     return token.count(".") == 2
 
 
-def check_header(header: Mapping[str, Any]) -> Failure | None:
+def check_header(header: Mapping[str, object]) -> Failure | None:
     """The JOSE header before any key is looked up: an accepted algorithm and the access-token type."""
     alg = header.get("alg")
     if alg not in SIGNING_ALGORITHMS:
@@ -161,7 +162,7 @@ def check_header(header: Mapping[str, Any]) -> Failure | None:
     return None
 
 
-def scopes_of(claims: Mapping[str, Any]) -> frozenset[str]:
+def scopes_of(claims: Mapping[str, object]) -> frozenset[str]:
     """RFC 9068 §2.2.3 ``scope`` (space-separated), or the ``scp`` list some servers send instead."""
     scope = claims.get("scope")
     if isinstance(scope, str):
@@ -172,7 +173,7 @@ def scopes_of(claims: Mapping[str, Any]) -> frozenset[str]:
     return frozenset()
 
 
-def principal_of_claims(claims: Mapping[str, Any]) -> Principal | Failure:
+def principal_of_claims(claims: Mapping[str, object]) -> Principal | Failure:
     """The principal of verified claims (issuer and audience already checked by the verifier)."""
     issuer, subject = claims.get("iss"), claims.get("sub")
     if not isinstance(issuer, str) or not isinstance(subject, str) or not subject:
@@ -218,7 +219,7 @@ def challenge(server: ResourceServer, failure: Failure) -> str | None:
     return "Bearer " + ", ".join(parts)
 
 
-def refusal(server: ResourceServer, failure: Failure, ident: Any = None) -> Rejection:
+def refusal(server: ResourceServer, failure: Failure, ident: object = None) -> Rejection:
     """The HTTP answer to a refused credential: 401 (authorize again), 403 (step up) or 503 (try later), with
     a JSON-RPC error whose ``data.authorization`` names the cause."""
     base = reject(_STATUS[failure.cause], failure.detail, ident)
@@ -288,7 +289,7 @@ def resource_metadata_location(challenges: Sequence[str], upstream_url: str) -> 
     return metadata_url(upstream_url)
 
 
-def read_protection(doc: Mapping[str, Any]) -> UpstreamProtection | str:
+def read_protection(doc: JsonView) -> UpstreamProtection | str:
     """The upstream's metadata document as an :class:`UpstreamProtection`, or why it cannot be used."""
     resource, servers = doc.get("resource"), doc.get("authorization_servers")
     if not isinstance(resource, str) or not resource.startswith(("https://", "http://")):
@@ -298,4 +299,4 @@ def read_protection(doc: Mapping[str, Any]) -> UpstreamProtection | str:
         return "its protected-resource metadata names no authorization server"
     scopes = doc.get("scopes_supported")
     known = tuple(s for s in scopes if isinstance(s, str)) if isinstance(scopes, list) else ()
-    return UpstreamProtection(resource, tuple(servers), known)
+    return UpstreamProtection(resource, tuple(s for s in servers if isinstance(s, str)), known)

@@ -7,13 +7,14 @@ sampling request with this text" means the same result in both.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
-from typing import Any
+from collections.abc import Iterable
+
+from adapters.jsonwire import JsonObject, JsonView
 
 MODEL = "legacy-test-client"
 
 
-def sampling_result(answer: str | Mapping[str, Any]) -> dict[str, Any]:
+def sampling_result(answer: str | JsonView) -> JsonObject:
     """Text becomes a one-block ``CreateMessageResult``; a mapping is taken as the full result."""
     if isinstance(answer, str):
         return {"role": "assistant", "content": {"type": "text", "text": answer}, "model": MODEL,
@@ -21,6 +22,6 @@ def sampling_result(answer: str | Mapping[str, Any]) -> dict[str, Any]:
     return dict(answer)
 
 
-def roots_result(roots: Iterable[str | Mapping[str, Any]]) -> dict[str, Any]:
+def roots_result(roots: Iterable[str | JsonView]) -> JsonObject:
     """URIs become ``{"uri": ...}`` roots; a mapping is taken as the full root (with its ``name``)."""
     return {"roots": [{"uri": root} if isinstance(root, str) else dict(root) for root in roots]}

@@ -19,13 +19,14 @@ The shell (``gateway.auth.credentials``) posts the forms, reads the clock and ke
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import Enum
-from typing import Any, Final
+from typing import Final
 
 from adapters.authz import Cause, Failure, ResourceServer, refusal
 from adapters.errors import ErrorValue
+from adapters.jsonwire import JsonObject, JsonView
 
 TOKEN_EXCHANGE: Final = "urn:ietf:params:oauth:grant-type:token-exchange"
 ACCESS_TOKEN_TYPE: Final = "urn:ietf:params:oauth:token-type:access_token"
@@ -91,7 +92,7 @@ def exchange_form(subject_token: str, resource: str, scopes: Sequence[str]) -> d
     return form
 
 
-def read_token_answer(answer: Mapping[str, Any], now: float) -> Issued | str:
+def read_token_answer(answer: JsonView, now: float) -> Issued | str:
     """A token endpoint's 200 answer as :class:`Issued`, or why it cannot be used (never quoting the token)."""
     token, kind = answer.get("access_token"), answer.get("token_type")
     if not isinstance(token, str) or not token or not token.isascii() or any(c.isspace() for c in token):
@@ -170,7 +171,7 @@ CLIENT_ASSERTION_TYPE: Final = "urn:ietf:params:oauth:client-assertion-type:jwt-
 ASSERTION_SECONDS: Final = 60  # a client assertion is good for one token request: short-lived (RFC 7523 §3)
 
 
-def client_assertion_claims(client_id: str, token_endpoint: str, now: float, jti: str) -> dict[str, Any]:
+def client_assertion_claims(client_id: str, token_endpoint: str, now: float, jti: str) -> JsonObject:
     """private_key_jwt (RFC 7523 §3, RFC 7521 §5.2): the client is issuer and subject, the token endpoint the
     audience, a unique ``jti`` so the authorization server can refuse a replay."""
     return {"iss": client_id, "sub": client_id, "aud": token_endpoint, "iat": int(now),

@@ -16,10 +16,10 @@ from __future__ import annotations
 import hmac
 import re
 from enum import StrEnum
-from typing import Any, Final
+from typing import Final
 
 from adapters.errors import INVALID_REQUEST
-from adapters.jsonwire import loads
+from adapters.jsonwire import JsonObject, JsonValue, loads
 from adapters.protocol import LEGACY_VERSIONS, SSE_ERA_VERSION, is_request_id
 
 DOOR_HEADER: Final = "X-Gateway-Door"
@@ -71,7 +71,7 @@ def offered_versions(transport: Transport, mcp_allows_2024: bool = False) -> tup
     return (*LEGACY_VERSIONS, SSE_ERA_VERSION)
 
 
-def scan_id(prefix: bytes) -> Any:
+def scan_id(prefix: bytes) -> JsonValue:
     """The request id of a JSON object whose first bytes are ``prefix``, read without parsing the rest: the value
     of its top-level ``"id"`` key when that is a whole string or integer inside ``prefix``, else None. Strings are
     skipped whole, so an ``"id"`` inside one, or in a nested object, is never taken for the message's."""
@@ -92,7 +92,7 @@ def scan_id(prefix: bytes) -> Any:
     return None
 
 
-def too_large(prefix: bytes, limit: int) -> dict[str, Any]:
+def too_large(prefix: bytes, limit: int) -> JsonObject:
     """The answer to a message over ``limit`` bytes (``max_request_bytes``, the endpoint's own bound) that a door
     did not read whole, under the id :func:`scan_id` finds in its first bytes (JSON-RPC 2.0 §5: null when it
     cannot be read). INVALID_REQUEST with the bound named, as the endpoint refuses such a body."""

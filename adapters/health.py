@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any
+
+from adapters.jsonwire import JsonObject
 
 __all__ = ["Dependency", "Readiness", "liveness", "readiness"]
 
@@ -23,7 +24,7 @@ class Dependency(StrEnum):
 @dataclass(frozen=True, slots=True)
 class Readiness:
     status: int  # the HTTP status: 200, or 503 for a load balancer to stop sending traffic here
-    body: dict[str, Any] = field(default_factory=dict)
+    body: JsonObject = field(default_factory=dict)
 
 
 def liveness() -> Readiness:

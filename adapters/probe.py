@@ -11,12 +11,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import Enum
-from typing import Any, Final
+from typing import Final
 
 from adapters.authz import UpstreamProtection
 from adapters.errors import METHOD_NOT_FOUND, ErrorValue, UpstreamFault, upstream_failure
 from adapters.handshake import check_discover, server_info_of
-from adapters.jsonwire import loads, members
+from adapters.jsonwire import JsonObject, JsonView, loads, members
 from adapters.protocol import MODERN_VERSION
 from adapters.sse import EventTooLarge, SseDecoder
 
@@ -121,7 +121,7 @@ def http_failure(answer: ProbeAnswer) -> ErrorValue:
     return ErrorValue(error.code, error.message, data, error.log)
 
 
-def _judge_error(status: int, error: Mapping[str, Any]) -> Verdict:
+def _judge_error(status: int, error: JsonView) -> Verdict:
     text = str(error.get("message", ""))
     if error.get("code") == METHOD_NOT_FOUND or _asks_for_session(text):
         return Verdict(UpstreamKind.LEGACY, f"a 2025-era MCP server (HTTP {status}, {text[:_MAX_SNIPPET]!r}): "
@@ -148,7 +148,7 @@ def _asks_for_session(text: str) -> bool:
     return any(hint in lowered for hint in _SESSION_HINTS)
 
 
-def _message(answer: ProbeAnswer) -> dict[str, Any] | None:
+def _message(answer: ProbeAnswer) -> JsonObject | None:
     """The first JSON-RPC message of a JSON or SSE body, or None."""
     if answer.failure is not None:
         return None
@@ -161,7 +161,7 @@ def _message(answer: ProbeAnswer) -> dict[str, Any] | None:
     return _parse(answer.body)
 
 
-def _parse(raw: bytes | str) -> dict[str, Any] | None:
+def _parse(raw: bytes | str) -> JsonObject | None:
     try:
         message = loads(raw)
     except ValueError:
