@@ -45,7 +45,7 @@ from adapters.errors import (
 from adapters.jsonwire import JsonObject, JsonValue, JsonView, members
 from adapters.protocol import INPUT_REQUEST_METHODS
 from adapters.reverse import Asked, input_request, missing_capability
-from adapters.reverse_wire import legacy_params, modern_error
+from adapters.reverse_wire import complete_result, legacy_params, modern_error
 from adapters.task_poll import EXTENSION
 
 # The extension's requests that name a task (ext-tasks §Task Methods); tasks/result and tasks/list are 2025 only.
@@ -70,7 +70,7 @@ class Support(Enum):
 class Dispatch(Enum):
     INLINE = "inline"  # relayed as a plain call (its rounds as any call's)
     TASK = "task"  # sent task-augmented; the client gets a CreateTaskResult
-    REFUSE = "refuse"  # -32021: the tool needs a task and the client did not declare the extension
+    REFUSE = "refuse"  # MISSING_REQUIRED_CLIENT_CAPABILITY: a task-only tool, the extension not declared
 
 
 def offered(server_capabilities: JsonView | None) -> bool:
@@ -129,8 +129,8 @@ def required_error(tool: str) -> ErrorValue:
 
 
 def gate(method: str, client_declared: bool, offers: bool) -> ErrorValue | None:
-    """A task method: METHOD_NOT_FOUND when the server has no tasks, -32021 from a request that did not declare
-    the extension (ext-tasks §Capability Negotiation), else None."""
+    """A task method: METHOD_NOT_FOUND when the server has no tasks, MISSING_REQUIRED_CLIENT_CAPABILITY from a
+    request that did not declare the extension (ext-tasks §Capability Negotiation), else None."""
     if not offers:
         return ErrorValue(METHOD_NOT_FOUND, f"method not found: {method}")
     if not client_declared:
@@ -258,9 +258,9 @@ def cancelled(state: TaskState) -> TaskState:
 
 
 def _inlined(result: JsonView) -> JsonObject:
-    """A task's result as ``tasks/get`` inlines it: without the 2025 related-task ``_meta`` key (the taskId is at
-    the root: ext-tasks §Task Results)."""
-    out = dict(result)
+    """A task's result as ``tasks/get`` inlines it: a 2026 ``CallToolResult`` (``resultType`` "complete"), without
+    the 2025 related-task ``_meta`` key (the taskId is at the root: ext-tasks §Task Results)."""
+    out = complete_result("tools/call", result)
     meta = {k: v for k, v in members(out.pop("_meta", None)).items() if k != RELATED_TASK}
     if meta:
         out["_meta"] = meta
