@@ -35,7 +35,8 @@ from kit import spans as S
 
 log = logging.getLogger("gateway.otel")
 INSTRUMENTATION = "mcp-legacy-gateway"
-_ARRIVED, _BRIDGED = "otel_arrived_ns", "otel_bridged"
+_ARRIVED = web.RequestKey("otel_arrived_ns", int)  # aiohttp's typed request storage
+_BRIDGED = web.RequestKey("otel_bridged", bool)
 _PLAIN_KINDS = {Kind.INITIALIZE: S.RequestKind.INITIALIZE, Kind.REQUEST: S.RequestKind.LOCAL,
                 Kind.MODERN: S.RequestKind.PASSTHROUGH}
 _MAX_PARSED = 64 << 10  # a plain answer is read for its error code only when it is small (the gateway's own)

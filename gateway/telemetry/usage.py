@@ -283,7 +283,9 @@ def usage_context(recorder: UsageRecorder):
 
 
 # --- hooks ------------------------------------------------------------------------------------------------
-_STARTED, _BRIDGED = "usage.started", "usage.bridged"
+# aiohttp's typed request storage (a plain string key warns, and says nothing of the value's type).
+_STARTED = web.RequestKey("usage_started", float)
+_BRIDGED = web.RequestKey("usage_bridged", bool)
 _RECORDED_KINDS = ("initialize", "request", "modern")
 _MAX_PARSED_BODY = 256 * 1024  # bigger passthrough bodies are judged by HTTP status alone (not parsed twice)
 
