@@ -13,12 +13,12 @@ import hashlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
-from typing import Any, Final
+from typing import Final
 from urllib.parse import urlsplit
 
 from adapters.authz import Principal
 from adapters.errors import Reason, Rejection, reject
-from adapters.jsonwire import JsonValue, TooDeep, loads
+from adapters.jsonwire import JsonArray, JsonObject, JsonValue, JsonView, TooDeep, loads, members
 from adapters.protocol import (
     BATCH_VERSIONS,
     HANDSHAKE_VERSIONS,
@@ -84,7 +84,7 @@ class Accepted:
 
     kind: Kind
     principal: str
-    message: dict[str, Any] = field(default_factory=dict)
+    message: JsonObject = field(default_factory=dict)
     session: SessionRecord | None = None
     last_event_id: str | None = None
     batch: tuple[Accepted | Rejection, ...] = ()
@@ -158,7 +158,7 @@ def _accepts(headers: Mapping[str, str], *types: str) -> bool:
     return all(t in offered or "*/*" in offered for t in types)
 
 
-def parse_message(body: bytes) -> dict[str, Any] | list[Any] | Rejection:
+def parse_message(body: bytes) -> JsonObject | JsonArray | Rejection:
     """One JSON-RPC message, or a batch (a list, judged by :func:`_classify_batch`)."""
     try:
         message = loads(body)
@@ -172,7 +172,7 @@ def parse_message(body: bytes) -> dict[str, Any] | list[Any] | Rejection:
     return message if isinstance(message, list) else check_message(message)
 
 
-def check_message(message: Any) -> dict[str, Any] | Rejection:
+def check_message(message: JsonValue) -> JsonObject | Rejection:
     if not isinstance(message, dict) or message.get("jsonrpc") != "2.0":
         # The id is echoed whenever it could be read (2025-11-25 basic §Responses: an error carries the request's
         # id), so a client matches the refusal to its request instead of waiting for it.
@@ -183,7 +183,7 @@ def check_message(message: Any) -> dict[str, Any] | Rejection:
     return message
 
 
-def message_kind(message: Mapping[str, Any]) -> Kind | None:
+def message_kind(message: JsonView) -> Kind | None:
     has_id = "id" in message and is_request_id(message.get("id"))
     if isinstance(message.get("method"), str):
         return Kind.REQUEST if has_id else (Kind.NOTIFICATION if "id" not in message else None)
@@ -192,18 +192,18 @@ def message_kind(message: Mapping[str, Any]) -> Kind | None:
     return None
 
 
-def is_modern(message: Mapping[str, Any], headers: Mapping[str, str]) -> bool:
+def is_modern(message: JsonView, headers: Mapping[str, str]) -> bool:
     """One URL serves both eras: 2026 header/``_meta`` or ``server/discover`` marks a modern request."""
     if headers.get("mcp-protocol-version") == MODERN_VERSION or message.get("method") == "server/discover":
         return True
-    meta = (message.get("params") or {}).get("_meta")
+    meta = members(message.get("params")).get("_meta")
     return isinstance(meta, Mapping) and PROTOCOL_VERSION_META_KEY in meta
 
 
-def check_modern_meta(message: Mapping[str, Any]) -> Rejection | None:
+def check_modern_meta(message: JsonView) -> Rejection | None:
     """A modern request's ``params._meta``, when sent, must be an object: else 400 INVALID_PARAMS with the request's id
     (2026-07-28 basic §Error Codes). Everything else in it is the upstream's to judge (the request passes through)."""
-    params = message.get("params") or {}
+    params = members(message.get("params"))
     if "_meta" in params and not isinstance(params["_meta"], Mapping):
         return reject(Reason.INVALID_PARAMS, "params._meta must be an object", message.get("id"))
     return None
@@ -249,7 +249,7 @@ def stands_on_held_record(verdict: Accepted | Rejection) -> bool:
 
 
 def check_session(view: HttpView, session: SessionRecord | None, principal: str,
-                  policy: Policy, now_ms: int, ident: Any = None) -> Rejection | None:
+                  policy: Policy, now_ms: int, ident: JsonValue = None) -> Rejection | None:
     """The session checks, refusing with ``ident`` (the request's id, when a body was read)."""
     if "mcp-session-id" not in view.headers:
         return reject(Reason.MISSING_SESSION, "Mcp-Session-Id header is required", ident)
@@ -326,7 +326,7 @@ def _classify_post(view: HttpView, session: SessionRecord | None, policy: Policy
 
 
 def _classify_batch(view: HttpView, session: SessionRecord | None, policy: Policy, now_ms: int, principal: str,
-                    items: list[Any]) -> Accepted | Rejection:
+                    items: JsonArray) -> Accepted | Rejection:
     """A JSON-RPC batch (2025-03-26 basic §Batching, transports §Sending Messages): accepted only on a session that
     negotiated 2025-03-26 (later revisions removed batching, and ``initialize`` may not be batched, so a batch
     without a session is refused too). The HTTP request's checks apply once; each element is then judged alone
@@ -349,7 +349,7 @@ def _classify_batch(view: HttpView, session: SessionRecord | None, policy: Polic
     return Accepted(Kind.BATCH, principal, session=session, batch=elements, grant=view.grant)
 
 
-def _batch_element(item: Any, principal: str, session: SessionRecord,
+def _batch_element(item: JsonValue, principal: str, session: SessionRecord,
                    grant: Principal | None) -> Accepted | Rejection:
     message = check_message(item)
     if isinstance(message, Rejection):

@@ -249,7 +249,7 @@ def unknown(task_id: JsonValue) -> ErrorValue:
     return ErrorValue(INVALID_PARAMS, "Failed to retrieve task: Task not found", {"taskId": task_id})
 
 
-def decide(method: str, params: JsonValue, tasks: Registry | None, on: bool,
+def decide(method: str, params: object, tasks: Registry | None, on: bool,
            now_ms: int | None = None) -> Answer | Drive:
     """A ``tasks/*`` request of a session: METHOD_NOT_FOUND when the session has no 2025 tasks (none were offered),
     ``tasks/list`` from the registry (one page: it is bounded), an id the session does not hold (or holds past its

@@ -11,7 +11,7 @@ from typing import Final
 from mcp_types.methods import validate_client_notification, validate_client_request
 
 from adapters.errors import INVALID_PARAMS, INVALID_REQUEST, METHOD_NOT_FOUND, ErrorValue
-from adapters.jsonwire import JsonObject, JsonValue, JsonView
+from adapters.jsonwire import JsonObject, JsonView
 from adapters.protocol import FORWARDED_METHODS, LOG_LEVELS, MRTR_METHODS, is_request_id
 
 REQUEST_ROUTES: Final = {
@@ -47,7 +47,7 @@ def not_found(method: str) -> ErrorValue:
     return ErrorValue(METHOD_NOT_FOUND, f"method not found: {method}")
 
 
-def check_request(method: str, version: str, params: JsonValue) -> ErrorValue | None:
+def check_request(method: str, version: str, params: object) -> ErrorValue | None:
     """Validate a legacy request against the negotiated revision's wire types (a view; nothing is rebuilt)."""
     try:
         validate_client_request(method, version, params if isinstance(params, Mapping) else None)
@@ -60,7 +60,7 @@ def check_request(method: str, version: str, params: JsonValue) -> ErrorValue | 
     return None
 
 
-def check_notification(method: str, version: str, params: JsonValue) -> bool:
+def check_notification(method: str, version: str, params: object) -> bool:
     try:
         validate_client_notification(method, version, params if isinstance(params, Mapping) else None)
     except (KeyError, ValueError):
@@ -68,7 +68,7 @@ def check_notification(method: str, version: str, params: JsonValue) -> bool:
     return True
 
 
-def set_level(params: JsonValue) -> str | ErrorValue:
+def set_level(params: object) -> str | ErrorValue:
     """``logging/setLevel``: kept per session; invalid level -> INVALID_PARAMS (2025-11-25 server/utilities/logging)."""
     level = params.get("level") if isinstance(params, Mapping) else None
     if not isinstance(level, str) or level not in LOG_LEVELS:
@@ -85,7 +85,7 @@ class CancelRequest:
     reason: str | None = None
 
 
-def cancel_request(params: JsonValue) -> CancelRequest | None:
+def cancel_request(params: object) -> CancelRequest | None:
     """The cancel a ``notifications/cancelled`` asks for, or None when it names no valid request id.
 
     Choice: an invalid cancellation (``requestId`` missing, or an array, object, bool, float or null) is
@@ -133,7 +133,7 @@ Decision = Reply | SetLevel | ChangeSubscription | Forward
 _ALREADY = ErrorValue(INVALID_REQUEST, "the session is already initialized")
 
 
-def decide(method: str, params: JsonValue, version: str) -> Decision:
+def decide(method: str, params: object, version: str) -> Decision:
     """What the gateway does with a request on a live session (a session past its peer's sunset is refused before
     this). ``ping`` is answered here (2026-07-28 removed it); unknown and ``tasks/*`` methods are METHOD_NOT_FOUND (a
     session offered 2025 tasks has those decided before: adapters.legacy_tasks); anything else is checked

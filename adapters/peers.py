@@ -77,7 +77,7 @@ class Peer:
         return MODERN_VERSION in self.revisions
 
 
-def _claims(peer: Peer, client_info: JsonView | None) -> bool:
+def _claims(peer: Peer, client_info: object) -> bool:
     if peer.client_name is None and peer.client_version is None:
         return False
     info = client_info if isinstance(client_info, Mapping) else {}
@@ -97,7 +97,7 @@ def _token_claims(peer: Peer, grant: Principal | None) -> bool:
 
 
 def match_peer(peers: Sequence[Peer], default: Peer, principal: str,
-               client_info: JsonView | None, grant: Principal | None = None) -> Peer:
+               client_info: object, grant: Principal | None = None) -> Peer:
     """The peer of a request's credential, else of its clientInfo, else the default (module docstring).
     ``grant``: the verified token's claims ([gateway.auth]), never the token."""
     for peer in peers:

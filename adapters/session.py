@@ -26,7 +26,7 @@ from adapters.authz import refusal as auth_refusal
 from adapters.bridge import BridgeLimits, admit
 from adapters.classify import Accepted, Kind
 from adapters.errors import ErrorValue, Reason, Rejection, refusal, reject
-from adapters.jsonwire import JsonObject, JsonValue, JsonView
+from adapters.jsonwire import JsonObject, JsonValue, JsonView, members
 from adapters.peers import (
     Peer,
     admit_initialize,
@@ -188,7 +188,7 @@ def _request(accepted: Accepted, context: Context) -> tuple[Action, ...]:
     tasks = _legacy_tasks(accepted, context, peer)
     if tasks is not None:
         return tasks
-    match local.decide(message["method"], message.get("params") or {}, version):
+    match local.decide(str(message["method"]), message.get("params") or {}, version):
         case local.Reply(result, error):
             return (_reply(ident, result, error),)
         case local.SetLevel(level):
@@ -210,7 +210,7 @@ def _legacy_tasks(accepted: Accepted, context: Context, peer: Peer) -> tuple[Act
     task-augmented ``tools/call`` refused past the session's task bound; None for everything else."""
     message, session = accepted.message, accepted.session
     assert session is not None
-    method, params, ident = message["method"], message.get("params") or {}, message["id"]
+    method, params, ident = str(message["method"]), members(message.get("params")), message["id"]
     on = LT.enabled(session.client_capabilities, session.server_capabilities, session.protocol_version)
     limits = peer_limits(context.limits, peer)
     if method in LT.METHODS:
@@ -231,7 +231,7 @@ def _tool_refusal(accepted: Accepted, peer: Peer, context: Context) -> Reply | R
     message = accepted.message
     if peer.tools.open or message["method"] != "tools/call":
         return None
-    name = message["params"]["name"]  # a str: local.decide validated the params
+    name = str(members(message.get("params")).get("name"))  # a str: local.decide validated the params
     grant = accepted.grant
     scopes = grant.scopes if grant is not None and context.resource is not None else None
     decision = decide_call(peer.tools, name, scopes)
@@ -314,8 +314,8 @@ def _initialize(accepted: Accepted, context: Context) -> Reply | OpenSession:
     """The handshake's checks, in order: the peer and the version it may answer (2025-11-25 basic/lifecycle
     §Version Negotiation), the request against that revision, the peer's pins and sunset, the sizes kept."""
     message = accepted.message
-    params = message.get("params") or {}
-    info = params.get("clientInfo") or {}
+    params = members(message.get("params"))
+    info = members(params.get("clientInfo"))
     assert context.default_peer is not None, "initialize is decided with the configured peers"
     peer = match_peer(context.peers, context.default_peer, accepted.principal, info, accepted.grant)
     version = legacy_answer_version(peer, params.get("protocolVersion"), context.offered)
@@ -324,15 +324,14 @@ def _initialize(accepted: Accepted, context: Context) -> Reply | OpenSession:
                                         context.session_limits))
     if problem is not None:  # the operator sees why a client could not connect
         return Reply(response(message["id"], error=problem), problem.log)
-    caps = mask_capabilities(params.get("capabilities") or {}, peer)  # the peer's bridge policy (per-peer pins)
+    caps = mask_capabilities(members(params.get("capabilities")), peer)  # the peer's bridge policy (per-peer pins)
     return OpenSession(peer, version, dict(caps), dict(info))
 
 
 def _modern(accepted: Accepted, context: Context) -> PassThrough | Refuse | Reply:
     """A 2026-07-28 request names its client in ``_meta`` (2026-07-28 basic §_meta): its peer's pins say whether
     it may send one (a legacy-pinned peer's probe is steered to ``initialize``) and which upstream serves it."""
-    params = accepted.message.get("params")
-    meta = (params.get("_meta") if isinstance(params, dict) else None) or {}  # decoded JSON: a dict or nothing
+    meta = members(members(accepted.message.get("params")).get("_meta"))
     assert context.default_peer is not None, "a modern request is decided with the configured peers"
     peer = match_peer(context.peers, context.default_peer, accepted.principal, meta.get(CLIENT_INFO_META_KEY),
                       accepted.grant)

@@ -50,7 +50,8 @@ def _legacy_request(gw: Gateway, session: str | None, acc: Accepted) -> Any:
     if acc.kind is Kind.REQUEST:
         return message.get("id")
     if acc.kind is Kind.RESPONSE and session in gw.runtimes:
-        exchange = gw.runtimes[session].awaiting.get(message["id"])
+        ident = message["id"]  # an answer to a request of ours when it is one of the (str) ids we minted
+        exchange = gw.runtimes[session].awaiting.get(ident) if isinstance(ident, str) else None
         return exchange.record.downstream_id if exchange is not None else None
     params = message.get("params")
     if message.get("method") == "notifications/cancelled" and isinstance(params, dict):
