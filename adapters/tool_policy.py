@@ -29,9 +29,10 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from enum import Enum
 from fnmatch import fnmatchcase
-from typing import Any, Final
+from typing import Final
 
 from adapters.errors import INVALID_PARAMS, ErrorValue
+from adapters.jsonwire import JsonObject, JsonValue
 
 MAX_GLOB: Final = 256  # a tool name SHOULD be at most 128 characters (2025-11-25 server/tools, Tool Names)
 # RFC 6749 §3.3: scope-token = 1*( %x21 / %x23-5B / %x5D-7E )
@@ -90,7 +91,7 @@ def decide_call(policy: ToolPolicy, name: str, scopes: frozenset[str] | None) ->
     return CallDecision(Verdict.STEP_UP, needed) if scopes is not None else CallDecision(Verdict.HIDDEN)
 
 
-def filter_list(policy: ToolPolicy, result: dict[str, Any], scoped: bool) -> dict[str, Any]:
+def filter_list(policy: ToolPolicy, result: JsonObject, scoped: bool) -> JsonObject:
     """A ``tools/list`` result with the tools this peer may not use taken out; every other key (``nextCursor``
     among them, opaque) is the upstream's. ``scoped``: the principal has a verified token (else tools needing a
     scope are taken out too, as their calls would be)."""
@@ -103,16 +104,17 @@ def filter_list(policy: ToolPolicy, result: dict[str, Any], scoped: bool) -> dic
     return {**result, "tools": kept}
 
 
-def filter_answer(policy: ToolPolicy, message: Any, scoped: bool) -> Any:
+def filter_answer(policy: ToolPolicy, message: JsonValue, scoped: bool) -> JsonValue:
     """A JSON-RPC answer to ``tools/list`` (a 2026-07-28 passthrough's) with :func:`filter_list` applied to its
     result; anything else (an error, a notification on its stream) as it is."""
-    if not isinstance(message, dict) or not isinstance(message.get("result"), dict):
+    given = message.get("result") if isinstance(message, dict) else None
+    if not isinstance(message, dict) or not isinstance(given, dict):
         return message
-    result = filter_list(policy, message["result"], scoped)
-    return message if result is message["result"] else {**message, "result": result}
+    result = filter_list(policy, given, scoped)
+    return message if result is given else {**message, "result": result}
 
 
-def _shown(policy: ToolPolicy, tool: Any, scoped: bool) -> bool:
+def _shown(policy: ToolPolicy, tool: JsonValue, scoped: bool) -> bool:
     name = tool.get("name") if isinstance(tool, Mapping) else None
     if not isinstance(name, str):
         return True  # not a tool this policy can name: left to the schema checks that follow
@@ -149,17 +151,23 @@ def scope_problem(scope: str) -> str | None:
     return None
 
 
-def policy_record(policy: ToolPolicy) -> dict[str, Any] | None:
+def policy_record(policy: ToolPolicy) -> JsonObject | None:
     """The JSON-compatible form kept in a session record's pins (None when open: old records read the same)."""
     if policy.open:
         return None
-    return {"allowed": None if policy.allowed is None else list(policy.allowed), "denied": list(policy.denied),
-            "scopes": [list(pair) for pair in policy.scopes]}
+    return {"allowed": None if policy.allowed is None else [*policy.allowed], "denied": [*policy.denied],
+            "scopes": [[*pair] for pair in policy.scopes]}
 
 
-def policy_from_record(data: Any) -> ToolPolicy:
+def policy_from_record(data: JsonValue) -> ToolPolicy:
+    """The policy :func:`policy_record` wrote: globs as lists of names, scopes as [glob, scope] pairs."""
     if not isinstance(data, Mapping):
         return OPEN
-    allowed = data.get("allowed")
-    return ToolPolicy(None if allowed is None else tuple(allowed), tuple(data.get("denied", ())),
-                      tuple((str(g), str(s)) for g, s in data.get("scopes", ())))
+    allowed, scopes = data.get("allowed"), data.get("scopes")
+    pairs = [p for p in scopes if isinstance(p, list) and len(p) == 2] if isinstance(scopes, list) else []
+    return ToolPolicy(None if allowed is None else _names(allowed), _names(data.get("denied")),
+                      tuple((str(glob), str(scope)) for glob, scope in pairs))
+
+
+def _names(value: JsonValue) -> tuple[str, ...]:
+    return tuple(str(name) for name in value) if isinstance(value, list) else ()
