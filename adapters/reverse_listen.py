@@ -13,10 +13,11 @@ the shell (gateway.http.reverse) performs them.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from typing import Any, Final
+from typing import Final
 
 from adapters import errors as E
 from adapters.errors import ErrorValue
+from adapters.jsonwire import JsonArray, JsonObject, JsonValue, JsonView
 from adapters.protocol import LOG_LEVELS, SUBSCRIPTION_ID_META_KEY
 
 ACK: Final = "notifications/subscriptions/acknowledged"
@@ -34,7 +35,7 @@ _BY_METHOD: Final = {method: flag for flag, (_, method) in FLAGS.items()}
 
 
 # --- subscriptions/listen --------------------------------------------------------------------------------
-def wanted(params: Mapping[str, Any]) -> Mapping[str, Any] | ErrorValue:
+def wanted(params: JsonView) -> JsonView | ErrorValue:
     """The listen's ``notifications`` filter, or INVALID_PARAMS when it is not one (2026-07-28 schema
     SubscriptionsListenRequestParams: required, an object; ``resourceSubscriptions`` a list of URIs)."""
     filt = params.get("notifications")
@@ -46,46 +47,52 @@ def wanted(params: Mapping[str, Any]) -> Mapping[str, Any] | ErrorValue:
     return filt
 
 
-def honoured(filt: Mapping[str, Any], server_caps: Mapping[str, Any]) -> dict[str, Any]:
+def honoured(filt: JsonView, server_caps: JsonView) -> JsonObject:
     """The subset the legacy server can serve: a list flag when its capability says ``listChanged``, resource
     URIs when ``resources.subscribe`` (2025-11-25 server/resources §Capabilities); the rest is not promised
     (2026-07-28 basic/patterns §Subscriptions: the acknowledgement names what the server will honour)."""
-    out: dict[str, Any] = {}
+    out: JsonObject = {}
     for flag, (cap, _) in FLAGS.items():
         given = server_caps.get(cap)
         if filt.get(flag) is True and isinstance(given, Mapping) and given.get("listChanged") is True:
             out[flag] = True
     resources = server_caps.get("resources")
-    uris = list(dict.fromkeys(filt.get(SUBSCRIPTIONS, [])))  # each once, in the client's order
+    uris: JsonArray = [*dict.fromkeys(subscriptions(filt))]  # each once, in the client's order
     if uris and isinstance(resources, Mapping) and resources.get("subscribe") is True:
         out[SUBSCRIPTIONS] = uris
     return out
 
 
-def acknowledged(honour: Mapping[str, Any], subscribed: Iterable[str]) -> dict[str, Any]:
+def subscriptions(filt: JsonView) -> list[str]:
+    """The resource URIs a filter names (:func:`wanted` checked the client's are all strings)."""
+    uris = filt.get(SUBSCRIPTIONS)
+    return [u for u in uris if isinstance(u, str)] if isinstance(uris, list) else []
+
+
+def acknowledged(honour: JsonView, subscribed: Iterable[str]) -> JsonObject:
     """What the acknowledgement promises once the legacy server took (answered) the ``resources/subscribe`` of
     ``subscribed``: a URI it refused is not promised."""
     taken = set(subscribed)
     out = {k: v for k, v in honour.items() if k != SUBSCRIPTIONS}
-    uris = [u for u in honour.get(SUBSCRIPTIONS, []) if u in taken]
+    uris: JsonArray = [u for u in subscriptions(honour) if u in taken]
     if uris:
         out[SUBSCRIPTIONS] = uris
     return out
 
 
-def notification(listen_id: Any, method: str, params: Mapping[str, Any] | None = None) -> dict[str, Any]:
+def notification(listen_id: JsonValue, method: str, params: JsonView | None = None) -> JsonObject:
     """A message of the listen stream: every one carries the listen's id as ``_meta`` subscriptionId
     (2026-07-28 schema NotificationMetaObject)."""
     return {"jsonrpc": "2.0", "method": method,
             "params": {**(params or {}), "_meta": {SUBSCRIPTION_ID_META_KEY: listen_id}}}
 
 
-def ack(listen_id: Any, honour: Mapping[str, Any]) -> dict[str, Any]:
+def ack(listen_id: JsonValue, honour: JsonView) -> JsonObject:
     """The stream's first message (2026-07-28 basic/patterns §Subscriptions)."""
     return notification(listen_id, ACK, {"notifications": dict(honour)})
 
 
-def delivered(honour: Mapping[str, Any], listen_id: Any, message: Mapping[str, Any]) -> dict[str, Any] | None:
+def delivered(honour: JsonView, listen_id: JsonValue, message: JsonView) -> JsonObject | None:
     """A legacy session's notification for one listen stream, or None when the stream did not opt into it. Log
     messages and progress are request-scoped and never go here (2026-07-28 server/utilities/logging)."""
     method, params = message.get("method"), message.get("params")
@@ -93,18 +100,18 @@ def delivered(honour: Mapping[str, Any], listen_id: Any, message: Mapping[str, A
     flag = _BY_METHOD.get(method) if isinstance(method, str) else None
     if flag is not None and honour.get(flag) is True:
         return notification(listen_id, str(method), {k: v for k, v in params.items() if k != "_meta"})
-    if method == UPDATED and _watched(honour.get(SUBSCRIPTIONS, []), params.get("uri")):
+    if method == UPDATED and _watched(subscriptions(honour), params.get("uri")):
         return notification(listen_id, UPDATED, {"uri": params["uri"]})
     return None
 
 
-def _watched(uris: Iterable[str], uri: Any) -> bool:
+def _watched(uris: Iterable[str], uri: JsonValue) -> bool:
     """The updated URI is a watched one or lies under it (2026-07-28 basic/patterns §Subscriptions: it may name a
     sub-resource)."""
     return isinstance(uri, str) and any(uri == w or uri.startswith(w.rstrip("/") + "/") for w in uris)
 
 
-def ended(listen_id: Any) -> dict[str, Any]:
+def ended(listen_id: JsonValue) -> JsonObject:
     """The listen's own answer when the gateway ends it gracefully (the legacy session's GET stream ended):
     2026-07-28 basic/patterns §Subscriptions, "a normal result" carrying the subscription id."""
     return {"resultType": "complete", "_meta": {SUBSCRIPTION_ID_META_KEY: listen_id}}
@@ -137,7 +144,7 @@ def unsubscribe(counts: Mapping[str, int], uris: Iterable[str]) -> tuple[dict[st
 
 
 # --- log levels ------------------------------------------------------------------------------------------
-def severity(level: Any) -> int:
+def severity(level: JsonValue) -> int:
     """RFC 5424 order, least severe first (2025-11-25 server/utilities/logging); unknown: the most severe."""
     return LOG_LEVELS.index(level) if level in LOG_LEVELS else len(LOG_LEVELS)
 
@@ -152,7 +159,7 @@ def level_to_set(current: str | None, wanted_levels: Iterable[str]) -> str | Non
     return None if target == current else target
 
 
-def log_wanted(message_level: Any, request_level: str | None) -> bool:
+def log_wanted(message_level: JsonValue, request_level: str | None) -> bool:
     """A log message reaches a request that opted in (2026-07-28 server/utilities/logging: none without
     ``_meta`` logLevel) at or above its level."""
     return request_level is not None and severity(message_level) >= severity(request_level) \

@@ -307,7 +307,10 @@ class ReverseBridge:
         self.spawn(_quietly(pooled.session.respond(message["id"], error=error)))
 
     def _changed(self, pooled: Pooled, message: Message | None) -> None:
-        """A notification of the GET stream goes to each listen of the session; None (it ended) ends them."""
+        """A notification of the GET stream goes to each listen of the session; None (it ended) ends them. A task's
+        status goes to the tasks (docs/design/eras.md#tasks-in-reverse)."""
+        if message is not None:
+            self.legacy_tasks.heard(pooled, message)
         if message is not None and message.get("method") == "notifications/tools/list_changed":
             pooled.header_maps = pooled.task_support = None  # learned again on the next call
         for queue in pooled.listens:
@@ -395,7 +398,7 @@ class ReverseBridge:
                 return answer(req.ident, result, error)
             try:
                 if req.method == "subscriptions/listen":
-                    return await self._listen(request, pooled, req, relays)
+                    return await self._listen(request, pooled, req, relays, principal)
                 await self._set_level(pooled, req.log_level)
                 refused = await self._param_headers(pooled, request.headers, req)
                 if refused is not None:
@@ -582,7 +585,7 @@ class ReverseBridge:
 
     # --- subscriptions/listen and log levels ------------------------------------------------------------
     async def _listen(self, request: web.Request, pooled: Pooled, req: W.Request,
-                      relays: Passthroughs) -> web.StreamResponse:
+                      relays: Passthroughs, principal: str) -> web.StreamResponse:
         """A listen stream fed by the session's GET stream, its URIs subscribed upstream while it lasts; it ends
         when its client leaves, or gracefully when the GET stream ended (adapters.reverse_listen)."""
         filt = RL.wanted(req.params)
@@ -590,15 +593,27 @@ class ReverseBridge:
             return answer(req.ident, error=filt)
         caps = pooled.session.initialized.get("capabilities")
         honour = RL.honoured(filt, caps if isinstance(caps, Mapping) else {})
+        task_ids: list[str] | None = None  # the tasks extension's filter, served here (adapters.reverse_tasks)
+        if RT.TASK_IDS in filt:
+            listened = RT.listened(filt[RT.TASK_IDS], RT.declared(req.capabilities),
+                                   self.legacy_tasks.owned(principal))
+            if isinstance(listened, ErrorValue):
+                return answer(req.ident, error=listened)
+            task_ids = listened
         queue: asyncio.Queue[Message | None] = asyncio.Queue()
         pooled.busy += 1
         pooled.listens.add(queue)
         taken: tuple[str, ...] = ()
         try:
             pooled.session.listen()
-            taken = await self._subscribe(pooled, honour.get(RL.SUBSCRIPTIONS, []))
-            return await self._stream_listen(request, req, RL.acknowledged(honour, taken), queue, relays)
+            taken = await self._subscribe(pooled, RL.subscriptions(honour))
+            told: dict[str, Any] = dict(RL.acknowledged(honour, taken))
+            if task_ids is not None:
+                told[RT.TASK_IDS] = task_ids
+                await self.legacy_tasks.watch(queue, principal, task_ids)
+            return await self._stream_listen(request, req, told, queue, relays)
         finally:
+            self.legacy_tasks.unwatch(queue)
             pooled.listens.discard(queue)
             pooled.busy -= 1
             pooled.last_used_ms = now_ms()
@@ -613,7 +628,8 @@ class ReverseBridge:
         with relay, contextlib.suppress(ConnectionResetError):
             await stream.write(encode_event(None, RL.ack(req.ident, honour)))
             while (message := await queue.get()) is not None:
-                out = RL.delivered(honour, req.ident, message)
+                out = RL.delivered(honour, req.ident, message) or RT.delivered(
+                    honour.get(RT.TASK_IDS, ()), req.ident, message)
                 if out is not None:
                     await stream.write(encode_event(None, out))
             await _final(stream, req.ident, RL.ended(req.ident))
