@@ -27,7 +27,7 @@ shell keeps which principal created each, so a task of one principal is unknown 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, replace
 from enum import Enum
 from typing import Final
@@ -45,12 +45,15 @@ from adapters.errors import (
 from adapters.jsonwire import JsonObject, JsonValue, JsonView, members
 from adapters.protocol import INPUT_REQUEST_METHODS
 from adapters.reverse import Asked, input_request, missing_capability
+from adapters.reverse_listen import notification as listen_notification
 from adapters.reverse_wire import complete_result, legacy_params, modern_error
 from adapters.task_poll import EXTENSION
 
 # The extension's requests that name a task (ext-tasks §Task Methods); tasks/result and tasks/list are 2025 only.
 METHODS: Final = frozenset({"tasks/get", "tasks/update", "tasks/cancel"})
 RELATED_TASK: Final = "io.modelcontextprotocol/related-task"
+TASKS: Final = "notifications/tasks"  # the extension's status notification (ext-tasks §Task Status Notifications)
+TASK_IDS: Final = "taskIds"  # its subscriptions/listen filter
 TERMINAL: Final = frozenset({"completed", "failed", "cancelled"})
 _STATUSES: Final = frozenset({"working", "input_required", *TERMINAL})
 # 2025 Task fields -> extension Task fields (2025-11-25 schema "Task"; ext-tasks §Task: integer milliseconds).
@@ -164,7 +167,7 @@ def as_task(task: JsonView) -> JsonObject:
     return out
 
 
-def _valid(task: JsonValue) -> JsonView | None:
+def _valid(task: object) -> JsonView | None:
     if not isinstance(task, Mapping) or not isinstance(task.get("taskId"), str) or not task["taskId"]:
         return None
     return task if task.get("status") in _STATUSES else None
@@ -288,7 +291,7 @@ def _payload(task: JsonObject, status: str, outcome: Outcome | None) -> JsonObje
     return {**task, "status": "failed", "error": error.to_wire()}
 
 
-def detailed(state: TaskState, upstream_task: JsonValue) -> tuple[TaskState, JsonObject | ErrorValue]:
+def detailed(state: TaskState, upstream_task: object) -> tuple[TaskState, JsonObject | ErrorValue]:
     """``tasks/get`` from the server's 2025 ``tasks/get`` answer and what the driver knows: pending questions
     make the task ``input_required`` (and only they: 2026 inlines them, so a 2025 ``input_required`` whose
     questions have not arrived, or were all answered, is ``working``); a terminal status is reported with its
@@ -313,9 +316,48 @@ def detailed(state: TaskState, upstream_task: JsonValue) -> tuple[TaskState, Jso
     return state, {**out, "status": "working"}
 
 
-def terminal(upstream_task: JsonValue) -> bool:
+def terminal(upstream_task: object) -> bool:
     task = _valid(upstream_task)
     return task is not None and task.get("status") in TERMINAL
+
+
+# --- status notifications -----------------------------------------------------------------------------------
+def listened(task_ids: JsonValue, client_declared: bool, owned: frozenset[str]) -> list[str] | ErrorValue:
+    """A listen's ``taskIds`` (ext-tasks §Task Status Notifications): the extension must be declared;
+    only the caller's own tasks are honoured, the rest left out of the acknowledgement (whether they exist
+    elsewhere is not told)."""
+    if not client_declared:
+        return ErrorValue(MISSING_REQUIRED_CLIENT_CAPABILITY, f"task notifications need the {EXTENSION} extension",
+                          {"requiredCapabilities": {"extensions": {EXTENSION: {}}}})
+    if not isinstance(task_ids, list) or not all(isinstance(t, str) for t in task_ids):
+        return ErrorValue(INVALID_PARAMS, "params.notifications.taskIds must be an array of strings")
+    return [t for t in dict.fromkeys(task_ids) if isinstance(t, str) and t in owned]
+
+
+def status_of(notification: JsonView) -> JsonView | None:
+    """The 2025 ``Task`` a ``notifications/tasks/status`` carries (2025-11-25 basic/utilities/tasks §Status
+    Notifications: its params are the Task), or None."""
+    return _valid(notification.get("params")) if notification.get("method") == "notifications/tasks/status" else None
+
+
+def seen(task: JsonView) -> str:
+    """What a listen is told again when it changes: status, status message, the pending keys."""
+    keys = ",".join(sorted(members(task.get("inputRequests"))))
+    return f"{task.get('status')}|{task.get('statusMessage') or ''}|{keys}"
+
+
+def notification(task: JsonView) -> JsonObject:
+    """``notifications/tasks``: the DetailedTask ``tasks/get`` would answer, as notification params (put on the
+    principal's listens that watch the task, each of which stamps it with its id: :func:`delivered`)."""
+    return {"jsonrpc": "2.0", "method": TASKS, "params": {k: v for k, v in task.items() if k != "resultType"}}
+
+
+def delivered(task_ids: Collection[str], listen_id: JsonValue, message: JsonView) -> JsonObject | None:
+    """A :func:`notification` for one listen stream, when it watches the task, else None."""
+    params = members(message.get("params"))
+    if message.get("method") != TASKS or params.get("taskId") not in task_ids:
+        return None
+    return listen_notification(listen_id, TASKS, {k: v for k, v in params.items() if k != "_meta"})
 
 
 # --- the gateway's registry of tasks ------------------------------------------------------------------------

@@ -20,7 +20,7 @@ import aiohttp
 
 from adapters import reverse_tasks as RT
 from adapters.errors import ErrorValue, UpstreamFault, upstream_failure
-from adapters.jsonwire import JsonObject, members
+from adapters.jsonwire import JsonObject, JsonView, members
 from adapters.reverse_wire import Request, complete_result, modern_error
 from gateway.session.runtime import log
 from gateway.upstream.legacy_session import BROKE, GONE, LegacyFailure, LegacySession, SessionGone
@@ -43,6 +43,11 @@ class Entry:
     state: RT.TaskState
     driver: asyncio.Task[None] | None = None
     held: bool = True  # counted in pooled.busy until the task is terminal here
+    last: JsonView | None = None  # the server's 2025 Task as last seen (tasks/get, notifications/tasks/status)
+    seen: str = ""  # what listens were last told of it (adapters.reverse_tasks.seen)
+
+
+Listen = asyncio.Queue[Any]  # a subscriptions/listen stream's queue (gateway.http.reverse)
 
 
 class ReverseTasks:
@@ -51,6 +56,7 @@ class ReverseTasks:
     def __init__(self, limits: RT.TaskLimits | None = None) -> None:
         self.limits = limits or RT.TaskLimits()
         self.entries: dict[tuple[str, str], Entry] = {}  # (principal, task id), oldest first
+        self.watchers: dict[Listen, tuple[str, frozenset[str]]] = {}  # listen -> its principal, the tasks it watches
 
     async def close(self) -> None:
         for entry in self.entries.values():
@@ -107,12 +113,67 @@ class ReverseTasks:
         said = await self._upstream(entry, "tasks/get")
         if isinstance(said, ErrorValue):
             return None, said
-        entry.state, out = RT.detailed(entry.state, said)
-        if entry.state.final is not None:
-            self._release(entry)
-        elif entry.driver is None or entry.driver.done():
+        entry.last = said
+        out = self._view(entry)
+        if entry.state.final is None and (entry.driver is None or entry.driver.done()):
             self._drive(entry)  # its tasks/result broke: read it again (a terminal task answers at once)
         return (None, out) if isinstance(out, ErrorValue) else (out, None)
+
+    # --- status notifications -----------------------------------------------------------------------------
+    def owned(self, principal: str) -> frozenset[str]:
+        return frozenset(task_id for who, task_id in self.entries if who == principal)
+
+    async def watch(self, listen: Listen, principal: str, task_ids: list[str]) -> None:
+        """A listen of ``principal`` watches its tasks ``task_ids``: each one's current state goes to it first (a
+        change between the client's last poll and its listen is not missed), then every change."""
+        self.watchers[listen] = (principal, frozenset(task_ids))
+        for task_id in task_ids:
+            entry = self.entries.get((principal, task_id))
+            if entry is None:
+                continue
+            before = entry.seen
+            if entry.state.final is None:
+                await self._get(entry)  # a change it found went to every watcher, this one included
+            if entry.seen == before and (entry.state.final is not None or entry.last is not None):
+                out = self._view(entry, tell=False)
+                if not isinstance(out, ErrorValue):
+                    listen.put_nowait(RT.notification(out))
+
+    def unwatch(self, listen: Listen) -> None:
+        self.watchers.pop(listen, None)
+
+    def heard(self, pooled: Holding, message: Mapping[str, Any]) -> None:
+        """A message of a pooled session's GET stream: the server's ``notifications/tasks/status`` of a task
+        created on that session updates what its watchers are told."""
+        task = RT.status_of(message)
+        if task is None:
+            return
+        for (_, task_id), entry in list(self.entries.items()):
+            if entry.pooled is pooled and task_id == task.get("taskId") and entry.state.final is None:
+                entry.last = task
+                self._view(entry)
+
+    def _view(self, entry: Entry, tell: bool = True) -> JsonObject | ErrorValue:
+        """The task as ``tasks/get`` shows it now; a change is told to the watching listens of its principal."""
+        if entry.state.final is None and entry.last is None:
+            return upstream_failure(UpstreamFault.INVALID_RESULT, "the task was not seen yet")
+        entry.state, out = RT.detailed(entry.state, entry.last)
+        if entry.state.final is not None:
+            self._release(entry)
+        if isinstance(out, ErrorValue) or not tell:
+            return out
+        seen = RT.seen(out)
+        if seen != entry.seen:
+            entry.seen = seen
+            message = RT.notification(out)
+            for listen, (who, task_ids) in self.watchers.items():
+                if who == entry.state.principal and entry.state.task_id in task_ids:
+                    listen.put_nowait(message)
+        return out
+
+    def _changed(self, entry: Entry) -> None:
+        if entry.last is not None or entry.state.final is not None:
+            self._view(entry)
 
     async def _update(self, entry: Entry, responses: Any) -> Answer:
         step = RT.answered(entry.state, responses)
@@ -121,6 +182,7 @@ class ReverseTasks:
         entry.state, replies = step
         for reply in replies:
             await self._reply(entry, reply)
+        self._changed(entry)
         return RT.ack(), None
 
     async def _cancel(self, entry: Entry) -> Answer:
@@ -134,6 +196,7 @@ class ReverseTasks:
             if isinstance(now, ErrorValue) or not RT.terminal(now):
                 return None, said
         entry.state = RT.cancelled(entry.state)
+        self._changed(entry)
         return RT.ack(), None
 
     # --- upstream -----------------------------------------------------------------------------------------
@@ -174,11 +237,13 @@ class ReverseTasks:
                     entry.state, reply = RT.asked(entry.state, message["id"], method, members(message.get("params")))
                     if reply is not None:
                         await self._reply(entry, reply)
+                    self._changed(entry)
                 elif method is None and message.get("id") == ident:
                     entry.state = RT.settled(entry.state, RT.Outcome(members(message.get("result")) if
                                                                      "result" in message else None,
                                                                      members(message.get("error")) if
                                                                      "error" in message else None))
+                    self._changed(entry)
                     return
         finally:
             reader.cancel()

@@ -218,3 +218,34 @@ def test_the_registry_makes_room_from_terminal_tasks_only(order: tuple[tuple[str
         assert isinstance(out, ErrorValue) and out.data == {"limit": "reverse.max_tasks", "value": limit}
     else:
         assert out == room
+
+
+@pytest.mark.parametrize(("ids", "declared", "out"), [
+    (["mine", "theirs", "mine"], True, ["mine"]),  # each once; another's (or nobody's) left out, unsaid why
+    ([], True, []),
+    (["mine"], False, -32021),
+    ("mine", True, -32602),
+    ([1], True, -32602),
+])
+def test_a_listen_watches_only_its_principals_tasks(ids: Any, declared: bool, out: Any) -> None:
+    got = RT.listened(ids, declared, frozenset({"mine"}))
+    assert (got.code if isinstance(got, ErrorValue) else got) == out
+
+
+def test_a_2025_status_notification_becomes_the_extensions_on_a_watching_listen() -> None:
+    assert RT.status_of({"method": "notifications/tasks/status", "params": task("working")}) == task("working")
+    assert RT.status_of({"method": "notifications/tasks/status", "params": {"taskId": "x"}}) is None
+    assert RT.status_of({"method": "notifications/message", "params": task("working")}) is None
+    s, _ = RT.asked(state(), 7, "elicitation/create", ELICIT)
+    _, shown = RT.detailed(s, task("input_required"))
+    assert isinstance(shown, dict)
+    message = RT.notification(shown)
+    task_wire.check_detailed(message["params"], notification=True)
+    assert "resultType" not in message["params"]
+    out = RT.delivered(["opaque/ID+1=="], "l1", message)
+    assert out is not None and out["params"]["_meta"] == {"io.modelcontextprotocol/subscriptionId": "l1"}
+    assert RT.delivered(["other"], "l1", message) is None
+    assert RT.delivered(["opaque/ID+1=="], "l1", {"method": "notifications/tools/list_changed"}) is None
+    _, working = RT.detailed(state(), task("input_required"))
+    assert isinstance(working, dict) and RT.seen(working) != RT.seen(shown)  # a new question is news
+    assert RT.seen(shown) == RT.seen({**shown, "lastUpdatedAt": "later"})  # a timestamp alone is not

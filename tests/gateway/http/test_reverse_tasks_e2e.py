@@ -1,8 +1,8 @@
 """Tasks in reverse end to end (docs/design/eras.md#tasks-in-reverse): raw 2026-07-28 requests declaring the tasks
 extension, through the gateway, to the conformance lane's 2025-11-25-only server (tests/conformance/
 legacy_server.mjs, TypeScript SDK 1.x with its 2025 tasks): a task created, polled, asked a question and
-answered, completed, cancelled, and kept from another principal. Every answer is checked against the 2026 wire
-(tests.schema; the extension's shapes with tests.task_wire). Real processes on loopback."""
+answered, completed, cancelled, heard on a listen, and kept from another principal. Every answer is checked
+against the 2026 wire (tests.schema; the extension's shapes with tests.task_wire). Real processes on loopback."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import pytest
 
 from gateway.http.keys import REVERSE
 from tests import schema
-from tests.gateway.http.test_reverse_e2e import META, _post
+from tests.gateway.http.test_reverse_e2e import META, _next_data, _post
 from tests.gateway.http.test_reverse_ts import SUITE_SERVER, _gateway, _ts_server
 from tests.waiting import until
 
@@ -137,3 +137,44 @@ async def test_a_task_is_never_visible_to_another_principal(gateway: Any) -> Non
         assert done["result"]["content"][0]["text"] == "deleted secret.txt"
     sessions = {p.session.session_id for p in gateway.app[REVERSE].pool.values()}
     assert len(sessions) == 2  # each principal's requests rode its own legacy session
+
+
+async def test_a_listen_hears_the_status_of_its_principals_tasks(gateway: Any) -> None:
+    """ext-tasks §Task Status Notifications: ``notifications/tasks`` on subscriptions/listen for the tasks it
+    names, its principal's own only; the current state first, then each change."""
+    async with aiohttp.ClientSession(headers={"Authorization": "Bearer alice"}) as alice, \
+            aiohttp.ClientSession(headers={"Authorization": "Bearer bob"}) as bob:
+        mine = await result(alice, gateway, "tools/call", {"name": "confirm_delete", "arguments": {"filename": "n"}})
+        theirs = await result(bob, gateway, "tools/call", {"name": "slow_compute", "arguments": {"seconds": 60}})
+        headers = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json",
+                   "MCP-Protocol-Version": "2026-07-28", "Mcp-Method": "subscriptions/listen"}
+        params = {"notifications": {"taskIds": [mine["taskId"], theirs["taskId"]]}, "_meta": TASKS_META}
+        listen = await alice.post(gateway.make_url("/mcp"), headers=headers, json={
+            "jsonrpc": "2.0", "id": "l1", "method": "subscriptions/listen", "params": params})
+        try:
+            ack = await _next_data(listen)
+            assert ack["params"]["notifications"] == {"taskIds": [mine["taskId"]]}  # bob's task is not alice's
+
+            async def next_task() -> dict[str, Any]:
+                message = await _next_data(listen)
+                assert message["method"] == "notifications/tasks", message
+                schema.check("2026-07-28", message)
+                assert message["params"]["_meta"] == {"io.modelcontextprotocol/subscriptionId": "l1"}
+                return dict(message["params"])
+
+            told = await next_task()
+            while told["status"] != "input_required":  # working until its question arrived
+                told = await next_task()
+            [key] = told["inputRequests"]
+            await result(alice, gateway, "tasks/update", {"taskId": mine["taskId"], "inputResponses": {
+                key: {"action": "accept", "content": {"confirm": True}}}})
+            while told["status"] != "completed":
+                told = await next_task()
+            assert told["taskId"] == mine["taskId"] and told["result"]["content"][0]["text"] == "deleted n"
+        finally:
+            listen.close()
+        await result(bob, gateway, "tasks/cancel", {"taskId": theirs["taskId"]})
+        plain = {**TASKS_META, "io.modelcontextprotocol/clientCapabilities": {}}
+        status, refused = await _post(alice, gateway, 2, "subscriptions/listen",
+                                      {"notifications": {"taskIds": [mine["taskId"]]}}, None, plain)
+        assert (status, refused["error"]["code"]) == (400, -32021)
