@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass
-from typing import Any
 
 from adapters.jsonwire import dumps
 
@@ -35,7 +34,7 @@ def parse_event_id(value: str | None) -> tuple[str, int] | None:
     return stream, int(seq)
 
 
-def encode_event(eid: str | None, message: Any | None, retry_ms: int | None = None) -> bytes:
+def encode_event(eid: str | None, message: object | None, retry_ms: int | None = None) -> bytes:
     """One SSE event; ``message=None`` is the priming event (an id with empty data, 2025-11-25
     basic/transports §Streamable HTTP)."""
     head = "" if eid is None else f"id: {eid}\n"
@@ -52,7 +51,7 @@ KEEPALIVE = b": keep-alive\n\n"
 @dataclass(frozen=True, slots=True)
 class Event:
     seq: int
-    message: Any | None  # None = priming event
+    message: object | None  # None = priming event
 
     def encode(self, stream: str, retry_ms: int | None = None) -> bytes:
         return encode_event(event_id(stream, self.seq), self.message, retry_ms)
@@ -97,7 +96,7 @@ class ReplayBuffer:
         self._events: deque[Event] | None = None
         self._next = first_seq
 
-    def append(self, message: Any | None) -> Event:
+    def append(self, message: object | None) -> Event:
         event = Event(self._next, message)
         self._next += 1
         if self._events is None:
