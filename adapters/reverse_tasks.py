@@ -148,6 +148,18 @@ def unknown_task() -> ErrorValue:
     return ErrorValue(INVALID_PARAMS, "unknown taskId", {"taskId": "unknown"})
 
 
+def vanished(error: ErrorValue) -> bool:
+    """The server's answer to ``tasks/get`` says it does not know the task (2025-11-25 basic/utilities/tasks:
+    an unknown or expired task is INVALID_PARAMS): the gateway forgets it too."""
+    return error.code == INVALID_PARAMS
+
+
+def task_lost() -> ErrorValue:
+    """The pooled session that held the task ended (a 2025 server binds a task to its session): the task went
+    with it; later requests about it are told it is unknown."""
+    return upstream_failure(UpstreamFault.SESSION, "the upstream session holding this task ended; the task is gone")
+
+
 def task_id_of(params: JsonView) -> str | None:
     value = params.get("taskId")
     return value if isinstance(value, str) else None

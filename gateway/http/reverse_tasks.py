@@ -112,6 +112,9 @@ class ReverseTasks:
             return entry.state.final, None
         said = await self._upstream(entry, "tasks/get")
         if isinstance(said, ErrorValue):
+            if RT.vanished(said):  # the server forgot it (its ttl): so does the gateway
+                self._forget((entry.state.principal, entry.state.task_id))
+                return None, RT.unknown_task()
             return None, said
         entry.last = said
         out = self._view(entry)
@@ -203,6 +206,9 @@ class ReverseTasks:
     async def _upstream(self, entry: Entry, method: str) -> JsonObject | ErrorValue:
         try:
             said = await entry.pooled.session.call(method, {"taskId": entry.state.task_id})
+        except SessionGone:  # a 2025 task lives in its session: gone with it
+            self._forget((entry.state.principal, entry.state.task_id))
+            return RT.task_lost()
         except _FAILURES as exc:
             return upstream_failure(UpstreamFault.SESSION, str(exc) or type(exc).__name__)
         if "error" in said:
@@ -244,6 +250,11 @@ class ReverseTasks:
                                                                      members(message.get("error")) if
                                                                      "error" in message else None))
                     self._changed(entry)
+                    if entry.state.final is None:  # the task is over: its status makes it final, session released
+                        said = await self._upstream(entry, "tasks/get")
+                        if not isinstance(said, ErrorValue):
+                            entry.last = said
+                            self._changed(entry)
                     return
         finally:
             reader.cancel()

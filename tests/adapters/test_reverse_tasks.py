@@ -249,3 +249,9 @@ def test_a_2025_status_notification_becomes_the_extensions_on_a_watching_listen(
     _, working = RT.detailed(state(), task("input_required"))
     assert isinstance(working, dict) and RT.seen(working) != RT.seen(shown)  # a new question is news
     assert RT.seen(shown) == RT.seen({**shown, "lastUpdatedAt": "later"})  # a timestamp alone is not
+
+
+def test_a_task_the_server_forgot_or_whose_session_ended_is_gone() -> None:
+    assert RT.vanished(ErrorValue(-32602, "Task not found")) and not RT.vanished(ErrorValue(-32603, "boom"))
+    lost = RT.task_lost()
+    assert lost.code == -32603 and lost.data == {"upstream": "session"}

@@ -80,8 +80,12 @@ async def test_a_task_is_created_polled_asked_answered_and_completed(gateway: An
         failed = await result(http, gateway, "tools/call", {"name": "failing_job", "arguments": {}})
         done = await status_of(http, gateway, failed["taskId"], "completed")  # a tool's error: completed, isError
         assert done["result"]["isError"] is True
+        unpolled = await result(http, gateway, "tools/call", {"name": "slow_compute", "arguments": {"seconds": 0.2}})
     bridge = gateway.app[REVERSE]
+    # a task nobody polls is finished by its driver: its session is released all the same
     await until(lambda: all(p.busy == 0 for p in bridge.pool.values()), "every task released its session")
+    [kept] = [e for (_, t), e in bridge.legacy_tasks.entries.items() if t == unpolled["taskId"]]
+    assert kept.state.final is not None and kept.state.final["status"] == "completed"
 
 
 async def test_a_running_task_is_cancelled_upstream(gateway: Any) -> None:
