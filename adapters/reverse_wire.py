@@ -106,7 +106,7 @@ def decode_header(value: str | None) -> str | None:
         return None
 
 
-def _meta(params: Any) -> Mapping[str, Any] | str:
+def _meta(params: object) -> Mapping[str, Any] | str:
     meta = params.get("_meta") if isinstance(params, Mapping) else None
     if not isinstance(meta, Mapping) or not isinstance(meta.get(PROTOCOL_VERSION_META_KEY), str):
         return f"params._meta[{PROTOCOL_VERSION_META_KEY!r}] is required and must be a string"
@@ -168,7 +168,7 @@ def _routing(headers: Mapping[str, str], method: str, params: Mapping[str, Any])
     return None
 
 
-def param_header_refusal(header_map: Mapping[tuple[str, ...], str], arguments: Any,
+def param_header_refusal(header_map: Mapping[tuple[str, ...], str], arguments: object,
                          headers: Mapping[str, str]) -> Refused | None:
     """2026-07-28 basic/transports §Server validation: each argument a tool annotates with ``x-mcp-header`` is
     mirrored in ``Mcp-Param-<Name>`` (headers keyed lower-case): present, it must equal the sentinel-decoded header
@@ -176,7 +176,7 @@ def param_header_refusal(header_map: Mapping[tuple[str, ...], str], arguments: A
     ``header_map``: the tool's (adapters.upstream.x_mcp_header_map). Anything else is HEADER_MISMATCH."""
     for path, name in header_map.items():
         header, where = f"Mcp-Param-{name}", ".".join(path)
-        value: Any = arguments
+        value: object = arguments
         for step in path:
             value = value.get(step) if isinstance(value, Mapping) else None
         raw = headers.get(header.lower())
@@ -192,7 +192,7 @@ def param_header_refusal(header_map: Mapping[tuple[str, ...], str], arguments: A
     return None
 
 
-def _mirrors(value: Any, decoded: str) -> bool:
+def _mirrors(value: object, decoded: str) -> bool:
     if isinstance(value, bool):
         return decoded == ("true" if value else "false")
     if isinstance(value, (int, float)):
@@ -203,7 +203,7 @@ def _mirrors(value: Any, decoded: str) -> bool:
     return isinstance(value, str) and decoded == value
 
 
-def relayed_as_is(http_method: str, headers: Mapping[str, str], message: Any) -> bool:
+def relayed_as_is(http_method: str, headers: Mapping[str, str], message: object) -> bool:
     """Whether a request at a reverse-bridged endpoint is a 2025-era one, relayed to the legacy server as it is
     (its own session, live requests and GET stream: 2025-11-25 basic/transports): every GET and DELETE, and a POST
     that is not a 2026-07-28 request (adapters.classify.is_modern: its header, ``_meta`` or ``server/discover``)."""
@@ -260,7 +260,7 @@ def discover_result(initialized: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
-def complete_result(method: str, result: Any) -> dict[str, Any]:
+def complete_result(method: str, result: object) -> dict[str, Any]:
     """A legacy result as a 2026 one: ``resultType`` "complete", and the cache fields where required."""
     out = dict(result) if isinstance(result, Mapping) else {}
     out["resultType"] = "complete"
@@ -281,7 +281,7 @@ def modern_status(code: int) -> int:
     return _STATUS.get(code, 200)
 
 
-def modern_error(error: Any) -> E.ErrorValue:
+def modern_error(error: object) -> E.ErrorValue:
     """A legacy server's error for a 2026 client: RESOURCE_NOT_FOUND_2025 (resource not found) was retired for
     INVALID_PARAMS (2026-07-28 basic §Error Codes); codes in the band 2026 reserves (``E.reserved_2026``) are never
     passed on as they are."""
