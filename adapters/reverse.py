@@ -81,7 +81,7 @@ class Full:
     error: ErrorValue
 
 
-def canonical(value: Any) -> str:
+def canonical(value: object) -> str:
     return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 
 
@@ -476,13 +476,13 @@ def _notified(state: CallState, method: str, params: Mapping[str, Any]) -> tuple
     return ()
 
 
-def for_request(message: Mapping[str, Any], token: Any) -> Mapping[str, Any] | None:
+def for_request(message: Mapping[str, Any], token: object) -> Mapping[str, Any] | None:
     """A notification :class:`Notify` gave, as the driving request's stream carries it: progress under that
     request's token, anything else as it is."""
     return progress_for(message, token) if message.get("method") == "notifications/progress" else message
 
 
-def progress_for(message: Mapping[str, Any], token: Any) -> dict[str, Any] | None:
+def progress_for(message: Mapping[str, Any], token: object) -> dict[str, Any] | None:
     """A legacy progress notification for the request driving the call now: the legacy call keeps the token of
     the request that started it, while each 2026 round is its own request with its own token (2026-07-28
     basic/patterns §Progress), so the token is the current request's; one that asked for none gets nothing."""
@@ -492,7 +492,7 @@ def progress_for(message: Mapping[str, Any], token: Any) -> dict[str, Any] | Non
     return {**message, "params": {**params, "progressToken": token}}
 
 
-def _answered(state: CallState, result: Any, error: Any) -> Step:
+def _answered(state: CallState, result: object, error: object) -> Step:
     final = (None, modern_error(error)) if error is not None else (complete_result(state.method, result), None)
     if state.phase is Phase.WAITING:  # the client holds a state: its retry gets the answer
         return replace(state, final=final), ()
