@@ -56,6 +56,18 @@ def door_connections(config: GatewayConfig) -> int:
     return config.connections.door_max_in_flight + config.limits.max_pending_per_session + 2
 
 
+# A door's hop is a loopback client of this gateway's own /mcp: how long a call may take is decided there (the
+# upstream read timeout, the answer timeout of a bridged round waiting on a person), so the hop adds no total
+# bound of its own. aiohttp's default (300 s in all) cut a bridged call waiting longer on the client off with
+# -32603; only the connect, to this process, is bounded.
+DOOR_HOP_TIMEOUT = aiohttp.ClientTimeout(total=None, sock_connect=10.0)
+
+
+def door_session(config: GatewayConfig, hop: DoorHop) -> aiohttp.ClientSession:
+    """The client session a WebSocket or HTTP+SSE door session sends its calls through."""
+    return aiohttp.ClientSession(connector=door_connector(config, hop), timeout=DOOR_HOP_TIMEOUT)
+
+
 def door_connector(config: GatewayConfig, hop: DoorHop) -> aiohttp.BaseConnector:
     if hop.path is not None:
         return aiohttp.UnixConnector(path=hop.path, limit=door_connections(config))

@@ -16,7 +16,6 @@ import asyncio
 import logging
 import secrets
 
-import aiohttp
 from aiohttp import web
 
 from adapters.classify import check_origin_host, principal_of
@@ -28,8 +27,8 @@ from gateway.http.authorization import door_principal
 from gateway.http.door import DoorClient
 from gateway.http.door_hop import (
     HOP,
-    door_connector,
     door_endpoint,
+    door_session,
     enter_door,
     install_door_hop,
     leave_door,
@@ -87,7 +86,7 @@ async def _serve_stream(request: web.Request, verified: str | None) -> web.Strea
     endpoint, host = door_endpoint(request)
     response = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
     await response.prepare(request)
-    http = aiohttp.ClientSession(connector=door_connector(gw.config, request.app[HOP]))
+    http = door_session(gw.config, request.app[HOP])
     stream.door = door = DoorClient(http, authorization, events, endpoint, host,
                                     gw.door_headers(Transport.HTTP_SSE), in_flight=limits.door_max_in_flight)
     request.app[STREAMS][stream_id] = stream

@@ -28,8 +28,8 @@ from gateway.http.door import DoorClient
 from gateway.http.door_hop import (
     HOP,
     client_gone,
-    door_connector,
     door_endpoint,
+    door_session,
     enter_door,
     install_door_hop,
     leave_door,
@@ -68,7 +68,7 @@ async def _serve_socket(request: web.Request) -> web.WebSocketResponse:
     await ws.prepare(request)
     limits = gw.config.connections
     frames = Outbox(limits.door_max_queued_bytes, lambda: _overflowed(request, ws, sender))
-    http = aiohttp.ClientSession(connector=door_connector(gw.config, request.app[HOP]))
+    http = door_session(gw.config, request.app[HOP])
     door = DoorClient(http, request.headers.get("Authorization"), frames, *door_endpoint(request),
                       door=gw.door_headers(Transport.WEBSOCKET), in_flight=limits.door_max_in_flight)
     sender = asyncio.get_running_loop().create_task(_send(ws, frames))

@@ -37,6 +37,7 @@ from adapters.doors import ID_SCAN_BYTES, Transport, too_large
 from gateway.config.settings import GatewayConfig
 from gateway.http.app import create_app
 from gateway.http.door import DoorClient
+from gateway.http.door_hop import DOOR_HOP_TIMEOUT
 from gateway.http.keys import GATEWAY
 from gateway.ops.stdio_login import UpstreamSetup, login_argv
 from gateway.ops.stdio_login import add_arguments as add_login_arguments
@@ -114,7 +115,8 @@ async def serve_stdio(config: GatewayConfig, authorization: str | None,
             path = f"{folder}/gateway.sock"
             await web.UnixSite(runner, path).start()
             print(banner(config), file=sys.stderr, flush=True)  # stdout is the client's: JSON-RPC only
-            async with aiohttp.ClientSession(connector=aiohttp.UnixConnector(path=path)) as http:
+            async with aiohttp.ClientSession(connector=aiohttp.UnixConnector(path=path),
+                                             timeout=DOOR_HOP_TIMEOUT) as http:
                 door = DoorClient(http, authorization, sys.stdout.buffer,
                                   door=runner.app[GATEWAY].door_headers(Transport.STDIO))
                 limit = config.connections.max_request_bytes

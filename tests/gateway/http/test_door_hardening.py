@@ -326,3 +326,24 @@ async def test_a_client_gone_behind_its_unread_flood_has_its_calls_ended(upstrea
     await asyncio.wait_for(closed.wait(), 3)  # the upstream read timeout is 600 s: only the door's end does it
     await until(lambda: not gw.runtimes)
     assert not gw.runtimes
+
+
+async def test_a_door_call_is_bounded_by_the_gateway_not_by_aiohttps_default(upstream: FakeUpstream,
+                                                                           make_gateway: Any,
+                                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """A door's loopback hop adds no total timeout of its own: aiohttp's default (300 s in all) cut off a bridged
+    call waiting longer on a person. Here the default is made 0.3 s, and a call the upstream answers after 1 s
+    still gets its result through the WebSocket door."""
+    async def slow(body: dict[str, Any], request: web.Request) -> Any:
+        await asyncio.sleep(1.0)  # sleep: the upstream's own slowness, longer than the shrunk default
+        return text("late")
+    upstream.script["tools/call"] = slow
+    client = await make_gateway()
+    monkeypatch.setattr(aiohttp.client, "DEFAULT_TIMEOUT", aiohttp.ClientTimeout(total=0.3))
+    async with client.session.ws_connect(client.make_url("/ws"), protocols=("mcp",)) as ws:
+        await ws.send_str(json.dumps(INIT))
+        await _answer(ws, 1)
+        await ws.send_str(json.dumps(_call(2, "slow")))
+        answer = await _answer(ws, 2)
+    assert "error" not in answer, answer
+    assert answer["result"]["content"][0]["text"] == "late"
