@@ -156,7 +156,12 @@ async def classified(gw: Gateway, view: HttpView, now: int) -> Accepted | Reject
     session_id = view.headers.get("mcp-session-id")
     if not session_id:
         return classify(view, None, gw.policy, now)
-    held = gw.answer_record(session_id)  # one held here, else the one last read (on a shared store)
+    held = gw.held_record(session_id)
+    if held is None and view.method == "POST" and b'"method"' not in view.body:
+        # Maybe a client's answer (a request or notification names its method): the record last read here, on a
+        # shared store. Only a filter: whatever it lets through is classified, and any other verdict than an
+        # accepted answer is reached again on the stored record below, so requests never classify twice.
+        held = gw.answer_records.get(session_id)
     if held is not None:
         verdict = classify(view, held, gw.policy, now)
         if stands_on_held_record(verdict):

@@ -326,16 +326,11 @@ class Gateway:
         runtime = self.runtimes.get(session_id)
         return runtime.held_record() if runtime is not None else None
 
-    def answer_record(self, session_id: str) -> SessionRecord | None:
-        """What a client's answer for this session is classified on before the store is read: a held record, else
-        the record this replica read last (only an accepted answer stands on either:
-        docs/design/takeover.md#a-clients-answer-is-checked-on-its-requests-session-record)."""
-        held = self.held_record(session_id)
-        return held if held is not None else self.answer_records.get(session_id)
-
     def remember_record(self, record: SessionRecord) -> None:
-        """Keep a record just read from a shared store for :meth:`answer_record` (the oldest goes past
-        :data:`ANSWER_RECORDS_KEPT`)."""
+        """Keep a record just read from a shared store in :attr:`answer_records`, for the client's answers (only
+        an accepted answer stands on it:
+        docs/design/takeover.md#a-clients-answer-is-checked-on-its-requests-session-record); the oldest goes past
+        :data:`ANSWER_RECORDS_KEPT`."""
         if self.relay is None:
             return
         records = self.answer_records
