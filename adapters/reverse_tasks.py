@@ -23,10 +23,15 @@ So the shell reads each task's ``tasks/result`` from its creation on (the *drive
 become the task's pending ``inputRequests`` (keys minted here, as for a call's rounds), and its answer is the
 payload a terminal ``tasks/get`` inlines. Task ids are the upstream's, passed through opaque (never parsed); the
 shell keeps which principal created each, so a task of one principal is unknown to every other.
+
+A task lives in the replica that created it (its session and driver are there). On a shared store that replica
+records itself as the task's holder (:func:`holder_key`, :class:`Holder`), and a request about the task reaching
+another replica is relayed there (:func:`route`), as a parked call's retry is.
 """
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, replace
 from enum import Enum
@@ -44,7 +49,7 @@ from adapters.errors import (
 )
 from adapters.jsonwire import JsonObject, JsonValue, JsonView, members
 from adapters.protocol import INPUT_REQUEST_METHODS
-from adapters.reverse import Asked, input_request, missing_capability
+from adapters.reverse import Asked, canonical, input_request, missing_capability
 from adapters.reverse_listen import notification as listen_notification
 from adapters.reverse_wire import complete_result, legacy_params, modern_error
 from adapters.task_poll import EXTENSION
@@ -388,3 +393,47 @@ def make_room(order: tuple[tuple[str, bool], ...], limits: TaskLimits) -> tuple[
     if len(old) < excess:
         return limit_error("reverse.max_tasks", limits.max_tasks)
     return old
+
+
+# --- replicas (docs/design/eras.md#tasks-in-reverse) --------------------------------------------------------
+HOLD_SECONDS: Final = 30.0  # a holder record's lease, renewed every third of it while the task is kept
+
+
+@dataclass(frozen=True, slots=True)
+class Holder:
+    """A task's holder record in the store (``gateway.session.store.TaskHolders``): the principal that created the
+    task and the replica its session and driver live on. Nothing a request could be sent with."""
+
+    principal: str
+    replica: str
+
+
+@dataclass(frozen=True, slots=True)
+class Elsewhere:
+    """The task is the caller's and held by ``replica``: its request is relayed there."""
+
+    replica: str
+
+
+def holder_key(upstream: str, task_id: str) -> str:
+    """The store key of a task's holder record: a digest of the upstream's name and the server's opaque task id
+    (the id is neither stored nor parsed)."""
+    return "t" + hashlib.sha256(canonical([upstream, task_id]).encode()).hexdigest()
+
+
+def route(holder: Holder | None, principal: str, me: str) -> Elsewhere | ErrorValue:
+    """A task request for a task this replica does not keep: relayed to its holder when the caller created it;
+    else :func:`unknown_task`, without any relay, whether another principal created it or nobody did. A record
+    naming this replica is stale (the task was forgotten here): unknown too."""
+    if holder is None or holder.principal != principal or holder.replica == me:
+        return unknown_task()
+    return Elsewhere(holder.replica)
+
+
+def holder_gone() -> ErrorValue:
+    """A task whose holder replica is gone (it died, or stopped): the task went with its upstream connection
+    (2026-07-28 basic/transports: a broken stream loses the request); the client calls the tool again.
+    INVALID_PARAMS as for any unknown task id (ext-tasks), with a message saying why and what to do."""
+    return ErrorValue(INVALID_PARAMS, "unknown taskId: the gateway replica holding this task is gone, and the task "
+                      "with it; call the tool again", {"taskId": "lost"})
+

@@ -41,6 +41,9 @@ read back with ``ENCODED_DEPTH``. Keys, all under a configurable prefix (``[gate
   gateway's opaque key for one (a digest, never the server's session id), score = when its lease runs out (ms,
   Redis's own clock); ``relp:P``: the same for principal ``P``'s. Each hold keeps a set's TTL at least the
   lease it gives, so a set whose every lease ran out goes by itself; counting first removes the lapsed members;
+- ``th:K``: the holder record of a task made through the reverse bridge (``TaskHolders``; ``K`` the gateway's
+  opaque key for it, a digest): ``"<replica> <principal>"``, with the holder's lease as TTL, renewed while it keeps
+  the task (docs/design/eras.md#tasks-in-reverse);
 - ``rl``: a sorted set of the leased rounds, member ``B``, score = when its lease runs out (ms, Redis's own clock:
   ``TIME`` in the scripts), moved with every take and renewal: where a replica's sweep finds the rounds of a
   replica that died (:meth:`RedisStore.orphaned_rounds`). A round that ends leaves it; a member whose round expired
@@ -80,7 +83,7 @@ in each sorted set: about 1.6 KB per idle session; its open GET stream adds abou
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any, ClassVar, Final
 
 from redis.asyncio import BlockingConnectionPool, Redis
@@ -91,6 +94,7 @@ from adapters import relay as R
 from adapters.admission import WaitingLoad
 from adapters.jsonwire import ENCODED_DEPTH, dumps, loads
 from adapters.records import PendingRound, SessionRecord
+from adapters.reverse_tasks import Holder
 from adapters.sse import FINISHED_STREAMS_KEPT, PRIMING_SEQ, Event, StoredEvents, resumable
 from adapters.takeover import Lease
 from gateway.session.bus import Bus
@@ -474,6 +478,14 @@ end
 return {redis.call('ZCARD', all), redis.call('ZCARD', mine)}
 """
 
+# ARGV: prefix, task holder key, replica -> 1 when the record was that replica's and is deleted (TaskHolders).
+_RELEASE_TASK: Final = """
+local key, mine = ARGV[1] .. 'th:' .. ARGV[2], ARGV[3] .. ' '
+local value = redis.call('GET', key)
+if value and string.sub(value, 1, #mine) == mine then return redis.call('DEL', key) end
+return 0
+"""
+
 # ARGV: prefix, then a stream append (see append) -> 0 when nothing was written (no such copy, or no session).
 _APPEND: Final = _LUA_COMMON + """
 return append(2)
@@ -510,7 +522,7 @@ class RedisStore:
         self._take, self._renew = Script(_TAKE_LEASE), Script(_RENEW_LEASES)
         self._append, self._save_round, self._end_round = Script(_APPEND), Script(_SAVE_ROUND), Script(_END_ROUND)
         self._owner, self._orphaned = Script(_OWNER), Script(_ORPHANED)
-        self._relayed = Script(_RELAYED)
+        self._relayed, self._release_task = Script(_RELAYED), Script(_RELEASE_TASK)
         # Blocking reads (follow_events) on their own connections, whose read timeout allows for the block.
         # Each stream followed here holds one of these while it blocks.
         self._follower = Redis.from_url(url, socket_connect_timeout=timeout_seconds, max_connections=MAX_FOLLOWED,
@@ -705,6 +717,22 @@ class RedisStore:
 
     async def count_relayed(self, principal: str) -> tuple[int, int]:
         return await self._relayed_step("", principal, 0, 2)
+
+    async def hold_tasks(self, tasks: Mapping[str, str], replica: str, ttl_seconds: float) -> None:
+        ttl = _ms(ttl_seconds)
+        if tasks:  # replica ids have no space: the principal is the rest
+            await self.wire.pipeline([("SET", self.key("th:", key), f"{replica} {principal}", "PX", ttl)
+                                      for key, principal in tasks.items()])
+
+    async def task_holder(self, key: str) -> Holder | None:
+        value = await self.wire.call("GET", self.key("th:", key))
+        if value is None:
+            return None
+        replica, _, principal = (value.decode() if isinstance(value, bytes) else str(value)).partition(" ")
+        return Holder(principal, replica)
+
+    async def release_task(self, key: str, replica: str) -> None:
+        await self.wire.script(self._release_task, [self.prefix, key, replica])
 
     def stream_key(self, session_id: str, stream: str) -> str:
         return self.key("e:", f"{session_id}:{stream}")

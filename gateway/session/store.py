@@ -1,8 +1,9 @@
 """The session store's interface and its in-memory backends.
 
-The interface is five small protocols, :class:`SessionRecords`, :class:`RoundStore` (rounds and their leases),
-:class:`Ownership`, :class:`StreamCopies` and :class:`RelayedLeases` (relayed 2025 sessions, counted), and
-:class:`SessionStore`, a backend that has all five, the bus its
+The interface is six small protocols, :class:`SessionRecords`, :class:`RoundStore` (rounds and their leases),
+:class:`Ownership`, :class:`StreamCopies`, :class:`RelayedLeases` (relayed 2025 sessions, counted) and
+:class:`TaskHolders` (the replica holding each task of the reverse bridge), and
+:class:`SessionStore`, a backend that has all six, the bus its
 replicas share (``gateway.session.bus``), and a lifetime. Only plain records (``adapters.records``) cross it,
 serialized to dicts, so every backend keeps the same thing; sockets, streams and tasks stay in ``runtime``. Idle
 sessions expire in the store itself (:meth:`SessionRecords.expire_sessions`), since a session may never have had
@@ -19,7 +20,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import deque
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import ClassVar, Protocol
 
@@ -27,6 +28,7 @@ from adapters.admission import WaitingLoad, past_ceilings
 from adapters.jsonwire import ENCODED_DEPTH, dumps, loads
 from adapters.records import PendingRound, SessionRecord
 from adapters.relay import Ack, Relayed
+from adapters.reverse_tasks import Holder
 from adapters.sse import FINISHED_STREAMS_KEPT, PRIMING_SEQ, Event, StoredEvents, resumable
 from adapters.takeover import Lease
 from gateway.errors import StoreError
@@ -264,8 +266,27 @@ class RelayedLeases(Protocol):
         ...
 
 
-class SessionStore(SessionRecords, RoundStore, Ownership, StreamCopies, RelayedLeases, Protocol):
-    """A session store backend: the five parts above, the bus its replicas share, and its lifetime."""
+class TaskHolders(Protocol):
+    """Which replica holds each task a 2026 client made through the reverse bridge
+    (docs/design/eras.md#tasks-in-reverse): a record per task under an opaque key
+    (``adapters.reverse_tasks.holder_key``, a digest), holding the principal that created it and the holder's
+    replica id (``adapters.reverse_tasks.Holder``), with a lease the holder renews while it keeps the task, so a
+    replica that dies leaves no record for longer than one lease. Nothing a request could be sent with is stored."""
+
+    async def hold_tasks(self, tasks: Mapping[str, str], replica: str, ttl_seconds: float) -> None:
+        """Record ``replica`` as the holder of each key of ``tasks`` (its principal the value) for ``ttl_seconds``
+        from now; holding again renews. One round trip for all of them."""
+        ...
+    async def task_holder(self, key: str) -> Holder | None:
+        """The key's record while its lease lasts, else None."""
+        ...
+    async def release_task(self, key: str, replica: str) -> None:
+        """Forget the key's record, only while ``replica`` holds it (never another replica's)."""
+        ...
+
+
+class SessionStore(SessionRecords, RoundStore, Ownership, StreamCopies, RelayedLeases, TaskHolders, Protocol):
+    """A session store backend: the six parts above, the bus its replicas share, and its lifetime."""
 
     @property
     def bus(self) -> Bus | None:
@@ -311,7 +332,7 @@ class InMemoryStore:
         self._held, self._held_rounds, self._held_bytes = state.held, state.held_rounds, state.held_bytes
         self._verified, self._unverified = state.verified, state.unverified
         self._owners, self._leases, self._leased, self._copies = state.owners, state.leases, state.leased, state.copies
-        self._relayed = state.relayed
+        self._relayed, self._task_holders = state.relayed, state.task_holders
 
     @property
     def bus(self) -> Bus | None:
@@ -574,6 +595,26 @@ class InMemoryStore:
             del held[key]
         return len(held), sum(1 for p, _ in held.values() if p == principal)
 
+    async def hold_tasks(self, tasks: Mapping[str, str], replica: str, ttl_seconds: float) -> None:
+        now = self._clock()
+        for lapsed in [k for k, (_, deadline) in self._task_holders.items() if deadline <= now]:
+            del self._task_holders[lapsed]  # nobody renews a dead replica's records: they go here
+        deadline = now + ttl_seconds
+        for key, principal in tasks.items():
+            self._task_holders[key] = (Holder(principal, replica), deadline)
+
+    async def task_holder(self, key: str) -> Holder | None:
+        entry = self._task_holders.get(key)
+        if entry is not None and entry[1] <= self._clock():
+            del self._task_holders[key]
+            return None
+        return entry[0] if entry is not None else None
+
+    async def release_task(self, key: str, replica: str) -> None:
+        entry = self._task_holders.get(key)
+        if entry is not None and entry[0].replica == replica:
+            del self._task_holders[key]
+
     shares_rounds: ClassVar[bool] = False  # one process: nobody else could continue a round (a test may say True)
     shares_streams: ClassVar[bool] = False  # one process: a stream's own buffer is its only copy
 
@@ -675,6 +716,7 @@ class _MemoryState:
         self.copies: dict[tuple[str, str], _Copy] = {}
         self.ended = 0  # copies ended so far: their order, for keeping the last FINISHED_STREAMS_KEPT
         self.relayed: dict[str, tuple[str, float]] = {}  # relayed session key -> (principal, lease deadline)
+        self.task_holders: dict[str, tuple[Holder, float]] = {}  # task holder key -> (its record, lease deadline)
 
 
 class _Copy:

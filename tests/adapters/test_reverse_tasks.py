@@ -255,3 +255,31 @@ def test_a_task_the_server_forgot_or_whose_session_ended_is_gone() -> None:
     assert RT.vanished(ErrorValue(-32602, "Task not found")) and not RT.vanished(ErrorValue(-32603, "boom"))
     lost = RT.task_lost()
     assert lost.code == -32603 and lost.data == {"upstream": "session"}
+
+
+def test_a_tasks_holder_key_is_a_digest_of_its_upstream_and_id() -> None:
+    """docs/design/eras.md#tasks-in-reverse: the store keeps no task id, and one upstream's task never names
+    another's."""
+    key = RT.holder_key("default", "opaque/ID+1==")
+    assert key == RT.holder_key("default", "opaque/ID+1==") and "opaque" not in key and "ID" not in key
+    assert key != RT.holder_key("other", "opaque/ID+1==") and key != RT.holder_key("default", "opaque/ID+1=")
+    assert RT.holder_key("a b", "c") != RT.holder_key("a", "b c")  # no two pairs spell one key
+
+
+@pytest.mark.parametrize(("holder", "principal", "out"), [
+    (RT.Holder("alice", "B"), "alice", RT.Elsewhere("B")),  # the caller's, held elsewhere: relayed there
+    (RT.Holder("alice", "B"), "bob", -32602),  # another principal's: unknown, never relayed
+    (RT.Holder("alice", "A"), "alice", -32602),  # names this replica, which forgot it: a stale record
+    (None, "alice", -32602),  # nobody holds it (never made, or its holder's lease ran out)
+])
+def test_a_task_kept_elsewhere_is_relayed_only_for_its_principal(holder: Any, principal: str, out: Any) -> None:
+    got = RT.route(holder, principal, "A")
+    assert (got.code if isinstance(got, ErrorValue) else got) == out
+    if isinstance(got, ErrorValue):
+        assert got == RT.unknown_task()  # one answer, whoever made it
+
+
+def test_a_task_whose_holder_is_gone_is_lost_and_says_so() -> None:
+    gone = RT.holder_gone()
+    assert gone.code == -32602 and gone.data == {"taskId": "lost"}
+    assert "replica holding this task is gone" in gone.message and "call the tool again" in gone.message

@@ -20,6 +20,7 @@ import pytest
 pytest.importorskip("redis")
 from adapters import relay as R
 from adapters.admission import WaitingLoad
+from adapters.reverse_tasks import Holder
 from adapters.sse import FINISHED_STREAMS_KEPT, Event, StoredEvents
 from adapters.takeover import Lease
 from gateway.http.app import GATEWAY
@@ -288,6 +289,30 @@ async def _relayed_none(store: Any) -> bool:
     return bool(await store.count_relayed("alice") == (0, 0))
 
 
+async def test_a_task_holder_is_recorded_by_lease_and_released_only_by_its_holder(backend: Backend) -> None:
+    """docs/design/eras.md#tasks-in-reverse: a holder record names the task's principal and replica while its lease
+    lasts; holding again renews it (several in one step); only its own replica releases it; one nobody renews (its
+    replica died) runs out."""
+    store = backend.store
+    assert await store.task_holder("t1") is None
+    await store.hold_tasks({"t1": "alice", "t2": "bearer:ab cd"}, "A", 0.3)
+    await store.hold_tasks({"t3": "bob"}, "B", 5)
+    await store.hold_tasks({}, "A", 5)  # nothing to hold: nothing happens
+    assert await store.task_holder("t1") == Holder("alice", "A")
+    assert await store.task_holder("t2") == Holder("bearer:ab cd", "A")  # a principal as it is, spaces too
+    await store.release_task("t3", "A")  # B's: not A's to release
+    assert await store.task_holder("t3") == Holder("bob", "B")
+    await store.release_task("t3", "B")
+    assert await store.task_holder("t3") is None
+    await store.hold_tasks({"t2": "bearer:ab cd"}, "A", 5)  # renewed; t1 is not
+
+    async def t1_lapsed() -> bool:
+        return await store.task_holder("t1") is None
+    await backend.lapses(t1_lapsed, "t1 was never renewed: its lease runs out", 0.31)
+    assert await store.task_holder("t2") == Holder("bearer:ab cd", "A")
+    assert await store.count_relayed("alice") == (0, 0) and await store.count_sessions("alice") == (0, 0)
+
+
 async def test_a_step_writes_its_ownership_with_its_save_and_a_round_ends_in_one_step(store) -> None:
     """docs/design/takeover.md#a-bridged-step-is-one-fenced-store-write: the claims and releases of a step ride on
     its save; the end of a round drops its record, its holder's lease (never another's) and its ownership records
@@ -494,8 +519,11 @@ async def test_replica_stores_share_one_state_and_one_clock() -> None:
     assert not await there.take_lease("b1", "B", 5)  # A's, as seen from there
     await here.append_events("s1", "x", [Event(1, {"n": 1})], capacity=8, opening=True)
     assert await there.read_events("s1", "x", 0) == StoredEvents((Event(1, {"n": 1}),), False)
+    await here.hold_tasks({"t1": "alice"}, "A", 1)
+    assert await there.task_holder("t1") == Holder("alice", "A")
     clock.now += 1  # A stops renewing: its lease lapses for every replica at once
     assert await there.owner_of("oa:g1") is None and await there.take_lease("b1", "B", 5)
+    assert await there.task_holder("t1") is None
     await there.delete_session("s1")
     assert await here.get_session("s1") is None and await here.get_round("b1") is None
 
