@@ -36,8 +36,9 @@ class RelayKind(StrEnum):
     END = "end"  # a session ended (DELETE) on some replica: every replica ends its runtime for it
     ACK = "ack"  # the owner's word on a relayed answer or cancel that asked for one: acted on, or not held
     # The reverse bridge (docs/design/eras.md#2026-clients-in-front-of-a-2025-server-the-reverse-bridge): a 2026
-    # client's retry of a call parked on another replica, and that replica's JSON-RPC answer to it, sent back to the
-    # replica the client waits on.
+    # client's retry of a call parked on another replica, or its request about a task held there
+    # (docs/design/eras.md#tasks-in-reverse), and that replica's JSON-RPC answer to it, sent back to the replica the
+    # client waits on.
     RETRY = "retry"
     REPLY = "reply"
 
@@ -96,8 +97,8 @@ class Ack:
 
 @dataclass(frozen=True, slots=True)
 class Retry:
-    """A 2026 client's retry of a reverse-bridged call parked on the receiving replica (``message``: the upstream's
-    name and the request); answered with a :class:`Reply`."""
+    """A 2026 client's retry of a reverse-bridged call parked on the receiving replica, or its request about a task
+    held there (``message``: the upstream's name, the principal and the request); answered with a :class:`Reply`."""
 
     message: JsonView
     to: ReplyTo

@@ -5,7 +5,8 @@ It keeps the pool of legacy sessions (``adapters.reverse.plan`` decides), the pa
 still open while the client answers an ``input_required``), and the sealed ``requestState``s (AES-GCM over the
 claims ``adapters.reverse.Claims`` names); each call's rules are ``adapters.reverse.handle``'s, performed here.
 A parked call lives in this process: its upstream connection is here. Its state names this replica, and a retry
-that reaches another one is relayed here through the store (``forward``, gateway.http.reverse_bridges).
+that reaches another one is relayed here through the store (``forward``, gateway.http.reverse_bridges). So is a
+request about a task kept here (its holder is recorded in the store: gateway.http.reverse_tasks).
 """
 
 from __future__ import annotations
@@ -41,10 +42,10 @@ from adapters.errors import (
     passthrough_ended,
     upstream_failure,
 )
-from adapters.jsonwire import loads
+from adapters.jsonwire import loads, members
 from adapters.protocol import MRTR_METHODS, NAME_PARAM
 from adapters.sse import encode_event
-from adapters.upstream import header_map_of, learned_header_maps
+from adapters.upstream import UnencodableHeader, encode_header_value, header_map_of, learned_header_maps
 from adapters.usage import RelayedAnswer
 from gateway.auth.credentials import CredentialError, UpstreamCredentials
 from gateway.http.passthrough import Passthroughs
@@ -70,6 +71,8 @@ _CLIENT_GRANTS = frozenset({Grant.FORWARD, Grant.TOKEN_EXCHANGE})
 # A bound on the tools/list pages read to learn x-mcp-header annotations: a server that pages forever is not
 # followed forever (tools on later pages go unchecked).
 _TOOL_PAGES = 20
+# A listen watching tasks kept on another replica asks their holder for their state this often (relayed tasks/get).
+_WATCH_ELSEWHERE_SECONDS = 1.0
 # What a 2025 request and its answer carry that matters between client and server (2025-11-25 basic/transports).
 _LEGACY_HEADERS = frozenset({"accept", "content-type", "mcp-session-id", "mcp-protocol-version", "last-event-id",
                              "authorization", "traceparent", "tracestate", "baggage"})
@@ -182,7 +185,7 @@ class ReverseBridge:
         # client holds (gateway.http.reverse_bridges); None: none is sent.
         self.credentials: Callable[[], UpstreamCredentials | None] = lambda: None
         # 2026 tasks on the server's 2025 tasks (docs/design/eras.md#tasks-in-reverse)
-        self.legacy_tasks = ReverseTasks()
+        self.legacy_tasks = ReverseTasks(upstream=settings.name, replica=settings.replica)
 
     def spawn(self, step: Any) -> None:
         task = asyncio.create_task(step)
@@ -394,8 +397,10 @@ class ReverseBridge:
             if req.method == "server/discover":
                 return answer(req.ident, RT.discover(W.discover_result(pooled.session.initialized), caps))
             if req.method in RT.METHODS:
-                result, error = await self.legacy_tasks.handle(req, principal, RT.offered(caps))
-                return answer(req.ident, result, error)
+                handled = await self.legacy_tasks.handle(req, principal, RT.offered(caps))
+                if isinstance(handled, RT.Elsewhere):
+                    return await self._task_elsewhere(handled.replica, request, req, principal)
+                return answer(req.ident, *handled)
             try:
                 if req.method == "subscriptions/listen":
                     return await self._listen(request, pooled, req, relays, principal)
@@ -482,13 +487,41 @@ class ReverseBridge:
         wire = said.get("error")
         return json_response(dict(said), W.modern_status(wire["code"]) if isinstance(wire, Mapping) else 200)
 
+    async def _task_elsewhere(self, holder: str, request: web.Request, req: W.Request,
+                              principal: str) -> web.StreamResponse:
+        """A request about a task of this principal kept on replica ``holder`` (docs/design/eras.md#tasks-in-reverse):
+        relayed there, its answer this request's; a holder that is gone took the task with it."""
+        heard = {k: v for k, v in request.headers.items() if k.lower() in W.ROUTING_HEADERS}
+        message = {"jsonrpc": "2.0", "id": req.ident, "method": req.method, "params": dict(req.params)}
+        said = await self._forward_to(holder, principal, heard, message)
+        if said is None:
+            log.info("reverse bridge: a %s for a task kept on replica %s, which is gone", req.method, holder)
+            return answer(req.ident, error=RT.holder_gone())
+        wire = said.get("error")
+        return json_response(dict(said), W.modern_status(wire["code"]) if isinstance(wire, Mapping) else 200)
+
+    async def _forward_to(self, holder: str, principal: str, headers: Mapping[str, str],
+                          message: Mapping[str, Any]) -> Mapping[str, Any] | None:
+        if self.forward is None:
+            return None
+        return await self.forward(holder, {"upstream": self.settings.name, "principal": principal,
+                                           "headers": dict(headers), "request": dict(message)})
+
     async def retry_relayed(self, relayed: Mapping[str, Any]) -> Mapping[str, Any]:
         """A retry another replica relayed here (:meth:`_retry_elsewhere`): run as if its client had sent it
-        here, without a stream (the answer goes back whole); its JSON-RPC answer."""
+        here, without a stream (the answer goes back whole); its JSON-RPC answer. A request about a task kept here
+        (:meth:`_task_elsewhere`) is answered by the tasks, never relayed on."""
         message, headers = relayed.get("request"), relayed.get("headers")
         if not isinstance(message, Mapping) or not isinstance(headers, Mapping) or "method" not in message:
             return {"jsonrpc": "2.0", "id": None, "error": R.holder_gone().to_wire()}
         req = W.validate(CIMultiDict(headers), message, None)
+        if not isinstance(req, W.Refused) and req.method in RT.METHODS:
+            # the relaying replica gated it on the same server's capabilities: it offers tasks
+            handled = await self.legacy_tasks.handle(req, str(relayed.get("principal", "")), True, relay=False)
+            assert not isinstance(handled, RT.Elsewhere), "a relayed request is not relayed on"
+            result, error = handled
+            body = {"error": error.to_wire()} if error is not None else {"result": result}
+            return {"jsonrpc": "2.0", "id": req.ident, **body}
         if isinstance(req, W.Refused) or "requestState" not in req.params or req.method not in MRTR_METHODS:
             error = req.error if isinstance(req, W.Refused) else R.holder_gone()
             return {"jsonrpc": "2.0", "id": message.get("id"), "error": error.to_wire()}
@@ -594,9 +627,12 @@ class ReverseBridge:
         caps = pooled.session.initialized.get("capabilities")
         honour = RL.honoured(filt, caps if isinstance(caps, Mapping) else {})
         task_ids: list[str] | None = None  # the tasks extension's filter, served here (adapters.reverse_tasks)
+        elsewhere: dict[str, str] = {}  # those of its tasks kept on other replicas, by holder
         if RT.TASK_IDS in filt:
-            listened = RT.listened(filt[RT.TASK_IDS], RT.declared(req.capabilities),
-                                   self.legacy_tasks.owned(principal))
+            declared = RT.declared(req.capabilities)
+            elsewhere = await self.legacy_tasks.elsewhere(filt[RT.TASK_IDS], principal) if declared else {}
+            listened = RT.listened(filt[RT.TASK_IDS], declared,
+                                   self.legacy_tasks.owned(principal) | frozenset(elsewhere))
             if isinstance(listened, ErrorValue):
                 return answer(req.ident, error=listened)
             task_ids = listened
@@ -604,20 +640,55 @@ class ReverseBridge:
         pooled.busy += 1
         pooled.listens.add(queue)
         taken: tuple[str, ...] = ()
+        watching: asyncio.Task[None] | None = None
         try:
             pooled.session.listen()
             taken = await self._subscribe(pooled, RL.subscriptions(honour))
             told: dict[str, Any] = dict(RL.acknowledged(honour, taken))
             if task_ids is not None:
                 told[RT.TASK_IDS] = task_ids
-                await self.legacy_tasks.watch(queue, principal, task_ids)
+                await self.legacy_tasks.watch(queue, principal, [t for t in task_ids if t not in elsewhere])
+            if elsewhere:
+                watching = asyncio.create_task(self._watch_elsewhere(queue, request, req, principal, elsewhere))
             return await self._stream_listen(request, req, told, queue, relays)
         finally:
+            if watching is not None:
+                watching.cancel()
             self.legacy_tasks.unwatch(queue)
             pooled.listens.discard(queue)
             pooled.busy -= 1
             pooled.last_used_ms = now_ms()
             self.spawn(self._unsubscribe(pooled, taken))
+
+    async def _watch_elsewhere(self, queue: asyncio.Queue[Message | None], request: web.Request, req: W.Request,
+                               principal: str, elsewhere: Mapping[str, str]) -> None:
+        """The listen's tasks kept on other replicas (docs/design/eras.md#tasks-in-reverse): each one's state,
+        asked of its holder by a relayed ``tasks/get`` (as the listen's client would ask it), goes to the listen
+        now and whenever it changes, until the task is terminal or its holder no longer answers for it."""
+        version = request.headers.get("mcp-protocol-version", "")
+        live, told = dict(elsewhere), dict[str, str]()
+        while live:
+            for task_id, holder in list(live.items()):
+                try:
+                    name = encode_header_value(task_id)
+                except UnencodableHeader:
+                    del live[task_id]
+                    continue
+                headers = {"MCP-Protocol-Version": version, "Mcp-Method": "tasks/get", "Mcp-Name": name}
+                params = {"taskId": task_id, "_meta": dict(members(req.params.get("_meta")))}
+                message = {"jsonrpc": "2.0", "id": f"listen-{task_id}", "method": "tasks/get", "params": params}
+                said = await self._forward_to(holder, principal, headers, message)
+                task = said.get("result") if said is not None else None
+                if not isinstance(task, Mapping):  # lost, forgotten or failing there: nothing more to tell
+                    del live[task_id]
+                    continue
+                if RT.seen(task) != told.get(task_id):
+                    told[task_id] = RT.seen(task)
+                    queue.put_nowait(RT.notification(task))
+                if task.get("status") in RT.TERMINAL:
+                    del live[task_id]
+            if live:
+                await asyncio.sleep(_WATCH_ELSEWHERE_SECONDS)
 
     async def _stream_listen(self, request: web.Request, req: W.Request, honour: Mapping[str, Any],
                              queue: asyncio.Queue[Message | None], relays: Passthroughs) -> web.StreamResponse:

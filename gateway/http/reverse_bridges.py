@@ -6,8 +6,9 @@ Owns which bridge a 2025 client's relayed request goes to (``adapters.reverse.re
 gateway's ``Mcp-Session-Id`` of a relayed session is sealed over ``adapters.reverse.RelayedSession``, so any
 replica knows where it goes, with nothing stored), and the retries of parked calls relayed between replicas
 through the store's bus (gateway.session.relay): sent from the replica the client reached, answered here by the
-bridge holding the call. And the relayed sessions, counted against the gateway's own session limits by every
-replica on one store (``gateway.session.store.RelayedLeases``: an opaque key per session, leased).
+bridge holding the call; requests about a task kept on another replica go the same way. And the relayed sessions,
+counted against the gateway's own session limits by every replica on one store
+(``gateway.session.store.RelayedLeases``: an opaque key per session, leased).
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ from gateway.http.reverse import ReverseBridge, ReverseSettings, Sealer
 from gateway.http.streams import json_response
 from gateway.session.relay import BusRelay
 from gateway.session.runtime import Gateway, log
-from gateway.session.store import StoreUnavailable
+from gateway.session.store import StoreUnavailable, TaskHolders
 from gateway.telemetry.reverse import relayed_watch
 
 _SESSION_AAD = b"mcp-legacy-gateway relayed 2025 session v1"
@@ -86,7 +87,14 @@ class ReverseBridges:
         bridge = ReverseBridge(reverse_settings(config, name, url, self.gateway.replica))
         bridge.forward = self._forward
         bridge.credentials = lambda: self._credentials(name)
+        bridge.legacy_tasks.holders = self._task_holders
         return bridge
+
+    def _task_holders(self) -> TaskHolders | None:
+        """Where the holders of tasks are recorded: the store, when other replicas share it (its bus); else none
+        (docs/design/eras.md#tasks-in-reverse)."""
+        store = self.gateway.store
+        return store if store.bus is not None else None
 
     def _credentials(self, name: str) -> UpstreamCredentials | None:
         """The credential the upstream's forward client sends (gateway.http.app), looked up when used: a reload

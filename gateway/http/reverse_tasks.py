@@ -6,13 +6,17 @@ pooled session each was created on (a 2025 server binds a task to its session: e
 that one, which stays open while the task lives), and each task's *driver*: the upstream ``tasks/result`` read
 from creation until it answers, whose streamed requests become the task's ``inputRequests``. The rules are
 ``adapters.reverse_tasks``'s; this module only performs them.
+
+On a store replicas share it also records this replica as the holder of each task it keeps (a lease renewed while
+the task is kept, ``gateway.session.store.TaskHolders``), and finds the holder of a task kept elsewhere: the bridge
+relays the request there (gateway.http.reverse).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -23,6 +27,7 @@ from adapters.errors import ErrorValue, UpstreamFault, upstream_failure
 from adapters.jsonwire import JsonObject, JsonView, members
 from adapters.reverse_wire import Request, complete_result, modern_error
 from gateway.session.runtime import log
+from gateway.session.store import StoreUnavailable, TaskHolders
 from gateway.upstream.legacy_session import BROKE, GONE, LegacyFailure, LegacySession, SessionGone
 
 _FAILURES = (LegacyFailure, SessionGone, aiohttp.ClientError, TimeoutError, ValueError)
@@ -53,17 +58,81 @@ Listen = asyncio.Queue[Any]  # a subscriptions/listen stream's queue (gateway.ht
 class ReverseTasks:
     """The tasks of one reverse-bridged upstream."""
 
-    def __init__(self, limits: RT.TaskLimits | None = None) -> None:
+    def __init__(self, limits: RT.TaskLimits | None = None, upstream: str = "default", replica: str = "") -> None:
         self.limits = limits or RT.TaskLimits()
+        self.upstream, self.replica = upstream, replica
         self.entries: dict[tuple[str, str], Entry] = {}  # (principal, task id), oldest first
         self.watchers: dict[Listen, tuple[str, frozenset[str]]] = {}  # listen -> its principal, the tasks it watches
+        # Where the holder of each task is recorded (gateway.http.reverse_bridges); None: no store replicas share.
+        self.holders: Callable[[], TaskHolders | None] = lambda: None
+        self.renewer: asyncio.Task[None] | None = None
+        self.releasing: set[asyncio.Task[None]] = set()
 
     async def close(self) -> None:
-        for entry in self.entries.values():
+        if self.renewer is not None:
+            self.renewer.cancel()
+        for (_, task_id), entry in self.entries.items():
             if entry.driver is not None:
                 entry.driver.cancel()
             self._release(entry)
+            self._unhold(task_id)
         self.entries.clear()
+        await asyncio.gather(*self.releasing, return_exceptions=True)
+
+    # --- replicas -----------------------------------------------------------------------------------------
+    def _key(self, task_id: str) -> str:
+        return RT.holder_key(self.upstream, task_id)
+
+    async def _hold(self, principal: str, task_id: str) -> None:
+        """Record this replica as the task's holder, and keep renewing the records of the tasks kept here. A store
+        that fails is logged: the task then works through this replica only (until the next renewal)."""
+        store = self.holders()
+        if store is None:
+            return
+        try:
+            await store.hold_tasks({self._key(task_id): principal}, self.replica, RT.HOLD_SECONDS)
+        except StoreUnavailable as exc:
+            log.warning("reverse bridge: a task's holder was not recorded: %s", exc)
+        if self.renewer is None or self.renewer.done():
+            self.renewer = asyncio.create_task(self._renew(store))
+
+    async def _renew(self, store: TaskHolders) -> None:
+        while self.entries:
+            await asyncio.sleep(RT.HOLD_SECONDS / 3)
+            held = {self._key(task_id): principal for principal, task_id in self.entries}
+            try:
+                await store.hold_tasks(held, self.replica, RT.HOLD_SECONDS)
+            except StoreUnavailable as exc:
+                log.warning("reverse bridge: the holder records of tasks were not renewed: %s", exc)
+
+    def _unhold(self, task_id: str) -> None:
+        store = self.holders()
+        if store is None:
+            return
+
+        async def release() -> None:
+            try:
+                await store.release_task(self._key(task_id), self.replica)
+            except StoreUnavailable as exc:  # it runs out by itself
+                log.warning("reverse bridge: a task's holder record was not released: %s", exc)
+        task = asyncio.create_task(release())
+        self.releasing.add(task)
+        task.add_done_callback(self.releasing.discard)
+
+    async def _held_elsewhere(self, task_id: str, principal: str) -> RT.Elsewhere | ErrorValue:
+        store = self.holders()
+        holder = await store.task_holder(self._key(task_id)) if store is not None else None
+        return RT.route(holder, principal, self.replica)
+
+    async def elsewhere(self, task_ids: object, principal: str) -> dict[str, str]:
+        """A listen's ``taskIds`` that are the caller's and held on other replicas, with their holders."""
+        store, owned = self.holders(), self.owned(principal)
+        if store is None or not isinstance(task_ids, list):
+            return {}
+        wanted = [t for t in dict.fromkeys(task_ids) if isinstance(t, str) and t not in owned]
+        found = await asyncio.gather(*(store.task_holder(self._key(t)) for t in wanted))
+        return {t: route.replica for t, holder in zip(wanted, found, strict=True)
+                if isinstance(route := RT.route(holder, principal, self.replica), RT.Elsewhere)}
 
     # --- creation -----------------------------------------------------------------------------------------
     async def create(self, pooled: Holding, req: Request, principal: str) -> Answer:
@@ -90,15 +159,21 @@ class ReverseTasks:
         pooled.busy += 1
         self.entries[(principal, task_id)] = entry
         self._drive(entry)
+        await self._hold(principal, task_id)  # before the client hears of it: any replica finds it from then on
         return made, None
 
     # --- the task methods ---------------------------------------------------------------------------------
-    async def handle(self, req: Request, principal: str, offers: bool) -> Answer:
+    async def handle(self, req: Request, principal: str, offers: bool, relay: bool = True) -> Answer | RT.Elsewhere:
+        """A task method's answer, or where the task is held when that is another replica (``relay``: a request
+        relayed here is never relayed on)."""
         gate = RT.gate(req.method, RT.declared(req.capabilities), offers)
         if gate is not None:
             return None, gate
         task_id = RT.task_id_of(req.params)
         entry = self.entries.get((principal, task_id)) if task_id is not None else None
+        if entry is None and task_id is not None and relay:  # another replica's, if this principal's
+            found = await self._held_elsewhere(task_id, principal)
+            return (None, found) if isinstance(found, ErrorValue) else found
         if entry is None:  # never created by this principal here: unknown, whoever created it upstream
             return None, RT.unknown_task()
         if req.method == "tasks/get":
@@ -275,3 +350,4 @@ class ReverseTasks:
             if entry.driver is not None:
                 entry.driver.cancel()
             self._release(entry)
+            self._unhold(key[1])

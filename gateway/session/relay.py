@@ -89,9 +89,9 @@ class BusRelay:
 
     async def retry(self, replica: str, message: dict[str, Any]) -> Mapping[str, Any] | None:
         """Relay a 2026 client's retry to ``replica``, where its call is parked
-        (docs/design/eras.md#2026-clients-in-front-of-a-2025-server-the-reverse-bridge): that replica's JSON-RPC
-        answer, or None when it does not listen, or stops listening before it answers (it died: the call went with
-        it)."""
+        (docs/design/eras.md#2026-clients-in-front-of-a-2025-server-the-reverse-bridge), or a request about a task it
+        holds (docs/design/eras.md#tasks-in-reverse): that replica's JSON-RPC answer, or None when it does not
+        listen, or stops listening before it answers (it died: the call or task went with it)."""
         token = secrets.token_hex(8)
         reply: asyncio.Future[Mapping[str, Any]] = asyncio.get_running_loop().create_future()
         self.replies[token] = reply
