@@ -52,6 +52,7 @@ from gateway.http.passthrough import Passthroughs
 from gateway.http.reverse_tasks import ReverseTasks
 from gateway.http.streams import json_response
 from gateway.session.runtime import log
+from gateway.session.store import StoreUnavailable
 from gateway.upstream.legacy_session import BROKE, GONE, LegacyFailure, LegacySession, Message, SessionGone
 
 _AAD = b"mcp-legacy-gateway reverse requestState v1"
@@ -677,15 +678,16 @@ class ReverseBridge:
                 headers = {"MCP-Protocol-Version": version, "Mcp-Method": "tasks/get", "Mcp-Name": name}
                 params = {"taskId": task_id, "_meta": dict(members(req.params.get("_meta")))}
                 message = {"jsonrpc": "2.0", "id": f"listen-{task_id}", "method": "tasks/get", "params": params}
-                said = await self._forward_to(holder, principal, headers, message)
-                task = said.get("result") if said is not None else None
-                if not isinstance(task, Mapping):  # lost, forgotten or failing there: nothing more to tell
-                    del live[task_id]
+                try:
+                    said = await self._forward_to(holder, principal, headers, message)
+                except StoreUnavailable as exc:  # asked again at the next tick
+                    log.warning("reverse bridge: a listen's task kept elsewhere was not asked for: %s", exc)
                     continue
-                if RT.seen(task) != told.get(task_id):
+                task = said.get("result") if said is not None else None
+                if isinstance(task, Mapping) and RT.seen(task) != told.get(task_id):
                     told[task_id] = RT.seen(task)
                     queue.put_nowait(RT.notification(task))
-                if task.get("status") in RT.TERMINAL:
+                if RT.watch_over(said):
                     del live[task_id]
             if live:
                 await asyncio.sleep(_WATCH_ELSEWHERE_SECONDS)
