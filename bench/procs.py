@@ -9,7 +9,9 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
+from collections import deque
 from typing import IO, cast
 
 TICKS = os.sysconf("SC_CLK_TCK")
@@ -75,6 +77,12 @@ class Child:
         except BaseException:  # one that never listened is not left running
             self.stop()
             raise
+        # Its stderr is read from now on, the last lines kept: a pipe nobody reads fills (64 KiB) and the next
+        # write blocks the child. The 1.x SDK server logs a line or two per request, and stopped answering at
+        # all after about 1,500 calls of bench.reverse.
+        self.tail: deque[bytes] = deque(maxlen=40)
+        threading.Thread(target=self.tail.extend, args=(self.stderr,), daemon=True,
+                         name=f"{name}-stderr").start()
 
     @property
     def stderr(self) -> IO[bytes]:
