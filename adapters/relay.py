@@ -52,30 +52,28 @@ class ReplyTo:
 
 
 @dataclass(frozen=True, slots=True)
-class Answer:
-    """A client's answer for the owner's exchange; ``ack``: the sender asks to be told once it is acted on (its step
-    saved), or that it was not held (docs/design/replicas.md#replicas-relay-through-the-store)."""
+class _FromClient:
+    """A client's message passed on to the owner; ``ack``: the sender asks to be told once it is acted on, or that
+    it was not held (docs/design/replicas.md#replicas-relay-through-the-store)."""
 
     session_id: str
     message: JsonView
     ack: ReplyTo | None = None
 
     def acked(self, held: bool) -> Ack | None:
-        """The acknowledgement this answer asked for (None: it asked for none)."""
+        """The acknowledgement this message asked for (None: it asked for none)."""
         return None if self.ack is None else Ack(self.session_id, self.ack, held)
 
 
 @dataclass(frozen=True, slots=True)
-class Cancel:
-    """A client's ``notifications/cancelled`` for a request the owner bridges; ``ack`` as for :class:`Answer`
-    (told once the request ended there)."""
+class Answer(_FromClient):
+    """A client's answer for the owner's exchange (acknowledged once its step is saved)."""
 
-    session_id: str
-    message: JsonView
-    ack: ReplyTo | None = None
 
-    def acked(self, held: bool) -> Ack | None:
-        return None if self.ack is None else Ack(self.session_id, self.ack, held)
+@dataclass(frozen=True, slots=True)
+class Cancel(_FromClient):
+    """A client's ``notifications/cancelled`` for a request the owner bridges (acknowledged once the request
+    ended there)."""
 
 
 @dataclass(frozen=True, slots=True)
