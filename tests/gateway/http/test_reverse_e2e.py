@@ -103,43 +103,6 @@ def modern(gateway: Any, **kwargs: Any) -> Client:
                   list_roots_callback=roots, **kwargs)
 
 
-async def test_every_flow_of_a_legacy_server_reaches_a_2026_client(gateway: Any) -> None:
-    async with modern(gateway, elicitation_callback=elicit("accept")) as client:
-        assert client.protocol_version == "2026-07-28"
-        names = {tool.name for tool in (await client.list_tools()).tools}
-        assert {"ask_model", "two_rounds", "delete_note", "show_roots", "echo"} <= names
-        assert text_of(await client.call_tool("echo", {"text": "plain"})) == "plain"
-        assert text_of(await client.call_tool("ask_model", {"topic": "owls"})) == "model said: <about owls>"
-        assert text_of(await client.call_tool("two_rounds", {})) == "<first> then <second after <first>>"
-        assert text_of(await client.call_tool("delete_note", {"note": "n1"})) == "deleted n1"
-        assert text_of(await client.call_tool("show_roots", {})) == "file:///work/a"
-        prompt = await client.get_prompt("greet", {"name": "Ada"})
-        assert "Ada" in str(prompt.messages[0].content)
-        read = await client.read_resource("notes://readme")
-        assert "the readme" in str(read.contents[0])
-        assert [r.uri for r in (await client.list_resources()).resources] == ["notes://readme"]
-    bridge = gateway.app[REVERSE]
-    assert len(bridge.pool) == 1 and not bridge.parked  # one session for all, no call left parked
-
-
-async def test_progress_of_a_bridged_call_reaches_the_client(gateway: Any) -> None:
-    seen: list[float] = []
-
-    async def on_progress(progress: float, total: float | None, message: str | None) -> None:
-        seen.append(progress)
-
-    async with modern(gateway) as client:
-        result = await client.call_tool("count", {"n": 2}, progress_callback=on_progress)
-    assert text_of(result) == "counted 2, <go on>"
-    assert seen == [1, 2, 3]  # before the round, and in the retry's answer after it
-
-
-@pytest.mark.parametrize("action", ["decline", "cancel"])
-async def test_a_declined_or_cancelled_elicitation_reaches_the_legacy_tool(gateway: Any, action: str) -> None:
-    async with modern(gateway, elicitation_callback=elicit(action)) as client:
-        assert text_of(await client.call_tool("delete_note", {"note": "n1"})) == f"{action}: nothing deleted"
-
-
 async def _post(http: aiohttp.ClientSession, gateway: Any, ident: int, method: str, params: dict[str, Any],
                 name: str | None = None, meta: dict[str, Any] | None = None) -> tuple[int, dict[str, Any]]:
     headers = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json",
@@ -280,20 +243,6 @@ async def test_a_session_the_server_ended_is_initialized_again(gateway: Any) -> 
         _, again = await _post(http, gateway, 2, "tools/call", {"name": "echo", "arguments": {"text": "b"}}, "echo")
         assert again["result"]["content"][0]["text"] == "b"
         assert next(iter(bridge.pool.values())).session.session_id != gone
-
-
-
-async def test_a_2025_client_is_relayed_to_the_legacy_server_as_it_is(gateway: Any) -> None:
-    """Before the relay, its initialize got -32603 "...the answer was for another request (id 'server-error')"."""
-    url = str(gateway.make_url("/mcp"))
-    async with Client(url, mode="legacy", sampling_callback=sampling, list_roots_callback=roots,
-                      elicitation_callback=elicit("accept", confirm=False)) as client:
-        assert client.protocol_version == "2025-11-25"
-        assert text_of(await client.call_tool("ask_model", {"topic": "owls"})) == "model said: <about owls>"
-        assert text_of(await client.call_tool("delete_note", {"note": "n1"})) == "kept n1"
-        assert text_of(await client.call_tool("show_roots", {})) == "file:///work/a"  # on the relayed GET stream
-        assert "Ada" in str((await client.get_prompt("greet", {"name": "Ada"})).messages[0].content)
-    assert not gateway.app[REVERSE].pool  # the server's own session: none of the bridge's
 
 
 def test_auto_takes_the_probes_verdict(legacy_url: str) -> None:

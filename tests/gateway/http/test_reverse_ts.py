@@ -20,24 +20,10 @@ from typing import Any
 
 import aiohttp
 import pytest
-from mcp import Client
 
-from gateway.config.settings import load_config
-from gateway.http.app import create_app
 from gateway.http.keys import REVERSE
 from tests.gateway.http.test_doors_sdk1 import sdk1_python  # noqa: F401  (a fixture)
-from tests.gateway.http.test_reverse_e2e import (
-    META,
-    _ask,
-    _cancelled,
-    _legacy_server,
-    _post,
-    elicit,
-    modern,
-    roots,
-    sampling,
-    text_of,
-)
+from tests.gateway.http.test_reverse_e2e import META, _ask, _cancelled, _gateway, _legacy_server, _post, modern, text_of
 from tests.gateway.ts_sdk import CONFORMANCE, node, run
 from tests.waiting import until, until_sync
 
@@ -82,53 +68,9 @@ def ts_url() -> Iterator[str]:
         yield url
 
 
-async def _gateway(aiohttp_server: Any, url: str, **reverse: Any) -> Any:
-    config = load_config(upstream_url=url, upstream_era="2025-11-25", reverse=reverse)
-    return await aiohttp_server(create_app(config))
-
-
 @pytest.fixture
 async def gateway(aiohttp_server: Any, ts_url: str) -> AsyncIterator[Any]:
     yield await _gateway(aiohttp_server, ts_url)
-
-
-async def test_every_flow_of_a_ts_legacy_server_reaches_the_python_2026_client(gateway: Any) -> None:
-    async with modern(gateway, elicitation_callback=elicit("accept")) as client:
-        assert client.protocol_version == "2026-07-28"
-        names = {tool.name for tool in (await client.list_tools()).tools}
-        assert {"ask_model", "two_rounds", "delete_note", "open_link", "show_roots", "echo"} <= names
-        assert text_of(await client.call_tool("echo", {"text": "plain"})) == "plain"
-        assert text_of(await client.call_tool("ask_model", {"topic": "owls"})) == "model said: <about owls>"
-        assert text_of(await client.call_tool("two_rounds", {})) == "<first> then <second after <first>>"
-        assert text_of(await client.call_tool("delete_note", {"note": "n1"})) == "deleted n1"
-        assert text_of(await client.call_tool("open_link", {"note": "n1"})) == "accept: link opened"
-        assert text_of(await client.call_tool("show_roots", {})) == "file:///work/a"
-        prompt = await client.get_prompt("greet", {"name": "Ada"})
-        assert "Ada" in str(prompt.messages[0].content)
-        read = await client.read_resource("notes://readme")
-        assert "the readme" in str(read.contents[0])
-        assert [r.uri for r in (await client.list_resources()).resources] == ["notes://readme"]
-    bridge = gateway.app[REVERSE]
-    assert len(bridge.pool) == 1 and not bridge.parked  # one session for all, no call left parked
-
-
-@pytest.mark.parametrize("action", ["decline", "cancel"])
-async def test_a_declined_or_cancelled_elicitation_reaches_the_ts_tool(gateway: Any, action: str) -> None:
-    async with modern(gateway, elicitation_callback=elicit(action)) as client:
-        assert text_of(await client.call_tool("delete_note", {"note": "n1"})) == f"{action}: nothing deleted"
-        assert text_of(await client.call_tool("open_link", {"note": "n1"})) == f"{action}: not shared"
-
-
-async def test_progress_of_a_bridged_ts_call_reaches_the_client(gateway: Any) -> None:
-    seen: list[float] = []
-
-    async def on_progress(progress: float, total: float | None, message: str | None) -> None:
-        seen.append(progress)
-
-    async with modern(gateway) as client:
-        result = await client.call_tool("count", {"n": 2}, progress_callback=on_progress)
-    assert text_of(result) == "counted 2, <go on>"
-    assert seen == [1, 2, 3]  # before the round, and in the retry's answer after it
 
 
 async def test_a_listen_gets_the_ts_servers_resource_updates(gateway: Any) -> None:
@@ -163,18 +105,6 @@ async def test_a_hang_up_and_an_unanswered_round_cancel_the_ts_call(aiohttp_serv
             return said[-1] == "slow,ask_model"
 
         await until(both_cancelled, "the unanswered call is cancelled upstream", lambda: said[-1:])
-
-
-async def test_a_2025_client_is_relayed_to_the_ts_server_as_it_is(gateway: Any) -> None:
-    url = str(gateway.make_url("/mcp"))
-    async with Client(url, mode="legacy", sampling_callback=sampling, list_roots_callback=roots,
-                      elicitation_callback=elicit("accept", confirm=False)) as client:
-        assert client.protocol_version == "2025-11-25"
-        assert text_of(await client.call_tool("ask_model", {"topic": "owls"})) == "model said: <about owls>"
-        assert text_of(await client.call_tool("delete_note", {"note": "n1"})) == "kept n1"
-        assert text_of(await client.call_tool("show_roots", {})) == "file:///work/a"
-        assert "Ada" in str((await client.get_prompt("greet", {"name": "Ada"})).messages[0].content)
-    assert not gateway.app[REVERSE].pool  # the server's own session: none of the bridge's
 
 
 async def test_mcp_param_headers_are_checked_against_the_legacy_tools_annotations(aiohttp_server: Any) -> None:
@@ -235,11 +165,3 @@ async def test_the_ts_2026_client_through_the_gateway_to_the_python_legacy_serve
         assert not gateway.app[REVERSE].parked
 
 
-@pytest.mark.parametrize("action", ["accept", "decline", "cancel"])
-async def test_a_url_elicitation_of_the_python_legacy_server(aiohttp_server: Any, sdk1_python: Path,  # noqa: F811
-                                                             action: str) -> None:
-    with _legacy_server(sdk1_python) as (url, _):
-        gateway = await _gateway(aiohttp_server, url)
-        async with modern(gateway, elicitation_callback=elicit(action)) as client:
-            said = text_of(await client.call_tool("open_link", {"note": "n1"}))
-    assert said == f"{action}: {'link opened' if action == 'accept' else 'not shared'}"
