@@ -11,7 +11,6 @@
 //
 // Usage: node legacy_server.mjs PORT   (serves http://127.0.0.1:PORT/mcp; logs nothing but errors)
 import { randomUUID } from 'node:crypto';
-import { createServer } from 'node:http';
 import { Server } from '@modelcontextprotocol/sdk/server/index.js';
 import { StreamableHTTPServerTransport } from '@modelcontextprotocol/sdk/server/streamableHttp.js';
 import { InMemoryTaskMessageQueue, InMemoryTaskStore } from '@modelcontextprotocol/sdk/experimental/tasks';
@@ -20,6 +19,7 @@ import {
   ListResourcesRequestSchema, ListResourceTemplatesRequestSchema, ListToolsRequestSchema, McpError,
   ReadResourceRequestSchema, SubscribeRequestSchema, UnsubscribeRequestSchema,
 } from '@modelcontextprotocol/sdk/types.js';
+import { serveLegacy } from './legacy_http.mjs';
 
 // The suite's own sample payloads (its everything-server): a 1x1 red PNG and a minimal WAV.
 const IMAGE_PNG = 'iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8DwHwAFBQIAX8jx0gAAAABJRU5ErkJggg==';
@@ -409,35 +409,4 @@ async function open(req, res, body) {
   await transport.handleRequest(req, res, body);
 }
 
-// ---------------------------------------------------------------------------------------------- HTTP
-async function readJson(req) {
-  const chunks = [];
-  for await (const chunk of req) chunks.push(chunk);
-  return chunks.length ? JSON.parse(Buffer.concat(chunks).toString('utf8')) : undefined;
-}
-
-async function handle(req, res) {
-  if (new URL(req.url, 'http://x').pathname !== '/mcp') {
-    res.writeHead(404).end();
-    return;
-  }
-  const body = req.method === 'POST' ? await readJson(req) : undefined;
-  const entry = sessions.get(req.headers['mcp-session-id']);
-  if (entry) {
-    await entry.transport.handleRequest(req, res, body);
-  } else if (!req.headers['mcp-session-id'] && req.method === 'POST' && body?.method === 'initialize') {
-    await open(req, res, body);
-  } else {
-    // 2025-11-25 basic/transports §Session Management: an unknown session is 404.
-    res.writeHead(req.headers['mcp-session-id'] ? 404 : 400, { 'content-type': 'application/json' }).end(JSON.stringify(
-      { jsonrpc: '2.0', id: null, error: { code: -32000, message: 'No valid session' } }));
-  }
-}
-
-const port = Number(process.argv[2]);
-createServer((req, res) => {
-  handle(req, res).catch((error) => {
-    console.error('request failed:', error);
-    if (!res.headersSent) res.writeHead(500).end();
-  });
-}).listen(port, '127.0.0.1');
+serveLegacy(Number(process.argv[2]), sessions, open);
