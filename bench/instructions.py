@@ -1,7 +1,9 @@
 """``python -m bench.instructions [--scenario translated] [--requests 300] [--concurrency 1] [--tree DIR]
 [--gc-gen0 N] [--store redis://HOST:PORT/DB]``: the gateway's user-space instructions per request, counted by
 valgrind's callgrind. ``--scenario round`` counts a translated and a two-round bridged call and judges a round's
-instructions against a call's (at most 1.10 times; exit status 1 when over).
+instructions against a call's (at most 1.10 times; exit status 1 when over). ``--scenario reverse_bridged`` counts
+bench.reverse's bridged call (a 2026 client, a 2025-only server of the official 1.x SDK behind the reverse bridge; its
+two requests are one call): it needs that SDK's venv (bench.reverse.legacy_python), and says how to make one without.
 
 Timings on a shared VM drift by tens of percent between runs; an instruction count does not (the same count to
 about 0.5% run after run, whatever else the machine is doing), so a change worth 2% shows plainly. It counts
@@ -41,7 +43,8 @@ from bench.__main__ import Op, makers
 from bench.auth import PUBLIC, BearerClient, Keys
 from bench.procs import Child, free_port
 
-SCENARIOS = ("passthrough", "translated", "translated_auth", "bridged", "bridged_one")
+SCENARIOS = ("passthrough", "translated", "translated_auth", "bridged", "bridged_one", "reverse_bridged")
+REVERSE = "reverse_bridged"  # bench.reverse's bridged call, through the reverse bridge to a 1.x SDK server
 AUTH = "translated_auth"  # the translated call with [gateway.auth] on, each client keeping its token (bench.auth)
 
 
@@ -101,6 +104,9 @@ async def _drive(gateway_url: str, core: Child, scenario: str, requests: int, pi
 async def _ops(http: aiohttp.ClientSession, url: str, core: Child, scenario: str, concurrency: int,
                keys: Keys | None) -> list[Op]:
     """One operation per client; with ``keys``, each client a subject of its own with the token it keeps."""
+    if scenario == REVERSE:
+        from bench.reverse import _bridged
+        return [_bridged(http, url) for _ in range(concurrency)]
     if keys is None:
         front = _Front(url)
         return [await makers(http, core, front, front)[scenario]() for _ in range(concurrency)]  # type: ignore[arg-type]
@@ -128,7 +134,13 @@ def count(scenario: str, requests: int, tree: str, gc_gen0: int, store: str | No
     requests in flight."""
     if shutil.which("valgrind") is None or shutil.which("callgrind_control") is None:
         raise SystemExit("valgrind (with callgrind_control) is needed: apt-get install valgrind")
-    core = Child("core", ["-m", "modern_server", "--port", "{port}", "--no-access-log"])
+    era: list[str] = []
+    if scenario == REVERSE:  # the 1.x SDK's venv (bench.reverse.legacy_python exits with a hint without one)
+        from bench.reverse import SERVER, legacy_python
+        core = Child("legacy", ["-I", str(SERVER), "{port}"], python=legacy_python(None))
+        era = ["--upstream-era", "2025-11-25"]
+    else:
+        core = Child("core", ["-m", "modern_server", "--port", "{port}", "--no-access-log"])
     port, folder = free_port(), tempfile.mkdtemp(prefix="callgrind-")
     out, config = os.path.join(folder, "gateway.out"), os.path.join(folder, "gateway.toml")
     keys = _issuer() if scenario == AUTH else None
@@ -142,7 +154,7 @@ def count(scenario: str, requests: int, tree: str, gc_gen0: int, store: str | No
     env = {**os.environ, "PYTHONPATH": tree}
     proc = subprocess.Popen(["valgrind", "--tool=callgrind", "--instr-atstart=no", f"--callgrind-out-file={out}",
                              sys.executable, "-m", "gateway", "serve", "--port", str(port), "--upstream", core.url,
-                             "--no-access-log", "--gc-gen0", str(gc_gen0), "--config", config],
+                             *era, "--no-access-log", "--gc-gen0", str(gc_gen0), "--config", config],
                             cwd=tree, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         _wait_listening(port, proc)
