@@ -156,6 +156,7 @@ class Call:
     request: web.Request | None = None  # that request, while it drives the call
     token: Any = None  # that request's progressToken
     stream: web.StreamResponse | None = None  # its SSE answer, once a notification needed one
+    answered: bool = False  # the server's answer came: its reader only lets the stream end (the connection is kept)
 
 
 def now_ms() -> int:
@@ -803,7 +804,11 @@ class ReverseBridge:
         if self.parked.pop(call.ident, None) is None and call.ident not in call.pooled.calls:
             return
         call.pooled.calls.pop(call.ident, None)
-        call.reader.cancel()
+        if call.answered:  # its reader ends with the stream, soon: cancelled, it would close the connection
+            self.tasks.add(call.reader)
+            call.reader.add_done_callback(self.tasks.discard)
+        else:
+            call.reader.cancel()
         if call.timer is not None:
             call.timer.cancel()
         call.pooled.busy -= 1
@@ -850,6 +855,7 @@ def _event(call: Call, message: Message) -> R.Event | None:
             return R.ServerNotified(str(message["method"]), params if isinstance(params, Mapping) else {})
         return R.ServerAsked(message["id"], str(message["method"]), params if isinstance(params, Mapping) else {})
     if message.get("id") == call.upstream_id:
+        call.answered = True
         return R.ServerAnswered(message.get("result"), message.get("error"))
     return None
 

@@ -27,6 +27,7 @@ log = logging.getLogger("gateway")
 Message = dict[str, Any]
 BROKE = "dev.legacy-gateway/broke"  # the key of the queue's last item when a stream ended without its answer
 GONE = "dev.legacy-gateway/gone"  # the key of the queue's only item when the server no longer knows the session
+_DRAIN_SECONDS = 1.0  # how long a request's stream may go on after its answer before its connection is dropped
 
 
 class SessionGone(UpstreamHopError):
@@ -128,13 +129,16 @@ class LegacySession:
 
     def request(self, message: Message) -> tuple[asyncio.Queue[Message], asyncio.Task[None]]:
         """POST a request; its messages (server requests and notifications, then its answer) arrive on the
-        returned queue, read by the returned task, which ends with the answer, or with ``GONE`` (a 404: the session
-        ended, the request was not taken) or ``BROKE`` (no answer will come). Nothing here waits: a server may
-        send its answer's headers only with its first event, and the caller must notice its client's hang-up."""
+        returned queue, read by the returned task, which ends with the answer (once the stream after it ended, at
+        most ``_DRAIN_SECONDS`` later: cancelled then, it drops the connection instead), or with ``GONE`` (a 404: the
+        session ended, the request was not taken) or ``BROKE`` (no answer will come). Nothing here waits: a server
+        may send its answer's headers only with its first event, and the caller must notice its client's hang-up."""
         queue: asyncio.Queue[Message] = asyncio.Queue()
         return queue, asyncio.create_task(self._exchange(message, queue, self.streams))
 
-    async def _exchange(self, message: Message, queue: asyncio.Queue[Message], http: aiohttp.ClientSession) -> None:
+    async def _exchange(self, message: Message, queue: asyncio.Queue[Message], http: aiohttp.ClientSession,
+                        drain: bool = True) -> None:
+        """``drain``: after the answer, wait for the stream's end (:func:`_drained`); the caller awaits that."""
         try:
             async with await self._send(http, "POST", dumps(message)) as resp:
                 if reinitialize(resp.status):
@@ -143,6 +147,8 @@ class LegacySession:
                     queue.put_nowait({BROKE: f"the upstream answered HTTP {resp.status}"})
                 elif not await self._read(resp, queue, message["id"]):
                     queue.put_nowait({BROKE: "the upstream stream ended before its answer"})
+                elif drain:
+                    await _drained(resp)
         except LegacyFailure as exc:  # no credential for the upstream
             queue.put_nowait({BROKE: str(exc)})
         except (aiohttp.ClientError, EventTooLarge, ValueError, TimeoutError) as exc:
@@ -188,7 +194,7 @@ class LegacySession:
         ident = self.new_id()
         queue: asyncio.Queue[Message] = asyncio.Queue()
         await self._exchange({"jsonrpc": "2.0", "id": ident, "method": method, "params": dict(params)}, queue,
-                             self.http)
+                             self.http, drain=False)  # its answer is awaited: no wait for the stream's end
         while not queue.empty():
             message = queue.get_nowait()
             if GONE in message:
@@ -225,6 +231,19 @@ class LegacySession:
             return
         with contextlib.suppress(aiohttp.ClientError, TimeoutError, LegacyFailure):
             async with await self._send(self.http, "DELETE"):
+                pass
+
+
+async def _drained(resp: aiohttp.ClientResponse) -> None:
+    """The rest of an SSE answer after its JSON-RPC answer, so that its connection goes back to the pool: a server
+    SHOULD end the stream once it has answered (2025-11-25 basic/transports, Sending Messages to the Server), but its
+    last chunk often comes a moment after the answer's event, and a response left before its end closes its
+    connection (the next call would open another). A server that keeps it open longer loses the connection."""
+    if resp.content.at_eof():
+        return
+    with contextlib.suppress(aiohttp.ClientError, TimeoutError, ValueError):
+        async with asyncio.timeout(_DRAIN_SECONDS):
+            while await resp.content.readany():
                 pass
 
 
