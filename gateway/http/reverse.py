@@ -53,6 +53,7 @@ from gateway.http.reverse_tasks import ReverseTasks
 from gateway.http.streams import json_response
 from gateway.session.runtime import log
 from gateway.session.store import StoreUnavailable
+from gateway.upstream.h1 import H1Pool
 from gateway.upstream.legacy_session import BROKE, GONE, LegacyFailure, LegacySession, Message, SessionGone
 
 _AAD = b"mcp-legacy-gateway reverse requestState v1"
@@ -77,6 +78,9 @@ _WATCH_ELSEWHERE_SECONDS = 1.0
 # What a 2025 request and its answer carry that matters between client and server (2025-11-25 basic/transports).
 _LEGACY_HEADERS = frozenset({"accept", "content-type", "mcp-session-id", "mcp-protocol-version", "last-event-id",
                              "authorization", "traceparent", "tracestate", "baggage"})
+# aiohttp's client, which the sessions' POSTs used before gateway.upstream.h1, had no read timeout: a call's POST
+# stays open while the server works or waits for its client's answer (``answer_timeout_seconds``), for as long as that.
+_NO_READ_TIMEOUT = 10.0 ** 9
 _ANSWER_HEADERS = frozenset({"content-type", "mcp-session-id", "www-authenticate", "cache-control", "allow"})
 
 
@@ -178,6 +182,7 @@ class ReverseBridge:
         self.parked: dict[str, Call] = {}
         self.http: aiohttp.ClientSession | None = None
         self.streams: aiohttp.ClientSession | None = None
+        self.posts: H1Pool | None = None  # the sessions' requests and answers (LegacySession ``posts``)
         self.reaper: asyncio.Task[None] | None = None
         self.tasks: set[asyncio.Task[Any]] = set()  # timers' and GET-stream refusals' work, kept until done
         # Relays a retry to the replica its state names (gateway.http.reverse_bridges): its JSON-RPC answer, or
@@ -205,6 +210,9 @@ class ReverseBridge:
             limit=settings.max_connections))
         self.streams = aiohttp.ClientSession(timeout=timeout, connector=aiohttp.TCPConnector(
             limit=settings.max_stream_connections))
+        self.posts = H1Pool(settings.url, connect_timeout=settings.connect_timeout_seconds,
+                            read_timeout=_NO_READ_TIMEOUT, limit=settings.max_connections,
+                            stream_limit=settings.max_stream_connections)
         self.reaper = asyncio.create_task(self._reap())
 
     async def close(self) -> None:
@@ -217,6 +225,8 @@ class ReverseBridge:
         for http in (self.http, self.streams):
             if http is not None:
                 await http.close()
+        if self.posts is not None:
+            await self.posts.close()
 
     # --- the pool ---------------------------------------------------------------------------------------
     async def _reap(self) -> None:
@@ -289,7 +299,8 @@ class ReverseBridge:
         if pooled is None:
             assert self.http is not None, "the bridge was started"
             session = LegacySession(self.http, self.settings.url, self.settings.max_event_bytes, streams=self.streams,
-                                    authorize=self._authorize(client), refused=self._refused(client))
+                                    authorize=self._authorize(client), refused=self._refused(client),
+                                    posts=self.posts)
             opened = asyncio.create_task(session.open(W.initialize_params(req.capabilities, req.client_info)))
             pooled = self.pool[key] = Pooled(session, opened, now_ms())
             session.on_unrelated = lambda message: self._unrelated(pooled, message)

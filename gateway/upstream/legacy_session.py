@@ -22,6 +22,7 @@ from adapters.jsonwire import dumps, loads
 from adapters.reverse import reinitialize
 from adapters.sse import EventTooLarge, SseDecoder
 from gateway.errors import UpstreamHopError
+from gateway.upstream.h1 import BrokenResponse, H1Pool, H1Response, Unreachable
 
 log = logging.getLogger("gateway")
 Message = dict[str, Any]
@@ -48,13 +49,16 @@ class LegacySession:
     value, or None), asked before each request since a minted token is renewed; it raises
     :class:`LegacyFailure` when none can be had. ``refused``: the server answered 401 to that credential; it
     forgets a credential the gateway obtained and says whether to send the request once more with a fresh one
-    (``adapters.credentials.after_refusal``), as the forward ``UpstreamClient.post`` does."""
+    (``adapters.credentials.after_refusal``), as the forward ``UpstreamClient.post`` does. ``posts``: the
+    requests' and answers' POSTs go through that pool instead (gateway.upstream.h1: a fraction of aiohttp's client
+    CPU, on the bridged call's critical path); ``initialize``, the GET stream and ``DELETE`` stay on aiohttp."""
 
     def __init__(self, http: aiohttp.ClientSession, url: str, max_event_bytes: int,
                  headers: Mapping[str, str] | None = None, streams: aiohttp.ClientSession | None = None,
                  authorize: Callable[[], Awaitable[str | None]] | None = None,
-                 refused: Callable[[], bool] | None = None) -> None:
+                 refused: Callable[[], bool] | None = None, posts: H1Pool | None = None) -> None:
         self.http, self.url, self.max_event_bytes = http, url, max_event_bytes
+        self.posts = posts
         self.streams = streams or http
         self.extra = dict(headers or {})
         self.authorize, self.refused = authorize, refused
@@ -91,6 +95,27 @@ class LegacySession:
                 await resp.read()  # small, and read whole so the connection goes back to the pool
             resp = await self._request(http, method, data)
         return resp
+
+    async def _post(self, http: aiohttp.ClientSession, data: bytes,
+                    stream: bool) -> aiohttp.ClientResponse | H1Response:
+        """A POST as :meth:`_send` sends it; through ``posts`` when there is that pool (``stream``: its stream lane,
+        for a call's POST that stays open while the server works or waits), its failures aiohttp's."""
+        if self.posts is None:
+            return await self._send(http, "POST", data)
+        resp = await self._h1(data, stream)
+        if resp.status == 401 and self.refused is not None and self.refused():
+            async with resp:
+                await resp.read()  # small, and read whole so the connection goes back to the pool
+            resp = await self._h1(data, stream)
+        return resp
+
+    async def _h1(self, data: bytes, stream: bool) -> H1Response:
+        assert self.posts is not None
+        headers = await self.sent_headers()
+        try:
+            return await self.posts.post(data, headers, stream=stream)
+        except (Unreachable, BrokenResponse) as exc:
+            raise aiohttp.ClientConnectionError(str(exc)) from exc
 
     async def _request(self, http: aiohttp.ClientSession, method: str, data: bytes | None) -> aiohttp.ClientResponse:
         headers = await self.sent_headers()
@@ -134,13 +159,13 @@ class LegacySession:
         session ended, the request was not taken) or ``BROKE`` (no answer will come). Nothing here waits: a server
         may send its answer's headers only with its first event, and the caller must notice its client's hang-up."""
         queue: asyncio.Queue[Message] = asyncio.Queue()
-        return queue, asyncio.create_task(self._exchange(message, queue, self.streams))
+        return queue, asyncio.create_task(self._exchange(message, queue, self.streams, stream=True))
 
     async def _exchange(self, message: Message, queue: asyncio.Queue[Message], http: aiohttp.ClientSession,
-                        drain: bool = True) -> None:
+                        drain: bool = True, stream: bool = False) -> None:
         """``drain``: after the answer, wait for the stream's end (:func:`_drained`); the caller awaits that."""
         try:
-            async with await self._send(http, "POST", dumps(message)) as resp:
+            async with await self._post(http, dumps(message), stream) as resp:
                 if reinitialize(resp.status):
                     queue.put_nowait({GONE: True})
                 elif resp.status != 200:
@@ -151,17 +176,18 @@ class LegacySession:
                     await _drained(resp)
         except LegacyFailure as exc:  # no credential for the upstream
             queue.put_nowait({BROKE: str(exc)})
-        except (aiohttp.ClientError, EventTooLarge, ValueError, TimeoutError) as exc:
+        except (aiohttp.ClientError, EventTooLarge, ValueError, TimeoutError, BrokenResponse) as exc:
             queue.put_nowait({BROKE: f"the upstream stream broke ({type(exc).__name__})"})
 
-    async def _read(self, resp: aiohttp.ClientResponse, queue: asyncio.Queue[Message], ident: Any) -> bool:
+    async def _read(self, resp: aiohttp.ClientResponse | H1Response, queue: asyncio.Queue[Message],
+                    ident: Any) -> bool:
         """Every message of a JSON or SSE answer onto ``queue``; True once the answer to ``ident`` came."""
         if resp.content_type != "text/event-stream":
             message = loads(await resp.read())
             queue.put_nowait(message)
             return isinstance(message, dict) and message.get("id") == ident
         decoder = SseDecoder(self.max_event_bytes)
-        async for chunk in resp.content.iter_any():
+        async for chunk in resp.chunks() if isinstance(resp, H1Response) else resp.content.iter_any():
             for data in decoder.feed(chunk):
                 message = loads(data) if data.strip() else None
                 if not isinstance(message, dict):
@@ -207,7 +233,7 @@ class LegacySession:
 
     async def post(self, message: Message) -> None:
         """A response or notification: 202 expected; 404: the session is gone."""
-        async with await self._send(self.http, "POST", dumps(message)) as resp:
+        async with await self._post(self.http, dumps(message), False) as resp:
             if reinitialize(resp.status):
                 raise SessionGone(self.url)
             if resp.status >= 300:
@@ -234,11 +260,17 @@ class LegacySession:
                 pass
 
 
-async def _drained(resp: aiohttp.ClientResponse) -> None:
+async def _drained(resp: aiohttp.ClientResponse | H1Response) -> None:
     """The rest of an SSE answer after its JSON-RPC answer, so that its connection goes back to the pool: a server
     SHOULD end the stream once it has answered (2025-11-25 basic/transports, Sending Messages to the Server), but its
     last chunk often comes a moment after the answer's event, and a response left before its end closes its
     connection (the next call would open another). A server that keeps it open longer loses the connection."""
+    if isinstance(resp, H1Response):
+        with contextlib.suppress(BrokenResponse, TimeoutError):
+            async with asyncio.timeout(_DRAIN_SECONDS):
+                async for _ in resp.chunks():
+                    pass
+        return
     if resp.content.at_eof():
         return
     with contextlib.suppress(aiohttp.ClientError, TimeoutError, ValueError):
