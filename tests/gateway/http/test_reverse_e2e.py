@@ -177,6 +177,25 @@ async def test_a_state_of_another_principal_is_refused(gateway: Any) -> None:
     assert len(sessions) == 2  # one legacy session per principal, never shared
 
 
+async def test_bridged_calls_keep_their_upstream_connections(gateway: Any) -> None:
+    """The 1.x SDK ends a call's stream a moment after its answer: that end is read, so the connection is reused
+    (left before it, a connection is closed and the next call opens another)."""
+    posts = gateway.app[REVERSE].posts
+    connect, opened = posts._connect, []
+
+    async def counted(deadline: float) -> Any:
+        opened.append(deadline)
+        return await connect(deadline)
+    posts._connect = counted
+    async with aiohttp.ClientSession() as http:
+        for n in range(10):
+            _, first = await _ask(http, gateway, 2 * n + 1)
+            _, done = await _ask(http, gateway, 2 * n + 2, requestState=first["result"]["requestState"],
+                                 inputResponses={"in1": SAMPLED})
+            assert done["result"]["resultType"] == "complete"
+    assert len(opened) <= 3  # the call's and its answer's, and one more at most when a call's end came late
+
+
 async def test_a_call_nobody_retries_is_cancelled_upstream(aiohttp_server: Any, legacy_url: str) -> None:
     gateway = await _gateway(aiohttp_server, legacy_url, answer_timeout_seconds=0.3)
     bridge = gateway.app[REVERSE]
