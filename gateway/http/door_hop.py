@@ -59,7 +59,7 @@ def door_connections(config: GatewayConfig) -> int:
 # A door's hop is a loopback client of this gateway's own /mcp: how long a call may take is decided there (the
 # upstream read timeout, the answer timeout of a bridged round waiting on a person), so the hop adds no total
 # bound of its own. aiohttp's default (300 s in all) cut a bridged call waiting longer on the client off with
-# -32603; only the connect, to this process, is bounded.
+# an internal error; only the connect, to this process, is bounded.
 DOOR_HOP_TIMEOUT = aiohttp.ClientTimeout(total=None, sock_connect=10.0)
 
 
