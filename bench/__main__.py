@@ -23,14 +23,22 @@ from typing import Any, Protocol, TypeVar
 
 import aiohttp
 
-from bench.balancer import BALANCED_SCENARIOS, BalancedGateways, balanced_ratios, haproxy_binary, store_trips
+from bench.balancer import (
+    BALANCED_SCENARIOS,
+    LB1_SCENARIO,
+    BalancedGateways,
+    OneBehind,
+    balanced_ratios,
+    haproxy_binary,
+    store_trips,
+)
 from bench.clients import LegacyClient, ModernClient
 from bench.echo import hop_rtt_us
 from bench.procs import Child, scratch_config, scratch_usage_db
 from bench.redis_side import REDIS_SCENARIOS, WORKERS_SCENARIO, RedisGateways, idle_bytes, redis_ratios, resolve_url
 from bench.targets import missed, print_verdicts, verdicts
 
-_Started = TypeVar("_Started", Child, RedisGateways, BalancedGateways)
+_Started = TypeVar("_Started", Child, RedisGateways, BalancedGateways, OneBehind)
 
 
 class Front(Protocol):
@@ -125,7 +133,8 @@ async def interleaved(ops: dict[str, list[Op]], conc: int, args: argparse.Namesp
 
 def makers(http: aiohttp.ClientSession, core: Child, gw: Child, fwd: Child,
            redis: RedisGateways | None = None,
-           balanced: BalancedGateways | None = None) -> dict[str, Callable[[], Awaitable[Op]]]:
+           balanced: BalancedGateways | None = None,
+           one_behind: OneBehind | None = None) -> dict[str, Callable[[], Awaitable[Op]]]:
     async def modern(url: str) -> Op:
         return ModernClient(http, url).echo
 
@@ -175,6 +184,8 @@ def makers(http: aiohttp.ClientSession, core: Child, gw: Child, fwd: Child,
         made["translated_rr"] = lambda: legacy("echo", {"text": "hi"}, rr)
         made["bridged_rr"] = lambda: legacy("summarize_repo", {"repo": "bench"}, rr)
         made["bridged_one_rr"] = lambda: legacy_prompt("draft_note", {"topic": "bench"}, rr)
+    if one_behind is not None:  # the Redis gateway behind the same balancer alone: the hop's own cost
+        made[LB1_SCENARIO] = lambda: legacy("echo", {"text": "hi"}, one_behind.front_url)
     return made
 
 
@@ -316,7 +327,7 @@ def print_table(results: list[Stats], summary: dict[str, Any]) -> None:
     print(json.dumps(summary, indent=2))
 
 
-def _kept(started: list[Child | RedisGateways | BalancedGateways], child: _Started) -> _Started:
+def _kept(started: list[Child | RedisGateways | BalancedGateways | OneBehind], child: _Started) -> _Started:
     started.append(child)
     return child
 
@@ -330,7 +341,8 @@ IDLE_ROOM = "[gateway.connections]\ndoor_max_sessions = 1\n"
 async def run(args: argparse.Namespace) -> dict[str, Any]:
     loop = ["--loop", args.loop]
     redis_url = resolve_url(args.redis)
-    started: list[Child | RedisGateways | BalancedGateways] = []  # stopped at the end, also on a failed start
+    # Stopped at the end, also on a failed start.
+    started: list[Child | RedisGateways | BalancedGateways | OneBehind] = []
     results: list[Stats] = []
     try:
         core = _kept(started, Child("core", ["-m", "modern_server", "--port", "{port}", "--no-access-log", *loop]))
@@ -346,16 +358,20 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         balanced = (_kept(started, BalancedGateways(binary, redis_url, core.url, [*loop, "--gc-gen0",
                                                                                   str(args.gc_gen0)]))
                     if binary and redis_url else None)
+        one_behind = (_kept(started, OneBehind(binary, redis.one.port))
+                      if binary is not None and redis is not None and balanced is not None else None)
         hops = [await hop_rtt_us(echo.port)]
         trips: dict[str, Any] = {}
         async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as http:
-            make = makers(http, core, gw, fwd, redis, balanced)
+            make = makers(http, core, gw, fwd, redis, balanced, one_behind)
             front: dict[str, Front] = {"direct": core, "mrtr_direct": core, "forwarder": fwd, "mrtr_forwarder": fwd,
                                        "mrtr_forwarder_one": fwd}
             if redis is not None:
                 front |= dict.fromkeys(REDIS_SCENARIOS, redis.one) | {WORKERS_SCENARIO: redis.two}
             if balanced is not None:
                 front |= dict.fromkeys(BALANCED_SCENARIOS, balanced)
+            if one_behind is not None and redis is not None:
+                front[LB1_SCENARIO] = redis.one  # the gateway's CPU, not the balancer's
             for conc in args.concurrency:
                 ops = {name: [await make[name]() for _ in range(conc)] for name in make}
                 results.extend(await interleaved(ops, conc, args, {n: front.get(n, gw) for n in make}, core))

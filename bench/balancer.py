@@ -36,6 +36,9 @@ REPLICAS = 3
 # Scenario on the balanced replicas -> the scenario it is compared with (one gateway on Redis, or in memory).
 BALANCED_SCENARIOS = {"translated_rr": "translated_redis", "bridged_rr": "bridged_redis",
                       "bridged_one_rr": "bridged_one"}
+# One gateway behind the same balancer (every server line of the example on it): what the balancer's hop costs
+# by itself, so translated_rr's ratio splits into that hop and the spreading over replicas. Reported, not judged.
+LB1_SCENARIO = "translated_lb1"
 TRIP_CALLS = 15  # two-round calls counted; the median per call is reported (a periodic sweep may fall in one)
 
 
@@ -104,6 +107,28 @@ class BalancedGateways:
         for replica in self.replicas:
             replica.stop()
         delete_keys(self.url, self.prefix)
+
+
+class OneBehind:
+    """``haproxy`` running the example configuration with every server line on one gateway's port: the same hop as
+    the replicas' balancer, in front of one process."""
+
+    def __init__(self, binary: str, gateway_port: int) -> None:
+        self.port = free_port()
+        config = os.path.join(tempfile.mkdtemp(prefix="gateway-bench-haproxy1-"), "haproxy.cfg")
+        Path(config).write_text(haproxy_config(self.port, [gateway_port] * REPLICAS))
+        self.haproxy = subprocess.Popen([binary, "-db", "-f", config], stdout=subprocess.DEVNULL,
+                                        stderr=subprocess.DEVNULL)
+        try:
+            _wait_port(self.port, self.haproxy)
+        except BaseException:
+            self.stop()
+            raise
+        self.front_url = f"http://127.0.0.1:{self.port}/mcp"
+
+    def stop(self) -> None:
+        self.haproxy.terminate()
+        self.haproxy.wait(timeout=10)
 
 
 def _wait_port(port: int, proc: subprocess.Popen[bytes]) -> None:
@@ -222,4 +247,18 @@ def balanced_ratios(at: dict[tuple[str, int], Any], conc: int) -> dict[str, Any]
         out[f"{key} p50"] = round(ours.p50_ms / theirs.p50_ms, 3)
         cpu = (ours.front_cpu_us_per_request, theirs.front_cpu_us_per_request)
         out[f"{key} cpu"] = round(cpu[0] / cpu[1], 3) if cpu[0] and cpu[1] else None
-    return out
+    return out | _split_of_translated_rr(at, conc)
+
+
+def _split_of_translated_rr(at: dict[tuple[str, int], Any], conc: int) -> dict[str, Any]:
+    """``translated_rr / translated_redis`` as the balancer's hop (one gateway behind it, against the same gateway
+    directly) times the spreading over three replicas (the replicas against that one gateway, both behind it)."""
+    names = (LB1_SCENARIO, "translated_redis", "translated_rr")
+    if any((name, conc) not in at for name in names):
+        return {}
+    one, direct, spread = (at[(name, conc)] for name in names)
+    return {f"{LB1_SCENARIO}/translated_redis p50": round(one.p50_ms / direct.p50_ms, 3),
+            f"translated_rr/{LB1_SCENARIO} p50": round(spread.p50_ms / one.p50_ms, 3),
+            f"translated_rr/{LB1_SCENARIO} cpu": round(spread.front_cpu_us_per_request
+                                                       / one.front_cpu_us_per_request, 3)
+            if spread.front_cpu_us_per_request and one.front_cpu_us_per_request else None}
