@@ -163,3 +163,19 @@ def test_a_rounds_instructions_are_judged_against_a_calls(monkeypatch: Any, caps
     counts["bridged"] = 3_300_000.0
     assert instructions.round_ratio(args, ".") is False
     assert "1.150" in capsys.readouterr().out
+
+
+def test_an_authenticated_calls_instructions_are_judged_against_a_plain_calls(monkeypatch: Any, capsys: Any) -> None:
+    """``bench.instructions --scenario auth``: translated_auth over translated, judged at 1.05."""
+    import argparse
+
+    from bench import instructions
+
+    counts = {"translated": 1_000_000.0, "translated_auth": 1_050_000.0}
+    monkeypatch.setattr(instructions, "count", lambda name, *rest: counts[name])
+    args = argparse.Namespace(requests=10, gc_gen0=10_000, store=None, concurrency=1)
+    assert instructions.auth_ratio(args, ".") is True
+    assert "authenticated / unauthenticated 1.050 (target <= 1.05: met)" in capsys.readouterr().out
+    counts["translated_auth"] = 1_060_000.0
+    assert instructions.auth_ratio(args, ".") is False
+    assert "1.060 (target <= 1.05: NOT MET)" in capsys.readouterr().out
