@@ -37,6 +37,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 
 import aiohttp
 
@@ -204,41 +205,42 @@ def _forget(url: str, prefix: str) -> None:
         client.close()
 
 
-ROUND_TARGET = 1.10  # a bridged round's instructions over a translated call's (docs/benchmarks.md "Targets")
+@dataclass(frozen=True)
+class Judged:
+    """A ratio judged in instructions: ``translated`` and ``other`` counted one after the other, then
+    ``ratio(translated, other)`` against ``target`` (docs/benchmarks.md "Targets")."""
+
+    other: str
+    what: str
+    target: float
+    ratio: Callable[[float, float], float]
 
 
-def round_ratio(args: argparse.Namespace, tree: str) -> bool:
-    """``--scenario round``: a translated call and a two-round bridged call counted one after the other, and a
-    round's instructions, ``(bridged - translated) / 2``, over the translated call's; True when within target."""
-    per = {name: count(name, args.requests, tree, args.gc_gen0, args.store, args.concurrency)
-           for name in ("translated", "bridged")}
-    ratio = (per["bridged"] - per["translated"]) / 2 / per["translated"]
-    print(f"translated: {per['translated']:,.0f}, bridged (two rounds): {per['bridged']:,.0f} instructions per "
-          f"request; a round / a translated call {ratio:.3f} (target <= {ROUND_TARGET}: "
-          f"{'met' if ratio <= ROUND_TARGET else 'NOT MET'})")
-    return ratio <= ROUND_TARGET
+JUDGED = {
+    # A bridged round, (bridged - translated) / 2, over a translated call.
+    "round": Judged("bridged", "a round / a translated call", 1.10, lambda plain, other: (other - plain) / 2 / plain),
+    # bench.auth's target, where the timed ratio moves by more than the difference on a shared host and the count
+    # does not. It includes the token's SHA-256 in software (valgrind runs no SHA extensions) and parsing the
+    # longer request.
+    "auth": Judged(AUTH, "authenticated / unauthenticated", 1.05, lambda plain, other: other / plain),
+}
 
 
-AUTH_TARGET = 1.05  # an authenticated call's instructions over an unauthenticated one's (bench.auth's target)
-
-
-def auth_ratio(args: argparse.Namespace, tree: str) -> bool:
-    """``--scenario auth``: a translated call without and with ``[gateway.auth]`` (each client keeping its token),
-    counted one after the other; True when the authenticated one is within :data:`AUTH_TARGET`. The timed ratio
-    (``bench.auth``) moves by more than the difference on a shared host; the count does not. It includes the
-    token's SHA-256 in software (valgrind runs no SHA extensions) and parsing the longer request."""
-    per = {name: count(name, args.requests, tree, args.gc_gen0, args.store, args.concurrency)
-           for name in ("translated", AUTH)}
-    ratio = per[AUTH] / per["translated"]
-    print(f"translated: {per['translated']:,.0f}, translated_auth: {per[AUTH]:,.0f} instructions per request; "
-          f"authenticated / unauthenticated {ratio:.3f} (target <= {AUTH_TARGET}: "
-          f"{'met' if ratio <= AUTH_TARGET else 'NOT MET'})")
-    return ratio <= AUTH_TARGET
+def judge(name: str, args: argparse.Namespace, tree: str) -> bool:
+    """``--scenario round`` or ``auth``: the counts, the ratio and its verdict; True when within target."""
+    judged = JUDGED[name]
+    plain, other = (count(scenario, args.requests, tree, args.gc_gen0, args.store, args.concurrency)
+                    for scenario in ("translated", judged.other))
+    ratio = judged.ratio(plain, other)
+    met = ratio <= judged.target
+    print(f"translated: {plain:,.0f}, {judged.other}: {other:,.0f} instructions per request; {judged.what} "
+          f"{ratio:.3f} (target <= {judged.target}: {'met' if met else 'NOT MET'})")
+    return met
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m bench.instructions", description=__doc__)
-    parser.add_argument("--scenario", choices=(*SCENARIOS, "round", "auth"), default="translated",
+    parser.add_argument("--scenario", choices=(*SCENARIOS, *JUDGED), default="translated",
                         help="'round': translated and bridged, and a round's ratio to a call (judged); 'auth': "
                              "translated and translated_auth, and their ratio (judged)")
     parser.add_argument("--requests", type=int, default=300, help="measured requests (after the warm-up)")
@@ -249,9 +251,8 @@ def main() -> None:
     args = parser.parse_args()
     if args.concurrency < 1:
         parser.error("--concurrency: at least 1")
-    if args.scenario in ("round", "auth"):
-        judge = round_ratio if args.scenario == "round" else auth_ratio
-        sys.exit(0 if judge(args, os.path.abspath(args.tree)) else 1)
+    if args.scenario in JUDGED:
+        sys.exit(0 if judge(args.scenario, args, os.path.abspath(args.tree)) else 1)
     per = count(args.scenario, args.requests, os.path.abspath(args.tree), args.gc_gen0, args.store, args.concurrency)
     print(f"{args.scenario}: {per:,.0f} instructions per request (gateway from {args.tree}, "
           f"{args.requests} requests after warm-up, concurrency {args.concurrency}, store {args.store or 'memory'})")

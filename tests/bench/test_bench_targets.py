@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from bench.targets import missed, verdicts
 
 
@@ -149,33 +151,24 @@ def test_the_balanced_replicas_and_the_store_round_trips_are_judged_when_they_ra
     assert "Redis round trips per two-round bridged call" in missed(verdicts(ratios))
 
 
-def test_a_rounds_instructions_are_judged_against_a_calls(monkeypatch: Any, capsys: Any) -> None:
-    """``bench.instructions --scenario round``: (bridged - translated) / 2 over translated, judged at 1.10."""
+@pytest.mark.parametrize(("scenario", "other", "at_limit", "over", "said"), [
+    ("round", "bridged", 3_200_000.0, 3_300_000.0, "a round / a translated call 1.100 (target <= 1.1: met)"),
+    ("auth", "translated_auth", 1_050_000.0, 1_060_000.0,
+     "authenticated / unauthenticated 1.050 (target <= 1.05: met)"),
+])
+def test_a_ratio_judged_in_instructions_follows_its_counts(monkeypatch: Any, capsys: Any, scenario: str, other: str,
+                                                           at_limit: float, over: float, said: str) -> None:
+    """``bench.instructions --scenario round|auth``: a round ((bridged - translated) / 2) or an authenticated call
+    over a translated call, met at the limit and missed just above it."""
     import argparse
 
     from bench import instructions
 
-    counts = {"translated": 1_000_000.0, "bridged": 3_200_000.0}
+    counts = {"translated": 1_000_000.0, other: at_limit}
     monkeypatch.setattr(instructions, "count", lambda name, *rest: counts[name])
     args = argparse.Namespace(requests=10, gc_gen0=10_000, store=None, concurrency=1)
-    assert instructions.round_ratio(args, ".") is True
-    assert "a round / a translated call 1.100 (target <= 1.1: met)" in capsys.readouterr().out
-    counts["bridged"] = 3_300_000.0
-    assert instructions.round_ratio(args, ".") is False
-    assert "1.150" in capsys.readouterr().out
-
-
-def test_an_authenticated_calls_instructions_are_judged_against_a_plain_calls(monkeypatch: Any, capsys: Any) -> None:
-    """``bench.instructions --scenario auth``: translated_auth over translated, judged at 1.05."""
-    import argparse
-
-    from bench import instructions
-
-    counts = {"translated": 1_000_000.0, "translated_auth": 1_050_000.0}
-    monkeypatch.setattr(instructions, "count", lambda name, *rest: counts[name])
-    args = argparse.Namespace(requests=10, gc_gen0=10_000, store=None, concurrency=1)
-    assert instructions.auth_ratio(args, ".") is True
-    assert "authenticated / unauthenticated 1.050 (target <= 1.05: met)" in capsys.readouterr().out
-    counts["translated_auth"] = 1_060_000.0
-    assert instructions.auth_ratio(args, ".") is False
-    assert "1.060 (target <= 1.05: NOT MET)" in capsys.readouterr().out
+    assert instructions.judge(scenario, args, ".") is True
+    assert said in capsys.readouterr().out
+    counts[other] = over
+    assert instructions.judge(scenario, args, ".") is False
+    assert "NOT MET" in capsys.readouterr().out
