@@ -9,7 +9,10 @@ bench`` does:
 - ``legacy_direct``: a 2025 client (one session) calls it on the legacy server itself, answering the server's
   live ``sampling/createMessage`` on the call's SSE stream;
 - ``reverse_bridged``: a 2026-07-28 client calls it through the gateway, which turns that live request into an
-  ``input_required`` round; the client answers it and retries (two requests, one pooled legacy session).
+  ``input_required`` round; the client answers it and retries (two requests, one pooled legacy session);
+- ``reverse_floor``: the same 2026 client through bench.reverse_floor, the same mapping in bare aiohttp (the same
+  HTTP exchanges, and no validation, sealing, pool or usage records): the floor for a Python reverse bridge on this
+  machine, so the report splits the bridged ratio into what any such bridge adds and what the gateway adds to it.
 
 Target (bench/targets.py ``reverse_targets``): the bridged median at most 1.3 times the direct one at c=1. The
 1.x SDK lives in a venv of its own (``--legacy-python``; by default the one the reverse e2e tests build,
@@ -34,6 +37,9 @@ from bench.targets import reverse_targets
 
 SERVER = Path(__file__).resolve().parent.parent / "tests" / "gateway" / "http" / "legacy_sdk1_server.py"
 ARGUMENTS = {"topic": "bench"}
+# The judged ratio, then its two factors (reported): what a bare bridge adds, and what the gateway adds to that.
+RATIOS = (("reverse_bridged", "legacy_direct"), ("reverse_floor", "legacy_direct"),
+          ("reverse_bridged", "reverse_floor"))
 
 
 def legacy_python(given: str | None) -> str:
@@ -53,12 +59,15 @@ async def run(args: argparse.Namespace) -> list[Stats]:
                                     "--upstream-era", "2025-11-25", "--no-access-log",
                                     "--usage-db", scratch_usage_db()])
         started.append(gateway)
-        front = {"legacy_direct": legacy, "reverse_bridged": gateway}
+        floor = Child("floor", ["-m", "bench.reverse_floor", "--port", "{port}", "--upstream", legacy.url])
+        started.append(floor)
+        front = {"legacy_direct": legacy, "reverse_bridged": gateway, "reverse_floor": floor}
         results: list[Stats] = []
         async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as http:
             for conc in args.concurrency:
                 ops = {"legacy_direct": [await _direct(http, legacy.url) for _ in range(conc)],
-                       "reverse_bridged": [_bridged(http, gateway.url) for _ in range(conc)]}
+                       "reverse_bridged": [_bridged(http, gateway.url) for _ in range(conc)],
+                       "reverse_floor": [_bridged(http, floor.url) for _ in range(conc)]}
                 results += await interleaved(ops, conc, args, front)
         return results
     finally:
@@ -85,7 +94,7 @@ def ratios_of(results: list[Stats]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for conc in sorted({r.concurrency for r in results}):
         p50 = {r.scenario: r.p50_ms for r in results if r.concurrency == conc}
-        out[f"c{conc}"] = {"reverse_bridged/legacy_direct": round(p50["reverse_bridged"] / p50["legacy_direct"], 3)}
+        out[f"c{conc}"] = {f"{a}/{b}": round(p50[a] / p50[b], 3) for a, b in RATIOS}
     return out
 
 
@@ -97,7 +106,7 @@ def report(results: list[Stats]) -> bool:
               f"{r.front_cpu_us_per_request!s:>17}")
     ratios = ratios_of(results)
     for conc, values in ratios.items():
-        print(f"{conc}: reverse_bridged / legacy_direct median {values['reverse_bridged/legacy_direct']}")
+        print(f"{conc}: median latency " + "; ".join(f"{k.replace('/', ' / ')} {v}" for k, v in values.items()))
     met = True
     for target in reverse_targets(ratios):
         value = target.read(ratios)

@@ -1,5 +1,5 @@
 """``python -m bench.reverse`` (docs/benchmarks.md): its target's verdict follows the number, and a tiny run
-against the official 1.x SDK server reports both scenarios and the ratio of their medians."""
+against the official 1.x SDK server reports the three scenarios and the ratios of their medians."""
 
 from __future__ import annotations
 
@@ -22,16 +22,18 @@ def test_the_reverse_target_is_met_at_its_limit_and_missed_above_it() -> None:
     assert target.read({"c32": {"reverse_bridged/legacy_direct": 1.0}}) is None  # not measured at c=1
 
 
-def test_the_reverse_benchmark_reports_both_calls_and_their_ratio(tmp_path: Path,
+def test_the_reverse_benchmark_reports_the_calls_and_their_ratios(tmp_path: Path,
                                                                   sdk1_python: Path) -> None:  # noqa: F811
     run = subprocess.run([sys.executable, "-m", "bench.reverse", "--duration", "0.4", "--warmup", "0.1", "--slice",
                           "0.2", "--legacy-python", str(sdk1_python)], capture_output=True, text=True,
                          cwd=tmp_path, timeout=300, env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert run.returncode == 0, run.stderr[-2000:]
-    rows = {line.split()[0]: line.split() for line in run.stdout.splitlines()
-            if line.startswith(("legacy_direct", "reverse_bridged"))}
-    assert set(rows) == {"legacy_direct", "reverse_bridged"} and all(int(r[2]) > 0 for r in rows.values())
-    ratio = float(rows["reverse_bridged"][3]) / float(rows["legacy_direct"][3])
+    names = ("legacy_direct", "reverse_bridged", "reverse_floor")
+    rows = {line.split()[0]: line.split() for line in run.stdout.splitlines() if line.startswith(names)}
+    assert set(rows) == set(names) and all(int(r[2]) > 0 for r in rows.values())
+    p50 = {name: float(row[3]) for name, row in rows.items()}
     (line,) = [line for line in run.stdout.splitlines() if line.startswith("c1:")]
-    assert line.endswith(str(round(ratio, 3)))
+    for ours, theirs in (("reverse_bridged", "legacy_direct"), ("reverse_floor", "legacy_direct"),
+                         ("reverse_bridged", "reverse_floor")):
+        assert f"{ours} / {theirs} {round(p50[ours] / p50[theirs], 3)}" in line
     assert "target reverse_bridged/legacy_direct median, c=1 <= 1.3" in run.stdout
