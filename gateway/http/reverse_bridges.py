@@ -8,7 +8,8 @@ replica knows where it goes, with nothing stored), and the retries of parked cal
 through the store's bus (gateway.session.relay): sent from the replica the client reached, answered here by the
 bridge holding the call; requests about a task kept on another replica go the same way. And the relayed sessions,
 counted against the gateway's own session limits by every replica on one store
-(``gateway.session.store.RelayedLeases``: an opaque key per session, leased).
+(``gateway.session.store.RelayedLeases``: an opaque key per session, leased), and the principals their answers
+verify (docs/design/eras.md#relayed-sessions-count-against-the-gateways-session-limits).
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from typing import Any
 from aiohttp import web
 
 from adapters import reverse as R
-from adapters.admission import SessionCounts, admit_session
+from adapters.admission import SessionCounts, admit_session, answer_verifies, gateway_verified
 from adapters.authz import Principal
 from adapters.classify import principal_of
 from adapters.errors import Rejection
@@ -175,6 +176,7 @@ class ReverseBridges:
             watch.done(answer)
         if session is None:
             return answer
+        await self._verified_by(name, request, principal, answer.status)
         if answer.status == 404 or (request.method == "DELETE" and answer.status < 300):
             # 2025-11-25 basic/transports §Session Management: the session is over
             await _answered(gw.store.release_relayed(session.lease_key(), principal))
@@ -209,6 +211,8 @@ class ReverseBridges:
         then the session's own lease once the server gave its id."""
         gw, opening = self.gateway, "o" + uuid.uuid4().hex
         given: list[str] = []
+        if gateway_verified(principal, gw.policy.tokens.values()):
+            await gw.verify(principal)  # as a forward session's handshake does, before it is counted
         try:
             full = await self._admit(opening, principal, message.get("id"))
             if full is not None:
@@ -222,6 +226,7 @@ class ReverseBridges:
                 return self._seal(name, upstream_id, principal, client)
 
             answer = await self.by_name[name].relay_legacy(request, body, (None, sealed), scan)
+            await self._verified_by(name, request, principal, answer.status)  # before the session's lease is held
             if given and answer.status < 300:
                 await _answered(gw.store.hold_relayed(R.lease_key(name, given[-1]), principal, self._lease_seconds()))
             return answer
@@ -230,12 +235,24 @@ class ReverseBridges:
 
     async def _admit(self, opening: str, principal: str, ident: Any) -> Rejection | None:
         """adapters.admission.admit_session over the store's sessions and the relayed ones, counted right after
-        this initialize's own lease (``opening``) was taken, less that one."""
+        this initialize's own lease (``opening``) was taken, less that one; the unverified ones too (None: the
+        principal is verified), counted in that same step."""
         gw = self.gateway
-        (relayed, relayed_own), (total, own) = await asyncio.gather(
+        (relayed, relayed_own, unverified), (total, own) = await asyncio.gather(
             gw.store.hold_relayed(opening, principal, self._lease_seconds()), gw.store.count_sessions(principal))
-        return admit_session(SessionCounts(total + relayed - 1, own + relayed_own - 1),
+        return admit_session(SessionCounts(total + relayed - 1, own + relayed_own - 1,
+                                           None if unverified is None else unverified - 1),
                              gw.config.sessions.session_limits, ident)
+
+    async def _verified_by(self, name: str, request: web.Request, principal: str, status: int) -> None:
+        """A relayed answer verifies the request's principal as a forward call's does
+        (adapters.admission.answer_verifies): when the upstream was sent a credential made from the client's own
+        token (``forward``, or exchanged) and took it, which a success status says (a 401/403 refuses it; any
+        other error may come before the server judged it, or from the gateway's own relay)."""
+        client = self.gateway.upstream if name == "default" else self.gateway.upstreams.get(name)
+        went = client is not None and client.needs_client_token
+        if status < 300 and answer_verifies(request.headers.get("authorization") is not None, went):
+            await self.gateway.verify(principal)
 
     def _lease_seconds(self) -> float:
         """A relayed session's lease: the gateway's idle time, renewed by each of its requests on any replica, so

@@ -39,8 +39,10 @@ read back with ``ENCODED_DEPTH``. Keys, all under a configurable prefix (``[gate
   renewed while it lives; claimed with ``SET NX`` only while ``r:B`` exists, so one replica takes a round over;
 - ``rel``: a sorted set of the relayed 2025 sessions every replica counts (``RelayedLeases``), member the
   gateway's opaque key for one (a digest, never the server's session id), score = when its lease runs out (ms,
-  Redis's own clock); ``relp:P``: the same for principal ``P``'s. Each hold keeps a set's TTL at least the
-  lease it gives, so a set whose every lease ran out goes by itself; counting first removes the lapsed members;
+  Redis's own clock); ``relp:P``: the same for principal ``P``'s; ``relu``: the same for those held while their
+  principal was not verified (counted with ``u`` for ``max_unverified_sessions``; marking ``P`` verified takes
+  its keys out). Each hold keeps a set's TTL at least the lease it gives, so a set whose every lease ran out goes
+  by itself; counting first removes the lapsed members;
 - ``th:K``: the holder record of a task made through the reverse bridge (``TaskHolders``; ``K`` the gateway's
   opaque key for it, a digest): ``"<replica> <principal>"``, with the holder's lease as TTL, renewed while it keeps
   the task (docs/design/eras.md#tasks-in-reverse);
@@ -140,6 +142,12 @@ end
 local function now_ms()  -- Redis's own clock: every replica's leases are timed by one clock
   local t = redis.call('TIME')
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+local function unverified_count(principal, cutoff)  -- count_unverified's count; -1: the principal is verified
+  if redis.call('EXISTS', P .. 'v:' .. principal) == 1 then return -1 end
+  redis.call('ZREMRANGEBYSCORE', P .. 'u', '-inf', cutoff)
+  redis.call('ZREMRANGEBYSCORE', P .. 'relu', '-inf', now_ms())
+  return redis.call('ZCARD', P .. 'u') + redis.call('ZCARD', P .. 'relu')
 end
 local function leased(bid, ms, ttl)  -- the round's lease runs out in ms: where the sweep looks for it
   redis.call('ZADD', P .. 'rl', now_ms() + tonumber(ms), bid)
@@ -300,6 +308,10 @@ _MARK_VERIFIED: Final = _LUA_COMMON + """
 redis.call('SET', P .. 'v:' .. ARGV[2], '1', 'PX', ARGV[3])
 local mine = redis.call('ZRANGE', P .. 'p:' .. ARGV[2], 0, -1)
 for i = 1, #mine, 1000 do redis.call('ZREM', P .. 'u', unpack(mine, i, math.min(i + 999, #mine))) end
+local relayed = redis.call('ZRANGE', P .. 'relp:' .. ARGV[2], 0, -1)
+for i = 1, #relayed, 1000 do
+  redis.call('ZREM', P .. 'relu', unpack(relayed, i, math.min(i + 999, #relayed)))
+end
 return 1
 """
 
@@ -459,23 +471,38 @@ end
 return lost
 """
 
-# ARGV: prefix, key, principal, ttl ms, mode (1: hold, 0: renew only while held, -1: release, 2: count) ->
-# {in total, of the principal} after the step (relayed 2025 sessions, RelayedLeases).
+# ARGV: prefix, key, principal, ttl ms, mode (1: hold, 0: renew only while held, -1: release, 2: count), idle ttl
+# ms, idle cutoff ms -> {in total, of the principal} after the step (relayed 2025 sessions, RelayedLeases), and for a
+# hold the unverified sessions as count_unverified counts them (-1: the principal is verified).
 _RELAYED: Final = _LUA_COMMON + """
 local t, ttl = now_ms(), tonumber(ARGV[4])
-local all, mine, mode = P .. 'rel', P .. 'relp:' .. ARGV[3], tonumber(ARGV[5])
+local all, mine, loose, mode = P .. 'rel', P .. 'relp:' .. ARGV[3], P .. 'relu', tonumber(ARGV[5])
 redis.call('ZREMRANGEBYSCORE', all, '-inf', t)
 redis.call('ZREMRANGEBYSCORE', mine, '-inf', t)
 if mode == -1 then
-  redis.call('ZREM', all, ARGV[2])
-  redis.call('ZREM', mine, ARGV[2])
+  for _, k in ipairs({all, mine, loose}) do redis.call('ZREM', k, ARGV[2]) end
 elseif mode == 1 or (mode == 0 and redis.call('ZSCORE', all, ARGV[2])) then
-  for _, k in ipairs({all, mine}) do
+  local sets = {all, mine}
+  -- as a session's put and touch: a verified principal's mark is renewed by its use; else a hold joins the
+  -- unverified ones, and a renewal moves only a lease that is one of them
+  if redis.call('PEXPIRE', P .. 'v:' .. ARGV[3], ARGV[6]) == 0 then
+    if mode == 1 or redis.call('ZSCORE', loose, ARGV[2]) then sets[3] = loose end
+  elseif mode == 1 then
+    redis.call('ZREM', loose, ARGV[2])
+  end
+  for _, k in ipairs(sets) do
     redis.call('ZADD', k, t + ttl, ARGV[2])
     if redis.call('PTTL', k) < ttl then redis.call('PEXPIRE', k, ttl) end  -- never shorter than a lease in it
   end
 end
-return {redis.call('ZCARD', all), redis.call('ZCARD', mine)}
+local unverified = -1
+if mode == 1 then unverified = unverified_count(ARGV[3], ARGV[7]) end
+return {redis.call('ZCARD', all), redis.call('ZCARD', mine), unverified}
+"""
+
+# ARGV: prefix, principal, idle cutoff ms -> count_unverified's count, -1 when the principal is verified.
+_COUNT_UNVERIFIED: Final = _LUA_COMMON + """
+return unverified_count(ARGV[2], ARGV[3])
 """
 
 # ARGV: prefix, task holder key, replica -> 1 when the record was that replica's and is deleted (TaskHolders).
@@ -523,6 +550,7 @@ class RedisStore:
         self._append, self._save_round, self._end_round = Script(_APPEND), Script(_SAVE_ROUND), Script(_END_ROUND)
         self._owner, self._orphaned = Script(_OWNER), Script(_ORPHANED)
         self._relayed, self._release_task = Script(_RELAYED), Script(_RELEASE_TASK)
+        self._count_unverified = Script(_COUNT_UNVERIFIED)
         # Blocking reads (follow_events) on their own connections, whose read timeout allows for the block.
         # Each stream followed here holds one of these while it blocks.
         self._follower = Redis.from_url(url, socket_connect_timeout=timeout_seconds, max_connections=MAX_FOLLOWED,
@@ -600,11 +628,8 @@ class RedisStore:
         return int(total), int(own)
 
     async def count_unverified(self, principal: str) -> int | None:
-        unverified = self.key("u")
-        verified, _, count = await self.wire.transaction([
-            ("EXISTS", self.key("v:", principal)), ("ZREMRANGEBYSCORE", unverified, "-inf", self._idle_cutoff()),
-            ("ZCARD", unverified)])
-        return None if int(verified) else int(count)
+        count = int(await self.wire.script(self._count_unverified, [self.prefix, principal, self._idle_cutoff()]))
+        return None if count < 0 else count
 
     async def mark_verified(self, principal: str, now_ms: int) -> None:
         await self.wire.script(self._mark_verified, [self.prefix, principal, self._ttl_ms])
@@ -702,11 +727,14 @@ class RedisStore:
         texts = await self.wire.script(self._orphaned, [self.prefix, most])
         return [PendingRound.from_dict(loads(text, ENCODED_DEPTH)) for text in texts]
 
-    async def _relayed_step(self, key: str, principal: str, ttl_seconds: float, mode: int) -> tuple[int, int]:
-        total, mine = await self.wire.script(self._relayed, [self.prefix, key, principal, _ms(ttl_seconds), mode])
-        return int(total), int(mine)
+    async def _relayed_step(self, key: str, principal: str, ttl_seconds: float,
+                            mode: int) -> tuple[int, int, int | None]:
+        args: list[str | bytes | int] = [self.prefix, key, principal, _ms(ttl_seconds), mode, self._ttl_ms,
+                                         self._idle_cutoff()]
+        total, mine, unverified = await self.wire.script(self._relayed, args)
+        return int(total), int(mine), None if int(unverified) < 0 else int(unverified)
 
-    async def hold_relayed(self, key: str, principal: str, ttl_seconds: float) -> tuple[int, int]:
+    async def hold_relayed(self, key: str, principal: str, ttl_seconds: float) -> tuple[int, int, int | None]:
         return await self._relayed_step(key, principal, ttl_seconds, 1)
 
     async def renew_relayed(self, key: str, principal: str, ttl_seconds: float) -> None:
@@ -716,7 +744,7 @@ class RedisStore:
         await self._relayed_step(key, principal, 0, -1)
 
     async def count_relayed(self, principal: str) -> tuple[int, int]:
-        return await self._relayed_step("", principal, 0, 2)
+        return (await self._relayed_step("", principal, 0, 2))[:2]
 
     async def hold_tasks(self, tasks: Mapping[str, str], replica: str, ttl_seconds: float) -> None:
         ttl = _ms(ttl_seconds)

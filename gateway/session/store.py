@@ -118,13 +118,15 @@ class SessionRecords(Protocol):
     # docs/design/limits.md#unverified-principals-share-an-allowance).
     async def count_unverified(self, principal: str) -> int | None:
         """None when ``principal`` is verified; else the live sessions of every unverified principal together
-        (counted as :meth:`count_sessions` counts, as cheaply): what ``max_unverified_sessions`` bounds. A new
-        session of an unverified principal joins that count when it is put."""
+        (counted as :meth:`count_sessions` counts, as cheaply), the relayed ones among them
+        (:meth:`RelayedLeases.hold_relayed`): what ``max_unverified_sessions`` bounds. A new session of an
+        unverified principal joins that count when it is put."""
         ...
     async def mark_verified(self, principal: str, now_ms: int) -> None:
-        """Something checked ``principal``'s credential: its live sessions leave the unverified count, and its
-        sessions from now on never join it. The mark lasts while the principal has sessions and for the idle time
-        after (a touch renews it), so a principal that comes back later is verified again the same way."""
+        """Something checked ``principal``'s credential: its live sessions (relayed ones too) leave the unverified
+        count, and its sessions from now on never join it. The mark lasts while the principal has sessions and for
+        the idle time after (a touch renews it), so a principal that comes back later is verified again the same
+        way."""
         ...
     async def last_seen(self, session_ids: Collection[str]) -> dict[str, int]:
         """``last_seen_ms`` of each of ``session_ids`` that still has a record, without reading the records
@@ -249,10 +251,12 @@ class RelayedLeases(Protocol):
     (a digest the gateway makes; never the server's session id), its principal and a lease that runs out unless
     renewed, so a replica that dies leaks no count for longer than one lease."""
 
-    async def hold_relayed(self, key: str, principal: str, ttl_seconds: float) -> tuple[int, int]:
+    async def hold_relayed(self, key: str, principal: str, ttl_seconds: float) -> tuple[int, int, int | None]:
         """Count ``key`` as ``principal``'s relayed session for ``ttl_seconds`` from now (holding it again renews
-        it); right after, in the same atomic step, the relayed sessions as :meth:`count_relayed` counts them:
-        replicas admitting at once learn which one took the last free slot."""
+        it), one of the unverified ones while ``principal`` is not verified (as a session put then is); right
+        after, in the same atomic step, the relayed sessions as :meth:`count_relayed` counts them and the
+        unverified ones as :meth:`SessionRecords.count_unverified` does: replicas admitting at once learn which
+        one took the last free slot."""
         ...
     async def renew_relayed(self, key: str, principal: str, ttl_seconds: float) -> None:
         """Move ``key``'s lease to ``ttl_seconds`` from now, only while it is held (a released or lapsed key is
@@ -333,6 +337,7 @@ class InMemoryStore:
         self._verified, self._unverified = state.verified, state.unverified
         self._owners, self._leases, self._leased, self._copies = state.owners, state.leases, state.leased, state.copies
         self._relayed, self._task_holders = state.relayed, state.task_holders
+        self._relayed_unverified = state.relayed_unverified
 
     @property
     def bus(self) -> Bus | None:
@@ -385,12 +390,17 @@ class InMemoryStore:
         return len(self._sessions), self._per_principal.get(principal, 0)
 
     async def count_unverified(self, principal: str) -> int | None:
-        return None if principal in self._verified else len(self._unverified)
+        if principal in self._verified:
+            return None
+        await self.count_relayed(principal)  # lapsed leases go first
+        return len(self._unverified) + len(self._relayed_unverified)
 
     async def mark_verified(self, principal: str, now_ms: int) -> None:
         self._verified[principal] = max(now_ms, self._verified.get(principal, now_ms))
         if self._per_principal.get(principal):
             self._unverified -= {s for s, p in self._principal.items() if p == principal}
+        if self._relayed_unverified:
+            self._relayed_unverified -= {k for k, (p, _) in self._relayed.items() if p == principal}
 
     async def last_seen(self, session_ids: Collection[str]) -> dict[str, int]:
         seen = self._seen
@@ -400,7 +410,7 @@ class InMemoryStore:
         expired = [s for s, seen in self._seen.items() if seen < seen_before_ms and s not in keep]
         self._drop(set(expired))
         # A mark outlives its principal's last session by the idle time, then goes (any bearer token is one).
-        alive = self._per_principal
+        alive = self._per_principal.keys() | {p for p, _ in self._relayed.values()}
         for principal in [p for p, ms in self._verified.items() if ms < seen_before_ms and p not in alive]:
             del self._verified[principal]
         return expired
@@ -577,9 +587,13 @@ class InMemoryStore:
                 self._hold(bridge_id, replica, ttl_seconds)
         return lost
 
-    async def hold_relayed(self, key: str, principal: str, ttl_seconds: float) -> tuple[int, int]:
+    async def hold_relayed(self, key: str, principal: str, ttl_seconds: float) -> tuple[int, int, int | None]:
         self._relayed[key] = (principal, self._clock() + ttl_seconds)
-        return await self.count_relayed(principal)
+        if principal in self._verified:
+            self._relayed_unverified.discard(key)
+        else:
+            self._relayed_unverified.add(key)
+        return *await self.count_relayed(principal), await self.count_unverified(principal)
 
     async def renew_relayed(self, key: str, principal: str, ttl_seconds: float) -> None:
         await self.count_relayed(principal)  # a lapsed lease goes first: renewing never brings one back
@@ -588,11 +602,13 @@ class InMemoryStore:
 
     async def release_relayed(self, key: str, principal: str) -> None:
         self._relayed.pop(key, None)
+        self._relayed_unverified.discard(key)
 
     async def count_relayed(self, principal: str) -> tuple[int, int]:
         now, held = self._clock(), self._relayed
         for key in [k for k, (_, deadline) in held.items() if deadline <= now]:
             del held[key]
+            self._relayed_unverified.discard(key)
         return len(held), sum(1 for p, _ in held.values() if p == principal)
 
     async def hold_tasks(self, tasks: Mapping[str, str], replica: str, ttl_seconds: float) -> None:
@@ -716,6 +732,7 @@ class _MemoryState:
         self.copies: dict[tuple[str, str], _Copy] = {}
         self.ended = 0  # copies ended so far: their order, for keeping the last FINISHED_STREAMS_KEPT
         self.relayed: dict[str, tuple[str, float]] = {}  # relayed session key -> (principal, lease deadline)
+        self.relayed_unverified: set[str] = set()  # the relayed keys of principals not verified when held
         self.task_holders: dict[str, tuple[Holder, float]] = {}  # task holder key -> (its record, lease deadline)
 
 

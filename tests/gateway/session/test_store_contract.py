@@ -265,10 +265,10 @@ async def test_relayed_sessions_are_counted_by_lease(backend: Backend) -> None:
     however often held) and answers the counts after it; a renewal moves only a held lease; a release, or a lease
     nobody renews (its replica died), stops the count; counts are apart from the session records'."""
     store = backend.store
-    assert await store.hold_relayed("k1", "alice", 0.3) == (1, 1)
-    assert await store.hold_relayed("k2", "alice", 5) == (2, 2)
-    assert await store.hold_relayed("k3", "bob", 5) == (3, 1)
-    assert await store.hold_relayed("k2", "alice", 5) == (3, 2)  # held again: renewed, not counted twice
+    assert await store.hold_relayed("k1", "alice", 0.3) == (1, 1, 1)  # and the unverified ones (nobody verified)
+    assert await store.hold_relayed("k2", "alice", 5) == (2, 2, 2)
+    assert await store.hold_relayed("k3", "bob", 5) == (3, 1, 3)
+    assert await store.hold_relayed("k2", "alice", 5) == (3, 2, 3)  # held again: renewed, not counted twice
     assert await store.count_relayed("alice") == (3, 2) and await store.count_relayed("carol") == (3, 0)
     assert await store.count_sessions("alice") == (0, 0)  # not session records
     await store.release_relayed("k3", "bob")
@@ -287,6 +287,36 @@ async def test_relayed_sessions_are_counted_by_lease(backend: Backend) -> None:
 
 async def _relayed_none(store: Any) -> bool:
     return bool(await store.count_relayed("alice") == (0, 0))
+
+
+async def test_relayed_sessions_of_unverified_principals_share_their_allowance(backend: Backend) -> None:
+    """docs/design/eras.md#relayed-sessions-count-against-the-gateways-session-limits: a lease held while its
+    principal is not verified counts with the unverified session records (``count_unverified``, and the hold's own
+    step answers that count) until its principal is verified; a verified principal's lease never joins them; a
+    release, or a lease nobody renews, leaves the count."""
+    store = backend.store
+    await store.put_session(record("s1", "bearer:x"))
+    assert await store.hold_relayed("k1", "bearer:x", 0.3) == (1, 1, 2)  # its session record and this lease
+    assert await store.hold_relayed("k2", "bearer:y", 5) == (2, 1, 3)
+    assert await store.hold_relayed("k3", "bearer:y", 5) == (3, 2, 4)
+    assert await store.count_unverified("bearer:z") == 4 and await store.count_sessions("bearer:z") == (1, 0)
+    await store.mark_verified("bearer:y", NOW)
+    assert await store.count_unverified("bearer:y") is None
+    assert await store.count_unverified("bearer:z") == 2  # y's two leases left the count, still counted as relayed
+    assert await store.count_relayed("bearer:y") == (3, 2)
+    assert await store.hold_relayed("k4", "bearer:y", 5) == (4, 3, None)  # verified: its new lease never joins
+    await store.renew_relayed("k2", "bearer:y", 5)
+    assert await store.count_unverified("bearer:z") == 2
+    await store.release_relayed("k2", "bearer:y")  # (as a release of an unverified one does, below)
+    await store.delete_session("s1")
+    assert await store.count_unverified("bearer:z") == 1  # k1 alone
+
+    async def k1_lapsed() -> bool:
+        return await store.count_unverified("bearer:z") == 0
+    await backend.lapses(k1_lapsed, "k1 was never renewed: it leaves the unverified count", 0.31)
+    assert await store.hold_relayed("k5", "bearer:x", 5) == (3, 1, 1)
+    await store.release_relayed("k5", "bearer:x")
+    assert await store.count_unverified("bearer:z") == 0
 
 
 async def test_a_task_holder_is_recorded_by_lease_and_released_only_by_its_holder(backend: Backend) -> None:
