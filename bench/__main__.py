@@ -25,7 +25,7 @@ import aiohttp
 
 from bench.balancer import (
     BALANCED_SCENARIOS,
-    LB1_SCENARIO,
+    LB1_SCENARIOS,
     BalancedGateways,
     OneBehind,
     balanced_ratios,
@@ -185,7 +185,9 @@ def makers(http: aiohttp.ClientSession, core: Child, gw: Child, fwd: Child,
         made["bridged_rr"] = lambda: legacy("summarize_repo", {"repo": "bench"}, rr)
         made["bridged_one_rr"] = lambda: legacy_prompt("draft_note", {"topic": "bench"}, rr)
     if one_behind is not None:  # the Redis gateway behind the same balancer alone: the hop's own cost
-        made[LB1_SCENARIO] = lambda: legacy("echo", {"text": "hi"}, one_behind.front_url)
+        lb1 = one_behind.front_url
+        made[LB1_SCENARIOS["translated"]] = lambda: legacy("echo", {"text": "hi"}, lb1)
+        made[LB1_SCENARIOS["bridged"]] = lambda: legacy("summarize_repo", {"repo": "bench"}, lb1)
     return made
 
 
@@ -371,7 +373,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             if balanced is not None:
                 front |= dict.fromkeys(BALANCED_SCENARIOS, balanced)
             if one_behind is not None and redis is not None:
-                front[LB1_SCENARIO] = redis.one  # the gateway's CPU, not the balancer's
+                front |= dict.fromkeys(LB1_SCENARIOS.values(), redis.one)  # the gateway's CPU, not the balancer's
             for conc in args.concurrency:
                 ops = {name: [await make[name]() for _ in range(conc)] for name in make}
                 results.extend(await interleaved(ops, conc, args, {n: front.get(n, gw) for n in make}, core))

@@ -37,8 +37,9 @@ REPLICAS = 3
 BALANCED_SCENARIOS = {"translated_rr": "translated_redis", "bridged_rr": "bridged_redis",
                       "bridged_one_rr": "bridged_one"}
 # One gateway behind the same balancer (every server line of the example on it): what the balancer's hop costs
-# by itself, so translated_rr's ratio splits into that hop and the spreading over replicas. Reported, not judged.
-LB1_SCENARIO = "translated_lb1"
+# by itself, so an _rr scenario's ratio splits into that hop and the spreading over replicas. Reported, not judged.
+# The kind of call -> its scenario there.
+LB1_SCENARIOS = {"translated": "translated_lb1", "bridged": "bridged_lb1"}
 TRIP_CALLS = 15  # two-round calls counted; the median per call is reported (a periodic sweep may fall in one)
 
 
@@ -247,18 +248,20 @@ def balanced_ratios(at: dict[tuple[str, int], Any], conc: int) -> dict[str, Any]
         out[f"{key} p50"] = round(ours.p50_ms / theirs.p50_ms, 3)
         cpu = (ours.front_cpu_us_per_request, theirs.front_cpu_us_per_request)
         out[f"{key} cpu"] = round(cpu[0] / cpu[1], 3) if cpu[0] and cpu[1] else None
-    return out | _split_of_translated_rr(at, conc)
+    return out | _split_of_rr(at, conc)
 
 
-def _split_of_translated_rr(at: dict[tuple[str, int], Any], conc: int) -> dict[str, Any]:
-    """``translated_rr / translated_redis`` as the balancer's hop (one gateway behind it, against the same gateway
+def _split_of_rr(at: dict[tuple[str, int], Any], conc: int) -> dict[str, Any]:
+    """``{kind}_rr / {kind}_redis`` as the balancer's hop (one gateway behind it, against the same gateway
     directly) times the spreading over three replicas (the replicas against that one gateway, both behind it)."""
-    names = (LB1_SCENARIO, "translated_redis", "translated_rr")
-    if any((name, conc) not in at for name in names):
-        return {}
-    one, direct, spread = (at[(name, conc)] for name in names)
-    return {f"{LB1_SCENARIO}/translated_redis p50": round(one.p50_ms / direct.p50_ms, 3),
-            f"translated_rr/{LB1_SCENARIO} p50": round(spread.p50_ms / one.p50_ms, 3),
-            f"translated_rr/{LB1_SCENARIO} cpu": round(spread.front_cpu_us_per_request
-                                                       / one.front_cpu_us_per_request, 3)
-            if spread.front_cpu_us_per_request and one.front_cpu_us_per_request else None}
+    out: dict[str, Any] = {}
+    for kind, lb1 in LB1_SCENARIOS.items():
+        names = (lb1, f"{kind}_redis", f"{kind}_rr")
+        if any((name, conc) not in at for name in names):
+            continue
+        one, direct, spread = (at[(name, conc)] for name in names)
+        cpu = (spread.front_cpu_us_per_request, one.front_cpu_us_per_request)
+        out |= {f"{lb1}/{kind}_redis p50": round(one.p50_ms / direct.p50_ms, 3),
+                f"{kind}_rr/{lb1} p50": round(spread.p50_ms / one.p50_ms, 3),
+                f"{kind}_rr/{lb1} cpu": round(cpu[0] / cpu[1], 3) if cpu[0] and cpu[1] else None}
+    return out

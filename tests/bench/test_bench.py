@@ -100,15 +100,16 @@ def test_the_redis_store_runs_beside_memory_in_the_same_run(tmp_path: Path) -> N
     assert trips["one replica"] >= 5 and trips["answers on another replica"] > trips["one replica"], trips
     assert "Redis round trips per two-round bridged call" in judged
     if shutil.which("haproxy") or Path("/usr/sbin/haproxy").exists():  # three replicas behind the balancer
-        assert {(name, conc) for name in ("translated_rr", "bridged_rr", "bridged_one_rr", "translated_lb1")
-                for conc in (1, 2)} <= seen
+        assert {(name, conc) for name in ("translated_rr", "bridged_rr", "bridged_one_rr", "translated_lb1",
+                                          "bridged_lb1") for conc in (1, 2)} <= seen
         for conc in ("c1", "c2"):
             ratios = report["ratios"][conc]
             assert all(ratios[f"{name} p50"] > 0 for name in ("translated_rr/translated_redis",
                                                               "bridged_rr/bridged_redis", "bridged_one_rr/bridged_one"))
-            # translated_rr's ratio splits into the balancer's hop and the spreading over replicas.
-            hop, spread = ratios["translated_lb1/translated_redis p50"], ratios["translated_rr/translated_lb1 p50"]
-            assert hop * spread == pytest.approx(ratios["translated_rr/translated_redis p50"], rel=0.01)
+            # An _rr scenario's ratio splits into the balancer's hop and the spreading over replicas.
+            for kind in ("translated", "bridged"):
+                hop, spread = ratios[f"{kind}_lb1/{kind}_redis p50"], ratios[f"{kind}_rr/{kind}_lb1 p50"]
+                assert hop * spread == pytest.approx(ratios[f"{kind}_rr/{kind}_redis p50"], rel=0.01)
         assert {"translated_rr/translated_redis median, c=1", "bridged_rr/bridged_redis median, c=1",
                 "bridged_rr/bridged_redis median, c=2"} <= judged
         assert report["machine"]["balancer"]
