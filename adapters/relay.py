@@ -38,7 +38,7 @@ class RelayKind(StrEnum):
     # The reverse bridge (docs/design/eras.md#2026-clients-in-front-of-a-2025-server-the-reverse-bridge): a 2026
     # client's retry of a call parked on another replica, or its request about a task held there
     # (docs/design/eras.md#tasks-in-reverse), and that replica's JSON-RPC answer to it, sent back to the replica the
-    # client waits on.
+    # client waits on; also a task's change its holder pushes to a listen's replica, and that replica's word on it.
     RETRY = "retry"
     REPLY = "reply"
 

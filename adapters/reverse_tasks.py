@@ -436,15 +436,3 @@ def holder_gone() -> ErrorValue:
     INVALID_PARAMS as for any unknown task id (ext-tasks), with a message saying why and what to do."""
     return ErrorValue(INVALID_PARAMS, "unknown taskId: the gateway replica holding this task is gone, and the task "
                       "with it; call the tool again", {"taskId": "lost"})
-
-
-def watch_over(said: JsonView | None) -> bool:
-    """A listen's watch of a task kept on another replica (by relayed ``tasks/get``, ``said`` its answer) ends:
-    the holder is gone (None), the task is unknown there (INVALID_PARAMS: forgotten, or lost), or it is terminal
-    (nothing changes after). Any other failure is asked again at the next tick."""
-    if said is None:
-        return True
-    error = members(said.get("error"))
-    if error:
-        return error.get("code") == INVALID_PARAMS
-    return members(said.get("result")).get("status") in TERMINAL

@@ -6,7 +6,8 @@ still open while the client answers an ``input_required``), and the sealed ``req
 claims ``adapters.reverse.Claims`` names); each call's rules are ``adapters.reverse.handle``'s, performed here.
 A parked call lives in this process: its upstream connection is here. Its state names this replica, and a retry
 that reaches another one is relayed here through the store (``forward``, gateway.http.reverse_bridges). So is a
-request about a task kept here (its holder is recorded in the store: gateway.http.reverse_tasks).
+request about a task kept here (its holder is recorded in the store: gateway.http.reverse_tasks), and a change of a
+task kept elsewhere pushed to a listen here.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from multidict import CIMultiDict
 from adapters import reverse as R
 from adapters import reverse_listen as RL
 from adapters import reverse_tasks as RT
+from adapters import reverse_watch as RW
 from adapters import reverse_wire as W
 from adapters.credentials import Grant, Refusal, after_refusal
 from adapters.errors import (
@@ -44,15 +46,15 @@ from adapters.errors import (
 )
 from adapters.jsonwire import loads, members
 from adapters.protocol import MRTR_METHODS, NAME_PARAM
+from adapters.relay import ReplyTo
 from adapters.sse import encode_event
-from adapters.upstream import UnencodableHeader, encode_header_value, header_map_of, learned_header_maps
+from adapters.upstream import header_map_of, learned_header_maps
 from adapters.usage import RelayedAnswer
 from gateway.auth.credentials import CredentialError, UpstreamCredentials
 from gateway.http.passthrough import Passthroughs
 from gateway.http.reverse_tasks import ReverseTasks
 from gateway.http.streams import json_response
 from gateway.session.runtime import log
-from gateway.session.store import StoreUnavailable
 from gateway.upstream.h1 import H1Pool
 from gateway.upstream.legacy_session import BROKE, GONE, LegacyFailure, LegacySession, Message, SessionGone
 
@@ -73,8 +75,6 @@ _CLIENT_GRANTS = frozenset({Grant.FORWARD, Grant.TOKEN_EXCHANGE})
 # A bound on the tools/list pages read to learn x-mcp-header annotations: a server that pages forever is not
 # followed forever (tools on later pages go unchecked).
 _TOOL_PAGES = 20
-# A listen watching tasks kept on another replica asks their holder for their state this often (relayed tasks/get).
-_WATCH_ELSEWHERE_SECONDS = 1.0
 # What a 2025 request and its answer carry that matters between client and server (2025-11-25 basic/transports).
 _LEGACY_HEADERS = frozenset({"accept", "content-type", "mcp-session-id", "mcp-protocol-version", "last-event-id",
                              "authorization", "traceparent", "tracestate", "baggage"})
@@ -97,6 +97,9 @@ class ReverseSettings:
     max_stream_connections: int = 1000  # calls in progress or parked, GET streams
     name: str = "default"  # the upstream's name (``[upstreams.NAME]``; "default": --upstream)
     replica: str = ""  # this gateway replica's id: the states it mints name it
+    # A listen's tasks kept on other replicas: their changes are pushed to it; their holders are asked again only
+    # this often, the safety net for a holder that died or a push that was lost (docs/design/eras.md#tasks-in-reverse).
+    watch_recheck_seconds: float = 30.0
 
 
 class Sealer:
@@ -193,6 +196,7 @@ class ReverseBridge:
         self.credentials: Callable[[], UpstreamCredentials | None] = lambda: None
         # 2026 tasks on the server's 2025 tasks (docs/design/eras.md#tasks-in-reverse)
         self.legacy_tasks = ReverseTasks(upstream=settings.name, replica=settings.replica)
+        self.legacy_tasks.forward = self._forward_any
 
     def spawn(self, step: Any) -> None:
         task = asyncio.create_task(step)
@@ -520,21 +524,23 @@ class ReverseBridge:
         return await self.forward(holder, {"upstream": self.settings.name, "principal": principal,
                                            "headers": dict(headers), "request": dict(message)})
 
+    async def _forward_any(self, holder: str, payload: dict[str, Any]) -> Mapping[str, Any] | None:
+        return await self.forward(holder, payload) if self.forward is not None else None
+
     async def retry_relayed(self, relayed: Mapping[str, Any]) -> Mapping[str, Any]:
         """A retry another replica relayed here (:meth:`_retry_elsewhere`): run as if its client had sent it
         here, without a stream (the answer goes back whole); its JSON-RPC answer. A request about a task kept here
-        (:meth:`_task_elsewhere`) is answered by the tasks, never relayed on."""
+        (:meth:`_task_elsewhere`) is answered by the tasks, never relayed on; a task's change pushed for a listen
+        here (:meth:`_watch_elsewhere`) is delivered to it."""
+        if RW.NOTIFY in relayed:
+            return self.legacy_tasks.notified(relayed)
         message, headers = relayed.get("request"), relayed.get("headers")
         if not isinstance(message, Mapping) or not isinstance(headers, Mapping) or "method" not in message:
             return {"jsonrpc": "2.0", "id": None, "error": R.holder_gone().to_wire()}
         req = W.validate(CIMultiDict(headers), message, None)
         if not isinstance(req, W.Refused) and req.method in RT.METHODS:
             # the relaying replica gated it on the same server's capabilities: it offers tasks
-            handled = await self.legacy_tasks.handle(req, str(relayed.get("principal", "")), True, relay=False)
-            assert not isinstance(handled, RT.Elsewhere), "a relayed request is not relayed on"
-            result, error = handled
-            body = {"error": error.to_wire()} if error is not None else {"result": result}
-            return {"jsonrpc": "2.0", "id": req.ident, **body}
+            return await self.legacy_tasks.relayed(req, str(relayed.get("principal", "")), RW.watch_of(relayed))
         if isinstance(req, W.Refused) or "requestState" not in req.params or req.method not in MRTR_METHODS:
             error = req.error if isinstance(req, W.Refused) else R.holder_gone()
             return {"jsonrpc": "2.0", "id": message.get("id"), "error": error.to_wire()}
@@ -675,34 +681,20 @@ class ReverseBridge:
 
     async def _watch_elsewhere(self, queue: asyncio.Queue[Message | None], request: web.Request, req: W.Request,
                                principal: str, elsewhere: Mapping[str, str]) -> None:
-        """The listen's tasks kept on other replicas (docs/design/eras.md#tasks-in-reverse): each one's state,
-        asked of its holder by a relayed ``tasks/get`` (as the listen's client would ask it), goes to the listen
-        now and whenever it changes, until the task is terminal or its holder no longer answers for it."""
-        version = request.headers.get("mcp-protocol-version", "")
-        live, told = dict(elsewhere), dict[str, str]()
-        while live:
-            for task_id, holder in list(live.items()):
-                try:
-                    name = encode_header_value(task_id)
-                except UnencodableHeader:
-                    del live[task_id]
-                    continue
-                headers = {"MCP-Protocol-Version": version, "Mcp-Method": "tasks/get", "Mcp-Name": name}
-                params = {"taskId": task_id, "_meta": dict(members(req.params.get("_meta")))}
-                message = {"jsonrpc": "2.0", "id": f"listen-{task_id}", "method": "tasks/get", "params": params}
-                try:
-                    said = await self._forward_to(holder, principal, headers, message)
-                except StoreUnavailable as exc:  # asked again at the next tick
-                    log.warning("reverse bridge: a listen's task kept elsewhere was not asked for: %s", exc)
-                    continue
-                task = said.get("result") if said is not None else None
-                if isinstance(task, Mapping) and RT.seen(task) != told.get(task_id):
-                    told[task_id] = RT.seen(task)
-                    queue.put_nowait(RT.notification(task))
-                if RT.watch_over(said):
-                    del live[task_id]
-            if live:
-                await asyncio.sleep(_WATCH_ELSEWHERE_SECONDS)
+        """The listen's tasks kept on other replicas (docs/design/eras.md#tasks-in-reverse): each one's holder is
+        asked once by a relayed ``tasks/get`` (as the listen's client would ask it) registering the listen's watch;
+        the holder pushes the state it answered and every change after (gateway.http.reverse_tasks ``follow``)."""
+        version, meta = request.headers.get("mcp-protocol-version", ""), members(req.params.get("_meta"))
+
+        async def ask(holder: str, task_id: str, watch: ReplyTo) -> Mapping[str, Any] | None:
+            asked = RW.asking(task_id, version, meta)
+            if asked is None:
+                return None
+            headers, message = asked
+            return await self._forward_any(holder, {"upstream": self.settings.name, "principal": principal,
+                                                    "headers": headers, "request": message,
+                                                    **RW.watch_member(watch)})
+        await self.legacy_tasks.follow(queue, elsewhere, ask, self.settings.watch_recheck_seconds)
 
     async def _stream_listen(self, request: web.Request, req: W.Request, honour: Mapping[str, Any],
                              queue: asyncio.Queue[Message | None], relays: Passthroughs) -> web.StreamResponse:

@@ -9,22 +9,27 @@ from creation until it answers, whose streamed requests become the task's ``inpu
 
 On a store replicas share it also records this replica as the holder of each task it keeps (a lease renewed while
 the task is kept, ``gateway.session.store.TaskHolders``), and finds the holder of a task kept elsewhere: the bridge
-relays the request there (gateway.http.reverse).
+relays the request there (gateway.http.reverse). A listen here watching tasks held elsewhere registers its watch
+with each holder, which pushes it every change of the task as it happens (``adapters.reverse_watch`` decides who
+is told what): this module pushes the changes of the tasks kept here and delivers those pushed here.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+import secrets
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import aiohttp
 
 from adapters import reverse_tasks as RT
+from adapters import reverse_watch as RW
 from adapters.errors import ErrorValue, UpstreamFault, upstream_failure
 from adapters.jsonwire import JsonObject, JsonView, members
+from adapters.relay import ReplyTo
 from adapters.reverse_wire import Request, complete_result, modern_error
 from gateway.session.runtime import log
 from gateway.session.store import StoreUnavailable, TaskHolders
@@ -53,6 +58,19 @@ class Entry:
 
 
 Listen = asyncio.Queue[Any]  # a subscriptions/listen stream's queue (gateway.http.reverse)
+# Relays a payload to a replica as a retry is, its answer (None: that replica is gone): gateway.http.reverse.
+Forward = Callable[[str, dict[str, Any]], Awaitable[Mapping[str, Any] | None]]
+# Asks a task's holder for its state by a relayed tasks/get registering a watch (holder, task id, watch).
+Ask = Callable[[str, str, ReplyTo], Awaitable[Mapping[str, Any] | None]]
+
+
+@dataclass(eq=False)
+class Following:
+    """A listen here watching tasks held on other replicas: what it was told, and when nothing more can be."""
+
+    watch: RW.Watch
+    listen: Listen
+    done: asyncio.Event = field(default_factory=asyncio.Event)
 
 
 class ReverseTasks:
@@ -67,10 +85,19 @@ class ReverseTasks:
         self.holders: Callable[[], TaskHolders | None] = lambda: None
         self.renewer: asyncio.Task[None] | None = None
         self.releasing: set[asyncio.Task[None]] = set()
+        # Other replicas' watches of the tasks kept here, and the pushes of their changes, one queue per replica
+        # (docs/design/eras.md#tasks-in-reverse); the listens here watching tasks held elsewhere, by watch token.
+        self.forward: Forward | None = None
+        self.remote: RW.Watchers = {}
+        self.outboxes: dict[str, asyncio.Queue[tuple[ReplyTo, JsonObject]]] = {}
+        self.pushers: dict[str, asyncio.Task[None]] = {}
+        self.following: dict[str, Following] = {}
 
     async def close(self) -> None:
         if self.renewer is not None:
             self.renewer.cancel()
+        for pusher in self.pushers.values():
+            pusher.cancel()
         for (_, task_id), entry in self.entries.items():
             if entry.driver is not None:
                 entry.driver.cancel()
@@ -232,7 +259,8 @@ class ReverseTasks:
                 self._view(entry)
 
     def _view(self, entry: Entry, tell: bool = True) -> JsonObject | ErrorValue:
-        """The task as ``tasks/get`` shows it now; a change is told to the watching listens of its principal."""
+        """The task as ``tasks/get`` shows it now; a change is told to the watching listens of its principal, here
+        and on other replicas."""
         if entry.state.final is None and entry.last is None:
             return upstream_failure(UpstreamFault.INVALID_RESULT, "the task was not seen yet")
         entry.state, out = RT.detailed(entry.state, entry.last)
@@ -247,6 +275,10 @@ class ReverseTasks:
             for listen, (who, task_ids) in self.watchers.items():
                 if who == entry.state.principal and entry.state.task_id in task_ids:
                     listen.put_nowait(message)
+            for to in RW.recipients(self.remote, entry.state.principal, entry.state.task_id):
+                self._push(to, message)
+        if entry.state.final is not None:
+            self.remote = RW.dropped(self.remote, entry.state.principal, entry.state.task_id)
         return out
 
     def _changed(self, entry: Entry) -> None:
@@ -276,6 +308,89 @@ class ReverseTasks:
         entry.state = RT.cancelled(entry.state)
         self._changed(entry)
         return RT.ack(), None
+
+    # --- listens on other replicas (docs/design/eras.md#tasks-in-reverse) ----------------------------------
+    async def relayed(self, req: Request, principal: str, watch: ReplyTo | None) -> JsonObject:
+        """A task request another replica relayed here, answered whole (never relayed on). A ``tasks/get`` naming a
+        listen's watch registers it: the state it answers is pushed to that listen, then every change after."""
+        handled = await self.handle(req, principal, True, relay=False)
+        assert not isinstance(handled, RT.Elsewhere), "a relayed request is not relayed on"
+        result, error = handled
+        if error is not None or result is None:
+            return {"jsonrpc": "2.0", "id": req.ident, "error": (error or RT.unknown_task()).to_wire()}
+        task_id = RT.task_id_of(req.params)
+        entry = self.entries.get((principal, task_id)) if task_id is not None else None
+        if watch is None or req.method != "tasks/get" or entry is None or self.forward is None:
+            return {"jsonrpc": "2.0", "id": req.ident, "result": result}
+        # No await since the state was read: no change can fall between the answer and the watch.
+        self.remote = RW.watched(self.remote, principal, entry.state.task_id, watch, entry.state.final is not None)
+        self._push(watch, RT.notification(result))
+        return {"jsonrpc": "2.0", "id": req.ident, "result": result, RW.PUSHED: True}
+
+    def _push(self, to: ReplyTo, message: JsonObject) -> None:
+        """A change for a watch on another replica, pushed in order: one at a time to each replica, so a listen is
+        never told an older state after a newer one."""
+        outbox = self.outboxes.setdefault(to.replica, asyncio.Queue())
+        outbox.put_nowait((to, message))
+        pusher = self.pushers.get(to.replica)
+        if pusher is None or pusher.done():
+            self.pushers[to.replica] = asyncio.create_task(self._pushing(to.replica, outbox))
+
+    async def _pushing(self, replica: str, outbox: asyncio.Queue[tuple[ReplyTo, JsonObject]]) -> None:
+        while not outbox.empty() and self.forward is not None:
+            to, message = outbox.get_nowait()
+            try:
+                reply = await self.forward(replica, RW.push(self.upstream, to, message))
+            except StoreUnavailable as exc:  # its listen's safety check tells it later
+                log.warning("reverse bridge: a task's change was not pushed to replica %s: %s", replica, exc)
+                continue
+            if not RW.still_watched(reply):  # its listen ended, or its replica is gone
+                self.remote = RW.unwatched(self.remote, to)
+        if self.outboxes.get(replica) is outbox and outbox.empty():
+            del self.outboxes[replica]
+
+    def notified(self, payload: Mapping[str, Any]) -> JsonObject:
+        """A change another replica pushed for a listen here: delivered at once; the answer says whether that
+        listen still watches (else the holder pushes it nothing more)."""
+        pushed = RW.notified(payload)
+        following = self.following.get(pushed[0]) if pushed is not None else None
+        if pushed is None or following is None:
+            return RW.ack(False)
+        following.watch, out = RW.pushed(following.watch, pushed[1])
+        if out is not None:
+            following.listen.put_nowait(out)
+        if RW.over(following.watch):
+            following.done.set()
+        return RW.ack(True)
+
+    async def follow(self, listen: Listen, elsewhere: Mapping[str, str], ask: Ask, recheck_seconds: float) -> None:
+        """A listen's watch of tasks held elsewhere (``elsewhere``: by holder), until nothing more can be told or
+        the listen ends: each holder is asked once (registering the watch, whose state and changes it pushes);
+        asked again only every ``recheck_seconds``, the safety net for a holder that died or a push that was lost
+        (docs/design/eras.md#tasks-in-reverse)."""
+        to = ReplyTo(self.replica, secrets.token_hex(8))
+        following = self.following[to.token] = Following(RW.start(elsewhere), listen)
+        try:
+            while True:
+                await asyncio.gather(*[self._check(following, ask, to, task_id, holder)
+                                       for task_id, holder in following.watch.live.items()])
+                if RW.over(following.watch):
+                    return
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(following.done.wait(), recheck_seconds)
+        finally:
+            del self.following[to.token]
+
+    @staticmethod
+    async def _check(following: Following, ask: Ask, to: ReplyTo, task_id: str, holder: str) -> None:
+        try:
+            said = await ask(holder, task_id, to)
+        except StoreUnavailable as exc:  # asked again at the next safety check
+            log.warning("reverse bridge: a listen's task kept elsewhere was not asked for: %s", exc)
+            return
+        following.watch, out = RW.answered(following.watch, task_id, said)
+        if out is not None:
+            following.listen.put_nowait(out)
 
     # --- upstream -----------------------------------------------------------------------------------------
     async def _upstream(self, entry: Entry, method: str) -> JsonObject | ErrorValue:
@@ -346,6 +461,7 @@ class ReverseTasks:
 
     def _forget(self, key: tuple[str, str]) -> None:
         entry = self.entries.pop(key, None)
+        self.remote = RW.dropped(self.remote, *key)
         if entry is not None:
             if entry.driver is not None:
                 entry.driver.cancel()

@@ -283,16 +283,3 @@ def test_a_task_whose_holder_is_gone_is_lost_and_says_so() -> None:
     gone = RT.holder_gone()
     assert gone.code == -32602 and gone.data == {"taskId": "lost"}
     assert "replica holding this task is gone" in gone.message and "call the tool again" in gone.message
-
-
-@pytest.mark.parametrize(("said", "over"), [
-    (None, True),  # the holder is gone
-    ({"error": {"code": -32602, "message": "unknown taskId"}}, True),  # forgotten or lost there
-    ({"error": {"code": -32603, "message": "upstream hiccup", "data": {"upstream": "session"}}}, False),
-    ({"result": {"taskId": "t", "status": "working"}}, False),
-    ({"result": {"taskId": "t", "status": "input_required"}}, False),
-    ({"result": {"taskId": "t", "status": "completed"}}, True),
-    ({"result": {"taskId": "t", "status": "cancelled"}}, True),
-])
-def test_a_listens_watch_of_a_task_kept_elsewhere_ends_when_nothing_more_can_change(said: Any, over: bool) -> None:
-    assert RT.watch_over(said) is over

@@ -2,13 +2,15 @@
 each test alone) with one state key, in front of the conformance lane's 2025-11-25-only TypeScript server
 (tests/conformance/legacy_server.mjs, its task fixtures). A task lives on the replica that made it; its requests
 reaching the other replica are relayed to it through the store's bus and answered from there, another principal's
-never leave the replica they reached, a listen there hears the task's state by relay, and a task whose replica is
-killed is told lost. Real processes on loopback."""
+never leave the replica they reached, a listen there hears the task's state by relay, each change pushed by the
+holder as it happens (also on the in-process shared store), and a task whose replica is killed is told lost. Real
+processes on loopback."""
 
 from __future__ import annotations
 
 import signal
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -21,13 +23,14 @@ pytest.importorskip("redis")
 from gateway.config.settings import load_config
 from gateway.http.app import create_app
 from gateway.http.keys import REVERSE
+from gateway.session.store import SharedMemory
 from tests import schema
 from tests.gateway.http.test_reverse_e2e import _next_data
 from tests.gateway.http.test_reverse_replicas import KEY_ENV, _serve
 from tests.gateway.http.test_reverse_tasks_e2e import TASKS_META, call, result, status_of
 from tests.gateway.http.test_reverse_ts import SUITE_SERVER, _ts_server
 from tests.gateway.session.test_redis_store import prefix, redis_url  # noqa: F401  (fixtures)
-from tests.waiting import until
+from tests.waiting import until, within
 
 ACCEPT = {"action": "accept", "content": {"confirm": True}}
 
@@ -199,3 +202,96 @@ async def test_a_task_forgotten_by_its_replica_is_unknown_everywhere(
             return status == 400 and said["error"]["message"] == "unknown taskId"
         await until(unknown, "the holder record is released")
         assert relayed == []
+
+
+def _pushed_only(*gateways: Any) -> None:
+    """The listens' safety re-check of their holders set far beyond every bound of the test: what a listen hears
+    in time was pushed by the holder, not asked for."""
+    for gateway in gateways:
+        bridge = gateway.app[REVERSE]
+        bridge.settings = replace(bridge.settings, watch_recheck_seconds=3600.0)
+
+
+async def _hears_changes_pushed_by_the_holder(a: Any, b: Any) -> None:
+    """A listen on B for a task held on A: its current state once, then a change made on A (the holder's own
+    tasks/update, no request on B) reaches it without B asking again; the holder keeps the watch only while the
+    task can change."""
+    _pushed_only(a, b)
+    holder = a.app[REVERSE].legacy_tasks
+    async with aiohttp.ClientSession(headers={"Authorization": "Bearer alice"}) as alice:
+        made = await result(alice, a, "tools/call", {"name": "confirm_delete", "arguments": {"filename": "p"}})
+        task_id = made["taskId"]
+        waiting = await status_of(alice, a, task_id, "input_required")
+        headers = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json",
+                   "MCP-Protocol-Version": "2026-07-28", "Mcp-Method": "subscriptions/listen"}
+        listen = await alice.post(b.make_url("/mcp"), headers=headers, json={
+            "jsonrpc": "2.0", "id": "l1", "method": "subscriptions/listen",
+            "params": {"notifications": {"taskIds": [task_id]}, "_meta": TASKS_META}})
+        try:
+            ack = await within(_next_data(listen), what="the listen's acknowledgement")
+            assert ack["params"]["notifications"] == {"taskIds": [task_id]}
+            now = await within(_next_data(listen), what="the task's state when the listen began")
+            assert now["params"]["status"] == "input_required"
+            assert now["params"]["inputRequests"] == waiting["inputRequests"]
+            assert [t for _, t in holder.remote] == [task_id]  # the listen's watch, registered on A
+            [key] = waiting["inputRequests"]
+            await result(alice, a, "tasks/update", {"taskId": task_id, "inputResponses": {key: ACCEPT}})
+            told = now["params"]
+            while told["status"] != "completed":
+                message = await within(_next_data(listen), what="a change pushed by the holder")
+                assert message["method"] == "notifications/tasks", message
+                schema.check("2026-07-28", message)
+                told = message["params"]
+            assert told["taskId"] == task_id and told["result"]["content"][0]["text"] == "deleted p"
+            assert holder.remote == {}  # terminal: nothing more is pushed for it
+        finally:
+            listen.close()
+
+
+async def test_a_change_on_the_holder_is_pushed_to_a_listen_on_the_other_replica(
+        aiohttp_server: Any, legacy: str, shared: dict[str, Any]) -> None:
+    """Two replicas on real Redis."""
+    await _hears_changes_pushed_by_the_holder(*await _replicas(aiohttp_server, legacy, shared))
+
+
+async def test_a_change_is_pushed_between_replicas_on_the_shared_memory_store(
+        aiohttp_server: Any, legacy: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two replicas in this process on one SharedMemory (its in-process bus), as on Redis."""
+    monkeypatch.setenv(KEY_ENV, "one key for every replica")
+    config = load_config(upstream_url=legacy, upstream_era="2025-11-25", reverse={"state_key_env": KEY_ENV})
+    memory = SharedMemory()
+    a = await aiohttp_server(create_app(config, store=memory.replica()))
+    b = await aiohttp_server(create_app(config, store=memory.replica()))
+    await _hears_changes_pushed_by_the_holder(a, b)
+
+
+async def test_a_listen_that_ended_is_pushed_nothing_more(
+        aiohttp_server: Any, legacy: str, shared: dict[str, Any]) -> None:
+    """The holder's next push to a listen that ended is acknowledged as not watched: it drops that watch while the
+    task lives on (here: one of its two questions answered)."""
+    a, b = await _replicas(aiohttp_server, legacy, shared)
+    _pushed_only(a, b)
+    holder = a.app[REVERSE].legacy_tasks
+    async with aiohttp.ClientSession(headers={"Authorization": "Bearer alice"}) as alice:
+        made = await result(alice, a, "tools/call", {"name": "multi_input", "arguments": {}})
+
+        async def both_asked() -> dict[str, Any] | None:
+            task = await result(alice, a, "tasks/get", {"taskId": made["taskId"]})
+            return task if len(task.get("inputRequests", {})) == 2 else None
+        asked = await until(both_asked, "both questions are pending")
+        headers = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json",
+                   "MCP-Protocol-Version": "2026-07-28", "Mcp-Method": "subscriptions/listen"}
+        listen = await alice.post(b.make_url("/mcp"), headers=headers, json={
+            "jsonrpc": "2.0", "id": "l1", "method": "subscriptions/listen",
+            "params": {"notifications": {"taskIds": [made["taskId"]]}, "_meta": TASKS_META}})
+        await within(_next_data(listen), what="the listen's acknowledgement")
+        await within(_next_data(listen), what="the task's state when the listen began")
+        assert holder.remote
+        listen.close()
+        await until(lambda: not b.app[REVERSE].legacy_tasks.following, "B's listen ended")
+        first = sorted(asked["inputRequests"])[0]
+        await result(alice, a, "tasks/update", {"taskId": made["taskId"], "inputResponses": {
+            first: {"action": "accept", "content": {"name": "x"}}}})
+        await until(lambda: not holder.remote, "the holder dropped the ended listen's watch")
+        assert (await result(alice, a, "tasks/get", {"taskId": made["taskId"]}))["status"] == "input_required"
+        await result(alice, a, "tasks/cancel", {"taskId": made["taskId"]})
