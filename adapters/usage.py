@@ -285,14 +285,19 @@ def outcome_of(message: object) -> tuple[str, str]:
 
 # A relayed answer's JSON body longer than this is not read for its outcome (an answer, unless its status says).
 RELAYED_BODY_READ = 256 * 1024
+# An SSE event naming none of these cannot be a request with an input kind (:func:`input_kind`): not parsed for one.
+# Not the whole method names: JSON may write their "/" escaped.
+_ASKING = ("createMessage", "elicitation", "roots")
 
 
 class RelayedAnswer:
     """The outcome of a 2025 request relayed as it is to a 2025-era upstream
     (docs/design/eras.md#relayed-2025-requests-are-counted-in-the-usage-report), read from its answer's bytes as they
     stream past to the client, never kept: a JSON body (up to :data:`RELAYED_BODY_READ`) is read once at the end;
-    of an SSE stream only the events that may be the request's answer (they name a result or an error) are read.
-    ``ident``: the request's JSON-RPC id."""
+    of an SSE stream only the events that may be the request's answer (they name a result or an error) or one of
+    the server's requests with an input kind (sampling, elicitation, roots: 2025-11-25 client features) are read.
+    Of those requests only their kinds and the features they lean on are kept (:func:`input_kind`), as a bridged
+    request's are. ``ident``: the request's JSON-RPC id."""
 
     def __init__(self, ident: object, status: int, sse: bool, max_event_bytes: int = 0) -> None:
         self.ident, self.status = ident, status
@@ -300,6 +305,8 @@ class RelayedAnswer:
         self.body: list[bytes] | None = [] if not sse else None
         self.size = 0
         self.final: object = None
+        self.kinds: set[str] = set()
+        self.leaned: set[str] = set()  # the deprecated features the server's requests lean on
 
     def feed(self, chunk: bytes) -> None:
         if self.final is not None:
@@ -317,18 +324,38 @@ class RelayedAnswer:
             self.decoder = SseDecoder()  # that event is not read; the next ones are
             return
         for data in events:
-            if ('"result"' in data or '"error"' in data) and self._answers(data):
+            asks = '"method"' in data and any(name in data for name in _ASKING)
+            if (asks or '"result"' in data or '"error"' in data) and self._answers(data, asks):
                 return
 
-    def _answers(self, data: str) -> bool:
+    def _answers(self, data: str, asks: bool = False) -> bool:
+        """Whether ``data`` is the request's answer (kept as :attr:`final`); when ``asks``, a server's request in it
+        has its kind noted."""
         try:
             message = loads(data)
         except ValueError:
             return False
-        if isinstance(message, Mapping) and message.get("id") == self.ident and "method" not in message:
+        if not isinstance(message, Mapping):
+            return False
+        if "method" not in message:
+            if message.get("id") != self.ident:
+                return False
             self.final = message
             return True
+        if asks and "id" in message:  # a request (a notification has no id)
+            kind, features = input_kind(message)
+            if kind is not None:
+                self.kinds.add(kind)
+                self.leaned.update(features)
         return False
+
+    def inputs(self) -> tuple[str, ...]:
+        """The input kinds of the server's requests seen on the stream, in :data:`INPUT_KINDS` order."""
+        return tuple(k for k in INPUT_KINDS if k in self.kinds) if self.kinds else ()
+
+    def features(self) -> tuple[str, ...]:
+        """The deprecated features those requests lean on (:func:`input_kind`), in :data:`FEATURES` order."""
+        return ordered(self.leaned) if self.leaned else ()
 
     def outcome(self) -> tuple[str, str]:
         """(outcome, cause), as :func:`outcome_of`: a stream that ended without the answer was cancelled."""
