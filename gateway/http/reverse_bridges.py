@@ -166,14 +166,13 @@ class ReverseBridges:
                               self.by_name[name].settings.max_event_bytes)
         scan = watch.scan if watch is not None else None
         if session is None and isinstance(message, Mapping) and message.get("method") == "initialize":
-            answer = await self._initialize(request, body, message, name, principal, scan)
+            pending = self._initialize(request, body, message, name, principal, scan)
         else:
             upstream_id = session.session_id if session is not None else None
             pending = self.by_name[name].relay_legacy(
                 request, body, (upstream_id, lambda sid: self._seal(name, sid, principal)), scan)
-            answer = await (self._renewed_while(session, principal, pending) if session is not None else pending)
-        if watch is not None:
-            watch.done(answer)
+            pending = self._renewed_while(session, principal, pending) if session is not None else pending
+        answer = await (watch.watched(pending) if watch is not None else pending)
         if session is None:
             return answer
         await self._verified_by(name, request, principal, answer.status)

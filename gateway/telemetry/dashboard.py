@@ -114,9 +114,11 @@ def _relayed_section(upstreams: list[dict[str, Any]]) -> str:
     """The 2025 clients relayed as they are to 2025-era upstreams (shown only when there are some)."""
     if not upstreams:
         return ""
-    rows = ["<tr><th>legacy upstream</th><th>requests</th><th>errors</th><th>methods</th><th>clients</th></tr>"]
+    rows = ["<tr><th>legacy upstream</th><th>requests</th><th>errors</th><th>legacy features reached</th>"
+            "<th>methods</th><th>clients</th></tr>"]
     for up in upstreams:
-        cells = [", ".join(f"{k}: {v}" for k, v in up[key].items()) or "none" for key in ("methods", "clients")]
+        cells = [", ".join(f"{k}: {v}" for k, v in up[key].items()) or "none"
+                 for key in ("inputs", "methods", "clients")]
         rows.append(f'<tr class="relayed" data-upstream="{escape(up["upstream"])}" data-requests="{up["requests"]}">'
                     f'<td>{escape(up["upstream"])}</td><td>{up["requests"]}</td><td>{up["errors"]}</td>'
                     + "".join(f"<td>{escape(c)}</td>" for c in cells) + "</tr>")

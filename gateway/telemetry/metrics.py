@@ -79,7 +79,7 @@ class Metrics:
         child.inc(count)
         for feature in record.features:
             self._child(self.features, record.peer, record.metric_client, feature).inc(count)
-        for kind in record.inputs:
+        for kind in record.inputs if record.translated else ():  # a relayed request's are not bridged
             self.inputs.labels(record.peer, kind).inc(count)
         if record.rounds:
             self.rounds.labels(record.peer).inc(record.rounds * count)

@@ -89,6 +89,7 @@ def _relayed_lines(upstreams: list[dict[str, Any]]) -> list[str]:
     for up in upstreams:
         lines.append(f"  {up['upstream']}: {up['requests']} requests, {up['errors']} errors, "
                      f"{up['cancelled']} cancelled")
+        lines.append(f"    legacy features reached: {_pairs(up['inputs'])}")
         lines.append(f"    methods: {_pairs(up['methods'])}")
         lines.append(f"    clients: {_pairs(up['clients'])}")
     return lines

@@ -10,9 +10,9 @@ is the ``mcp_gateway_legacy_upstream_sessions`` gauge, set from the bridge's poo
 
 A 2025 client's request relayed as it is to a 2025-era upstream (:class:`RelayedWatch`) is recorded too, once, as
 the gateway's own sessions' requests are: era ``legacy``, not ``translated``, its features
-(adapters.usage.legacy_request_features), its outcome read from the answer as it streams past
-(adapters.usage.RelayedAnswer), and the upstream's name (the report's "legacy clients -> legacy servers" section,
-docs/design/eras.md#relayed-2025-requests-are-counted-in-the-usage-report).
+(adapters.usage.legacy_request_features), its outcome and the kinds of the server's requests on its stream, read
+from the answer as it streams past (adapters.usage.RelayedAnswer), and the upstream's name (the report's "legacy
+clients -> legacy servers" section, docs/design/eras.md#relayed-2025-requests-are-counted-in-the-usage-report).
 
 Only labels and counts are kept, never a message's content (adapters.usage).
 """
@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Awaitable, Mapping
 from typing import Any
 
 from aiohttp import web
@@ -142,17 +142,31 @@ class RelayedWatch:
         self.answer = RelayedAnswer(ident, status, sse, self.max_event_bytes)
         return self.answer
 
-    def done(self, response: web.StreamResponse) -> None:
+    async def watched(self, pending: Awaitable[web.StreamResponse]) -> web.StreamResponse:
+        """``pending``'s answer, recorded once given, or once the relay is cancelled (the client hung up before
+        the server's stream ended: the outcome the scan read, when the answer had passed, else cancelled)."""
+        answer: web.StreamResponse | None = None
+        try:
+            answer = await pending
+            return answer
+        finally:
+            self.done(answer)
+
+    def done(self, response: web.StreamResponse | None) -> None:
         try:
             self._record(response)
         except Exception:
             log.exception("usage accounting failed for a relayed 2025 request (it was answered)")
 
-    def _record(self, response: web.StreamResponse) -> None:
+    def _record(self, response: web.StreamResponse | None) -> None:
+        inputs: tuple[str, ...] = ()
+        leaned: tuple[str, ...] = ()
         if self.answer is not None and len(self.requests) == 1:
             outcome = self.answer.outcome()
-        else:  # answered by the gateway (a refusal) or a batch: its status says
-            outcome = _outcome_of(response)
+            inputs, leaned = self.answer.inputs(), self.answer.features()
+        else:  # answered by the gateway (a refusal) or a batch: its status says; which element the server asked
+            # for, a batch's stream does not say cheaply: its records carry no input kinds
+            outcome = _outcome_of(response) if response is not None else outcome_of(None)
         recorder, headers = self.recorder, self.request.headers
         for message in self.requests:
             method, params = message.get("method"), message.get("params")
@@ -164,8 +178,8 @@ class RelayedWatch:
             # Without the header a server assumes 2025-03-26 (2025-11-25 basic/transports §Protocol Version Header).
             revision = params.get("protocolVersion") if initialize else headers.get("mcp-protocol-version")
             recorder.note(facts_of(recorder.clock_ms(), "legacy", revision or "2025-03-26", method, False, info, peer,
-                                   sunset, features=legacy_request_features(method, params), outcome=outcome,
-                                   transport=_transport(self.gw, self.request),
+                                   sunset, inputs=inputs, features=legacy_request_features(method, params) + leaned,
+                                   outcome=outcome, transport=_transport(self.gw, self.request),
                                    configured=configured_peer(self.gw, peer), upstream=self.upstream))
         if recorder.metrics is not None and _STARTED in self.request and self.requests:
             recorder.metrics.request_seconds("legacy", time.perf_counter() - self.request[_STARTED])

@@ -21,9 +21,14 @@ from gateway.config.settings import load_config
 from gateway.http.app import create_app
 from gateway.http.keys import REVERSE
 from gateway.ops.cli import check_upstream
+from gateway.telemetry.report import render_table
+from gateway.telemetry.usage import USAGE
+from kit.usage_report import ReportBuilder
 from tests.gateway.http.test_doors_sdk1 import run_sdk1_script, sdk1_python  # noqa: F401  (a fixture)
 from tests.gateway.http.test_reverse_e2e import _legacy_server
 from tests.gateway.http.test_reverse_ts import _ts_server
+from tests.gateway.telemetry.test_usage_relayed import rows
+from tests.waiting import until
 
 CLIENT = Path(__file__).with_name("sdk1_relay_client.py")
 
@@ -106,3 +111,50 @@ async def test_every_flow_of_the_sdk1_client_is_relayed_to_the_legacy_server(
         assert summary == expected(kind)
         bridge = gateway.app[REVERSE]
         assert not bridge.pool and not bridge.parked  # the server's own session: none of the bridge's
+
+
+
+def _calls_by_kinds(table: list[dict[str, Any]]) -> dict[str, int]:
+    """The relayed tools/call records by the input kinds they carry."""
+    calls: dict[str, int] = {}
+    for row in table:
+        if row["method"] == "tools/call" and row["inputs"]:
+            calls[row["inputs"]] = calls.get(row["inputs"], 0) + row["count"]
+    return calls
+
+
+@pytest.mark.parametrize("kind", ["python", "typescript"])
+async def test_the_usage_report_names_the_server_requests_relayed_clients_reach(
+        aiohttp_server: Any, sdk1_python: Path, kind: str, tmp_path: Path) -> None:  # noqa: F811
+    """docs/design/eras.md#relayed-2025-requests-are-counted-in-the-usage-report: each relayed call's record
+    carries the kinds of the requests the server sent on its stream (as the client saw them asked, above), and the
+    report's relayed section sums them by upstream. The Python server sends its ``roots/list`` on the session's GET
+    stream, which is no request's record: only the TypeScript server's (on the call's stream) is counted."""
+    db = str(tmp_path / "usage.db")
+    roots = {"roots": 1} if kind == "typescript" else {}
+    # sampling: ask_model, refused, two_rounds, count and the call cancelled at its sampling request
+    reached = {"sampling": 5, "elicitation.form": 4, "elicitation.url": 3, **roots}
+    with _server(kind, sdk1_python) as url:
+        config = load_config(upstream_url=url, upstream_era="2025-11-25", state_dir=str(tmp_path / "state"),
+                             usage={"db": db, "flush_seconds": 3600})
+        gateway = await aiohttp_server(create_app(config))
+        assert await _run_client(sdk1_python, str(gateway.make_url("/mcp"))) == expected(kind)
+
+        async def recorded() -> bool:  # a call is recorded once its relayed stream ended, maybe after the client
+            await gateway.app[USAGE].flush()
+            return _calls_by_kinds(rows(db)) == reached
+        await until(recorded, "every relayed call asked by the server recorded", lambda: rows(db))
+    table = rows(db)
+    assert {(r["era"], r["translated"], r["upstream"]) for r in table} == {("legacy", 0, "default")}
+    assert not [r for r in table if r["method"] != "tools/call" and r["inputs"]]
+    assert [r for r in table if r["method"] == "tools/call" and not r["inputs"]]  # echo, chatty, ...
+    features = {f for r in table if r["inputs"] for f in r["features"].split(",")}
+    assert features == {"legacy handshake", "sampling", "elicitation url ids", *roots}
+    builder = ReportBuilder()
+    for row in table:
+        builder.add(row)
+    report = {**builder.finish("2026-12-02", 1, {}), "window": "1d"}
+    assert [(u["upstream"], u["inputs"]) for u in report["relayed"]] == [("default", reached)]
+    section = render_table(report).split("legacy clients -> legacy servers (relayed as they are)\n")[1]
+    said = ", ".join(f"{k} {v}" for k, v in reached.items())
+    assert section.splitlines()[1] == f"    legacy features reached: {said}"

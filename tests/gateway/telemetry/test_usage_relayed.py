@@ -22,6 +22,7 @@ from gateway.telemetry.usage import USAGE
 from kit.usage_report import ReportBuilder
 from tests.gateway.conftest import ROOT
 from tests.gateway.http.test_reverse_relay_limits import LEGACY, FakeLegacy
+from tests.waiting import until, until_hung_up
 
 UPSTREAM_TOML = """
 [upstreams.crm]
@@ -37,7 +38,8 @@ upstream = "crm"
 
 class Answering(FakeLegacy):
     """Also: ``tools/call`` of tool ``fails`` answers a JSON-RPC error; ``prompts/get`` answers on an SSE stream
-    (a progress notification, then the result)."""
+    (a progress notification, then the result); ``tools/call`` of tool ``asks`` sends a form elicitation and a
+    roots/list on its SSE stream, then waits until the client hangs up."""
 
     async def handle(self, request: web.Request) -> web.StreamResponse:
         if request.method == "POST" and request.headers.get("Mcp-Session-Id") in self.sessions:
@@ -46,6 +48,15 @@ class Answering(FakeLegacy):
                 self.seen.append(("tools/call", request.headers.get("Authorization")))
                 error = {"code": -32603, "message": "the tool broke"}
                 return web.json_response({"jsonrpc": "2.0", "id": message["id"], "error": error})
+            if message.get("method") == "tools/call" and message["params"]["name"] == "asks":
+                out = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+                await out.prepare(request)
+                for ident, method in ((901, "elicitation/create"), (902, "roots/list")):
+                    params = {"message": "secret question", "requestedSchema": {}} if ident == 901 else {}
+                    asked = {"jsonrpc": "2.0", "id": ident, "method": method, "params": params}
+                    await out.write(f"event: message\ndata: {json.dumps(asked)}\n\n".encode())
+                await until_hung_up(request)
+                return out
             if message.get("method") == "prompts/get":
                 self.seen.append(("prompts/get", request.headers.get("Authorization")))
                 out = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
@@ -126,7 +137,41 @@ async def test_relayed_requests_are_recorded_and_reported(aiohttp_server: Any, t
     text = subprocess.run([sys.executable, "-m", "gateway", "report", "--db", db, "--today", today], cwd=ROOT,
                           capture_output=True, text=True, timeout=60)
     assert text.returncode == 0, text.stderr
-    section = text.stdout.split("legacy clients -> legacy servers (relayed as they are)\n")[1].splitlines()[:3]
+    section = text.stdout.split("legacy clients -> legacy servers (relayed as they are)\n")[1].splitlines()[:4]
     assert section == ["  crm: 6 requests, 1 errors, 0 cancelled",
+                       "    legacy features reached: none",
                        "    methods: tools/call 3, initialize 1, ping 1, prompts/get 1",
                        "    clients: ide/ide-plugin 6"]
+
+
+async def test_a_relayed_call_is_recorded_with_what_the_server_asked_when_its_client_hangs_up(
+        aiohttp_server: Any, tmp_path: Any) -> None:
+    """The server's requests on a relayed call's stream are its record's input kinds (never their content); a
+    client that hangs up before the server's stream ended is still recorded, as cancelled."""
+    fake = Answering()
+    upstream = str((await aiohttp_server(fake.app())).make_url("/mcp"))
+    path, db = tmp_path / "gateway.toml", str(tmp_path / "usage.db")
+    path.write_text(UPSTREAM_TOML.format(url=upstream))
+    config = load_config(path, state_dir=str(tmp_path / "state"), usage={"db": db, "flush_seconds": 3600})
+    server = await aiohttp_server(create_app(config))
+    url = str(server.make_url("/mcp"))
+    init = {"jsonrpc": "2.0", "id": 1, "method": "initialize",
+            "params": {"protocolVersion": "2025-11-25", "capabilities": {"elicitation": {}, "roots": {}},
+                       "clientInfo": {"name": "ide-plugin", "version": "3.1"}}}
+    async with aiohttp.ClientSession() as http:
+        async with http.post(url, json=init, headers=LEGACY) as resp:
+            headers = {**LEGACY, "Mcp-Session-Id": resp.headers["Mcp-Session-Id"],
+                       "MCP-Protocol-Version": "2025-11-25"}
+        call = {"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "asks", "arguments": {}}}
+        async with http.post(url, json=call, headers=headers) as resp:
+            seen = b""
+            while b"roots/list" not in seen:  # both requests passed: the client hangs up without answering
+                seen += await resp.content.readany()
+
+    async def recorded() -> list[dict[str, Any]]:
+        await server.app[USAGE].flush()
+        return [r for r in rows(db) if r["method"] == "tools/call"]
+    [row] = await until(recorded, "the hung-up call recorded")
+    assert (row["inputs"], row["features"], row["outcome"], row["count"]) == (
+        "elicitation.form,roots", "legacy handshake,roots", "cancelled", 1)
+    assert not [r for r in rows(db) if "secret question" in json.dumps(r)]
