@@ -7,6 +7,7 @@ which is what makes the ``bridged`` scenario measure the gateway's own per-round
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Callable
 from typing import Any
@@ -149,25 +150,40 @@ class LegacyClient:
     async def _drain(self, resp: aiohttp.ClientResponse, ident: int,
                      sample: Callable[[dict[str, Any]], dict[str, Any]] | None = None) -> dict[str, Any]:
         """The response to ``ident``, answering each sampling request with ``sample(params)`` on the way (the
-        load check passes its own, to put a per-call nonce in the answer)."""
+        load check passes its own, to put a per-call nonce in the answer). An answer is POSTed while the stream
+        goes on being read, as the official SDKs' clients do (the Python SDK's writer sends it while the call's
+        stream is read by another task), so its ``202`` is not on the call's path; every answer's ``202`` is
+        awaited before the call counts as done."""
         sample = sample or _sample_answer
         data: list[bytes] = []
-        async for line in resp.content:
-            if line.startswith(b"data:"):
-                data.append(line[5:].strip())
-            elif line in (b"\n", b"\r\n") and data:
-                payload, data = b"".join(data), []
-                if not payload:  # a priming event (2025-11-25 §Streamable HTTP) carries only an id
-                    continue
-                message = json.loads(payload)
-                if message.get("id") == ident and ("result" in message or "error" in message):
-                    return message
-                method = message.get("method")
-                if method in ("sampling/createMessage", "elicitation/create"):
-                    result = sample(message["params"]) if method == "sampling/createMessage" else TONE
-                    async with await self._post({"jsonrpc": "2.0", "id": message["id"], "result": result}) as posted:
-                        await posted.read()
-        raise RuntimeError("the SSE stream ended without a response")
+        posted: list[asyncio.Task[None]] = []
+        try:
+            async for line in resp.content:
+                if line.startswith(b"data:"):
+                    data.append(line[5:].strip())
+                elif line in (b"\n", b"\r\n") and data:
+                    payload, data = b"".join(data), []
+                    if not payload:  # a priming event (2025-11-25 §Streamable HTTP) carries only an id
+                        continue
+                    message = json.loads(payload)
+                    if message.get("id") == ident and ("result" in message or "error" in message):
+                        await asyncio.gather(*posted)
+                        return message
+                    method = message.get("method")
+                    if method in ("sampling/createMessage", "elicitation/create"):
+                        result = sample(message["params"]) if method == "sampling/createMessage" else TONE
+                        answer = {"jsonrpc": "2.0", "id": message["id"], "result": result}
+                        posted.append(asyncio.create_task(self._post_answer(answer)))
+            raise RuntimeError("the SSE stream ended without a response")
+        finally:
+            for task in posted:
+                task.cancel()
+
+    async def _post_answer(self, message: dict[str, Any]) -> None:
+        async with await self._post(message) as resp:
+            await resp.read()
+            if resp.status != 202:  # 2025-11-25 basic/transports: an accepted response gets 202 Accepted
+                raise RuntimeError(f"an answer got {resp.status}, not 202")
 
     async def open_get_stream(self) -> aiohttp.ClientResponse:
         resp = await self.http.get(self.url, headers={**self._headers(), "Accept": "text/event-stream"})
