@@ -1,5 +1,5 @@
 """``python -m bench.reverse [--duration S] [--warmup S] [--slice S] [--concurrency 1] [--legacy-python PATH]
-[--check]``.
+[--loop asyncio|uvloop] [--check]``.
 
 What the reverse bridge costs (docs/design/eras.md#2026-clients-in-front-of-a-2025-server-the-reverse-bridge), on one
 sampling tool of a 2025-11-25-only server written with the official ``mcp`` 1.x SDK
@@ -56,10 +56,11 @@ async def run(args: argparse.Namespace) -> list[Stats]:
         legacy = Child("legacy", ["-I", str(SERVER), "{port}"], python=legacy_python(args.legacy_python))
         started.append(legacy)
         gateway = Child("gateway", ["-m", "gateway", "serve", "--port", "{port}", "--upstream", legacy.url,
-                                    "--upstream-era", "2025-11-25", "--no-access-log",
+                                    "--upstream-era", "2025-11-25", "--no-access-log", "--loop", args.loop,
                                     "--usage-db", scratch_usage_db()])
         started.append(gateway)
-        floor = Child("floor", ["-m", "bench.reverse_floor", "--port", "{port}", "--upstream", legacy.url])
+        floor = Child("floor", ["-m", "bench.reverse_floor", "--port", "{port}", "--upstream", legacy.url,
+                                "--loop", args.loop])
         started.append(floor)
         front = {"legacy_direct": legacy, "reverse_bridged": gateway, "reverse_floor": floor}
         results: list[Stats] = []
@@ -124,6 +125,8 @@ def main() -> None:
     parser.add_argument("--slice", type=float, default=0.5, help="seconds per scenario per alternating round")
     parser.add_argument("--concurrency", type=lambda s: [int(x) for x in s.split(",")], default=[1])
     parser.add_argument("--legacy-python", default=None, help="the interpreter of a venv holding mcp 1.x")
+    parser.add_argument("--loop", choices=("asyncio", "uvloop"), default="asyncio",
+                        help="event loop of the gateway and the floor (the 1.x SDK server keeps its own)")
     parser.add_argument("--check", action="store_true", help="exit with status 1 when the target is missed")
     args = parser.parse_args()
     met = report(asyncio.run(run(args)))
