@@ -167,6 +167,9 @@ class ReverseConfig(_Frozen):
     answer_timeout_seconds: float = Field(300.0, gt=0)  # a parked call without a retry is cancelled upstream
     max_rounds: int = Field(10, ge=1)
     max_input_requests_per_round: int = Field(16, ge=1)
+    # A listen watching a task held on another replica is pushed its changes; it asks the holder again this often
+    # only to learn that the holder died, or to repair a lost push (docs/design/eras.md#tasks-in-reverse).
+    task_watch_recheck_seconds: float = Field(30.0, gt=0)
     # The environment variable holding the requestState key (the same on every replica); unset: a random key
     # per process, so a restart voids the states it minted.
     state_key_env: str | None = Field(None, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")

@@ -56,7 +56,8 @@ def reverse_settings(config: GatewayConfig, name: str, url: str, replica: str) -
     lasting = up.max_stream_connections if up else config.upstream_max_stream_connections
     return ReverseSettings(url, R.PoolLimits(rev.max_sessions, rev.session_idle_seconds),
                            R.CallLimits(rev.max_rounds, rev.max_input_requests_per_round), rev.answer_timeout_seconds,
-                           config.max_sse_event_bytes, connect, key, short, lasting, name, replica)
+                           config.max_sse_event_bytes, connect, key, short, lasting, name, replica,
+                           watch_recheck_seconds=rev.task_watch_recheck_seconds)
 
 
 def _state_key(config: GatewayConfig) -> bytes | None:

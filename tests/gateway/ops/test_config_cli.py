@@ -17,6 +17,7 @@ from pydantic import BaseModel, ValidationError
 
 from gateway.config.settings import ConfigError, GatewayConfig, load_config
 from gateway.http.app import create_app
+from gateway.http.reverse_bridges import reverse_settings
 from gateway.ops.cli import parser, served_app
 from gateway.ops.loops import tune_gc
 from tests.gateway.conftest import Legacy
@@ -56,6 +57,17 @@ def test_overrides_and_strictness(tmp_path) -> None:
         load_config(path)
     with pytest.raises(ValidationError):
         config.port = 1  # frozen
+
+
+def test_gateway_reverse_reaches_the_bridges_settings(tmp_path) -> None:
+    """``[gateway.reverse]`` keys become each reverse bridge's settings (gateway.http.reverse_bridges)."""
+    path = tmp_path / "gateway.toml"
+    path.write_text("[gateway.reverse]\ntask_watch_recheck_seconds = 2.5\nanswer_timeout_seconds = 7.0\n")
+    settings = reverse_settings(load_config(path), "default", "http://127.0.0.1:9/mcp", "r1")
+    assert (settings.watch_recheck_seconds, settings.answer_timeout_seconds, settings.replica) == (2.5, 7.0, "r1")
+    with pytest.raises(ConfigError):
+        path.write_text("[gateway.reverse]\ntask_watch_recheck_seconds = 0\n")
+        load_config(path)
 
 
 def test_cli_arguments() -> None:
