@@ -7,6 +7,7 @@
 from __future__ import annotations
 
 import argparse
+from collections.abc import AsyncIterator, Awaitable, Callable
 
 import aiohttp
 from aiohttp import web
@@ -15,6 +16,8 @@ from gateway.ops.loops import CHOICES, install
 
 PASS = ("Accept", "Content-Type", "MCP-Protocol-Version", "Mcp-Method", "Mcp-Name", "Authorization")
 UPSTREAM = web.AppKey("upstream", str)
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+Context = Callable[[web.Application], AsyncIterator[None]]
 CLIENT = web.AppKey("client", aiohttp.ClientSession)
 
 
@@ -31,13 +34,15 @@ async def forward(request: web.Request) -> web.StreamResponse:
         return response
 
 
-async def _client(app: web.Application):  # type: ignore[no-untyped-def]
+async def _client(app: web.Application) -> AsyncIterator[None]:
     app[CLIENT] = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0))
     yield
     await app[CLIENT].close()
 
 
-def main() -> None:
+def serve(handler: Handler, context: Context) -> None:
+    """The command line of the benchmark's bare proxies (``--port``, ``--upstream``, ``--loop``): ``handler`` on
+    ``POST /mcp``, ``context`` in the app's ``cleanup_ctx``, the upstream URL under :data:`UPSTREAM`."""
     parser = argparse.ArgumentParser()
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--upstream", required=True)
@@ -46,9 +51,13 @@ def main() -> None:
     install(args.loop)
     app = web.Application()
     app[UPSTREAM] = args.upstream
-    app.cleanup_ctx.append(_client)
-    app.router.add_post("/mcp", forward)
+    app.cleanup_ctx.append(context)
+    app.router.add_post("/mcp", handler)
     web.run_app(app, host="127.0.0.1", port=args.port, print=None, access_log=None)
+
+
+def main() -> None:
+    serve(forward, _client)
 
 
 if __name__ == "__main__":

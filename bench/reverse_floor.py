@@ -10,7 +10,6 @@ with the server) and nothing else, which is what ``bench.reverse``'s ``reverse_f
 
 from __future__ import annotations
 
-import argparse
 import itertools
 import json
 from collections.abc import AsyncIterator
@@ -19,11 +18,10 @@ from typing import Any
 import aiohttp
 from aiohttp import web
 
-from gateway.ops.loops import CHOICES, install
+from bench.forwarder import UPSTREAM, serve
 
 LEGACY = "2025-11-25"
 ACCEPT = "application/json, text/event-stream"
-UPSTREAM = web.AppKey("upstream", str)
 
 
 class Legacy:
@@ -99,17 +97,7 @@ async def _session(app: web.Application) -> AsyncIterator[None]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--port", type=int, required=True)
-    parser.add_argument("--upstream", required=True)
-    parser.add_argument("--loop", choices=CHOICES, default="asyncio")
-    args = parser.parse_args()
-    install(args.loop)
-    app = web.Application()
-    app[UPSTREAM] = args.upstream
-    app.cleanup_ctx.append(_session)
-    app.router.add_post("/mcp", handle)
-    web.run_app(app, host="127.0.0.1", port=args.port, print=None, access_log=None)
+    serve(handle, _session)
 
 
 if __name__ == "__main__":
