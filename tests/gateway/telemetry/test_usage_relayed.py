@@ -79,14 +79,20 @@ def rows(db: str) -> list[dict[str, Any]]:
         conn.close()
 
 
-async def test_relayed_requests_are_recorded_and_reported(aiohttp_server: Any, tmp_path: Any) -> None:
+async def _relaying(aiohttp_server: Any, tmp_path: Any) -> tuple[Answering, Any, str, str]:
+    """A gateway relaying to a fake 2025-era server, its usage kept in a database flushed on demand: the fake, the
+    gateway's test server, its /mcp and the database's path."""
     fake = Answering()
     upstream = str((await aiohttp_server(fake.app())).make_url("/mcp"))
     path, db = tmp_path / "gateway.toml", str(tmp_path / "usage.db")
     path.write_text(UPSTREAM_TOML.format(url=upstream))
     config = load_config(path, state_dir=str(tmp_path / "state"), usage={"db": db, "flush_seconds": 3600})
     server = await aiohttp_server(create_app(config))
-    url = str(server.make_url("/mcp"))
+    return fake, server, str(server.make_url("/mcp")), db
+
+
+async def test_relayed_requests_are_recorded_and_reported(aiohttp_server: Any, tmp_path: Any) -> None:
+    fake, server, url, db = await _relaying(aiohttp_server, tmp_path)
     init = {"jsonrpc": "2.0", "id": 1, "method": "initialize",
             "params": {"protocolVersion": "2025-11-25", "capabilities": {},
                        "clientInfo": {"name": "ide-plugin", "version": "3.1"}}}
@@ -148,13 +154,7 @@ async def test_a_relayed_call_is_recorded_with_what_the_server_asked_when_its_cl
         aiohttp_server: Any, tmp_path: Any) -> None:
     """The server's requests on a relayed call's stream are its record's input kinds (never their content); a
     client that hangs up before the server's stream ended is still recorded, as cancelled."""
-    fake = Answering()
-    upstream = str((await aiohttp_server(fake.app())).make_url("/mcp"))
-    path, db = tmp_path / "gateway.toml", str(tmp_path / "usage.db")
-    path.write_text(UPSTREAM_TOML.format(url=upstream))
-    config = load_config(path, state_dir=str(tmp_path / "state"), usage={"db": db, "flush_seconds": 3600})
-    server = await aiohttp_server(create_app(config))
-    url = str(server.make_url("/mcp"))
+    _, server, url, db = await _relaying(aiohttp_server, tmp_path)
     init = {"jsonrpc": "2.0", "id": 1, "method": "initialize",
             "params": {"protocolVersion": "2025-11-25", "capabilities": {"elicitation": {}, "roots": {}},
                        "clientInfo": {"name": "ide-plugin", "version": "3.1"}}}
