@@ -15,11 +15,14 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_the_reverse_target_is_met_at_its_limit_and_missed_above_it() -> None:
-    (target,) = reverse_targets({})
+    target, floor = reverse_targets({})
     for value, met in [(1.0, True), (1.3, True), (1.31, False)]:
         ratios = {"c1": {"reverse_bridged/legacy_direct": value}}
         assert target.read(ratios) == value and target.met(value) is met
     assert target.read({"c32": {"reverse_bridged/legacy_direct": 1.0}}) is None  # not measured at c=1
+    # the gateway's part, against the bare-aiohttp floor: reported beside its limit, never a miss
+    assert floor.read({"c1": {"reverse_bridged/reverse_floor": 1.2}}) == 1.2 and not floor.met(1.2)
+    assert target.judged and not floor.judged
 
 
 def test_the_reverse_benchmark_reports_the_calls_and_their_ratios(tmp_path: Path,
@@ -37,3 +40,4 @@ def test_the_reverse_benchmark_reports_the_calls_and_their_ratios(tmp_path: Path
                          ("reverse_bridged", "reverse_floor")):
         assert f"{ours} / {theirs} {round(p50[ours] / p50[theirs], 3)}" in line
     assert "target reverse_bridged/legacy_direct median, c=1 <= 1.3" in run.stdout
+    assert "target reverse_bridged/reverse_floor median, c=1 <= 1.1" in run.stdout
