@@ -32,6 +32,9 @@ from tests.gateway.http.test_doors_sdk1 import _client_env, sdk1_python  # noqa:
 from tests.waiting import accepts_sync, until, until_sync
 
 SERVER = Path(__file__).with_name("legacy_sdk1_server.py")
+# A 2026-07-28 subscriptions/listen's headers (2026-07-28 basic/transports: Mcp-Method names the method).
+LISTEN_HEADERS = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json",
+                  "MCP-Protocol-Version": "2026-07-28", "Mcp-Method": "subscriptions/listen"}
 META = {"io.modelcontextprotocol/protocolVersion": "2026-07-28",
         "io.modelcontextprotocol/clientCapabilities": {"sampling": {}, "elicitation": {}, "roots": {}},
         "io.modelcontextprotocol/clientInfo": {"name": "raw-test", "version": "1"}}
@@ -305,8 +308,7 @@ async def test_a_listen_gets_the_legacy_sessions_changes_it_opted_into(gateway: 
 
 async def test_a_listen_acknowledges_only_what_it_asked_and_the_server_offers(gateway: Any) -> None:
     body = {"notifications": {"promptsListChanged": True, "resourceSubscriptions": ["notes://x"]}}
-    headers = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json",
-               "MCP-Protocol-Version": "2026-07-28", "Mcp-Method": "subscriptions/listen"}
+    headers = LISTEN_HEADERS
     message = {"jsonrpc": "2.0", "id": "l1", "method": "subscriptions/listen", "params": {**body, "_meta": META}}
     async with aiohttp.ClientSession() as http:
         async with http.post(gateway.make_url("/mcp"), json=message, headers=headers) as resp:
@@ -339,8 +341,7 @@ async def test_listens_of_two_principals_get_only_their_own_subscriptions(gatewa
 
 
 async def _open_listen(http: aiohttp.ClientSession, gateway: Any, ident: str, uris: list[str]) -> Any:
-    headers = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json",
-               "MCP-Protocol-Version": "2026-07-28", "Mcp-Method": "subscriptions/listen"}
+    headers = LISTEN_HEADERS
     params = {"notifications": {"toolsListChanged": True, "resourceSubscriptions": uris}, "_meta": META}
     resp = await http.post(gateway.make_url("/mcp"), json={"jsonrpc": "2.0", "id": ident,
                                                            "method": "subscriptions/listen", "params": params},

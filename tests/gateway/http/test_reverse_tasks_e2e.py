@@ -14,7 +14,7 @@ import pytest
 
 from gateway.http.keys import REVERSE
 from tests import schema
-from tests.gateway.http.test_reverse_e2e import META, _next_data, _post
+from tests.gateway.http.test_reverse_e2e import LISTEN_HEADERS, META, _next_data, _post
 from tests.gateway.http.test_reverse_ts import SUITE_SERVER, _gateway, _ts_server
 from tests.waiting import until
 
@@ -150,8 +150,7 @@ async def test_a_listen_hears_the_status_of_its_principals_tasks(gateway: Any) -
             aiohttp.ClientSession(headers={"Authorization": "Bearer bob"}) as bob:
         mine = await result(alice, gateway, "tools/call", {"name": "confirm_delete", "arguments": {"filename": "n"}})
         theirs = await result(bob, gateway, "tools/call", {"name": "slow_compute", "arguments": {"seconds": 60}})
-        headers = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json",
-                   "MCP-Protocol-Version": "2026-07-28", "Mcp-Method": "subscriptions/listen"}
+        headers = LISTEN_HEADERS
         params = {"notifications": {"taskIds": [mine["taskId"], theirs["taskId"]]}, "_meta": TASKS_META}
         listen = await alice.post(gateway.make_url("/mcp"), headers=headers, json={
             "jsonrpc": "2.0", "id": "l1", "method": "subscriptions/listen", "params": params})

@@ -25,7 +25,7 @@ from gateway.http.app import create_app
 from gateway.http.keys import REVERSE
 from gateway.session.store import SharedMemory
 from tests import schema
-from tests.gateway.http.test_reverse_e2e import _next_data
+from tests.gateway.http.test_reverse_e2e import LISTEN_HEADERS, _next_data
 from tests.gateway.http.test_reverse_replicas import KEY_ENV, _serve
 from tests.gateway.http.test_reverse_tasks_e2e import TASKS_META, call, result, status_of
 from tests.gateway.http.test_reverse_ts import SUITE_SERVER, _ts_server
@@ -131,8 +131,7 @@ async def test_a_listen_on_the_other_replica_hears_the_task_by_relay(
             aiohttp.ClientSession(headers={"Authorization": "Bearer bob"}) as bob:
         mine = await result(alice, a, "tools/call", {"name": "confirm_delete", "arguments": {"filename": "l"}})
         theirs = await result(bob, a, "tools/call", {"name": "slow_compute", "arguments": {"seconds": 60}})
-        headers = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json",
-                   "MCP-Protocol-Version": "2026-07-28", "Mcp-Method": "subscriptions/listen"}
+        headers = LISTEN_HEADERS
         params = {"notifications": {"taskIds": [mine["taskId"], theirs["taskId"], "never-made"]},
                   "_meta": TASKS_META}
         listen = await alice.post(b.make_url("/mcp"), headers=headers, json={
@@ -222,8 +221,7 @@ async def _hears_changes_pushed_by_the_holder(a: Any, b: Any) -> None:
         made = await result(alice, a, "tools/call", {"name": "confirm_delete", "arguments": {"filename": "p"}})
         task_id = made["taskId"]
         waiting = await status_of(alice, a, task_id, "input_required")
-        headers = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json",
-                   "MCP-Protocol-Version": "2026-07-28", "Mcp-Method": "subscriptions/listen"}
+        headers = LISTEN_HEADERS
         listen = await alice.post(b.make_url("/mcp"), headers=headers, json={
             "jsonrpc": "2.0", "id": "l1", "method": "subscriptions/listen",
             "params": {"notifications": {"taskIds": [task_id]}, "_meta": TASKS_META}})
@@ -279,8 +277,7 @@ async def test_a_listen_that_ended_is_pushed_nothing_more(
             task = await result(alice, a, "tasks/get", {"taskId": made["taskId"]})
             return task if len(task.get("inputRequests", {})) == 2 else None
         asked = await until(both_asked, "both questions are pending")
-        headers = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json",
-                   "MCP-Protocol-Version": "2026-07-28", "Mcp-Method": "subscriptions/listen"}
+        headers = LISTEN_HEADERS
         listen = await alice.post(b.make_url("/mcp"), headers=headers, json={
             "jsonrpc": "2.0", "id": "l1", "method": "subscriptions/listen",
             "params": {"notifications": {"taskIds": [made["taskId"]]}, "_meta": TASKS_META}})
