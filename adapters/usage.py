@@ -351,11 +351,11 @@ class RelayedAnswer:
 
     def inputs(self) -> tuple[str, ...]:
         """The input kinds of the server's requests seen on the stream, in :data:`INPUT_KINDS` order."""
-        return tuple(k for k in INPUT_KINDS if k in self.kinds) if self.kinds else ()
+        return tuple(k for k in INPUT_KINDS if k in self.kinds)
 
     def features(self) -> tuple[str, ...]:
         """The deprecated features those requests lean on (:func:`input_kind`), in :data:`FEATURES` order."""
-        return ordered(self.leaned) if self.leaned else ()
+        return ordered(self.leaned)
 
     def outcome(self) -> tuple[str, str]:
         """(outcome, cause), as :func:`outcome_of`: a stream that ended without the answer was cancelled."""

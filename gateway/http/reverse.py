@@ -52,7 +52,7 @@ from adapters.upstream import header_map_of, learned_header_maps
 from adapters.usage import RelayedAnswer
 from gateway.auth.credentials import CredentialError, UpstreamCredentials
 from gateway.http.passthrough import Passthroughs
-from gateway.http.reverse_tasks import ReverseTasks
+from gateway.http.reverse_tasks import Forward, ReverseTasks
 from gateway.http.streams import json_response
 from gateway.session.runtime import log
 from gateway.upstream.h1 import H1Pool
@@ -190,7 +190,7 @@ class ReverseBridge:
         self.tasks: set[asyncio.Task[Any]] = set()  # timers' and GET-stream refusals' work, kept until done
         # Relays a retry to the replica its state names (gateway.http.reverse_bridges): its JSON-RPC answer, or
         # None when that replica is gone. None: no shared store, so no other replica.
-        self.forward: Callable[[str, dict[str, Any]], Awaitable[Mapping[str, Any] | None]] | None = None
+        self.forward: Forward | None = None
         # The upstream's credential (``[gateway.upstream_auth]`` / ``[upstreams.NAME] auth``), the one its forward
         # client holds (gateway.http.reverse_bridges); None: none is sent.
         self.credentials: Callable[[], UpstreamCredentials | None] = lambda: None
