@@ -25,7 +25,9 @@ import aiohttp
 
 from bench.balancer import (
     BALANCED_SCENARIOS,
+    FLOOR_SCENARIOS,
     LB1_SCENARIOS,
+    BalancedForwarders,
     BalancedGateways,
     OneBehind,
     balanced_ratios,
@@ -38,7 +40,8 @@ from bench.procs import Child, scratch_config, scratch_usage_db
 from bench.redis_side import REDIS_SCENARIOS, WORKERS_SCENARIO, RedisGateways, idle_bytes, redis_ratios, resolve_url
 from bench.targets import missed, print_verdicts, verdicts
 
-_Started = TypeVar("_Started", Child, RedisGateways, BalancedGateways, OneBehind)
+_Started = TypeVar("_Started", Child, RedisGateways, BalancedGateways, OneBehind, BalancedForwarders)
+_Stoppable = Child | RedisGateways | BalancedGateways | OneBehind | BalancedForwarders
 
 
 class Front(Protocol):
@@ -134,7 +137,8 @@ async def interleaved(ops: dict[str, list[Op]], conc: int, args: argparse.Namesp
 def makers(http: aiohttp.ClientSession, core: Child, gw: Child, fwd: Child,
            redis: RedisGateways | None = None,
            balanced: BalancedGateways | None = None,
-           one_behind: OneBehind | None = None) -> dict[str, Callable[[], Awaitable[Op]]]:
+           one_behind: OneBehind | None = None,
+           floor: BalancedForwarders | None = None) -> dict[str, Callable[[], Awaitable[Op]]]:
     async def modern(url: str) -> Op:
         return ModernClient(http, url).echo
 
@@ -188,6 +192,9 @@ def makers(http: aiohttp.ClientSession, core: Child, gw: Child, fwd: Child,
         lb1 = one_behind.front_url
         made[LB1_SCENARIOS["translated"]] = lambda: legacy("echo", {"text": "hi"}, lb1)
         made[LB1_SCENARIOS["bridged"]] = lambda: legacy("summarize_repo", {"repo": "bench"}, lb1)
+    if floor is not None:  # three bare forwarders behind the same balancer: the spreading's floor
+        made["forwarder_rr"] = lambda: modern(floor.front_url)
+        made["mrtr_forwarder_rr"] = lambda: mrtr(floor.front_url)
     return made
 
 
@@ -329,7 +336,7 @@ def print_table(results: list[Stats], summary: dict[str, Any]) -> None:
     print(json.dumps(summary, indent=2))
 
 
-def _kept(started: list[Child | RedisGateways | BalancedGateways | OneBehind], child: _Started) -> _Started:
+def _kept(started: list[_Stoppable], child: _Started) -> _Started:
     started.append(child)
     return child
 
@@ -344,7 +351,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     loop = ["--loop", args.loop]
     redis_url = resolve_url(args.redis)
     # Stopped at the end, also on a failed start.
-    started: list[Child | RedisGateways | BalancedGateways | OneBehind] = []
+    started: list[_Stoppable] = []
     results: list[Stats] = []
     try:
         core = _kept(started, Child("core", ["-m", "modern_server", "--port", "{port}", "--no-access-log", *loop]))
@@ -362,10 +369,12 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                     if binary and redis_url else None)
         one_behind = (_kept(started, OneBehind(binary, redis.one.port))
                       if binary is not None and redis is not None and balanced is not None else None)
+        floor = (_kept(started, BalancedForwarders(binary, core.url, loop))
+                 if binary is not None and balanced is not None else None)
         hops = [await hop_rtt_us(echo.port)]
         trips: dict[str, Any] = {}
         async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as http:
-            make = makers(http, core, gw, fwd, redis, balanced, one_behind)
+            make = makers(http, core, gw, fwd, redis, balanced, one_behind, floor)
             front: dict[str, Front] = {"direct": core, "mrtr_direct": core, "forwarder": fwd, "mrtr_forwarder": fwd,
                                        "mrtr_forwarder_one": fwd}
             if redis is not None:
@@ -374,6 +383,8 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                 front |= dict.fromkeys(BALANCED_SCENARIOS, balanced)
             if one_behind is not None and redis is not None:
                 front |= dict.fromkeys(LB1_SCENARIOS.values(), redis.one)  # the gateway's CPU, not the balancer's
+            if floor is not None:
+                front |= dict.fromkeys(FLOOR_SCENARIOS, floor)
             for conc in args.concurrency:
                 ops = {name: [await make[name]() for _ in range(conc)] for name in make}
                 results.extend(await interleaved(ops, conc, args, {n: front.get(n, gw) for n in make}, core))

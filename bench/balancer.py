@@ -40,6 +40,11 @@ BALANCED_SCENARIOS = {"translated_rr": "translated_redis", "bridged_rr": "bridge
 # by itself, so an _rr scenario's ratio splits into that hop and the spreading over replicas. Reported, not judged.
 # The kind of call -> its scenario there.
 LB1_SCENARIOS = {"translated": "translated_lb1", "bridged": "bridged_lb1"}
+# The floor of the same spreading: three bare forwarders (bench.forwarder) behind the same balancer, against one
+# forwarder directly, what any Python proxy pays on this host for three processes and the hop. A floor scenario ->
+# the scenario it is compared with; then a balanced gateway scenario -> the floor of its kind of call.
+FLOOR_SCENARIOS = {"forwarder_rr": "forwarder", "mrtr_forwarder_rr": "mrtr_forwarder"}
+FLOOR_OF = {"translated_rr": "forwarder_rr", "bridged_rr": "mrtr_forwarder_rr"}
 TRIP_CALLS = 15  # two-round calls counted; the median per call is reported (a periodic sweep may fall in one)
 
 
@@ -52,6 +57,20 @@ def haproxy_config(frontend: int, replicas: list[int]) -> str:
     """The example configuration with its addresses moved to these ports (in order: frontend, then servers)."""
     ports = iter([frontend, *replicas])
     return ADDRESS.sub(lambda m: f"{m[1]}127.0.0.1:{next(ports)}", EXAMPLE.read_text())
+
+
+def start_haproxy(binary: str, frontend: int, servers: list[int]) -> subprocess.Popen[bytes]:
+    """``haproxy`` running the example configuration on these ports, once its frontend listens."""
+    config = os.path.join(tempfile.mkdtemp(prefix="gateway-bench-haproxy-"), "haproxy.cfg")
+    Path(config).write_text(haproxy_config(frontend, servers))
+    proc = subprocess.Popen([binary, "-db", "-f", config], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        _wait_port(frontend, proc)
+    except BaseException:
+        proc.terminate()
+        proc.wait(timeout=10)
+        raise
+    return proc
 
 
 class BalancedGateways:
@@ -69,11 +88,7 @@ class BalancedGateways:
             for n in range(REPLICAS):
                 self.replicas.append(self._start(n))
             self.port = free_port()
-            config = os.path.join(tempfile.mkdtemp(prefix="gateway-bench-haproxy-"), "haproxy.cfg")
-            Path(config).write_text(haproxy_config(self.port, [r.port for r in self.replicas]))
-            self.haproxy = subprocess.Popen([binary, "-db", "-f", config], stdout=subprocess.DEVNULL,
-                                            stderr=subprocess.DEVNULL)
-            _wait_port(self.port, self.haproxy)
+            self.haproxy = start_haproxy(binary, self.port, [r.port for r in self.replicas])
         except BaseException:
             self.stop()
             raise
@@ -116,20 +131,42 @@ class OneBehind:
 
     def __init__(self, binary: str, gateway_port: int) -> None:
         self.port = free_port()
-        config = os.path.join(tempfile.mkdtemp(prefix="gateway-bench-haproxy1-"), "haproxy.cfg")
-        Path(config).write_text(haproxy_config(self.port, [gateway_port] * REPLICAS))
-        self.haproxy = subprocess.Popen([binary, "-db", "-f", config], stdout=subprocess.DEVNULL,
-                                        stderr=subprocess.DEVNULL)
-        try:
-            _wait_port(self.port, self.haproxy)
-        except BaseException:
-            self.stop()
-            raise
+        self.haproxy = start_haproxy(binary, self.port, [gateway_port] * REPLICAS)
         self.front_url = f"http://127.0.0.1:{self.port}/mcp"
 
     def stop(self) -> None:
         self.haproxy.terminate()
         self.haproxy.wait(timeout=10)
+
+
+class BalancedForwarders:
+    """Three bare forwarders in front of ``upstream`` behind ``haproxy`` running the example configuration: the
+    spreading's floor. Their CPU (:meth:`cpu_times`) is the three forwarders', as the replicas' is theirs."""
+
+    def __init__(self, binary: str, upstream: str, extra: list[str]) -> None:
+        self.forwarders: list[Child] = []
+        self.haproxy: subprocess.Popen[bytes] | None = None
+        try:
+            for n in range(REPLICAS):
+                self.forwarders.append(Child(f"forwarder-rr{n}", ["-m", "bench.forwarder", "--port", "{port}",
+                                                                  "--upstream", upstream, *extra]))
+            self.port = free_port()
+            self.haproxy = start_haproxy(binary, self.port, [f.port for f in self.forwarders])
+        except BaseException:
+            self.stop()
+            raise
+        self.front_url = f"http://127.0.0.1:{self.port}/mcp"
+
+    def cpu_times(self) -> tuple[float, float]:
+        times = [forwarder.cpu_times() for forwarder in self.forwarders]
+        return sum(user for user, _ in times), sum(system for _, system in times)
+
+    def stop(self) -> None:
+        if self.haproxy is not None:
+            self.haproxy.terminate()
+            self.haproxy.wait(timeout=10)
+        for forwarder in self.forwarders:
+            forwarder.stop()
 
 
 def _wait_port(port: int, proc: subprocess.Popen[bytes]) -> None:
@@ -248,7 +285,7 @@ def balanced_ratios(at: dict[tuple[str, int], Any], conc: int) -> dict[str, Any]
         out[f"{key} p50"] = round(ours.p50_ms / theirs.p50_ms, 3)
         cpu = (ours.front_cpu_us_per_request, theirs.front_cpu_us_per_request)
         out[f"{key} cpu"] = round(cpu[0] / cpu[1], 3) if cpu[0] and cpu[1] else None
-    return out | _split_of_rr(at, conc)
+    return out | _split_of_rr(at, conc) | _floor_ratios(at, conc)
 
 
 def _split_of_rr(at: dict[tuple[str, int], Any], conc: int) -> dict[str, Any]:
@@ -264,4 +301,23 @@ def _split_of_rr(at: dict[tuple[str, int], Any], conc: int) -> dict[str, Any]:
         out |= {f"{lb1}/{kind}_redis p50": round(one.p50_ms / direct.p50_ms, 3),
                 f"{kind}_rr/{lb1} p50": round(spread.p50_ms / one.p50_ms, 3),
                 f"{kind}_rr/{lb1} cpu": round(cpu[0] / cpu[1], 3) if cpu[0] and cpu[1] else None}
+    return out
+
+
+def _floor_ratios(at: dict[tuple[str, int], Any], conc: int) -> dict[str, Any]:
+    """The spreading's floor (three bare forwarders behind the balancer against one directly) and each balanced
+    gateway ratio over the floor of its kind of call: the part of ``{kind}_rr / {kind}_redis`` that the gateway's
+    replicas add to what three bare Python proxies behind the same balancer cost."""
+    out: dict[str, Any] = {}
+    for name, against in FLOOR_SCENARIOS.items():
+        if (name, conc) in at and (against, conc) in at:
+            ours, theirs = at[(name, conc)], at[(against, conc)]
+            cpu = (ours.front_cpu_us_per_request, theirs.front_cpu_us_per_request)
+            out |= {f"{name}/{against} p50": round(ours.p50_ms / theirs.p50_ms, 3),
+                    f"{name}/{against} cpu": round(cpu[0] / cpu[1], 3) if cpu[0] and cpu[1] else None}
+    for name, floor in FLOOR_OF.items():
+        against, floor_key = BALANCED_SCENARIOS[name], f"{floor}/{FLOOR_SCENARIOS[floor]} p50"
+        if (name, conc) in at and (against, conc) in at and floor_key in out:
+            ratio = at[(name, conc)].p50_ms / at[(against, conc)].p50_ms
+            out[f"{name}/{against} over its floor"] = round(ratio / out[floor_key], 3)
     return out

@@ -40,9 +40,16 @@ async def _client(app: web.Application) -> AsyncIterator[None]:
     await app[CLIENT].close()
 
 
+async def ready(request: web.Request) -> web.StreamResponse:
+    """Always ready: the balancer's health check (``config/haproxy.example.cfg`` asks ``GET /readyz``) when three
+    forwarders stand behind it as the replicas' floor (``bench.balancer.BalancedForwarders``)."""
+    return web.Response(text="ready")
+
+
 def serve(handler: Handler, context: Context) -> None:
     """The command line of the benchmark's bare proxies (``--port``, ``--upstream``, ``--loop``): ``handler`` on
-    ``POST /mcp``, ``context`` in the app's ``cleanup_ctx``, the upstream URL under :data:`UPSTREAM`."""
+    ``POST /mcp``, ``context`` in the app's ``cleanup_ctx``, the upstream URL under :data:`UPSTREAM`, and
+    ``GET /readyz``."""
     parser = argparse.ArgumentParser()
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--upstream", required=True)
@@ -53,6 +60,7 @@ def serve(handler: Handler, context: Context) -> None:
     app[UPSTREAM] = args.upstream
     app.cleanup_ctx.append(context)
     app.router.add_post("/mcp", handler)
+    app.router.add_get("/readyz", ready)
     web.run_app(app, host="127.0.0.1", port=args.port, print=None, access_log=None)
 
 

@@ -101,7 +101,8 @@ def test_the_redis_store_runs_beside_memory_in_the_same_run(tmp_path: Path) -> N
     assert "Redis round trips per two-round bridged call" in judged
     if shutil.which("haproxy") or Path("/usr/sbin/haproxy").exists():  # three replicas behind the balancer
         assert {(name, conc) for name in ("translated_rr", "bridged_rr", "bridged_one_rr", "translated_lb1",
-                                          "bridged_lb1") for conc in (1, 2)} <= seen
+                                          "bridged_lb1", "forwarder_rr", "mrtr_forwarder_rr")
+                for conc in (1, 2)} <= seen
         for conc in ("c1", "c2"):
             ratios = report["ratios"][conc]
             assert all(ratios[f"{name} p50"] > 0 for name in ("translated_rr/translated_redis",
@@ -110,8 +111,15 @@ def test_the_redis_store_runs_beside_memory_in_the_same_run(tmp_path: Path) -> N
             for kind in ("translated", "bridged"):
                 hop, spread = ratios[f"{kind}_lb1/{kind}_redis p50"], ratios[f"{kind}_rr/{kind}_lb1 p50"]
                 assert hop * spread == pytest.approx(ratios[f"{kind}_rr/{kind}_redis p50"], rel=0.01)
+            # And each over its floor: three bare forwarders behind the same balancer against one directly.
+            for name, floor in (("translated_rr/translated_redis", "forwarder_rr/forwarder"),
+                                ("bridged_rr/bridged_redis", "mrtr_forwarder_rr/mrtr_forwarder")):
+                assert ratios[f"{floor} p50"] > 0 and ratios[f"{floor} cpu"] > 0
+                assert ratios[f"{name} over its floor"] * ratios[f"{floor} p50"] == pytest.approx(
+                    ratios[f"{name} p50"], rel=0.01)
         assert {"translated_rr/translated_redis median, c=1", "bridged_rr/bridged_redis median, c=1",
-                "bridged_rr/bridged_redis median, c=2"} <= judged
+                "bridged_rr/bridged_redis median, c=2", "translated_rr/translated_redis over its floor, c=1",
+                "bridged_rr/bridged_redis over its floor, c=2"} <= judged
         assert report["machine"]["balancer"]
     import redis
 

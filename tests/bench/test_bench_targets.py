@@ -151,6 +151,20 @@ def test_the_balanced_replicas_and_the_store_round_trips_are_judged_when_they_ra
     assert "Redis round trips per two-round bridged call" in missed(verdicts(ratios))
 
 
+def test_the_replicas_over_their_floor_are_reported_and_never_missed() -> None:
+    ratios = _ratios(**{"translated_rr/translated_redis p50": 1.15, "bridged_rr/bridged_redis p50": 1.30})
+    assert not any("over its floor" in name for name in _by_name(ratios))  # the floor did not run: no rows
+    for conc, (translated, bridged) in (("c1", (1.10, 1.16)), ("c32", (1.2, 1.15))):
+        ratios[conc] |= {"translated_rr/translated_redis over its floor": translated,
+                         "bridged_rr/bridged_redis over its floor": bridged}
+    judged = _by_name(ratios)
+    assert judged["translated_rr/translated_redis over its floor, c=1"]["met"] is True
+    assert judged["bridged_rr/bridged_redis over its floor, c=1"]["met"] is False
+    assert judged["bridged_rr/bridged_redis over its floor, c=32"]["met"] is True
+    assert "translated_rr/translated_redis over its floor, c=32" not in judged  # a plain call: at c=1 alone
+    assert not any("over its floor" in name for name in missed(verdicts(ratios)))
+
+
 @pytest.mark.parametrize(("scenario", "other", "at_limit", "over", "said"), [
     ("round", "bridged", 3_200_000.0, 3_300_000.0, "a round / a translated call 1.100 (target <= 1.1: met)"),
     ("auth", "translated_auth", 1_050_000.0, 1_060_000.0,
