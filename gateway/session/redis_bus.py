@@ -5,22 +5,20 @@ exception.
 Each replica subscribes to its own channel (``<prefix>relay:<replica>``) and to the broadcast one
 (``<prefix>relay-all``), named by ``adapters.relay``. A message is its ``adapters.relay.encode`` text; anything
 else on a channel (a foreign publisher) is skipped. Publishing and asking who listens go over the store's pipelined
-connection (``gateway.session.redis_wire``); a subscription keeps a redis-py connection of its own.
+connection (``gateway.session.redis_wire``); a subscription is a connection of its own made by it
+(``RedisWire.subscribe``).
 """
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
-from redis.asyncio import Redis
-from redis.asyncio.client import PubSub
 from redis.exceptions import RedisError
 
 from adapters import relay as R
 from gateway.session.bus import Subscription
-from gateway.session.redis_wire import RedisWire
+from gateway.session.redis_wire import RedisWire, Subscriber
 from gateway.session.store import StoreUnavailable
 
 
@@ -36,8 +34,8 @@ async def redis_failures() -> AsyncIterator[None]:
 class RedisBus:
     """Replicas' messages on Redis pub/sub, under the store's key prefix."""
 
-    def __init__(self, redis: Redis, wire: RedisWire, prefix: str) -> None:
-        self._redis, self._wire, self._prefix = redis, wire, prefix
+    def __init__(self, wire: RedisWire, prefix: str) -> None:
+        self._wire, self._prefix = wire, prefix
 
     def channel(self, replica: str | None) -> str:
         """``replica``'s channel; None: the one every replica listens on."""
@@ -51,28 +49,20 @@ class RedisBus:
         return len(counts) == 2 and int(counts[1]) > 0
 
     async def subscribe(self, replica: str) -> Subscription:
-        pubsub = self._redis.pubsub(ignore_subscribe_messages=True)
-        try:
-            async with redis_failures():
-                await pubsub.subscribe(self.channel(replica), self.channel(None))
-        except BaseException:
-            await pubsub.aclose()
-            raise
-        return _RedisSubscription(pubsub)
+        # Named after its channel, so an operator's CLIENT LIST tells which replica's relay a connection is.
+        channels = [self.channel(replica), self.channel(None)]
+        return _RedisSubscription(await self._wire.subscribe(channels, name=channels[0]))
 
 
 class _RedisSubscription:
-    def __init__(self, pubsub: PubSub) -> None:
-        self._pubsub = pubsub
+    def __init__(self, subscriber: Subscriber) -> None:
+        self._subscriber = subscriber
 
     async def messages(self) -> AsyncIterator[R.Relayed]:
-        async with redis_failures():
-            async for item in self._pubsub.listen():
-                data = item.get("data")
-                relayed = R.decode(data) if isinstance(data, bytes | str) else None
-                if relayed is not None and not isinstance(relayed, R.Drop):
-                    yield relayed
+        async for data in self._subscriber.messages():
+            relayed = R.decode(data)
+            if not isinstance(relayed, R.Drop):
+                yield relayed
 
     async def close(self) -> None:
-        with contextlib.suppress(Exception):
-            await self._pubsub.aclose()
+        self._subscriber.close()

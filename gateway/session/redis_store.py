@@ -556,7 +556,7 @@ class RedisStore:
         self._follower = Redis.from_url(url, socket_connect_timeout=timeout_seconds, max_connections=MAX_FOLLOWED,
                                         socket_timeout=FOLLOW_WAIT_MAX_SECONDS + timeout_seconds,
                                         retry=Retry(NoBackoff(), 1))
-        self._bus = RedisBus(self.redis, self.wire, prefix)
+        self._bus = RedisBus(self.wire, prefix)
 
     def key(self, kind: str, name: str = "") -> str:
         return f"{self.prefix}{kind}{name}"

@@ -12,7 +12,8 @@ redis-py itself uses for parsing when it is installed).
 
 Only what can share a connection goes here: plain commands, ``MULTI``/``EXEC`` blocks (written in one piece, so no
 other task's command can fall between them) and scripts (``EVALSHA``, with ``EVAL`` when Redis does not know the
-script yet). Blocking reads (``XREAD BLOCK``) and pub/sub keep redis-py connections of their own.
+script yet). A pub/sub subscription (:class:`Subscriber`, :meth:`RedisWire.subscribe`) is a connection of its own
+made the same way; blocking reads (``XREAD BLOCK``) keep redis-py connections of their own.
 
 Failure: an error reply, a refused or lost connection, or a reply not back within ``timeout_seconds`` raises
 :class:`~gateway.session.store.StoreUnavailable`. A timeout closes the connection (the replies after it could no
@@ -25,11 +26,12 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import socket
 import ssl
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Final, cast
+from typing import Any, Final, TypeVar, cast
 from urllib.parse import parse_qs, unquote, urlsplit
 
 import hiredis
@@ -242,22 +244,25 @@ class RedisWire:
         finally:
             self._connecting = None
 
-    async def _open(self) -> _Connection:
-        loop, target = asyncio.get_running_loop(), self.target
+    async def subscribe(self, channels: Sequence[str], name: str = "") -> Subscriber:
+        """A connection of its own subscribed to ``channels`` (a subscribed connection takes no other command),
+        once Redis confirmed every subscription; ``name``: its ``CLIENT SETNAME``, what ``CLIENT LIST`` shows."""
+        handshake = [*self.target.handshake(), *([("CLIENT", "SETNAME", name)] if name else [])]
+        subscriber = await _connect(self.target, self._timeout, lambda: Subscriber(handshake))
         try:
             async with asyncio.timeout(self._timeout):
-                if target.path is not None:
-                    transport, conn = await loop.create_unix_connection(
-                        lambda: _Connection(self._timeout), target.path)
-                else:
-                    transport, conn = await loop.create_connection(
-                        lambda: _Connection(self._timeout), target.host, target.port,
-                        ssl=ssl.create_default_context() if target.tls else None)
-        except (OSError, TimeoutError) as exc:
-            raise StoreUnavailable(f"the session store (Redis) failed: cannot connect: {exc}") from exc
-        if conn.transport is None:  # uvloop: connection_made is still to come
-            conn.connection_made(transport)
-        handshake = target.handshake()
+                await subscriber.subscribe(channels)
+        except TimeoutError as exc:
+            subscriber.close()
+            raise StoreUnavailable("the session store (Redis) failed: no reply to SUBSCRIBE") from exc
+        except BaseException:
+            subscriber.close()
+            raise
+        return subscriber
+
+    async def _open(self) -> _Connection:
+        conn = await _connect(self.target, self._timeout, lambda: _Connection(self._timeout))
+        handshake = self.target.handshake()
         try:
             for future in conn.send(handshake) if handshake else []:
                 _checked(await future)
@@ -265,6 +270,116 @@ class RedisWire:
             conn.connection_lost(None)  # refused credentials or database: this connection is not used
             raise
         return conn
+
+
+_P = TypeVar("_P", _Connection, "Subscriber")
+
+
+async def _connect(target: Target, seconds: float, factory: Callable[[], _P]) -> _P:
+    """A connected protocol from ``factory`` (its transport set, also on uvloop), or StoreUnavailable."""
+    loop = asyncio.get_running_loop()
+    try:
+        async with asyncio.timeout(seconds):
+            if target.path is not None:
+                transport, conn = await loop.create_unix_connection(factory, target.path)
+            else:
+                transport, conn = await loop.create_connection(
+                    factory, target.host, target.port, ssl=ssl.create_default_context() if target.tls else None)
+    except (OSError, TimeoutError) as exc:
+        raise StoreUnavailable(f"the session store (Redis) failed: cannot connect: {exc}") from exc
+    if conn.transport is None:  # uvloop: connection_made is still to come
+        conn.connection_made(transport)
+    return conn
+
+
+class Subscriber(asyncio.Protocol):
+    """A pub/sub connection (RESP2): its handshake's replies and the subscriptions' confirmations, then the data of
+    every ``message`` push, in order (:meth:`messages`). redis-py's pub/sub client took about twice the CPU per
+    message (its reads go through a stream reader, locks and timeouts); a message here is one ``data_received``
+    and one wake of the reading task. There is no read timeout: a subscribed connection is silent while nothing is
+    published. TCP keepalive is on, so a peer gone without a word is noticed by the kernel in the end; Redis
+    closing the connection (a restart) ends :meth:`messages` with StoreUnavailable at once."""
+
+    def __init__(self, handshake: list[Command]) -> None:
+        self._reader = hiredis.Reader()
+        self._handshake = handshake
+        self._before = len(handshake)  # replies still due before the first message
+        self._inbox: deque[bytes] = deque()
+        self._waiter: asyncio.Future[None] | None = None
+        self._confirmed: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._failure: StoreUnavailable | None = None
+        self._closed = False
+        self.transport: asyncio.Transport | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = cast(asyncio.Transport, transport)  # not an isinstance check: uvloop's are not
+        sock = transport.get_extra_info("socket")
+        if sock is not None and sock.family != socket.AF_UNIX:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+
+    async def subscribe(self, channels: Sequence[str]) -> None:
+        assert self.transport is not None
+        self._before += len(channels)  # one confirmation per channel
+        commands = [*self._handshake, ("SUBSCRIBE", *channels)]
+        self.transport.write(b"".join(_pack(tuple(command)) for command in commands))
+        await self._confirmed
+
+    def data_received(self, data: bytes) -> None:
+        self._reader.feed(data)
+        try:
+            while (reply := self._reader.gets()) is not False:
+                self._take(reply)
+        except hiredis.ProtocolError as exc:
+            self._fail(f"unreadable reply: {exc}")
+        if self._inbox:
+            self._wake()
+
+    def _take(self, reply: Any) -> None:
+        if isinstance(reply, hiredis.ReplyError):
+            self._fail(str(reply))
+        elif self._before:
+            self._before -= 1
+            if not self._before and not self._confirmed.done():
+                self._confirmed.set_result(None)
+        elif isinstance(reply, list) and len(reply) == 3 and reply[0] == b"message":
+            self._inbox.append(reply[2])
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._fail(f"connection lost: {exc}" if exc else "connection closed by Redis")
+
+    def _fail(self, why: str) -> None:
+        if self._failure is None and not self._closed:
+            self._failure = StoreUnavailable(f"the session store (Redis) failed: {why}")
+            if not self._confirmed.done():
+                self._confirmed.set_exception(self._failure)
+        if self.transport is not None:
+            self.transport.abort()
+        self._wake()
+
+    def _wake(self) -> None:
+        if self._waiter is not None and not self._waiter.done():
+            self._waiter.set_result(None)
+
+    async def messages(self) -> AsyncIterator[bytes]:
+        """Every message's data until :meth:`close`; StoreUnavailable once the connection is lost."""
+        while True:
+            while self._inbox:
+                yield self._inbox.popleft()
+            if self._closed:
+                return
+            if self._failure is not None:
+                raise self._failure
+            self._waiter = asyncio.get_running_loop().create_future()
+            try:
+                await self._waiter
+            finally:
+                self._waiter = None
+
+    def close(self) -> None:
+        self._closed = True
+        if self.transport is not None:
+            self.transport.close()
+        self._wake()
 
 
 def _checked(reply: Any) -> Any:

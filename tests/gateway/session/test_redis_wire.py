@@ -218,3 +218,72 @@ async def test_unreachable_then_restarted_redis(private_redis) -> None:  # noqa:
         assert await wire.call("PING") == b"PONG"  # a new connection, made by the call itself
     finally:
         await wire.close()
+
+
+async def _next(messages: AsyncIterator[bytes]) -> bytes:
+    return await asyncio.wait_for(anext(messages), 2)
+
+
+async def test_a_subscriber_gets_every_message_of_its_channels_in_order(wire, key) -> None:
+    subscriber = await wire.subscribe([f"{key}:a", f"{key}:b"])  # returns once Redis confirmed both
+    try:
+        messages = subscriber.messages()
+        for n in range(50):
+            assert await wire.call("PUBLISH", f"{key}:a" if n % 2 else f"{key}:b", f"m{n}") == 1
+        await wire.call("PUBLISH", f"{key}:other", "not subscribed")
+        assert [await _next(messages) for _ in range(50)] == [f"m{n}".encode() for n in range(50)]
+        assert await wire.call("PUBSUB", "NUMSUB", f"{key}:a") == [f"{key}:a".encode(), 1]
+    finally:
+        subscriber.close()
+    assert [data async for data in messages] == []  # closed: the messages end, nothing raised
+
+    async def unsubscribed() -> bool:
+        return (await wire.call("PUBSUB", "NUMSUB", f"{key}:a"))[1] == 0
+    await until(unsubscribed, "the closed subscriber's connection gone from Redis")
+
+
+async def client_id(wire: RedisWire, name: str) -> int | None:
+    """The id of the connection named ``name`` in Redis's CLIENT LIST, if there is one."""
+    for line in (await wire.call("CLIENT", "LIST", "TYPE", "pubsub")).decode().splitlines():
+        fields = dict(field.split("=", 1) for field in line.split(" ") if "=" in field)
+        if fields.get("name") == name:
+            return int(fields["id"])
+    return None
+
+
+async def test_a_subscriber_killed_by_redis_is_store_unavailable(wire, key) -> None:
+    subscriber = await wire.subscribe([key], name=key)
+    messages = subscriber.messages()
+    await wire.call("PUBLISH", key, "before")
+    assert await _next(messages) == b"before"
+    assert await wire.call("CLIENT", "KILL", "ID", await client_id(wire, key)) == 1
+    with pytest.raises(StoreUnavailable, match="connection"):
+        await _next(messages)
+    subscriber.close()
+
+
+async def test_a_subscriber_with_refused_credentials_or_database_is_store_unavailable(redis_url) -> None:  # noqa: F811
+    host_port = redis_url.split("//", 1)[1].rsplit("/", 1)[0]
+    for url in (f"redis://:wrong-password@{host_port}/0", f"redis://{host_port}/100000"):
+        wire = RedisWire(url, timeout_seconds=2)
+        with pytest.raises(StoreUnavailable, match=r"AUTH|password|WRONGPASS|DB index"):
+            await wire.subscribe(["any"])
+        await wire.close()
+
+
+async def test_a_subscriber_of_a_redis_that_never_confirms_times_out_and_hangs_up() -> None:
+    readers: list[asyncio.StreamReader] = []
+
+    async def accept(reader: asyncio.StreamReader, _writer: asyncio.StreamWriter) -> None:
+        readers.append(reader)
+
+    server = await asyncio.start_server(accept, "127.0.0.1", 0)
+    wire = RedisWire(f"redis://127.0.0.1:{server.sockets[0].getsockname()[1]}/0", timeout_seconds=0.3)
+    try:
+        with pytest.raises(StoreUnavailable, match="SUBSCRIBE"):
+            await wire.subscribe(["any"])
+        sent = await asyncio.wait_for(readers[0].read(), 2)  # to the end: the subscriber closed its side
+        assert b"SUBSCRIBE" in sent
+    finally:
+        server.close()
+        await server.wait_closed()

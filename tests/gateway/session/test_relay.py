@@ -256,3 +256,33 @@ async def test_a_relayed_answer_costs_one_store_round_trip_more_than_one_answere
     await bridged_call(a, b)
     assert at_a == ["HGET", "save_round", "save_round", "save_round", "save_round", "end_round"]
     assert at_b == ["relay_to_owner", "relay_to_owner"]
+
+
+async def test_a_replica_that_lost_its_bus_subscribes_again_and_is_relayed_to(make_gateway, upstream, redis_url,
+                                                                             prefix) -> None:
+    """The owner's subscription killed by Redis (as by a restart or a dropped connection): its relay subscribes
+    again (gateway.session.relay.RESUBSCRIBE_SECONDS), and answers posted to the other replica reach it again."""
+    from adapters.relay import relay_channel
+    from gateway.session.redis_wire import RedisWire
+    from tests.gateway.session.test_redis_wire import client_id
+
+    upstream.script["tools/call"] = two_rounds
+    a, b = await replicas(make_gateway, redis_url, prefix)
+    name = relay_channel(prefix, a.client.app[GATEWAY].replica)
+    wire = RedisWire(redis_url, timeout_seconds=2)
+    try:
+        killed = await until(lambda: client_id(wire, name), "replica A's relay subscription in CLIENT LIST")
+        assert await wire.call("CLIENT", "KILL", "ID", killed) == 1
+
+        async def again() -> bool:
+            return await client_id(wire, name) not in (None, killed)
+        await until(again, "replica A subscribed again")
+    finally:
+        await wire.close()
+    resp = await a.post("tools/call", {"name": "t", "arguments": {}})
+    await within(a.next_event(resp))  # priming
+    for _ in range(3):
+        _, asked = await within(a.next_event(resp))
+        assert await b.answer(asked["id"], SAMPLED) == 202
+    _, final = await within(a.next_event(resp))
+    assert final["result"]["content"][0]["text"] == "bridged"
