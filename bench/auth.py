@@ -9,6 +9,10 @@ gateway to the reference core), every scenario interleaved in short slices as ``
 - ``translated_padded``: the unauthenticated gateway's own process, its clients sending a header as long as
   ``Authorization: Bearer <token>`` that it ignores. It splits the ratio above in two: what the token's bytes
   cost (reading and parsing a longer request, which no gateway can avoid) and what checking it costs.
+- ``translated_twin``: a second gateway without authorization, the same as the first. ``translated_auth`` runs in
+  another process than ``translated``, and two identical processes on the 2-core host differ in CPU per request
+  by what the scheduler does to each (at c=32, how often each is preempted); ``twin / unauthenticated`` is that
+  difference, measured in the same run: the noise any cross-process ratio here carries (reported).
 - ``translated_auth_cold``: a new token on every request, each paying a signature check (reported).
 - ``forwarded`` against ``exchanged``: in front of a core that checks tokens itself (``[oauth]``), a gateway that
   passes the client's token on (one audience) and one that verifies it and sends the core a token exchanged for
@@ -150,6 +154,7 @@ async def run(args: argparse.Namespace) -> list[Stats]:
         plain = _kept(started, gateway(core, None))
         front = {"translated": plain,
                  "translated_padded": plain,  # the same process: the only difference is the header's bytes
+                 "translated_twin": _kept(started, gateway(core, None)),
                  "translated_auth": _kept(started, gateway(core, files["auth"])),
                  # A gateway of its own: the cold clients' verified tokens (one per request, up to the cache's
                  # bound) would otherwise sit in the steady-state gateway's heap and its collector's passes.
@@ -194,6 +199,7 @@ async def _ops(http: aiohttp.ClientSession, front: dict[str, Child], keys: Keys,
     return {
         "translated": await each(lambda n: LegacyClient(http, front["translated"].url)),
         "translated_padded": await each(lambda n: PaddedClient(http, front["translated_padded"].url, length)),
+        "translated_twin": await each(lambda n: LegacyClient(http, front["translated_twin"].url)),
         "translated_auth": await each(bearer("translated_auth")),
         "translated_auth_cold": await each(bearer("translated_auth_cold", fresh=True)),
         "forwarded": await each(bearer("forwarded", CORE)),  # the client's token is for the core itself
@@ -217,7 +223,9 @@ def report(results: list[Stats]) -> bool:
               f"{'met' if ok else 'MISSED'}); of it, the token's bytes (padded / unauthenticated) "
               f"{cpu['translated_padded'] / cpu['translated']:.3f} and the check (authenticated / padded) "
               f"{cpu['translated_auth'] / cpu['translated_padded']:.3f}; a new token every request {cold:.3f}; "
-              f"exchanged / forwarded {cpu['exchanged'] / cpu['forwarded']:.3f} (reported)")
+              f"exchanged / forwarded {cpu['exchanged'] / cpu['forwarded']:.3f} (reported); two identical "
+              f"gateways (twin / unauthenticated) {cpu['translated_twin'] / cpu['translated']:.3f}, the noise of "
+              "comparing two processes in this run (reported)")
     return met
 
 

@@ -191,8 +191,8 @@ def test_the_authorization_benchmark_compares_authenticated_calls(tmp_path: Path
             if line.startswith("translated")}
     rows |= {line.split()[0]: line.split() for line in run.stdout.splitlines()
              if line.startswith(("forwarded", "exchanged"))}
-    assert set(rows) == {"translated", "translated_padded", "translated_auth", "translated_auth_cold", "forwarded",
-                         "exchanged"}
+    assert set(rows) == {"translated", "translated_padded", "translated_twin", "translated_auth",
+                         "translated_auth_cold", "forwarded", "exchanged"}
     cpu = {name: float(row[-1]) for name, row in rows.items()}
     assert all(int(row[2]) > 0 for row in rows.values())
     (line,) = [line for line in run.stdout.splitlines() if line.startswith("c=1:")]
@@ -200,3 +200,4 @@ def test_the_authorization_benchmark_compares_authenticated_calls(tmp_path: Path
     assert f"exchanged / forwarded {cpu['exchanged'] / cpu['forwarded']:.3f}" in line
     assert f"the token's bytes (padded / unauthenticated) {cpu['translated_padded'] / cpu['translated']:.3f}" in line
     assert f"the check (authenticated / padded) {cpu['translated_auth'] / cpu['translated_padded']:.3f}" in line
+    assert f"(twin / unauthenticated) {cpu['translated_twin'] / cpu['translated']:.3f}" in line
