@@ -27,7 +27,7 @@ from urllib.parse import urlsplit, urlunsplit
 import aiohttp
 
 from bench.clients import LegacyClient
-from bench.procs import Child, _cpu_times, free_port, scratch_usage_db
+from bench.procs import Child, _cpu_times, free_port, scratch_usage_db, summed_times
 from bench.redis_side import delete_keys, store_args
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "config" / "haproxy.example.cfg"
@@ -73,6 +73,15 @@ def start_haproxy(binary: str, frontend: int, servers: list[int]) -> subprocess.
     return proc
 
 
+def stop_behind(haproxy: subprocess.Popen[bytes] | None, processes: list[Child]) -> None:
+    """Stop the balancer first (nothing new reaches the processes), then every process behind it."""
+    if haproxy is not None:
+        haproxy.terminate()
+        haproxy.wait(timeout=10)
+    for process in processes:
+        process.stop()
+
+
 class BalancedGateways:
     """Three gateways on one Redis prefix behind ``haproxy`` (started at once, stopped by :meth:`stop`). Their CPU
     (:meth:`cpu_times`) is the three gateways', not the balancer's: what the gateway costs across replicas."""
@@ -110,18 +119,13 @@ class BalancedGateways:
         return self.replicas[n]
 
     def cpu_times(self) -> tuple[float, float]:
-        times = [replica.cpu_times() for replica in self.replicas]
-        return sum(user for user, _ in times), sum(system for _, system in times)
+        return summed_times(replica.cpu_times() for replica in self.replicas)
 
     def balancer_cpu_seconds(self) -> float:
         return sum(_cpu_times(self.haproxy.pid)) if self.haproxy is not None else 0.0
 
     def stop(self) -> None:
-        if self.haproxy is not None:
-            self.haproxy.terminate()
-            self.haproxy.wait(timeout=10)
-        for replica in self.replicas:
-            replica.stop()
+        stop_behind(self.haproxy, self.replicas)
         delete_keys(self.url, self.prefix)
 
 
@@ -135,8 +139,7 @@ class OneBehind:
         self.front_url = f"http://127.0.0.1:{self.port}/mcp"
 
     def stop(self) -> None:
-        self.haproxy.terminate()
-        self.haproxy.wait(timeout=10)
+        stop_behind(self.haproxy, [])
 
 
 class BalancedForwarders:
@@ -158,15 +161,10 @@ class BalancedForwarders:
         self.front_url = f"http://127.0.0.1:{self.port}/mcp"
 
     def cpu_times(self) -> tuple[float, float]:
-        times = [forwarder.cpu_times() for forwarder in self.forwarders]
-        return sum(user for user, _ in times), sum(system for _, system in times)
+        return summed_times(forwarder.cpu_times() for forwarder in self.forwarders)
 
     def stop(self) -> None:
-        if self.haproxy is not None:
-            self.haproxy.terminate()
-            self.haproxy.wait(timeout=10)
-        for forwarder in self.forwarders:
-            forwarder.stop()
+        stop_behind(self.haproxy, self.forwarders)
 
 
 def _wait_port(port: int, proc: subprocess.Popen[bytes]) -> None:

@@ -12,6 +12,7 @@ import tempfile
 import threading
 import time
 from collections import deque
+from collections.abc import Iterable
 from typing import IO, cast
 
 TICKS = os.sysconf("SC_CLK_TCK")
@@ -49,6 +50,14 @@ def _cpu_times(pid: int) -> tuple[float, float]:
     except OSError:  # a child that just ended
         return 0.0, 0.0
     return int(fields[11]) / TICKS, int(fields[12]) / TICKS
+
+
+def summed_times(times: Iterable[tuple[float, float]]) -> tuple[float, float]:
+    """User and system seconds added up, each apart."""
+    user = system = 0.0
+    for one_user, one_system in times:
+        user, system = user + one_user, system + one_system
+    return user, system
 
 
 def _children(pid: int) -> list[int]:
@@ -108,8 +117,7 @@ class Child:
     def cpu_times(self) -> tuple[float, float]:
         """:meth:`cpu_seconds` as user and system time: a send that wakes another process is system time, the
         Python around it user time (docs/benchmarks.md reads a bridged round's cost in both)."""
-        times = [_cpu_times(pid) for pid in (self.proc.pid, *_children(self.proc.pid))]
-        return sum(user for user, _ in times), sum(system for _, system in times)
+        return summed_times(_cpu_times(pid) for pid in (self.proc.pid, *_children(self.proc.pid)))
 
     def rss_bytes(self) -> int:
         with open(f"/proc/{self.proc.pid}/status") as handle:
