@@ -287,3 +287,25 @@ async def test_a_subscriber_of_a_redis_that_never_confirms_times_out_and_hangs_u
     finally:
         server.close()
         await server.wait_closed()
+
+
+async def test_a_subscriber_reading_what_is_not_resp_is_store_unavailable() -> None:
+    """A server on the Redis port that is not Redis: its answer cannot be read, the subscription fails at once
+    and the connection is closed (not read on out of step)."""
+    hung_up: asyncio.Future[bytes] = asyncio.get_running_loop().create_future()
+
+    async def accept(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        sent = await reader.read(1)
+        writer.write(b"HTTP/1.1 400 Bad Request\r\n\r\n")
+        await writer.drain()
+        hung_up.set_result(sent + await reader.read())  # read() returns once the subscriber closed its side
+
+    server = await asyncio.start_server(accept, "127.0.0.1", 0)
+    wire = RedisWire(f"redis://127.0.0.1:{server.sockets[0].getsockname()[1]}/0", timeout_seconds=2)
+    try:
+        with pytest.raises(StoreUnavailable, match="unreadable reply"):
+            await wire.subscribe(["any"])
+        assert b"SUBSCRIBE" in await asyncio.wait_for(hung_up, 2)
+    finally:
+        server.close()
+        await server.wait_closed()
